@@ -1,0 +1,74 @@
+"""The ``lirs`` command. Exit codes: 0 ok, 1 data error, 2 usage error."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+
+from . import __version__
+from .errors import DataError, IndexFormatError, LirsError, StaleIndexError, UsageError
+
+EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
+
+# Order in `lirs --help`; modules not listed here are appended alphabetically.
+_ORDER = ["demo", "gen", "index", "info", "order", "epoch", "bench", "quality", "shuffle"]
+
+
+def _command_modules():
+    from . import commands
+
+    names = [m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")]
+    names.sort(key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n))
+    return [importlib.import_module(f"lirs.commands.{n}") for n in names]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lirs",
+        description="Full random shuffling of huge training sets, read straight from NVMe.",
+    )
+    parser.add_argument("--version", action="version", version=f"lirs {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in _command_modules():
+        p = mod.add_parser(sub)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse exits with 2 on usage errors
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="lirs: %(levelname)s: %(message)s")
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args._run(args) or 0)
+    except UsageError as e:
+        print(f"lirs {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (DataError, StaleIndexError, IndexFormatError, LirsError) as e:
+        print(f"lirs {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_DATA
+    except FileNotFoundError as e:
+        print(f"lirs {args.command}: error: no such file: {e.filename or e}", file=sys.stderr)
+        return EXIT_DATA
+    except IsADirectoryError as e:
+        print(f"lirs {args.command}: error: is a directory: {e.filename or e}", file=sys.stderr)
+        return EXIT_DATA
+    except PermissionError as e:
+        print(f"lirs {args.command}: error: permission denied: {e.filename or e}", file=sys.stderr)
+        return EXIT_DATA
+    except KeyboardInterrupt:
+        print(f"lirs {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
