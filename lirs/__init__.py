@@ -1,0 +1,46 @@
+"""lirs: a fresh full permutation of a huge training set every epoch, read straight from NVMe.
+
+Public API (imported lazily so that ``import lirs`` stays cheap)::
+
+    lirs.build_index(paths, format="auto") -> Index
+    lirs.open_index(path) -> Index
+    lirs.Loader(paths, batch_size, ...)
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Index": "lirs.index",
+    "build_index": "lirs.index",
+    "open_index": "lirs.index",
+    "write_index": "lirs.index",
+    "sidecar_path": "lirs.index",
+    "StaleIndexError": "lirs.errors",
+    "DataError": "lirs.errors",
+    "IndexFormatError": "lirs.errors",
+    "LirsError": "lirs.errors",
+    "UsageError": "lirs.errors",
+    "plan_epoch": "lirs.plan",
+    "EpochPlan": "lirs.plan",
+    "Loader": "lirs.loader",
+    "Batch": "lirs.loader",
+    "decode_libsvm": "lirs.decode",
+    "decode_fixed": "lirs.decode",
+    "decode_lines": "lirs.decode",
+    "load_svmlight": "lirs.decode",
+    "STRATEGIES": "lirs.strategies",
+}
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'lirs' has no attribute {name!r}")
+    return getattr(importlib.import_module(mod), name)
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
