@@ -1,0 +1,461 @@
+"""`lirs index`: build the offset table of a dataset in one sequential, chunked scan.
+
+Memory stays O(chunk): record offsets stream into the sidecar's temp file as they are found, labels
+into a scratch file that is compacted (unique values + smallest code dtype) at the end.
+Reading runs one chunk ahead in a thread while the numba kernel (which releases the GIL) scans the
+previous one, so a cold-cache build runs at about the disk's sequential bandwidth.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .errors import DataError, UsageError
+from .index import (FORMATS, VARIABLE_FORMATS, Index, _SidecarWriter, _header_for, encode_labels,
+                    fingerprint, open_index, sidecar_path)
+from .kernels import scan as K
+
+log = logging.getLogger("lirs.index")
+
+_EXT_FORMAT = {
+    ".svm": "libsvm", ".libsvm": "libsvm", ".svmlight": "libsvm", ".scale": "libsvm", ".t": "libsvm",
+    ".jsonl": "lines", ".ndjson": "lines", ".json": "lines", ".csv": "lines", ".tsv": "lines",
+    ".npy": "npy",
+}
+_LIBSVM_LINE = re.compile(rb"^\s*[-+]?[0-9.eEinfa]+(\s+qid:\S+)?(\s+[-+]?\d+:\S+)*\s*(#.*)?$")
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def expand_paths(paths) -> list[str]:
+    """Files of a dataset: one file, several files, or the regular files of a directory (sorted).
+
+    Sidecars (``*.lirs``), hidden files and ``*.labels.npy`` label files are not data.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[str] = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            names = sorted(os.listdir(p))
+            for name in names:
+                full = os.path.join(p, name)
+                if (name.startswith(".") or name.endswith(".lirs") or name.endswith(".labels.npy")
+                        or not os.path.isfile(full)):
+                    continue
+                out.append(os.path.abspath(full))
+            if not out:
+                raise DataError(f"{p}: directory holds no data files")
+        elif os.path.exists(p):
+            if not os.path.isfile(p):
+                raise DataError(f"{p}: not a regular file")
+            out.append(os.path.abspath(p))
+        else:
+            raise FileNotFoundError(2, "No such file or directory", p)
+    return out
+
+
+def detect_format(path: str) -> str:
+    """Guess a file's format from its extension, else from its first lines."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext in _EXT_FORMAT:
+        return _EXT_FORMAT[ext]
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if not head:
+        raise DataError(f"{path}: empty file (0 bytes); nothing to index")
+    nul = head.find(b"\0")
+    if nul >= 0:
+        raise DataError(f"{path}: byte {nul}: NUL byte in what should be text; for binary records use "
+                        "--format fixed --record-size N")
+    lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip() and not ln.lstrip().startswith(b"#")][:20]
+    if lines and all(_LIBSVM_LINE.match(ln) for ln in lines):
+        return "libsvm"
+    return "lines"
+
+
+# --------------------------------------------------------------------------- chunked reading
+
+
+def _chunks(path: str, chunk_bytes: int):
+    """Yield (buf, nbytes, file_offset) with the next read already in flight on a thread."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        except (AttributeError, OSError):
+            pass
+        bufs = [np.empty(chunk_bytes, np.uint8), np.empty(chunk_bytes, np.uint8)]
+
+        def read(i, off):
+            mv = memoryview(bufs[i])
+            got = 0
+            while got < chunk_bytes:
+                r = os.preadv(fd, [mv[got:]], off + got)
+                if r == 0:
+                    break
+                got += r
+            return got
+
+        with ThreadPoolExecutor(1) as ex:
+            off = 0
+            fut = ex.submit(read, 0, 0)
+            i = 0
+            while True:
+                n = fut.result()
+                if n == 0:
+                    return
+                if n == chunk_bytes:
+                    fut = ex.submit(read, 1 - i, off + n)
+                else:
+                    fut = None
+                yield bufs[i], n, off
+                off += n
+                if fut is None:
+                    return
+                i = 1 - i
+    finally:
+        os.close(fd)
+
+
+def _line_of(path: str, offset: int) -> int:
+    """1-based line number of byte ``offset`` (error path only)."""
+    count = 0
+    with open(path, "rb") as f:
+        left = offset
+        while left > 0:
+            b = f.read(min(left, 1 << 20))
+            if not b:
+                break
+            count += b.count(b"\n")
+            left -= len(b)
+    return count + 1
+
+
+def _token_at(path: str, offset: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        b = f.read(64)
+    tok = re.split(rb"[\s#]", b, maxsplit=1)[0]
+    return repr(tok.decode("utf-8", "backslashreplace"))
+
+
+# --------------------------------------------------------------------------- variable formats
+
+
+class _VarScanner:
+    """Scan state of one dataset in a text format; files are scanned one after another."""
+
+    def __init__(self, fmt: str, writer: _SidecarWriter, labels_file, chunk_bytes: int, bar):
+        self.fmt = fmt
+        self.w = writer
+        self.labels_file = labels_file
+        self.chunk_bytes = chunk_bytes
+        self.bar = bar
+        self.stats = np.array([np.iinfo(np.int64).max, -1, 0, 0], np.int64)
+        self.n = 0
+        self.distinct: set | None = set()
+
+    def _region(self, path, buf, lo, hi, base):
+        if hi <= lo:
+            return
+        cap = int(np.count_nonzero(buf[lo:hi] == 10)) + 1
+        starts = np.empty(cap, np.int64)
+        if self.fmt == "lines":
+            k = K.lines_scan(buf, lo, hi, base, starts)
+            self.w.append(starts[:k])
+            self.n += k
+            return
+        labels = np.empty(cap, np.float64)
+        needs = np.empty(cap, np.uint8)
+        k, err, pos = K.libsvm_scan(buf, lo, hi, base, starts, labels, needs, K._POW10, self.stats)
+        if err != K.ERR_NONE:
+            off = base + pos
+            line = _line_of(path, off)
+            if err == K.ERR_NUL:
+                raise DataError(f"{path}: line {line}, byte {off}: NUL byte in a LIBSVM text file "
+                                "(binary garbage?); expected 'LABEL INDEX:VALUE ...' lines")
+            if err == K.ERR_NEGATIVE:
+                raise DataError(f"{path}: line {line}, byte {off}: negative feature index "
+                                f"{_token_at(path, off)}; expected INDEX:VALUE with INDEX >= 0")
+            raise DataError(f"{path}: line {line}, byte {off}: expected INDEX:VALUE, got "
+                            f"{_token_at(path, off)}")
+        labels = labels[:k]
+        bad = np.flatnonzero(needs[:k])
+        for j in bad:  # rare: labels outside the exact fast path go through Python's float()
+            s = int(starts[j] - base)
+            e = s
+            while e < hi and buf[e] not in (32, 9, 10, 11, 12, 13):
+                e += 1
+            while buf[s] in (32, 9, 11, 12, 13):
+                s += 1
+            tok = bytes(buf[s:e]).split(b"#", 1)[0]
+            try:
+                labels[j] = float(tok)
+            except ValueError:
+                off = int(starts[j])
+                raise DataError(f"{self._path}: line {_line_of(self._path, off)}, byte {off}: "
+                                f"expected a numeric label, got {tok[:40]!r}") from None
+        self.w.append(starts[:k])
+        if self.labels_file is not None:
+            self.labels_file.write(labels.tobytes())
+            if self.distinct is not None:
+                self.distinct.update(np.unique(labels).tolist())
+                if len(self.distinct) > 65535:
+                    self.distinct = None
+        self.n += k
+
+    def scan_file(self, path: str) -> tuple[int, int, int]:
+        """Scan one file; returns (records, first record offset, data end)."""
+        self._path = path
+        n0 = self.n
+        size = os.path.getsize(path)
+        if size == 0:
+            raise DataError(f"{path}: empty file (0 bytes); nothing to index")
+        carry = np.empty(0, np.uint8)
+        carry_base = 0
+        for buf, nb, base in _chunks(path, self.chunk_bytes):
+            lo = 0
+            if carry.size:
+                f = K.find_byte(buf, 0, nb, 10)
+                if f < 0:
+                    carry = np.concatenate([carry, buf[:nb]])
+                    self.bar.update(nb)
+                    continue
+                joined = np.concatenate([carry, buf[:f + 1]])
+                self._region(path, joined, 0, joined.size, carry_base)
+                lo = f + 1
+            last = K.rfind_byte(buf, lo, nb, 10)
+            if last < 0:
+                carry = buf[lo:nb].copy()
+                carry_base = base + lo
+            else:
+                self._region(path, buf, lo, last + 1, base)
+                carry = buf[last + 1:nb].copy()
+                carry_base = base + last + 1
+            self.bar.update(nb)
+        if carry.size:  # last line without a trailing newline: still a record
+            self._region(path, carry, 0, carry.size, carry_base)
+        count = self.n - n0
+        if count == 0:
+            raise DataError(f"{path}: no records found ({size} bytes of blank or comment lines)")
+        return count, -1, size
+
+
+def _build_variable(files, fmt, dest, chunk_bytes, progress):
+    from tqdm import tqdm
+
+    total = sum(os.path.getsize(p) for p in files)
+    w = _SidecarWriter(dest)
+    lab_tmp = None
+    try:
+        if fmt == "libsvm":
+            lab_tmp = tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(dest)))
+        with tqdm(total=total, unit="B", unit_scale=True, desc=f"lirs index",
+                  disable=(None if progress is None else not progress), leave=False) as bar:
+            sc = _VarScanner(fmt, w, lab_tmp, chunk_bytes, bar)
+            w.begin("offsets", np.int64)
+            file_starts = [0]
+            data_ends, headers = [], []
+            fps = []
+            for p in files:
+                fp0 = fingerprint(p)
+                _, _, end = sc.scan_file(p)
+                fps.append(fp0)
+                file_starts.append(sc.n)
+                data_ends.append(end)
+        w._open = None
+        n = sc.n
+        # first record offset of each file, read back from the streamed table
+        w.f.flush()
+        off_spec = w.arrays["offsets"]
+        offs = np.memmap(w.tmp, dtype=np.int64, mode="r", offset=off_spec["offset"], shape=(n,))
+        headers = [int(offs[a]) for a in file_starts[:-1]]
+        st = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])
+        for f in range(len(files)):
+            a, b = file_starts[f], file_starts[f + 1]
+            for c0 in range(a, b, 1 << 24):
+                c1 = min(b, c0 + (1 << 24))
+                end = int(offs[c1]) if c1 < b else data_ends[f]
+                K.span_stats(np.asarray(offs[c0:c1]), end, st)
+        del offs
+        w.add("file_starts", np.asarray(file_starts, np.int64))
+        w.add("data_ends", np.asarray(data_ends, np.int64))
+        w.add("header_sizes", np.asarray(headers, np.int64))
+        meta = {
+            "record_bytes_min": int(st[0]), "record_bytes_max": int(st[1]),
+            "record_bytes_mean": float(st[2] / n), "records_under_4k": int(st[3]),
+            "records_straddling_4k": int(st[4]),
+        }
+        if fmt == "libsvm":
+            meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
+                        max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
+                        nnz=int(sc.stats[2]), qid_records=int(sc.stats[3]))
+            lab_tmp.flush()
+            labels = np.memmap(lab_tmp, dtype=np.float64, mode="r", shape=(n,))
+            if sc.distinct is not None:
+                values = np.array(sorted(sc.distinct), np.float64)
+                dt = np.uint8 if len(values) <= 256 else np.uint16
+                w.add("label_values", values)
+                w.begin("label_codes", dt)
+                for c0 in range(0, n, 1 << 24):
+                    w.append(np.searchsorted(values, labels[c0:c0 + (1 << 24)]).astype(dt))
+                w._open = None
+            else:
+                w.begin("label_values", np.float64)
+                for c0 in range(0, n, 1 << 24):
+                    w.append(np.asarray(labels[c0:c0 + (1 << 24)]))
+                w._open = None
+            del labels
+        shell = Index(format=fmt, paths=tuple(files), n=n, file_starts=np.asarray(file_starts, np.int64),
+                      data_ends=np.asarray(data_ends, np.int64), header_sizes=np.asarray(headers, np.int64),
+                      fingerprints=tuple(fps), meta=meta)
+        # a file modified while we scanned it would leave a wrong index: compare fingerprints again
+        for p, fp in zip(files, fps):
+            if fingerprint(p) != fp:
+                raise DataError(f"{p}: file changed while it was being indexed; run `lirs index` again")
+        return w.commit(_header_for(shell, dest))
+    except BaseException:
+        w.abort()
+        raise
+    finally:
+        if lab_tmp is not None:
+            lab_tmp.close()
+
+
+# --------------------------------------------------------------------------- fixed formats
+
+
+def _npy_layout(path: str):
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        except ValueError as e:
+            raise DataError(f"{path}: byte 0: not a valid .npy file ({e})") from None
+        header = f.tell()
+    if dtype.hasobject:
+        raise DataError(f"{path}: .npy holds Python objects; only plain numeric records can be read directly")
+    if len(shape) == 0:
+        raise DataError(f"{path}: .npy holds a scalar; expected an array of records (shape (n, ...))")
+    if fortran and len(shape) > 1:
+        raise DataError(f"{path}: .npy is in Fortran order, so a record is not contiguous; "
+                        "save it C-ordered (np.ascontiguousarray)")
+    rs = int(dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64)))
+    n = int(shape[0])
+    size = os.path.getsize(path)
+    if header + n * rs > size:
+        raise DataError(f"{path}: truncated .npy: header promises {n} records of {rs} bytes "
+                        f"({header + n * rs} bytes), file has {size}")
+    return header, rs, n, dtype, tuple(int(s) for s in shape[1:])
+
+
+def _labels_for_npy(path: str):
+    for cand in (path[:-4] + ".labels.npy" if path.endswith(".npy") else None, path + ".labels.npy"):
+        if cand and os.path.exists(cand):
+            return np.load(cand, mmap_mode="r")
+    return None
+
+
+def _build_fixed(files, fmt, dest, record_size, header_size):
+    headers, counts, labels = [], [], []
+    dtype = shape = None
+    rs = record_size
+    for p in files:
+        if fmt == "npy":
+            h, r, n, dt, shp = _npy_layout(p)
+            if rs is not None and r != rs or dtype is not None and (dt != dtype or shp != shape):
+                raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
+                                f"({dtype}{shape})")
+            rs, dtype, shape = r, dt, shp
+            lab = _labels_for_npy(p)
+            if lab is not None and len(lab) != n:
+                raise DataError(f"{p}: labels file has {len(lab)} entries, data has {n} records")
+            labels.append(lab)
+        else:
+            if not record_size or record_size <= 0:
+                raise UsageError("--format fixed needs --record-size N (bytes per record)")
+            size = os.path.getsize(p)
+            h = header_size
+            if size <= h:
+                raise DataError(f"{p}: empty file after the {h}-byte header; nothing to index")
+            n, rem = divmod(size - h, record_size)
+            if rem:
+                raise DataError(f"{p}: byte {h + n * record_size}: {rem} trailing bytes; file size {size} "
+                                f"minus header {h} is not a multiple of --record-size {record_size}")
+        if n == 0:
+            raise DataError(f"{p}: no records")
+        headers.append(h)
+        counts.append(n)
+    fs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    idx = Index.from_arrays(files, fmt, file_starts=fs, header_sizes=headers, record_size=rs,
+                            record_dtype=dtype if fmt == "npy" else None,
+                            record_shape=shape if fmt == "npy" else None)
+    if labels and all(lab is not None for lab in labels):
+        idx.label_values, idx.label_codes = encode_labels(np.concatenate([np.asarray(x) for x in labels]))
+    idx.meta = {"record_bytes_min": rs, "record_bytes_max": rs, "record_bytes_mean": float(rs),
+                "records_under_4k": int(idx.n if rs < 4096 else 0),
+                "records_straddling_4k": int(_count_straddling(idx))}
+    from .index import write_index
+    return write_index(idx, dest)
+
+
+def _count_straddling(idx: Index) -> int:
+    total = 0
+    for f in range(idx.nfiles):
+        n = int(idx.file_starts[f + 1] - idx.file_starts[f])
+        for c0 in range(0, n, 1 << 24):
+            s = idx.header_sizes[f] + np.arange(c0, min(n, c0 + (1 << 24)), dtype=np.int64) * idx.record_size
+            e = s + idx.record_size - 1
+            total += int(np.count_nonzero((s >> 12) != (e >> 12)))
+    return total
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def build(paths, format="auto", *, record_size=None, header_size=0, out=None, progress=None,
+          chunk_bytes=16 << 20) -> Index:
+    """Index ``paths`` and write the sidecar atomically; return the opened :class:`Index`."""
+    files = expand_paths(paths)
+    if format not in ("auto",) + FORMATS:
+        raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
+    if record_size is not None and format == "auto":
+        format = "fixed"
+    if format == "auto":
+        found = {p: detect_format(p) for p in files}
+        kinds = set(found.values())
+        if len(kinds) > 1:
+            detail = ", ".join(f"{os.path.basename(p)}: {k}" for p, k in list(found.items())[:4])
+            raise DataError(f"files of one dataset must share a format; found {detail}")
+        format = kinds.pop()
+    if out is None:
+        if isinstance(paths, (str, os.PathLike)):
+            out = sidecar_path(paths)
+        elif len(paths) == 1:
+            out = sidecar_path(paths[0])
+        else:
+            raise UsageError("several data files form one dataset: name its sidecar with -o NAME.lirs")
+    if not out.endswith(".lirs"):
+        raise UsageError(f"sidecar name must end in .lirs: {out}")
+    t0 = time.perf_counter()
+    if format in VARIABLE_FORMATS:
+        chunk_bytes = max(int(chunk_bytes), 1)
+        dest = _build_variable(files, format, out, chunk_bytes, progress)
+    else:
+        dest = _build_fixed(files, format, out, record_size, header_size)
+    log.info("indexed %d file(s) as %s in %.2fs -> %s", len(files), format, time.perf_counter() - t0, dest)
+    return open_index(dest)
