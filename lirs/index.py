@@ -450,7 +450,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
     data file's fingerprint is compared and :class:`StaleIndexError` raised on a mismatch.
     """
     path = os.fspath(path)
-    sidecar = path if path.endswith(SIDECAR_SUFFIX) else sidecar_path(path)
+    sidecar = os.path.abspath(path if path.endswith(SIDECAR_SUFFIX) else sidecar_path(path))
     if not os.path.exists(sidecar):
         if not os.path.exists(path):
             raise FileNotFoundError(2, "No such file or directory", path)

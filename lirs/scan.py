@@ -194,11 +194,11 @@ class _VarScanner:
         bad = np.flatnonzero(needs[:k])
         for j in bad:  # rare: labels outside the exact fast path go through Python's float()
             s = int(starts[j] - base)
+            while buf[s] in (32, 9, 11, 12, 13):
+                s += 1
             e = s
             while e < hi and buf[e] not in (32, 9, 10, 11, 12, 13):
                 e += 1
-            while buf[s] in (32, 9, 11, 12, 13):
-                s += 1
             tok = bytes(buf[s:e]).split(b"#", 1)[0]
             try:
                 labels[j] = float(tok)
@@ -304,7 +304,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
             lab_tmp.flush()
             labels = np.memmap(lab_tmp, dtype=np.float64, mode="r", shape=(n,))
             if sc.distinct is not None:
-                values = np.array(sorted(sc.distinct), np.float64)
+                values = np.unique(np.array(list(sc.distinct), np.float64))  # one NaN at the end
                 dt = np.uint8 if len(values) <= 256 else np.uint16
                 w.add("label_values", values)
                 w.begin("label_codes", dt)

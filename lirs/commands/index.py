@@ -1,0 +1,50 @@
+"""`lirs index PATH...`: scan a dataset once and write its offset table (the sidecar)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from ..errors import UsageError
+from ..units import parse_size
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "index", help="build the offset index (PATH.lirs) of a dataset",
+        description="Scan a dataset once and write its sidecar index: record offsets (text formats), "
+                    "or header/record size/count (fixed formats), labels, and a fingerprint of the data.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="data file(s) or a directory (one logical dataset)")
+    p.add_argument("--format", default="auto", choices=["auto", "libsvm", "lines", "npy", "fixed"])
+    p.add_argument("--record-size", type=int, default=None, help="bytes per record (raw fixed format)")
+    p.add_argument("--header-size", type=int, default=0, help="bytes to skip at the start of each raw fixed file")
+    p.add_argument("-o", "--out", default=None, help="sidecar path (default PATH.lirs; required for several files)")
+    p.add_argument("--chunk", default="16M", help="scan chunk size (default 16M)")
+    p.add_argument("--json", action="store_true", help="print the index summary as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def run(args) -> int:
+    from ..index import build_index
+    from .info import summarize, print_summary
+
+    if args.record_size is not None and args.record_size <= 0:
+        raise UsageError("--record-size must be a positive number of bytes")
+    paths = args.paths[0] if len(args.paths) == 1 else args.paths
+    t0 = time.perf_counter()
+    idx = build_index(paths, format=args.format, record_size=args.record_size, header_size=args.header_size,
+                      out=args.out, progress=False if args.quiet else None, chunk_bytes=parse_size(args.chunk))
+    secs = time.perf_counter() - t0
+    s = summarize(idx)
+    s["seconds"] = round(secs, 3)
+    s["scan_bytes_per_s"] = round(s["bytes"] / secs) if secs > 0 else None
+    if args.json:
+        json.dump(s, sys.stdout, indent=2)
+        print()
+    else:
+        print(f"indexed {s['records']:,} records ({s['bytes'] / 1e6:,.1f} MB, {s['format']}) in {secs:.2f}s "
+              f"-> {idx.sidecar}")
+        print_summary(s)
+    return 0

@@ -1,0 +1,97 @@
+"""`lirs info PATH`: what an index says about its dataset."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+
+def add_parser(sub):
+    p = sub.add_parser("info", help="describe an indexed dataset",
+                       description="Records, bytes, format, record sizes, 4 KiB page facts, labels and "
+                                   "index bytes per record, read from the sidecar (no data scan).")
+    p.add_argument("path", metavar="PATH", help="data file, directory or .lirs sidecar")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def summarize(idx) -> dict:
+    """A JSON-ready description of an :class:`~lirs.index.Index`."""
+    m = idx.meta
+    n = idx.n
+    nbytes = idx.payload_bytes
+    s = {
+        "sidecar": idx.sidecar,
+        "files": list(idx.paths),
+        "format": idx.format,
+        "records": n,
+        "bytes": nbytes,
+        "record_bytes": {"min": m.get("record_bytes_min"), "mean": m.get("record_bytes_mean"),
+                         "max": m.get("record_bytes_max")},
+        "fraction_under_4k": (m.get("records_under_4k", 0) / n) if n else 0.0,
+        "records_straddling_4k": m.get("records_straddling_4k"),
+        "index_bytes": idx.index_bytes(),
+        "index_bytes_per_record": idx.index_bytes() / n if n else 0.0,
+        "offset_bytes_per_record": (0.0 if idx.is_fixed else 8.0),
+    }
+    if idx.format == "npy":
+        s["record_dtype"] = str(idx.record_dtype)
+        s["record_shape"] = list(idx.record_shape)
+    if idx.is_fixed:
+        s["record_size"] = idx.record_size
+    if idx.format == "libsvm":
+        s["features"] = {"min_index": m.get("min_index"), "max_index": m.get("max_index"), "nnz": m.get("nnz"),
+                         "nnz_per_record": (m.get("nnz", 0) / n) if n else 0.0}
+    if idx.label_values is not None:
+        if idx.label_codes is not None:
+            counts = np.bincount(np.asarray(idx.label_codes), minlength=len(idx.label_values))
+            s["labels"] = {_fmt_label(v): int(c) for v, c in zip(np.asarray(idx.label_values), counts)}
+        else:
+            lab = np.asarray(idx.label_values)
+            s["labels"] = {"distinct": "> 65535", "min": float(lab.min()), "max": float(lab.max())}
+    else:
+        s["labels"] = None
+    return s
+
+
+def _fmt_label(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def print_summary(s: dict) -> None:
+    rb = s["record_bytes"]
+    print(f"  format            {s['format']}" + (f"  ({s['record_dtype']} x {tuple(s['record_shape'])})"
+                                                 if "record_dtype" in s else ""))
+    print(f"  files             {len(s['files'])}")
+    print(f"  records           {s['records']:,}")
+    print(f"  bytes             {s['bytes']:,}")
+    if rb["mean"] is not None:
+        print(f"  record bytes      min {rb['min']:,}  mean {rb['mean']:,.1f}  max {rb['max']:,}")
+    print(f"  under 4 KiB       {100 * s['fraction_under_4k']:.1f}% of records")
+    print(f"  straddle 4 KiB    {s['records_straddling_4k']:,} records cross a page boundary")
+    if "features" in s:
+        f = s["features"]
+        print(f"  feature indices   {f['min_index']} .. {f['max_index']}  ({f['nnz_per_record']:.1f} nnz/record)")
+    if s["labels"]:
+        items = list(s["labels"].items())
+        shown = ", ".join(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}" for k, v in items[:8])
+        more = f", ... ({len(items)} distinct)" if len(items) > 8 else ""
+        print(f"  labels            {shown}{more}")
+    print(f"  index             {s['index_bytes_per_record']:.2f} bytes/record in memory "
+          f"({s['index_bytes']:,} bytes)")
+
+
+def run(args) -> int:
+    from ..index import open_index
+
+    idx = open_index(args.path)
+    s = summarize(idx)
+    if args.json:
+        json.dump(s, sys.stdout, indent=2)
+        print()
+    else:
+        print(f"{idx.sidecar}")
+        print_summary(s)
+    return 0

@@ -1,0 +1,27 @@
+"""Small parsing helpers shared by the CLI: sizes like ``500MB`` or ``2G``."""
+from __future__ import annotations
+
+import re
+
+from .errors import UsageError
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 10**3, "KIB": 1 << 10, "M": 1 << 20, "MB": 10**6,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 10**9, "GIB": 1 << 30, "T": 1 << 40, "TB": 10**12, "TIB": 1 << 40}
+
+
+def parse_size(text) -> int:
+    """``"64K"`` → 65536, ``"500MB"`` → 500_000_000, ``"2G"`` → 2**31; plain ints pass through."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise UsageError(f"cannot read size {text!r}; expected a number with an optional unit like 64K, 500MB, 2G")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.1f} TB"

@@ -1,0 +1,260 @@
+"""Index building: offsets against a plain-Python reference, sidecar format, staleness, atomicity."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import lirs
+from lirs.errors import DataError, IndexFormatError, StaleIndexError, UsageError
+from lirs.index import Index, open_index, write_index
+
+
+def ref_libsvm(data: bytes):
+    """Plain-Python reference: record starts and labels as sklearn would see the lines."""
+    starts, labels = [], []
+    pos = 0
+    for line in data.splitlines(keepends=True) if b"\r" not in data else data.split(b"\n"):
+        raw = line if line.endswith(b"\n") or b"\r" not in data else line + b"\n"
+        body = line.split(b"#", 1)[0]
+        parts = body.split()
+        if parts:
+            starts.append(pos)
+            labels.append(float(parts[0]))
+        pos += len(raw) if b"\r" in data else len(line)
+    return starts, labels
+
+
+def ref_lines(data: bytes):
+    starts, pos = [], 0
+    for line in data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n"):
+        starts.append(pos)
+        pos += len(line) + 1
+    return starts
+
+
+label_st = st.sampled_from([b"1", b"-1", b"+1", b"0", b"2.5", b"-0.125", b"1e3", b"3.0000000000000004",
+                            b"0.1234567890123456789", b"7E-2", b"12345678901234567890", b"inf", b"-nan"])
+feat_st = st.lists(st.tuples(st.integers(0, 10**7), st.sampled_from([b"1", b"0.5", b"-2e-3", b"7"])),
+                   max_size=6)
+ws_st = st.sampled_from([b" ", b"\t", b"  ", b" \t "])
+eol_st = st.sampled_from([b"\n", b"\r\n"])
+
+
+@st.composite
+def libsvm_file(draw):
+    lines = []
+    for _ in range(draw(st.integers(1, 40))):
+        kind = draw(st.sampled_from(["rec", "rec", "rec", "blank", "comment", "reccomment", "qid"]))
+        if kind == "blank":
+            body = draw(st.sampled_from([b"", b"   ", b"\t"]))
+        elif kind == "comment":
+            body = draw(st.sampled_from([b"# hello", b"  #x 1:2", b"#"]))
+        else:
+            feats = sorted(set(i for i, _ in draw(feat_st)))
+            toks = [draw(label_st)]
+            if kind == "qid":
+                toks.append(b"qid:%d" % draw(st.integers(0, 9)))
+            toks += [b"%d:%s" % (i, draw(st.sampled_from([b"1", b"0.5", b"-2e-3"]))) for i in feats]
+            body = draw(ws_st).join(toks)
+            if draw(st.booleans()):
+                body = draw(ws_st) + body
+            if kind == "reccomment":
+                body += b" # trailing 3:4"
+        lines.append(body + draw(eol_st))
+    data = b"".join(lines)
+    if draw(st.booleans()) and data.endswith(b"\n"):
+        data = data[:-2] if data.endswith(b"\r\n") else data[:-1]
+    return data
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=libsvm_file(), chunk=st.sampled_from([1, 2, 3, 7, 64, 1 << 20]))
+def test_libsvm_offsets_and_labels_match_reference(tmp_path, data, chunk):
+    p = tmp_path / "d.svm"
+    p.write_bytes(data)
+    starts, labels = ref_libsvm(data)
+    if not starts:
+        with pytest.raises(DataError):
+            lirs.build_index(str(p), progress=False, chunk_bytes=chunk)
+        return
+    idx = lirs.build_index(str(p), progress=False, chunk_bytes=chunk)
+    assert idx.format == "libsvm"
+    assert idx.n == len(starts)
+    assert idx.offsets.tolist() == starts
+    np.testing.assert_array_equal(idx.labels, np.array(labels))
+    s, e = idx.bounds()
+    assert e[-1] == len(data)
+    # every record span starts with its data line
+    for a in s[:5]:
+        assert data[a:a + 1] not in (b"", b"\n")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), min_size=1, max_size=30),
+       trailing=st.booleans(), chunk=st.sampled_from([1, 5, 1 << 20]))
+def test_lines_offsets_match_reference(tmp_path, lines, trailing, chunk):
+    data = b"\n".join(lines) + (b"\n" if trailing else b"")
+    if not data:
+        return
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(data)
+    idx = lirs.build_index(str(p), progress=False, chunk_bytes=chunk)
+    assert idx.format == "lines"
+    assert idx.offsets.tolist() == ref_lines(data)
+    f, s, e = idx.spans(np.arange(idx.n))
+    got = [data[a:b] for a, b in zip(s, e)]
+    assert b"".join(got) == data  # spans tile the file: nothing lost, nothing twice
+
+
+def test_several_files_and_directory_give_global_ids(tmp_path):
+    d = tmp_path / "ds"
+    d.mkdir()
+    (d / "a.svm").write_bytes(b"1 1:1\n-1 2:1\n")
+    (d / "b.svm").write_bytes(b"# c\n1 3:1\n1 4:1\n-1 5:2")
+    (d / ".hidden").write_bytes(b"junk")
+    idx = lirs.build_index(str(d), progress=False)
+    assert idx.sidecar == str(d) + ".lirs"
+    assert idx.n == 5 and idx.nfiles == 2
+    assert idx.file_starts.tolist() == [0, 2, 5]
+    f, s, e = idx.spans(np.arange(5))
+    assert f.tolist() == [0, 0, 1, 1, 1]
+    assert s.tolist() == [0, 6, 4, 10, 16]
+    assert e.tolist() == [6, 13, 10, 16, 22]
+    assert idx.labels.tolist() == [1, -1, 1, 1, -1]
+    with pytest.raises(UsageError):
+        lirs.build_index([str(d / "a.svm"), str(d / "b.svm")], progress=False)
+    j = lirs.build_index([str(d / "a.svm"), str(d / "b.svm")], out=str(tmp_path / "both.lirs"), progress=False)
+    assert j.offsets.tolist() == idx.offsets.tolist()
+
+
+def test_npy_needs_no_scan_and_reads_labels(tmp_path):
+    x = np.arange(40, dtype=np.float32).reshape(10, 4)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "x.labels.npy", np.arange(10) % 2)
+    idx = lirs.build_index(str(tmp_path / "x.npy"), progress=False)
+    assert idx.format == "npy" and idx.n == 10 and idx.record_size == 16
+    assert idx.record_dtype == np.float32 and idx.record_shape == (4,)
+    raw = (tmp_path / "x.npy").read_bytes()
+    f, s, e = idx.spans(np.array([3, 9]))
+    assert np.frombuffer(raw[s[0]:e[0]], np.float32).tolist() == x[3].tolist()
+    assert np.frombuffer(raw[s[1]:e[1]], np.float32).tolist() == x[9].tolist()
+    assert idx.labels.tolist() == [0, 1] * 5
+    assert idx.index_bytes() < 8 * idx.n  # no offset table for fixed records
+
+
+def test_fixed_raw_and_its_errors(tmp_path):
+    p = tmp_path / "r.bin"
+    p.write_bytes(bytes(range(100)) * 3)
+    idx = lirs.build_index(str(p), format="fixed", record_size=30, progress=False)
+    assert idx.n == 10
+    assert idx.spans(np.array([2]))[1].tolist() == [60]
+    with pytest.raises(DataError, match="trailing bytes"):
+        lirs.build_index(str(p), format="fixed", record_size=7, progress=False)
+    with pytest.raises(UsageError):
+        lirs.build_index(str(p), format="fixed", progress=False)
+    idx = lirs.build_index(str(p), format="fixed", record_size=10, header_size=50, progress=False)
+    assert idx.n == 25 and idx.offsets[0] == 50
+
+
+def test_stale_index_is_detected(tmp_path):
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:1\n-1 2:1\n")
+    lirs.build_index(str(p), progress=False)
+    open_index(str(p))  # fresh
+    p.write_bytes(b"1 1:1\n-1 2:9\n")  # same size, new content
+    with pytest.raises(StaleIndexError, match="lirs index"):
+        open_index(str(p))
+    open_index(str(p), check=False)
+
+
+def test_atomic_write_leaves_old_index_on_failure(tmp_path, monkeypatch):
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:1\n-1 2:1\n")
+    lirs.build_index(str(p), progress=False)
+    before = (tmp_path / "d.svm.lirs").read_bytes()
+    p.write_bytes(b"1 1:1\n-1 2:1\n1 3:1\n")
+    import lirs.index as li
+
+    def boom(*a, **k):
+        raise OSError("disk full (injected)")
+
+    monkeypatch.setattr(li.os, "replace", boom)
+    with pytest.raises(OSError, match="injected"):
+        lirs.build_index(str(p), progress=False)
+    assert (tmp_path / "d.svm.lirs").read_bytes() == before
+    assert [x.name for x in tmp_path.iterdir() if x.name.startswith(".")] == []
+
+
+def test_corrupt_and_foreign_sidecars(tmp_path):
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:1\n")
+    lirs.build_index(str(p), progress=False)
+    side = tmp_path / "d.svm.lirs"
+    blob = bytearray(side.read_bytes())
+    blob[-3] ^= 0xFF
+    side.write_bytes(bytes(blob))
+    with pytest.raises(IndexFormatError, match="checksum"):
+        open_index(str(p))
+    side.write_bytes(b"hello world" * 10)
+    with pytest.raises(IndexFormatError, match="not a lirs index"):
+        open_index(str(p))
+    side.write_bytes(bytes(blob[:40]))
+    with pytest.raises(IndexFormatError):
+        open_index(str(p))
+
+
+@pytest.mark.parametrize("content,expect", [
+    (b"", "empty file"),
+    (b"\x00\x01\x02garbage\xff\n", "NUL byte"),
+    (b"1 1:1\n1 x:1\n", "line 2, byte 8: expected INDEX:VALUE, got 'x:1'"),
+    (b"1 1:1\nabc 2:1\n", "line 2, byte 6: expected a numeric label"),
+    (b"1 3:1 -2:1\n", "negative feature index"),
+    (b"# only a comment\n\n", "no records"),
+])
+def test_bad_libsvm_gives_one_line_error(tmp_path, content, expect):
+    p = tmp_path / "bad.svm"
+    p.write_bytes(content)
+    with pytest.raises(DataError, match=expect.replace("(", r"\(")):
+        lirs.build_index(str(p), progress=False)
+    r = subprocess.run([sys.executable, "-m", "lirs.cli", "index", str(p)], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and str(p) in r.stderr
+
+
+def test_cli_index_info_and_exit_codes(tmp_path):
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:1 5:2\n-1 2:1\n1 3:1")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "lirs.cli", *a], capture_output=True, text=True)
+    r = run("index", str(p), "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+
+    s = json.loads(r.stdout)
+    assert s["records"] == 3 and s["format"] == "libsvm"
+    assert s["labels"] == {"-1": 1, "1": 2}
+    assert s["features"]["max_index"] == 5
+    r = run("info", str(p))
+    assert r.returncode == 0 and "records           3" in r.stdout
+    assert run("info", str(tmp_path / "missing.svm")).returncode == 1
+    assert run("index").returncode == 2
+    assert run("index", str(p), "--format", "nope").returncode == 2
+    assert run("index", str(p), "--record-size", "-3").returncode == 2
+
+
+def test_index_in_fresh_process_is_identical(tmp_path):
+    rng = np.random.default_rng(0)
+    lines = [b"%d %s\n" % (rng.choice([-1, 1]), b" ".join(b"%d:1" % i for i in sorted(set(rng.integers(1, 99, 5)))))
+             for _ in range(500)]
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"".join(lines))
+    a = lirs.build_index(str(p), progress=False, chunk_bytes=1000).offsets.copy()
+    code = f"import lirs; print(list(lirs.build_index({str(p)!r}, progress=False).offsets[:50].tolist()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str([int(x) for x in a[:50]])
