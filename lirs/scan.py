@@ -156,29 +156,65 @@ def _token_at(path: str, offset: int) -> str:
 class _VarScanner:
     """Scan state of one dataset in a text format; files are scanned one after another."""
 
-    def __init__(self, fmt: str, writer: _SidecarWriter, labels_file, chunk_bytes: int, bar):
+    def __init__(self, fmt: str, writer: _SidecarWriter, labels_file, chunk_bytes: int, bar, pool):
         self.fmt = fmt
         self.w = writer
         self.labels_file = labels_file
         self.chunk_bytes = chunk_bytes
         self.bar = bar
+        # [min feature index, max feature index, unused, qid lines] (kernels keep [0], [1], [3] running)
         self.stats = np.array([np.iinfo(np.int64).max, -1, 0, 0], np.int64)
+        self._qid = 0
         self.n = 0
         self.distinct: set | None = set()
+        self._out = [None, None]
+        self._pool = pool
+
+    def _arrays(self, slot: int, cap: int):
+        """Reusable output arrays; untouched pages of np.empty cost no memory."""
+        a = self._out[slot]
+        if a is None or a[0].size < cap:
+            cap = max(cap, self.chunk_bytes // 2 + 2)
+            a = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.uint8))
+            self._out[slot] = a
+        return a
+
+    def _kernel(self, slot, buf, lo, hi, base):
+        starts, labels, needs = self._arrays(slot, (hi - lo) // 2 + 2)
+        if self.fmt == "lines":
+            return K.lines_scan(buf, lo, hi, base, starts), K.ERR_NONE, -1, None
+        stats = self.stats.copy()
+        stats[3] = 0
+        # regions without comments or NUL bytes (nearly all) take the memchr fast path
+        if K.has_byte(buf, lo, hi, 35) or K.has_byte(buf, lo, hi, 0):
+            kernel = K.libsvm_scan
+        else:
+            kernel = K.libsvm_scan_fast
+        k, err, pos = kernel(buf, lo, hi, base, starts, labels, needs, K._POW10, stats)
+        return k, err, pos, stats
 
     def _region(self, path, buf, lo, hi, base):
         if hi <= lo:
             return
-        cap = int(np.count_nonzero(buf[lo:hi] == 10)) + 1
-        starts = np.empty(cap, np.int64)
+        parts = [(lo, hi)]
+        if hi - lo > (4 << 20):  # two halves, scanned on both cores (the kernels release the GIL)
+            mid = K.find_byte(buf, (lo + hi) // 2, hi, 10)
+            if 0 <= mid < hi - 1:
+                parts = [(lo, mid + 1), (mid + 1, hi)]
+        if len(parts) == 1:
+            results = [self._kernel(0, buf, lo, hi, base)]
+        else:
+            futs = [self._pool.submit(self._kernel, s, buf, a, b, base) for s, (a, b) in enumerate(parts)]
+            results = [f.result() for f in futs]
+        for slot, (k, err, pos, stats) in enumerate(results):
+            self._emit(path, buf, hi, base, slot, k, err, pos, stats)
+
+    def _emit(self, path, buf, hi, base, slot, k, err, pos, stats):
+        starts, labels, needs = self._out[slot]
         if self.fmt == "lines":
-            k = K.lines_scan(buf, lo, hi, base, starts)
             self.w.append(starts[:k])
             self.n += k
             return
-        labels = np.empty(cap, np.float64)
-        needs = np.empty(cap, np.uint8)
-        k, err, pos = K.libsvm_scan(buf, lo, hi, base, starts, labels, needs, K._POW10, self.stats)
         if err != K.ERR_NONE:
             off = base + pos
             line = _line_of(path, off)
@@ -190,6 +226,9 @@ class _VarScanner:
                                 f"{_token_at(path, off)}; expected INDEX:VALUE with INDEX >= 0")
             raise DataError(f"{path}: line {line}, byte {off}: expected INDEX:VALUE, got "
                             f"{_token_at(path, off)}")
+        self.stats[0] = min(self.stats[0], stats[0])
+        self.stats[1] = max(self.stats[1], stats[1])
+        self._qid += int(stats[3])
         labels = labels[:k]
         bad = np.flatnonzero(needs[:k])
         for j in bad:  # rare: labels outside the exact fast path go through Python's float()
@@ -204,7 +243,7 @@ class _VarScanner:
                 labels[j] = float(tok)
             except ValueError:
                 off = int(starts[j])
-                raise DataError(f"{self._path}: line {_line_of(self._path, off)}, byte {off}: "
+                raise DataError(f"{path}: line {_line_of(path, off)}, byte {off}: "
                                 f"expected a numeric label, got {tok[:40]!r}") from None
         self.w.append(starts[:k])
         if self.labels_file is not None:
@@ -261,9 +300,10 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
     try:
         if fmt == "libsvm":
             lab_tmp = tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(dest)))
-        with tqdm(total=total, unit="B", unit_scale=True, desc=f"lirs index",
-                  disable=(None if progress is None else not progress), leave=False) as bar:
-            sc = _VarScanner(fmt, w, lab_tmp, chunk_bytes, bar)
+        with tqdm(total=total, unit="B", unit_scale=True, desc="lirs index",
+                  disable=(None if progress is None else not progress), leave=False) as bar, \
+                ThreadPoolExecutor(2) as pool:
+            sc = _VarScanner(fmt, w, lab_tmp, chunk_bytes, bar, pool)
             w.begin("offsets", np.int64)
             file_starts = [0]
             data_ends, headers = [], []
@@ -300,7 +340,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
         if fmt == "libsvm":
             meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
                         max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
-                        nnz=int(sc.stats[2]), qid_records=int(sc.stats[3]))
+                        qid_records=sc._qid)
             lab_tmp.flush()
             labels = np.memmap(lab_tmp, dtype=np.float64, mode="r", shape=(n,))
             if sc.distinct is not None:

@@ -42,8 +42,7 @@ def summarize(idx) -> dict:
     if idx.is_fixed:
         s["record_size"] = idx.record_size
     if idx.format == "libsvm":
-        s["features"] = {"min_index": m.get("min_index"), "max_index": m.get("max_index"), "nnz": m.get("nnz"),
-                         "nnz_per_record": (m.get("nnz", 0) / n) if n else 0.0}
+        s["features"] = {"min_index": m.get("min_index"), "max_index": m.get("max_index")}
     if idx.label_values is not None:
         if idx.label_codes is not None:
             counts = np.bincount(np.asarray(idx.label_codes), minlength=len(idx.label_values))
@@ -73,7 +72,7 @@ def print_summary(s: dict) -> None:
     print(f"  straddle 4 KiB    {s['records_straddling_4k']:,} records cross a page boundary")
     if "features" in s:
         f = s["features"]
-        print(f"  feature indices   {f['min_index']} .. {f['max_index']}  ({f['nnz_per_record']:.1f} nnz/record)")
+        print(f"  feature indices   {f['min_index']} .. {f['max_index']}")
     if s["labels"]:
         items = list(s["labels"].items())
         shown = ", ".join(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}" for k, v in items[:8])

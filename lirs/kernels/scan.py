@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+
+# libc's memchr is SIMD-tuned (several GB/s on this machine class, 5-8x a byte loop in numba).
+# Declared by symbol name, so kernels that call it can still be cached; NULL comes back as 0.
+memchr = types.ExternalFunction("memchr", types.uintp(types.uintp, types.intc, types.uintp))
 
 # error kinds returned by libsvm_scan
 ERR_NONE = 0
@@ -207,17 +211,124 @@ def libsvm_scan(buf, lo, hi, base, starts, labels, needs_python, pow10, out_stat
 
 
 @njit(cache=True, nogil=True)
+def has_byte(buf, lo, hi, value):
+    """True if ``value`` occurs in buf[lo:hi] (memchr)."""
+    if hi <= lo:
+        return False
+    p = buf.ctypes.data
+    return np.int64(memchr(p + lo, value, hi - lo)) != 0
+
+
+@njit(cache=True, nogil=True)
+def count_byte(buf, lo, hi, value):
+    """Occurrences of ``value`` in buf[lo:hi] (memchr hops)."""
+    base = np.int64(buf.ctypes.data)
+    p = base + lo
+    end = base + hi
+    k = 0
+    while p < end:
+        r = np.int64(memchr(p, value, end - p))
+        if r == 0:
+            break
+        k += 1
+        p = r + 1
+    return k
+
+
+@njit(cache=True, nogil=True)
 def lines_scan(buf, lo, hi, base, starts):
     """Every line of buf[lo:hi] is a record: fill starts (int64 file offsets); return count."""
-    k = 0
-    if lo < hi:
-        starts[0] = base + lo
-        k = 1
-    for i in range(lo, hi - 1):
-        if buf[i] == 10:
-            starts[k] = base + i + 1
-            k += 1
+    if hi <= lo:
+        return 0
+    ptr = np.int64(buf.ctypes.data)
+    starts[0] = base + lo
+    k = 1
+    p = ptr + lo
+    end = ptr + hi
+    while p < end:
+        r = np.int64(memchr(p, 10, end - p))
+        if r == 0 or r + 1 >= end:
+            break
+        starts[k] = base + (r + 1 - ptr)
+        k += 1
+        p = r + 1
     return k
+
+
+@njit(cache=True, nogil=True)
+def libsvm_scan_fast(buf, lo, hi, base, starts, labels, needs_python, pow10, out_stats):
+    """Like :func:`libsvm_scan` for regions known to hold no '#' and no NUL byte.
+
+    Lines are found with memchr; only the label and the first and last feature tokens of each line
+    are parsed (a valid line has sorted indices, so they bound the index range). Every token is
+    validated later by the decoder. ``out_stats[2]`` (nnz) is not updated. Returns (count, err, pos).
+    """
+    ptr = np.int64(buf.ctypes.data)
+    k = 0
+    i = lo
+    min_idx = out_stats[0]
+    max_idx = out_stats[1]
+    nqid = out_stats[3]
+    while i < hi:
+        ls = i
+        r0 = np.int64(memchr(ptr + i, 10, hi - i))
+        j = hi if r0 == 0 else r0 - ptr
+        e = j
+        while e > i and _is_ws(buf[e - 1]):
+            e -= 1
+        p = i
+        while p < e and _is_ws(buf[p]):
+            p += 1
+        if p >= e:
+            i = j + 1
+            continue
+        starts[k] = base + ls
+        q = p
+        while q < e and not _is_ws(buf[q]):
+            q += 1
+        v, ok = parse_float_exact(buf, p, q, pow10)
+        labels[k] = v
+        needs_python[k] = 0 if ok else 1
+        k += 1
+        r = q
+        while r < e and _is_ws(buf[r]):
+            r += 1
+        if r < e and r + 4 <= e and buf[r] == 113 and buf[r + 1] == 105 and buf[r + 2] == 100 \
+                and buf[r + 3] == 58:
+            nqid += 1
+            while r < e and not _is_ws(buf[r]):
+                r += 1
+            while r < e and _is_ws(buf[r]):
+                r += 1
+        if r < e:
+            t = e
+            while t > r and not _is_ws(buf[t - 1]):
+                t -= 1
+            for tok in (r, t):
+                s = tok
+                neg = False
+                if buf[s] == 43 or buf[s] == 45:
+                    neg = buf[s] == 45
+                    s += 1
+                idx = 0
+                nd = 0
+                while s < e and 48 <= buf[s] <= 57:
+                    idx = idx * 10 + (buf[s] - 48)
+                    nd += 1
+                    s += 1
+                if nd == 0 or s >= e or buf[s] != 58:
+                    return k - 1, ERR_INDEX, tok
+                if neg and idx != 0:
+                    return k - 1, ERR_NEGATIVE, tok
+                if idx < min_idx:
+                    min_idx = idx
+                if idx > max_idx:
+                    max_idx = idx
+        i = j + 1
+    out_stats[0] = min_idx
+    out_stats[1] = max_idx
+    out_stats[3] = nqid
+    return k, ERR_NONE, -1
 
 
 @njit(cache=True, nogil=True)
@@ -241,3 +352,5 @@ def span_stats(offsets, data_end, out):
             out[3] += 1
         if size > 0 and (s >> 12) != ((e - 1) >> 12):
             out[4] += 1
+
+
