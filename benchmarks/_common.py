@@ -1,0 +1,61 @@
+"""Shared helpers of the benchmark scripts: fio references, cache dropping, result files."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import warnings
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def drop_caches() -> bool:
+    """Flush dirty pages and drop the page cache (root only). Returns False when not allowed."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        warnings.warn("cannot drop the page cache (needs root): cold-cache figures are skipped")
+        return False
+
+
+def fio_json(args: list[str]) -> dict | None:
+    """Run fio with JSON output; None (with a warning) when fio is missing."""
+    if not shutil.which("fio"):
+        warnings.warn("fio not found; install it with `apt-get install -y fio` for the reference runs")
+        return None
+    out = subprocess.run(["fio", "--output-format=json", *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout[out.stdout.index("{"):])
+
+
+def fio_seq_read_bps(path: str, *, bs="1M", iodepth=16, runtime=10) -> float | None:
+    """Sequential O_DIRECT read bandwidth (bytes/s) of ``path`` with fio."""
+    size = os.path.getsize(path)
+    r = fio_json(["--name=seq", f"--filename={path}", "--rw=read", f"--bs={bs}", "--direct=1",
+                  "--ioengine=io_uring", f"--iodepth={iodepth}", f"--size={size}", f"--runtime={runtime}",
+                  "--time_based=0", "--invalidate=1"])
+    if r is None:
+        return None
+    return float(r["jobs"][0]["read"]["bw_bytes"])
+
+
+def machine() -> dict:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+
+
+def write_result(name: str, res: dict) -> str:
+    """Write ``benchmarks/results/NAME.json`` with the machine and date added."""
+    os.makedirs(RESULTS, exist_ok=True)
+    res = dict(res)
+    res.setdefault("machine", machine())
+    res.setdefault("date", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    path = os.path.join(RESULTS, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=2)
+        f.write("\n")
+    return path
