@@ -1,0 +1,433 @@
+"""Decoders: bytes read from the data file -> training arrays.
+
+* :func:`decode_libsvm` — LIBSVM/SVMlight record spans -> ``scipy.sparse.csr_matrix`` + labels, with
+  the exact semantics of ``sklearn.datasets.load_svmlight_file`` (comments, blank lines, ``qid``,
+  one- or zero-based indices, Python ``float()`` rounding, the same inputs rejected).
+* :func:`load_svmlight` — a whole file, as ``load_svmlight_file`` would load it.
+* :func:`resolve_libsvm_params` — ``n_features`` and ``zero_based`` of an indexed dataset, by
+  sklearn's rule, from the index's feature-index range.
+* :func:`decode_fixed` — fixed-size records -> ndarray; :func:`decode_lines` — records -> bytes.
+
+The hot path is two numba passes (``lirs.kernels.libsvm``) that release the GIL. Records or
+tokens the kernels cannot finish exactly (rare: underscores in numbers, ``inf``/``nan``, more than
+2**53 in a mantissa, errors) are parsed here in Python, token by token as sklearn does, so results
+are bit-identical and every error names the file, the byte offset, the record and the token.
+
+One deliberate extension: sklearn stores feature indices in a C ``int`` and fails with
+``OverflowError`` beyond 2**31 - 1; lirs accepts any index below ``n_features`` and returns int64
+``indices`` when ``n_features > 2**31 - 1``.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import DataError, UsageError
+from .kernels import libsvm as K
+
+__all__ = ["decode_libsvm", "decode_fixed", "decode_lines", "load_svmlight", "resolve_libsvm_params",
+           "NO_QID"]
+
+#: ``qid`` given to records without a ``qid:`` token by :func:`decode_libsvm` (``query_id=True``).
+NO_QID = np.iinfo(np.int64).min
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_TOKEN = re.compile(rb"[^ \t\n\r\x0b\x0c]+")
+_SHOW = 40  # at most this many bytes of an offending token in a message
+
+
+def _show(tok: bytes) -> str:
+    s = repr(tok[:_SHOW])[1:]  # b'...' -> '...'
+    return s[:-1] + "...'" if len(tok) > _SHOW else s
+
+
+class _Where:
+    """Turns a position in ``buf`` into ``"SOURCE: byte B (record J)"`` for error messages."""
+
+    def __init__(self, source, starts, file_offsets, record_ids=None):
+        self.source = source or "<buffer>"
+        self.starts = starts
+        self.file_offsets = file_offsets
+        self.record_ids = record_ids
+
+    def __call__(self, j: int, pos: int) -> str:
+        base = self.starts[j] if self.file_offsets is None else self.file_offsets[j]
+        rid = j if self.record_ids is None else int(self.record_ids[j])
+        return f"{self.source}: byte {int(base) + int(pos) - int(self.starts[j])} (record {rid})"
+
+
+class _WhereLine:
+    """Location by line number, for whole-file loads (``buf`` is the file)."""
+
+    def __init__(self, source, buf):
+        self.source = source
+        self.buf = buf
+
+    def __call__(self, j: int, pos: int) -> str:
+        line = int(np.count_nonzero(self.buf[:pos] == 10)) + 1
+        return f"{self.source}: line {line} (byte {int(pos)})"
+
+
+def _parse_record_py(buf, j, s, e, zero_based, query_id, n_features, where):
+    """Parse record j (buf[s:e]) exactly as sklearn does, or raise DataError.
+
+    Returns (label float, qid int or None, indices list[int] (shifted), values list[float]).
+    """
+    raw = bytes(buf[s:e])
+    data_lines = []
+    pos = 0
+    for line in raw.split(b"\n"):
+        h = line.find(b"#")
+        z = line.find(b"\0")
+        # C strchr stops at NUL: a '#' after a NUL does not start a comment
+        content = line[:h] if h >= 0 and (z < 0 or h < z) else line
+        toks = [(m.start() + pos, m.group()) for m in _TOKEN.finditer(content)]
+        if toks:
+            data_lines.append(toks)
+        pos += len(line) + 1
+    if len(data_lines) != 1:
+        if not data_lines:
+            raise DataError(f"{where(j, s)}: expected one data line (LABEL INDEX:VALUE ...), "
+                            f"found only blank or comment lines")
+        raise DataError(f"{where(j, s + data_lines[1][0][0])}: expected one data line per record, "
+                        f"found {len(data_lines)}")
+    toks = data_lines[0]
+    at, tok = toks[0]
+    try:
+        label = float(tok)
+    except ValueError:
+        raise DataError(f"{where(j, s + at)}: expected a numeric label, got {_show(tok)}") from None
+    feats = toks[1:]
+    qid = None
+    if feats and feats[0][1].startswith(b"qid"):
+        at, tok = feats.pop(0)
+        if b":" not in tok:
+            raise DataError(f"{where(j, s + at)}: expected qid:VALUE, got {_show(tok)}")
+        if query_id:
+            value = tok.split(b":", 1)[1]
+            try:
+                qid = int(value)
+            except ValueError:
+                raise DataError(f"{where(j, s + at)}: expected an integer qid, got {_show(tok)}") from None
+            if not -2**63 <= qid <= _INT64_MAX:
+                raise DataError(f"{where(j, s + at)}: qid out of the int64 range in {_show(tok)}")
+    shift = 0 if zero_based else 1
+    prev = -1
+    cols, vals = [], []
+    for at, tok in feats:
+        parts = tok.split(b":", 1)
+        if len(parts) != 2:
+            raise DataError(f"{where(j, s + at)}: expected INDEX:VALUE, got {_show(tok)}")
+        try:
+            idx = int(parts[0])
+        except ValueError:
+            raise DataError(f"{where(j, s + at)}: expected an integer feature index in INDEX:VALUE, "
+                            f"got {_show(tok)}") from None
+        if idx < 0 or idx < shift:
+            why = "negative" if idx < 0 else "indices are one-based here (zero_based=False)"
+            raise DataError(f"{where(j, s + at)}: invalid feature index {idx} in {_show(tok)}: {why}")
+        if idx <= prev:
+            why = "duplicate" if idx == prev else f"after {prev}"
+            raise DataError(f"{where(j, s + at)}: feature indices must be sorted and unique, "
+                            f"got {_show(tok)} ({why})")
+        if idx - shift >= n_features:
+            raise DataError(f"{where(j, s + at)}: feature index {idx} is out of range for "
+                            f"n_features={n_features} ({'zero' if zero_based else 'one'}-based) "
+                            f"in {_show(tok)}")
+        try:
+            val = float(parts[1])
+        except ValueError:
+            raise DataError(f"{where(j, s + at)}: expected a number after ':' in INDEX:VALUE, "
+                            f"got {_show(tok)}") from None
+        prev = idx
+        cols.append(idx - shift)
+        vals.append(val)
+    return label, qid, cols, vals
+
+
+def _as_u8(buf) -> np.ndarray:
+    a = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf
+    if a.dtype != np.uint8 or a.ndim != 1:
+        a = a.reshape(-1).view(np.uint8)
+    return a
+
+
+def _decode(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype):
+    """Shared body of decode_libsvm / load_svmlight. Returns (indptr, indices, data, y, qid, has_qid)."""
+    k = len(starts)
+    work_dtype = np.float32 if np.dtype(dtype) == np.float32 else np.float64
+    line_lo = np.empty(k, np.int64)
+    line_hi = np.empty(k, np.int64)
+    nnz = np.empty(k, np.int64)
+    status = np.empty(k, np.int8)
+    nbad = K.libsvm_count(buf, starts, ends, line_lo, line_hi, nnz, status)
+    slow = {}
+    if nbad:
+        for j in np.flatnonzero(status != K.OK):
+            r = _parse_record_py(buf, int(j), int(starts[j]), int(ends[j]), zero_based, query_id,
+                                 n_features, where)
+            slow[int(j)] = r
+            nnz[j] = len(r[2])
+    indptr = np.zeros(k + 1, np.int64)
+    np.cumsum(nnz, out=indptr[1:])
+    total = int(indptr[-1])
+    indices = np.empty(total, index_dtype)
+    data = np.empty(total, work_dtype)
+    y = np.empty(k, np.float64)
+    qid = np.full(k, NO_QID, np.int64)
+    has_qid = np.zeros(k, np.uint8)
+    cap = total + k
+    fb_slot = np.empty(cap, np.int64)
+    fb_lo = np.empty(cap, np.int64)
+    fb_hi = np.empty(cap, np.int64)
+    nfb = K.libsvm_fill(buf, line_lo, line_hi, status, indptr, bool(zero_based), bool(query_id),
+                        np.int64(n_features), K.POW10, indices, data, y, qid, has_qid,
+                        fb_slot, fb_lo, fb_hi)
+    # Python's float() for the tokens the fast path could not round exactly; remember the first
+    # failure so that errors come out in record order together with re-parsed records.
+    fb_err = None
+    for i in range(nfb):
+        slot, lo, hi = int(fb_slot[i]), int(fb_lo[i]), int(fb_hi[i])
+        j = -1 - slot if slot < 0 else int(np.searchsorted(indptr, slot, side="right")) - 1
+        if status[j] != K.OK:
+            continue
+        try:
+            v = float(bytes(buf[lo:hi]))
+        except ValueError:
+            fb_err = j
+            break
+        if slot < 0:
+            y[j] = v
+        else:
+            data[slot] = v
+    redo = np.flatnonzero(status == K.NEEDS_PYTHON)
+    if fb_err is not None:
+        redo = np.union1d(redo, [fb_err]).astype(np.int64)
+    for j in redo:
+        j = int(j)
+        slow[j] = _parse_record_py(buf, j, int(starts[j]), int(ends[j]), zero_based, query_id,
+                                   n_features, where)
+    if fb_err is not None:  # the re-parse must have raised; never accept a token float() refused
+        raise AssertionError(f"token of record {fb_err} was refused by float() but re-parsed fine")
+    for j, (label, q, cols, vals) in slow.items():
+        a, b = indptr[j], indptr[j + 1]
+        if b - a != len(cols):
+            raise AssertionError(f"record {j}: counted {b - a} features, parsed {len(cols)}")
+        y[j] = label
+        indices[a:b] = cols
+        data[a:b] = vals
+        has_qid[j] = q is not None
+        if q is not None:
+            qid[j] = q
+    return indptr, indices, data, y, qid, has_qid
+
+
+def _csr(data, indices, indptr, shape):
+    """csr_matrix holding exactly these arrays (scipy would otherwise downcast the index arrays)."""
+    X = sp.csr_matrix(shape, dtype=data.dtype)
+    X.data, X.indices, X.indptr = data, indices, indptr
+    return X
+
+
+def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype=np.float32,
+                  source: str = "", file_offsets=None, query_id: bool = False, record_ids=None):
+    """Decode LIBSVM records into a CSR matrix, with ``load_svmlight_file``'s semantics.
+
+    Parameters
+    ----------
+    buf : uint8 ndarray (m,) (or any buffer)
+        Bytes holding the records.
+    starts, ends : int64 (k,)
+        Record j is ``buf[starts[j]:ends[j]]``: one data line, possibly followed (or preceded) by
+        blank or comment-only lines, which are skipped. Any order, overlaps allowed.
+    n_features : int
+        Columns of X; an index at or beyond it (after the one-based shift) is a DataError.
+    zero_based : bool
+        False: indices in the text are one-based, shifted down by one, and 0 is rejected.
+    dtype : float32 (default) or float64 (other dtypes: parsed as float64, then cast)
+    source : str
+        File name used in error messages.
+    file_offsets : int64 (k,) or None
+        File offset of ``buf[starts[j]]``, for error messages; None: ``starts`` are file offsets.
+    query_id : bool
+        Also return the ``qid`` of every record (int64 (k,), ``NO_QID`` where absent).
+    record_ids : int64 (k,) or None
+        Global record IDs, for error messages (default: the position j in this call).
+
+    Returns
+    -------
+    X : scipy.sparse.csr_matrix (k, n_features)
+        ``indptr`` int64, ``indices`` int32 (int64 if n_features > 2**31 - 1), ``data`` dtype;
+        indices sorted within each row; explicit zeros kept (as sklearn keeps them).
+    y : float64 (k,)
+    qid : int64 (k,), only when ``query_id``.
+
+    Raises
+    ------
+    DataError (a ValueError) naming ``source``, the file byte offset, the record and the token.
+    """
+    buf = _as_u8(buf)
+    starts = np.ascontiguousarray(starts, np.int64)
+    ends = np.ascontiguousarray(ends, np.int64)
+    if starts.ndim != 1 or starts.shape != ends.shape:
+        raise UsageError(f"starts and ends must be 1-D of the same length, got {starts.shape} and "
+                         f"{ends.shape}")
+    n_features = int(n_features)
+    if n_features < 1:
+        raise UsageError(f"n_features must be >= 1, got {n_features}")
+    if len(starts) and (starts.min() < 0 or ends.max() > len(buf) or np.any(ends < starts)):
+        raise UsageError(f"record spans must satisfy 0 <= start <= end <= len(buf) = {len(buf)}")
+    if file_offsets is not None:
+        file_offsets = np.asarray(file_offsets, np.int64)
+        if file_offsets.shape != starts.shape:
+            raise UsageError("file_offsets must have the shape of starts")
+    index_dtype = np.int32 if n_features <= _INT32_MAX else np.int64
+    where = _Where(source, starts, file_offsets, record_ids)
+    indptr, indices, data, y, qid, _ = _decode(buf, starts, ends, n_features, bool(zero_based), dtype,
+                                               query_id, where, index_dtype)
+    data = np.asarray(data, dtype=dtype)
+    X = _csr(data, indices, indptr, (len(starts), n_features))
+    return (X, y, qid) if query_id else (X, y)
+
+
+def _read_file(path) -> np.ndarray:
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1]
+    try:
+        if ext == ".gz":
+            import gzip
+            with gzip.open(path, "rb") as f:
+                return np.frombuffer(f.read(), np.uint8)
+        if ext == ".bz2":
+            import bz2
+            with bz2.open(path, "rb") as f:
+                return np.frombuffer(f.read(), np.uint8)
+        return np.fromfile(path, np.uint8)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory, expected a LIBSVM file") from None
+
+
+def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto", query_id=False):
+    """Load a whole LIBSVM/SVMlight file exactly as ``sklearn.datasets.load_svmlight_file`` does.
+
+    Parameters mirror sklearn's: ``n_features`` None (inferred: max index + 1 after the shift, or
+    1 when there is no feature) or an int >= that; ``zero_based`` True, False or "auto" (one-based
+    iff there is at least one feature and no index 0); ``.gz``/``.bz2`` are decompressed.
+
+    Returns
+    -------
+    X : scipy.sparse.csr_matrix (n, n_features), indptr int64, indices int32 (int64 if needed),
+        data ``dtype``
+    y : float64 (n,)
+    qid : int64 (number of records with a qid,), only when ``query_id`` (as sklearn: the qids of
+        the records that have one, in file order)
+    """
+    if zero_based not in (True, False, "auto"):
+        raise UsageError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
+    if n_features is not None and int(n_features) < 1:
+        raise UsageError(f"n_features must be >= 1, got {n_features}")
+    path = os.fspath(path)
+    buf = _read_file(path)
+    lo = np.empty(int(np.count_nonzero(buf == 10)) + 1, np.int64)
+    hi = np.empty_like(lo)
+    k = K.libsvm_data_lines(buf, lo, hi)
+    lo, hi = lo[:k], hi[:k]
+    one_based_strict = zero_based is False
+    # "auto" parses as zero-based (0 allowed) and shifts afterwards when every index is > 0
+    indptr, indices, data, y, qid, has_qid = _decode(
+        buf, lo, hi, _INT64_MAX, not one_based_strict, dtype, query_id, _WhereLine(path, buf), np.int64)
+    if zero_based == "auto" and len(indices) and indices.min() > 0:
+        indices -= 1
+    n_f = int(indices.max()) + 1 if len(indices) else 1
+    if n_features is None:
+        n_features = n_f
+    elif int(n_features) < n_f:
+        raise DataError(f"{path}: n_features was set to {n_features}, but the file contains "
+                        f"{n_f} features")
+    n_features = int(n_features)
+    if n_features <= _INT32_MAX:
+        indices = indices.astype(np.int32)
+    data = np.asarray(data, dtype=dtype)
+    X = _csr(data, indices, indptr, (k, n_features))
+    if query_id:
+        return X, y, qid[has_qid.astype(bool)]
+    return X, y
+
+
+def resolve_libsvm_params(index, zero_based="auto", n_features=None):
+    """``(n_features, zero_based)`` of an indexed LIBSVM dataset, by ``load_svmlight_file``'s rule.
+
+    Uses ``index.meta["min_index"]`` and ``["max_index"]`` (raw indices as written; the scanner
+    records them, ``max_index < 0`` meaning no feature at all). ``zero_based="auto"``: zero-based
+    iff some index is 0 or there is no feature. ``n_features`` defaults to ``max_index + 1``
+    (zero-based) or ``max_index`` (one-based), at least 1; a smaller explicit value is an error.
+    """
+    if zero_based not in (True, False, "auto"):
+        raise UsageError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
+    meta = getattr(index, "meta", None) or {}
+    src = ", ".join(getattr(index, "paths", ()) or ()) or "the dataset"
+    if "min_index" not in meta or "max_index" not in meta:
+        raise UsageError(f"the index of {src} does not record the feature-index range "
+                         f"(min_index/max_index); re-run `lirs index` to rebuild it")
+    lo, hi = int(meta["min_index"]), int(meta["max_index"])
+    has_features = hi >= 0
+    if zero_based == "auto":
+        zero_based = (not has_features) or lo == 0
+    elif zero_based is False and has_features and lo == 0:
+        raise DataError(f"{src}: zero_based=False, but the data holds feature index 0")
+    if not has_features:
+        n_f = 1
+    else:
+        n_f = hi + 1 if zero_based else hi
+    if n_features is None:
+        n_features = n_f
+    elif int(n_features) < n_f:
+        raise UsageError(f"n_features was set to {n_features}, but {src} contains {n_f} features")
+    return int(n_features), bool(zero_based)
+
+
+def decode_fixed(buf, starts, dtype, shape):
+    """Copy fixed-size records out of ``buf``.
+
+    buf uint8 (m,); starts int64 (k,) (byte offset of each record in buf); dtype, shape: one
+    record's layout (record size = itemsize * prod(shape)). Returns a new ndarray (k, *shape) of
+    ``dtype`` (byte order kept as given).
+    """
+    buf = _as_u8(buf)
+    dtype = np.dtype(dtype)
+    shape = tuple(int(s) for s in shape)
+    starts = np.ascontiguousarray(starts, np.int64)
+    rs = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    k = len(starts)
+    if k and (starts.min() < 0 or starts.max() + rs > len(buf)):
+        raise UsageError(f"a record of {rs} bytes at offset {int(starts.max())} runs past the "
+                         f"buffer of {len(buf)} bytes")
+    out = np.empty((k, *shape), dtype)
+    if rs:
+        K.gather_fixed(buf, starts, rs, out.reshape(k, -1).view(np.uint8))
+    return out
+
+
+def decode_lines(buf, starts, ends, *, keep_newline=False):
+    """Records as bytes: ``[bytes(buf[s:e]) for s, e in zip(starts, ends)]``.
+
+    The record's line terminator (``\\n`` or ``\\r\\n``) is removed unless ``keep_newline``.
+    Returns list[bytes] of length k.
+    """
+    buf = _as_u8(buf)
+    starts = np.asarray(starts, np.int64)
+    ends = np.asarray(ends, np.int64)
+    mv = memoryview(buf)
+    out = []
+    for s, e in zip(starts.tolist(), ends.tolist()):
+        b = mv[s:e].tobytes()
+        if not keep_newline and b.endswith(b"\n"):
+            b = b[:-2] if b.endswith(b"\r\n") else b[:-1]
+        out.append(b)
+    return out

@@ -1,0 +1,339 @@
+"""LIBSVM decoding kernels: record spans of text -> CSR arrays, with sklearn's exact semantics.
+
+Two passes over each batch. ``libsvm_count`` finds the one data line of every record and counts
+its features; the caller allocates exact-size outputs; ``libsvm_fill`` parses labels, ``qid`` and
+``INDEX:VALUE`` pairs into them. The kernels only take the common, provably exact path; anything
+else (a record that is not exactly one data line, an odd token, an invalid or unsorted index, a
+number Clinger's fast path cannot round exactly) is flagged and handed back to Python, which
+parses it with Python's own ``int``/``float`` and raises the precise error. So the fast path is
+bit-identical to ``sklearn.datasets.load_svmlight_file`` and the rare cases are too.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# status codes of a record after a pass
+OK = 0
+NOT_ONE_DATA_LINE = 1   # zero or several data lines in the span: nnz unknown, Python parses it
+NEEDS_PYTHON = 2        # the fill pass met something it does not handle: Python re-parses the record
+
+# a value slot that Python must parse with float(); labels use slot -1 - record
+POW10 = np.array([1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14,
+                  1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22])
+
+_TWO53 = 1 << 53
+_MAX_DIGITS = 18        # int64 holds any 18-digit decimal
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _is_space(c):
+    # bytes.split() whitespace: space, \t \n \v \f \r
+    return c == 32 or (9 <= c <= 13)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _content_end(buf, a, b):
+    """End of the non-comment part of line buf[a:b] (no newline inside).
+
+    sklearn cuts at the first '#' found by C ``strchr``, which stops at a NUL byte: a '#' behind a
+    NUL is not a comment."""
+    for p in range(a, b):
+        c = buf[p]
+        if c == 35:
+            return p
+        if c == 0:
+            return b
+    return b
+
+
+@njit(cache=True, nogil=True)
+def parse_float(buf, p, q, pow10):
+    """Parse buf[p:q] as Python ``float()`` would, when that is provably exact without bignums.
+
+    Accepts ``[+-]? (D+ [. D*] | . D+) ([eE] [+-]? D+)?``; the value is exact when the decimal
+    mantissa (trailing zeros folded into the exponent) is at most 2**53 and the power of ten is
+    within [-22, 22] (Clinger's fast path: one correctly rounded multiply or divide). Returns
+    (value float64, ok bool); ok False means "let Python parse this token".
+    """
+    if p >= q:
+        return 0.0, False
+    neg = False
+    c = buf[p]
+    if c == 43 or c == 45:
+        neg = c == 45
+        p += 1
+    mant = np.int64(0)
+    sig = 0
+    exp10 = 0
+    digits = 0
+    while p < q:
+        c = buf[p]
+        if c < 48 or c > 57:
+            break
+        if sig > 0 or c != 48:
+            sig += 1
+            if sig > _MAX_DIGITS:
+                return 0.0, False
+            mant = mant * 10 + (c - 48)
+        digits += 1
+        p += 1
+    if p < q and buf[p] == 46:
+        p += 1
+        while p < q:
+            c = buf[p]
+            if c < 48 or c > 57:
+                break
+            if sig > 0 or c != 48:
+                sig += 1
+                if sig > _MAX_DIGITS:
+                    return 0.0, False
+                mant = mant * 10 + (c - 48)
+            exp10 -= 1
+            digits += 1
+            p += 1
+    if digits == 0:
+        return 0.0, False
+    if p < q and (buf[p] == 101 or buf[p] == 69):
+        p += 1
+        eneg = False
+        if p < q and (buf[p] == 43 or buf[p] == 45):
+            eneg = buf[p] == 45
+            p += 1
+        e = 0
+        nd = 0
+        while p < q:
+            c = buf[p]
+            if c < 48 or c > 57:
+                break
+            if e < 100000:
+                e = e * 10 + (c - 48)
+            nd += 1
+            p += 1
+        if nd == 0:
+            return 0.0, False
+        exp10 += -e if eneg else e
+    if p != q:
+        return 0.0, False
+    if mant == 0:
+        return (-0.0 if neg else 0.0), True
+    while mant > _TWO53 and mant % 10 == 0:
+        mant //= 10
+        exp10 += 1
+    if mant > _TWO53:
+        return 0.0, False
+    if exp10 > 22:
+        # an exact integer times 10**22 is still one rounding
+        while exp10 > 22 and mant * 10 <= _TWO53:
+            mant *= 10
+            exp10 -= 1
+        if exp10 > 22:
+            return 0.0, False
+    if exp10 < -22:
+        return 0.0, False
+    v = float(mant)
+    if exp10 >= 0:
+        v = v * pow10[exp10]
+    else:
+        v = v / pow10[-exp10]
+    return (-v if neg else v), True
+
+
+@njit(cache=True, nogil=True)
+def libsvm_count(buf, starts, ends, line_lo, line_hi, nnz, status):
+    """Pass 1: locate the data line of every record and count its features.
+
+    buf uint8 (m,); starts, ends int64 (k,): record j is buf[starts[j]:ends[j]].
+    Fills line_lo, line_hi int64 (k,) (the data line without its comment and newline),
+    nnz int64 (k,) (tokens after the label, less a leading ``qid*`` token) and status int8 (k,)
+    (OK or NOT_ONE_DATA_LINE). Returns the number of records not OK.
+    """
+    bad = 0
+    for j in range(starts.shape[0]):
+        s = starts[j]
+        e = ends[j]
+        ndata = 0
+        lo = s
+        hi = s
+        a = s
+        while a < e:
+            b = a
+            while b < e and buf[b] != 10:
+                b += 1
+            ce = _content_end(buf, a, b)
+            p = a
+            while p < ce and _is_space(buf[p]):
+                p += 1
+            if p < ce:
+                ndata += 1
+                lo = p
+                hi = ce
+            a = b + 1
+        line_lo[j] = lo
+        line_hi[j] = hi
+        if ndata != 1:
+            status[j] = NOT_ONE_DATA_LINE
+            nnz[j] = 0
+            bad += 1
+            continue
+        status[j] = OK
+        ntok = 0
+        qid = False
+        p = lo
+        while p < hi:
+            while p < hi and _is_space(buf[p]):
+                p += 1
+            if p >= hi:
+                break
+            if ntok == 1 and p + 3 <= hi and buf[p] == 113 and buf[p + 1] == 105 and buf[p + 2] == 100:
+                qid = True  # sklearn: a first feature token starting with b"qid"
+            ntok += 1
+            while p < hi and not _is_space(buf[p]):
+                p += 1
+        nnz[j] = ntok - 1 - (1 if qid else 0)
+    return bad
+
+
+@njit(cache=True, nogil=True)
+def libsvm_fill(buf, line_lo, line_hi, status, indptr, zero_based, query_id, n_features, pow10,
+                indices, data, y, qid, has_qid, fb_slot, fb_lo, fb_hi):
+    """Pass 2: parse the data lines located by ``libsvm_count`` into preallocated CSR arrays.
+
+    indptr int64 (k+1,) (cumulative nnz). Outputs: indices (int32/int64, (nnz,)), data
+    (float32/float64, (nnz,)), y float64 (k,), qid int64 (k,), has_qid uint8 (k,). Records whose
+    status is not OK are skipped; a record that cannot be finished exactly gets status
+    NEEDS_PYTHON. Tokens that are valid but not fast-path floats are listed in fb_slot/fb_lo/fb_hi
+    (int64, capacity nnz + k; slot -1 - j is the label of record j) for Python's ``float()``.
+    Returns the number of fallback tokens.
+    """
+    nfb = 0
+    shift = 0 if zero_based else 1
+    for j in range(line_lo.shape[0]):
+        if status[j] != OK:
+            continue
+        p = line_lo[j]
+        hi = line_hi[j]
+        while p < hi and _is_space(buf[p]):
+            p += 1
+        t = p
+        while p < hi and not _is_space(buf[p]):
+            p += 1
+        v, ok = parse_float(buf, t, p, pow10)
+        y[j] = v
+        if not ok:
+            fb_slot[nfb] = -1 - j
+            fb_lo[nfb] = t
+            fb_hi[nfb] = p
+            nfb += 1
+        has_qid[j] = 0
+        k = indptr[j]
+        prev = np.int64(-1)
+        first = True
+        bad = False
+        while True:
+            while p < hi and _is_space(buf[p]):
+                p += 1
+            if p >= hi:
+                break
+            t = p
+            while p < hi and not _is_space(buf[p]):
+                p += 1
+            if first and p - t >= 3 and buf[t] == 113 and buf[t + 1] == 105 and buf[t + 2] == 100:
+                first = False
+                c = t + 3
+                while c < p and buf[c] != 58:
+                    c += 1
+                if c >= p:
+                    bad = True
+                    break
+                has_qid[j] = 1
+                if query_id:
+                    r = c + 1
+                    qneg = False
+                    if r < p and (buf[r] == 43 or buf[r] == 45):
+                        qneg = buf[r] == 45
+                        r += 1
+                    qv = np.int64(0)
+                    nd = 0
+                    while r < p and 48 <= buf[r] <= 57 and nd < _MAX_DIGITS:
+                        qv = qv * 10 + (buf[r] - 48)
+                        nd += 1
+                        r += 1
+                    if nd == 0 or r != p:
+                        bad = True
+                        break
+                    qid[j] = -qv if qneg else qv
+                continue
+            first = False
+            r = t
+            ineg = False
+            if buf[r] == 43 or buf[r] == 45:
+                ineg = buf[r] == 45
+                r += 1
+            idx = np.int64(0)
+            nd = 0
+            while r < p and 48 <= buf[r] <= 57 and nd < _MAX_DIGITS:
+                idx = idx * 10 + (buf[r] - 48)
+                nd += 1
+                r += 1
+            if nd == 0 or r >= p or buf[r] != 58:
+                bad = True
+                break
+            if ineg:
+                idx = -idx
+            if idx < 0 or idx < shift or idx <= prev:
+                bad = True
+                break
+            col = idx - shift
+            if col >= n_features:
+                bad = True
+                break
+            prev = idx
+            indices[k] = col
+            v, ok = parse_float(buf, r + 1, p, pow10)
+            data[k] = v
+            if not ok:
+                fb_slot[nfb] = k
+                fb_lo[nfb] = r + 1
+                fb_hi[nfb] = p
+                nfb += 1
+            k += 1
+        if bad or k != indptr[j + 1]:
+            status[j] = NEEDS_PYTHON
+    return nfb
+
+
+@njit(cache=True, nogil=True)
+def libsvm_data_lines(buf, out_lo, out_hi):
+    """Spans of the lines of buf (uint8 (m,)) that hold data, as sklearn's loader sees them.
+
+    out_lo, out_hi int64 (capacity >= number of lines): line start and end (just past its
+    newline, or m). Blank and comment-only lines are left out. Returns the number of spans.
+    """
+    m = buf.shape[0]
+    n = 0
+    a = 0
+    while a < m:
+        b = a
+        while b < m and buf[b] != 10:
+            b += 1
+        ce = _content_end(buf, a, b)
+        p = a
+        while p < ce and _is_space(buf[p]):
+            p += 1
+        nxt = b + 1 if b < m else m
+        if p < ce:
+            out_lo[n] = a
+            out_hi[n] = nxt
+            n += 1
+        a = nxt
+    return n
+
+
+@njit(cache=True, nogil=True)
+def gather_fixed(buf, starts, record_size, out):
+    """Copy buf[starts[j] : starts[j] + record_size] into out[j] (uint8 (k, record_size))."""
+    for j in range(starts.shape[0]):
+        s = starts[j]
+        for i in range(record_size):
+            out[j, i] = buf[s + i]
