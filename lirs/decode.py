@@ -203,7 +203,8 @@ def _decode(buf, starts, ends, n_features, zero_based, dtype, query_id, where, i
         if slot < 0:
             y[j] = v
         else:
-            data[slot] = v
+            with np.errstate(over="ignore"):  # to float32: overflow gives inf, as in sklearn
+                data[slot] = v
     redo = np.flatnonzero(status == K.NEEDS_PYTHON)
     if fb_err is not None:
         redo = np.union1d(redo, [fb_err]).astype(np.int64)
@@ -219,7 +220,8 @@ def _decode(buf, starts, ends, n_features, zero_based, dtype, query_id, where, i
             raise AssertionError(f"record {j}: counted {b - a} features, parsed {len(cols)}")
         y[j] = label
         indices[a:b] = cols
-        data[a:b] = vals
+        with np.errstate(over="ignore"):
+            data[a:b] = vals
         has_qid[j] = q is not None
         if q is not None:
             qid[j] = q
@@ -289,7 +291,8 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     where = _Where(source, starts, file_offsets, record_ids)
     indptr, indices, data, y, qid, _ = _decode(buf, starts, ends, n_features, bool(zero_based), dtype,
                                                query_id, where, index_dtype)
-    data = np.asarray(data, dtype=dtype)
+    with np.errstate(over="ignore"):
+        data = np.asarray(data, dtype=dtype)
     X = _csr(data, indices, indptr, (len(starts), n_features))
     return (X, y, qid) if query_id else (X, y)
 
@@ -353,7 +356,8 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
     n_features = int(n_features)
     if n_features <= _INT32_MAX:
         indices = indices.astype(np.int32)
-    data = np.asarray(data, dtype=dtype)
+    with np.errstate(over="ignore"):
+        data = np.asarray(data, dtype=dtype)
     X = _csr(data, indices, indptr, (k, n_features))
     if query_id:
         return X, y, qid[has_qid.astype(bool)]

@@ -1,0 +1,482 @@
+"""Decoders against sklearn.datasets.load_svmlight_file: valid and invalid, whole files and spans."""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import load_svmlight_file
+
+from lirs.decode import (NO_QID, decode_fixed, decode_libsvm, decode_lines, load_svmlight,
+                         resolve_libsvm_params)
+from lirs.errors import DataError, UsageError
+from lirs.index import Index
+from lirs.kernels import libsvm as K
+
+HYP = settings(max_examples=60, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view({4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def assert_same(ours, ref, dtype=np.float64):
+    """Same shape, same CSR structure, bit-identical values and labels (and qids if present)."""
+    X, y = ours[0], ours[1]
+    Xr, yr = ref[0], ref[1]
+    assert isinstance(X, sp.csr_matrix)
+    assert X.shape == Xr.shape
+    assert X.dtype == np.dtype(dtype)
+    assert X.indptr.dtype == np.int64
+    assert X.indices.dtype == (np.int32 if X.shape[1] <= 2**31 - 1 else np.int64)
+    np.testing.assert_array_equal(X.indptr, Xr.indptr)
+    np.testing.assert_array_equal(X.indices, Xr.indices)
+    with np.errstate(over="ignore"):  # float64 -> float32 overflows to inf, as in sklearn
+        ref_data = np.asarray(Xr.data, dtype)
+    np.testing.assert_array_equal(_bits(X.data), _bits(ref_data))
+    assert y.dtype == np.float64
+    np.testing.assert_array_equal(_bits(y), _bits(yr))
+    if len(ref) > 2:
+        np.testing.assert_array_equal(ours[2], ref[2])
+
+
+def sk_load(path, **kw):
+    try:
+        return load_svmlight_file(str(path), **kw)
+    except (ValueError, OverflowError) as e:  # sklearn's ways of rejecting a file
+        return e
+
+
+def compare_file(path, **kw):
+    """Both loaders on one file: equal results, or both reject (lirs with a DataError)."""
+    ref = sk_load(path, **kw)
+    if isinstance(ref, Exception):
+        with pytest.raises(DataError) as ei:
+            load_svmlight(path, **kw)
+        assert str(path) in str(ei.value)
+        return None
+    ours = load_svmlight(path, **kw)
+    assert_same(ours, ref, kw.get("dtype", np.float64))
+    return ours
+
+
+def split_records(raw: bytes):
+    """Record spans as the index defines them: a data line plus the blank/comment lines after it.
+
+    Lines before the first data line are a header (not part of any record)."""
+    starts, pos, is_data = [], 0, []
+    for line in raw.split(b"\n"):
+        h, z = line.find(b"#"), line.find(b"\0")
+        content = line[:h] if h >= 0 and (z < 0 or h < z) else line
+        if content.split():
+            starts.append(pos)
+        pos += len(line) + 1
+    starts = np.array(starts, np.int64)
+    ends = np.append(starts[1:], len(raw)).astype(np.int64)
+    return starts, ends
+
+
+# --------------------------------------------------------------------------- generated files
+
+_digits = st.text("0123456789", min_size=1, max_size=20)
+
+
+@st.composite
+def number_token(draw, allow_special=True):
+    kind = draw(st.sampled_from(["int", "dec", "exp", "repr", "g16", "g17", "tiny", "huge"]
+                                + (["special", "under"] if allow_special else [])))
+    sign = draw(st.sampled_from(["", "", "-", "+"]))
+    if kind == "int":
+        return sign + draw(_digits)
+    if kind == "dec":
+        a, b = draw(st.text("0123456789", max_size=10)), draw(st.text("0123456789", max_size=10))
+        if not a and not b:
+            a = "0"
+        return sign + a + "." + b
+    if kind == "exp":
+        return (sign + draw(st.text("0123456789", min_size=1, max_size=8)) + draw(st.sampled_from("eE"))
+                + draw(st.sampled_from(["", "-", "+"])) + str(draw(st.integers(0, 40))))
+    f = draw(st.floats(allow_nan=False, allow_infinity=False))
+    if kind == "repr":
+        return repr(f)
+    if kind == "g16":
+        return "%.16g" % f
+    if kind == "g17":
+        return "%.17g" % f
+    if kind == "tiny":
+        return sign + draw(st.sampled_from(["5e-324", "4.9e-324", "2.2250738585072014e-308", "1e-400"]))
+    if kind == "huge":
+        return sign + draw(st.sampled_from(["1.7976931348623157e308", "1e309", "9007199254740993",
+                                            "123456789012345678901234567890", "1e23", "8.5e22"]))
+    if kind == "special":
+        return sign + draw(st.sampled_from(["inf", "nan", "Infinity", "NaN", "iNf"]))
+    return draw(st.sampled_from(["1_0", "1_000.5", "0.1_2e1_0"]))
+
+
+@st.composite
+def libsvm_file(draw, one_based=None, qid_p=0.2):
+    n = draw(st.integers(0, 12))
+    one_based = draw(st.booleans()) if one_based is None else one_based
+    ws = st.sampled_from([" ", " ", "\t", "  ", " \x0b", "\x0c "])
+    lines = []
+    for _ in range(n):
+        for _ in range(draw(st.integers(0, 1))):
+            lines.append(draw(st.sampled_from(["", "# a comment", "   ", "\t# x: 1:2", "#"])))
+        parts = [draw(number_token())]
+        if draw(st.floats(0, 1)) < qid_p:
+            parts.append("qid:" + str(draw(st.integers(-5, 10**6))))
+        k = draw(st.integers(0, 6))
+        idx = sorted(draw(st.sets(st.integers(0 + one_based, 60), min_size=k, max_size=k)))
+        for i in idx:
+            it = draw(st.sampled_from(["{}", "{}", "+{}", "0{}"])).format(i)
+            parts.append(it + ":" + draw(number_token()))
+        line = draw(ws).lstrip("\x0c") + draw(ws).join(parts)
+        line += draw(st.sampled_from(["", "", " # trailing", "\r", " "]))
+        lines.append(line)
+    text = "\n".join(lines)
+    if lines and draw(st.booleans()):
+        text += "\n"
+    return text.encode()
+
+
+@HYP
+@given(raw=libsvm_file(), zb=st.sampled_from(["auto", True, False]),
+       dtype=st.sampled_from([np.float64, np.float32]), q=st.booleans())
+def test_generated_files_match_sklearn(tmp_path, raw, zb, dtype, q):
+    p = tmp_path / "g.svm"
+    p.write_bytes(raw)
+    compare_file(p, zero_based=zb, dtype=dtype, query_id=q)
+
+
+@HYP
+@given(raw=libsvm_file(one_based=True), data=st.data())
+def test_spans_match_sklearn_rows(tmp_path, raw, data):
+    """decode_libsvm over shuffled record spans of a buffer equals sklearn's rows in that order."""
+    p = tmp_path / "s.svm"
+    p.write_bytes(raw)
+    ref = load_svmlight_file(str(p), query_id=True)
+    Xr, yr = ref[0], ref[1]
+    starts, ends = split_records(raw)
+    k = len(starts)
+    # sklearn's "auto": one-based iff there are features and every index is > 0
+    zero_based = Xr.nnz == 0 or bool(np.min(_raw_indices(raw)) == 0)
+    perm = np.array(data.draw(st.permutations(range(k))), np.int64)
+    perm = perm[: data.draw(st.integers(0, k))]
+    # the engine puts the records read into its own buffer: copy them there, keep file offsets
+    pad = data.draw(st.integers(0, 7))
+    chunks, bstarts, bends, pos = [], [], [], 0
+    for j in perm:
+        b = b"\0" * pad + raw[starts[j]:ends[j]]
+        chunks.append(b)
+        bstarts.append(pos + pad)
+        bends.append(pos + len(b))
+        pos += len(b)
+    buf = np.frombuffer(b"".join(chunks), np.uint8)
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    X, y, qid = decode_libsvm(buf, np.array(bstarts, np.int64), np.array(bends, np.int64),
+                              n_features=Xr.shape[1], zero_based=zero_based, dtype=dtype,
+                              source=str(p), file_offsets=starts[perm], query_id=True)
+    assert_same((X, y), (Xr[perm], yr[perm]), dtype)
+    assert qid.dtype == np.int64 and qid.shape == (len(perm),)
+    has = np.array([_has_qid(raw[starts[j]:ends[j]]) for j in range(k)], bool)
+    full = np.full(k, NO_QID, np.int64)
+    full[has] = ref[2]
+    np.testing.assert_array_equal(qid, full[perm])
+
+
+def _has_qid(rec: bytes) -> bool:
+    toks = rec.split(b"#")[0].split()
+    return len(toks) > 1 and toks[1].startswith(b"qid")
+
+
+def _raw_indices(raw):
+    out = []
+    for line in raw.split(b"\n"):
+        for tok in line.split(b"#")[0].split()[1:]:
+            if not tok.startswith(b"qid"):
+                out.append(int(tok.split(b":")[0]))
+    return out or [0]
+
+
+# --------------------------------------------------------------------------- hand-written cases
+
+VALID = [
+    b"",
+    b"# only a comment\n\n   \n",
+    b"1 1:1 2:2\n-1 3:0.5\n",
+    b"1 1:1 2:2\r\n-1 3:0.5\r\n",                  # CRLF
+    b"1 1:1 2:2\n-1 3:0.5",                        # last line without newline
+    b"1 0:1 5:2\n",                                 # zero-based by auto
+    b"+1 1:0 2:-0 3:0.0\n",                         # explicit zeros are kept
+    b"1 qid:3 1:1\n2 qid:3 2:1\n3 qid:7 1:2\n",
+    b"1 qid:3 1:1\n2 2:1\n",                        # qid on some records only
+    b"1 qid:abc 1:1\n",                             # qid value not parsed unless query_id
+    b"1 qidfoo:5 1:1\n",                            # sklearn: any token starting with 'qid'
+    b"1\n2\n",                                      # labels only, no features
+    b"1 1:2 # tail comment 3:4\n",
+    b"1\t1:2\x0b2:3\x0c3:4 \r\n",                   # all bytes.split() whitespace
+    b"1_0 1_0:2_5\n",                               # Python's int()/float() take underscores
+    b"inf 1:nan 2:-inf 3:Infinity\n",
+    b"1e400 1:1e-400 2:5e-324 3:1.7976931348623157e308\n",
+    b"0.1 1:0.30000000000000004 2:9007199254740993 3:123456789012345678901234567890\n",
+    b"1 +2:1 003:4\n",                               # signs and leading zeros in indices
+    b"1 1:1 #\x00 binary in a comment\n",
+    b"1 1:2e0 2:1E-0\n",
+    b"-1 7:1.5e-3 10:.5 11:5. 12:-.25E+2\n",
+]
+
+INVALID = [
+    b"x 1:2\n",             # bad label
+    b"1:2 3:4\n",           # label with a colon
+    b"1 3\n",               # no colon
+    b"1 3:\n",              # no value
+    b"1 :3\n",              # no index
+    b"1 a:1\n",
+    b"1 1:x\n",
+    b"1 1:2:3\n",
+    b"1 2:1 1:1\n",         # unsorted
+    b"1 2:1 2:1\n",         # duplicate
+    b"1 -1:1\n",            # negative index
+    b"1 1.5:1\n",
+    b"1 qid 1:1\n",         # qid without a colon
+    b"1 1:1 qid:2\n",       # qid after a feature: int('qid') fails
+    b"1 1:1\x00\n",         # NUL byte in a token
+    b"1 1:1 \x00#x\n",      # a '#' after a NUL is not a comment
+    b"1 1:1\n2 1:1e\n",
+    b"1 1:1\n\xff\xfe 1:1\n",
+]
+
+
+@pytest.mark.parametrize("raw", VALID, ids=range(len(VALID)))
+@pytest.mark.parametrize("zb", ["auto", True, False])
+@pytest.mark.parametrize("q", [False, True])
+def test_valid_handwritten(tmp_path, raw, zb, q):
+    p = tmp_path / "v.svm"
+    p.write_bytes(raw)
+    for dtype in (np.float64, np.float32):
+        compare_file(p, zero_based=zb, query_id=q, dtype=dtype)
+
+
+@pytest.mark.parametrize("raw", INVALID, ids=range(len(INVALID)))
+@pytest.mark.parametrize("zb", ["auto", False])
+def test_invalid_handwritten_both_reject(tmp_path, raw, zb):
+    p = tmp_path / "bad.svm"
+    p.write_bytes(raw)
+    assert isinstance(sk_load(p, zero_based=zb), Exception)
+    with pytest.raises(DataError, match=r"bad\.svm: line \d+ \(byte \d+\)"):
+        load_svmlight(p, zero_based=zb)
+
+
+def test_qid_value_is_checked_with_query_id(tmp_path):
+    p = tmp_path / "q.svm"
+    p.write_bytes(b"1 qid:abc 1:1\n")
+    assert isinstance(sk_load(p, query_id=True), Exception)
+    with pytest.raises(DataError, match="qid"):
+        load_svmlight(p, query_id=True)
+
+
+def test_index_zero_when_one_based(tmp_path):
+    p = tmp_path / "z.svm"
+    p.write_bytes(b"1 1:1\n1 0:1\n")
+    assert isinstance(sk_load(p, zero_based=False), Exception)
+    with pytest.raises(DataError, match=r"line 2 .*index 0"):
+        load_svmlight(p, zero_based=False)
+
+
+def test_n_features(tmp_path):
+    p = tmp_path / "n.svm"
+    p.write_bytes(b"1 1:1 4:2\n")
+    compare_file(p, n_features=10)
+    compare_file(p, n_features=4)
+    compare_file(p, n_features=3)  # too small: both reject
+
+
+def test_error_message_names_file_offset_record_token(tmp_path):
+    raw = b"1 1:1 2:2\n# note\n-1 3:1 4:abc\n1 5:1\n"
+    starts, ends = split_records(raw)
+    buf = np.frombuffer(raw, np.uint8)
+    with pytest.raises(DataError) as ei:
+        decode_libsvm(buf, starts, ends, n_features=10, zero_based=False, source="d.svm",
+                      record_ids=np.array([100, 101, 102]))
+    bad = raw.index(b"4:abc")
+    assert str(ei.value).startswith(f"d.svm: byte {bad} (record 101): ")
+    assert "'4:abc'" in str(ei.value)
+    # the same record placed elsewhere in a buffer: the file offset still comes out right
+    sub = np.frombuffer(b"xyz" + raw[starts[1]:ends[1]], np.uint8)
+    with pytest.raises(DataError, match=f"byte {bad} \\(record 0\\)"):
+        decode_libsvm(sub, np.array([3]), np.array([len(sub)]), n_features=10, zero_based=False,
+                      source="d.svm", file_offsets=starts[1:2])
+
+
+@pytest.mark.parametrize("rec", [b"# only comment\n", b"\n", b"1 1:1\n2 2:1\n", b"1 1:1\n# c\n2 2:1"])
+def test_record_needs_exactly_one_data_line(rec):
+    buf = np.frombuffer(rec, np.uint8)
+    with pytest.raises(DataError, match="data line"):
+        decode_libsvm(buf, np.array([0]), np.array([len(rec)]), n_features=5, zero_based=False)
+
+
+def test_out_of_range_index_for_n_features():
+    rec = b"1 3:1 9:1\n"
+    buf = np.frombuffer(rec, np.uint8)
+    with pytest.raises(DataError, match="out of range"):
+        decode_libsvm(buf, np.array([0]), np.array([len(rec)]), n_features=8, zero_based=False)
+    X, _ = decode_libsvm(buf, np.array([0]), np.array([len(rec)]), n_features=9, zero_based=False)
+    assert X.indices.tolist() == [2, 8]
+
+
+def test_large_indices_give_int64(tmp_path):
+    """An extension over sklearn (whose C int overflows): indices past 2**31 - 1 are kept."""
+    big = 3 * 2**31
+    rec = f"1 5:1 {big}:2\n".encode()
+    buf = np.frombuffer(rec, np.uint8)
+    X, y = decode_libsvm(buf, np.array([0]), np.array([len(rec)]), n_features=big + 1, zero_based=True)
+    assert X.indices.dtype == np.int64 and X.indices.tolist() == [5, big]
+    p = tmp_path / "big.svm"
+    p.write_bytes(rec)
+    X2, _ = load_svmlight(p)
+    assert X2.shape == (1, big) and X2.indices.dtype == np.int64  # auto: one-based
+    assert X2.indices.tolist() == [4, big - 1]
+
+
+def test_other_dtype_casts_like_sklearn(tmp_path):
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:0.1 2:3.5\n")
+    p.write_bytes(b"1 1:0.9 2:-3.5 3:7\n")
+    ref = load_svmlight_file(str(p), dtype=np.int32)
+    X, _ = load_svmlight(p, dtype=np.int32)
+    assert X.dtype == np.int32 and ref[0].dtype == np.int32
+    np.testing.assert_array_equal(X.data, ref[0].data)
+
+
+def test_gzip_file(tmp_path):
+    import gzip
+    p = tmp_path / "c.svm.gz"
+    with gzip.open(p, "wb") as f:
+        f.write(b"1 1:1 2:2\n-1 3:4\n")
+    compare_file(p)
+
+
+def test_empty_spans_and_no_records():
+    buf = np.zeros(0, np.uint8)
+    X, y = decode_libsvm(buf, np.zeros(0, np.int64), np.zeros(0, np.int64), n_features=3, zero_based=True)
+    assert X.shape == (0, 3) and y.shape == (0,)
+
+
+def test_bad_spans_are_usage_errors():
+    buf = np.frombuffer(b"1 1:1\n", np.uint8)
+    with pytest.raises(UsageError):
+        decode_libsvm(buf, np.array([0]), np.array([99]), n_features=3, zero_based=True)
+    with pytest.raises(UsageError):
+        decode_libsvm(buf, np.array([0]), np.array([6]), n_features=0, zero_based=True)
+
+
+# --------------------------------------------------------------------------- float fast path
+
+
+@settings(max_examples=400, deadline=None)
+@given(tok=number_token())
+def test_kernel_float_equals_python_float(tok):
+    b = np.frombuffer(tok.encode(), np.uint8)
+    v, ok = K.parse_float(b, 0, len(b), K.POW10)
+    try:
+        ref = float(tok.encode())
+    except ValueError:
+        assert not ok
+        return
+    if ok:
+        assert struct.pack("<d", v) == struct.pack("<d", ref), tok
+
+
+def test_fast_path_covers_plain_numbers():
+    for tok in [b"1", b"-1", b"0.0625", b"3.14159", b"1e-5", b"123456789012345", b"-0", b"2.5E+3"]:
+        b = np.frombuffer(tok, np.uint8)
+        v, ok = K.parse_float(b, 0, len(b), K.POW10)
+        assert ok and struct.pack("<d", v) == struct.pack("<d", float(tok)), tok
+
+
+# --------------------------------------------------------------------------- resolve_libsvm_params
+
+
+@pytest.mark.parametrize("raw", [b"1 1:1 7:2\n", b"1 0:1 7:2\n", b"1\n2\n", b"1 3:1\n"])
+@pytest.mark.parametrize("zb", ["auto", True, False])
+def test_resolve_params_agree_with_sklearn(tmp_path, raw, zb):
+    p = tmp_path / "r.svm"
+    p.write_bytes(raw)
+    idx = [i for i in _raw_indices(raw)] if b":" in raw else []
+    meta = {"min_index": min(idx), "max_index": max(idx)} if idx else {"min_index": 0, "max_index": -1}
+    index = Index.from_arrays([str(p)], "libsvm", offsets=split_records(raw)[0],
+                              data_ends=[len(raw)], meta=meta)
+    ref = sk_load(p, zero_based=zb)
+    if isinstance(ref, Exception):
+        with pytest.raises(DataError):
+            resolve_libsvm_params(index, zero_based=zb)
+        return
+    n_features, zero_based = resolve_libsvm_params(index, zero_based=zb)
+    assert n_features == ref[0].shape[1]
+    starts, ends = split_records(raw)
+    X, y = decode_libsvm(np.frombuffer(raw, np.uint8), starts, ends, n_features=n_features,
+                         zero_based=zero_based, dtype=np.float64)
+    assert_same((X, y), ref)
+
+
+def test_resolve_params_needs_meta_and_checks_n_features(tmp_path):
+    index = Index.from_arrays([str(tmp_path / "x.svm")], "libsvm", offsets=[0], data_ends=[6], meta={})
+    with pytest.raises(UsageError, match="lirs index"):
+        resolve_libsvm_params(index)
+    index.meta.update(min_index=1, max_index=9)
+    assert resolve_libsvm_params(index) == (9, False)
+    assert resolve_libsvm_params(index, n_features=20) == (20, False)
+    with pytest.raises(UsageError):
+        resolve_libsvm_params(index, n_features=5)
+
+
+def test_resolve_params_from_built_index(tmp_path):
+    from lirs.index import build_index
+    raw = b"# header\n1 2:1 5:1\n-1 3:1 9:0.5\n"
+    p = tmp_path / "b.svm"
+    p.write_bytes(raw)
+    index = build_index([str(p)])
+    n_features, zero_based = resolve_libsvm_params(index)
+    ref = load_svmlight_file(str(p))
+    assert (n_features, zero_based) == (ref[0].shape[1], False)
+    starts, ends = index.bounds()
+    X, y = decode_libsvm(np.frombuffer(raw, np.uint8), starts, ends, n_features=n_features,
+                         zero_based=zero_based, dtype=np.float64)
+    assert_same((X, y), ref)
+
+
+# --------------------------------------------------------------------------- fixed and lines
+
+
+def test_decode_fixed_matches_npy(tmp_path):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((50, 3, 4)).astype(">f4")
+    p = tmp_path / "a.npy"
+    np.save(p, a)
+    raw = np.fromfile(p, np.uint8)
+    header = len(raw) - a.nbytes
+    rs = a[0].nbytes
+    ids = rng.permutation(50)[:20]
+    out = decode_fixed(raw, header + ids * rs, a.dtype, (3, 4))
+    assert out.shape == (20, 3, 4) and out.dtype == a.dtype
+    np.testing.assert_array_equal(out, a[ids])
+    out[0] = 0  # a copy, not a view of the buffer
+    np.testing.assert_array_equal(np.load(p)[ids[0]], a[ids[0]])
+    with pytest.raises(UsageError):
+        decode_fixed(raw, np.array([len(raw) - 2]), a.dtype, (3, 4))
+
+
+def test_decode_lines():
+    raw = b'{"a": 1}\n{"b": 2}\r\nlast'
+    buf = np.frombuffer(raw, np.uint8)
+    starts, ends = np.array([0, 9, 19]), np.array([9, 19, 23])
+    assert decode_lines(buf, starts, ends) == [b'{"a": 1}', b'{"b": 2}', b"last"]
+    assert decode_lines(buf, starts[[1, 0]], ends[[1, 0]], keep_newline=True) == [b'{"b": 2}\r\n', b'{"a": 1}\n']
