@@ -395,6 +395,26 @@ def test_kernel_float_equals_python_float(tok):
         assert struct.pack("<d", v) == struct.pack("<d", ref), tok
 
 
+def test_kernel_float_exhaustive_sweep():
+    """Random mantissas of 1..20 digits at every exponent around the fast path's limits."""
+    rng = np.random.default_rng(7)
+    toks = []
+    for e in range(-30, 31):
+        for nd in range(1, 21):
+            for _ in range(6):
+                m = "".join(map(str, rng.integers(0, 10, nd)))
+                dot = int(rng.integers(0, nd + 1))
+                toks.append(f"{m[:dot]}.{m[dot:]}e{e}" if dot < nd else f"{m}e{e}")
+    n_fast = 0
+    for tok in toks:
+        b = np.frombuffer(tok.encode(), np.uint8)
+        v, ok = K.parse_float(b, 0, len(b), K.POW10)
+        if ok:
+            n_fast += 1
+            assert struct.pack("<d", v) == struct.pack("<d", float(tok)), tok
+    assert n_fast > len(toks) // 3  # the fast path is really taken
+
+
 def test_fast_path_covers_plain_numbers():
     for tok in [b"1", b"-1", b"0.0625", b"3.14159", b"1e-5", b"123456789012345", b"-0", b"2.5E+3"]:
         b = np.frombuffer(tok, np.uint8)
