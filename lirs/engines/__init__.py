@@ -1,0 +1,155 @@
+"""Engines: read a batch of aligned extents into a caller-owned buffer with one call.
+
+=========  =====================================================================================
+uring      io_uring through raw syscalls; a whole batch submitted and reaped in native code
+threads    ``pread`` from a pool of threads running a nogil kernel (no GIL held while reading)
+aiofiles   the asyncio baseline: one awaited ``preadv`` per read (for comparison)
+buffered   page-cache ``pread`` (no O_DIRECT): tmpfs, some overlays, warm-cache use
+=========  =====================================================================================
+
+:func:`open_engine` with ``engine="auto"`` takes the first that works here, in the order
+uring, threads (or buffered when the filesystem refuses O_DIRECT), and logs which one and why.
+The environment variable ``LIRS_ENGINE`` replaces ``"auto"``.
+
+Every engine has the same small protocol::
+
+    eng = open_engine(paths)                 # opens the files
+    got = eng.read(ext_file, ext_offset, ext_nbytes, buf, buf_pos)   # int64 bytes per extent
+    got = await eng.aread(...)               # same, from a coroutine
+    eng.close()
+"""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+from ..errors import UsageError
+from .base import BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, probe_direct
+
+log = logging.getLogger("lirs.engines")
+
+ENGINE_NAMES = ("uring", "threads", "aiofiles", "buffered")
+AUTO_ORDER = ("uring", "threads")
+ENV = "LIRS_ENGINE"
+
+__all__ = ["open_engine", "available_engines", "engine_class", "aligned_empty", "probe_direct", "Engine",
+           "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK"]
+
+
+def engine_class(name: str) -> type:
+    """The class of engine ``name`` (imported on demand)."""
+    if name == "uring":
+        from .uring import UringEngine
+        return UringEngine
+    if name == "threads":
+        from .threads import ThreadsEngine
+        return ThreadsEngine
+    if name == "buffered":
+        from .threads import BufferedEngine
+        return BufferedEngine
+    if name == "aiofiles":
+        from .aio import AiofilesEngine
+        return AiofilesEngine
+    raise UsageError(f"unknown engine {name!r}; expected auto or one of {', '.join(ENGINE_NAMES)}")
+
+
+def _probe_read(eng: Engine) -> None:
+    """One aligned read of the first block of the first file: some setups fail only here."""
+    buf = aligned_empty(BLOCK)
+    eng.read([0], [0], [BLOCK], buf, [0])
+
+
+def _open(name: str, paths, direct: bool, depth) -> Engine:
+    eng = engine_class(name)(paths, direct=direct, depth=depth)
+    try:
+        if paths:
+            _probe_read(eng)
+    except BaseException:
+        eng.close()
+        raise
+    return eng
+
+
+def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, depth: int | None = None) -> Engine:
+    """Open an engine on ``paths`` (sequence of str; ``ext_file`` indexes it).
+
+    Parameters
+    ----------
+    engine : str
+        ``"auto"`` (``$LIRS_ENGINE`` when set, else the first of uring, threads that works) or
+        one of :data:`ENGINE_NAMES`.
+    direct : bool or None
+        None: O_DIRECT when every file allows it (probed with a real aligned read), else page cache
+        with a warning. True: require O_DIRECT (error if refused). False: page cache.
+    depth : int or None
+        Reads in flight; the engine's default when None.
+
+    The chosen engine carries ``.name``, ``.direct`` and ``.reason`` (why it was chosen).
+    """
+    paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    requested = engine or "auto"
+    why = []
+    if requested == "auto" and os.environ.get(ENV):
+        requested = os.environ[ENV].strip()
+        why.append(f"{ENV}={requested}")
+    if requested != "auto":
+        engine_class(requested)  # validate the name early
+
+    refused = None
+    if direct is None or direct:
+        for p in paths:
+            refused = probe_direct(p)
+            if refused:
+                break
+        if refused and direct:
+            raise UsageError(f"O_DIRECT was required but {refused}")
+    use_direct = (direct is not False) and refused is None and requested != "buffered"
+
+    if requested == "auto":
+        if refused:
+            why.append(f"{refused}: page-cache reads")
+            log.warning("%s; reading through the page cache", refused)
+            order = ("buffered",)
+        else:
+            order = AUTO_ORDER
+        last = None
+        for name in order:
+            try:
+                eng = _open(name, paths, use_direct, depth)
+            except (OSError, ImportError) as e:
+                why.append(f"{name} unavailable ({e})")
+                log.info("engine %s unavailable: %s", name, e)
+                last = e
+                continue
+            why.append(f"{name} works" + (" with O_DIRECT" if eng.direct else ""))
+            eng.reason = "; ".join(why)
+            log.info("engine %s chosen: %s", eng.name, eng.reason)
+            return eng
+        raise OSError(f"no engine works on {paths[0] if paths else 'these files'}: {'; '.join(why)}") from last
+
+    if refused and requested != "buffered" and direct is None:
+        msg = f"{refused}; engine {requested} reads through the page cache"
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        why.append(msg)
+    eng = _open(requested, paths, use_direct, depth)
+    why.append("requested" if not why else "")
+    eng.reason = "; ".join(w for w in why if w)
+    log.info("engine %s: %s", eng.name, eng.reason)
+    return eng
+
+
+def available_engines(path: str, *, direct: bool | None = None) -> list[str]:
+    """Names of the engines that open and read ``path`` on this machine (for tests and benchmarks)."""
+    names = []
+    for name in ENGINE_NAMES:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                eng = open_engine([path], name, direct=direct)
+        except (OSError, ImportError, UsageError) as e:
+            log.info("engine %s unavailable on %s: %s", name, path, e)
+            continue
+        eng.close()
+        names.append(name)
+    return names

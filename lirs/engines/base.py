@@ -1,0 +1,226 @@
+"""What every engine shares: file opening, argument checks, read errors, aligned buffers."""
+from __future__ import annotations
+
+import ctypes
+import errno as _errno
+import os
+import threading
+
+import numpy as np
+
+from ..errors import LirsError, UsageError
+
+BLOCK = 4096
+O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+class ReadError(LirsError, OSError):
+    """A read failed: the message names the file and the byte offset. ``errno``/``filename`` are set."""
+
+
+class DirectIOUnsupported(OSError):
+    """The filesystem refuses ``O_DIRECT`` for this file (at open or at the first aligned read)."""
+
+
+def aligned_empty(nbytes: int, align: int = BLOCK) -> np.ndarray:
+    """Uninitialized uint8 array of ``nbytes`` whose first byte is ``align``-aligned (O_DIRECT needs it).
+
+    The array keeps its over-allocated parent alive through ``.base``.
+    """
+    nbytes = int(nbytes)
+    if nbytes < 0 or align <= 0 or align & (align - 1):
+        raise ValueError(f"aligned_empty: need nbytes >= 0 and a power-of-two align, got {nbytes}, {align}")
+    raw = np.empty(nbytes + align, np.uint8)
+    skip = (-raw.ctypes.data) % align
+    return raw[skip:skip + nbytes]
+
+
+class _Libc:
+    """Addresses of the libc functions the native kernels call (resolved once per process)."""
+
+    _lock = threading.Lock()
+    _inst = None
+
+    def __init__(self):
+        lib = ctypes.CDLL(None, use_errno=True)
+        self.lib = lib
+        addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
+        self.syscall = addr(lib.syscall)
+        self.pread = addr(lib.pread)
+        self.errno_location = addr(getattr(lib, "__errno_location"))  # getattr: no name mangling
+        lib.syscall.restype = ctypes.c_long
+        lib.mmap.restype = ctypes.c_void_p
+        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                             ctypes.c_long]
+        lib.munmap.restype = ctypes.c_int
+        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+    @classmethod
+    def get(cls) -> "_Libc":
+        with cls._lock:
+            if cls._inst is None:
+                cls._inst = cls()
+            return cls._inst
+
+
+def open_files(paths, direct: bool) -> list[int]:
+    """Open every path read-only (with O_DIRECT when ``direct``); closes what it opened on failure."""
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (O_DIRECT if direct else 0)
+    fds: list[int] = []
+    try:
+        for p in paths:
+            try:
+                fds.append(os.open(p, flags))
+            except OSError as e:
+                if direct and e.errno == _errno.EINVAL:
+                    raise DirectIOUnsupported(e.errno, "the filesystem refuses O_DIRECT", p) from None
+                raise
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
+def probe_direct(path: str) -> str | None:
+    """None when ``path`` can be read with O_DIRECT, else the reason it cannot.
+
+    Some filesystems accept ``O_DIRECT`` at open and refuse only the first read, so this does one
+    real aligned read of the first block.
+    """
+    if not O_DIRECT:
+        return "this platform has no O_DIRECT"
+    try:
+        fd = os.open(path, os.O_RDONLY | O_DIRECT | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if e.errno == _errno.EINVAL:
+            return f"the filesystem of {path} refuses O_DIRECT at open"
+        raise
+    try:
+        buf = aligned_empty(BLOCK)
+        try:
+            os.preadv(fd, [memoryview(buf)], 0)
+        except OSError as e:
+            return f"an aligned O_DIRECT read of {path} failed ({os.strerror(e.errno)})"
+    finally:
+        os.close(fd)
+    return None
+
+
+class Engine:
+    """Reads a batch of extents into a caller-owned buffer with one call.
+
+    Subclasses implement :meth:`_read` (and may override :meth:`aread`). An engine opens its files
+    at construction and belongs to the process that made it (rings and threads do not survive fork).
+
+    Parameters
+    ----------
+    paths : sequence of str
+        Data files; ``ext_file`` values index this list.
+    direct : bool
+        Open with ``O_DIRECT`` (offsets, sizes and buffer positions must then be 4096-aligned).
+    depth : int or None
+        Reads in flight (ring entries, threads, concurrent tasks); None for the engine's default.
+    """
+
+    name = "engine"
+    default_depth = 32
+
+    def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
+        self.paths = tuple(os.fspath(p) for p in paths)
+        self.direct = bool(direct and O_DIRECT)
+        self.depth = int(depth or self.default_depth)
+        if self.depth < 1:
+            raise UsageError(f"engine depth must be >= 1, got {self.depth}")
+        self.pid = os.getpid()
+        self.reason = ""
+        self.closed = False
+        self.fds = np.asarray(open_files(self.paths, self.direct), np.int32)
+        self.sizes = np.asarray([os.fstat(int(fd)).st_size for fd in self.fds], np.int64)
+
+    # ---- public ---------------------------------------------------------------------------
+    def read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos) -> np.ndarray:
+        """Read extent i (``ext_nbytes[i]`` bytes at ``ext_offset[i]`` of file ``ext_file[i]``) into
+        ``buf[buf_pos[i]:]``, all extents of the batch in one call.
+
+        ``ext_file`` int32 (e,), ``ext_offset``/``ext_nbytes``/``buf_pos`` int64 (e,), ``buf`` a
+        writable C-contiguous uint8 array (4096-aligned for O_DIRECT, see :func:`aligned_empty`).
+        Returns int64 (e,): the bytes read per extent, short only where the file ends. Raises
+        :class:`ReadError` naming the file and offset when a read fails.
+        """
+        args = self._check(ext_file, ext_offset, ext_nbytes, buf, buf_pos)
+        if args[0].shape[0] == 0:
+            return np.zeros(0, np.int64)
+        return self._read(*args)
+
+    async def aread(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, executor=None) -> np.ndarray:
+        """:meth:`read` from a coroutine: the native call runs in ``executor`` (threads)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, self.read, ext_file, ext_offset, ext_nbytes, buf, buf_pos)
+
+    def close(self) -> None:
+        """Close the files and stop any threads. Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._close()
+        finally:
+            if os.getpid() == self.pid:
+                for fd in self.fds:
+                    try:
+                        os.close(int(fd))
+                    except OSError:
+                        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name} direct={self.direct} depth={self.depth}>"
+
+    # ---- for subclasses --------------------------------------------------------------------
+    def _read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos) -> np.ndarray:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        pass
+
+    def _check(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos):
+        if self.closed:
+            raise ValueError(f"{self.name} engine is closed")
+        if os.getpid() != self.pid:
+            raise RuntimeError(f"{self.name} engine was created in process {self.pid}; "
+                               "create a new engine after fork")
+        ext_file = np.ascontiguousarray(ext_file, np.int32)
+        ext_offset = np.ascontiguousarray(ext_offset, np.int64)
+        ext_nbytes = np.ascontiguousarray(ext_nbytes, np.int64)
+        buf_pos = np.ascontiguousarray(buf_pos, np.int64)
+        e = ext_file.shape[0]
+        if not (ext_offset.shape == ext_nbytes.shape == buf_pos.shape == (e,)) or ext_file.ndim != 1:
+            raise ValueError("ext_file, ext_offset, ext_nbytes and buf_pos must be 1-D of equal length")
+        if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 \
+                or not buf.flags.c_contiguous or not buf.flags.writeable:
+            raise ValueError("buf must be a writable, C-contiguous 1-D uint8 array")
+        if e == 0:
+            return ext_file, ext_offset, ext_nbytes, buf, buf_pos
+        if ext_file.min() < 0 or ext_file.max() >= len(self.fds):
+            raise ValueError(f"ext_file out of range [0, {len(self.fds)})")
+        if ext_offset.min() < 0 or ext_nbytes.min() < 0 or buf_pos.min() < 0:
+            raise ValueError("negative offset, size or buffer position")
+        if (buf_pos + ext_nbytes).max() > buf.shape[0]:
+            raise ValueError(f"extents do not fit the buffer of {buf.shape[0]} bytes")
+        if self.direct:
+            if buf.ctypes.data % BLOCK or ((ext_offset | ext_nbytes | buf_pos) % BLOCK).any():
+                raise ValueError("O_DIRECT reads need 4096-aligned offsets, sizes, buffer and buffer positions")
+        return ext_file, ext_offset, ext_nbytes, buf, buf_pos
+
+    def _error(self, en: int, i: int, offset: int, ext_file, ext_nbytes) -> ReadError:
+        f = int(ext_file[i])
+        return ReadError(int(en), f"{os.strerror(int(en))} ({self.name} engine) reading "
+                                  f"{int(ext_nbytes[i])} bytes at offset {int(offset)}", self.paths[f])

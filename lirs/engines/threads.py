@@ -1,0 +1,111 @@
+"""``threads`` and ``buffered`` engines: pread from a pool of threads that do not hold the GIL.
+
+Each read call wakes up to ``depth - 1`` workers and works itself; every participant runs the
+nogil kernel :func:`lirs.kernels.io.pread_worker`, which takes extents from a shared atomic counter
+until none is left. Several callers may read at once (their jobs interleave in the queue).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+
+from ..kernels.io import pread_worker
+from .base import Engine, _Libc
+
+
+class _Job:
+    __slots__ = ("args", "left", "lock", "done", "error")
+
+    def __init__(self, args, parties):
+        self.args = args
+        self.left = parties
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.error = None
+
+    def run(self):
+        try:
+            pread_worker(*self.args)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            self.error = e
+        finally:
+            with self.lock:
+                self.left -= 1
+                last = self.left == 0
+            if last:
+                self.done.set()
+
+
+class ThreadsEngine(Engine):
+    """O_DIRECT ``pread`` from ``depth`` threads (the caller plus ``depth - 1`` workers)."""
+
+    name = "threads"
+    default_depth = 32
+
+    def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
+        super().__init__(paths, direct=direct, depth=depth)
+        self._libc = _Libc.get()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._start_lock = threading.Lock()
+
+    def _ensure_workers(self):
+        if len(self._workers) == self.depth - 1:
+            return
+        with self._start_lock:
+            while len(self._workers) < self.depth - 1:
+                t = threading.Thread(target=self._work, name=f"lirs-{self.name}-{len(self._workers)}",
+                                     daemon=True)
+                t.start()
+                self._workers.append(t)
+
+    def _work(self):
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job.run()
+
+    def _read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos):
+        e = ext_file.shape[0]
+        got = np.zeros(e, np.int64)
+        errs = np.zeros(e, np.int32)
+        counter = np.zeros(1, np.int64)
+        lc = self._libc
+        args = (lc.pread, lc.errno_location, self.fds, ext_file, ext_offset, ext_nbytes, buf.ctypes.data,
+                buf_pos, self.direct, got, errs, counter.ctypes.data)
+        parties = min(self.depth, e)
+        job = _Job(args, parties)
+        if parties > 1:
+            self._ensure_workers()
+            for _ in range(parties - 1):
+                self._jobs.put(job)
+        job.run()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
+        bad = np.flatnonzero(errs)
+        if bad.size:
+            i = int(bad[0])
+            raise self._error(errs[i], i, ext_offset[i] + got[i], ext_file, ext_nbytes)
+        return got
+
+    def _close(self):
+        for _ in self._workers:
+            self._jobs.put(None)
+        for t in self._workers:
+            t.join()
+        self._workers.clear()
+
+
+class BufferedEngine(ThreadsEngine):
+    """Page-cache ``pread`` (no O_DIRECT) from a few threads: for filesystems that refuse O_DIRECT
+    (tmpfs, some overlays) and for data that is already in memory."""
+
+    name = "buffered"
+    default_depth = 8
+
+    def __init__(self, paths, *, direct: bool = False, depth: int | None = None):
+        super().__init__(paths, direct=False, depth=depth)

@@ -1,0 +1,346 @@
+"""Native read loops of the engines: one call reads a whole batch of extents without the GIL.
+
+libc entry points (``syscall``, ``pread``, ``__errno_location``) are passed in as integer
+addresses and called through tiny LLVM intrinsics, so the kernels hold no ctypes globals and can be
+cached. Ring memory of io_uring is touched through explicit acquire/release atomics: the kernel
+writes the completion ring from another context, and the compiler must neither cache nor reorder
+those loads.
+
+Conventions of every kernel here:
+  * ``ext_file`` int32 (e,), ``ext_offset`` int64 (e,), ``ext_nbytes`` int64 (e,): what to read;
+  * ``buf_addr`` int: address of the caller's buffer; ``buf_pos`` int64 (e,): where extent i goes;
+  * ``got`` int64 (e,) output, zero on entry: bytes read per extent (short only at end of file);
+  * errors are reported in an output array, never raised (numba cannot raise with context).
+"""
+from __future__ import annotations
+
+import numba
+from llvmlite import ir
+from numba import njit
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+# errno values (Linux, identical on x86-64 and aarch64)
+EINTR = 4
+EAGAIN = 11
+EBUSY = 16
+
+NR_IO_URING_SETUP = 425
+NR_IO_URING_ENTER = 426
+NR_IO_URING_REGISTER = 427
+IORING_OP_READ = 22
+IORING_ENTER_GETEVENTS = 1
+
+# Layout of the int64 ring descriptor handed to uring_read (filled by lirs.engines.uring).
+R_FD, R_SQ_HEAD, R_SQ_TAIL, R_SQ_MASK, R_SQES, R_CQ_HEAD, R_CQ_TAIL, R_CQ_MASK, R_CQES, R_ENTRIES, \
+    R_SYSCALL, R_ERRNO = range(12)
+RING_FIELDS = 12
+
+_BLOCK = 4096
+_MAX_EAGAIN = 100000  # retries of an EAGAIN read before it counts as an error
+
+
+# --------------------------------------------------------------------------- intrinsics
+
+
+def _i64(context, builder, typ, val):
+    return context.cast(builder, val, typ, types.int64)
+
+
+def _make_load(bits, ordering):
+    @intrinsic
+    def load(typingctx, addr):
+        if not isinstance(addr, types.Integer):
+            return None
+        rtype = types.uint32 if bits == 32 else types.int64
+
+        def codegen(context, builder, sig, args):
+            a = _i64(context, builder, sig.args[0], args[0])
+            ptr = builder.inttoptr(a, ir.IntType(bits).as_pointer())
+            if ordering is None:
+                v = builder.load(ptr, align=bits // 8)
+            else:
+                v = builder.load_atomic(ptr, ordering, bits // 8)
+            if bits == 32:
+                return v
+            return v
+
+        return rtype(addr), codegen
+
+    return load
+
+
+def _make_store(bits, ordering):
+    @intrinsic
+    def store(typingctx, addr, value):
+        if not isinstance(addr, types.Integer) or not isinstance(value, types.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            a = _i64(context, builder, sig.args[0], args[0])
+            ity = ir.IntType(bits)
+            v = context.cast(builder, args[1], sig.args[1], types.int64)
+            if bits < 64:
+                v = builder.trunc(v, ity)
+            ptr = builder.inttoptr(a, ity.as_pointer())
+            if ordering is None:
+                builder.store(v, ptr, align=bits // 8)
+            else:
+                builder.store_atomic(v, ptr, ordering, bits // 8)
+            return context.get_dummy_value()
+
+        return types.void(addr, value), codegen
+
+    return store
+
+
+load_u32_acquire = _make_load(32, "acquire")
+store_u32_release = _make_store(32, "release")
+load_i64 = _make_load(64, None)
+store_u8 = _make_store(8, None)
+store_u16 = _make_store(16, None)
+store_u32 = _make_store(32, None)
+store_i64 = _make_store(64, None)
+
+
+@intrinsic
+def load_i32(typingctx, addr):
+    """Signed 32-bit load (the ``res`` field of a completion, ``errno``)."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = _i64(context, builder, sig.args[0], args[0])
+        return builder.load(builder.inttoptr(a, ir.IntType(32).as_pointer()), align=4)
+
+    return types.int32(addr), codegen
+
+
+@intrinsic
+def fetch_add_i64(typingctx, addr, value):
+    """Atomically add ``value`` to the int64 at ``addr``; returns the previous value."""
+    if not isinstance(addr, types.Integer) or not isinstance(value, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = _i64(context, builder, sig.args[0], args[0])
+        v = _i64(context, builder, sig.args[1], args[1])
+        ptr = builder.inttoptr(a, ir.IntType(64).as_pointer())
+        return builder.atomic_rmw("add", ptr, v, "seq_cst")
+
+    return types.int64(addr, value), codegen
+
+
+@intrinsic
+def call_syscall6(typingctx, fn, nr, a1, a2, a3, a4, a5, a6):
+    """``long syscall(long nr, ...)`` through the libc function at address ``fn``."""
+    args_t = (fn, nr, a1, a2, a3, a4, a5, a6)
+    if not all(isinstance(t, types.Integer) for t in args_t):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        vals = [_i64(context, builder, t, v) for t, v in zip(sig.args, args)]
+        fnty = ir.FunctionType(i64, [i64], var_arg=True)
+        f = builder.inttoptr(vals[0], fnty.as_pointer())
+        return builder.call(f, vals[1:])
+
+    return types.int64(*args_t), codegen
+
+
+@intrinsic
+def call_pread(typingctx, fn, fd, addr, nbytes, offset):
+    """``ssize_t pread(int fd, void *buf, size_t n, off_t off)`` through the function at ``fn``."""
+    args_t = (fn, fd, addr, nbytes, offset)
+    if not all(isinstance(t, types.Integer) for t in args_t):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        vals = [_i64(context, builder, t, v) for t, v in zip(sig.args, args)]
+        fnty = ir.FunctionType(i64, [i32, ir.IntType(8).as_pointer(), i64, i64])
+        f = builder.inttoptr(vals[0], fnty.as_pointer())
+        buf = builder.inttoptr(vals[2], ir.IntType(8).as_pointer())
+        return builder.call(f, [builder.trunc(vals[1], i32), buf, vals[3], vals[4]])
+
+    return types.int64(*args_t), codegen
+
+
+@intrinsic
+def call_errno(typingctx, fn):
+    """Value of this thread's ``errno`` via ``int *__errno_location(void)`` at address ``fn``."""
+    if not isinstance(fn, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        a = _i64(context, builder, sig.args[0], args[0])
+        fnty = ir.FunctionType(i32.as_pointer(), [])
+        f = builder.inttoptr(a, fnty.as_pointer())
+        p = builder.call(f, [])
+        return builder.load(p, align=4)
+
+    return types.int32(fn), codegen
+
+
+# --------------------------------------------------------------------------- pread workers
+
+
+@njit(cache=True, nogil=True)
+def pread_worker(fn_pread, fn_errno, fds, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos, direct,
+                 got, errs, counter_addr):
+    """Read extents until none is left; several threads run this on the same batch.
+
+    Extents are handed out one at a time through an atomic counter at ``counter_addr`` (int64,
+    zero on entry), so threads that finish early take more. ``errs`` int32 (e,) receives the
+    errno of a failed extent (0 = fine). With ``direct`` a read ending off a 4096 boundary is the
+    end of the file (the next O_DIRECT read at that offset would be refused). Returns the number
+    of extents this thread read.
+    """
+    e = ext_file.shape[0]
+    mine = 0
+    while True:
+        i = fetch_add_i64(counter_addr, 1)
+        if i >= e:
+            break
+        mine += 1
+        fd = fds[ext_file[i]]
+        want = ext_nbytes[i]
+        retries = 0
+        while got[i] < want:
+            r = call_pread(fn_pread, fd, buf_addr + buf_pos[i] + got[i], want - got[i], ext_offset[i] + got[i])
+            if r < 0:
+                en = call_errno(fn_errno)
+                if en == EINTR:
+                    continue
+                if en == EAGAIN and retries < _MAX_EAGAIN:
+                    retries += 1
+                    continue
+                errs[i] = en
+                break
+            if r == 0:
+                break
+            got[i] += r
+            if direct and got[i] % _BLOCK != 0:
+                break
+    return mine
+
+
+# --------------------------------------------------------------------------- io_uring
+
+
+@njit(cache=True, nogil=True)
+def uring_init_array(ring, sq_array):
+    """Identity map of the submission array: SQE slot i is entry i (set once per ring)."""
+    n = ring[R_ENTRIES]
+    for i in range(n):
+        store_u32(sq_array + 4 * i, i)
+
+
+@njit(cache=True, nogil=True)
+def _uring_push(ring, tail, fd, addr, nbytes, offset, user_data):
+    slot = tail & ring[R_SQ_MASK]
+    sqe = ring[R_SQES] + 64 * slot
+    store_u8(sqe + 0, IORING_OP_READ)  # opcode
+    store_u8(sqe + 1, 0)               # flags
+    store_u16(sqe + 2, 0)              # ioprio
+    store_u32(sqe + 4, fd)             # fd
+    store_i64(sqe + 8, offset)         # off
+    store_i64(sqe + 16, addr)          # addr
+    store_u32(sqe + 24, nbytes)        # len
+    store_u32(sqe + 28, 0)             # rw_flags
+    store_i64(sqe + 32, user_data)     # user_data
+    store_i64(sqe + 40, 0)             # buf_index, personality, splice_fd_in
+    store_i64(sqe + 48, 0)             # addr3
+    store_i64(sqe + 56, 0)
+
+
+@njit(cache=True, nogil=True)
+def uring_read(ring, fds, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos, direct, got, err, pending):
+    """Read a batch of extents through one io_uring: keep up to ``ring[R_ENTRIES]`` reads in flight.
+
+    ``ring`` int64 (12,): the ring descriptor (see ``R_*``). ``pending`` int64 (e,) scratch.
+    ``err`` int64 (3,) output: ``[errno, extent, file offset]`` of the first failure (errno 0 = none).
+    A negative errno in ``err[0]`` means ``io_uring_enter`` itself failed. Short reads are
+    resubmitted for the rest; EINTR/EAGAIN completions are resubmitted; a zero-byte read (or, with
+    ``direct``, a read ending off a 4096 boundary) is the end of the file.
+    Returns the number of ``io_uring_enter`` calls made.
+    """
+    e = ext_file.shape[0]
+    depth = ring[R_ENTRIES]
+    max_len = 1 << 30  # a single SQE carries a 32-bit length; long extents go in pieces
+    nxt = 0            # next extent never submitted
+    p_head = 0         # pending: extents with bytes still to read (short read or retry)
+    p_tail = 0
+    inflight = 0
+    enters = 0
+    failed = False
+    tail = load_u32_acquire(ring[R_SQ_TAIL])
+    err[0] = 0
+    while True:
+        # fill the submission ring
+        added = 0
+        while not failed and inflight < depth and (p_head < p_tail or nxt < e):
+            if p_head < p_tail:
+                i = pending[p_head % e]
+                p_head += 1
+            else:
+                i = nxt
+                nxt += 1
+            n = ext_nbytes[i] - got[i]
+            if n <= 0:
+                continue
+            if n > max_len:
+                n = max_len
+            _uring_push(ring, tail, fds[ext_file[i]], buf_addr + buf_pos[i] + got[i], n,
+                        ext_offset[i] + got[i], i)
+            tail = (tail + 1) & 0xFFFFFFFF
+            added += 1
+            inflight += 1
+        if added:
+            store_u32_release(ring[R_SQ_TAIL], tail)
+        if inflight == 0:
+            break
+        # submit what the kernel has not consumed yet and wait for at least one completion
+        head = load_u32_acquire(ring[R_SQ_HEAD])
+        to_submit = (tail - head) & 0xFFFFFFFF
+        r = call_syscall6(ring[R_SYSCALL], NR_IO_URING_ENTER, ring[R_FD], to_submit, 1,
+                          IORING_ENTER_GETEVENTS, 0, 0)
+        enters += 1
+        if r < 0:
+            en = call_errno(ring[R_ERRNO])
+            if en != EINTR and en != EAGAIN and en != EBUSY:
+                # the ring itself is broken: nothing more will complete
+                err[0] = -en
+                return enters
+        # reap every completion available
+        ch = load_u32_acquire(ring[R_CQ_HEAD])
+        ct = load_u32_acquire(ring[R_CQ_TAIL])
+        while ch != ct:
+            cqe = ring[R_CQES] + 16 * (ch & ring[R_CQ_MASK])
+            i = load_i64(cqe)
+            res = load_i32(cqe + 8)
+            ch = (ch + 1) & 0xFFFFFFFF
+            inflight -= 1
+            if res < 0:
+                if (-res == EINTR or -res == EAGAIN) and not failed:
+                    pending[p_tail % e] = i
+                    p_tail += 1
+                elif not failed:
+                    failed = True
+                    err[0] = -res
+                    err[1] = i
+                    err[2] = ext_offset[i] + got[i]
+                continue
+            if res == 0:
+                continue  # end of file
+            got[i] += res
+            if got[i] < ext_nbytes[i] and not failed:
+                if direct and got[i] % _BLOCK != 0:
+                    continue  # O_DIRECT short read off a block boundary: end of file
+                pending[p_tail % e] = i
+                p_tail += 1
+            if ch == ct:
+                ct = load_u32_acquire(ring[R_CQ_TAIL])
+        store_u32_release(ring[R_CQ_HEAD], ch)
+    return enters
