@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import errno as _errno
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -28,17 +29,23 @@ class AiofilesEngine(Engine):
 
         super().__init__(paths, direct=direct, depth=depth)
         self._pool: ThreadPoolExecutor | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._local = threading.local()  # sync callers: one private event loop per thread
+        self._loops: list[asyncio.AbstractEventLoop] = []
+        self._lock = threading.Lock()
 
     def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.depth, thread_name_prefix="lirs-aiofiles")
-        return self._pool
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.depth, thread_name_prefix="lirs-aiofiles")
+            return self._pool
 
     def _read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos):
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self._aread(ext_file, ext_offset, ext_nbytes, buf, buf_pos))
+        loop = getattr(self._local, "loop", None)
+        if loop is None:
+            loop = self._local.loop = asyncio.new_event_loop()
+            with self._lock:
+                self._loops.append(loop)
+        return loop.run_until_complete(self._aread(ext_file, ext_offset, ext_nbytes, buf, buf_pos))
 
     async def aread(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, executor=None) -> np.ndarray:
         """Native coroutine read (``executor`` is ignored: reads use the engine's own pool)."""
@@ -84,9 +91,9 @@ class AiofilesEngine(Engine):
         return got
 
     def _close(self):
-        if self._loop is not None:
-            self._loop.close()
-            self._loop = None
+        for loop in self._loops:
+            loop.close()
+        self._loops.clear()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

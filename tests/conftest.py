@@ -1,0 +1,49 @@
+"""Shared fixtures: the engines that work on this machine, and a tmpfs directory."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+_ENGINES = None
+
+
+def engines_here() -> list[str]:
+    """Engines that open and read a small file on the test filesystem here (probed once)."""
+    global _ENGINES
+    if _ENGINES is None:
+        from lirs.engines import available_engines
+
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "probe.bin")
+            np.arange(3 * 4096, dtype=np.uint8).tofile(p)
+            _ENGINES = available_engines(p)
+    return _ENGINES
+
+
+def pytest_generate_tests(metafunc):
+    # `engine_name` runs a test once per engine that works on this machine
+    if "engine_name" in metafunc.fixturenames:
+        metafunc.parametrize("engine_name", engines_here())
+
+
+@pytest.fixture
+def shm_dir():
+    """A fresh directory on tmpfs (/dev/shm), where O_DIRECT may be refused; skipped without one."""
+    if not os.path.isdir("/dev/shm") or not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+        yield d
+
+
+def open_fds() -> dict[int, str]:
+    """File descriptors open in this process now and what they point to (Linux)."""
+    out = {}
+    for x in os.listdir("/proc/self/fd"):
+        try:
+            out[int(x)] = os.readlink(f"/proc/self/fd/{x}")
+        except OSError:  # the descriptor listdir itself used, closed by now
+            pass
+    return out

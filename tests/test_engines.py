@@ -1,0 +1,293 @@
+"""Engine contract: every engine that works here reads exactly what a plain Python read returns."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import open_fds
+from lirs.engines import (BLOCK, ReadError, aligned_empty, available_engines, open_engine, probe_direct)
+from lirs.errors import UsageError
+
+SIZES = (5 * BLOCK * 64 + 1234, 3 * BLOCK + 17)  # neither a multiple of the block size
+
+
+def _files(tmp_path, seed=0):
+    rng = np.random.default_rng(seed)
+    paths, datas = [], []
+    for i, size in enumerate(SIZES):
+        d = rng.integers(0, 256, size, dtype=np.uint8)
+        p = tmp_path / f"data{i}.bin"
+        d.tofile(p)
+        paths.append(str(p))
+        datas.append(d)
+    return paths, datas
+
+
+def _random_extents(rng, sizes, count, max_blocks=5, past_end=True):
+    """Aligned extents over several files, some running past the end of their file."""
+    f = rng.integers(0, len(sizes), count).astype(np.int32)
+    nblocks = np.array([-(-s // BLOCK) for s in sizes])
+    off = (rng.integers(0, nblocks[f]) * BLOCK).astype(np.int64)
+    nb = (rng.integers(1, max_blocks + 1, count) * BLOCK).astype(np.int64)
+    if past_end:
+        last = rng.random(count) < 0.1
+        off[last] = (nblocks[f[last]] - 1) * BLOCK
+    pos = np.concatenate([[0], np.cumsum(nb)[:-1]]).astype(np.int64)
+    return f, off, nb, pos
+
+
+def _expected(datas, f, off, nb):
+    return [datas[fi][o:o + n] for fi, o, n in zip(f, off, nb)]
+
+
+def _check(buf, pos, got, expected):
+    assert got.dtype == np.int64 and got.shape == (len(expected),)
+    for i, want in enumerate(expected):
+        assert got[i] == len(want), f"extent {i}: read {got[i]} bytes, file has {len(want)}"
+        assert bytes(buf[pos[i]:pos[i] + got[i]]) == want.tobytes(), f"extent {i} differs"
+
+
+@pytest.mark.parametrize("depth", [None, 1, 3])
+def test_batches_match_plain_read(tmp_path, engine_name, depth):
+    paths, datas = _files(tmp_path)
+    rng = np.random.default_rng(1)
+    with open_engine(paths, engine_name, depth=depth) as eng:
+        assert eng.name == engine_name
+        for count in (1, 7, 300):  # fewer and more extents than reads in flight
+            f, off, nb, pos = _random_extents(rng, SIZES, count)
+            buf = aligned_empty(int(nb.sum()))
+            got = eng.read(f, off, nb, buf, pos)
+            _check(buf, pos, got, _expected(datas, f, off, nb))
+
+
+def test_extent_wholly_past_end_reads_nothing(tmp_path, engine_name):
+    paths, datas = _files(tmp_path)
+    with open_engine(paths, engine_name) as eng:
+        end = -(-SIZES[1] // BLOCK) * BLOCK
+        buf = aligned_empty(3 * BLOCK)
+        got = eng.read([1, 1, 0], [end, end + BLOCK, 0], [BLOCK, BLOCK, BLOCK], buf, [0, BLOCK, 2 * BLOCK])
+        assert got.tolist() == [0, 0, BLOCK]
+        assert bytes(buf[2 * BLOCK:]) == datas[0][:BLOCK].tobytes()
+
+
+def test_empty_batch(tmp_path, engine_name):
+    paths, _ = _files(tmp_path)
+    with open_engine(paths, engine_name) as eng:
+        got = eng.read(np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                       aligned_empty(0), np.zeros(0, np.int64))
+        assert got.shape == (0,)
+
+
+def test_aread_from_a_coroutine(tmp_path, engine_name):
+    paths, datas = _files(tmp_path)
+    rng = np.random.default_rng(2)
+    f, off, nb, pos = _random_extents(rng, SIZES, 50)
+    buf = aligned_empty(int(nb.sum()))
+    with open_engine(paths, engine_name) as eng:
+        got = asyncio.run(eng.aread(f, off, nb, buf, pos))
+    _check(buf, pos, got, _expected(datas, f, off, nb))
+
+
+def test_concurrent_callers(tmp_path, engine_name):
+    # the loader reads several batches at once from one engine
+    paths, datas = _files(tmp_path)
+    errors = []
+    with open_engine(paths, engine_name) as eng:
+        def work(seed):
+            try:
+                rng = np.random.default_rng(seed)
+                for _ in range(5):
+                    f, off, nb, pos = _random_extents(rng, SIZES, 64)
+                    buf = aligned_empty(int(nb.sum()))
+                    _check(buf, pos, eng.read(f, off, nb, buf, pos), _expected(datas, f, off, nb))
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+        ts = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    assert not errors, errors[0]
+
+
+def test_failed_read_names_file_and_offset(tmp_path, engine_name):
+    paths, _ = _files(tmp_path)
+    eng = open_engine(paths, engine_name)
+    real = int(eng.fds[1])
+    eng.fds[1] = 1 << 20  # not an open descriptor: every read of file 1 fails with EBADF
+    try:
+        buf = aligned_empty(2 * BLOCK)
+        with pytest.raises(ReadError) as ei:
+            eng.read([0, 1], [0, BLOCK], [BLOCK, BLOCK], buf, [0, BLOCK])
+        err = ei.value
+        assert err.errno == errno.EBADF
+        assert err.filename == paths[1]
+        assert f"offset {BLOCK}" in str(err) and paths[1] in str(err)
+    finally:
+        eng.fds[1] = real
+        eng.close()
+
+
+def test_truncated_file_reads_short(tmp_path, engine_name):
+    paths, datas = _files(tmp_path)
+    with open_engine(paths, engine_name) as eng:
+        os.truncate(paths[0], 2 * BLOCK + 5)
+        buf = aligned_empty(4 * BLOCK)
+        got = eng.read([0, 0], [0, 2 * BLOCK], [2 * BLOCK, 2 * BLOCK], buf, [0, 2 * BLOCK])
+        assert got.tolist() == [2 * BLOCK, 5]
+        assert bytes(buf[2 * BLOCK:2 * BLOCK + 5]) == datas[0][2 * BLOCK:2 * BLOCK + 5].tobytes()
+
+
+def test_bad_arguments(tmp_path, engine_name):
+    paths, _ = _files(tmp_path)
+    with open_engine(paths, engine_name) as eng:
+        buf = aligned_empty(2 * BLOCK)
+        with pytest.raises(ValueError, match="fit the buffer"):
+            eng.read([0], [0], [4 * BLOCK], buf, [0])
+        with pytest.raises(ValueError, match="ext_file out of range"):
+            eng.read([2], [0], [BLOCK], buf, [0])
+        with pytest.raises(ValueError, match="equal length"):
+            eng.read([0, 0], [0], [BLOCK], buf, [0])
+        with pytest.raises(ValueError, match="uint8"):
+            eng.read([0], [0], [BLOCK], np.zeros(BLOCK, np.int32), [0])
+        if eng.direct:
+            with pytest.raises(ValueError, match="aligned"):
+                eng.read([0], [100], [BLOCK], buf, [0])
+            with pytest.raises(ValueError, match="aligned"):
+                eng.read([0], [0], [BLOCK], buf[1:], [0])
+    with pytest.raises(ValueError, match="closed"):
+        eng.read([0], [0], [BLOCK], buf, [0])
+
+
+def test_buffered_reads_unaligned(tmp_path):
+    paths, datas = _files(tmp_path)
+    with open_engine(paths, "buffered") as eng:
+        assert not eng.direct
+        off = np.array([3, 4097, 10], np.int64)
+        nb = np.array([100, 5000, 7], np.int64)
+        pos = np.array([1, 200, 6000], np.int64)
+        buf = np.zeros(7000, np.uint8)
+        got = eng.read([0, 0, 1], off, nb, buf, pos)
+        _check(buf, pos, got, _expected(datas, [0, 0, 1], off, nb))
+
+
+def test_close_leaves_no_threads_or_fds(tmp_path, engine_name):
+    paths, datas = _files(tmp_path)
+    before_fds, before_threads = open_fds(), set(threading.enumerate())
+    eng = open_engine(paths, engine_name)
+    f, off, nb, pos = _random_extents(np.random.default_rng(3), SIZES, 200)
+    buf = aligned_empty(int(nb.sum()))
+    eng.read(f, off, nb, buf, pos)
+    eng.close()
+    eng.close()  # idempotent
+    assert set(threading.enumerate()) - before_threads == set()
+    assert set(open_fds().items()) - set(before_fds.items()) == set()
+
+
+def test_auto_prefers_uring_and_says_why(tmp_path, monkeypatch, caplog):
+    paths, _ = _files(tmp_path)
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    here = available_engines(paths[0])
+    with caplog.at_level(logging.INFO, logger="lirs.engines"):
+        with open_engine(paths) as eng:
+            want = next(n for n in ("uring", "threads", "buffered") if n in here)
+            assert eng.name == want
+            assert eng.reason and eng.name in eng.reason
+    assert any(want in r.getMessage() for r in caplog.records)
+
+
+def test_env_overrides_auto(tmp_path, monkeypatch):
+    paths, _ = _files(tmp_path)
+    monkeypatch.setenv("LIRS_ENGINE", "buffered")
+    with open_engine(paths) as eng:
+        assert eng.name == "buffered" and "LIRS_ENGINE" in eng.reason
+    with open_engine(paths, "threads") as eng:  # an explicit name wins over the variable
+        assert eng.name == "threads"
+    monkeypatch.setenv("LIRS_ENGINE", "nonsense")
+    with pytest.raises(UsageError, match="unknown engine"):
+        open_engine(paths)
+
+
+def _refuse_o_direct(monkeypatch):
+    """Make every O_DIRECT open fail as tmpfs or an overlay filesystem does."""
+    import lirs.engines.base as base
+
+    real_open = os.open
+
+    def fake_open(path, flags, *a, **k):
+        if flags & base.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(base.os, "open", fake_open)
+
+
+def test_o_direct_refused_falls_back_to_page_cache(tmp_path, monkeypatch, caplog):
+    paths, datas = _files(tmp_path)
+    _refuse_o_direct(monkeypatch)
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    assert probe_direct(paths[0]) is not None
+    with caplog.at_level(logging.WARNING, logger="lirs.engines"):
+        with open_engine(paths) as eng:
+            assert eng.name == "buffered" and not eng.direct
+            assert "O_DIRECT" in eng.reason
+    assert any("O_DIRECT" in r.getMessage() for r in caplog.records)
+    with pytest.warns(RuntimeWarning, match="O_DIRECT"):
+        eng = open_engine(paths, "threads")
+    with eng:
+        assert not eng.direct
+        f, off, nb, pos = _random_extents(np.random.default_rng(4), SIZES, 20)
+        buf = aligned_empty(int(nb.sum()))
+        _check(buf, pos, eng.read(f, off, nb, buf, pos), _expected(datas, f, off, nb))
+    with pytest.raises(UsageError, match="O_DIRECT"):
+        open_engine(paths, "threads", direct=True)
+
+
+def test_tmpfs(shm_dir, engine_name):
+    # tmpfs refuses O_DIRECT on older kernels and accepts it on newer ones: either way reads are exact
+    paths, datas = _files(__import__("pathlib").Path(shm_dir))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        eng = open_engine(paths, engine_name)
+    with eng:
+        assert eng.direct == (probe_direct(paths[0]) is None and engine_name != "buffered")
+        f, off, nb, pos = _random_extents(np.random.default_rng(5), SIZES, 40)
+        buf = aligned_empty(int(nb.sum()))
+        _check(buf, pos, eng.read(f, off, nb, buf, pos), _expected(datas, f, off, nb))
+
+
+def test_aligned_empty():
+    assert aligned_empty(0).shape == (0,)  # numpy gives empty views no meaningful address
+    for n in (1, 4096, 10_000):
+        a = aligned_empty(n)
+        assert a.dtype == np.uint8 and a.shape == (n,) and a.ctypes.data % 4096 == 0
+    assert aligned_empty(100, align=512).ctypes.data % 512 == 0
+    with pytest.raises(ValueError):
+        aligned_empty(10, align=3)
+
+
+def test_engine_refuses_use_after_fork(tmp_path):
+    paths, _ = _files(tmp_path)
+    with open_engine(paths, "buffered") as eng:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: the parent's engine must refuse to run here
+            try:
+                eng.read([0], [0], [BLOCK], aligned_empty(BLOCK), [0])
+                os.write(w, b"read")
+            except RuntimeError:
+                os.write(w, b"refused")
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.waitpid(pid, 0)
+        assert os.read(r, 16) == b"refused"
+        os.close(r)
