@@ -1,0 +1,121 @@
+"""`lirs epoch PATH`: read one epoch through the Loader and report how fast and how smoothly."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+
+from ..errors import UsageError
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "epoch", help="read one epoch and report throughput and stalls",
+        description="Read one epoch of an indexed dataset with the Loader (plan, direct reads, decode), "
+                    "optionally sleeping --compute-ms per batch to stand in for a training step, and "
+                    "report records/s, MB/s, reads/s, read amplification, the stall fraction (time "
+                    "the consumer waited for data / wall time), peak RSS and the engine used.")
+    p.add_argument("path", metavar="PATH", help="data file, directory or .lirs sidecar (indexed)")
+    p.add_argument("--granularity", default="group", choices=("instance", "page", "group", "window"),
+                   help="shuffling unit (default: group)")
+    p.add_argument("--engine", default="auto",
+                   help="auto (default; $LIRS_ENGINE or the best that works), uring, threads, aiofiles, buffered")
+    p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
+    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument("--epoch", type=int, default=0, metavar="E")
+    p.add_argument("--compute-ms", type=float, default=0.0, metavar="T",
+                   help="sleep T ms per batch, as a training step would take (default 0)")
+    p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")
+    p.add_argument("--group-bytes", default="64K", metavar="G", help="group size for group/window (default 64K)")
+    p.add_argument("--window", type=int, default=16, metavar="W", help="groups per window (default 16)")
+    p.add_argument("--depth", type=int, default=None, metavar="D",
+                   help="reads in flight per batch (engine default: uring 128, threads 32)")
+    p.add_argument("--max-batches", type=int, default=None, metavar="N", help="stop after N batches")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return p
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process (Linux reports KiB)."""
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r if sys.platform == "darwin" else r * 1024)
+
+
+def run(args) -> int:
+    from ..loader import Loader
+    from ..units import format_bytes, parse_size
+
+    if args.compute_ms < 0:
+        raise UsageError("--compute-ms must be >= 0")
+    if args.max_batches is not None and args.max_batches < 1:
+        raise UsageError("--max-batches must be >= 1")
+    compute_s = args.compute_ms / 1000.0
+    with Loader(args.path, args.batch_size, granularity=args.granularity, group_bytes=parse_size(args.group_bytes),
+                window=args.window, seed=args.seed, engine=args.engine, prefetch=args.prefetch,
+                depth=args.depth) as loader:
+        eng = loader.engine
+        total = loader.num_batches(args.epoch)
+        if args.max_batches is not None:
+            total = min(total, args.max_batches)
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="batch", disable=not sys.stderr.isatty(), leave=False)
+        loader.stats.reset()
+        t0 = time.perf_counter()
+        n = 0
+        for batch in loader.epoch(args.epoch):
+            if compute_s:
+                time.sleep(compute_s)
+            n += 1
+            bar.update(1)
+            if n >= total:
+                break
+        wall = time.perf_counter() - t0
+        bar.close()
+        st = loader.stats.as_dict()
+        res = {
+            "path": os.path.abspath(args.path),
+            "format": loader.index.format,
+            "granularity": args.granularity,
+            "engine": eng.name,
+            "direct": eng.direct,
+            "engine_reason": eng.reason,
+            "batch_size": args.batch_size,
+            "prefetch": args.prefetch,
+            "compute_ms": args.compute_ms,
+            "epoch": args.epoch,
+            "seed": args.seed,
+            "batches": st["batches"],
+            "records": st["records"],
+            "wall_s": wall,
+            "records_per_s": st["records"] / wall if wall else None,
+            "mb_per_s": st["bytes_read"] / wall / 1e6 if wall else None,
+            "reads_per_s": st["reads"] / wall if wall else None,
+            "bytes_read": st["bytes_read"],
+            "payload_bytes": st["payload_bytes"],
+            "reads": st["reads"],
+            "amplification": st["amplification"],
+            "wait_s": st["wait_s"],
+            "stall_fraction": st["wait_s"] / wall if wall else None,
+            "load_ms_per_batch": 1000 * (st["io_s"] + st["decode_s"]) / st["batches"] if st["batches"] else None,
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+    if args.json:
+        json.dump(res, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{res['path']}: epoch {args.epoch}, {res['granularity']}, engine {res['engine']}"
+          f"{' (O_DIRECT)' if res['direct'] else ' (page cache)'}")
+    print(f"  batches        {res['batches']:,} x {args.batch_size} records, prefetch {args.prefetch}, "
+          f"compute {args.compute_ms:g} ms/batch")
+    print(f"  wall           {wall:.3f} s")
+    print(f"  records/s      {res['records_per_s']:,.0f}")
+    print(f"  MB/s           {res['mb_per_s']:,.1f}   ({format_bytes(res['bytes_read'])} read)")
+    print(f"  reads/s        {res['reads_per_s']:,.0f}   ({res['reads']:,} reads)")
+    amp = res["amplification"]
+    print(f"  amplification  {amp:.3f}x" if amp else "  amplification  -")
+    print(f"  stall          {100 * res['stall_fraction']:.1f}% of wall time waiting for data")
+    print(f"  peak RSS       {format_bytes(res['peak_rss_bytes'])}")
+    return 0

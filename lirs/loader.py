@@ -1,0 +1,520 @@
+"""The Loader: batches of a fresh random order every epoch, read and decoded ahead of the consumer.
+
+An asyncio event loop (uvloop when installed) runs on a background thread. The consumer asks for
+batch ``b`` and, in the same step, schedules batch ``b + prefetch``; each scheduled batch is a
+coroutine that plans it, reads its extents with the engine into a pooled aligned buffer and
+decodes the buffer, the native parts in a small thread pool without the GIL. Batches arrive in
+plan order; an error in any stage is raised in the consumer at that batch. Memory stays about
+index + (prefetch + 1) batches: ``prefetch`` read buffers are reused, decoded batches are dropped
+as soon as the consumer moves on.
+
+::
+
+    with lirs.Loader("train.svm", batch_size=1024) as loader:
+        for epoch in range(10):
+            for batch in loader.epoch(epoch):
+                model.partial_fit(batch.X, batch.y)
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import DataError, UsageError
+
+log = logging.getLogger("lirs.loader")
+
+_BLOCK = 4096
+
+
+@dataclass
+class Batch:
+    """One batch: ``ids`` int64 (k,) global record IDs in delivery order; ``X`` a
+    ``scipy.sparse.csr_matrix`` (k, n_features) for LIBSVM, an ndarray (k, *record_shape) for
+    npy/fixed, a list of k ``bytes`` for lines; ``y`` float64 (k,) or None; ``epoch`` and ``index``
+    (batch number within the epoch)."""
+
+    ids: np.ndarray
+    X: Any
+    y: np.ndarray | None
+    epoch: int = 0
+    index: int = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class LoaderStats:
+    """Counters of a loader since it was made (or since :meth:`reset`).
+
+    ``bytes_read``: bytes the engine read; ``payload_bytes``: bytes of the delivered records
+    (amplification = bytes_read / payload_bytes); ``reads``: extents read; ``records`` and
+    ``batches`` delivered; ``wait_s``: time the consumer spent waiting for a batch;
+    ``io_s``/``decode_s``: time spent in engine reads and decoding (summed over concurrent work).
+    """
+
+    bytes_read: int = 0
+    payload_bytes: int = 0
+    reads: int = 0
+    records: int = 0
+    batches: int = 0
+    wait_s: float = 0.0
+    io_s: float = 0.0
+    decode_s: float = 0.0
+
+    def reset(self) -> None:
+        for k, v in LoaderStats().__dict__.items():
+            setattr(self, k, v)
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["amplification"] = self.bytes_read / self.payload_bytes if self.payload_bytes else None
+        return d
+
+
+class _BufferPool:
+    """Aligned read buffers, reused; grown when a batch needs more. Used on the loop thread only."""
+
+    def __init__(self):
+        self.free: list[np.ndarray] = []
+
+    def take(self, nbytes: int) -> np.ndarray:
+        from .engines import aligned_empty
+
+        while self.free:
+            buf = self.free.pop()
+            if buf.shape[0] >= nbytes:
+                return buf
+        # grow with headroom so that slightly larger batches do not reallocate every time
+        cap = -(-int(nbytes * 1.25) // _BLOCK) * _BLOCK
+        return aligned_empty(max(cap, _BLOCK))
+
+    def give(self, buf: np.ndarray) -> None:
+        self.free.append(buf)
+
+
+@dataclass
+class _EpochRun:
+    epoch: int
+    start: int
+    plan: Any = None
+    batches: Any = None  # iterator over BatchPlan from `start`
+    lock: Any = None     # asyncio.Lock: batch plans are drawn in order
+    made: threading.Event = field(default_factory=threading.Event)
+
+
+_CONFIG_KEYS = ("batch_size", "granularity", "group_bytes", "window", "seed", "rank", "world_size",
+                "drop_last", "permutation")
+
+
+class Loader:
+    """Random batches of an indexed dataset, read with direct I/O and decoded ahead of the consumer.
+
+    Parameters
+    ----------
+    paths : str, list of str, or Index
+        A data file, a directory, a ``.lirs`` sidecar, a one-element list of those, or an opened
+        :class:`~lirs.index.Index` (several files: pass their sidecar or the Index).
+    batch_size : int
+        Records per batch (per rank).
+    granularity : {"instance", "page", "group", "window"}
+        Shuffling unit of the planner (see :func:`lirs.plan.plan_epoch`).
+    group_bytes, window, permutation : planner options.
+    seed : int
+        The epoch order is a function of ``(seed, epoch, rank, world_size)`` only.
+    engine : str
+        ``"auto"`` (``$LIRS_ENGINE`` or the best that works here), ``"uring"``, ``"threads"``,
+        ``"aiofiles"`` or ``"buffered"`` (see :mod:`lirs.engines`).
+    prefetch : int
+        Batches read and decoded ahead of the consumer (>= 1).
+    rank, world_size, drop_last : sharding over data-parallel workers.
+    dtype : numpy dtype of LIBSVM values (npy/fixed keep the file's dtype).
+    index : Index or None
+        Use this index instead of opening one from ``paths``.
+    n_features, zero_based : LIBSVM decoding (defaults: from the index, by sklearn's rule).
+    depth : int or None
+        Reads in flight per batch for the engine (its default when None).
+    direct : bool or None
+        O_DIRECT: None = when the filesystem allows it.
+    """
+
+    def __init__(self, paths, batch_size, granularity="group", group_bytes=65536, window=16, seed=0,
+                 engine="auto", prefetch=4, rank=0, world_size=1, drop_last=False, dtype=np.float32,
+                 permutation="table", index=None, *, n_features=None, zero_based="auto", depth=None,
+                 direct=None):
+        self.index = self._open_index(paths if index is None else index)
+        self.batch_size = int(batch_size)
+        if self.batch_size < 1:
+            raise UsageError(f"batch_size must be >= 1, got {batch_size}")
+        self.prefetch = int(prefetch)
+        if self.prefetch < 1:
+            raise UsageError(f"prefetch must be >= 1, got {prefetch}")
+        self.granularity = granularity
+        self.group_bytes = int(group_bytes)
+        self.window = int(window)
+        self.seed = int(seed)
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        self.drop_last = bool(drop_last)
+        self.permutation = permutation
+        self.dtype = np.dtype(dtype)
+        self.engine_name = engine
+        self.depth = depth
+        self.direct = direct
+        if self.index.format == "libsvm":
+            from .decode import resolve_libsvm_params
+
+            self.n_features, self.zero_based = resolve_libsvm_params(self.index, zero_based, n_features)
+        else:
+            self.n_features, self.zero_based = None, None
+        self.stats = LoaderStats()
+        self._pos = (None, 0)  # (epoch, next batch) as seen by the consumer
+        self._resume: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+        self._pid = None
+        self._engine = None
+        self._loop = None
+        self._thread = None
+        self._executor = None
+        self._pool = None
+        self._closed = False
+        self._active: set = set()  # futures of batches in flight
+
+    # ------------------------------------------------------------------ setup / teardown
+    @staticmethod
+    def _open_index(src):
+        from .index import Index, open_index
+
+        if isinstance(src, Index):
+            return src
+        if isinstance(src, (list, tuple)):
+            if len(src) != 1:
+                raise UsageError("several data files form one dataset: pass their .lirs sidecar "
+                                 "(lirs index FILES -o NAME.lirs) or an opened Index")
+            src = src[0]
+        return open_index(os.fspath(src))
+
+    @property
+    def engine(self):
+        """The engine of this process (created on first use; a forked child makes its own)."""
+        self._ensure_started()
+        return self._engine
+
+    def _ensure_started(self):
+        if self._closed:
+            raise ValueError("this Loader is closed")
+        pid = os.getpid()
+        if self._pid == pid:
+            return
+        with self._lock:
+            if self._pid == pid:
+                return
+            if self._pid is not None:
+                # forked child: the parent's thread, loop, rings and pool do not exist here; start over
+                self._engine = self._loop = self._thread = self._executor = None
+                self._active = set()
+            from .engines import open_engine
+
+            self._engine = open_engine(list(self.index.paths), self.engine_name, direct=self.direct,
+                                       depth=self.depth)
+            self._executor = ThreadPoolExecutor(max(2, self.prefetch), thread_name_prefix="lirs-loader")
+            self._pool = _BufferPool()
+            self._loop = _new_loop()
+            ready = threading.Event()
+            self._thread = threading.Thread(target=self._run_loop, args=(ready,), name="lirs-loader-loop",
+                                            daemon=True)
+            self._thread.start()
+            ready.wait()
+            self._pid = pid
+
+    def _run_loop(self, ready):
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(ready.set)
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
+
+    def close(self) -> None:
+        """Stop the background thread and the engine's threads, close every file. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._pid != os.getpid():
+                return  # nothing of ours runs in this process
+            for f in list(self._active):
+                f.cancel()
+            self._active.clear()
+            if self._loop is not None:
+                # let every task (and every read still filling a buffer) finish before files close
+                asyncio.run_coroutine_threadsafe(_drain(), self._loop).result()
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join()
+            if self._engine is not None:
+                self._engine.close()
+            self._engine = self._loop = self._thread = self._executor = self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if not self._closed and self._pid == os.getpid():
+                self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, epoch: int):
+        """The :class:`~lirs.plan.EpochPlan` of ``epoch`` for this loader's rank."""
+        from .plan import plan_epoch
+
+        return plan_epoch(self.index, self.batch_size, self.granularity, seed=self.seed, epoch=int(epoch),
+                          rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
+                          group_bytes=self.group_bytes, window=self.window, permutation=self.permutation,
+                          block=_BLOCK)
+
+    def num_batches(self, epoch: int = 0) -> int:
+        return int(self.plan(epoch).num_batches)
+
+    # ------------------------------------------------------------------ state
+    def _config(self) -> dict:
+        c = {k: getattr(self, k) for k in _CONFIG_KEYS}
+        c["n"] = int(self.index.n)
+        c["format"] = self.index.format
+        return c
+
+    def state_dict(self) -> dict:
+        """``{"epoch", "next_batch", "config"}``: where the consumer is (batches it has received)."""
+        epoch, nxt = self._pos
+        if self._resume is not None and epoch is None:
+            epoch, nxt = self._resume
+        return {"epoch": epoch, "next_batch": int(nxt), "config": self._config()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Make the next ``epoch(state["epoch"])`` start at ``state["next_batch"]``.
+
+        Raises UsageError when the state was saved by a loader with another configuration.
+        """
+        cfg = self._config()
+        diff = {k: (state.get("config", {}).get(k), v) for k, v in cfg.items()
+                if state.get("config", {}).get(k) != v}
+        if diff:
+            what = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
+            raise UsageError(f"cannot resume: the loader's configuration differs ({what})")
+        if state.get("epoch") is None:
+            self._resume = None
+            return
+        self._resume = (int(state["epoch"]), int(state["next_batch"]))
+        self._pos = (None, 0)
+
+    # ------------------------------------------------------------------ iteration
+    def epoch(self, epoch: int, start: int | None = None):
+        """Iterate over the batches of ``epoch`` (from batch ``start``, or from a loaded state)."""
+        run, nb = self._begin(epoch, start)
+        futs = collections.deque()
+        b = run.start
+        try:
+            while b < nb or futs:
+                while b < nb and len(futs) < self.prefetch:
+                    futs.append(self._schedule(run, b))
+                    b += 1
+                fut = futs.popleft()
+                t = time.perf_counter()
+                try:
+                    batch = fut.result()
+                finally:
+                    self.stats.wait_s += time.perf_counter() - t
+                    self._active.discard(fut)
+                self._delivered(batch)
+                yield batch
+        finally:
+            for f in futs:
+                f.cancel()
+                self._active.discard(f)
+
+    async def aepoch(self, epoch: int, start: int | None = None):
+        """``async for batch in loader.aepoch(e)``: the same batches, awaited in the caller's loop."""
+        run, nb = self._begin(epoch, start)
+        futs = collections.deque()
+        b = run.start
+        try:
+            while b < nb or futs:
+                while b < nb and len(futs) < self.prefetch:
+                    futs.append(self._schedule(run, b))
+                    b += 1
+                fut = futs.popleft()
+                t = time.perf_counter()
+                try:
+                    batch = await asyncio.wrap_future(fut)
+                finally:
+                    self.stats.wait_s += time.perf_counter() - t
+                    self._active.discard(fut)
+                self._delivered(batch)
+                yield batch
+        finally:
+            for f in futs:
+                f.cancel()
+                self._active.discard(f)
+
+    def __iter__(self):
+        """Iterate over epoch 0 (use :meth:`epoch` for later epochs)."""
+        return self.epoch(0)
+
+    def _begin(self, epoch, start):
+        self._ensure_started()
+        epoch = int(epoch)
+        if start is None:
+            start = 0
+            if self._resume is not None and self._resume[0] == epoch:
+                start = self._resume[1]
+            elif self._resume is not None:
+                log.warning("resume state is for epoch %d, starting epoch %d from its first batch",
+                            self._resume[0], epoch)
+        self._resume = None
+        plan = self.plan(epoch)
+        nb = int(plan.num_batches)
+        if not 0 <= start <= nb:
+            raise UsageError(f"start batch {start} outside [0, {nb}] for epoch {epoch}")
+        run = _EpochRun(epoch=epoch, start=int(start), plan=plan)
+        self._pos = (epoch, int(start))
+        return run, nb
+
+    def _delivered(self, batch: Batch):
+        self._pos = (batch.epoch, batch.index + 1)
+        self.stats.batches += 1
+        self.stats.records += len(batch.ids)
+
+    def _schedule(self, run: _EpochRun, b: int):
+        fut = asyncio.run_coroutine_threadsafe(self._load(run, b), self._loop)
+        self._active.add(fut)
+        return fut
+
+    # ------------------------------------------------------------------ the pipeline (loop thread)
+    async def _load(self, run: _EpochRun, b: int) -> Batch:
+        loop = asyncio.get_running_loop()
+        if run.lock is None:
+            run.lock = asyncio.Lock()
+        async with run.lock:  # FIFO: batch plans are drawn from one iterator in order
+            if run.batches is None:
+                run.batches = iter(run.plan.batches(run.start))
+            bp = await loop.run_in_executor(self._executor, next, run.batches)
+        ext_nbytes = np.asarray(bp.ext_nbytes, np.int64)
+        # extents back to back, each starting on a block boundary
+        sizes = -(-ext_nbytes // _BLOCK) * _BLOCK
+        buf_pos = np.zeros(len(sizes), np.int64)
+        if len(sizes) > 1:
+            np.cumsum(sizes[:-1], out=buf_pos[1:])
+        total = int(sizes.sum())
+        buf = self._pool.take(total)
+        read = None
+        try:
+            t = time.perf_counter()
+            read = asyncio.ensure_future(self._engine.aread(bp.ext_file, bp.ext_offset, ext_nbytes, buf,
+                                                            buf_pos, executor=self._executor))
+            got = await asyncio.shield(read)  # a cancelled batch must not free buf mid-read
+            self.stats.io_s += time.perf_counter() - t
+            self.stats.reads += len(ext_nbytes)
+            self.stats.bytes_read += int(got.sum())
+            t = time.perf_counter()
+            batch = await loop.run_in_executor(self._executor, self._decode, run.epoch, b, bp, buf,
+                                               buf_pos, got)
+            self.stats.decode_s += time.perf_counter() - t
+            self.stats.payload_bytes += int(np.asarray(bp.rec_len, np.int64).sum())
+            return batch
+        finally:
+            if read is not None and not read.done():
+                # cancelled mid-read: the native read still fills buf; reuse it only afterwards
+                read.add_done_callback(lambda _f, buf=buf: self._pool.give(buf))
+            else:
+                self._pool.give(buf)
+
+    def _decode(self, epoch: int, b: int, bp, buf: np.ndarray, buf_pos: np.ndarray, got: np.ndarray) -> Batch:
+        idx = self.index
+        ids = np.asarray(bp.ids, np.int64)
+        rext = np.asarray(bp.rec_extent, np.int64)
+        rpos = np.asarray(bp.rec_pos, np.int64)
+        rlen = np.asarray(bp.rec_len, np.int64)
+        # never hand out a record with missing bytes (file truncated or rewritten after indexing)
+        short = np.flatnonzero(rpos + rlen > got[rext])
+        if short.size:
+            j = int(short[0])
+            e = int(rext[j])
+            f = int(bp.ext_file[e])
+            off = int(bp.ext_offset[e])
+            raise DataError(
+                f"{idx.paths[f]}: record {int(ids[j])} needs bytes {off + int(rpos[j])}.."
+                f"{off + int(rpos[j] + rlen[j])} but the file ends at byte {off + int(got[e])} "
+                f"(truncated after indexing? re-run `lirs index`)")
+        starts = buf_pos[rext] + rpos
+        if idx.format == "libsvm":
+            from .decode import decode_libsvm
+
+            ends = starts + rlen
+            file_offsets = np.asarray(bp.ext_offset, np.int64)[rext] + rpos
+            files = np.asarray(bp.ext_file)[rext]
+            one = idx.nfiles == 1 or (files == files[0]).all()
+            source = idx.paths[int(files[0])] if len(files) and one else ""
+            try:
+                X, y = decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
+                                     dtype=self.dtype, source=source, file_offsets=file_offsets, record_ids=ids)
+            except DataError:
+                if one:
+                    raise
+                # name the right file: decode the records of each file on its own to find the culprit
+                for f in np.unique(files):
+                    m = files == f
+                    decode_libsvm(buf, starts[m], ends[m], n_features=self.n_features,
+                                  zero_based=self.zero_based, dtype=self.dtype, source=idx.paths[int(f)],
+                                  file_offsets=file_offsets[m], record_ids=ids[m])
+                raise
+            return Batch(ids, X, y, epoch, b)
+        if idx.format in ("npy", "fixed"):
+            from .decode import decode_fixed
+
+            X = decode_fixed(buf, starts, idx.record_dtype, idx.record_shape)
+            return Batch(ids, X, idx.labels_of(ids), epoch, b)
+        from .decode import decode_lines
+
+        return Batch(ids, decode_lines(buf, starts, starts + rlen), idx.labels_of(ids), epoch, b)
+
+    def __repr__(self):
+        return (f"Loader({self.index!r}, batch_size={self.batch_size}, granularity={self.granularity!r}, "
+                f"prefetch={self.prefetch}, engine={self.engine_name!r})")
+
+
+async def _drain() -> None:
+    """Cancel and await every other task of the running loop."""
+    me = asyncio.current_task()
+    while True:
+        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        if not tasks:
+            return
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
