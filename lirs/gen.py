@@ -156,7 +156,10 @@ class _Model:
 
     def _pilot_ids(self, calibrate: bool = False) -> np.ndarray:
         # scores are cheap (no formatting): calibrate on more records than the size estimate uses
-        n = 4096 if calibrate else max(64, min(4096, _PILOT_BYTES // self.p["target"]))
+        if calibrate:
+            n = min(4096, max(512, 4_000_000 // self.p.get("kmax", 1)))
+        else:
+            n = max(64, min(4096, _PILOT_BYTES // self.p["target"]))
         return np.arange(n, dtype=np.int64)
 
     def _calibrate(self):
