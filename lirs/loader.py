@@ -152,7 +152,9 @@ class Loader:
                  engine="auto", prefetch=4, rank=0, world_size=1, drop_last=False, dtype=np.float32,
                  permutation="table", index=None, *, n_features=None, zero_based="auto", depth=None,
                  direct=None):
-        self.index = self._open_index(paths if index is None else index)
+        src = paths if index is None else index
+        self.index = self._open_index(src)
+        self._owns_index = self.index is not src  # opened here: released by close()
         self.batch_size = int(batch_size)
         if self.batch_size < 1:
             raise UsageError(f"batch_size must be >= 1, got {batch_size}")
@@ -178,6 +180,7 @@ class Loader:
         else:
             self.n_features, self.zero_based = None, None
         self.stats = LoaderStats()
+        self._cfg = self._make_config()
         self._pos = (None, 0)  # (epoch, next batch) as seen by the consumer
         self._resume: tuple[int, int] | None = None
         self._lock = threading.Lock()
@@ -252,7 +255,10 @@ class Loader:
                 return
             self._closed = True
             if self._pid != os.getpid():
-                return  # nothing of ours runs in this process
+                self._pid = None
+                if self._owns_index:
+                    self.index = None
+                return  # no thread of ours runs in this process
             for f in list(self._active):
                 f.cancel()
             self._active.clear()
@@ -267,6 +273,8 @@ class Loader:
             if self._engine is not None:
                 self._engine.close()
             self._engine = self._loop = self._thread = self._executor = self._pool = None
+            if self._owns_index:
+                self.index = None  # its memory maps hold descriptors of the sidecar
 
     def __enter__(self):
         return self
@@ -295,11 +303,14 @@ class Loader:
         return int(self.plan(epoch).num_batches)
 
     # ------------------------------------------------------------------ state
-    def _config(self) -> dict:
+    def _make_config(self) -> dict:
         c = {k: getattr(self, k) for k in _CONFIG_KEYS}
         c["n"] = int(self.index.n)
         c["format"] = self.index.format
         return c
+
+    def _config(self) -> dict:
+        return dict(self._cfg)
 
     def state_dict(self) -> dict:
         """``{"epoch", "next_batch", "config"}``: where the consumer is (batches it has received)."""
@@ -442,9 +453,15 @@ class Loader:
         finally:
             if read is not None and not read.done():
                 # cancelled mid-read: the native read still fills buf; reuse it only afterwards
-                read.add_done_callback(lambda _f, buf=buf: self._pool.give(buf))
+                read.add_done_callback(lambda f, buf=buf: self._after_read(f, buf))
             else:
                 self._pool.give(buf)
+
+    def _after_read(self, read, buf):
+        if not read.cancelled():
+            read.exception()  # nobody waits for this batch any more: its error is moot
+        if self._pool is not None:
+            self._pool.give(buf)
 
     def _decode(self, epoch: int, b: int, bp, buf: np.ndarray, buf_pos: np.ndarray, got: np.ndarray) -> Batch:
         idx = self.index

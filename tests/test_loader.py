@@ -1,0 +1,289 @@
+"""Loader contract: for every engine and granularity, batches equal a plain Python reading of the file."""
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import threading
+
+import numpy as np
+import pytest
+
+import lirs
+from conftest import open_fds
+from lirs.errors import DataError, UsageError
+from lirs.loader import Batch, Loader
+
+GRANULARITIES = ("instance", "page", "group", "window")
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _write_libsvm(path, n, seed, n_features=300):
+    """Seeded LIBSVM text with comments and blank lines mixed in; records of ~10 B to ~6 KB."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        f.write("# a header comment\n")
+        for i in range(n):
+            k = int(rng.choice([0, 1, 3, 20, 400], p=[0.05, 0.2, 0.4, 0.3, 0.05]))
+            cols = np.sort(rng.choice(n_features, min(k, n_features), replace=False)) + 1
+            vals = rng.integers(-999, 999, len(cols)) / 8
+            f.write(f"{rng.choice([-1, 1])}" + "".join(f" {c}:{v:g}" for c, v in zip(cols, vals)))
+            f.write("  # tail comment\n" if i % 37 == 0 else "\n")
+            if i % 53 == 0:
+                f.write("\n")
+    return str(path)
+
+
+def _read_spans(index, ids):
+    """Plain Python: each record's bytes by seek + read, straight from the index's spans."""
+    f, s, e = index.spans(ids)
+    out = []
+    handles = [open(p, "rb") for p in index.paths]
+    try:
+        for fi, a, b in zip(f, s, e):
+            h = handles[fi]
+            h.seek(int(a))
+            out.append(h.read(int(b - a)))
+    finally:
+        for h in handles:
+            h.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def svm(tmp_path_factory):
+    d = tmp_path_factory.mktemp("svm")
+    p = _write_libsvm(d / "train.svm", 3000, seed=11)
+    idx = lirs.build_index(p, progress=False)
+    from sklearn.datasets import load_svmlight_file
+
+    X, y = load_svmlight_file(p, dtype=np.float32, n_features=300)
+    return p, idx, X, y
+
+
+def _collect(loader, epoch, **kw):
+    return list(loader.epoch(epoch, **kw))
+
+
+def _assert_libsvm_batches(batches, X, y, n):
+    seen = np.concatenate([b.ids for b in batches])
+    assert np.array_equal(np.sort(seen), np.arange(n)), "every record exactly once"
+    for b in batches:
+        assert isinstance(b, Batch) and b.ids.dtype == np.int64
+        assert b.X.shape == (len(b.ids), X.shape[1]) and b.X.dtype == np.float32
+        assert (b.X != X[b.ids]).nnz == 0
+        assert b.y.dtype == np.float64 and np.array_equal(b.y, y[b.ids])
+
+
+# --------------------------------------------------------------------------- contract
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_libsvm_batches_match_sklearn(svm, engine_name, granularity):
+    p, idx, X, y = svm
+    with Loader(p, 128, granularity=granularity, group_bytes=8192, window=4, seed=3, engine=engine_name,
+                prefetch=3, n_features=300) as loader:
+        assert loader.engine.name == engine_name
+        batches = _collect(loader, 1)
+        plan = loader.plan(1)
+        assert [b.index for b in batches] == list(range(plan.num_batches))
+        for b, bp in zip(batches, plan.batches()):
+            assert np.array_equal(b.ids, bp.ids), "batches arrive in plan order"
+        _assert_libsvm_batches(batches, X, y, idx.n)
+        st = loader.stats
+        assert st.records == idx.n and st.batches == len(batches)
+        assert st.bytes_read >= st.payload_bytes > 0
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_npy_and_lines_bytes_match(tmp_path, granularity):
+    rng = np.random.default_rng(5)
+    arr = rng.standard_normal((2000, 7)).astype(np.float32)
+    pn = str(tmp_path / "dense.npy")
+    np.save(pn, arr)
+    lines = [("x" * int(rng.integers(0, 900))).encode() + b"%d" % i for i in range(1500)]
+    pl = str(tmp_path / "text.jsonl")
+    with open(pl, "wb") as f:
+        f.write(b"\n".join(lines) + b"\n")
+    for p, fmt in ((pn, "npy"), (pl, "lines")):
+        idx = lirs.build_index(p, format=fmt, progress=False)
+        with Loader(p, 100, granularity=granularity, group_bytes=8192, window=3, seed=1) as loader:
+            batches = _collect(loader, 0)
+        seen = np.concatenate([b.ids for b in batches])
+        assert np.array_equal(np.sort(seen), np.arange(idx.n))
+        for b in batches:
+            raw = _read_spans(idx, b.ids)
+            if fmt == "npy":
+                assert isinstance(b.X, np.ndarray) and b.X.shape == (len(b.ids), 7)
+                assert b.X.tobytes() == b"".join(raw)
+                assert np.array_equal(b.X, arr[b.ids])
+            else:
+                assert b.X == [r.rstrip(b"\n") for r in raw]
+                assert b.X == [lines[i] for i in b.ids]
+
+
+def test_several_files_through_their_sidecar(tmp_path, engine_name):
+    a = _write_libsvm(tmp_path / "a.svm", 700, seed=1)
+    b = _write_libsvm(tmp_path / "b.svm", 500, seed=2)
+    side = str(tmp_path / "ab.lirs")
+    idx = lirs.build_index([a, b], out=side, progress=False)
+    from sklearn.datasets import load_svmlight_file
+
+    Xa, ya = load_svmlight_file(a, dtype=np.float32, n_features=300)
+    Xb, yb = load_svmlight_file(b, dtype=np.float32, n_features=300)
+    import scipy.sparse as sp
+
+    X, y = sp.vstack([Xa, Xb]).tocsr(), np.concatenate([ya, yb])
+    with Loader(side, 64, granularity="group", group_bytes=4096, engine=engine_name, n_features=300) as loader:
+        _assert_libsvm_batches(_collect(loader, 0), X, y, idx.n)
+    with pytest.raises(UsageError, match="sidecar"):
+        Loader([a, b], 64)
+
+
+def test_resume_equals_uninterrupted(svm, engine_name):
+    p, idx, X, y = svm
+    kw = dict(granularity="window", group_bytes=8192, window=4, seed=9, engine=engine_name, n_features=300)
+    with Loader(p, 100, **kw) as full:
+        whole = _collect(full, 2)
+    with Loader(p, 100, **kw) as first:
+        it = first.epoch(2)
+        head = [next(it) for _ in range(7)]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        it.close()
+    assert state["epoch"] == 2 and state["next_batch"] == 7
+    with Loader(p, 100, **kw) as second:
+        second.load_state_dict(state)
+        tail = _collect(second, 2)
+        assert second.state_dict()["next_batch"] == len(whole)
+    assert len(head) + len(tail) == len(whole)
+    for got, want in zip(head + tail, whole):
+        assert got.index == want.index and np.array_equal(got.ids, want.ids)
+        assert (got.X != want.X).nnz == 0 and np.array_equal(got.y, want.y)
+
+
+def test_resume_refuses_another_configuration(svm):
+    p, *_ = svm
+    with Loader(p, 100, seed=1, n_features=300) as a:
+        state = a.state_dict()
+    with Loader(p, 100, seed=2, n_features=300) as b:
+        with pytest.raises(UsageError, match="seed"):
+            b.load_state_dict(state)
+
+
+def test_aepoch_equals_epoch(svm, engine_name):
+    p, idx, X, y = svm
+    with Loader(p, 256, engine=engine_name, seed=4, n_features=300) as loader:
+        sync = _collect(loader, 0)
+
+        async def collect():
+            return [b async for b in loader.aepoch(0)]
+
+        asyn = asyncio.run(collect())
+    assert len(sync) == len(asyn)
+    for s, a in zip(sync, asyn):
+        assert np.array_equal(s.ids, a.ids) and (s.X != a.X).nnz == 0
+
+
+def test_truncated_file_raises_in_consumer(tmp_path, engine_name):
+    p = _write_libsvm(tmp_path / "t.svm", 2000, seed=3)
+    lirs.build_index(p, progress=False)
+    with Loader(p, 50, granularity="instance", engine=engine_name, prefetch=2) as loader:
+        size = os.path.getsize(p)
+        os.truncate(p, size // 2)  # after indexing: the index still promises the whole file
+        with pytest.raises(DataError) as ei:
+            for _ in loader.epoch(0):
+                pass
+    msg = str(ei.value)
+    assert p in msg and "byte" in msg and "ends at byte" in msg
+
+
+def test_read_error_raises_in_consumer(svm, engine_name):
+    from lirs.engines import ReadError
+
+    p, *_ = svm
+    with Loader(p, 64, engine=engine_name, n_features=300) as loader:
+        eng = loader.engine
+        real = int(eng.fds[0])
+        eng.fds[0] = 1 << 20  # every read now fails with EBADF
+        try:
+            with pytest.raises(ReadError) as ei:
+                _collect(loader, 0)
+        finally:
+            eng.fds[0] = real
+        assert ei.value.filename == p and "offset" in str(ei.value)
+        # the loader still works after the failure
+        assert len(_collect(loader, 0)) == loader.num_batches(0)
+
+
+@pytest.mark.parametrize("own_index", [False, True])
+def test_close_leaves_nothing_behind(svm, engine_name, own_index):
+    import gc
+
+    p, idx, *_ = svm
+    before_fds, before_threads = open_fds(), set(threading.enumerate())
+    loader = Loader(p, 64, engine=engine_name, prefetch=4, n_features=300, index=None if own_index else idx)
+    it = loader.epoch(0)
+    for _ in range(3):
+        next(it)  # abandon the epoch with batches in flight
+    loader.close()
+    loader.close()
+    del it
+    gc.collect()
+    assert set(threading.enumerate()) - before_threads == set()
+    assert set(open_fds().items()) - set(before_fds.items()) == set()
+    with pytest.raises(ValueError, match="closed"):
+        next(loader.epoch(0))
+
+
+def test_forked_child_makes_its_own_engine(svm):
+    p, *_ = svm
+    with Loader(p, 200, seed=6, n_features=300) as loader:
+        parent = [b.ids for b in loader.epoch(0)]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            ok = b"0"
+            try:
+                child = [b.ids for b in loader.epoch(0)]
+                ok = b"1" if all(np.array_equal(a, c) for a, c in zip(parent, child)) and \
+                    len(child) == len(parent) else b"2"
+                loader.close()
+            finally:
+                os.write(w, ok)
+                os._exit(0)
+        os.close(w)
+        os.waitpid(pid, 0)
+        assert os.read(r, 1) == b"1"
+        os.close(r)
+        # the parent's loader is untouched by the child's
+        assert all(np.array_equal(a, b.ids) for a, b in zip(parent, loader.epoch(0)))
+
+
+def test_bad_arguments(svm):
+    p, *_ = svm
+    with pytest.raises(UsageError):
+        Loader(p, 0)
+    with pytest.raises(UsageError):
+        Loader(p, 10, prefetch=0)
+    with Loader(p, 100, n_features=300) as loader:
+        with pytest.raises(UsageError, match="start batch"):
+            next(loader.epoch(0, start=10**6))
+
+
+def test_epoch_command(svm, capsys):
+    import json
+
+    from lirs.cli import main
+
+    p, idx, *_ = svm
+    assert main(["epoch", p, "--batch-size", "256", "--compute-ms", "1", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["records"] == idx.n and res["batches"] == -(-idx.n // 256)
+    assert 0 <= res["stall_fraction"] <= 1 and res["amplification"] >= 1
+    assert res["engine"] in ("uring", "threads", "buffered", "aiofiles") and res["peak_rss_bytes"] > 0
+    assert main(["epoch", p, "--max-batches", "2", "--engine", "buffered"]) == 0
+    out = capsys.readouterr().out
+    assert "records/s" in out and "stall" in out and "buffered" in out
+    assert main(["epoch", p, "--engine", "nope"]) == 2
