@@ -150,9 +150,16 @@ def _parse_record_py(buf, j, s, e, zero_based, query_id, n_features, where):
 
 
 def _as_u8(buf) -> np.ndarray:
+    """A read-only uint8 (m,) view (one array type for the kernels: one compiled variant)."""
     a = np.frombuffer(buf, np.uint8) if not isinstance(buf, np.ndarray) else buf
     if a.dtype != np.uint8 or a.ndim != 1:
         a = a.reshape(-1).view(np.uint8)
+    return _ro(a)
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a = a.view()
+    a.flags.writeable = False
     return a
 
 
@@ -164,7 +171,7 @@ def _decode(buf, starts, ends, n_features, zero_based, dtype, query_id, where, i
     line_hi = np.empty(k, np.int64)
     nnz = np.empty(k, np.int64)
     status = np.empty(k, np.int8)
-    nbad = K.libsvm_count(buf, starts, ends, line_lo, line_hi, nnz, status)
+    nbad = K.libsvm_count(buf, _ro(starts), _ro(ends), line_lo, line_hi, nnz, status)
     slow = {}
     if nbad:
         for j in np.flatnonzero(status != K.OK):
@@ -336,7 +343,7 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
     if n_features is not None and int(n_features) < 1:
         raise UsageError(f"n_features must be >= 1, got {n_features}")
     path = os.fspath(path)
-    buf = _read_file(path)
+    buf = _as_u8(_read_file(path))
     lo = np.empty(int(np.count_nonzero(buf == 10)) + 1, np.int64)
     hi = np.empty_like(lo)
     k = K.libsvm_data_lines(buf, lo, hi)

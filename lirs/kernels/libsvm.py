@@ -51,7 +51,7 @@ def _content_end(buf, a, b):
     return b
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _scan_number(buf, p, hi, pow10):
     """Parse the longest prefix of buf[p:hi] that follows ``[+-]? (D+ [. D*] | . D+) ([eE] [+-]? D+)?``.
 
