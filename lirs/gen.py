@@ -303,14 +303,17 @@ def _check(profile, records, size, order, seed):
 
 def records_for_size(profile: str, size, *, seed: int = 0) -> int:
     """Number of records that makes a ``profile`` file about ``size`` bytes (int or '500MB')."""
+    _check(profile, None, size, "shuffled", seed)
+    return _records_for(_Model(profile, int(seed)), size)
+
+
+def _records_for(model: "_Model", size) -> int:
     from .units import parse_size
 
-    _check(profile, None, size, "shuffled", seed)
     nbytes = parse_size(size)
     if nbytes <= 0:
         raise UsageError(f"size must be positive, got {size!r}")
-    model = _Model(profile, int(seed))
-    header = 128 if model.kind == "dense" else 0
+    header = 128 if model.kind == "dense" else 0      # .npy header, padded to 64 bytes
     return max(1, int(round((nbytes - header) / model.mean_record_bytes())))
 
 
@@ -344,8 +347,8 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
     seed = int(seed)
-    n = int(records) if records is not None else records_for_size(profile, size, seed=seed)
     model = _Model(profile, seed)
+    n = int(records) if records is not None else _records_for(model, size)
     outs = [path] + ([labels_path(path)] if model.kind == "dense" else [])
     tmps = [os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.{os.getpid()}.tmp") for p in outs]
     disable = None if progress is None else not progress

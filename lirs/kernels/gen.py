@@ -80,8 +80,17 @@ def hashed_normals(key, n, out):
 
 @njit(cache=True, nogil=True, inline="always")
 def _ndigits(v):
-    n = 1
-    p = 10
+    # a comparison tree: ids and feature indices are mostly 1-8 digits
+    if v < 10000:
+        if v < 100:
+            return 1 if v < 10 else 2
+        return 3 if v < 1000 else 4
+    if v < 100000000:
+        if v < 1000000:
+            return 5 if v < 100000 else 6
+        return 7 if v < 10000000 else 8
+    n = 9
+    p = 1000000000
     while v >= p and n < 18:
         p *= 10
         n += 1
@@ -122,7 +131,8 @@ def _put_value(buf, pos, m, q):
 
 @njit(cache=True, nogil=True)
 def sparse_record(key, j, kmin, kmax, dim, p_head, p_one, qmin, qmax, pow10, idx, m, q):
-    """Draw record ``j``'s features into ``idx`` (int64, >= kmax), ``m`` (int64), ``q`` (int64).
+    """Draw record ``j``'s features into ``idx`` (int64, >= kmax), ``m`` (int64), ``q`` (int64);
+    ``pow10`` (float64) holds 10**i.
 
     Draws k in [kmin, kmax] indices, each log-uniform over [1, dim] with probability ``p_head``
     (a frequent head, so a small sample sees features often enough to learn them) else uniform
