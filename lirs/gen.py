@@ -1,6 +1,8 @@
 """Seeded synthetic datasets shaped like the LIRS paper's Table 1, for trying and benchmarking lirs.
 
-    generate(profile, path, *, records=None, size=None, order="shuffled", seed=0, progress=None) -> dict
+    generate(profile, path, *, records=None, size=None, order="shuffled", seed=0, progress=None,
+             workers=None) -> dict
+    records_for_size(profile, size, *, seed=0) -> int
     sample(profile, records, *, seed=0, order="shuffled") -> (X, y)
     labels_path(path) -> str
 
@@ -9,12 +11,15 @@ Profiles (``PROFILES``):
 ========  =================================================================  ==============
 profile   file                                                               bytes/record
 ========  =================================================================  ==============
-kdd       LIBSVM text, ~20-40 nnz over 29,890,095 features (kdd2010-like)    ~360
-webspam   LIBSVM text, ~2,700 nnz over 16,609,143 features (trigram-like)    ~44,500
+kdd       LIBSVM text, 22-45 nnz (mean ~35) over 29,890,095 features         ~355
+webspam   LIBSVM text, 1,500-4,200 nnz (mean ~2,900) over 16,609,143 feat.   ~44,600
 higgs     ``.npy`` float32 (n, 28); labels in ``labels_path(path)``          112
 epsilon   ``.npy`` float32 (n, 2000); labels in ``labels_path(path)``        8,000
 lines     JSON lines ``{"id":J,"label":±1,"text":"..."}``, 50 B - 4 KB       ~900
 ========  =================================================================  ==============
+
+Feature indices are drawn log-uniform over [1, dim] (a frequent head a small sample can learn;
+50% of draws for kdd, 35% for webspam) or uniform (a long tail reaching tens of millions).
 
 Labels are always ±1: ``+1``/``-1`` in LIBSVM, ``1``/``-1`` (JSON ints) in lines, and float64
 ``+1.0``/``-1.0`` in the ``.npy`` labels file. They come from a hidden linear model (seeded) plus
@@ -29,7 +34,6 @@ Files are written under a temporary name and renamed at the end (no partial file
 """
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -40,8 +44,6 @@ import numpy as np
 
 from .errors import UsageError
 from .kernels import gen as K
-
-log = logging.getLogger("lirs.gen")
 
 ORDERS = ("shuffled", "sorted")
 
@@ -401,29 +403,34 @@ def _write_all(model, n, order, files, pool, workers, writer, bar, bar_labels, c
     bufs = [np.empty((b, model.p["dim"]), np.float32) if dense else np.empty(b * model.max_line, np.uint8)
             for _ in range(2)]
     labs = [np.empty(b, np.float64 if dense else np.int8) for _ in range(2)]
-    pending = None
-    for i, ids in enumerate(_id_batches(model, n, order, pool, workers, bar_labels)):
-        buf, lab = bufs[i % 2], labs[i % 2]
-        k = ids.shape[0]
-        if dense:
-            _map(pool, lambda lo, hi: model.rows(ids[lo:hi], buf[lo:hi], lab[lo:hi]), _split(k, workers))
-            chunks = [(files[0], buf[:k]), (files[1], lab[:k])]
-        else:
-            ml = model.max_line
+    pending = []
+    try:
+        for i, ids in enumerate(_id_batches(model, n, order, pool, workers, bar_labels)):
+            buf, lab = bufs[i % 2], labs[i % 2]
+            k = ids.shape[0]
+            if dense:
+                _map(pool, lambda lo, hi: model.rows(ids[lo:hi], buf[lo:hi], lab[lo:hi]), _split(k, workers))
+                chunks = [(files[0], buf[:k]), (files[1], lab[:k])]
+            else:
+                ml = model.max_line
 
-            def one(lo, hi):
-                return lo * ml, model.text(ids[lo:hi], buf[lo * ml:hi * ml], lab[lo:hi])
+                def one(lo, hi):
+                    return lo * ml, model.text(ids[lo:hi], buf[lo * ml:hi * ml], lab[lo:hi])
 
-            chunks = [(files[0], buf[off:off + nb]) for off, nb in _map(pool, one, _split(k, workers))]
-        pos = int(np.count_nonzero(lab[:k] > 0))
-        counts[1] += pos
-        counts[0] += k - pos
-        if pending is not None:
-            pending.result()            # batch i-1 is written; its buffers are free for batch i+1
-        pending = writer.submit(_write_chunks, chunks)
-        bar.update(k)
-    if pending is not None:
-        pending.result()
+                chunks = [(files[0], buf[off:off + nb]) for off, nb in _map(pool, one, _split(k, workers))]
+            pos = int(np.count_nonzero(lab[:k] > 0))
+            counts[1] += pos
+            counts[0] += k - pos
+            if pending:
+                pending.pop().result()      # batch i-1 is written; its buffers are free for batch i+1
+            pending.append(writer.submit(_write_chunks, chunks))
+            bar.update(k)
+        if pending:
+            pending.pop().result()
+    finally:
+        # on any error (Ctrl-C too) let the last write finish before the caller closes the files
+        for f in pending:
+            f.exception()
 
 
 def _write_chunks(chunks):
