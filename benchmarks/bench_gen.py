@@ -8,6 +8,7 @@ Measures, on the same filesystem in the same run:
   * `lirs.gen.generate("kdd", size=...)` with 1 and 2 formatting threads, shuffled, timed to the
     end of an fsync of the file and to the end of the call (page cache) → MB/s and ratio to dd;
   * the sorted order (one extra labels pass), and the other profiles at a smaller size;
+  * for every lirs run also MB per CPU-second of the process (the per-core speed);
 and writes benchmarks/results/gen.json. The machine may be shared: the 1-minute load average at
 each step is recorded next to the figures.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import subprocess
 import sys
@@ -50,6 +52,7 @@ def _gen(profile: str, path: str, size: int, *, workers: int, order: str = "shuf
 
     os.sync()
     load = _load()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
     t = time.perf_counter()
     res = generate(profile, path, size=size, order=order, seed=1, progress=False, workers=workers)
     if fsync:
@@ -59,11 +62,14 @@ def _gen(profile: str, path: str, size: int, *, workers: int, order: str = "shuf
         finally:
             os.close(fd)
     secs = time.perf_counter() - t
+    ru2 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (ru2.ru_utime - ru.ru_utime) + (ru2.ru_stime - ru.ru_stime)
     for p in res["paths"]:
         os.unlink(p)
     return {"profile": profile, "order": order, "workers": workers, "fsync": fsync, "records": res["records"],
             "bytes": res["bytes"], "bytes_per_record": round(res["bytes"] / res["records"], 1),
-            "seconds": round(secs, 3), "MB_per_s": round(res["bytes"] / secs / 1e6, 1), "load1": load}
+            "seconds": round(secs, 3), "MB_per_s": round(res["bytes"] / secs / 1e6, 1),
+            "cpu_seconds": round(cpu, 3), "MB_per_cpu_s": round(res["bytes"] / cpu / 1e6, 1), "load1": load}
 
 
 def main(argv=None):
@@ -120,13 +126,16 @@ def main(argv=None):
         "runs": runs,
         "other_profiles_page_cache": others,
         "note": "MB = 1e6 bytes. *_fsync: timed to the end of fsync; *_cache: to the end of the call "
-                "(data in the page cache). load1 = 1-minute load average when the step began (shared CPU).",
+                "(data in the page cache). load1 = 1-minute load average when the step began (shared CPU). "
+                "MB_per_cpu_s = bytes / CPU seconds of this process (user+sys, all threads): the "
+                "per-core speed, less sensitive to other load than wall-clock MB/s.",
     }
     out = write_result("gen", res)
     for k, v in ratios.items():
         print(f"{k:34s} {v}")
     for k, v in runs.items():
-        print(f"{k:34s} {v['MB_per_s']:8.1f} MB/s  load {v['load1']}")
+        per_cpu = f"  {v['MB_per_cpu_s']:.1f} MB per CPU-s" if "MB_per_cpu_s" in v else ""
+        print(f"{k:34s} {v['MB_per_s']:8.1f} MB/s  load {v['load1']}{per_cpu}")
     for k, v in others.items():
         print(f"{k:34s} {v['MB_per_s']:8.1f} MB/s  {v['bytes_per_record']} B/record")
     print(f"-> {out}")
