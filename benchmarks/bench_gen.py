@@ -119,7 +119,8 @@ def main(argv=None):
                 others[prof] = _gen(prof, path, osize, workers=2, fsync=False)
 
     res = {
-        "command": "python benchmarks/bench_gen.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+        "command": "python benchmarks/bench_gen.py " + " ".join(
+            shlex.quote(a) for a in ("--size", args.size, "--others", args.others, "--dir", args.dir)),
         "what": "lirs gen MB/s vs dd if=/dev/zero bs=1M of the same size on the same filesystem, same run",
         "kdd_bytes": nbytes,
         "ratios": ratios,

@@ -51,7 +51,7 @@ ORDERS = ("shuffled", "sorted")
 PROFILES = {
     "kdd": dict(kind="sparse", ext=".svm", target=362, dim=29_890_095, kmin=25, kmax=45, p_head=0.5,
                 p_one=0.6, qmin=1, qmax=3, signal=256,
-                about="sparse LIBSVM like kdd2010 (bridge): ~30 nnz/record over 29.9M features"),
+                about="sparse LIBSVM like kdd2010 (bridge): ~35 nnz/record over 29.9M features"),
     "webspam": dict(kind="sparse", ext=".svm", target=44_560, dim=16_609_143, kmin=1660, kmax=4580,
                     p_head=0.35, p_one=0.0, qmin=4, qmax=6, signal=256,
                     about="sparse LIBSVM like webspam trigram: thousands of nnz/record over 16.6M features"),
