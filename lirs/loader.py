@@ -21,6 +21,7 @@ import asyncio
 import collections
 import logging
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -192,6 +193,7 @@ class Loader:
         self._pool = None
         self._closed = False
         self._active: set = set()  # futures of batches in flight
+        self._last_plan = None
 
     # ------------------------------------------------------------------ setup / teardown
     @staticmethod
@@ -234,19 +236,12 @@ class Loader:
             self._pool = _BufferPool()
             self._loop = _new_loop()
             ready = threading.Event()
-            self._thread = threading.Thread(target=self._run_loop, args=(ready,), name="lirs-loader-loop",
+            # the thread must not hold a reference to self, or an unclosed loader would never be freed
+            self._thread = threading.Thread(target=_run_loop, args=(self._loop, ready), name="lirs-loader-loop",
                                             daemon=True)
             self._thread.start()
             ready.wait()
             self._pid = pid
-
-    def _run_loop(self, ready):
-        asyncio.set_event_loop(self._loop)
-        self._loop.call_soon(ready.set)
-        try:
-            self._loop.run_forever()
-        finally:
-            self._loop.close()
 
     def close(self) -> None:
         """Stop the background thread and the engine's threads, close every file. Idempotent."""
@@ -259,20 +254,29 @@ class Loader:
                 if self._owns_index:
                     self.index = None
                 return  # no thread of ours runs in this process
+            if self._thread is not None and threading.current_thread() in (self._thread, *_pool_threads(self._executor)):
+                # dropped from inside the pipeline (last reference held by a task): cannot wait on
+                # ourselves, so stop the loop and let the daemon threads end on their own
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._executor.shutdown(wait=False)
+                self._engine.close()  # no read is in flight: every batch task holds a reference
+                return
             for f in list(self._active):
                 f.cancel()
             self._active.clear()
-            if self._loop is not None:
+            alive = self._thread is not None and self._thread.is_alive()
+            if alive:
                 # let every task (and every read still filling a buffer) finish before files close
                 asyncio.run_coroutine_threadsafe(_drain(), self._loop).result()
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
-            if self._loop is not None:
+            if alive:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join()
             if self._engine is not None:
                 self._engine.close()
             self._engine = self._loop = self._thread = self._executor = self._pool = None
+            self._last_plan = None
             if self._owns_index:
                 self.index = None  # its memory maps hold descriptors of the sidecar
 
@@ -284,14 +288,24 @@ class Loader:
 
     def __del__(self):
         try:
-            if not self._closed and self._pid == os.getpid():
+            # at interpreter exit the daemon threads are frozen: waiting on them would hang
+            if not self._closed and self._pid == os.getpid() and not sys.is_finalizing():
                 self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
     # ------------------------------------------------------------------ planning
     def plan(self, epoch: int):
-        """The :class:`~lirs.plan.EpochPlan` of ``epoch`` for this loader's rank."""
+        """The :class:`~lirs.plan.EpochPlan` of ``epoch`` for this loader's rank (the last one is cached)."""
+        epoch = int(epoch)
+        cached = self._last_plan
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
+        plan = self._make_plan(epoch)
+        self._last_plan = (epoch, plan)
+        return plan
+
+    def _make_plan(self, epoch: int):
         from .plan import plan_epoch
 
         return plan_epoch(self.index, self.batch_size, self.granularity, seed=self.seed, epoch=int(epoch),
@@ -515,6 +529,19 @@ class Loader:
     def __repr__(self):
         return (f"Loader({self.index!r}, batch_size={self.batch_size}, granularity={self.granularity!r}, "
                 f"prefetch={self.prefetch}, engine={self.engine_name!r})")
+
+
+def _run_loop(loop, ready):
+    asyncio.set_event_loop(loop)
+    loop.call_soon(ready.set)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+def _pool_threads(executor) -> tuple:
+    return tuple(getattr(executor, "_threads", ())) if executor is not None else ()
 
 
 async def _drain() -> None:

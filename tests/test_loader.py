@@ -287,3 +287,21 @@ def test_epoch_command(svm, capsys):
     out = capsys.readouterr().out
     assert "records/s" in out and "stall" in out and "buffered" in out
     assert main(["epoch", p, "--engine", "nope"]) == 2
+
+
+def test_dropped_loader_is_freed(svm):
+    import gc
+    import weakref
+
+    p, idx, *_ = svm
+    before_threads = set(threading.enumerate())
+    loader = Loader(p, 64, n_features=300, index=idx)
+    next(iter(loader.epoch(0)))  # leaves batches in flight: they hold the loader until they finish
+    freed = threading.Event()
+    weakref.finalize(loader, freed.set)
+    del loader
+    gc.collect()
+    assert freed.wait(timeout=30), "an unclosed loader must not be kept alive by its own threads"
+    for t in set(threading.enumerate()) - before_threads:
+        t.join(timeout=10)
+    assert set(t for t in threading.enumerate() if t.is_alive()) - before_threads == set()
