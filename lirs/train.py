@@ -18,6 +18,8 @@ difference ``(f - f*) / f*`` (the LIRS paper's Fig. 9 and Table 3).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -249,3 +251,468 @@ def train_sgd(loader, epochs: int, *, lr: float = 0.1, l2: float = 1e-4) -> np.n
             grad = np.asarray(X.T @ (p - t)).ravel() / len(t) + l2 * w
             w -= step * grad
     return w
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing record orders on a real file: lirs (Loader) against BMF, a shuffle buffer and the
+# file order, each with its own real I/O pattern. Used by `lirs demo` and benchmarks/train_svm.py.
+
+LIRS_METHODS = ("lirs-instance", "lirs-page", "lirs-group", "lirs-window")
+BASELINES = ("bmf", "shuffle_buffer", "sequential")
+METHODS = LIRS_METHODS + BASELINES
+
+PURPOSE_BMF_LAYOUT = 84   # once per run: the block of every record
+PURPOSE_BMF_ORDER = 85    # every epoch: the order of the blocks
+PURPOSE_BUFFER = 86       # every epoch: the shuffle buffer's slot draws
+
+_ALIGN = 4096
+
+
+def shuffle_buffer_order(n: int, buffer_records: int, *, seed: int = 0, epoch: int = 0) -> np.ndarray:
+    """int64 (n,): the order in which a shuffle buffer of ``buffer_records`` delivers a stream read
+    in file order (records 0..n-1)."""
+    from .kernels import train as K
+
+    if buffer_records < 1:
+        raise UsageError(f"buffer_records must be >= 1, got {buffer_records}")
+    u = np.random.default_rng(np.random.SeedSequence([seed, epoch, PURPOSE_BUFFER])).random(n)
+    out = np.empty(n, np.int64)
+    K.shuffle_buffer_order(int(n), int(buffer_records), u, out)
+    return out
+
+
+def bmf_blocks(n: int, blocks: int, *, seed: int = 0) -> list:
+    """BMF's one-off layout: every record assigned to one of ``blocks`` blocks at random; returns a
+    list of int64 arrays (the record IDs of each block, in file order)."""
+    if blocks < 1:
+        raise UsageError(f"blocks must be >= 1, got {blocks}")
+    b = np.random.default_rng(np.random.SeedSequence([seed, 0, PURPOSE_BMF_LAYOUT])).integers(0, blocks, n)
+    order = np.argsort(b, kind="stable")
+    cuts = np.searchsorted(b[order], np.arange(1, blocks))
+    return [a.astype(np.int64) for a in np.split(order, cuts)]
+
+
+def bmf_block_order(blocks: int, *, seed: int = 0, epoch: int = 0) -> np.ndarray:
+    """The order in which BMF visits its blocks in ``epoch``: int64 (blocks,)."""
+    return np.random.default_rng(np.random.SeedSequence([seed, epoch, PURPOSE_BMF_ORDER])).permutation(blocks)
+
+
+class _Prefetch:
+    """Run a generator on a thread, ``depth`` items ahead of the consumer (loading overlaps compute,
+    as the Loader's prefetch does for lirs)."""
+
+    _END = object()
+
+    def __init__(self, gen, depth: int = 4):
+        import queue
+        import threading
+
+        self.q = queue.Queue(max(1, depth))
+        self.stop = threading.Event()
+        self.wait_s = 0.0
+        self.t = threading.Thread(target=self._run, args=(gen,), daemon=True, name="lirs-train-prefetch")
+        self.t.start()
+
+    def _run(self, gen):
+        try:
+            for item in gen:
+                if self.stop.is_set():
+                    break
+                self.q.put((True, item))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self.q.put((False, e))
+            return
+        finally:
+            gen.close()
+        self.q.put((True, self._END))
+
+    def __iter__(self):
+        import time
+
+        try:
+            while True:
+                t = time.perf_counter()
+                ok, item = self.q.get()
+                self.wait_s += time.perf_counter() - t
+                if not ok:
+                    raise item
+                if item is self._END:
+                    return
+                yield item
+        finally:
+            self.stop.set()
+            while self.t.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    self.q.get(timeout=0.1)
+                except Exception:  # noqa: BLE001 - queue.Empty
+                    pass
+            self.t.join()
+
+
+class _SpanReader:
+    """Reads runs of records that lie back to back in one file, one aligned direct read per run,
+    and decodes them (the I/O of the sequential, shuffle-buffer and BMF baselines)."""
+
+    def __init__(self, path: str, n_features: int, zero_based: bool, engine: str = "auto", dtype=np.float32):
+        from .engines import open_engine
+
+        self.path = path
+        self.eng = open_engine([path], engine)
+        self.n_features, self.zero_based, self.dtype = n_features, zero_based, dtype
+        self.bytes_read = 0
+        self._buf = None
+
+    def read(self, starts: np.ndarray, ends: np.ndarray, ids: np.ndarray):
+        """Records [starts[i], ends[i]) of the file (back to back, increasing): (X csr, y)."""
+        from .decode import decode_libsvm
+        from .engines import aligned_empty
+
+        lo = int(starts[0]) // _ALIGN * _ALIGN
+        hi = -(-int(ends[-1]) // _ALIGN) * _ALIGN
+        if self._buf is None or len(self._buf) < hi - lo:
+            self._buf = aligned_empty(int((hi - lo) * 1.25) // _ALIGN * _ALIGN + _ALIGN)
+        got = self.eng.read(np.zeros(1, np.int32), np.array([lo], np.int64), np.array([hi - lo], np.int64),
+                            self._buf, np.zeros(1, np.int64))
+        self.bytes_read += int(got[0])
+        if lo + int(got[0]) < int(ends[-1]):
+            raise DataError(f"{self.path}: needs bytes up to {int(ends[-1])} but the file ends at "
+                            f"{lo + int(got[0])} (changed after indexing?)")
+        return decode_libsvm(self._buf, starts - lo, ends - lo, n_features=self.n_features,
+                             zero_based=self.zero_based, dtype=self.dtype, source=self.path,
+                             file_offsets=starts, record_ids=ids)
+
+    def close(self):
+        self.eng.close()
+
+
+def _record_bounds(index):
+    starts, ends = index.bounds()
+    return np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+
+
+def _sequential_runs(n: int, run_records: int):
+    for s in range(0, n, run_records):
+        yield s, min(n, s + run_records)
+
+
+def load_all(index, *, engine: str = "auto", dtype=np.float32, run_bytes: int = 8 << 20):
+    """The whole (single-file LIBSVM) data set in memory, read in file order: (X csr, y float64)."""
+    from .decode import resolve_libsvm_params
+
+    _check_single_libsvm(index)
+    nf, zb = resolve_libsvm_params(index)
+    starts, ends = _record_bounds(index)
+    per = max(1, int(run_bytes // max(1.0, index.payload_bytes / max(index.n, 1))))
+    rd = _SpanReader(index.paths[0], nf, zb, engine, dtype)
+    try:
+        parts = [rd.read(starts[s:e], ends[s:e], np.arange(s, e)) for s, e in _sequential_runs(index.n, per)]
+    finally:
+        rd.close()
+    return sp.vstack([p[0] for p in parts], format="csr"), np.concatenate([p[1] for p in parts])
+
+
+def _check_single_libsvm(index):
+    if index.format != "libsvm":
+        raise UsageError(f"SVM training needs LIBSVM data; {index.paths[0]} is {index.format}")
+    if index.nfiles != 1:
+        raise UsageError("the baselines (BMF, shuffle buffer, sequential) read one file; this index has "
+                         f"{index.nfiles} files")
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buffer", "sequential"), *,
+                epochs: int = 5, batch_size: int = 1024, C: float = 1.0, loss: str = "squared_hinge",
+                seed: int = 0, bmf_blocks_n: int = 40, bmf_passes: int = 3, buffer_records: int = 10_000,
+                group_bytes: int = 65536, window: int = 16, prefetch: int = 4, engine: str = "auto",
+                workdir: str | None = None, f_star: float | None = None, reference_epochs: int = 200,
+                reference_tol: float = 1e-3, data=None, index_s: float | None = None, progress=None,
+                log_fn=None) -> dict:
+    """Train the same SVM under several record orders, each read from the file with its own I/O
+    pattern, and record the objective after every epoch.
+
+    Methods: ``lirs-instance|page|group|window`` (a :class:`lirs.Loader` of that granularity),
+    ``bmf`` (pre-processing rewrites the file with ``bmf_blocks_n`` random blocks laid out one
+    after the other; every epoch reads the blocks in a fresh order, one direct read each, and
+    trains each whole with ``bmf_passes`` inner passes in random order, as LIBLINEAR cdblock),
+    ``shuffle_buffer`` (file order through a buffer of ``buffer_records``), ``sequential`` (file
+    order). The baselines read runs of ``batch_size`` records (BMF: whole blocks) with one aligned
+    direct read each, ``prefetch`` runs ahead on a thread, so loading overlaps compute for all.
+
+    ``data``: (X, y) of the whole set in memory (read here when None) for the objective; ``f_star``:
+    the optimum (from :func:`reference_objective` with ``reference_epochs``/``reference_tol`` when
+    None). ``index_s``: time the index took (lirs's pre-processing). Returns a JSON-able dict.
+    """
+    import time
+
+    from .decode import resolve_libsvm_params
+
+    _check_single_libsvm(index)
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise UsageError(f"unknown methods {unknown}; expected some of {', '.join(METHODS)}")
+    say = log_fn or (lambda msg: None)
+    n = index.n
+    nf, zb = resolve_libsvm_params(index)
+    t = time.perf_counter()
+    X, y = data if data is not None else load_all(index, engine=engine)
+    load_all_s = time.perf_counter() - t
+    y = as_pm1(y, index.paths[0])
+    ref_s = 0.0
+    if f_star is None:
+        t = time.perf_counter()
+        f_star = reference_objective(X, y, C, loss, epochs=reference_epochs, tol=reference_tol, seed=seed)
+        ref_s = time.perf_counter() - t
+        say(f"reference objective f* = {f_star:.6g} ({ref_s:.1f}s)")
+    starts, ends = _record_bounds(index)
+    mean_rec = index.payload_bytes / max(n, 1)
+    out = {"n": int(n), "n_features": int(nf), "payload_bytes": int(index.payload_bytes), "C": C, "loss": loss,
+           "batch_size": batch_size, "seed": seed, "f_star": f_star, "reference_s": ref_s,
+           "load_all_s": load_all_s, "methods": {}}
+    for m in methods:
+        svm = LinearSVM(nf, n, C, loss)
+        rec = {"per_epoch": [], "pre_s": 0.0}
+        say(f"{m}: training {epochs} epochs")
+        if m.startswith("lirs-"):
+            from .loader import Loader
+
+            rec["pre_s"] = index_s
+            rec["pre_what"] = "lirs index (scan once)"
+            gran = m.split("-", 1)[1]
+            with Loader(index, batch_size, granularity=gran, group_bytes=group_bytes, window=window, seed=seed,
+                        engine=engine, prefetch=prefetch, n_features=nf, zero_based=zb) as ld:
+                for e in range(epochs):
+                    ld.stats.reset()
+                    t = time.perf_counter()
+                    comp = 0.0
+                    for b in ld.epoch(e):
+                        c = time.perf_counter()
+                        svm.partial_fit(b.ids, b.X, b.y)
+                        comp += time.perf_counter() - c
+                    wall = time.perf_counter() - t
+                    st = ld.stats.as_dict()
+                    rec["per_epoch"].append({"epoch": e, "epoch_s": wall, "compute_s": comp, "wait_s": st["wait_s"],
+                                             "bytes_read": st["bytes_read"], "amplification": st["amplification"]})
+                    _objective(rec, svm, X, y, f_star)
+            idx_bytes = 16 * n  # offsets + labels
+            rec["memory_bytes"] = int(idx_bytes + (prefetch + 1) * batch_size * mean_rec *
+                                      (rec["per_epoch"][-1]["amplification"] or 1.0))
+            rec["memory_what"] = "index (16 B/record) + (prefetch+1) read batches"
+        else:
+            _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, epochs=epochs,
+                          batch_size=batch_size, seed=seed, blocks=bmf_blocks_n, passes=bmf_passes,
+                          buffer_records=buffer_records, prefetch=prefetch, engine=engine, workdir=workdir,
+                          mean_rec=mean_rec)
+        rec["final_objective"] = rec["per_epoch"][-1]["objective"]
+        rec["test_accuracy_train_set"] = svm.score(X, y)
+        out["methods"][m] = rec
+        say(f"{m}: objective {rec['final_objective']:.6g}, rel. diff {rec['per_epoch'][-1]['rel_diff']:.3g}")
+    _summarize(out)
+    return out
+
+
+def _objective(rec, svm, X, y, f_star):
+    f = svm.objective(X, y)
+    rec["per_epoch"][-1]["objective"] = f
+    rec["per_epoch"][-1]["rel_diff"] = float(relative_difference(f, f_star))
+
+
+def _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, *, epochs, batch_size, seed, blocks,
+                  passes, buffer_records, prefetch, engine, workdir, mean_rec):
+    import time
+
+    n = index.n
+    path = index.paths[0]
+    if m == "bmf":
+        if workdir is None:
+            raise UsageError("BMF needs a workdir for its block file")
+        t = time.perf_counter()
+        layout = bmf_blocks(n, blocks, seed=seed)
+        bpath, bstarts, bends = _write_bmf_file(index, layout, workdir, engine=engine)
+        rec["pre_s"] = time.perf_counter() - t
+        rec["pre_what"] = f"rewrite the file as {blocks} random blocks (read + write + fsync)"
+        rec["blocks"] = blocks
+        rec["inner_passes"] = passes
+        sizes = []
+        pos = 0
+        for b in layout:
+            k = len(b)
+            sizes.append(int(bends[pos + k - 1] - bstarts[pos]) if k else 0)
+            pos += k
+        rec["memory_bytes"] = int(max(sizes))
+        rec["memory_what"] = "the largest block (raw bytes)"
+        first = np.concatenate([[0], np.cumsum([len(b) for b in layout])])
+        rd = _SpanReader(bpath, nf, zb, engine)
+        try:
+            for e in range(epochs):
+                rng = np.random.default_rng(np.random.SeedSequence([seed, e, PURPOSE_INNER]))
+                order = bmf_block_order(blocks, seed=seed, epoch=e)
+
+                def gen(order=order):
+                    for bi in order:
+                        s, f = int(first[bi]), int(first[bi + 1])
+                        if f > s:
+                            yield layout[bi], rd.read(bstarts[s:f], bends[s:f], layout[bi])
+
+                _epoch_loop(rec, svm, _Prefetch(gen(), 1), rd, passes, rng, X, y, f_star)
+        finally:
+            rd.close()
+            try:
+                os.unlink(bpath)
+            except OSError:
+                pass
+        return
+    rec["pre_what"] = "none"
+    rd = _SpanReader(path, nf, zb, engine)
+    try:
+        if m == "sequential":
+            rec["memory_bytes"] = int((prefetch + 1) * batch_size * mean_rec)
+            rec["memory_what"] = "(prefetch+1) read runs"
+            for e in range(epochs):
+                def gen():
+                    for s, f in _sequential_runs(n, batch_size):
+                        ids = np.arange(s, f, dtype=np.int64)
+                        yield ids, rd.read(starts[s:f], ends[s:f], ids)
+
+                _epoch_loop(rec, svm, _Prefetch(gen(), prefetch), rd, 1, None, X, y, f_star)
+        else:
+            rec["buffer_records"] = buffer_records
+            rec["memory_bytes"] = int((buffer_records + (prefetch + 1) * batch_size) * mean_rec)
+            rec["memory_what"] = "shuffle buffer + (prefetch+1) read runs (raw bytes)"
+            for e in range(epochs):
+                order = shuffle_buffer_order(n, buffer_records, seed=seed, epoch=e)
+                _epoch_loop(rec, svm, _Prefetch(_buffer_batches(rd, order, starts, ends, batch_size,
+                                                                buffer_records), prefetch),
+                            rd, 1, None, X, y, f_star)
+    finally:
+        rd.close()
+
+
+def _buffer_batches(rd, order, starts, ends, batch_size, buffer_records):
+    """Batches of a shuffle buffer: the file is read in runs of ``batch_size`` records, in order,
+    and each output batch takes its records (already read: the buffer holds them) from the runs."""
+    n = len(order)
+    runs = {}   # run number -> [X, y, records not yet delivered]
+    next_run = 0
+    run_of = lambda ids: ids // batch_size  # noqa: E731
+    for s in range(0, n, batch_size):
+        ids = order[s:s + batch_size]
+        need = int(ids.max()) // batch_size
+        while next_run <= need:
+            a, f = next_run * batch_size, min(n, (next_run + 1) * batch_size)
+            X, y = rd.read(starts[a:f], ends[a:f], np.arange(a, f))
+            runs[next_run] = [X, y, f - a]
+            next_run += 1
+        r = run_of(ids)
+        pieces = []
+        pos = []
+        for k in np.unique(r):
+            sel = np.flatnonzero(r == k)
+            Xr, yr, left = runs[int(k)]
+            local = ids[sel] - int(k) * batch_size
+            pieces.append((Xr[local], yr[local]))
+            pos.append(sel)
+            runs[int(k)][2] = left - len(sel)
+            if runs[int(k)][2] == 0:
+                del runs[int(k)]
+        perm = np.argsort(np.concatenate(pos), kind="stable")
+        Xb = sp.vstack([p[0] for p in pieces], format="csr")[perm]
+        yb = np.concatenate([p[1] for p in pieces])[perm]
+        yield ids, (Xb, yb)
+
+
+def _epoch_loop(rec, svm, batches, rd, passes, rng, X, y, f_star):
+    import time
+
+    b0 = rd.bytes_read
+    t = time.perf_counter()
+    comp = 0.0
+    payload = 0
+    for ids, (Xb, yb) in batches:
+        c = time.perf_counter()
+        svm.partial_fit(ids, Xb, yb, passes=passes, rng=rng)
+        comp += time.perf_counter() - c
+        payload += 1
+    wall = time.perf_counter() - t
+    rd_bytes = rd.bytes_read - b0
+    rec["per_epoch"].append({"epoch": len(rec["per_epoch"]), "epoch_s": wall, "compute_s": comp,
+                             "wait_s": batches.wait_s, "bytes_read": rd_bytes, "amplification": None})
+    _objective(rec, svm, X, y, f_star)
+
+
+def _write_bmf_file(index, layout, workdir, *, engine="auto", run_bytes: int = 8 << 20):
+    """BMF pre-processing: read the file in order and write every record into its block's region of
+    a new file (blocks back to back), in buffered appends per block; fsync. Returns (path,
+    starts int64 (n,), ends int64 (n,)) of the records in block-file order."""
+    from .engines import aligned_empty, open_engine
+    from .kernels import train as K
+
+    starts, ends = _record_bounds(index)
+    n = index.n
+    lens = ends - starts
+    order = np.concatenate(layout) if layout else np.zeros(0, np.int64)
+    new_starts = np.zeros(n, np.int64)
+    if n:
+        np.cumsum(lens[order][:-1], out=new_starts[1:])
+    new_ends = new_starts + lens[order]
+    pos_of = np.empty(n, np.int64)  # where record i goes in the block file
+    pos_of[order] = new_starts
+    os.makedirs(workdir, exist_ok=True)
+    bpath = os.path.join(workdir, os.path.basename(index.paths[0]) + ".bmf-blocks")
+    per = max(1, int(run_bytes // max(1.0, index.payload_bytes / max(n, 1))))
+    eng = open_engine([index.paths[0]], engine)
+    fd = os.open(bpath, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        buf = aligned_empty(_ALIGN)
+        for s, f in _sequential_runs(n, per):
+            lo = int(starts[s]) // _ALIGN * _ALIGN
+            hi = -(-int(ends[f - 1]) // _ALIGN) * _ALIGN
+            if len(buf) < hi - lo:
+                buf = aligned_empty(hi - lo)
+            eng.read(np.zeros(1, np.int32), np.array([lo], np.int64), np.array([hi - lo], np.int64), buf,
+                     np.zeros(1, np.int64))
+            # records of this run, sorted by destination: contiguous stretches become one write each
+            o = np.argsort(pos_of[s:f], kind="stable")
+            src_s = starts[s:f][o] - lo
+            src_e = ends[s:f][o] - lo
+            dst = pos_of[s:f][o]
+            out = np.empty(int((src_e - src_s).sum()), np.uint8)
+            K.gather_spans(buf, src_s, src_e, out)
+            # split where destinations stop being back to back
+            l = src_e - src_s
+            brk = np.flatnonzero(dst[1:] != dst[:-1] + l[:-1]) + 1
+            cuts = np.concatenate([[0], brk, [len(dst)]])
+            off = np.concatenate([[0], np.cumsum(l)])
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                os.pwrite(fd, memoryview(out[off[a]:off[b]]), int(dst[a]))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        eng.close()
+    return bpath, new_starts, new_ends
+
+
+def _summarize(out: dict) -> None:
+    """Table 3 analog: epochs each method needs to reach BMF's best objective (or, without BMF,
+    the best of the shuffle buffer), and the total time T_pre + epochs x mean epoch time."""
+    ms = out["methods"]
+    base = "bmf" if "bmf" in ms else ("shuffle_buffer" if "shuffle_buffer" in ms else None)
+    out["target_method"] = base
+    if base is None:
+        return
+    target = min(r["objective"] for r in ms[base]["per_epoch"])
+    out["target_objective"] = target
+    out["target_rel_diff"] = float(relative_difference(target, out["f_star"]))
+    for m, r in ms.items():
+        objs = [p["objective"] for p in r["per_epoch"]]
+        hit = next((i + 1 for i, f in enumerate(objs) if f <= target * (1 + 1e-12)), None)
+        r["epochs_to_target"] = hit
+        mean_epoch = float(np.mean([p["epoch_s"] for p in r["per_epoch"]]))
+        r["mean_epoch_s"] = mean_epoch
+        r["total_to_target_s"] = None if hit is None else float((r["pre_s"] or 0.0) + hit * mean_epoch)

@@ -126,3 +126,39 @@ def loss_sum(margins, y, squared):
         if h > 0.0:
             s += h * h if squared else h
     return s
+
+
+@njit(cache=True, nogil=True)
+def shuffle_buffer_order(n, size, u, out):
+    """Delivery order of a shuffle buffer of ``size`` records over the stream 0..n-1 (tf.data
+    ``shuffle``): fill the buffer, then each output takes a uniform slot (``u`` float64 (n,) in
+    [0, 1), drawn by the caller) and the next stream record takes its place. out int64 (n,)."""
+    fill = min(size, n)
+    buf = np.empty(max(fill, 1), np.int64)
+    for i in range(fill):
+        buf[i] = i
+    nxt = fill
+    j = 0
+    while fill > 0:
+        s = int(u[j] * fill)
+        if s >= fill:
+            s = fill - 1
+        out[j] = buf[s]
+        if nxt < n:
+            buf[s] = nxt
+            nxt += 1
+        else:
+            fill -= 1
+            buf[s] = buf[fill]
+        j += 1
+
+
+@njit(cache=True, nogil=True)
+def gather_spans(src, starts, ends, dst):
+    """Copy src[starts[i]:ends[i]] for every i, back to back, into dst; returns bytes written."""
+    p = 0
+    for i in range(starts.shape[0]):
+        for q in range(starts[i], ends[i]):
+            dst[p] = src[q]
+            p += 1
+    return p
