@@ -184,12 +184,14 @@ class LinearSVM:
 
 
 def fit_in_memory(X, y, C: float = 1.0, loss: str = "squared_hinge", *, epochs: int = 1000,
-                  tol: float = 1e-6, seed: int = 0, order: str = "random") -> tuple[LinearSVM, list]:
+                  tol: float = 1e-6, seed: int = 0, order: str = "random",
+                  history: bool = True) -> tuple[LinearSVM, list]:
     """Dual coordinate descent on the whole data set in memory, a fresh random permutation every
     epoch (LIBLINEAR's own scheme, without shrinking), until the largest projected gradient of an
     epoch is below ``tol`` or ``epochs`` ran.
 
-    Returns (model, objectives per epoch). ``order="file"`` visits records in file order instead.
+    Returns (model, objectives per epoch (only the last one when not ``history``)).
+    ``order="file"`` visits records in file order instead.
     """
     X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
     y = as_pm1(y)
@@ -209,18 +211,21 @@ def fit_in_memory(X, y, C: float = 1.0, loss: str = "squared_hinge", *, epochs: 
         maxpg = K.dcd_csr(X.indptr, X.indices, X.data, y, ids, rows.astype(np.int64), svm.alpha, svm.w,
                           svm.diag, svm.upper)
         svm.updates += n
-        hist.append(svm.objective(X, y))
+        if history:
+            hist.append(svm.objective(X, y))
         if maxpg < tol:
             break
+    if not history:
+        hist.append(svm.objective(X, y))
     return svm, hist
 
 
 def reference_objective(X, y, C: float = 1.0, loss: str = "squared_hinge", *, epochs: int = 1000,
                         tol: float = 1e-6, seed: int = 0) -> float:
     """f*: the primal objective after a long in-memory random-order run of the same solver
-    (:func:`fit_in_memory`); the best objective seen (never above the optimum's true value + the
-    remaining gap)."""
-    _, hist = fit_in_memory(X, y, C, loss, epochs=epochs, tol=tol, seed=seed)
+    (:func:`fit_in_memory`): an upper bound of the optimum, tight once the run has converged (exact
+    coordinate descent never raises the objective, so the last value is the best)."""
+    _, hist = fit_in_memory(X, y, C, loss, epochs=epochs, tol=tol, seed=seed, history=False)
     return float(min(hist))
 
 
@@ -596,11 +601,13 @@ def _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, *, epo
 
 def _buffer_batches(rd, order, starts, ends, batch_size, buffer_records):
     """Batches of a shuffle buffer: the file is read in runs of ``batch_size`` records, in order,
-    and each output batch takes its records (already read: the buffer holds them) from the runs."""
+    and each output batch takes its records (already read: the buffer holds them) from the runs
+    still alive; a run is dropped once all its records have left the buffer."""
+    from .kernels import train as K
+
     n = len(order)
     runs = {}   # run number -> [X, y, records not yet delivered]
     next_run = 0
-    run_of = lambda ids: ids // batch_size  # noqa: E731
     for s in range(0, n, batch_size):
         ids = order[s:s + batch_size]
         need = int(ids.max()) // batch_size
@@ -609,22 +616,30 @@ def _buffer_batches(rd, order, starts, ends, batch_size, buffer_records):
             X, y = rd.read(starts[a:f], ends[a:f], np.arange(a, f))
             runs[next_run] = [X, y, f - a]
             next_run += 1
-        r = run_of(ids)
-        pieces = []
-        pos = []
-        for k in np.unique(r):
+        r = ids // batch_size
+        local = ids - r * batch_size
+        k_ = len(ids)
+        lens = np.empty(k_, np.int64)
+        yb = np.empty(k_, np.float64)
+        groups = []
+        for k in np.unique(r).tolist():
             sel = np.flatnonzero(r == k)
-            Xr, yr, left = runs[int(k)]
-            local = ids[sel] - int(k) * batch_size
-            pieces.append((Xr[local], yr[local]))
-            pos.append(sel)
-            runs[int(k)][2] = left - len(sel)
-            if runs[int(k)][2] == 0:
-                del runs[int(k)]
-        perm = np.argsort(np.concatenate(pos), kind="stable")
-        Xb = sp.vstack([p[0] for p in pieces], format="csr")[perm]
-        yb = np.concatenate([p[1] for p in pieces])[perm]
-        yield ids, (Xb, yb)
+            X, y, _ = runs[k]
+            lens[sel] = X.indptr[local[sel] + 1] - X.indptr[local[sel]]
+            yb[sel] = y[local[sel]]
+            groups.append((k, sel))
+        indptr = np.zeros(k_ + 1, np.int64)
+        np.cumsum(lens, out=indptr[1:])
+        first = runs[groups[0][0]][0]
+        indices = np.empty(int(indptr[-1]), first.indices.dtype)
+        data = np.empty(int(indptr[-1]), first.data.dtype)
+        for k, sel in groups:
+            X = runs[k][0]
+            K.csr_take_rows(X.indptr, X.indices, X.data, local[sel], sel.astype(np.int64), indptr, indices, data)
+            runs[k][2] -= len(sel)
+            if runs[k][2] == 0:
+                del runs[k]
+        yield ids, (sp.csr_matrix((data, indices, indptr), shape=(k_, first.shape[1])), yb)
 
 
 def _epoch_loop(rec, svm, batches, rd, passes, rng, X, y, f_star):

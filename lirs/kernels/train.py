@@ -162,3 +162,16 @@ def gather_spans(src, starts, ends, dst):
             dst[p] = src[q]
             p += 1
     return p
+
+
+@njit(cache=True, nogil=True)
+def csr_take_rows(indptr, indices, data, rows, dest, out_indptr, out_indices, out_data):
+    """Copy rows ``rows`` of a CSR matrix to output rows ``dest`` of a CSR matrix whose
+    ``out_indptr`` is already filled (rows, dest int64 (m,))."""
+    for t in range(rows.shape[0]):
+        r = rows[t]
+        p = out_indptr[dest[t]]
+        for q in range(indptr[r], indptr[r + 1]):
+            out_indices[p] = indices[q]
+            out_data[p] = data[q]
+            p += 1
