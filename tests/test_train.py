@@ -154,6 +154,9 @@ def test_training_benchmarks_smoke(tmp_path, script):
     import json
 
     res = json.loads(out.read_text())
-    assert res["command"] and res["methods"]
-    for name, m in res["methods"].items():
-        assert len(m["per_epoch"]) >= 1, name
+    assert res["command"] and res["datasets"]
+    for d in res["datasets"].values():
+        assert d["methods"]
+        for name, m in d["methods"].items():
+            assert len(m["per_epoch"]) == 2, name
+            assert all(np.isfinite(p["objective"]) for p in m["per_epoch"]), name
