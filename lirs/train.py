@@ -19,6 +19,7 @@ difference ``(f - f*) / f*`` (the LIRS paper's Fig. 9 and Table 3).
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import scipy.sparse as sp
@@ -334,24 +335,64 @@ class _Prefetch:
     def __iter__(self):
         import time
 
+        done = False
         try:
             while True:
                 t = time.perf_counter()
                 ok, item = self.q.get()
                 self.wait_s += time.perf_counter() - t
                 if not ok:
+                    done = True
                     raise item
                 if item is self._END:
+                    done = True
                     return
                 yield item
         finally:
             self.stop.set()
-            while self.t.is_alive():  # unblock a producer waiting on a full queue
-                try:
-                    self.q.get(timeout=0.1)
-                except Exception:  # noqa: BLE001 - queue.Empty
-                    pass
+            # left early: take items until the producer, which sees `stop` after at most one more
+            # item, says it ended (it may be blocked on the full queue)
+            while not done:
+                ok, item = self.q.get()
+                done = not ok or item is self._END
             self.t.join()
+
+
+class _Ahead:
+    """Run zero-argument callables on ``workers`` threads, up to ``depth`` ahead of the consumer,
+    and yield their results in submission order (the baselines' read + decode, parallel like the
+    Loader's, overlapping compute)."""
+
+    def __init__(self, tasks, workers: int = 2, depth: int = 4):
+        self.tasks = iter(tasks)
+        self.workers = max(1, int(workers))
+        self.depth = max(1, int(depth))
+        self.wait_s = 0.0
+
+    def __iter__(self):
+        import collections
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        ex = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-train-read")
+        futs = collections.deque()
+        try:
+            for task in self.tasks:
+                futs.append(ex.submit(task))
+                if len(futs) > self.depth:  # keep `depth` loading while the consumer works
+                    yield self._take(futs, time)
+            while futs:
+                yield self._take(futs, time)
+        finally:
+            for f in futs:
+                f.cancel()
+            ex.shutdown(wait=True)
+
+    def _take(self, futs, time):
+        t = time.perf_counter()
+        r = futs.popleft().result()
+        self.wait_s += time.perf_counter() - t
+        return r
 
 
 class _SpanReader:
@@ -365,7 +406,8 @@ class _SpanReader:
         self.eng = open_engine([path], engine)
         self.n_features, self.zero_based, self.dtype = n_features, zero_based, dtype
         self.bytes_read = 0
-        self._buf = None
+        self._local = threading.local()  # one read buffer per reading thread
+        self._lock = threading.Lock()
 
     def read(self, starts: np.ndarray, ends: np.ndarray, ids: np.ndarray):
         """Records [starts[i], ends[i]) of the file (back to back, increasing): (X csr, y)."""
@@ -374,15 +416,17 @@ class _SpanReader:
 
         lo = int(starts[0]) // _ALIGN * _ALIGN
         hi = -(-int(ends[-1]) // _ALIGN) * _ALIGN
-        if self._buf is None or len(self._buf) < hi - lo:
-            self._buf = aligned_empty(int((hi - lo) * 1.25) // _ALIGN * _ALIGN + _ALIGN)
+        buf = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < hi - lo:
+            buf = self._local.buf = aligned_empty(int((hi - lo) * 1.25) // _ALIGN * _ALIGN + _ALIGN)
         got = self.eng.read(np.zeros(1, np.int32), np.array([lo], np.int64), np.array([hi - lo], np.int64),
-                            self._buf, np.zeros(1, np.int64))
-        self.bytes_read += int(got[0])
+                            buf, np.zeros(1, np.int64))
+        with self._lock:
+            self.bytes_read += int(got[0])
         if lo + int(got[0]) < int(ends[-1]):
             raise DataError(f"{self.path}: needs bytes up to {int(ends[-1])} but the file ends at "
                             f"{lo + int(got[0])} (changed after indexing?)")
-        return decode_libsvm(self._buf, starts - lo, ends - lo, n_features=self.n_features,
+        return decode_libsvm(buf, starts - lo, ends - lo, n_features=self.n_features,
                              zero_based=self.zero_based, dtype=self.dtype, source=self.path,
                              file_offsets=starts, record_ids=ids)
 
@@ -559,13 +603,13 @@ def _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, *, epo
                 rng = np.random.default_rng(np.random.SeedSequence([seed, e, PURPOSE_INNER]))
                 order = bmf_block_order(blocks, seed=seed, epoch=e)
 
-                def gen(order=order):
-                    for bi in order:
-                        s, f = int(first[bi]), int(first[bi + 1])
-                        if f > s:
-                            yield layout[bi], rd.read(bstarts[s:f], bends[s:f], layout[bi])
+                def task(bi):
+                    s, f = int(first[bi]), int(first[bi + 1])
+                    return layout[bi], rd.read(bstarts[s:f], bends[s:f], layout[bi])
 
-                _epoch_loop(rec, svm, _Prefetch(gen(), 1), rd, passes, rng, X, y, f_star)
+                # one block ahead: BMF holds one block while the next one loads
+                src = _Ahead((lambda bi=bi: task(bi) for bi in order if first[bi + 1] > first[bi]), 2, 1)
+                _epoch_loop(rec, svm, src, src, rd, passes, rng, X, y, f_star)
         finally:
             rd.close()
             try:
@@ -574,32 +618,36 @@ def _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, *, epo
                 pass
         return
     rec["pre_what"] = "none"
+    workers = max(2, prefetch)  # as many decoding threads as the Loader's pool
     rd = _SpanReader(path, nf, zb, engine)
     try:
         if m == "sequential":
             rec["memory_bytes"] = int((prefetch + 1) * batch_size * mean_rec)
             rec["memory_what"] = "(prefetch+1) read runs"
             for e in range(epochs):
-                def gen():
-                    for s, f in _sequential_runs(n, batch_size):
-                        ids = np.arange(s, f, dtype=np.int64)
-                        yield ids, rd.read(starts[s:f], ends[s:f], ids)
-
-                _epoch_loop(rec, svm, _Prefetch(gen(), prefetch), rd, 1, None, X, y, f_star)
+                src = _Ahead((lambda s=s, f=f: _run(rd, starts, ends, s, f)
+                              for s, f in _sequential_runs(n, batch_size)), workers, prefetch)
+                _epoch_loop(rec, svm, src, src, rd, 1, None, X, y, f_star)
         else:
             rec["buffer_records"] = buffer_records
             rec["memory_bytes"] = int((buffer_records + (prefetch + 1) * batch_size) * mean_rec)
             rec["memory_what"] = "shuffle buffer + (prefetch+1) read runs (raw bytes)"
             for e in range(epochs):
                 order = shuffle_buffer_order(n, buffer_records, seed=seed, epoch=e)
-                _epoch_loop(rec, svm, _Prefetch(_buffer_batches(rd, order, starts, ends, batch_size,
-                                                                buffer_records), prefetch),
-                            rd, 1, None, X, y, f_star)
+                src = _Ahead((lambda s=s, f=f: _run(rd, starts, ends, s, f)[1]
+                              for s, f in _sequential_runs(n, batch_size)), workers, prefetch)
+                _epoch_loop(rec, svm, _buffer_batches(iter(src), order, batch_size), src, rd, 1, None, X, y,
+                            f_star)
     finally:
         rd.close()
 
 
-def _buffer_batches(rd, order, starts, ends, batch_size, buffer_records):
+def _run(rd, starts, ends, s, f):
+    ids = np.arange(s, f, dtype=np.int64)
+    return ids, rd.read(starts[s:f], ends[s:f], ids)
+
+
+def _buffer_batches(runs_in, order, batch_size):
     """Batches of a shuffle buffer: the file is read in runs of ``batch_size`` records, in order,
     and each output batch takes its records (already read: the buffer holds them) from the runs
     still alive; a run is dropped once all its records have left the buffer."""
@@ -612,9 +660,8 @@ def _buffer_batches(rd, order, starts, ends, batch_size, buffer_records):
         ids = order[s:s + batch_size]
         need = int(ids.max()) // batch_size
         while next_run <= need:
-            a, f = next_run * batch_size, min(n, (next_run + 1) * batch_size)
-            X, y = rd.read(starts[a:f], ends[a:f], np.arange(a, f))
-            runs[next_run] = [X, y, f - a]
+            X, y = next(runs_in)  # runs arrive in file order
+            runs[next_run] = [X, y, X.shape[0]]
             next_run += 1
         r = ids // batch_size
         local = ids - r * batch_size
@@ -642,7 +689,7 @@ def _buffer_batches(rd, order, starts, ends, batch_size, buffer_records):
         yield ids, (sp.csr_matrix((data, indices, indptr), shape=(k_, first.shape[1])), yb)
 
 
-def _epoch_loop(rec, svm, batches, rd, passes, rng, X, y, f_star):
+def _epoch_loop(rec, svm, batches, waiter, rd, passes, rng, X, y, f_star):
     import time
 
     b0 = rd.bytes_read
@@ -657,7 +704,7 @@ def _epoch_loop(rec, svm, batches, rd, passes, rng, X, y, f_star):
     wall = time.perf_counter() - t
     rd_bytes = rd.bytes_read - b0
     rec["per_epoch"].append({"epoch": len(rec["per_epoch"]), "epoch_s": wall, "compute_s": comp,
-                             "wait_s": batches.wait_s, "bytes_read": rd_bytes, "amplification": None})
+                             "wait_s": waiter.wait_s, "bytes_read": rd_bytes, "amplification": None})
     _objective(rec, svm, X, y, f_star)
 
 
