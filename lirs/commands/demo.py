@@ -26,15 +26,17 @@ def add_parser(sub):
                     "epoch time, read amplification, objective reached and memory per method, and save a plot.")
     p.add_argument("--data", metavar="PATH", help="your own LIBSVM file (binary labels) instead of a sample")
     p.add_argument("--dir", default="./lirs-demo", metavar="D", help="working directory (default ./lirs-demo)")
-    p.add_argument("--size", default="500MB", help="size of the generated sample (default 500MB)")
+    # 200MB keeps the whole demo near two minutes on 2 cores (decoding LIBSVM text is the bound)
+    p.add_argument("--size", default="200MB", help="size of the generated sample (default 200MB; 500MB "
+                                                   "takes about 2.5x as long)")
     p.add_argument("--epochs", type=int, default=3, help="epochs per method (default 3)")
     p.add_argument("--batch-size", type=int, default=1024, help="records per batch (default 1024)")
     p.add_argument("--C", type=float, default=1.0, help="SVM cost parameter (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of every order (default 0)")
     p.add_argument("--methods", default=",".join(METHODS),
                    help=f"comma-separated subset of {','.join(METHODS)} (also lirs-instance, lirs-page)")
-    p.add_argument("--reference-epochs", type=int, default=30,
-                   help="epochs of the in-memory random-order run that estimates the optimum f* (default 30)")
+    p.add_argument("--reference-epochs", type=int, default=20,
+                   help="epochs of the in-memory random-order run that estimates the optimum f* (default 20)")
     p.add_argument("--engine", default="auto", help="I/O engine (default auto)")
     return p
 
