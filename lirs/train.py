@@ -559,7 +559,7 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
                           buffer_records=buffer_records, prefetch=prefetch, engine=engine, workdir=workdir,
                           mean_rec=mean_rec)
         rec["final_objective"] = rec["per_epoch"][-1]["objective"]
-        rec["test_accuracy_train_set"] = svm.score(X, y)
+        rec["train_accuracy"] = svm.score(X, y)
         out["methods"][m] = rec
         say(f"{m}: objective {rec['final_objective']:.6g}, rel. diff {rec['per_epoch'][-1]['rel_diff']:.3g}")
     _summarize(out)
