@@ -111,7 +111,7 @@ class _EpochRun:
     plan: Any = None
     batches: Any = None  # iterator over BatchPlan from `start`
     lock: Any = None     # asyncio.Lock: batch plans are drawn in order
-    made: threading.Event = field(default_factory=threading.Event)
+    steps: dict = field(default_factory=dict)  # read step number -> future of its decoded (X, y)
 
 
 _CONFIG_KEYS = ("batch_size", "granularity", "group_bytes", "window", "seed", "rank", "world_size",
@@ -151,7 +151,7 @@ class Loader:
 
     def __init__(self, paths, batch_size, granularity="group", group_bytes=65536, window=16, seed=0,
                  engine="auto", prefetch=4, rank=0, world_size=1, drop_last=False, dtype=np.float32,
-                 permutation="table", index=None, *, n_features=None, zero_based="auto", depth=None,
+                 permutation="auto", index=None, *, n_features=None, zero_based="auto", depth=None,
                  direct=None):
         src = paths if index is None else index
         self.index = self._open_index(src)
@@ -180,6 +180,10 @@ class Loader:
             self.n_features, self.zero_based = resolve_libsvm_params(self.index, zero_based, n_features)
         else:
             self.n_features, self.zero_based = None, None
+        from .plan import check_args
+
+        check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
+                   self.seed, 0, _BLOCK, permutation)
         self.stats = LoaderStats()
         self._cfg = self._make_config()
         self._pos = (None, 0)  # (epoch, next batch) as seen by the consumer
@@ -441,7 +445,34 @@ class Loader:
             if run.batches is None:
                 run.batches = iter(run.plan.batches(run.start))
             bp = await loop.run_in_executor(self._executor, next, run.batches)
-        ext_nbytes = np.asarray(bp.ext_nbytes, np.int64)
+        # no await between drawing the plan and registering its steps: steps start in plan order
+        parts = []
+        for step, lo, hi, last in bp.parts:
+            fut = run.steps.get(step.number)
+            if fut is None:
+                fut = asyncio.ensure_future(self._load_step(step))
+                run.steps[step.number] = fut
+            parts.append((step, fut, lo, hi, last))
+        got = []
+        for step, fut, lo, hi, last in parts:
+            got.append((await asyncio.shield(fut), lo, hi, step))  # shared: never cancel it from here
+            if last:
+                run.steps.pop(step.number, None)
+        if len(got) == 1 and got[0][1] == 0 and got[0][2] == len(got[0][3].ids):
+            X, y = got[0][0]
+        elif not got:
+            X, y = self._empty()
+        else:
+            X, y = _stack([_rows(X, lo, hi) for (X, _), lo, hi, _ in got],
+                          None if got[0][0][1] is None else [yy[lo:hi] for (_, yy), lo, hi, _ in got])
+        return Batch(np.asarray(bp.ids, np.int64), X, y, run.epoch, b)
+
+    async def _load_step(self, step):
+        """Read one step's extents into a pooled buffer and decode its records: (X, y)."""
+        loop = asyncio.get_running_loop()
+        ext_nbytes = np.asarray(step.ext_nbytes, np.int64)
+        if len(ext_nbytes) == 0:
+            return self._decode_step(step, None, None, None)
         # extents back to back, each starting on a block boundary
         sizes = -(-ext_nbytes // _BLOCK) * _BLOCK
         buf_pos = np.zeros(len(sizes), np.int64)
@@ -452,18 +483,17 @@ class Loader:
         read = None
         try:
             t = time.perf_counter()
-            read = asyncio.ensure_future(self._engine.aread(bp.ext_file, bp.ext_offset, ext_nbytes, buf,
+            read = asyncio.ensure_future(self._engine.aread(step.ext_file, step.ext_offset, ext_nbytes, buf,
                                                             buf_pos, executor=self._executor))
-            got = await asyncio.shield(read)  # a cancelled batch must not free buf mid-read
+            got = await asyncio.shield(read)  # a cancelled step must not free buf mid-read
             self.stats.io_s += time.perf_counter() - t
             self.stats.reads += len(ext_nbytes)
             self.stats.bytes_read += int(got.sum())
             t = time.perf_counter()
-            batch = await loop.run_in_executor(self._executor, self._decode, run.epoch, b, bp, buf,
-                                               buf_pos, got)
+            out = await loop.run_in_executor(self._executor, self._decode_step, step, buf, buf_pos, got)
             self.stats.decode_s += time.perf_counter() - t
-            self.stats.payload_bytes += int(np.asarray(bp.rec_len, np.int64).sum())
-            return batch
+            self.stats.payload_bytes += int(np.asarray(step.rec_len, np.int64).sum())
+            return out
         finally:
             if read is not None and not read.done():
                 # cancelled mid-read: the native read still fills buf; reuse it only afterwards
@@ -477,19 +507,22 @@ class Loader:
         if self._pool is not None:
             self._pool.give(buf)
 
-    def _decode(self, epoch: int, b: int, bp, buf: np.ndarray, buf_pos: np.ndarray, got: np.ndarray) -> Batch:
+    def _decode_step(self, step, buf, buf_pos, got):
+        """Decode the records of a read step from ``buf``: (X, y) with one row per record."""
         idx = self.index
-        ids = np.asarray(bp.ids, np.int64)
-        rext = np.asarray(bp.rec_extent, np.int64)
-        rpos = np.asarray(bp.rec_pos, np.int64)
-        rlen = np.asarray(bp.rec_len, np.int64)
+        ids = np.asarray(step.ids, np.int64)
+        if len(ids) == 0:
+            return self._empty()
+        rext = np.asarray(step.rec_extent, np.int64)
+        rpos = np.asarray(step.rec_pos, np.int64)
+        rlen = np.asarray(step.rec_len, np.int64)
         # never hand out a record with missing bytes (file truncated or rewritten after indexing)
         short = np.flatnonzero(rpos + rlen > got[rext])
         if short.size:
             j = int(short[0])
             e = int(rext[j])
-            f = int(bp.ext_file[e])
-            off = int(bp.ext_offset[e])
+            f = int(step.ext_file[e])
+            off = int(step.ext_offset[e])
             raise DataError(
                 f"{idx.paths[f]}: record {int(ids[j])} needs bytes {off + int(rpos[j])}.."
                 f"{off + int(rpos[j] + rlen[j])} but the file ends at byte {off + int(got[e])} "
@@ -499,12 +532,12 @@ class Loader:
             from .decode import decode_libsvm
 
             ends = starts + rlen
-            file_offsets = np.asarray(bp.ext_offset, np.int64)[rext] + rpos
-            files = np.asarray(bp.ext_file)[rext]
+            file_offsets = np.asarray(step.ext_offset, np.int64)[rext] + rpos
+            files = np.asarray(step.ext_file)[rext]
             one = idx.nfiles == 1 or (files == files[0]).all()
             source = idx.paths[int(files[0])] if len(files) and one else ""
             try:
-                X, y = decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
+                return decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
                                      dtype=self.dtype, source=source, file_offsets=file_offsets, record_ids=ids)
             except DataError:
                 if one:
@@ -516,19 +549,46 @@ class Loader:
                                   zero_based=self.zero_based, dtype=self.dtype, source=idx.paths[int(f)],
                                   file_offsets=file_offsets[m], record_ids=ids[m])
                 raise
-            return Batch(ids, X, y, epoch, b)
         if idx.format in ("npy", "fixed"):
             from .decode import decode_fixed
 
-            X = decode_fixed(buf, starts, idx.record_dtype, idx.record_shape)
-            return Batch(ids, X, idx.labels_of(ids), epoch, b)
+            return decode_fixed(buf, starts, idx.record_dtype, idx.record_shape), idx.labels_of(ids)
         from .decode import decode_lines
 
-        return Batch(ids, decode_lines(buf, starts, starts + rlen), idx.labels_of(ids), epoch, b)
+        return decode_lines(buf, starts, starts + rlen), idx.labels_of(ids)
+
+    def _empty(self):
+        """(X, y) of zero records, shaped like any other batch of this dataset."""
+        idx = self.index
+        ids = np.empty(0, np.int64)
+        if idx.format == "libsvm":
+            import scipy.sparse as sp
+
+            return (sp.csr_matrix((0, self.n_features), dtype=self.dtype), np.empty(0, np.float64))
+        if idx.format in ("npy", "fixed"):
+            return np.empty((0, *idx.record_shape), idx.record_dtype), idx.labels_of(ids)
+        return [], idx.labels_of(ids)
 
     def __repr__(self):
         return (f"Loader({self.index!r}, batch_size={self.batch_size}, granularity={self.granularity!r}, "
                 f"prefetch={self.prefetch}, engine={self.engine_name!r})")
+
+
+def _rows(X, lo: int, hi: int):
+    return X[lo:hi]
+
+
+def _stack(Xs: list, ys):
+    """Rows of several decoded steps as one batch: (X, y)."""
+    first = Xs[0]
+    y = None if ys is None else np.concatenate(ys)
+    if isinstance(first, list):
+        return [r for X in Xs for r in X], y
+    if isinstance(first, np.ndarray):
+        return np.concatenate(Xs, axis=0), y
+    import scipy.sparse as sp
+
+    return sp.vstack(Xs, format="csr", dtype=first.dtype), y
 
 
 def _run_loop(loop, ready):

@@ -1,0 +1,258 @@
+"""Planning kernels: unit tables, permutations (table and stateless), walking the unit stream,
+within-batch and within-window shuffles, and coalesced aligned extents.
+
+Randomness is counter based: every kernel that draws gets a uint64 ``key`` (made by the caller
+from ``SeedSequence([seed, epoch, purpose])``) and a counter; the stream is splitmix64 started at
+``mix(key ^ mix(counter))``. The same (key, counter) always gives the same draws, in any process,
+whatever was drawn before: that is what makes resume and rank sharding free of communication.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_U32 = np.uint64(0xFFFFFFFF)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def mix64(z):
+    """splitmix64's finalizer: a bijective avalanche of a uint64."""
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def stream_start(key, counter):
+    return mix64(np.uint64(key) ^ mix64(np.uint64(counter) + _GOLDEN))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next(state):
+    state = state + _GOLDEN
+    return state, mix64(state)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bounded(state, m):
+    """A uniform integer in [0, m) (m >= 1, uint64) without modulo bias; returns (state, value)."""
+    if m <= _U32 + np.uint64(1):
+        # Lemire's multiply-shift on the high 32 bits, with rejection of the biased low part
+        threshold = (np.uint64(1 << 32) - m) % m
+        while True:
+            state, x = _next(state)
+            prod = (x >> np.uint64(32)) * m
+            if (prod & _U32) >= threshold:
+                return state, prod >> np.uint64(32)
+    threshold = (np.uint64(0) - m) % m
+    while True:
+        state, x = _next(state)
+        if x >= threshold:
+            return state, x % m
+
+
+@njit(cache=True, nogil=True)
+def fisher_yates_table(out, key):
+    """Fill ``out`` (unsigned ints, (m,)) with a uniform permutation of [0, m)."""
+    m = out.shape[0]
+    for i in range(m):
+        out[i] = i
+    state = stream_start(key, np.uint64(0))
+    for i in range(m - 1, 0, -1):
+        state, j = _bounded(state, np.uint64(i + 1))
+        t = out[i]
+        out[i] = out[j]
+        out[j] = t
+
+
+@njit(cache=True, nogil=True)
+def shuffle_inplace(a, key, counter):
+    """Fisher-Yates of ``a`` ((m,), any dtype) with the stream (key, counter)."""
+    state = stream_start(key, counter)
+    for i in range(a.shape[0] - 1, 0, -1):
+        state, j = _bounded(state, np.uint64(i + 1))
+        t = a[i]
+        a[i] = a[j]
+        a[j] = t
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _feistel(x, keys, half, mask):
+    left = x >> half
+    right = x & mask
+    for r in range(keys.shape[0]):
+        f = mix64(right ^ keys[r]) & mask
+        left, right = right, left ^ f
+    return (left << half) | right
+
+
+@njit(cache=True, nogil=True)
+def feistel_range(keys, half, n, p0, out):
+    """``out[i] = perm(p0 + i)`` for the keyed bijection ``perm`` of [0, n): a balanced Feistel
+    network on 2*half bits (``keys`` uint64 round keys) with cycle walking back into [0, n)."""
+    h = np.uint64(half)
+    mask = (np.uint64(1) << h) - np.uint64(1)
+    nn = np.uint64(n)
+    for i in range(out.shape[0]):
+        x = np.uint64(p0 + i)
+        x = _feistel(x, keys, h, mask)
+        while x >= nn:
+            x = _feistel(x, keys, h, mask)
+        out[i] = x
+
+
+@njit(cache=True, nogil=True)
+def locate(units, ufirst, remaining):
+    """Walk ``units`` (unit numbers in stream order) until ``remaining`` records are passed.
+
+    Returns (i, within): the record at stream offset ``remaining`` is record ``within`` of unit
+    ``units[i]``; i == len(units) when the chunk holds fewer records (``within`` then is what is
+    left to skip).
+    """
+    for i in range(units.shape[0]):
+        u = units[i]
+        c = ufirst[u + 1] - ufirst[u]
+        if remaining < c:
+            return i, remaining
+        remaining -= c
+    return units.shape[0], remaining
+
+
+@njit(cache=True, nogil=True)
+def unit_counts(units, ufirst, out):
+    """Records of each unit: ``out[i] = size of units[i]``."""
+    for i in range(units.shape[0]):
+        u = units[i]
+        out[i] = ufirst[u + 1] - ufirst[u]
+
+
+@njit(cache=True, nogil=True)
+def fill_records(units, ufirst, i, within, out, o):
+    """Append records of ``units[i:]`` (from record ``within`` of unit ``units[i]``) to ``out[o:]``
+    until it is full or the chunk ends. Returns (i, within, o) after the last record taken."""
+    m = out.shape[0]
+    while o < m and i < units.shape[0]:
+        u = units[i]
+        a = ufirst[u] + within
+        b = ufirst[u + 1]
+        take = min(b - a, m - o)
+        for t in range(take):
+            out[o + t] = a + t
+        o += take
+        if a + take == b:
+            i += 1
+            within = 0
+        else:
+            within += take
+    return i, within, o
+
+
+@njit(cache=True, nogil=True)
+def units_variable(offsets, file_starts, unit_bytes, out):
+    """First record of every unit of a variable-length format: records whose start lies in the same
+    aligned span of ``unit_bytes`` of one file. Writes up to len(out) entries, returns the count
+    (call with an empty ``out`` to count)."""
+    c = 0
+    cap = out.shape[0]
+    for f in range(file_starts.shape[0] - 1):
+        prev = -1
+        for i in range(file_starts[f], file_starts[f + 1]):
+            k = offsets[i] // unit_bytes
+            if k != prev:
+                if c < cap:
+                    out[c] = i
+                c += 1
+                prev = k
+    return c
+
+
+@njit(cache=True, nogil=True)
+def units_fixed(file_starts, header_sizes, record_size, unit_bytes, out):
+    """:func:`units_variable` for fixed-size records (record i of file f starts at
+    ``header_sizes[f] + i * record_size``): one step per span, not per record."""
+    c = 0
+    cap = out.shape[0]
+    for f in range(file_starts.shape[0] - 1):
+        cnt = file_starts[f + 1] - file_starts[f]
+        if cnt == 0:
+            continue
+        h = header_sizes[f]
+        k0 = h // unit_bytes
+        k1 = (h + (cnt - 1) * record_size) // unit_bytes
+        for k in range(k0, k1 + 1):
+            lo = k * unit_bytes - h
+            i = 0 if lo <= 0 else (lo + record_size - 1) // record_size
+            if i < cnt and (h + i * record_size) // unit_bytes == k:
+                if c < cap:
+                    out[c] = file_starts[f] + i
+                c += 1
+    return c
+
+
+@njit(cache=True, nogil=True)
+def spans(ids, offsets, file_starts, data_ends, header_sizes, record_size, out_f, out_s, out_e):
+    """Byte spans of records: file (int32), start and end (int64). ``offsets`` is empty for fixed
+    formats (``record_size`` > 0), else ``record_size`` is 0."""
+    nf = file_starts.shape[0] - 1
+    for j in range(ids.shape[0]):
+        r = ids[j]
+        lo = 0
+        hi = nf - 1
+        while lo < hi:  # last file whose first record <= r
+            mid = (lo + hi + 1) // 2
+            if file_starts[mid] <= r:
+                lo = mid
+            else:
+                hi = mid - 1
+        f = lo
+        while file_starts[f + 1] <= r:  # skip empty files
+            f += 1
+        out_f[j] = f
+        if record_size > 0:
+            s = header_sizes[f] + (r - file_starts[f]) * record_size
+            out_s[j] = s
+            out_e[j] = s + record_size
+        else:
+            out_s[j] = offsets[r]
+            out_e[j] = offsets[r + 1] if r + 1 < file_starts[f + 1] else data_ends[f]
+
+
+@njit(cache=True, nogil=True)
+def coalesce(files, starts, ends, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos):
+    """Aligned, coalesced read extents covering records [starts[j], ends[j]) of files[j].
+
+    Records are visited in (file, start) order; each covers [start rounded down, end rounded up)
+    to ``block``; overlapping or touching spans of one file merge into one extent. Fills the
+    extent arrays (capacity >= len(files)) and, per record, the extent holding it and its position
+    there. Returns the number of extents.
+    """
+    k = files.shape[0]
+    if k == 0:
+        return 0
+    key = np.empty(k, np.int64)
+    for j in range(k):
+        key[j] = (np.int64(files[j]) << 47) | starts[j]
+    order = np.argsort(key)
+    e = -1
+    cur_f = -1
+    cur_end = np.int64(-1)
+    for t in range(k):
+        j = order[t]
+        f = files[j]
+        a = starts[j] - starts[j] % block
+        b = ends[j] + (block - ends[j] % block) % block
+        if f != cur_f or a > cur_end:
+            e += 1
+            ext_file[e] = f
+            ext_off[e] = a
+            cur_f = f
+            cur_end = b
+        elif b > cur_end:
+            cur_end = b
+        ext_nb[e] = cur_end - ext_off[e]
+        rec_ext[j] = e
+        rec_pos[j] = starts[j] - ext_off[e]
+    return e + 1

@@ -1,0 +1,560 @@
+"""The per-epoch plan: which records each batch holds and which aligned extents cover them.
+
+Planning never reads data. For an epoch it fixes a random order of *units* and cuts the resulting
+record stream into batches; reads are described as aligned, coalesced extents ``(file, offset,
+nbytes)`` that an engine reads in one call.
+
+Granularity (the unit of shuffling):
+
+``instance``  units are records (the LIRS paper's Fig. 6a): the most random, one small read each.
+``page``      units are the records whose start lies in the same 4 KiB page (Fig. 6b). A record
+              that straddles a page end makes its unit read two pages: about 2x amplification on
+              small records (the paper's §5.2.3).
+``group``     units are the records whose start lies in the same aligned span of ``group_bytes``:
+              amplification about 1 + 4 KiB / group_bytes.
+``window``    groups as units, read ``window`` at a time; the records of a window are dealt in a
+              random order over the batches they feed, so records of one group rarely share a
+              batch while every read stays group sized. One window is read once, whatever number
+              of batches it feeds (a *read step* spans several batches).
+
+Records of one page or group unit are delivered in a random order inside their batch.
+
+Permutation of units: ``table`` stores a permutation (Fisher-Yates, smallest unsigned dtype);
+``stateless`` computes the unit at any position on demand with a keyed Feistel bijection and cycle
+walking (no table of the unit count, let alone the record count); ``auto`` takes ``table`` up to
+2**24 units. The order is a function of ``(seed, epoch)``: seeds come from
+``SeedSequence([seed, epoch, purpose])``.
+
+Sharding over ``world_size`` ranks, without communication: the global record stream of the epoch
+is cut into contiguous, disjoint slices, one per rank, and every rank gets the same number of
+batches ``num_batches``:
+
+* ``drop_last=False``: every record exactly once over the union of ranks. Batches are full except
+  the last one of each rank; the records of the last round (``R = n - (num_batches - 1) * W * B``)
+  are split as evenly as possible, so last batches differ by at most one record between ranks.
+  When ``R < W`` some ranks get an empty last batch (they still step with the others).
+* ``drop_last=True``: ``num_batches = n // (W * B)`` full batches per rank; the tail of the stream
+  (a different random set of records every epoch) is not delivered.
+
+Resume: batch ``j`` of an epoch depends only on the configuration, the epoch and ``j``, so
+``plan.batches(start=j)`` reproduces exactly the remaining batches.
+"""
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import UsageError
+
+GRANULARITIES = ("instance", "page", "group", "window")
+PERMUTATIONS = ("auto", "table", "stateless")
+BLOCK = 4096
+AUTO_TABLE_MAX_UNITS = 1 << 24
+FEISTEL_ROUNDS = 6
+
+# SeedSequence([seed, epoch, purpose]) purposes of the planner
+PURPOSE_UNITS = 1    # the order of units
+PURPOSE_WINDOW = 2   # the order of records inside each window
+PURPOSE_BATCH = 3    # the order of records inside each page/group batch
+
+_CHUNK = 1 << 16     # units walked per kernel call in stateless mode
+
+_UNIT_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+# --------------------------------------------------------------------------- units
+
+
+def unit_bytes_of(granularity: str, group_bytes: int, block: int = BLOCK) -> int:
+    """Bytes of the aligned span that defines a unit (0 for ``instance``)."""
+    if granularity == "instance":
+        return 0
+    if granularity == "page":
+        return block
+    return int(group_bytes)
+
+
+def unit_table(index, unit_bytes: int) -> np.ndarray | None:
+    """int64 (n_units + 1,): the first record of every unit (records whose start lies in one aligned
+    span of ``unit_bytes`` of one file), then ``n``. None when every record is its own unit.
+
+    Computed once per index and unit size (cached while the index lives)."""
+    if unit_bytes <= 0:
+        return None
+    cache = _UNIT_CACHE.setdefault(index, {})
+    if unit_bytes in cache:
+        return cache[unit_bytes]
+    from .kernels import plan as K
+
+    fs = np.ascontiguousarray(index.file_starts, np.int64)
+    if index.is_fixed:
+        if index.record_size >= unit_bytes:
+            table = None  # a span never holds two record starts
+        else:
+            hs = np.ascontiguousarray(index.header_sizes, np.int64)
+            count = K.units_fixed(fs, hs, int(index.record_size), int(unit_bytes), np.empty(0, np.int64))
+            table = np.empty(count + 1, np.int64)
+            K.units_fixed(fs, hs, int(index.record_size), int(unit_bytes), table)
+            table[count] = index.n
+    else:
+        offs = np.asarray(index.offsets)
+        count = K.units_variable(offs, fs, int(unit_bytes), np.empty(0, np.int64))
+        if count == index.n:
+            table = None
+        else:
+            table = np.empty(count + 1, np.int64)
+            K.units_variable(offs, fs, int(unit_bytes), table)
+            table[count] = index.n
+    cache[unit_bytes] = table
+    return table
+
+
+def _smallest_uint(n: int):
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if n - 1 <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    return np.dtype(np.uint64)
+
+
+def _key(seed: int, epoch: int, purpose: int) -> int:
+    return int(np.random.SeedSequence([seed, epoch, purpose]).generate_state(1, np.uint64)[0])
+
+
+class Permutation:
+    """A random permutation of ``[0, n)``: ``table`` (stored) or ``stateless`` (computed).
+
+    ``take(p0, p1)`` returns the units at positions ``p0 .. p1-1`` (uint or int64 array).
+    """
+
+    def __init__(self, n: int, mode: str, seed: int, epoch: int, purpose: int = PURPOSE_UNITS):
+        from .kernels import plan as K
+
+        self.n = int(n)
+        if mode == "auto":
+            mode = "table" if self.n <= AUTO_TABLE_MAX_UNITS else "stateless"
+        self.mode = mode
+        ss = np.random.SeedSequence([seed, epoch, purpose])
+        if mode == "table":
+            self.table = np.empty(self.n, _smallest_uint(max(self.n, 1)))
+            K.fisher_yates_table(self.table, np.uint64(ss.generate_state(1, np.uint64)[0]))
+            self.keys = None
+            self.half = 0
+        elif mode == "stateless":
+            self.table = None
+            bits = max(2, int(math.ceil(math.log2(max(self.n, 2)))))
+            bits += bits % 2
+            self.half = bits // 2
+            self.keys = ss.generate_state(FEISTEL_ROUNDS, np.uint64)
+        else:
+            raise UsageError(f"permutation must be one of {', '.join(PERMUTATIONS)}, got {mode!r}")
+
+    def take(self, p0: int, p1: int) -> np.ndarray:
+        p0, p1 = max(0, int(p0)), min(self.n, int(p1))
+        if p1 <= p0:
+            return np.empty(0, np.int64)
+        if self.table is not None:
+            return self.table[p0:p1]
+        from .kernels import plan as K
+
+        out = np.empty(p1 - p0, np.int64)
+        K.feistel_range(self.keys, self.half, self.n, p0, out)
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.table.nbytes) if self.table is not None else int(self.keys.nbytes)
+
+    def chunks(self, p0: int, size: int = _CHUNK):
+        """Yield (position, units) chunks from position ``p0`` to the end."""
+        p = int(p0)
+        if self.table is not None:
+            size = max(size, self.n)  # a table is already in memory: one chunk
+        while p < self.n:
+            q = min(self.n, p + size)
+            yield p, self.take(p, q)
+            p = q
+
+
+# --------------------------------------------------------------------------- plan objects
+
+
+@dataclass(eq=False)
+class ReadStep:
+    """One engine call: aligned extents and the records they hold, in delivery order.
+
+    ``ids`` int64 (k,) records (the rows of the decoded step); ``ext_file`` int32 (e,),
+    ``ext_offset``/``ext_nbytes`` int64 (e,) (multiples of the block); per record ``rec_extent``
+    int32 (k,), ``rec_pos`` int64 (k,) (offset inside its extent), ``rec_len`` int64 (k,).
+    """
+
+    number: int
+    ids: np.ndarray
+    ext_file: np.ndarray
+    ext_offset: np.ndarray
+    ext_nbytes: np.ndarray
+    rec_extent: np.ndarray
+    rec_pos: np.ndarray
+    rec_len: np.ndarray
+
+    @property
+    def reads(self) -> int:
+        return int(len(self.ext_nbytes))
+
+    @property
+    def bytes_read(self) -> int:
+        return int(self.ext_nbytes.sum())
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(self.rec_len.sum())
+
+
+@dataclass(eq=False)
+class BatchPlan:
+    """Batch ``index`` of a rank's epoch: ``ids`` int64 (k,) in delivery order, and ``parts``:
+    tuples ``(step, lo, hi, last)`` — rows ``lo:hi`` of read step ``step``, ``last`` when no later
+    batch needs that step. For instance/page/group a batch is exactly one step of its own."""
+
+    index: int
+    ids: np.ndarray
+    parts: tuple = ()
+
+    @property
+    def new_steps(self) -> list:
+        """Steps this batch is the first to use (what reading it costs)."""
+        return [s for s, lo, hi, last in self.parts if lo == 0]
+
+    # one-step conveniences (instance, page, group)
+    def _one(self) -> ReadStep:
+        if len(self.parts) != 1:
+            raise AttributeError("this batch spans several read steps; use .parts")
+        return self.parts[0][0]
+
+    @property
+    def ext_file(self):
+        return self._one().ext_file
+
+    @property
+    def ext_offset(self):
+        return self._one().ext_offset
+
+    @property
+    def ext_nbytes(self):
+        return self._one().ext_nbytes
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(eq=False)
+class EpochPlan:
+    """The plan of one epoch for one rank (see the module docstring for the rules).
+
+    ``num_batches``: batches of every rank; ``first``/``size``: this rank's slice of the global
+    record stream; ``units``: unit count; ``batches(start)`` iterates :class:`BatchPlan` objects.
+    """
+
+    index: object
+    batch_size: int
+    granularity: str
+    seed: int
+    epoch: int
+    rank: int
+    world_size: int
+    drop_last: bool
+    group_bytes: int
+    window: int
+    block: int
+    perm: Permutation
+    ufirst: np.ndarray | None
+    num_batches: int
+    first: int
+    size: int
+    plan_s: float = 0.0
+    _batch_key: int = 0
+    _window_key: int = 0
+    _stats: dict | None = field(default=None, repr=False)
+
+    # ---- geometry --------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return int(self.index.n)
+
+    @property
+    def units(self) -> int:
+        return self.perm.n
+
+    def batch_size_of(self, j: int) -> int:
+        """Records in batch ``j`` of this rank."""
+        if not 0 <= j < self.num_batches:
+            raise IndexError(f"batch {j} outside [0, {self.num_batches})")
+        return int(min(self.batch_size, self.size - j * self.batch_size))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the plan's tables: the unit permutation and the unit boundaries."""
+        return self.perm.nbytes + (0 if self.ufirst is None else int(self.ufirst.nbytes))
+
+    # ---- walking ---------------------------------------------------------------------------
+    def _locate(self, pos: int):
+        """(unit position, record within that unit) of global stream position ``pos``."""
+        if self.ufirst is None:
+            return pos, 0
+        from .kernels import plan as K
+
+        rem = int(pos)
+        for p, units in self.perm.chunks(0):
+            i, rem = K.locate(units, self.ufirst, rem)
+            if i < len(units):
+                return p + int(i), int(rem)
+        return self.perm.n, 0
+
+    def _records(self, upos: int, within: int, k: int):
+        """k records of the unit stream from (upos, within); returns (ids, upos, within)."""
+        out = np.empty(k, np.int64)
+        if self.ufirst is None:
+            out[:] = self.perm.take(upos, upos + k)
+            return out, upos + k, 0
+        from .kernels import plan as K
+
+        o = 0
+        per_unit = max(1.0, self.n / max(1, self.perm.n))
+        while o < k:
+            units = self.perm.take(upos, upos + int((k - o) / per_unit) + 4)
+            if len(units) == 0:
+                raise RuntimeError("unit stream ended early (inconsistent unit table)")
+            i, within, o = K.fill_records(units, self.ufirst, 0, within, out, o)
+            upos += int(i)
+        return out, upos, within
+
+    def _step(self, number: int, ids: np.ndarray, extents: bool = True) -> ReadStep:
+        from .kernels import plan as K
+
+        idx = self.index
+        k = len(ids)
+        if not extents:
+            z = np.empty(0, np.int64)
+            return ReadStep(number, ids, np.empty(0, np.int32), z, z, np.empty(0, np.int32), z, z)
+        f = np.empty(k, np.int32)
+        s = np.empty(k, np.int64)
+        e = np.empty(k, np.int64)
+        if idx.is_fixed:
+            offs = np.empty(0, np.int64)
+            rs = int(idx.record_size)
+        else:
+            offs = np.asarray(idx.offsets)
+            rs = 0
+        K.spans(ids, offs, np.asarray(idx.file_starts, np.int64), np.asarray(idx.data_ends, np.int64),
+                np.asarray(idx.header_sizes, np.int64), rs, f, s, e)
+        ef = np.empty(k, np.int32)
+        eo = np.empty(k, np.int64)
+        en = np.empty(k, np.int64)
+        rx = np.empty(k, np.int32)
+        rp = np.empty(k, np.int64)
+        if k and (idx.nfiles >= (1 << 16) or int(e.max()) >= (1 << 47)):
+            ne = _coalesce_py(f, s, e, self.block, ef, eo, en, rx, rp)
+        else:
+            ne = K.coalesce(f, s, e, self.block, ef, eo, en, rx, rp)
+        return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, e - s)
+
+    def batches(self, start: int = 0, *, extents: bool = True):
+        """Iterate over the :class:`BatchPlan` of batches ``start .. num_batches - 1``
+        (``extents=False``: record IDs only, the steps carry no extents)."""
+        start = int(start)
+        if not 0 <= start <= self.num_batches:
+            raise UsageError(f"start batch {start} outside [0, {self.num_batches}]")
+        if self.granularity == "window":
+            yield from self._window_batches(start, extents)
+            return
+        from .kernels import plan as K
+
+        pos = self.first + start * self.batch_size
+        upos, within = self._locate(pos)
+        shuffle = self.granularity in ("page", "group")
+        for j in range(start, self.num_batches):
+            k = self.batch_size_of(j)
+            ids, upos, within = self._records(upos, within, k)
+            if shuffle and k > 1:
+                K.shuffle_inplace(ids, np.uint64(self._batch_key), np.uint64(pos))
+            step = self._step(j, ids, extents)
+            yield BatchPlan(j, ids, ((step, 0, k, True),))
+            pos += k
+
+    def _window_records(self, w: int) -> np.ndarray:
+        """All records of window ``w`` (unit positions w*window ..), in their random order."""
+        from .kernels import plan as K
+
+        lo = w * self.window
+        units = self.perm.take(lo, lo + self.window)
+        if self.ufirst is None:
+            ids = np.asarray(units, np.int64).copy()
+        else:
+            counts = np.empty(len(units), np.int64)
+            K.unit_counts(units, self.ufirst, counts)
+            ids = np.empty(int(counts.sum()), np.int64)
+            K.fill_records(units, self.ufirst, 0, 0, ids, 0)
+        K.shuffle_inplace(ids, np.uint64(self._window_key), np.uint64(w))
+        return ids
+
+    def _window_batches(self, start: int, extents: bool):
+        pos = self.first + start * self.batch_size
+        end = self.first + self.size
+        upos, within = self._locate(pos)
+        if pos >= end:
+            for j in range(start, self.num_batches):
+                yield BatchPlan(j, np.empty(0, np.int64), ())
+            return
+        # the position inside its window of the record at `pos`
+        w = upos // self.window
+        if self.ufirst is None:
+            q = upos - w * self.window
+        else:
+            from .kernels import plan as K
+
+            before = self.perm.take(w * self.window, upos)
+            counts = np.empty(len(before), np.int64)
+            K.unit_counts(before, self.ufirst, counts)
+            q = int(counts.sum()) + within
+        step_no = 0
+        wrec = self._window_records(w)
+        step = self._step(step_no, wrec[q:q + (end - pos)], extents)
+        row = 0  # next row of `step`
+        for j in range(start, self.num_batches):
+            k = self.batch_size_of(j)
+            parts = []
+            ids_parts = []
+            while k > 0:
+                if row == len(step.ids):
+                    w += 1
+                    step_no += 1
+                    wrec = self._window_records(w)
+                    step = self._step(step_no, wrec[:end - pos], extents)
+                    row = 0
+                take = min(k, len(step.ids) - row)
+                parts.append((step, row, row + take, row + take == len(step.ids)))
+                ids_parts.append(step.ids[row:row + take])
+                row += take
+                pos += take
+                k -= take
+            ids = np.concatenate(ids_parts) if ids_parts else np.empty(0, np.int64)
+            yield BatchPlan(j, ids, tuple(parts))
+
+    # ---- whole-epoch views -----------------------------------------------------------------
+    def order(self) -> np.ndarray:
+        """int64 (size,): this rank's records in delivery order (no extents are built)."""
+        out = np.empty(self.size, np.int64)
+        o = 0
+        for b in self.batches(extents=False):
+            out[o:o + len(b.ids)] = b.ids
+            o += len(b.ids)
+        return out
+
+    def stats(self) -> dict:
+        """Batches, records, reads, bytes read, payload bytes and read amplification of the epoch
+        (this rank), as planned: computed by walking the plan, without I/O."""
+        if self._stats is None:
+            reads = bytes_read = payload = records = 0
+            extent_bytes = []
+            for b in self.batches():
+                records += len(b.ids)
+                for s in b.new_steps:
+                    reads += s.reads
+                    bytes_read += s.bytes_read
+                    payload += s.payload_bytes
+                    extent_bytes.append(s.ext_nbytes)
+            sizes = np.concatenate(extent_bytes) if extent_bytes else np.empty(0, np.int64)
+            self._stats = {
+                "granularity": self.granularity, "batch_size": self.batch_size, "batches": self.num_batches,
+                "records": records, "units": self.units, "reads": reads, "bytes_read": bytes_read,
+                "payload_bytes": payload, "amplification": bytes_read / payload if payload else None,
+                "mean_read_bytes": float(sizes.mean()) if len(sizes) else None,
+                "median_read_bytes": float(np.median(sizes)) if len(sizes) else None,
+                "rank": self.rank, "world_size": self.world_size, "seed": self.seed, "epoch": self.epoch,
+                "group_bytes": self.group_bytes if self.granularity in ("group", "window") else None,
+                "window": self.window if self.granularity == "window" else None,
+                "permutation": self.perm.mode, "plan_table_bytes": self.nbytes, "plan_s": self.plan_s,
+            }
+        return dict(self._stats)
+
+
+def _coalesce_py(f, s, e, block, ef, eo, en, rx, rp) -> int:
+    """:func:`lirs.kernels.plan.coalesce` for indexes the packed sort key cannot hold."""
+    order = np.lexsort((s, f))
+    ne = -1
+    cur_f, cur_end = -1, -1
+    for j in order:
+        a = int(s[j]) // block * block
+        b = -(-int(e[j]) // block) * block
+        if f[j] != cur_f or a > cur_end:
+            ne += 1
+            ef[ne], eo[ne], cur_f, cur_end = f[j], a, f[j], b
+        cur_end = max(cur_end, b)
+        en[ne] = cur_end - eo[ne]
+        rx[j] = ne
+        rp[j] = s[j] - eo[ne]
+    return ne + 1
+
+
+# --------------------------------------------------------------------------- the planner
+
+
+def rank_slice(n: int, batch_size: int, rank: int, world_size: int, drop_last: bool) -> tuple[int, int, int]:
+    """(num_batches, first, size): batches per rank and this rank's slice of the record stream."""
+    n, B, W, r = int(n), int(batch_size), int(world_size), int(rank)
+    if drop_last:
+        nb = n // (W * B)
+        return nb, r * nb * B, nb * B
+    if n == 0:
+        return 0, 0, 0
+    nb = -(-n // (W * B))
+    rest = n - (nb - 1) * W * B
+    q, extra = divmod(rest, W)
+    last = q + (1 if r < extra else 0)
+    first = r * (nb - 1) * B + r * q + min(r, extra)
+    return nb, first, (nb - 1) * B + last
+
+
+def check_args(batch_size, granularity, group_bytes, window, rank, world_size, seed, epoch, block=BLOCK,
+               permutation="auto") -> None:
+    """Raise UsageError naming the first argument that cannot work."""
+    if int(batch_size) < 1:
+        raise UsageError(f"batch_size must be >= 1, got {batch_size}")
+    if granularity not in GRANULARITIES:
+        raise UsageError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
+    if granularity in ("group", "window"):
+        if int(group_bytes) < block or int(group_bytes) % block:
+            raise UsageError(f"group_bytes must be a positive multiple of {block}, got {group_bytes}")
+    if granularity == "window" and int(window) < 1:
+        raise UsageError(f"window must be >= 1, got {window}")
+    if int(world_size) < 1 or not 0 <= int(rank) < int(world_size):
+        raise UsageError(f"rank {rank} outside [0, {world_size})")
+    if int(seed) < 0 or int(epoch) < 0:
+        raise UsageError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
+    if permutation not in PERMUTATIONS:
+        raise UsageError(f"permutation must be one of {', '.join(PERMUTATIONS)}, got {permutation!r}")
+
+
+def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int = 0, epoch: int = 0,
+               rank: int = 0, world_size: int = 1, drop_last: bool = False, group_bytes: int = 65536,
+               window: int = 16, permutation: str = "auto", block: int = BLOCK) -> EpochPlan:
+    """Plan epoch ``epoch`` of ``index`` for ``rank`` of ``world_size``: see the module docstring.
+
+    Returns an :class:`EpochPlan`; nothing is read and no per-batch work is done until its
+    batches are iterated.
+    """
+    check_args(batch_size, granularity, group_bytes, window, rank, world_size, seed, epoch, block, permutation)
+    t = time.perf_counter()
+    ub = unit_bytes_of(granularity, group_bytes, block)
+    ufirst = unit_table(index, ub)
+    n_units = index.n if ufirst is None else len(ufirst) - 1
+    perm = Permutation(n_units, permutation, int(seed), int(epoch), PURPOSE_UNITS)
+    nb, first, size = rank_slice(index.n, batch_size, rank, world_size, drop_last)
+    return EpochPlan(index=index, batch_size=int(batch_size), granularity=granularity, seed=int(seed),
+                     epoch=int(epoch), rank=int(rank), world_size=int(world_size), drop_last=bool(drop_last),
+                     group_bytes=int(group_bytes), window=int(window), block=int(block), perm=perm,
+                     ufirst=ufirst, num_batches=nb, first=first, size=size, plan_s=time.perf_counter() - t,
+                     _batch_key=_key(seed, epoch, PURPOSE_BATCH), _window_key=_key(seed, epoch, PURPOSE_WINDOW))
