@@ -1,0 +1,1241 @@
+"""`lirs shuffle`: an exact two-pass external shuffle of files larger than RAM.
+
+    shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index=False,
+            progress=None, format="auto", record_size=None, header_size=0) -> dict
+    plan_memory(input_bytes, mean_record_bytes, memory, ...) -> MemoryPlan
+
+Pass 1 streams the inputs in large chunks and deals every record to one of M piles on disk, the
+pile drawn uniformly at random for each record; each pile has a write buffer, so pile writes are
+large. Pass 2 loads one pile at a time, shuffles its records in RAM (Fisher-Yates over the start
+offsets) and appends them to the output: one file, or K shards of consecutive records.
+
+The output is a uniformly random permutation of the input records: choosing pile j for record i is
+the first digit (base M) of a uniform key U_i, and the shuffle inside a pile sorts on the remaining
+digits. The sizes of the piles carry no information about the order inside them, so a pile that
+turns out too big for memory is split again (another pass over that pile alone, into sub-piles
+with fresh draws) and never truncated: no bias.
+
+Randomness follows the seed scheme: ``SeedSequence([seed, 0, PURPOSE_PILES], spawn_key=path)``
+keys the pile draws of the top level (path ``()``) and of every re-split pile (its path of pile
+numbers); ``PURPOSE_ORDER`` keys the shuffle inside each final pile. A record's pile depends only
+on the key and the record's number in the input, not on chunk sizes, so the output is a function
+of the input records, ``seed`` and the pile count M (``stats["piles"]``, chosen from ``memory``).
+
+Records:
+
+* ``lines``: every line is a record, empty lines included; its bytes (``\\r\\n`` too) are kept.
+* ``libsvm``: a record is a line that is not blank or comment-only (the definition of
+  :mod:`lirs.scan`); blank and comment-only lines are dropped (counted in ``stats``), a comment
+  after a record's features stays on its line.
+* text: the last line of an input without a trailing newline gets one (``\\n``) in the output, so
+  records never merge (``stats["added_newlines"]``).
+* ``npy``: records are rows; the output is a ``.npy`` with a header for its row count, and labels in
+  ``INPUT.labels.npy`` follow their rows into ``OUT.labels.npy`` (``lirs.gen.labels_path``).
+* ``fixed``: records of ``record_size`` bytes after a ``header_size``-byte header in every input;
+  the output holds the records only (no header).
+
+The output is written under temporary names and renamed at the end; piles live in a temporary
+directory under ``tmpdir`` (default: next to the output) that is removed on success, on error and
+on Ctrl-C.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+import os
+import resource
+import shutil
+import tempfile
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DataError, LirsError, UsageError
+from .index import FORMATS, VARIABLE_FORMATS, Index, _header_for, _SidecarWriter, fingerprint
+from .kernels import external as K
+from .kernels import plan as KP
+from .kernels import scan as KS
+from .units import format_bytes, parse_size
+
+log = logging.getLogger("lirs.external")
+
+# SeedSequence([seed, 0, purpose], spawn_key=pile path) purposes of this module
+PURPOSE_PILES = 0x5301   # the pile of every record (top level and re-splits)
+PURPOSE_ORDER = 0x5302   # the order of the records inside each final pile
+
+MAX_PILES = 1024               # piles written at once (one open file each); more data → re-splits
+MAX_DEPTH = 24                 # re-split levels before giving up (each level at least halves a pile)
+HEADROOM = 0.9                 # expected pile + 6 sd uses at most this share of the pile cap
+_MIN_CHUNK = 64 << 10
+_MAX_CHUNK = 16 << 20
+_MIN_WRITE_BUFFER = 16 << 10
+_MAX_WRITE_BUFFER = 8 << 20
+_MIN_OUT_BUFFER = 64 << 10
+_MAX_OUT_BUFFER = 4 << 20      # below lirs.scan's 4 MiB split threshold: one scan slot per buffer
+_MIN_VALIDATE_PIECE = 16 << 10  # LIBSVM check of pass 1 (--index) scans pieces of about this size
+_MAX_VALIDATE_PIECE = 1 << 20
+_OFFSET_BYTES = 8              # pass 2 keeps one int64 start offset per record of the pile
+
+
+# --------------------------------------------------------------------------- memory plan
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How ``memory`` bytes are split between the buffers of both passes (all sizes in bytes).
+
+    Pass 1 holds ``2 * chunk`` (read ahead) + ``piles * write_buffer`` + ``validate``; pass 2 holds
+    one pile (its bytes + 8 per record, at most ``pile_cap``) + ``out_fixed`` (two output buffers,
+    their label buffers and the index scan arrays). ``reserve`` is left for everything else.
+    """
+
+    memory: int
+    chunk: int
+    write_buffer: int
+    piles: int
+    pile_cap: int
+    out_buffer: int
+    out_fixed: int
+    validate: int
+    validate_piece: int
+    reserve: int
+    expected_records: int      # records per pile expected (estimate)
+    expected_pile: int         # pass-2 bytes of an expected pile (estimate)
+
+    @property
+    def pass1_bytes(self) -> int:
+        return 2 * self.chunk + self.piles * self.write_buffer + self.validate
+
+    @property
+    def pass2_bytes(self) -> int:
+        return self.pile_cap + self.out_fixed
+
+    def split_piles(self, need: int, max_piles: int | None = None) -> tuple[int, int]:
+        """Sub-piles and their write buffer to split a pile that needs ``need`` bytes in pass 2."""
+        max_piles = max_piles or MAX_PILES
+        m = max(2, math.ceil(need / (self.pile_cap * HEADROOM)) + 1)
+        room = self.memory - self.reserve - 2 * self.chunk - self.validate
+        m = int(min(m, max_piles, max(2, room // _MIN_WRITE_BUFFER)))
+        return m, int(min(_MAX_WRITE_BUFFER, room // m))
+
+
+def _clamp(x, lo, hi):
+    return int(max(lo, min(hi, x)))
+
+
+def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_bytes: int = 0,
+                label_ratio: float = 0.0, index: bool = False, validate: bool = False,
+                max_piles: int | None = None) -> MemoryPlan:
+    """Choose read chunk, pile count M, write buffers and the pass-2 pile cap for ``memory`` bytes.
+
+    ``input_bytes``: bytes the piles will hold (records plus labels); ``mean_record_bytes``: an
+    estimate of the bytes per record in a pile; ``record_bytes``: the size of every pile record for
+    fixed formats (0 for text); ``label_ratio``: label bytes per data byte in the output (``.npy``
+    with labels); ``index``: room for the index scan of each output buffer; ``validate``: room for
+    the LIBSVM check of pass 1. M is the smallest count whose expected pile, plus six standard
+    deviations of its record count, fits ``HEADROOM`` of the pile cap; it is capped by ``max_piles``
+    (default ``MAX_PILES``, lowered to what the open-file limit allows), beyond which piles are
+    split again in pass 2. Raises :class:`UsageError` when ``memory`` cannot hold the buffers and
+    one record.
+    """
+    mem = parse_size(memory)
+    if mem <= 0:
+        raise UsageError("--memory must be a positive size, like 2G")
+    mean = max(1.0, float(mean_record_bytes))
+    reserve = max(64 << 10, mem // 16)
+    chunk = _clamp(mem // 16, _MIN_CHUNK, _MAX_CHUNK)
+    if record_bytes:
+        chunk = max(chunk, record_bytes)
+    # the index scan of an output buffer needs about 8.5 bytes per buffer byte: smaller buffers then
+    out_buf = _clamp(mem // (128 if index else 32), _MIN_OUT_BUFFER, _MAX_OUT_BUFFER)
+    if record_bytes:
+        out_buf = max(out_buf, record_bytes)
+    # LIBSVM: starts, labels, flags (17 B) for up to one record per 2 bytes; lines: 8 B per byte
+    scan = max(17 * (out_buf // 2 + 2), 8 * (out_buf + 1)) if index else 0
+    out_fixed = int(2 * out_buf * (1.0 + label_ratio)) + scan
+    piece = _clamp(mem // 256, _MIN_VALIDATE_PIECE, _MAX_VALIDATE_PIECE)
+    val = 17 * (piece // 2 + 2) if validate else 0
+    pile_cap = mem - reserve - out_fixed
+    room1 = mem - reserve - 2 * chunk - val
+    smallest = max(64 << 10, record_bytes + _OFFSET_BYTES)
+    need_mem = reserve + out_fixed + smallest
+    if pile_cap < smallest or room1 < 2 * max(_MIN_WRITE_BUFFER, record_bytes):
+        need = max(need_mem, reserve + 2 * chunk + val + 2 * max(_MIN_WRITE_BUFFER, record_bytes))
+        raise UsageError(f"--memory {format_bytes(mem)} is too small to hold one record plus the buffers "
+                         f"of both passes; use at least {format_bytes(need * 1.05)}")
+    per_record = mean + _OFFSET_BYTES
+    capacity = pile_cap * HEADROOM / per_record        # records a pile may hold
+    # largest mu with mu + 6 sqrt(mu) <= capacity
+    root = (-6.0 + math.sqrt(36.0 + 4.0 * capacity)) / 2.0
+    mu = max(1.0, root * root)
+    n_est = max(1.0, input_bytes / mean)
+    cap_piles = max(2, min(max_piles or MAX_PILES, room1 // max(_MIN_WRITE_BUFFER, record_bytes)))
+    m = int(min(cap_piles, max(1, math.ceil(n_est / mu))))
+    w = int(min(_MAX_WRITE_BUFFER, room1 // m))
+    if record_bytes:
+        w -= w % record_bytes  # whole records per buffer
+    exp_records = int(math.ceil(n_est / m))
+    return MemoryPlan(memory=mem, chunk=chunk, write_buffer=w, piles=m, pile_cap=int(pile_cap),
+                      out_buffer=out_buf, out_fixed=out_fixed, validate=val, validate_piece=piece,
+                      reserve=reserve,
+                      expected_records=exp_records, expected_pile=int(exp_records * per_record))
+
+
+def _fd_pile_limit() -> int:
+    """Piles that may be open at once under the soft open-file limit (leaving room for the rest)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < MAX_PILES + 128 and (
+                hard == resource.RLIM_INFINITY or hard > soft):
+            want = MAX_PILES + 128 if hard == resource.RLIM_INFINITY else min(hard, MAX_PILES + 128)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+    except (ValueError, OSError):
+        return MAX_PILES
+    if soft == resource.RLIM_INFINITY:
+        return MAX_PILES
+    return int(max(2, min(MAX_PILES, soft - 128)))
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass
+class _Source:
+    path: str
+    start: int            # first record byte
+    end: int              # end of the last record
+    n: int = -1           # records (fixed formats; -1 when unknown)
+    labels: object = None  # memmap of the .npy labels
+
+
+def _sources(files, fmt, record_size, header_size):
+    """Per-file record ranges and the record layout: (sources, rs, dtype, shape, label info)."""
+    from .scan import _labels_for_npy, _npy_layout
+
+    srcs = []
+    rs = None
+    dtype = shape = None
+    if fmt in VARIABLE_FORMATS:
+        for p in files:
+            size = os.path.getsize(p)
+            if size == 0:
+                raise DataError(f"{p}: empty file (0 bytes); nothing to shuffle")
+            srcs.append(_Source(p, 0, size))
+        return srcs, None, None, None, None
+    if fmt == "npy":
+        for p in files:
+            h, r, n, dt, shp = _npy_layout(p)
+            if dtype is not None and (dt != dtype or shp != shape):
+                raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
+                                f"({dtype}{shape})")
+            rs, dtype, shape = r, dt, shp
+            if n == 0:
+                raise DataError(f"{p}: no records")
+            lab = _labels_for_npy(p)
+            if lab is not None and len(lab) != n:
+                raise DataError(f"{p}: labels file has {len(lab)} entries, data has {n} records")
+            srcs.append(_Source(p, h, h + n * r, n, lab))
+        labs = [s.labels for s in srcs]
+        linfo = None
+        if any(lab is not None for lab in labs):
+            if not all(lab is not None for lab in labs):
+                missing = [s.path for s in srcs if s.labels is None][0]
+                warnings.warn(f"{missing}: no labels file beside it while other inputs have one; "
+                              "the output gets no labels")
+                for s in srcs:
+                    s.labels = None
+            else:
+                l0 = labs[0]
+                for s in srcs[1:]:
+                    if s.labels.dtype != l0.dtype or s.labels.shape[1:] != l0.shape[1:]:
+                        raise DataError(f"{s.path}: labels {s.labels.dtype}{s.labels.shape[1:]} differ from "
+                                        f"the first file's ({l0.dtype}{l0.shape[1:]})")
+                linfo = (l0.dtype, tuple(l0.shape[1:]),
+                         int(l0.dtype.itemsize * int(np.prod(l0.shape[1:], dtype=np.int64))))
+        return srcs, rs, dtype, shape, linfo
+    if not record_size or record_size <= 0:
+        raise UsageError("--format fixed needs --record-size N (bytes per record)")
+    if header_size < 0:
+        raise UsageError("--header-size must be >= 0")
+    for p in files:
+        size = os.path.getsize(p)
+        h = header_size
+        if size <= h:
+            raise DataError(f"{p}: empty file after the {h}-byte header; nothing to shuffle")
+        n, rem = divmod(size - h, record_size)
+        if rem:
+            raise DataError(f"{p}: byte {h + n * record_size}: {rem} trailing bytes; file size {size} "
+                            f"minus header {h} is not a multiple of --record-size {record_size}")
+        srcs.append(_Source(p, h, h + n * record_size, n))
+    return srcs, int(record_size), np.dtype(np.uint8), (int(record_size),), None
+
+
+def _detect(files, format, record_size):
+    from .scan import detect_format
+
+    if format not in ("auto",) + FORMATS:
+        raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
+    if record_size is not None and format == "auto":
+        format = "fixed"
+    if format != "auto":
+        return format
+    found = {p: detect_format(p) for p in files}
+    kinds = set(found.values())
+    if len(kinds) > 1:
+        detail = ", ".join(f"{os.path.basename(p)}: {k}" for p, k in list(found.items())[:4])
+        raise DataError(f"inputs of one shuffle must share a format; found {detail}")
+    return kinds.pop()
+
+
+def _mean_text_record(path: str, size: int) -> float:
+    """Bytes per line in the first MiB of ``path`` (the whole sample when it has no newline)."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+    lines = head.count(b"\n")
+    if lines == 0:
+        return float(max(len(head), min(size, 1 << 20)))
+    return len(head) / lines
+
+
+# --------------------------------------------------------------------------- I/O helpers
+
+
+def _write_all(fd: int, data) -> None:
+    mv = memoryview(data).cast("B")
+    while mv.nbytes:
+        n = os.write(fd, mv)
+        mv = mv[n:]
+
+
+def _read_all(path: str, nbytes: int, out: np.ndarray) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        mv = memoryview(out)[:nbytes]
+        got = 0
+        while got < nbytes:
+            r = os.preadv(fd, [mv[got:]], got)
+            if r == 0:
+                raise LirsError(f"{path}: pile file is shorter than written ({got} of {nbytes} bytes)")
+            got += r
+    finally:
+        os.close(fd)
+
+
+def _read_chunks(path: str, start: int, end: int, chunk: int):
+    """Yield (buf uint8, nbytes, file offset) over [start, end) of ``path``, the next read in flight.
+
+    Two buffers of ``chunk`` bytes alternate: a yielded buffer stays valid until the next one is
+    asked for.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        except (AttributeError, OSError):
+            pass
+        bufs = [np.empty(chunk, np.uint8), np.empty(chunk, np.uint8)]
+
+        def read(i, off):
+            want = min(chunk, end - off)
+            mv = memoryview(bufs[i])[:want]
+            got = 0
+            while got < want:
+                r = os.preadv(fd, [mv[got:]], off + got)
+                if r == 0:
+                    raise DataError(f"{path}: byte {off + got}: file ended early (expected {end} bytes); "
+                                    "did it change while being shuffled?")
+                got += r
+            return got
+
+        with ThreadPoolExecutor(1) as ex:
+            off, i = start, 0
+            fut = ex.submit(read, 0, off) if off < end else None
+            while fut is not None:
+                n = fut.result()
+                nxt = off + n
+                fut = ex.submit(read, 1 - i, nxt) if nxt < end else None
+                yield bufs[i], n, off
+                off, i = nxt, 1 - i
+    finally:
+        os.close(fd)
+
+
+def _free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return int(st.f_bavail * st.f_frsize)
+
+
+def _check_space(pile_dir: str, out_dir: str, pile_bytes: int, out_bytes: int) -> None:
+    """Raise when the pile and output directories cannot hold the piles and the output."""
+    need = {}
+    for d, b in ((pile_dir, pile_bytes), (out_dir, out_bytes)):
+        dev = os.stat(d).st_dev
+        need.setdefault(dev, [d, 0])[1] += b
+    for dev, (d, b) in need.items():
+        free = _free_bytes(d)
+        if free < b:
+            raise LirsError(f"not enough free disk space on {d}: the shuffle needs about {format_bytes(b)} "
+                            f"(piles {format_bytes(pile_bytes)} + output {format_bytes(out_bytes)} "
+                            f"where they share a filesystem), {format_bytes(free)} free; use --tmpdir "
+                            "for the piles elsewhere")
+
+
+# --------------------------------------------------------------------------- pass 1: piles
+
+
+class _Piles:
+    """``m`` pile files (``DIR/NAME-j.pile``) with their write buffers; counts per pile."""
+
+    def __init__(self, dirpath: str, name: str, m: int, w: int):
+        self.m, self.w = int(m), int(w)
+        self.paths = [os.path.join(dirpath, f"{name}-{j}.pile") for j in range(self.m)]
+        self.fds: list[int] = []
+        self.buf = np.empty(self.m * self.w, np.uint8)
+        self.fill = np.zeros(self.m, np.int64)
+        self.counts = np.zeros(self.m, np.int64)
+        self.nbytes = np.zeros(self.m, np.int64)
+        try:
+            for p in self.paths:
+                self.fds.append(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
+        except BaseException:
+            self.close()
+            raise
+
+    def flush(self, p: int) -> None:
+        n = int(self.fill[p])
+        if n:
+            _write_all(self.fds[p], self.buf[p * self.w:p * self.w + n])
+            self.fill[p] = 0
+
+    def write_direct(self, p: int, data, newline: bool) -> None:
+        """A record larger than a write buffer: write it (and a missing newline) straight away."""
+        self.flush(p)
+        _write_all(self.fds[p], data)
+        n = len(data)
+        if newline:
+            _write_all(self.fds[p], b"\n")
+            n += 1
+        self.counts[p] += 1
+        self.nbytes[p] += n
+
+    def finish(self) -> None:
+        for p in range(self.m):
+            self.flush(p)
+        self.close()
+
+    def close(self) -> None:
+        while self.fds:
+            os.close(self.fds.pop())
+        self.buf = None
+
+
+class _Discard:
+    """Sidecar-writer stand-in for the LIBSVM check of pass 1: the scanner's starts are not kept."""
+
+    def append(self, arr) -> None:
+        pass
+
+
+class _Dealer:
+    """Pass 1 (and every re-split): stream sources and deal their records to a set of piles."""
+
+    def __init__(self, fmt: str, piles: _Piles, key: int, chunk: int, *, skip_blank=False, rs=0, ls=0,
+                 validate=0, max_record=None, bar=None, memory=0, pool=None):
+        self.fmt, self.piles, self.key = fmt, piles, np.uint64(key)
+        self.chunk, self.skip_blank, self.rs, self.ls = chunk, skip_blank, rs, ls
+        self.max_record = max_record
+        self.bar = bar
+        self.memory = memory
+        self.counter = 0
+        self.info = np.zeros(3, np.int64)
+        self.validator = None
+        self.piece = int(validate)
+        if validate:  # the piece size in bytes
+            from .scan import _VarScanner
+
+            self.validator = _VarScanner("libsvm", _Discard(), None, self.piece, None, pool)
+
+    # ---- text ---------------------------------------------------------------------------
+    def _check(self, path, buf, lo, hi, base):
+        """LIBSVM check of complete lines (errors name the input file, line and byte)."""
+        a = lo
+        while a < hi:
+            b = hi
+            if hi - a > self.piece:
+                nl = K.find_newline(buf, a + self.piece, hi)
+                b = hi if nl < 0 else nl + 1
+            self.validator._region(path, buf, a, b, base)
+            a = b
+
+    def _lines(self, path, buf, lo, hi, base):
+        if hi <= lo:
+            return
+        if self.validator is not None:
+            self._check(path, buf, lo, hi, base)
+        P = self.piles
+        pos = lo
+        while True:
+            pos, end, self.counter, status, p = K.scatter_lines(
+                buf, pos, hi, self.skip_blank, self.key, self.counter, P.m, P.buf, P.w, P.fill, P.counts,
+                P.nbytes, self.info)
+            if status == K.DONE:
+                return
+            if status == K.FLUSH:
+                P.flush(p)
+                continue
+            newline = buf[end - 1] != 10
+            P.write_direct(p, buf[pos:end], newline)
+            if newline:
+                self.info[K.INFO_ADDED_NEWLINES] += 1
+            self.counter += 1
+            pos = end
+
+    def _too_long(self, path, base, size):
+        raise UsageError(f"{path}: the line at byte {base} is longer than {format_bytes(self.max_record)}, "
+                         f"more than --memory {format_bytes(self.memory)} can shuffle; raise --memory")
+
+    def deal_text(self, src: _Source) -> None:
+        with contextlib.closing(_read_chunks(src.path, src.start, src.end, self.chunk)) as chunks:
+            self._deal_chunks(src, chunks)
+
+    def _deal_chunks(self, src, chunks):
+        carry = None
+        carry_base = 0
+        for buf, nb, base in chunks:
+            lo = 0
+            if carry is not None:
+                f = K.find_newline(buf, 0, nb)
+                if f < 0:
+                    carry = np.concatenate([carry, buf[:nb]])
+                    if self.max_record and carry.size > self.max_record:
+                        self._too_long(src.path, carry_base, carry.size)
+                    self._progress(nb)
+                    continue
+                joined = np.concatenate([carry, buf[:f + 1]])
+                carry = None
+                if self.max_record and joined.size > self.max_record:
+                    self._too_long(src.path, carry_base, joined.size)
+                self._lines(src.path, joined, 0, joined.size, carry_base)
+                del joined
+                lo = f + 1
+            last = KS.rfind_byte(buf, lo, nb, 10)
+            if last < 0:
+                carry = buf[lo:nb].copy()
+                carry_base = base + lo
+            else:
+                self._lines(src.path, buf, lo, last + 1, base)
+                if last + 1 < nb:
+                    carry = buf[last + 1:nb].copy()
+                    carry_base = base + last + 1
+            self._progress(nb)
+        if carry is not None:  # the last line has no trailing newline: still a record
+            if self.max_record and carry.size > self.max_record:
+                self._too_long(src.path, carry_base, carry.size)
+            self._lines(src.path, carry, 0, carry.size, carry_base)
+
+    # ---- fixed --------------------------------------------------------------------------
+    def deal_fixed(self, src: _Source) -> None:
+        q = max(1, self.chunk // (self.rs + self.ls))  # records per read; their labels come along
+        with contextlib.closing(_read_chunks(src.path, src.start, src.end, q * self.rs)) as chunks:
+            for buf, nb, off in chunks:
+                self._deal_fixed_chunk(src, buf, nb, off)
+
+    def _deal_fixed_chunk(self, src, buf, nb, off):
+        rs, ls, P = self.rs, self.ls, self.piles
+        nrec = nb // rs
+        if src.labels is not None and ls:
+            i0 = (off - src.start) // rs
+            lab = np.ascontiguousarray(src.labels[i0:i0 + nrec]).reshape(-1).view(np.uint8)
+        else:
+            lab = np.empty(0, np.uint8)
+        pos = 0
+        while True:
+            pos, self.counter, status, p = K.scatter_fixed(
+                buf, pos, nrec, rs, lab, ls, self.key, self.counter, P.m, P.buf, P.w, P.fill, P.counts,
+                P.nbytes)
+            if status == K.DONE:
+                break
+            P.flush(p)
+        self._progress(nb)
+
+    def deal(self, src: _Source) -> None:
+        if self.fmt in VARIABLE_FORMATS:
+            self.deal_text(src)
+        else:
+            self.deal_fixed(src)
+
+    def _progress(self, nb):
+        if self.bar is not None:
+            self.bar.update(nb)
+
+
+# --------------------------------------------------------------------------- pass 2: output
+
+
+class _Tap:
+    """Sidecar-writer proxy: streams record starts to the sidecar and accumulates their size
+    statistics exactly as :mod:`lirs.scan` does (record i ends where record i+1 starts)."""
+
+    def __init__(self, w):
+        self.w = w
+        self.n = 0
+        self.prev = -1
+        self.st = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])
+
+    def append(self, starts) -> None:
+        starts = np.asarray(starts, np.int64)
+        if starts.size == 0:
+            return
+        self.w.append(starts)
+        if self.prev >= 0:
+            KS.span_stats(np.array([self.prev], np.int64), int(starts[0]), self.st)
+        KS.span_stats(starts[:-1], int(starts[-1]), self.st)
+        self.prev = int(starts[-1])
+        self.n += int(starts.size)
+
+    def finish(self, data_end: int) -> None:
+        if self.prev >= 0:
+            KS.span_stats(np.array([self.prev], np.int64), int(data_end), self.st)
+            self.prev = -1
+
+
+class _TextIndexer:
+    """Builds the sidecar of one text output file from its buffers as they are written; the result
+    is the sidecar ``lirs index`` would write for the finished file."""
+
+    def __init__(self, fmt: str, data_tmp: str, final_path: str, sidecar_tmp_dest: str,
+                 sidecar_final: str, scratch: str, out_buffer: int, pool, label_block: int):
+        from .scan import _VarScanner
+
+        self.fmt = fmt
+        self.data_tmp, self.final_path = data_tmp, final_path
+        self.sidecar_final = sidecar_final
+        self.label_block = max(1 << 12, int(label_block))
+        self.w = _SidecarWriter(sidecar_tmp_dest)
+        self.tap = _Tap(self.w)
+        self.lab = None
+        self.sc = None
+        self.starts = None
+        try:
+            if fmt == "libsvm":
+                self.lab = tempfile.TemporaryFile(dir=scratch)
+                self.sc = _VarScanner("libsvm", self.tap, self.lab, out_buffer, None, pool)
+            self.w.begin("offsets", np.int64)
+        except BaseException:
+            self.abort()
+            raise
+
+    def add(self, buf: np.ndarray, n: int, base: int) -> None:
+        """Index buf[:n] (complete lines) written at byte ``base`` of the output."""
+        if self.sc is not None:
+            self.sc._region(self.data_tmp, buf, 0, n, base)
+        else:
+            # every line is a record: at most one start per byte
+            if self.starts is None or self.starts.size < n + 1:
+                self.starts = np.empty(n + 1, np.int64)
+            k = KS.lines_scan(buf, 0, n, base, self.starts)
+            self.tap.append(self.starts[:k])
+
+    def commit(self, data_end: int, data_path: str) -> str:
+        """Finish the sidecar and rename it into place; ``data_path`` is the complete, closed data
+        file (its fingerprint goes into the sidecar; a rename keeps it)."""
+        w, tap = self.w, self.tap
+        tap.finish(data_end)
+        w._open = None
+        n = tap.n
+        w.add("file_starts", np.asarray([0, n], np.int64))
+        w.add("data_ends", np.asarray([data_end], np.int64))
+        w.add("header_sizes", np.asarray([0], np.int64))
+        st = tap.st
+        meta = {
+            "record_bytes_min": int(st[0]), "record_bytes_max": int(st[1]),
+            "record_bytes_mean": float(st[2] / n), "records_under_4k": int(st[3]),
+            "records_straddling_4k": int(st[4]),
+        }
+        if self.fmt == "libsvm":
+            sc = self.sc
+            meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
+                        max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
+                        qid_records=sc._qid)
+            self.lab.flush()
+            labels = np.memmap(self.lab, dtype=np.float64, mode="r", shape=(n,))
+            blk = self.label_block
+            if sc.distinct is not None:
+                values = np.unique(np.array(list(sc.distinct), np.float64))
+                dt = np.uint8 if len(values) <= 256 else np.uint16
+                w.add("label_values", values)
+                w.begin("label_codes", dt)
+                for c0 in range(0, n, blk):
+                    w.append(np.searchsorted(values, labels[c0:c0 + blk]).astype(dt))
+                w._open = None
+            else:
+                w.begin("label_values", np.float64)
+                for c0 in range(0, n, blk):
+                    w.append(np.asarray(labels[c0:c0 + blk]))
+                w._open = None
+            del labels
+        shell = Index(format=self.fmt, paths=(self.final_path,), n=n, file_starts=np.asarray([0, n], np.int64),
+                      data_ends=np.asarray([data_end], np.int64), header_sizes=np.asarray([0], np.int64),
+                      fingerprints=(fingerprint(data_path),), meta=meta)
+        try:
+            dest = w.commit(_header_for(shell, self.sidecar_final))
+        finally:
+            self._close_labels()
+        return dest
+
+    def _close_labels(self):
+        if self.lab is not None:
+            self.lab.close()
+            self.lab = None
+
+    def abort(self) -> None:
+        try:
+            self.w.abort()
+        finally:
+            self._close_labels()
+
+
+@dataclass
+class _Shard:
+    final: str               # where the data file ends up
+    tmp: str                 # where it is written
+    count: int               # records
+    labels_final: str | None = None
+    labels_tmp: str | None = None
+    sidecar: str | None = None
+    indexer: object = None    # _TextIndexer waiting for the data to be in place
+    data_end: int = 0
+
+
+class _Output:
+    """Pass 2's sink: gathers shuffled records into output buffers, splits them into shards, writes
+    on a background thread (one buffer fills while the other is written) and feeds the indexers."""
+
+    def __init__(self, fmt, shards: list[_Shard], plan: MemoryPlan, *, rs=0, ls=0, dtype=None, shape=None,
+                 linfo=None, index=False, scratch=None, pool=None, sidecar_tmp=None):
+        self.fmt, self.shards, self.plan = fmt, shards, plan
+        self.text = fmt in VARIABLE_FORMATS
+        self.rs, self.ls, self.dtype, self.shape, self.linfo = rs, ls, dtype, shape, linfo
+        self.index, self.scratch, self.pool = index and self.text, scratch, pool
+        self.sidecar_tmp = sidecar_tmp or (lambda s: s.sidecar)
+        ob = plan.out_buffer
+        if not self.text:
+            ob = max(rs, ob - ob % rs)
+        self.bufs = [np.empty(ob, np.uint8), np.empty(ob, np.uint8)]
+        nl = (ob // rs) * ls if (not self.text and ls) else 0
+        self.lbufs = [np.empty(nl, np.uint8), np.empty(nl, np.uint8)]
+        self.cur = 0
+        self.pos = 0
+        self.lpos = 0
+        self.k = -1             # current shard
+        self.left = 0           # records still to write into it
+        self.fd = self.lfd = None
+        self.written = 0        # bytes handed to the writer for the current shard (after its header)
+        self.header = 0
+        self.indexer = None
+        self.pending = [None, None]
+        self.writer = ThreadPoolExecutor(1)
+        self.done: list[_Shard] = []
+        self.records = 0
+
+    # ---- shard files --------------------------------------------------------------------
+    def _open_shard(self):
+        self.k += 1
+        s = self.shards[self.k]
+        self.left = s.count
+        self.fd = os.open(s.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.written = 0
+        self.header = 0
+        if self.fmt == "npy":
+            hdr = _npy_header(self.dtype, (s.count,) + tuple(self.shape))
+            _write_all(self.fd, hdr)
+            self.header = len(hdr)
+        if self.linfo is not None:
+            ldt, lshape, _ = self.linfo
+            self.lfd = os.open(s.labels_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            _write_all(self.lfd, _npy_header(ldt, (s.count,) + tuple(lshape)))
+        if self.index:
+            self.indexer = _TextIndexer(self.fmt, s.tmp, s.final, self.sidecar_tmp(s), s.sidecar, self.scratch,
+                                        self.plan.out_buffer, self.pool,
+                                        label_block=max(1 << 12, self.plan.out_buffer // 8))
+
+    def _close_shard(self):
+        self._drain()
+        s = self.shards[self.k]
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = None
+        if self.lfd is not None:
+            os.fsync(self.lfd)
+            os.close(self.lfd)
+            self.lfd = None
+        s.indexer, self.indexer = self.indexer, None
+        s.data_end = self.header + self.written
+        self.done.append(s)
+
+    # ---- buffers ------------------------------------------------------------------------
+    def _job(self, fd, lfd, buf, n, lbuf, ln, indexer, base):
+        if indexer is not None:
+            indexer.add(buf, n, base)
+        _write_all(fd, buf[:n])
+        if lfd is not None and ln:
+            _write_all(lfd, lbuf[:ln])
+
+    def _flush(self):
+        if self.pos == 0:
+            return
+        i = self.cur
+        self.pending[i] = self.writer.submit(self._job, self.fd, self.lfd, self.bufs[i], self.pos, self.lbufs[i],
+                                             self.lpos, self.indexer, self.header + self.written)
+        self.written += self.pos
+        self.cur = 1 - i
+        self.pos = self.lpos = 0
+        f = self.pending[self.cur]
+        if f is not None:  # the other buffer must be on disk before it is refilled
+            self.pending[self.cur] = None
+            f.result()
+
+    def _drain(self):
+        self._flush()
+        for i in (0, 1):
+            f = self.pending[i]
+            if f is not None:
+                self.pending[i] = None
+                f.result()
+
+    def put(self, src: np.ndarray, offs: np.ndarray) -> None:
+        """Append the records of ``src`` (a loaded pile) in the order of ``offs`` (int64 starts)."""
+        i, r = 0, offs.shape[0]
+        while i < r:
+            if self.left == 0:
+                self._open_shard()
+            i_end = min(r, i + self.left)
+            buf = self.bufs[self.cur]
+            if self.text:
+                i2, self.pos = K.gather_lines(src, offs, i, i_end, buf, self.pos)
+            else:
+                i2, self.pos, self.lpos = K.gather_fixed(src, offs, i, i_end, self.rs, self.ls, buf, self.pos,
+                                                         self.lbufs[self.cur], self.lpos)
+            if i2 == i:
+                if self.pos:
+                    self._flush()
+                    continue
+                # a line longer than the output buffer: write it on its own, in order
+                s = int(offs[i])
+                nl = K.find_newline(src, s, src.shape[0])
+                e = src.shape[0] if nl < 0 else nl + 1
+                self._drain()
+                if self.indexer is not None:
+                    self.indexer.add(src[s:e], e - s, self.header + self.written)
+                _write_all(self.fd, src[s:e])
+                self.written += e - s
+                i2 = i + 1
+            self.left -= i2 - i
+            self.records += i2 - i
+            i = i2
+            if i < i_end:
+                self._flush()
+            if self.left == 0:
+                self._close_shard()
+
+    def close(self):
+        self.writer.shutdown(wait=True)
+        for fd in (self.fd, self.lfd):
+            if fd is not None:
+                os.close(fd)
+        self.fd = self.lfd = None
+        if self.indexer is not None:
+            self.indexer.abort()
+            self.indexer = None
+
+
+def _npy_header(dtype, shape) -> bytes:
+    d = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+         "shape": tuple(int(x) for x in shape)}
+    b = io.BytesIO()
+    try:
+        np.lib.format.write_array_header_1_0(b, d)
+    except ValueError:  # header too long for version 1.0
+        b = io.BytesIO()
+        np.lib.format.write_array_header_2_0(b, d)
+    return b.getvalue()
+
+
+# --------------------------------------------------------------------------- the shuffle
+
+
+def _key(seed: int, purpose: int, path: tuple) -> int:
+    ss = np.random.SeedSequence([seed, 0, purpose], spawn_key=tuple(int(x) for x in path))
+    return int(ss.generate_state(1, np.uint64)[0])
+
+
+class _Run:
+    """State of one shuffle: plan, pile directory, stats; pass 2 recursion over piles."""
+
+    def __init__(self, fmt, plan, seed, pile_dir, out: _Output, rs, ls, bar, max_piles, pool):
+        self.fmt, self.plan, self.seed, self.pile_dir = fmt, plan, seed, pile_dir
+        self.out, self.rs, self.ls, self.bar = out, rs, ls, bar
+        self.max_piles, self.pool = max_piles, pool
+        self.rr = (rs or 0) + (ls or 0)
+        self.splits = 0
+        self.split_bytes = 0
+        self.max_depth = 0
+        self.peak_pile = 0
+        self.leaves = 0
+
+    def _split(self, piles: _Piles, j: int, path: tuple) -> _Piles:
+        """Deal pile ``j`` again into sub-piles (fresh draws keyed by its path)."""
+        need = int(piles.nbytes[j]) + _OFFSET_BYTES * int(piles.counts[j])
+        m, w = self.plan.split_piles(need, self.max_piles)
+        if self.rr:
+            w = max(self.rr, w - w % self.rr)
+        name = "p" + ".".join(str(x) for x in path)
+        sub = _Piles(self.pile_dir, name, m, w)
+        try:
+            d = _Dealer(self.fmt if self.rr else "lines", sub, _key(self.seed, PURPOSE_PILES, path), self.plan.chunk,
+                        rs=self.rr, ls=0)
+            d.deal(_Source(piles.paths[j], 0, int(piles.nbytes[j])))
+            sub.finish()
+        except BaseException:
+            sub.close()
+            raise
+        if int(sub.counts.sum()) != int(piles.counts[j]):
+            raise LirsError(f"{piles.paths[j]}: re-split found {int(sub.counts.sum())} records, "
+                            f"expected {int(piles.counts[j])}")
+        self.splits += 1
+        self.split_bytes += int(piles.nbytes[j])
+        return sub
+
+    def emit(self, piles: _Piles, path: tuple = (), depth: int = 0) -> None:
+        """Pass 2 over ``piles`` in order: shuffle each in RAM, or split it again when too big."""
+        self.max_depth = max(self.max_depth, depth)
+        buf = None
+        for j in range(piles.m):
+            r, nb = int(piles.counts[j]), int(piles.nbytes[j])
+            pj = path + (j,)
+            if r == 0:
+                os.unlink(piles.paths[j])
+                continue
+            need = nb + _OFFSET_BYTES * r
+            if need > self.plan.pile_cap:
+                if r == 1:
+                    raise UsageError(f"a record of {format_bytes(nb)} does not fit --memory "
+                                     f"{format_bytes(self.plan.memory)} with the buffers; raise --memory")
+                if depth + 1 > MAX_DEPTH:
+                    raise LirsError(f"pile {pj} still needs {format_bytes(need)} after {MAX_DEPTH} re-splits; "
+                                    "raise --memory")
+                buf = None
+                sub = self._split(piles, j, pj)
+                os.unlink(piles.paths[j])
+                self.emit(sub, pj, depth + 1)
+                continue
+            if buf is None or buf.size < nb:
+                buf = None
+                buf = np.empty(nb, np.uint8)
+            _read_all(piles.paths[j], nb, buf)
+            os.unlink(piles.paths[j])
+            offs = np.empty(r, np.int64)
+            if self.rr:
+                np.multiply(np.arange(r, dtype=np.int64), self.rr, out=offs)
+            else:
+                k = K.line_starts(buf, nb, offs)
+                if k != r:
+                    raise LirsError(f"{piles.paths[j]}: pile holds {k} lines, expected {r}")
+            KP.shuffle_inplace(offs, np.uint64(_key(self.seed, PURPOSE_ORDER, pj)), np.uint64(0))
+            self.peak_pile = max(self.peak_pile, need)
+            self.out.put(buf[:nb], offs)
+            del offs
+            self.leaves += 1
+            if self.bar is not None:
+                self.bar.update(nb)
+
+
+def _shard_names(out: str, shards: int, ext: str) -> list[str]:
+    width = max(5, len(str(shards - 1)))
+    return [f"part-{k:0{width}d}{ext}" for k in range(shards)]
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index=False, progress=None,
+            format="auto", record_size=None, header_size=0, _max_piles=None) -> dict:
+    """Write a uniformly random permutation of the records of ``inputs`` to ``out``.
+
+    Parameters
+    ----------
+    inputs : path or list of paths
+        Data files (or a directory of them) of one format; several inputs concatenate into one
+        dataset before shuffling.
+    out : path
+        The output file; with ``shards=K`` a directory (created; must not exist or be empty) that
+        receives ``part-00000.EXT`` ... ``part-{K-1}.EXT``, each holding consecutive records of the
+        shuffled order (record counts differ by at most one).
+    memory : int or str
+        The memory cap, like ``"2G"``: read chunks, pile write buffers and the pile being shuffled
+        stay within it (see :class:`MemoryPlan`).
+    tmpdir : path, optional
+        Where the pile directory goes (default: the output's directory). Needs about the input's
+        size in free space, the output directory as much again.
+    seed : int
+        Same inputs, seed and memory plan (pile count) → byte-identical output.
+    index : bool
+        Also write each output's lirs sidecar (``OUT.lirs``, or ``part-*.lirs`` per shard),
+        identical to what ``lirs index`` would write; text formats build it from the output
+        buffers as they are written (and LIBSVM inputs are checked in pass 1).
+    progress : bool or None
+        tqdm bars for both passes; None = only when stderr is a terminal.
+    format : "auto", "libsvm", "lines", "npy" or "fixed"
+        As in ``lirs index``; ``record_size`` (and ``header_size``) select raw fixed records.
+
+    Returns
+    -------
+    dict with ``records``, ``bytes`` (input record bytes), ``output_bytes``, ``format``, ``piles``
+    (M), ``splits`` (piles split again), ``seconds_pass1``, ``seconds_pass2``, ``seconds``,
+    ``memory``, ``peak_memory_estimate`` (bytes of buffers held at the fullest point),
+    ``outputs`` (paths), ``labels`` (label files, npy), ``sidecars`` (with ``index``),
+    ``skipped_lines``/``skipped_bytes`` (LIBSVM blank and comment-only lines),
+    ``added_newlines``, ``seed`` and the memory plan.
+    """
+    from tqdm import tqdm
+
+    from .gen import labels_path
+    from .index import sidecar_path
+    from .scan import expand_paths
+
+    t_start = time.perf_counter()
+    if shards is not None:
+        if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or shards < 1:
+            raise UsageError(f"--shards must be a positive integer, got {shards!r}")
+        shards = int(shards)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UsageError(f"--seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
+    if record_size is not None and (isinstance(record_size, bool) or int(record_size) <= 0):
+        raise UsageError("--record-size must be a positive number of bytes")
+    mem = parse_size(memory)
+    if not out:
+        raise UsageError("name the output with -o OUT")
+    out = os.path.abspath(os.fspath(out))
+    files = expand_paths(inputs)
+    fmt = _detect(files, format, record_size)
+    srcs, rs, dtype, shape, linfo = _sources(files, fmt, record_size, header_size)
+    text = fmt in VARIABLE_FORMATS
+    ls = linfo[2] if linfo else 0
+
+    # where things go
+    for p in files:
+        if _same_file(p, out) or (linfo and _same_file(labels_path(out), p)):
+            raise UsageError(f"output {out} is one of the inputs; write the shuffle to a new file")
+    parent = os.path.dirname(out)
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(2, "No such file or directory", parent)
+    if shards is None:
+        if os.path.isdir(out):
+            raise UsageError(f"output {out} is a directory; name a file, or write shards into it with --shards K")
+    else:
+        if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+            raise UsageError(f"output {out} exists and is not an empty directory; --shards writes a new "
+                             "directory of part files")
+        for p in files:
+            if os.path.commonpath([p, out]) == out:
+                raise UsageError(f"input {p} lies inside the output directory {out}")
+    tmpdir = os.path.abspath(tmpdir) if tmpdir else parent
+    if not os.path.isdir(tmpdir):
+        raise FileNotFoundError(2, "No such file or directory", tmpdir)
+
+    # memory plan
+    in_bytes = sum(s.end - s.start for s in srcs)
+    if text:
+        mean = _mean_text_record(srcs[0].path, srcs[0].end)
+        pile_bytes = in_bytes + len(srcs)   # a newline may be added per input
+        rr = 0
+    else:
+        rr = rs + ls
+        mean = rr
+        pile_bytes = sum(s.n for s in srcs) * rr
+    max_piles = int(_max_piles or _fd_pile_limit())
+    plan = plan_memory(pile_bytes, mean, mem, record_bytes=rr, label_ratio=(ls / rs if rs else 0.0),
+                       index=index and text, validate=index and fmt == "libsvm", max_piles=max_piles)
+    out_bytes = in_bytes + (sum(s.n for s in srcs) * ls if ls else 0) + (len(srcs) if text else 1 << 16)
+    _check_space(tmpdir, parent, pile_bytes, out_bytes)
+
+    disable = None if progress is None else not progress
+    pid = os.getpid()
+    pile_dir = tempfile.mkdtemp(prefix=".lirs-shuffle-", dir=tmpdir)
+    stage = None                    # sharded output: the directory being filled
+    shard_list: list[_Shard] = []
+    output = None
+    pool = ThreadPoolExecutor(2) if index and text else None
+    try:
+        # ---- pass 1
+        t1 = time.perf_counter()
+        piles = _Piles(pile_dir, "p", plan.piles, plan.write_buffer)
+        try:
+            with tqdm(total=in_bytes, unit="B", unit_scale=True, desc="lirs shuffle pass 1", disable=disable,
+                      leave=False) as bar:
+                dealer = _Dealer(fmt, piles, _key(seed, PURPOSE_PILES, ()), plan.chunk,
+                                 skip_blank=(fmt == "libsvm"), rs=rs or 0, ls=ls,
+                                 validate=plan.validate_piece if index and fmt == "libsvm" else 0,
+                                 max_record=(plan.pile_cap - _OFFSET_BYTES) if text else None,
+                                 bar=bar, memory=mem, pool=pool)
+                for s in srcs:
+                    dealer.deal(s)
+            piles.finish()
+        except BaseException:
+            piles.close()
+            raise
+        t_pass1 = time.perf_counter() - t1
+        n = int(piles.counts.sum())
+        if n == 0:
+            raise DataError(f"{files[0]}: no records found (only blank or comment lines)")
+        if shards is not None and shards > n:
+            raise UsageError(f"--shards {shards} is more than the {n} records")
+
+        # ---- outputs
+        ext = os.path.splitext(files[0])[1] if fmt != "npy" else ".npy"
+        if shards is None:
+            counts = [n]
+            finals = [out]
+            tmps = [os.path.join(parent, f".{os.path.basename(out)}.tmp-{pid}")]
+        else:
+            counts = [n // shards + (1 if k < n % shards else 0) for k in range(shards)]
+            stage = os.path.join(parent, f".{os.path.basename(out)}.tmp-{pid}")
+            os.mkdir(stage)
+            names = _shard_names(out, shards, ext)
+            finals = [os.path.join(out, nm) for nm in names]
+            tmps = [os.path.join(stage, nm) for nm in names]
+        for f, t, c in zip(finals, tmps, counts):
+            sh = _Shard(final=f, tmp=t, count=c)
+            if linfo is not None:
+                sh.labels_final = labels_path(f)
+                sh.labels_tmp = labels_path(t) if stage else os.path.join(
+                    parent, f".{os.path.basename(labels_path(f))}.tmp-{pid}")
+            if index:
+                sh.sidecar = sidecar_path(f)
+            shard_list.append(sh)
+
+        def sidecar_tmp(s: _Shard) -> str:
+            # sharded sidecars are written inside the staging directory, single ones in place
+            return os.path.join(stage, os.path.basename(s.sidecar)) if stage else s.sidecar
+
+        output = _Output(fmt, shard_list, plan, rs=rs or 0, ls=ls, dtype=dtype, shape=shape, linfo=linfo,
+                         index=index, scratch=pile_dir, pool=pool, sidecar_tmp=sidecar_tmp)
+
+        # ---- pass 2
+        t2 = time.perf_counter()
+        with tqdm(total=int(piles.nbytes.sum()), unit="B", unit_scale=True, desc="lirs shuffle pass 2",
+                  disable=disable, leave=False) as bar:
+            run = _Run(fmt, plan, seed, pile_dir, output, rs or 0, ls, bar, max_piles, pool)
+            run.emit(piles)
+        if output.records != n or len(output.done) != len(shard_list):
+            raise LirsError(f"wrote {output.records} of {n} records; the piles were changed during the shuffle")
+        output.close()
+        t_pass2 = time.perf_counter() - t2
+
+        # ---- into place: labels before data, data before sidecars
+        if stage is not None:
+            for s in shard_list:  # sidecars inside the staging directory, naming the final paths
+                if s.indexer is not None:
+                    s.indexer, ix = None, s.indexer
+                    ix.commit(s.data_end, s.tmp)
+            os.replace(stage, out)
+            stage = None
+        else:
+            for s in shard_list:
+                if s.labels_tmp:
+                    os.replace(s.labels_tmp, s.labels_final)
+                os.replace(s.tmp, s.final)
+        _fsync_dir(parent)
+        for s in shard_list:
+            if s.indexer is not None:
+                s.indexer, ix = None, s.indexer
+                ix.commit(s.data_end, s.final)
+        if index and not text:
+            from .scan import build  # nothing to scan: header, record size and count, labels
+
+            for s in shard_list:
+                build(s.final, format=fmt, record_size=rs if fmt == "fixed" else None,
+                      out=s.sidecar, progress=False)
+    except BaseException:
+        if output is not None:
+            try:
+                output.close()
+            except Exception:  # the original error matters more
+                pass
+        for s in shard_list:
+            if s.indexer is not None:
+                s.indexer.abort()
+                s.indexer = None
+            for p in (s.tmp, s.labels_tmp):
+                if p and stage is None:
+                    try:
+                        os.unlink(p)
+                    except FileNotFoundError:
+                        pass
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(pile_dir, ignore_errors=True)
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    secs = time.perf_counter() - t_start
+    peak1 = plan.pass1_bytes
+    peak2 = run.peak_pile + plan.out_fixed
+    stats = {
+        "records": n,
+        "bytes": int(in_bytes),
+        "output_bytes": int(sum(os.path.getsize(s.final) for s in shard_list)),
+        "format": fmt,
+        "inputs": files,
+        "outputs": [s.final for s in shard_list],
+        "shards": shards,
+        "seed": seed,
+        "piles": plan.piles,
+        "splits": run.splits,
+        "split_bytes": run.split_bytes,
+        "depth": run.max_depth,
+        "seconds_pass1": round(t_pass1, 4),
+        "seconds_pass2": round(t_pass2, 4),
+        "seconds": round(secs, 4),
+        "memory": plan.memory,
+        "peak_memory_estimate": int(max(peak1, peak2)),
+        "pass1_memory_estimate": int(peak1),
+        "pass2_memory_estimate": int(peak2),
+        "plan": {"chunk": plan.chunk, "write_buffer": plan.write_buffer, "piles": plan.piles,
+                 "pile_cap": plan.pile_cap, "out_buffer": plan.out_buffer,
+                 "expected_pile": plan.expected_pile},
+        "skipped_lines": int(dealer.info[K.INFO_SKIPPED_LINES]),
+        "skipped_bytes": int(dealer.info[K.INFO_SKIPPED_BYTES]),
+        "added_newlines": int(dealer.info[K.INFO_ADDED_NEWLINES]),
+    }
+    if linfo is not None:
+        stats["labels"] = [s.labels_final for s in shard_list]
+    if index:
+        stats["sidecars"] = [s.sidecar for s in shard_list]
+    log.info("shuffled %d records (%s) into %d file(s) in %.2fs (pass 1 %.2fs, pass 2 %.2fs, %d piles)",
+             n, format_bytes(in_bytes), len(shard_list), secs, t_pass1, t_pass2, plan.piles)
+    return stats
+
+
+def _fsync_dir(d: str) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # some filesystems refuse fsync on directories
+        pass
