@@ -432,6 +432,8 @@ class EpochPlan:
                     w += 1
                     step_no += 1
                     wrec = self._window_records(w)
+                    if len(wrec) == 0:
+                        raise RuntimeError("window stream ended early (inconsistent plan)")
                     step = self._step(step_no, wrec[:end - pos], extents)
                     row = 0
                 take = min(k, len(step.ids) - row)

@@ -1,0 +1,388 @@
+"""The planner: every epoch a permutation over the union of ranks, balanced ranks, exact extents,
+resume, determinism across processes, the seed scheme, and the permutation kernels."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lirs.errors import UsageError
+from lirs.index import Index
+from lirs.plan import (GRANULARITIES, Permutation, plan_epoch, rank_slice, unit_bytes_of, unit_table)
+
+BLOCK = 4096
+
+
+def _variable_index(n, seed, files=1, mean=300, big=0.0):
+    """An in-memory LIBSVM-like index: record lengths ~ mean bytes (a share ``big`` of 5-20 KB)."""
+    rng = np.random.default_rng(seed)
+    counts = np.diff(np.sort(np.concatenate([[0, n], rng.integers(0, n + 1, files - 1)])))
+    offsets, ends, starts = [], [], [0]
+    for c in counts:
+        lens = rng.integers(20, 2 * mean, c)
+        if big:
+            lens = np.where(rng.random(c) < big, rng.integers(5000, 20000, c), lens)
+        pos = int(rng.integers(0, 5000))  # a header before the first record
+        offs = pos + np.concatenate([[0], np.cumsum(lens[:-1])]) if c else np.empty(0, np.int64)
+        offsets.append(offs.astype(np.int64))
+        ends.append(int(pos + lens.sum()) if c else pos)
+        starts.append(starts[-1] + int(c))
+    labels = rng.choice([-1.0, 1.0], n)
+    return Index.from_arrays([f"/nonexistent/part{i}.svm" for i in range(files)], "libsvm",
+                             offsets=np.concatenate(offsets), data_ends=ends, file_starts=starts, labels=labels)
+
+
+def _fixed_index(n, record_size, header=128, files=1):
+    per = [n // files + (1 if i < n % files else 0) for i in range(files)]
+    return Index.from_arrays([f"/nonexistent/f{i}.npy" for i in range(files)], "npy", record_size=record_size,
+                             header_sizes=[header] * files,
+                             data_ends=[header + c * record_size for c in per], record_dtype=np.uint8,
+                             record_shape=(record_size,))
+
+
+def _all_orders(idx, B, g, W, **kw):
+    plans = [plan_epoch(idx, B, g, rank=r, world_size=W, **kw) for r in range(W)]
+    return plans, [p.order() for p in plans]
+
+
+def _check_step_extents(idx, step):
+    f, s, e = idx.spans(step.ids)
+    assert np.all(step.ext_offset % BLOCK == 0) and np.all(step.ext_nbytes % BLOCK == 0)
+    assert np.all(step.ext_nbytes > 0)
+    # sorted by (file, offset), disjoint and not touching (touching ones would have merged)
+    for a in range(len(step.ext_file) - 1):
+        if step.ext_file[a] == step.ext_file[a + 1]:
+            assert step.ext_offset[a] + step.ext_nbytes[a] < step.ext_offset[a + 1]
+        else:
+            assert step.ext_file[a] < step.ext_file[a + 1]
+    x = step.rec_extent
+    assert np.array_equal(step.ext_file[x], f)
+    assert np.array_equal(step.ext_offset[x] + step.rec_pos, s)
+    assert np.array_equal(step.rec_len, e - s)
+    assert np.all(step.rec_pos >= 0) and np.all(step.rec_pos + step.rec_len <= step.ext_nbytes[x])
+    # exactly the needed bytes: every block of every extent holds part of some record
+    needed = set()
+    for fi, a, b in zip(f, s, e):
+        needed.update((int(fi), blk) for blk in range(int(a) // BLOCK, -(-int(b) // BLOCK)))
+    have = set()
+    for fi, o, nb in zip(step.ext_file, step.ext_offset, step.ext_nbytes):
+        have.update((int(fi), blk) for blk in range(int(o) // BLOCK, int(o + nb) // BLOCK))
+    assert have == needed
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 700), B=st.integers(1, 90), W=st.integers(1, 8), seed=st.integers(0, 2**32),
+       epoch=st.integers(0, 50), g=st.sampled_from(GRANULARITIES), perm=st.sampled_from(["table", "stateless"]),
+       files=st.integers(1, 3), drop_last=st.booleans(), gb=st.sampled_from([4096, 8192, 16384]),
+       window=st.integers(1, 5))
+def test_epoch_is_permutation_over_ranks(n, B, W, seed, epoch, g, perm, files, drop_last, gb, window):
+    idx = _variable_index(n, seed % 1000, files=files)
+    plans, orders = _all_orders(idx, B, g, W, seed=seed, epoch=epoch, drop_last=drop_last, group_bytes=gb,
+                                window=window, permutation=perm)
+    nbs = {p.num_batches for p in plans}
+    assert len(nbs) == 1, "every rank gets the same number of batches"
+    nb = nbs.pop()
+    allids = np.concatenate(orders)
+    assert len(np.unique(allids)) == len(allids), "no record twice"
+    if drop_last:
+        assert nb == n // (W * B) and all(len(o) == nb * B for o in orders)
+    else:
+        assert np.array_equal(np.sort(allids), np.arange(n)), "every record exactly once"
+        assert nb == -(-n // (W * B))
+        lasts = [p.batch_size_of(nb - 1) for p in plans]
+        assert max(lasts) - min(lasts) <= 1, "last batches balanced"
+    for p in plans:
+        sizes = [len(b.ids) for b in p.batches()]
+        assert len(sizes) == nb and all(s == B for s in sizes[:-1])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 500), B=st.integers(1, 60), W=st.integers(1, 4), seed=st.integers(0, 10**6),
+       g=st.sampled_from(GRANULARITIES), perm=st.sampled_from(["table", "stateless"]),
+       start=st.integers(0, 30), fixed=st.booleans())
+def test_resume_equals_uninterrupted_tail(n, B, W, seed, g, perm, start, fixed):
+    idx = _fixed_index(n, 97, files=2) if fixed else _variable_index(n, seed % 997, files=2)
+    for r in range(W):
+        p = plan_epoch(idx, B, g, seed=seed, epoch=3, rank=r, world_size=W, group_bytes=8192, window=3,
+                       permutation=perm)
+        whole = list(p.batches())
+        s = min(start, p.num_batches)
+        tail = list(p.batches(s))
+        assert len(tail) == len(whole) - s
+        for a, b in zip(tail, whole[s:]):
+            assert a.index == b.index and np.array_equal(a.ids, b.ids)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 400), B=st.integers(1, 50), seed=st.integers(0, 10**6), g=st.sampled_from(GRANULARITIES),
+       big=st.sampled_from([0.0, 0.3]), fixed_size=st.sampled_from([0, 50, 5000]), files=st.integers(1, 3))
+def test_extents_cover_exactly_the_needed_blocks(n, B, seed, g, big, fixed_size, files):
+    idx = _fixed_index(n, fixed_size, files=files) if fixed_size else _variable_index(n, seed, files=files, big=big)
+    p = plan_epoch(idx, B, g, seed=seed, group_bytes=8192, window=2)
+    steps = {}
+    for b in p.batches():
+        got = []
+        for step, lo, hi, last in b.parts:
+            steps[id(step)] = step
+            got.append(step.ids[lo:hi])
+        assert np.array_equal(np.concatenate(got) if got else np.empty(0, np.int64), b.ids)
+    for step in steps.values():
+        _check_step_extents(idx, step)
+    st_ = p.stats()
+    assert st_["records"] == n and st_["payload_bytes"] == idx.payload_bytes
+    assert st_["bytes_read"] >= st_["payload_bytes"]
+
+
+# --------------------------------------------------------------------------- units and granularity
+
+
+@pytest.mark.parametrize("ub", [4096, 8192, 65536])
+def test_units_are_records_starting_in_one_aligned_span(ub):
+    idx = _variable_index(3000, 4, files=3, big=0.1)
+    table = unit_table(idx, ub)
+    f, s, _ = idx.spans(np.arange(idx.n))
+    key = [(int(a), int(b) // ub) for a, b in zip(f, s)]
+    want = [i for i in range(idx.n) if i == 0 or key[i] != key[i - 1]] + [idx.n]
+    assert table is not None and table.tolist() == want
+
+
+@pytest.mark.parametrize("rs,header", [(100, 128), (4096, 0), (3000, 80), (1, 5)])
+def test_fixed_units_match_the_variable_rule(rs, header):
+    fixed = _fixed_index(5000, rs, header=header, files=2)
+    f, s, e = fixed.spans(np.arange(fixed.n))
+    ds = [int(fixed.data_ends[i]) for i in range(2)]
+    var = Index.from_arrays(["/x/a", "/x/b"], "lines", offsets=s, data_ends=ds,
+                            file_starts=np.asarray(fixed.file_starts))
+    for ub in (4096, 16384):
+        a, b = unit_table(fixed, ub), unit_table(var, ub)
+        if a is None or b is None:
+            assert a is None and b is None  # every record its own unit
+        else:
+            assert np.array_equal(a, b)
+
+
+def test_page_and_group_units_stay_together_in_a_batch():
+    idx = _variable_index(4000, 7)
+    for g, ub in (("page", 4096), ("group", 16384)):
+        table = unit_table(idx, ub)
+        unit_of = np.searchsorted(table, np.arange(idx.n), side="right") - 1
+        p = plan_epoch(idx, 256, g, seed=2, group_bytes=16384)
+        batch_of = np.empty(idx.n, np.int64)
+        for b in p.batches():
+            batch_of[b.ids] = b.index
+        # a unit may be cut only where a batch ends: at most one unit straddles each batch boundary
+        split = [u for u in range(len(table) - 1) if len(set(batch_of[table[u]:table[u + 1]])) > 1]
+        assert len(split) <= p.num_batches - 1
+
+
+def test_window_deals_a_group_over_several_batches():
+    """Window mode keeps group-sized reads but records of a group rarely share a batch."""
+    idx = _variable_index(20000, 8)
+    table = unit_table(idx, 16384)
+    unit_of = np.searchsorted(table, np.arange(idx.n), side="right") - 1
+
+    def same_group_pairs(g):
+        p = plan_epoch(idx, 64, g, seed=5, group_bytes=16384, window=16)
+        tot = 0
+        for b in p.batches():
+            _, c = np.unique(unit_of[b.ids], return_counts=True)
+            tot += int((c * (c - 1) // 2).sum())
+        return tot, p.stats()
+
+    grp, sg = same_group_pairs("group")
+    win, sw = same_group_pairs("window")
+    assert win < grp / 4
+    # one window read once, whatever number of batches it feeds: about as many bytes as group mode
+    assert sw["bytes_read"] < 1.2 * sg["bytes_read"]
+    assert sw["reads"] <= sg["reads"] * 1.2
+
+
+def test_amplification_of_page_and_group_on_small_records():
+    """The paper's page granularity reads ~2 pages per unit of small records; groups cut that to ~1 + 4K/G."""
+    idx = _variable_index(60000, 9, mean=180)
+    amp = {g: plan_epoch(idx, 512, g, seed=1, group_bytes=65536).stats()["amplification"]
+           for g in ("instance", "page", "group")}
+    assert 1.6 < amp["page"] < 2.2
+    assert amp["group"] < 1 + 2 * 4096 / 65536
+    assert amp["instance"] > amp["page"]
+
+
+# --------------------------------------------------------------------------- seeds, determinism
+
+
+def test_epochs_and_seeds_differ_and_do_not_collide():
+    idx = _variable_index(2000, 1)
+    for g in GRANULARITIES:
+        o = {(s, e): plan_epoch(idx, 100, g, seed=s, epoch=e, group_bytes=8192).order()
+             for s, e in ((0, 0), (0, 1), (1, 0), (1, 1))}
+        assert not np.array_equal(o[0, 0], o[0, 1]), g
+        # seed + epoch would make (0, 1) and (1, 0) equal
+        assert not np.array_equal(o[0, 1], o[1, 0]), g
+        assert np.array_equal(o[0, 1], plan_epoch(idx, 100, g, seed=0, epoch=1, group_bytes=8192).order())
+
+
+_CHILD = """
+import json, sys, numpy as np
+sys.path.insert(0, {tests!r})
+from test_plan import _variable_index
+from lirs.plan import plan_epoch
+idx = _variable_index(1500, 3, files=2)
+out = {{}}
+for g in ("instance", "page", "group", "window"):
+    for perm in ("table", "stateless"):
+        p = plan_epoch(idx, 77, g, seed=12, epoch=4, rank=1, world_size=3, group_bytes=8192, window=3,
+                       permutation=perm)
+        out[g + perm] = p.order().tolist()
+print(json.dumps(out))
+"""
+
+
+def test_same_inputs_same_order_in_a_fresh_process():
+    import os
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    code = _CHILD.format(tests=tests)
+    a = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    b = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert a == b
+    idx = _variable_index(1500, 3, files=2)
+    here = plan_epoch(idx, 77, "window", seed=12, epoch=4, rank=1, world_size=3, group_bytes=8192, window=3,
+                      permutation="stateless").order().tolist()
+    assert a["windowstateless"] == here
+
+
+# --------------------------------------------------------------------------- permutations
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 255, 256, 257, 1000, 65537])
+def test_permutations_are_bijections(n):
+    for mode in ("table", "stateless"):
+        p = Permutation(n, mode, seed=3, epoch=1)
+        got = np.asarray(p.take(0, n), np.int64)
+        assert np.array_equal(np.sort(got), np.arange(n)), mode
+        # any slice equals the same positions of the whole
+        a, b = n // 3, 2 * n // 3 + 1
+        assert np.array_equal(np.asarray(p.take(a, b), np.int64), got[a:b])
+
+
+def test_table_dtype_is_the_smallest_that_fits_and_stateless_stores_no_table():
+    assert Permutation(256, "table", 0, 0).table.dtype == np.uint8
+    assert Permutation(257, "table", 0, 0).table.dtype == np.uint16
+    assert Permutation(70000, "table", 0, 0).table.dtype == np.uint32
+    s = Permutation(10**9, "stateless", 0, 0)
+    assert s.table is None and s.nbytes < 100
+    assert Permutation(10, "auto", 0, 0).mode == "table"
+    assert Permutation(1 << 25, "auto", 0, 0).mode == "stateless"
+
+
+def test_stateless_plan_of_a_billion_fixed_records_allocates_nothing_of_size_n():
+    import tracemalloc
+
+    n = 10**9
+    idx = _fixed_index(n, 200, header=128)
+    tracemalloc.start()
+    p = plan_epoch(idx, 1024, "instance", seed=1, epoch=2, rank=5, world_size=8, permutation="stateless")
+    b = next(iter(p.batches(100)))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(b.ids) == 1024 and b.ids.min() >= 0 and b.ids.max() < n
+    assert peak < 10 * 2**20
+    assert p.nbytes < 1000
+
+
+@pytest.mark.parametrize("mode", ["table", "stateless"])
+def test_positions_are_uniform(mode):
+    """Each position of a small permutation takes every value about equally often over seeds."""
+    from scipy.stats import chisquare
+
+    n, trials = 7, 3500
+    counts = np.zeros((n, n))
+    for s in range(trials):
+        got = np.asarray(Permutation(n, mode, seed=s, epoch=0).take(0, n), np.int64)
+        counts[np.arange(n), got] += 1
+    p = chisquare(counts.ravel()).pvalue
+    assert p > 1e-4, p
+
+
+# --------------------------------------------------------------------------- rules and errors
+
+
+def test_rank_slices_rules():
+    # drop_last=False: n=2001, 2 ranks of 1000: rank 0 gets 1001, rank 1 1000, both 2 batches
+    assert rank_slice(2001, 1000, 0, 2, False) == (2, 0, 1001)
+    assert rank_slice(2001, 1000, 1, 2, False) == (2, 1001, 1000)
+    assert rank_slice(10, 4, 2, 3, False) == (1, 7, 3)
+    assert rank_slice(10, 4, 0, 3, True) == (0, 0, 0)
+    assert rank_slice(25, 4, 1, 3, True) == (2, 8, 8)
+    assert rank_slice(0, 4, 0, 1, False) == (0, 0, 0)
+
+
+def test_empty_last_batch_when_fewer_leftovers_than_ranks():
+    idx = _variable_index(9, 2)  # 4 ranks x batch 2: two full rounds of 8, one record left
+    plans, orders = _all_orders(idx, 2, "instance", 4, seed=0)
+    assert [p.num_batches for p in plans] == [2, 2, 2, 2]
+    assert [len(o) for o in orders] == [3, 2, 2, 2]
+    assert [len(list(p.batches())[-1].ids) for p in plans] == [1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(batch_size=0), "batch_size"),
+    (dict(granularity="pages"), "granularity"),
+    (dict(granularity="group", group_bytes=5000), "group_bytes"),
+    (dict(granularity="window", window=0), "window"),
+    (dict(rank=3, world_size=3), "rank 3 outside"),
+    (dict(seed=-1), "seed"),
+    (dict(permutation="list"), "permutation"),
+])
+def test_bad_arguments(kw, match):
+    idx = _variable_index(100, 0)
+    args = dict(batch_size=10, granularity="instance")
+    args.update(kw)
+    B = args.pop("batch_size")
+    g = args.pop("granularity")
+    with pytest.raises(UsageError, match=match):
+        plan_epoch(idx, B, g, **args)
+    p = plan_epoch(idx, 10, "instance")
+    with pytest.raises(UsageError, match="start batch"):
+        next(p.batches(11))
+
+
+def test_unit_bytes_of():
+    assert unit_bytes_of("instance", 65536) == 0
+    assert unit_bytes_of("page", 65536) == 4096
+    assert unit_bytes_of("window", 65536) == 65536
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_order_command(tmp_path, capsys):
+    from lirs.cli import main
+    from lirs.gen import generate
+    from lirs.index import build_index
+
+    p = str(tmp_path / "k.svm")
+    generate("kdd", p, records=3000, seed=2, progress=False)
+    idx = build_index(p, progress=False)
+    out = str(tmp_path / "o.npy")
+    assert main(["order", p, "--granularity", "window", "--group-bytes", "8K", "--window", "4", "--seed", "3",
+                 "--epoch", "2", "--rank", "1", "--world-size", "2", "-o", out, "--json"]) == 0
+    st_ = json.loads(capsys.readouterr().out)
+    order = np.load(out)
+    want = plan_epoch(idx, 1024, "window", seed=3, epoch=2, rank=1, world_size=2, group_bytes=8192,
+                      window=4).order()
+    assert np.array_equal(order, want) and st_["records"] == len(want)
+    assert st_["amplification"] >= 1 and st_["batches"] == 2
+    assert main(["order", p, "--granularity", "page"]) == 0
+    assert "amplification" in capsys.readouterr().out
+    assert main(["order", p, "-o", str(tmp_path / "o.txt")]) == 2
+    assert main(["order", p, "--group-bytes", "5000"]) == 2
+    assert main(["order", str(tmp_path / "missing.svm")]) == 1
