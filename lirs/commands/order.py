@@ -17,8 +17,17 @@ def add_parser(sub):
                     "delivery order for one rank as an int64 .npy file, and print the plan's statistics: "
                     "batches, reads, bytes read, payload bytes and read amplification.")
     p.add_argument("path", metavar="PATH", help="data file, directory or .lirs sidecar (indexed)")
-    p.add_argument("--granularity", default="group", choices=GRANULARITIES,
+    p.add_argument("--granularity", default=None, choices=GRANULARITIES,
                    help="shuffling unit (default: group)")
+    p.add_argument("--strategy", default=None, metavar="NAME",
+                   help="any shuffle strategy of `lirs quality` instead (instance/page/group/window are the "
+                        "granularities; others: sequential, bmf, shuffle_buffer, deeplake, streaming_py1s, ..., "
+                        "two_pass, terashuf, chunk_roundrobin); prints its memory and I/O cost")
+    p.add_argument("--memory", default="5%", metavar="SIZE",
+                   help="with --strategy: memory budget of buffer/block/shard strategies (bytes or a share of the "
+                        "data, default 5%%)")
+    p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --strategy: a strategy parameter, e.g. buffer_records=10000 (repeatable)")
     p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
     p.add_argument("--seed", type=int, default=0, metavar="S")
     p.add_argument("--epoch", type=int, default=0, metavar="E")
@@ -34,13 +43,84 @@ def add_parser(sub):
     return p
 
 
-def run(args) -> int:
+def _write_order(path: str, order) -> str:
     import numpy as np
 
+    if not path.endswith(".npy"):
+        raise UsageError(f"--out {path}: the order is written as .npy; name it ORDER.npy")
+    tmp = path + ".tmp.npy"
+    try:
+        np.save(tmp, order)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return os.path.abspath(path)
+
+
+def _run_strategy(args, idx) -> int:
+    """A reference strategy's order (not a planner granularity): whole epoch, one rank."""
+    from ..strategies import run_strategy
+    from ..units import format_bytes, parse_size
+    from .quality import memory_budget, parse_params
+
+    if args.world_size != 1 or args.rank != 0 or args.drop_last:
+        raise UsageError(f"--rank/--world-size/--drop-last apply to the lirs strategies "
+                         f"(instance, page, group, window), not to {args.strategy}")
+    if args.out and not args.out.endswith(".npy"):
+        raise UsageError(f"--out {args.out}: the order is written as .npy; name it ORDER.npy")
+    params = parse_params(args.param)
+    params.setdefault("memory_bytes", memory_budget(args.memory, idx.payload_bytes))
+    params.setdefault("group_bytes", parse_size(args.group_bytes))
+    params.setdefault("window", args.window)
+    r = run_strategy(args.strategy, idx, seed=args.seed, epoch=args.epoch, batch_size=args.batch_size, **params)
+    cost = r.cost.as_dict()
+    st = {"strategy": args.strategy, "path": os.path.abspath(args.path), "records": int(len(r.order)),
+          "records_in_dataset": idx.n, "batches": -(-len(r.order) // args.batch_size), "batch_size": args.batch_size,
+          "seed": args.seed, "epoch": args.epoch, "exact": r.exact, "reshuffles": r.reshuffles,
+          "params": r.params, "cost": cost}
+    if args.out:
+        st["out"] = _write_order(args.out, r.order)
+    if args.json:
+        json.dump(st, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{st['path']}: epoch {args.epoch}, strategy {args.strategy}, seed {args.seed}"
+          f"{' (uniform permutation)' if r.exact else ''}")
+    print(f"  records        {st['records']:,} in {st['batches']:,} batches of {args.batch_size}")
+    print(f"  parameters     {', '.join(f'{k}={v}' for k, v in r.params.items()) or '-'}")
+    print(f"  memory         {format_bytes(cost['memory_bytes'])} ({cost['memory_what']})")
+    reads = (f"{cost['rand_reads']:,} random (median {format_bytes(cost['median_read_bytes'] or 0)})"
+             if cost["rand_reads"] else "none random")
+    print(f"  per epoch      read {format_bytes(cost['read_bytes'])} ({format_bytes(cost['seq_read_bytes'])} "
+          f"sequential), {reads}, written {format_bytes(cost['write_bytes'])}")
+    if cost["oneoff_read_bytes"] or cost["oneoff_write_bytes"]:
+        print(f"  once per run   read {format_bytes(cost['oneoff_read_bytes'])}, "
+              f"written {format_bytes(cost['oneoff_write_bytes'])}")
+    print(f"  how            {cost['notes']}")
+    if args.out:
+        print(f"  order          {st['out']}")
+    return 0
+
+
+def run(args) -> int:
     from ..index import open_index
-    from ..plan import plan_epoch
+    from ..plan import GRANULARITIES, plan_epoch
+    from ..strategies import STRATEGIES
     from ..units import format_bytes, parse_size
 
+    if args.strategy is not None:
+        if args.strategy not in STRATEGIES:
+            raise UsageError(f"--strategy {args.strategy}: unknown; choose from {', '.join(STRATEGIES)}")
+        if args.granularity is not None and args.granularity != args.strategy:
+            raise UsageError(f"--granularity {args.granularity} and --strategy {args.strategy} disagree; give one")
+        if args.strategy not in GRANULARITIES:
+            return _run_strategy(args, open_index(args.path))
+        args.granularity = args.strategy
+    elif args.param:
+        raise UsageError("--param goes with --strategy")
+    if args.granularity is None:
+        args.granularity = "group"
     idx = open_index(args.path)
     plan = plan_epoch(idx, args.batch_size, args.granularity, seed=args.seed, epoch=args.epoch, rank=args.rank,
                       world_size=args.world_size, drop_last=args.drop_last,
@@ -52,17 +132,7 @@ def run(args) -> int:
     st["index_bytes_per_record"] = idx.index_bytes() / idx.n if idx.n else 0.0
     st["plan_bytes_per_record"] = plan.nbytes / idx.n if idx.n else 0.0
     if args.out:
-        if not args.out.endswith(".npy"):
-            raise UsageError(f"--out {args.out}: the order is written as .npy; name it ORDER.npy")
-        order = plan.order()
-        tmp = args.out + ".tmp.npy"
-        try:
-            np.save(tmp, order)
-            os.replace(tmp, args.out)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        st["out"] = os.path.abspath(args.out)
+        st["out"] = _write_order(args.out, plan.order())
     if args.json:
         json.dump(st, sys.stdout, indent=2)
         print()
