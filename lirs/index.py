@@ -3,7 +3,9 @@
 An :class:`Index` maps global record IDs ``0 .. n-1`` to byte spans in one or more data files:
 
 * variable-length formats (``libsvm``, ``lines``): one sequential, chunked scan stores the start
-  offset of every record (int64, 8 B/record). Record ``i`` spans ``[offsets[i], offsets[i+1])`` in its
+  offset of every record, compactly (:class:`OffsetTable`: a uint32 offset from the smallest start
+  of its block of 1024 records, plus one int64 per block: about 4 B/record). Record ``i`` spans
+  ``[offsets[i], offsets[i+1])`` in its
   file, or ``[offsets[i], data_ends[f])`` for the last record of file ``f``. A LIBSVM span may carry
   trailing comment or blank lines; decoders skip them exactly as sklearn does.
 * fixed-size formats (``npy``, ``fixed``): nothing is scanned; record ``i`` of file ``f`` starts at
@@ -76,6 +78,142 @@ def _fingerprint_diff(path: str, expected: dict) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- compact offsets
+
+OFFSET_SHIFT = 10                  # records per offset block: 1 << OFFSET_SHIFT
+OFFSET_BLOCK = 1 << OFFSET_SHIFT
+_U32_SPAN = 1 << 32
+
+
+class OffsetTable:
+    """Record start offsets in about 4 B/record instead of 8.
+
+    Record ``i`` belongs to block ``b = i >> 10``. ``base[b] >= 0``: the offset is ``base[b] +
+    rel[i]`` (``base[b]`` is the smallest start of the block, ``rel`` uint32). ``base[b] < 0``: the
+    block spans 4 GiB or more (records of megabytes); its offsets are stored whole in ``wide``, at
+    ``(-base[b] - 1) * 1024 + (i & 1023)``.
+
+    Indexing with an int gives an int; with a slice or an integer array, int64 offsets.
+    ``base`` int64 (ceil(n/1024),), ``rel`` uint32 (n,), ``wide`` int64 (1024 * wide blocks,).
+    """
+
+    __slots__ = ("base", "rel", "wide")
+
+    def __init__(self, base, rel, wide=None):
+        self.base = base
+        self.rel = rel
+        self.wide = np.empty(0, np.int64) if wide is None else wide
+
+    @classmethod
+    def from_array(cls, offsets) -> "OffsetTable":
+        """Compact an int64 (n,) array of offsets."""
+        enc = _OffsetEncoder()
+        rel = enc.encode(np.ascontiguousarray(offsets, np.int64), final=True)
+        return cls(enc.bases(), rel, enc.wides())
+
+    def __len__(self) -> int:
+        return int(self.rel.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.base.nbytes + self.rel.nbytes + self.wide.nbytes)
+
+    def _gather(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, np.int64)
+        b = np.asarray(self.base)[ids >> OFFSET_SHIFT]
+        out = b + np.asarray(self.rel)[ids].astype(np.int64)
+        wide = b < 0
+        if wide.any():
+            out[wide] = np.asarray(self.wide)[(-b[wide] - 1) * OFFSET_BLOCK + (ids[wide] & (OFFSET_BLOCK - 1))]
+        return out
+
+    def __getitem__(self, key):
+        n = len(self)
+        if isinstance(key, slice):
+            a, b, step = key.indices(n)
+            return self._gather(np.arange(a, b, step, dtype=np.int64))
+        if np.ndim(key) == 0:
+            i = int(key)
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise IndexError(f"record {key} outside [0, {n})")
+            return int(self._gather(np.array([i]))[0])
+        ids = np.asarray(key, np.int64)
+        return self._gather(np.where(ids < 0, ids + n, ids))
+
+    def to_array(self) -> np.ndarray:
+        """All offsets as int64 (n,) (8 B/record: for whole-table work, in chunks if n is large)."""
+        out = np.empty(len(self), np.int64)
+        step = 1 << 24
+        for a in range(0, len(self), step):
+            out[a:a + step] = self[a:a + step]
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.to_array()
+        return a if dtype is None else a.astype(dtype)
+
+
+class _OffsetEncoder:
+    """Streams int64 offsets into the compact form: uint32 ``rel`` comes out as blocks complete;
+    the per-block ``base`` and the rare wide blocks stay in memory (8 B per 1024 records)."""
+
+    def __init__(self):
+        self.carry = np.empty(0, np.int64)
+        self._bases: list = []
+        self._wides: list = []
+        self.nwide = 0
+
+    def encode(self, offsets: np.ndarray, final: bool = False) -> np.ndarray:
+        """uint32 rel of the offsets completed by this call (all of them when ``final``)."""
+        a = np.concatenate([self.carry, offsets]) if self.carry.size else offsets
+        full = (a.size // OFFSET_BLOCK) * OFFSET_BLOCK
+        cut = a.size if final else full
+        self.carry = a[cut:].copy()
+        if cut == 0:
+            return np.empty(0, np.uint32)
+        head = a[:full].reshape(-1, OFFSET_BLOCK)
+        parts = [head]
+        if cut > full:
+            parts.append(a[full:cut])
+        rels = []
+        for blk in parts:
+            two = blk.reshape(-1, blk.shape[-1])
+            lo = two.min(axis=1)
+            span = two.max(axis=1) - lo
+            rel = two - lo[:, None]
+            wide = span >= _U32_SPAN
+            if wide.any():
+                codes = []
+                for r in np.flatnonzero(wide):
+                    w = np.zeros(OFFSET_BLOCK, np.int64)
+                    w[:two.shape[1]] = two[r]
+                    self._wides.append(w)
+                    self.nwide += 1
+                    codes.append(-self.nwide)
+                lo = lo.copy()
+                lo[wide] = codes
+                rel[wide] = 0
+            self._bases.append(lo.astype(np.int64))
+            rels.append(rel.astype(np.uint32).ravel())
+        return np.concatenate(rels)
+
+    def bases(self) -> np.ndarray:
+        return np.concatenate(self._bases) if self._bases else np.empty(0, np.int64)
+
+    def wides(self) -> np.ndarray:
+        return np.concatenate(self._wides) if self._wides else np.empty(0, np.int64)
+
+
+def offset_arrays(offsets):
+    """(base, rel, wide) of an OffsetTable or a plain int64 array (compacted on the fly), for kernels."""
+    if not isinstance(offsets, OffsetTable):
+        offsets = OffsetTable.from_array(offsets)
+    return (np.asarray(offsets.base, np.int64), np.asarray(offsets.rel, np.uint32),
+            np.asarray(offsets.wide, np.int64))
+
+
 # --------------------------------------------------------------------------- the Index
 
 
@@ -141,7 +279,7 @@ class Index:
         nf = len(paths)
         hs = np.zeros(nf, np.int64) if header_sizes is None else np.asarray(header_sizes, np.int64)
         if format in VARIABLE_FORMATS:
-            offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+            offsets = offsets if isinstance(offsets, OffsetTable) else OffsetTable.from_array(offsets)
             n = len(offsets)
             fs = np.array([0, n], np.int64) if file_starts is None else np.asarray(file_starts, np.int64)
             de = np.asarray(data_ends, np.int64)
@@ -187,10 +325,16 @@ class Index:
         return self.format not in VARIABLE_FORMATS
 
     @property
+    def offset_table(self) -> "OffsetTable | None":
+        """The compact offsets of a variable-length format (None for fixed formats)."""
+        return self._offsets
+
+    @property
     def offsets(self) -> np.ndarray:
-        """int64 (n,): start of each record within its file (computed for fixed formats)."""
+        """int64 (n,): start of each record within its file, materialized (8 B/record; use
+        :meth:`spans` or :attr:`offset_table` to look up a few records)."""
         if self._offsets is not None:
-            return self._offsets
+            return self._offsets.to_array()
         out = np.empty(self.n, np.int64)
         for f in range(self.nfiles):
             a, b = int(self.file_starts[f]), int(self.file_starts[f + 1])
@@ -268,7 +412,7 @@ class Index:
 
     def index_bytes(self) -> int:
         """Bytes the index needs in memory per dataset (offsets + labels), not counting metadata."""
-        total = 0 if self._offsets is None else self.n * 8
+        total = 0 if self._offsets is None else self._offsets.nbytes
         if self.label_codes is not None:
             total += self.label_codes.nbytes + self.label_values.nbytes
         elif self.label_values is not None:
@@ -307,7 +451,12 @@ def sidecar_path(paths) -> str:
 
 
 class _SidecarWriter:
-    """Streams arrays into a temp file next to the destination, then fsyncs and renames."""
+    """Streams arrays into a temp file next to the destination, then fsyncs and renames.
+
+    ``begin(name, dtype)`` / ``append(chunk)`` ... then ``_open = None`` (or the next ``begin``,
+    ``add`` or ``commit``) write one array. The array ``"offsets"`` is stored compactly (see
+    :class:`OffsetTable`): as ``offsets_rel`` (streamed), ``offsets_base`` and ``offsets_wide``.
+    """
 
     def __init__(self, dest: str):
         self.dest = os.path.abspath(dest)
@@ -316,7 +465,33 @@ class _SidecarWriter:
         self.f = open(self.tmp, "wb")
         self.f.write(b"\0" * _PREAMBLE_SIZE)
         self.arrays: dict = {}
-        self._open: str | None = None
+        self._cur: str | None = None
+        self._enc: _OffsetEncoder | None = None
+        self._offset_view: tuple | None = None
+
+    @property
+    def _open(self) -> str | None:
+        return self._cur
+
+    @_open.setter
+    def _open(self, name) -> None:
+        if name is None:
+            self._finish()
+        self._cur = name
+
+    def _finish(self) -> None:
+        """Close the array being streamed (the compact offsets need their last block and bases)."""
+        enc, self._enc = self._enc, None
+        if enc is None:
+            return
+        self._cur = "offsets_rel"
+        self._write(enc.encode(np.empty(0, np.int64), final=True))
+        rel = self.arrays["offsets_rel"]
+        bases, wides = enc.bases(), enc.wides()
+        self._cur = None
+        self.add("offsets_base", bases)
+        self.add("offsets_wide", wides)
+        self._offset_view = (rel["offset"], rel["count"], bases, wides)
 
     def _pad(self):
         pos = self.f.tell()
@@ -324,23 +499,52 @@ class _SidecarWriter:
             self.f.write(b"\0" * (_ALIGN - pos % _ALIGN))
 
     def begin(self, name: str, dtype) -> None:
+        self._open = None
         self._pad()
+        if name == "offsets":
+            self._enc = _OffsetEncoder()
+            name, dtype = "offsets_rel", np.uint32
         dt = np.dtype(dtype).newbyteorder("<")
         self.arrays[name] = {"dtype": dt.str, "offset": self.f.tell(), "count": 0}
-        self._open = name
+        self._cur = name
 
-    def append(self, arr: np.ndarray) -> None:
-        spec = self.arrays[self._open]
+    def _write(self, arr: np.ndarray) -> None:
+        spec = self.arrays[self._cur]
         a = np.ascontiguousarray(arr, dtype=np.dtype(spec["dtype"]))
         self.f.write(a.tobytes() if a.size < 4096 else memoryview(a).cast("B"))
         spec["count"] += int(a.size)
+
+    def append(self, arr: np.ndarray) -> None:
+        if self._enc is not None:
+            arr = self._enc.encode(np.ascontiguousarray(arr, np.int64))
+        self._write(arr)
 
     def add(self, name: str, arr: np.ndarray) -> None:
         self.begin(name, np.asarray(arr).dtype)
         self.append(np.asarray(arr))
         self._open = None
 
+    def add_offsets(self, offsets) -> None:
+        """Write an :class:`OffsetTable` (or int64 offsets) as the index's offsets."""
+        if isinstance(offsets, OffsetTable):
+            self.add("offsets_rel", np.asarray(offsets.rel, np.uint32))
+            self.add("offsets_base", np.asarray(offsets.base, np.int64))
+            self.add("offsets_wide", np.asarray(offsets.wide, np.int64))
+            self._offset_view = None
+        else:
+            self.add("offsets", np.asarray(offsets, np.int64))
+
+    def offsets_view(self) -> OffsetTable:
+        """The offsets streamed so far, read back from the temp file (after the stream closed)."""
+        self._open = None
+        self.f.flush()
+        off, count, bases, wides = self._offset_view
+        rel = np.memmap(self.tmp, dtype=np.uint32, mode="r", offset=off, shape=(count,)) if count else \
+            np.empty(0, np.uint32)
+        return OffsetTable(bases, rel, wides)
+
     def commit(self, header: dict) -> str:
+        self._open = None
         header = dict(header)
         header["arrays"] = self.arrays
         blob = json.dumps(header, sort_keys=True).encode()
@@ -411,7 +615,7 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
         w.add("data_ends", index.data_ends.astype(np.int64))
         w.add("header_sizes", index.header_sizes.astype(np.int64))
         if index._offsets is not None:
-            w.add("offsets", np.asarray(index._offsets, np.int64))
+            w.add_offsets(index._offsets)
         if index.label_values is not None:
             w.add("label_values", np.asarray(index.label_values, np.float64))
             if index.label_codes is not None:
@@ -441,6 +645,14 @@ def read_header(sidecar: str) -> tuple[dict, int]:
     if zlib.crc32(blob) != crc:
         raise IndexFormatError(f"{sidecar}: corrupt index header (checksum mismatch); re-run `lirs index`")
     return json.loads(blob), size
+
+
+def _offsets_of(arrays: dict) -> OffsetTable | None:
+    if "offsets_rel" in arrays:
+        return OffsetTable(arrays["offsets_base"], arrays["offsets_rel"], arrays.get("offsets_wide"))
+    if "offsets" in arrays:  # plain int64 offsets (an index written before the compact form)
+        return OffsetTable.from_array(np.asarray(arrays["offsets"]))
+    return None
 
 
 def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
@@ -483,7 +695,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
         record_dtype=None if rd is None else np.lib.format.descr_to_dtype(
             [tuple(x) for x in rd] if isinstance(rd, list) else rd),
         record_shape=None if header.get("record_shape") is None else tuple(header["record_shape"]),
-        _offsets=arrays.get("offsets"), label_values=arrays.get("label_values"),
+        _offsets=_offsets_of(arrays), label_values=arrays.get("label_values"),
         label_codes=arrays.get("label_codes"), fingerprints=tuple(fps), meta=header.get("meta", {}),
         sidecar=sidecar,
     )

@@ -101,13 +101,15 @@ def unit_table(index, unit_bytes: int) -> np.ndarray | None:
             K.units_fixed(fs, hs, int(index.record_size), int(unit_bytes), table)
             table[count] = index.n
     else:
-        offs = np.asarray(index.offsets)
-        count = K.units_variable(offs, fs, int(unit_bytes), np.empty(0, np.int64))
+        from .index import offset_arrays
+
+        offs = offset_arrays(index.offset_table)
+        count = K.units_variable(*offs, fs, int(unit_bytes), np.empty(0, np.int64))
         if count == index.n:
             table = None
         else:
             table = np.empty(count + 1, np.int64)
-            K.units_variable(offs, fs, int(unit_bytes), table)
+            K.units_variable(*offs, fs, int(unit_bytes), table)
             table[count] = index.n
     cache[unit_bytes] = table
     return table
@@ -278,6 +280,13 @@ class EpochPlan:
     _batch_key: int = 0
     _window_key: int = 0
     _stats: dict | None = field(default=None, repr=False)
+    _offs: tuple | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if not self.index.is_fixed:
+            from .index import offset_arrays
+
+            self._offs = offset_arrays(self.index.offset_table)
 
     # ---- geometry --------------------------------------------------------------------------
     @property
@@ -343,12 +352,12 @@ class EpochPlan:
         s = np.empty(k, np.int64)
         e = np.empty(k, np.int64)
         if idx.is_fixed:
-            offs = np.empty(0, np.int64)
+            offs = (np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
             rs = int(idx.record_size)
         else:
-            offs = np.asarray(idx.offsets)
+            offs = self._offs
             rs = 0
-        K.spans(ids, offs, np.asarray(idx.file_starts, np.int64), np.asarray(idx.data_ends, np.int64),
+        K.spans(ids, *offs, np.asarray(idx.file_starts, np.int64), np.asarray(idx.data_ends, np.int64),
                 np.asarray(idx.header_sizes, np.int64), rs, f, s, e)
         ef = np.empty(k, np.int32)
         eo = np.empty(k, np.int64)

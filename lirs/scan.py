@@ -317,9 +317,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
         w._open = None
         n = sc.n
         # first record offset of each file, read back from the streamed table
-        w.f.flush()
-        off_spec = w.arrays["offsets"]
-        offs = np.memmap(w.tmp, dtype=np.int64, mode="r", offset=off_spec["offset"], shape=(n,))
+        offs = w.offsets_view()
         headers = [int(offs[a]) for a in file_starts[:-1]]
         st = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])
         for f in range(len(files)):
@@ -327,7 +325,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
             for c0 in range(a, b, 1 << 24):
                 c1 = min(b, c0 + (1 << 24))
                 end = int(offs[c1]) if c1 < b else data_ends[f]
-                K.span_stats(np.asarray(offs[c0:c1]), end, st)
+                K.span_stats(offs[c0:c1], end, st)
         del offs
         w.add("file_starts", np.asarray(file_starts, np.int64))
         w.add("data_ends", np.asarray(data_ends, np.int64))

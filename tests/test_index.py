@@ -258,3 +258,66 @@ def test_index_in_fresh_process_is_identical(tmp_path):
     code = f"import lirs; print(list(lirs.build_index({str(p)!r}, progress=False).offsets[:50].tolist()))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == str([int(x) for x in a[:50]])
+
+
+# --------------------------------------------------------------------------- compact offsets
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 3000), min_size=0, max_size=3),
+       st.lists(st.integers(1, 5000), min_size=1, max_size=8), st.booleans())
+def test_offset_table_streams_to_the_same_offsets(file_counts, chunks, huge):
+    from lirs.index import OffsetTable, _OffsetEncoder
+
+    rng = np.random.default_rng(sum(file_counts) + len(chunks))
+    parts = []
+    for c in file_counts:  # offsets restart in every file of a dataset
+        lens = rng.integers(1, 400, c).astype(np.int64)
+        if huge:
+            lens[rng.random(c) < 0.01] = 3 << 30  # multi-GiB records make blocks "wide"
+        parts.append(np.concatenate([[0], np.cumsum(lens[:-1])]) + int(rng.integers(0, 100)))
+    offs = np.concatenate(parts) if parts else np.empty(0, np.int64)
+    enc = _OffsetEncoder()
+    rel, pos, i = [], 0, 0
+    while pos < len(offs):
+        step = chunks[i % len(chunks)]
+        rel.append(enc.encode(offs[pos:pos + step]))
+        pos += step
+        i += 1
+    rel.append(enc.encode(np.empty(0, np.int64), final=True))
+    t = OffsetTable(enc.bases(), np.concatenate(rel), enc.wides())
+    assert len(t) == len(offs)
+    assert np.array_equal(t.to_array(), offs)
+    assert np.array_equal(OffsetTable.from_array(offs).to_array(), offs)
+    if len(offs):
+        ids = rng.integers(0, len(offs), 50)
+        assert np.array_equal(t[ids], offs[ids]) and t[int(ids[0])] == offs[ids[0]]
+        assert np.array_equal(t[3:40:2], offs[3:40:2]) and t[-1] == offs[-1]
+    if not huge and len(offs):
+        assert t.nbytes <= 4 * len(offs) + 8 * (len(offs) // 1024 + 1)
+
+
+def test_sidecar_with_wide_offset_blocks_round_trips(tmp_path):
+    from lirs.index import Index, open_index, write_index
+
+    # a sparse file with records 2 GiB apart: blocks of such records cannot use 32-bit offsets
+    p = tmp_path / "sparse.txt"
+    n = 1500
+    offs = np.arange(n, dtype=np.int64) * 10
+    offs[700:] += 5 << 30
+    with open(p, "wb") as f:
+        f.truncate(int(offs[-1]) + 10)
+    idx = Index.from_arrays([str(p)], "lines", offsets=offs, data_ends=[int(offs[-1]) + 10])
+    assert idx.offset_table.wide.size > 0
+    side = write_index(idx, str(tmp_path / "sparse.lirs"))
+    back = open_index(side)
+    assert np.array_equal(back.offsets, offs)
+    f, s, e = back.spans([699, 700, n - 1])
+    assert s.tolist() == offs[[699, 700, n - 1]].tolist() and e[0] == offs[700] and e[2] == offs[-1] + 10
+
+
+def test_index_bytes_per_record_is_about_four(tmp_path):
+    p = tmp_path / "l.txt"
+    p.write_bytes(b"".join(b"x" * (i % 50) + b"\n" for i in range(20000)))
+    idx = lirs.build_index(str(p), format="lines", progress=False)
+    assert 4.0 <= idx.index_bytes() / idx.n < 4.1

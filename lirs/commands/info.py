@@ -34,7 +34,7 @@ def summarize(idx) -> dict:
         "records_straddling_4k": m.get("records_straddling_4k"),
         "index_bytes": idx.index_bytes(),
         "index_bytes_per_record": idx.index_bytes() / n if n else 0.0,
-        "offset_bytes_per_record": (0.0 if idx.is_fixed else 8.0),
+        "offset_bytes_per_record": (0.0 if idx.is_fixed else idx.offset_table.nbytes / n if n else 0.0),
     }
     if idx.format == "npy":
         s["record_dtype"] = str(idx.record_dtype)

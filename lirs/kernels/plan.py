@@ -150,8 +150,21 @@ def fill_records(units, ufirst, i, within, out, o):
     return i, within, o
 
 
+_SHIFT = 10  # records per offset block (lirs.index.OFFSET_SHIFT)
+_MASK = (1 << _SHIFT) - 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def offset_at(base, rel, wide, i):
+    """Start of record i in a compact offset table (see lirs.index.OffsetTable)."""
+    b = base[i >> _SHIFT]
+    if b >= 0:
+        return b + np.int64(rel[i])
+    return wide[(-b - 1) * (_MASK + 1) + (i & _MASK)]
+
+
 @njit(cache=True, nogil=True)
-def units_variable(offsets, file_starts, unit_bytes, out):
+def units_variable(base, rel, wide, file_starts, unit_bytes, out):
     """First record of every unit of a variable-length format: records whose start lies in the same
     aligned span of ``unit_bytes`` of one file. Writes up to len(out) entries, returns the count
     (call with an empty ``out`` to count)."""
@@ -160,7 +173,7 @@ def units_variable(offsets, file_starts, unit_bytes, out):
     for f in range(file_starts.shape[0] - 1):
         prev = -1
         for i in range(file_starts[f], file_starts[f + 1]):
-            k = offsets[i] // unit_bytes
+            k = offset_at(base, rel, wide, i) // unit_bytes
             if k != prev:
                 if c < cap:
                     out[c] = i
@@ -193,9 +206,10 @@ def units_fixed(file_starts, header_sizes, record_size, unit_bytes, out):
 
 
 @njit(cache=True, nogil=True)
-def spans(ids, offsets, file_starts, data_ends, header_sizes, record_size, out_f, out_s, out_e):
-    """Byte spans of records: file (int32), start and end (int64). ``offsets`` is empty for fixed
-    formats (``record_size`` > 0), else ``record_size`` is 0."""
+def spans(ids, base, rel, wide, file_starts, data_ends, header_sizes, record_size, out_f, out_s, out_e):
+    """Byte spans of records: file (int32), start and end (int64). Offsets (``base``, ``rel``,
+    ``wide``: a compact offset table) are empty for fixed formats (``record_size`` > 0), else
+    ``record_size`` is 0."""
     nf = file_starts.shape[0] - 1
     for j in range(ids.shape[0]):
         r = ids[j]
@@ -216,8 +230,8 @@ def spans(ids, offsets, file_starts, data_ends, header_sizes, record_size, out_f
             out_s[j] = s
             out_e[j] = s + record_size
         else:
-            out_s[j] = offsets[r]
-            out_e[j] = offsets[r + 1] if r + 1 < file_starts[f + 1] else data_ends[f]
+            out_s[j] = offset_at(base, rel, wide, r)
+            out_e[j] = offset_at(base, rel, wide, r + 1) if r + 1 < file_starts[f + 1] else data_ends[f]
 
 
 @njit(cache=True, nogil=True)
