@@ -70,11 +70,12 @@ PURPOSE_ORDER = 0x5302   # the order of the records inside each final pile
 
 MAX_PILES = 1024               # piles written at once (one open file each); more data → re-splits
 MAX_DEPTH = 24                 # re-split levels before giving up (each level at least halves a pile)
-HEADROOM = 0.9                 # expected pile + 6 sd uses at most this share of the pile cap
+HEADROOM = 0.9                 # expected pile + 6 sd uses at most this share of the pile target
+PILE_TARGET = 64 << 20         # piles beyond this size shuffle slower (page faults, TLB misses)
 _MIN_CHUNK = 64 << 10
 _MAX_CHUNK = 16 << 20
 _MIN_WRITE_BUFFER = 16 << 10
-_MAX_WRITE_BUFFER = 8 << 20
+_MAX_WRITE_BUFFER = 4 << 20    # large sequential pile writes, also on disks that seek
 _MIN_OUT_BUFFER = 64 << 10
 _MAX_OUT_BUFFER = 4 << 20      # below lirs.scan's 4 MiB split threshold: one scan slot per buffer
 _MIN_VALIDATE_PIECE = 16 << 10  # LIBSVM check of pass 1 (--index) scans pieces of about this size
@@ -104,12 +105,14 @@ class MemoryPlan:
     validate: int
     validate_piece: int
     reserve: int
+    target: int                # pass-2 bytes a pile is planned for: min(pile_cap, PILE_TARGET)
     expected_records: int      # records per pile expected (estimate)
     expected_pile: int         # pass-2 bytes of an expected pile (estimate)
+    capped: bool = False       # fewer piles than the cap needs (open files, buffer room): re-splits
 
     @property
     def pass1_bytes(self) -> int:
-        return 2 * self.chunk + self.piles * self.write_buffer + self.validate
+        return 2 * self.chunk + (self.piles + _Piles.SPARE_SLOTS) * self.write_buffer + self.validate
 
     @property
     def pass2_bytes(self) -> int:
@@ -118,10 +121,10 @@ class MemoryPlan:
     def split_piles(self, need: int, max_piles: int | None = None) -> tuple[int, int]:
         """Sub-piles and their write buffer to split a pile that needs ``need`` bytes in pass 2."""
         max_piles = max_piles or MAX_PILES
-        m = max(2, math.ceil(need / (self.pile_cap * HEADROOM)) + 1)
+        m = max(2, math.ceil(need / (self.target * HEADROOM)) + 1)
         room = self.memory - self.reserve - 2 * self.chunk - self.validate
-        m = int(min(m, max_piles, max(2, room // _MIN_WRITE_BUFFER)))
-        return m, int(min(_MAX_WRITE_BUFFER, room // m))
+        m = int(min(m, max_piles, max(2, room // _MIN_WRITE_BUFFER - _Piles.SPARE_SLOTS)))
+        return m, int(min(_MAX_WRITE_BUFFER, room // (m + _Piles.SPARE_SLOTS)))
 
 
 def _clamp(x, lo, hi):
@@ -138,7 +141,8 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
     fixed formats (0 for text); ``label_ratio``: label bytes per data byte in the output (``.npy``
     with labels); ``index``: room for the index scan of each output buffer; ``validate``: room for
     the LIBSVM check of pass 1. M is the smallest count whose expected pile, plus six standard
-    deviations of its record count, fits ``HEADROOM`` of the pile cap; it is capped by ``max_piles``
+    deviations of its record count, fits ``HEADROOM`` of the pile target (the pile cap, or
+    ``PILE_TARGET`` when smaller: smaller piles shuffle faster); it is capped by ``max_piles``
     (default ``MAX_PILES``, lowered to what the open-file limit allows), beyond which piles are
     split again in pass 2. Raises :class:`UsageError` when ``memory`` cannot hold the buffers and
     one record.
@@ -164,26 +168,31 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
     room1 = mem - reserve - 2 * chunk - val
     smallest = max(64 << 10, record_bytes + _OFFSET_BYTES)
     need_mem = reserve + out_fixed + smallest
-    if pile_cap < smallest or room1 < 2 * max(_MIN_WRITE_BUFFER, record_bytes):
-        need = max(need_mem, reserve + 2 * chunk + val + 2 * max(_MIN_WRITE_BUFFER, record_bytes))
+    slots = 2 + _Piles.SPARE_SLOTS  # write buffers of the smallest split (two piles)
+    if pile_cap < smallest or room1 < slots * max(_MIN_WRITE_BUFFER, record_bytes):
+        need = max(need_mem, reserve + 2 * chunk + val + slots * max(_MIN_WRITE_BUFFER, record_bytes))
         raise UsageError(f"--memory {format_bytes(mem)} is too small to hold one record plus the buffers "
                          f"of both passes; use at least {format_bytes(need * 1.05)}")
     per_record = mean + _OFFSET_BYTES
-    capacity = pile_cap * HEADROOM / per_record        # records a pile may hold
+    target = int(min(pile_cap, PILE_TARGET))
+    capacity = target * HEADROOM / per_record          # records a pile is planned to hold
     # largest mu with mu + 6 sqrt(mu) <= capacity
     root = (-6.0 + math.sqrt(36.0 + 4.0 * capacity)) / 2.0
     mu = max(1.0, root * root)
     n_est = max(1.0, input_bytes / mean)
-    cap_piles = max(2, min(max_piles or MAX_PILES, room1 // max(_MIN_WRITE_BUFFER, record_bytes)))
-    m = int(min(cap_piles, max(1, math.ceil(n_est / mu))))
-    w = int(min(_MAX_WRITE_BUFFER, room1 // m))
+    cap_piles = max(2, min(max_piles or MAX_PILES,
+                           room1 // max(_MIN_WRITE_BUFFER, record_bytes) - _Piles.SPARE_SLOTS))
+    want = max(1, math.ceil(n_est / mu))
+    m = int(min(cap_piles, want))
+    w = int(min(_MAX_WRITE_BUFFER, room1 // (m + _Piles.SPARE_SLOTS)))
     if record_bytes:
         w -= w % record_bytes  # whole records per buffer
     exp_records = int(math.ceil(n_est / m))
     return MemoryPlan(memory=mem, chunk=chunk, write_buffer=w, piles=m, pile_cap=int(pile_cap),
                       out_buffer=out_buf, out_fixed=out_fixed, validate=val, validate_piece=piece,
-                      reserve=reserve,
-                      expected_records=exp_records, expected_pile=int(exp_records * per_record))
+                      reserve=reserve, target=target,
+                      expected_records=exp_records, expected_pile=int(exp_records * per_record),
+                      capped=want > m)
 
 
 def _fd_pile_limit() -> int:
@@ -390,16 +399,27 @@ def _check_space(pile_dir: str, out_dir: str, pile_bytes: int, out_bytes: int) -
 
 
 class _Piles:
-    """``m`` pile files (``DIR/NAME-j.pile``) with their write buffers; counts per pile."""
+    """``m`` pile files (``DIR/NAME-j.pile``) with their write buffers; counts per pile.
+
+    There are ``m + SPARE_SLOTS`` buffer slots of ``w`` bytes: a full pile buffer goes to a writer
+    thread and the pile continues in a free slot, so dealing overlaps writing.
+    """
+
+    SPARE_SLOTS = 2
 
     def __init__(self, dirpath: str, name: str, m: int, w: int):
         self.m, self.w = int(m), int(w)
         self.paths = [os.path.join(dirpath, f"{name}-{j}.pile") for j in range(self.m)]
         self.fds: list[int] = []
-        self.buf = np.empty(self.m * self.w, np.uint8)
+        nslots = self.m + self.SPARE_SLOTS
+        self.buf = np.empty(nslots * self.w, np.uint8)
+        self.slots = np.arange(self.m, dtype=np.int64)     # pile -> the slot it fills
+        self.free = list(range(self.m, nslots))
+        self.pending: list = []                            # (future, slot) in submission order
         self.fill = np.zeros(self.m, np.int64)
         self.counts = np.zeros(self.m, np.int64)
         self.nbytes = np.zeros(self.m, np.int64)
+        self.writer = ThreadPoolExecutor(1)
         try:
             for p in self.paths:
                 self.fds.append(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
@@ -407,15 +427,35 @@ class _Piles:
             self.close()
             raise
 
+    def _reap(self, block: bool) -> None:
+        while self.pending and (block or self.pending[0][0].done()):
+            fut, slot = self.pending.pop(0)
+            fut.result()  # a write error surfaces here
+            self.free.append(slot)
+            if block:
+                return
+
     def flush(self, p: int) -> None:
+        """Hand pile ``p``'s buffer to the writer and give the pile a free slot."""
         n = int(self.fill[p])
-        if n:
-            _write_all(self.fds[p], self.buf[p * self.w:p * self.w + n])
-            self.fill[p] = 0
+        if not n:
+            return
+        s = int(self.slots[p])
+        self.pending.append((self.writer.submit(_write_all, self.fds[p], self.buf[s * self.w:s * self.w + n]), s))
+        self._reap(False)
+        if not self.free:
+            self._reap(True)
+        self.slots[p] = self.free.pop()
+        self.fill[p] = 0
+
+    def drain(self) -> None:
+        while self.pending:
+            self._reap(True)
 
     def write_direct(self, p: int, data, newline: bool) -> None:
         """A record larger than a write buffer: write it (and a missing newline) straight away."""
         self.flush(p)
+        self.drain()  # keeps the pile's bytes in order
         _write_all(self.fds[p], data)
         n = len(data)
         if newline:
@@ -427,9 +467,12 @@ class _Piles:
     def finish(self) -> None:
         for p in range(self.m):
             self.flush(p)
+        self.drain()
         self.close()
 
     def close(self) -> None:
+        self.writer.shutdown(wait=True)
+        self.pending = []
         while self.fds:
             os.close(self.fds.pop())
         self.buf = None
@@ -482,8 +525,8 @@ class _Dealer:
         pos = lo
         while True:
             pos, end, self.counter, status, p = K.scatter_lines(
-                buf, pos, hi, self.skip_blank, self.key, self.counter, P.m, P.buf, P.w, P.fill, P.counts,
-                P.nbytes, self.info)
+                buf, pos, hi, self.skip_blank, self.key, self.counter, P.m, P.buf, P.w, P.slots, P.fill,
+                P.counts, P.nbytes, self.info)
             if status == K.DONE:
                 return
             if status == K.FLUSH:
@@ -557,8 +600,8 @@ class _Dealer:
         pos = 0
         while True:
             pos, self.counter, status, p = K.scatter_fixed(
-                buf, pos, nrec, rs, lab, ls, self.key, self.counter, P.m, P.buf, P.w, P.fill, P.counts,
-                P.nbytes)
+                buf, pos, nrec, rs, lab, ls, self.key, self.counter, P.m, P.buf, P.w, P.slots, P.fill,
+                P.counts, P.nbytes)
             if status == K.DONE:
                 break
             P.flush(p)

@@ -65,10 +65,11 @@ def draw_piles(key, counter0, m, out):
 
 
 @njit(cache=True, nogil=True)
-def scatter_lines(buf, pos, hi, skip_blank, key, counter, m, piles, w, fill, counts, nbytes, info):
+def scatter_lines(buf, pos, hi, skip_blank, key, counter, m, piles, w, slots, fill, counts, nbytes, info):
     """Deal the lines of buf[pos:hi] (uint8) to ``m`` pile buffers.
 
-    ``piles`` uint8 (m * w,): pile ``p`` buffers bytes in ``piles[p*w : p*w + fill[p]]``.
+    ``piles`` uint8 (slots * w,): pile ``p`` buffers bytes in slot ``s = slots[p]`` (int64 (m,)),
+    ``piles[s*w : s*w + fill[p]]``.
     ``fill``, ``counts``, ``nbytes`` int64 (m,): buffered bytes, records and bytes dealt per pile.
     ``info`` int64 (3,): see ``INFO_*``. Lines are ``\\n``-terminated except possibly the last one of
     the region, which gets a ``\\n`` in its pile (records must not merge). With ``skip_blank``
@@ -102,7 +103,7 @@ def scatter_lines(buf, pos, hi, skip_blank, key, counter, m, piles, w, fill, cou
             return pos, end, counter, BIG, p
         if fill[p] + need > w:
             return pos, end, counter, FLUSH, p
-        dst = p * w + fill[p]
+        dst = slots[p] * w + fill[p]
         memcpy(pb + dst, ptr + pos, ln)
         if need > ln:
             piles[dst + ln] = 10
@@ -116,7 +117,7 @@ def scatter_lines(buf, pos, hi, skip_blank, key, counter, m, piles, w, fill, cou
 
 
 @njit(cache=True, nogil=True)
-def scatter_fixed(buf, pos, nrec, rs, lab, ls, key, counter, m, piles, w, fill, counts, nbytes):
+def scatter_fixed(buf, pos, nrec, rs, lab, ls, key, counter, m, piles, w, slots, fill, counts, nbytes):
     """Deal fixed-size records to ``m`` pile buffers (see :func:`scatter_lines`).
 
     ``buf`` uint8 holds ``nrec`` records of ``rs`` bytes from offset 0; record ``i`` goes to its
@@ -132,7 +133,7 @@ def scatter_fixed(buf, pos, nrec, rs, lab, ls, key, counter, m, piles, w, fill, 
         p = draw_pile(key, counter, m)
         if fill[p] + rr > w:
             return pos, counter, FLUSH, p
-        dst = p * w + fill[p]
+        dst = slots[p] * w + fill[p]
         memcpy(pb + dst, ptr + pos * rs, rs)
         if ls > 0:
             memcpy(pb + dst + rs, lptr + pos * ls, ls)

@@ -1,0 +1,598 @@
+"""`lirs shuffle`: permutation of the input, exact uniformity, determinism, byte preservation,
+.npy headers and labels, sidecars equal to `lirs index`, shards, memory plan, cleanup, errors."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+import lirs
+from lirs import external as E
+from lirs.cli import main as cli_main
+from lirs.errors import DataError, LirsError, UsageError
+from lirs.gen import labels_path
+from lirs.kernels import external as KE
+
+from conftest import open_fds
+
+
+# --------------------------------------------------------------------------- data makers
+
+
+def libsvm_bytes(n, seed, *, crlf=False, comments=False, no_final_newline=False, dup=False):
+    """n LIBSVM records (unique unless ``dup``), optionally with blank/comment lines and CRLF."""
+    rng = np.random.default_rng(seed)
+    eol = b"\r\n" if crlf else b"\n"
+    out = []
+    for i in range(n):
+        lab = rng.choice([b"+1", b"-1", b"2.5", b"0"])
+        k = int(rng.integers(0, 6))
+        idx = np.sort(rng.choice(np.arange(1, 5000), k, replace=False))
+        toks = [lab] + [b"%d:%d" % (j, rng.integers(1, 9)) for j in idx]
+        if not dup:
+            toks.append(b"%d:1" % (10_000 + i))  # makes every record unique
+        line = b" ".join(toks)
+        if comments and rng.random() < 0.2:
+            line += b" # note %d" % i
+        out.append(line + eol)
+        if comments and rng.random() < 0.15:
+            out.append(rng.choice([b"", b"  ", b"# comment only", b"\t# x 1:2"]) + eol)
+    data = b"".join(out)
+    if no_final_newline:
+        data = data[:-len(eol)]
+    return data
+
+
+def lines_bytes(n, seed, *, crlf=False, empty=False, no_final_newline=False):
+    rng = np.random.default_rng(seed)
+    eol = b"\r\n" if crlf else b"\n"
+    out = []
+    for i in range(n):
+        if empty and rng.random() < 0.2:
+            out.append(eol)
+        else:
+            body = b'{"id":%d,"t":"%s"}' % (i, b"x" * int(rng.integers(0, 300)))
+            out.append(body + eol)
+    data = b"".join(out)
+    if no_final_newline and not data.endswith(b"\n\n"):
+        data = data[:-len(eol)]
+    return data
+
+
+def text_records(data: bytes, fmt: str) -> list[bytes]:
+    """Records as `lirs shuffle` defines them: lines (a missing final newline added); LIBSVM drops
+    blank and comment-only lines."""
+    lines = data.split(b"\n")
+    recs = [ln + b"\n" for ln in lines[:-1]]
+    if lines[-1]:
+        recs.append(lines[-1] + b"\n")
+    if fmt == "libsvm":
+        recs = [r for r in recs if r.strip() and not r.lstrip().startswith(b"#")]
+    return recs
+
+
+def out_records(path) -> list[bytes]:
+    data = open(path, "rb").read()
+    assert data.endswith(b"\n")
+    return [ln + b"\n" for ln in data.split(b"\n")[:-1]]
+
+
+def make_npy(path, n, seed, *, labels=True, shape=(3,), dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n,) + shape).astype(dtype)
+    x.reshape(n, -1)[:, 0] = np.arange(n)  # unique rows, row id in column 0
+    np.save(path, x)
+    if labels:
+        np.save(labels_path(str(path)), np.where(np.arange(n) % 3 == 0, 1.0, -1.0) * (1 + np.arange(n)))
+    return x
+
+
+@pytest.fixture
+def force_plan(monkeypatch):
+    """Shrink the memory plan so that small inputs use many piles, tiny buffers and re-splits."""
+
+    def apply(**changes):
+        orig = E.plan_memory
+
+        def plan(*a, **k):
+            p = orig(*a, **k)
+            if "pile_cap" in changes:
+                changes.setdefault("target", min(p.target, changes["pile_cap"]))
+            return dataclasses.replace(p, **changes)
+
+        monkeypatch.setattr(E, "plan_memory", plan)
+
+    return apply
+
+
+def leftovers(d):
+    """Hidden temporaries (piles, staged output, sidecar temps) left in directory ``d``."""
+    return sorted(x for x in os.listdir(d) if x.startswith("."))
+
+
+# --------------------------------------------------------------------------- permutation
+
+
+CONFIGS = {
+    "default": {},
+    "piles": dict(piles=5, write_buffer=1024, chunk=4096, out_buffer=2048),
+    "resplit": dict(piles=3, write_buffer=512, chunk=1000, out_buffer=700, pile_cap=6000),
+}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("n", [1, 2, 7, 150, 1200])
+def test_libsvm_output_is_a_permutation(tmp_path, force_plan, config, n):
+    data = libsvm_bytes(n, seed=n, comments=True, no_final_newline=(n % 2 == 1))
+    src = tmp_path / "in.svm"
+    src.write_bytes(data)
+    force_plan(**CONFIGS[config])
+    st = E.shuffle(src, tmp_path / "out.svm", seed=5, progress=False)
+    want = text_records(data, "libsvm")
+    got = out_records(tmp_path / "out.svm")
+    assert Counter(got) == Counter(want)
+    assert st["records"] == n == len(want)
+    last = data.split(b"\n")[-1]
+    assert st["added_newlines"] == (1 if last.strip() and not last.lstrip().startswith(b"#") else 0)
+    assert len(data) == sum(map(len, want)) - st["added_newlines"] + st["skipped_bytes"]
+    assert st["skipped_lines"] == len(data.split(b"\n")) - (0 if last else 1) - n
+    assert lirs.build_index(tmp_path / "out.svm").n == n
+    assert leftovers(tmp_path) == []
+    if config == "resplit" and n >= 1200:
+        assert st["splits"] > 0 and st["depth"] >= 1
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("n", [1, 3, 64, 900])
+def test_lines_output_is_a_permutation_with_crlf_and_empty_lines(tmp_path, force_plan, config, n):
+    data = lines_bytes(n, seed=n + 1, crlf=(n % 2 == 0), empty=True, no_final_newline=(n > 1))
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(data)
+    force_plan(**CONFIGS[config])
+    st = E.shuffle(src, tmp_path / "out.jsonl", seed=1, progress=False)
+    want = text_records(data, "lines")
+    assert Counter(out_records(tmp_path / "out.jsonl")) == Counter(want)
+    assert st["records"] == len(want)
+    assert st["skipped_lines"] == 0
+
+
+def test_every_byte_of_every_record_is_kept(tmp_path):
+    data = (b"1 2:3\r\n"            # CRLF kept
+            b"   \r\n"              # blank: not a record
+            b"# header 1:2\n"       # comment-only: not a record
+            b"-1 qid:3 4:5  # tail comment stays\n"
+            b"\t+1 7:8\n"           # leading whitespace kept
+            b"2 9:1")               # no final newline: gets one
+    src = tmp_path / "a.svm"
+    src.write_bytes(data)
+    st = E.shuffle(src, tmp_path / "b.svm", seed=2)
+    got = sorted(out_records(tmp_path / "b.svm"))
+    assert got == sorted([b"1 2:3\r\n", b"-1 qid:3 4:5  # tail comment stays\n", b"\t+1 7:8\n", b"2 9:1\n"])
+    assert (st["skipped_lines"], st["skipped_bytes"], st["added_newlines"]) == (2, 5 + 13, 1)
+    lines = tmp_path / "a.txt"
+    lines.write_bytes(b"x\r\n\n\n \ny")
+    st = E.shuffle(lines, tmp_path / "b.txt", seed=2)
+    assert sorted(out_records(tmp_path / "b.txt")) == sorted([b"x\r\n", b"\n", b"\n", b" \n", b"y\n"])
+    assert st["records"] == 5 and st["added_newlines"] == 1
+
+
+def test_several_inputs_form_one_dataset(tmp_path, force_plan):
+    parts = [libsvm_bytes(40, seed=s, no_final_newline=True) for s in range(3)]
+    for i, d in enumerate(parts):
+        (tmp_path / f"p{i}.svm").write_bytes(d)
+    force_plan(piles=4, write_buffer=600)
+    st = E.shuffle([tmp_path / f"p{i}.svm" for i in range(3)], tmp_path / "all.svm", seed=9)
+    want = sum((text_records(d, "libsvm") for d in parts), [])
+    assert Counter(out_records(tmp_path / "all.svm")) == Counter(want)
+    assert st["added_newlines"] == 3 and st["records"] == 120
+    # a directory of inputs is the same dataset
+    d = tmp_path / "dir"
+    d.mkdir()
+    for i, data in enumerate(parts):
+        (d / f"p{i}.svm").write_bytes(data)
+    E.shuffle(d, tmp_path / "all2.svm", seed=9)
+    assert (tmp_path / "all2.svm").read_bytes() == (tmp_path / "all.svm").read_bytes()
+
+
+def test_duplicate_records_keep_their_multiplicity(tmp_path, force_plan):
+    data = b"".join([b"1 1:1\n"] * 50 + [b"-1 2:1\n"] * 30 + [b"0 3:1\n"])
+    (tmp_path / "d.svm").write_bytes(data)
+    force_plan(piles=4, write_buffer=64)
+    E.shuffle(tmp_path / "d.svm", tmp_path / "o.svm", seed=0)
+    assert Counter(out_records(tmp_path / "o.svm")) == Counter(text_records(data, "libsvm"))
+
+
+# --------------------------------------------------------------------------- determinism and uniformity
+
+
+def test_same_seed_same_bytes_other_seed_other_order(tmp_path, force_plan):
+    data = libsvm_bytes(500, seed=3)
+    (tmp_path / "in.svm").write_bytes(data)
+    force_plan(piles=4)
+    outs = []
+    for i, seed in enumerate([11, 11, 12]):
+        E.shuffle(tmp_path / "in.svm", tmp_path / f"o{i}.svm", seed=seed)
+        outs.append((tmp_path / f"o{i}.svm").read_bytes())
+    assert outs[0] == outs[1]
+    assert outs[0] != outs[2]
+    assert outs[0] != data
+
+
+def test_output_does_not_depend_on_chunk_or_buffer_sizes(tmp_path, force_plan):
+    data = libsvm_bytes(700, seed=4, comments=True)
+    (tmp_path / "in.svm").write_bytes(data)
+    force_plan(piles=6)
+    E.shuffle(tmp_path / "in.svm", tmp_path / "a.svm", seed=3)
+    force_plan(piles=6, chunk=333, write_buffer=250, out_buffer=123)
+    E.shuffle(tmp_path / "in.svm", tmp_path / "b.svm", seed=3)
+    assert (tmp_path / "a.svm").read_bytes() == (tmp_path / "b.svm").read_bytes()
+
+
+@pytest.mark.parametrize("config", [dict(piles=1), dict(piles=3, write_buffer=16),
+                                    dict(piles=2, write_buffer=16, pile_cap=40)])
+def test_every_permutation_is_equally_likely(tmp_path, force_plan, config):
+    """Chi-square over all 24 orders of 4 records, one shuffle per seed: the output order is uniform
+    with one pile, with several piles, and when piles are split again."""
+    recs = [b"a\n", b"bb\n", b"c\n", b"dd\n"]
+    (tmp_path / "in.txt").write_bytes(b"".join(recs))
+    force_plan(**config)
+    perms = list(itertools.permutations(range(4)))
+    where = {p: i for i, p in enumerate(perms)}
+    counts = np.zeros(len(perms), np.int64)
+    seeds = 40 * len(perms)
+    splits = 0
+    for seed in range(seeds):
+        st = E.shuffle(tmp_path / "in.txt", tmp_path / "out.txt", seed=seed, progress=False)
+        splits += st["splits"]
+        got = out_records(tmp_path / "out.txt")
+        counts[where[tuple(recs.index(r) for r in got)]] += 1
+    assert counts.sum() == seeds
+    assert sps.chisquare(counts).pvalue > 1e-3, counts
+    if "pile_cap" in config:
+        assert splits > 0
+
+
+def test_pile_draws_are_uniform_and_chunk_free():
+    m = 7
+    a = np.empty(70_000, np.int64)
+    KE.draw_piles(np.uint64(12345), 0, m, a)
+    assert sps.chisquare(np.bincount(a, minlength=m)).pvalue > 1e-3
+    b = np.empty(1000, np.int64)
+    KE.draw_piles(np.uint64(12345), 5000, m, b)
+    assert np.array_equal(a[5000:6000], b)  # record i's pile depends on (key, i) only
+
+
+# --------------------------------------------------------------------------- npy and fixed records
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_npy_rows_and_labels_move_together(tmp_path, force_plan, config):
+    x = make_npy(tmp_path / "x.npy", 333, seed=1)
+    y = np.load(labels_path(str(tmp_path / "x.npy")))
+    config = dict(CONFIGS[config])
+    if "pile_cap" in config:
+        config["pile_cap"] = 3000  # rows of 12 bytes + 8 label bytes: piles of ~111 rows split again
+    force_plan(**config)
+    st = E.shuffle(tmp_path / "x.npy", tmp_path / "o.npy", seed=4, index=True)
+    o = np.load(tmp_path / "o.npy")
+    assert o.shape == x.shape and o.dtype == x.dtype
+    ids = o[:, 0].astype(np.int64)
+    assert sorted(ids.tolist()) == list(range(333))
+    assert np.array_equal(o, x[ids])
+    oy = np.load(labels_path(str(tmp_path / "o.npy")))
+    assert np.array_equal(oy, y[ids])
+    assert st["labels"] == [labels_path(str(tmp_path / "o.npy"))]
+    assert not np.array_equal(ids, np.arange(333))
+    idx = lirs.open_index(tmp_path / "o.npy")
+    assert idx.n == 333 and np.array_equal(idx.labels, y[ids])
+
+
+def test_npy_structured_rows_several_inputs_and_shards(tmp_path):
+    dt = np.dtype([("id", "<i8"), ("v", "<f4", (2,))])
+    arrs = []
+    for i, n in enumerate([5, 17, 9]):
+        a = np.zeros(n, dt)
+        a["id"] = np.arange(n) + 100 * i
+        a["v"] = i
+        np.save(tmp_path / f"s{i}.npy", a)
+        arrs.append(a)
+    st = E.shuffle([tmp_path / f"s{i}.npy" for i in range(3)], tmp_path / "out", shards=4, seed=0, index=True)
+    parts = [np.load(p) for p in st["outputs"]]
+    assert [len(p) for p in parts] == [8, 8, 8, 7]
+    allrows = np.concatenate(parts)
+    assert sorted(allrows["id"].tolist()) == sorted(np.concatenate(arrs)["id"].tolist())
+    assert "labels" not in st
+    for p in st["outputs"]:
+        assert lirs.open_index(p).n == len(np.load(p))
+
+
+def test_npy_labels_missing_on_one_input_are_dropped_with_a_warning(tmp_path):
+    make_npy(tmp_path / "a.npy", 10, seed=1)
+    make_npy(tmp_path / "b.npy", 10, seed=2, labels=False)
+    with pytest.warns(UserWarning, match="no labels"):
+        st = E.shuffle([tmp_path / "a.npy", tmp_path / "b.npy"], tmp_path / "o.npy")
+    assert "labels" not in st and not os.path.exists(labels_path(str(tmp_path / "o.npy")))
+
+
+def test_raw_fixed_records_drop_the_header(tmp_path, force_plan):
+    rs, n, h = 24, 200, 10
+    recs = [bytes([i % 251]) * 4 + i.to_bytes(4, "little") + bytes(16) for i in range(n)]
+    (tmp_path / "r.bin").write_bytes(b"H" * h + b"".join(recs))
+    force_plan(piles=3, write_buffer=rs * 2)
+    st = E.shuffle(tmp_path / "r.bin", tmp_path / "o.bin", record_size=rs, header_size=h, index=True)
+    out = (tmp_path / "o.bin").read_bytes()
+    assert len(out) == n * rs and st["format"] == "fixed"
+    got = [out[i:i + rs] for i in range(0, len(out), rs)]
+    assert Counter(got) == Counter(recs)
+    assert lirs.open_index(tmp_path / "o.bin").record_size == rs
+
+
+# --------------------------------------------------------------------------- shards
+
+
+def test_shards_are_the_single_output_cut_in_order(tmp_path, force_plan):
+    data = libsvm_bytes(103, seed=8)
+    (tmp_path / "in.svm").write_bytes(data)
+    force_plan(piles=3, out_buffer=300)
+    E.shuffle(tmp_path / "in.svm", tmp_path / "one.svm", seed=6)
+    st = E.shuffle(tmp_path / "in.svm", tmp_path / "sh", seed=6, shards=4)
+    names = sorted(os.listdir(tmp_path / "sh"))
+    assert names == ["part-00000.svm", "part-00001.svm", "part-00002.svm", "part-00003.svm"]
+    sizes = [len(out_records(p)) for p in st["outputs"]]
+    assert sizes == [26, 26, 26, 25]
+    joined = b"".join(open(p, "rb").read() for p in st["outputs"])
+    assert joined == (tmp_path / "one.svm").read_bytes()
+    assert lirs.build_index(tmp_path / "sh").n == 103  # the directory is one dataset
+
+
+# --------------------------------------------------------------------------- sidecars
+
+
+def _same_sidecar(data_path, sidecar, tmp_path):
+    ref = os.path.join(os.path.dirname(sidecar), "ref-" + os.path.basename(sidecar))
+    lirs.build_index(data_path, out=ref)
+    try:
+        a, b = open(sidecar, "rb").read(), open(ref, "rb").read()
+    finally:
+        os.unlink(ref)
+    return a == b
+
+
+@pytest.mark.parametrize("fmt", ["libsvm", "lines"])
+@pytest.mark.parametrize("config", ["default", "piles"])
+def test_index_equals_lirs_index_of_the_output(tmp_path, force_plan, fmt, config):
+    if fmt == "libsvm":
+        data = libsvm_bytes(400, seed=2, comments=True, crlf=True, no_final_newline=True)
+        name = "in.svm"
+    else:
+        data = lines_bytes(400, seed=2, empty=True, no_final_newline=True)
+        name = "in.jsonl"
+    (tmp_path / name).write_bytes(data)
+    force_plan(**CONFIGS[config])
+    out = tmp_path / ("out" + os.path.splitext(name)[1])
+    st = E.shuffle(tmp_path / name, out, seed=3, index=True)
+    assert st["sidecars"] == [str(out) + ".lirs"]
+    assert _same_sidecar(str(out), st["sidecars"][0], tmp_path)
+    idx = lirs.open_index(out)
+    starts, ends = idx.bounds()
+    raw = out.read_bytes()
+    assert [raw[s:e] for s, e in zip(starts, ends)] == out_records(out)
+
+
+def test_index_of_shards_and_many_distinct_labels(tmp_path, force_plan):
+    rng = np.random.default_rng(0)
+    # more distinct labels than label codes can hold: the sidecar stores every label
+    lines = [b"%r 1:%d\n" % (float(v), i % 7) for i, v in enumerate(rng.standard_normal(70_000))]
+    lines += [b"1.00000000000000000001 2:1\n", b"nan 3:1\n", b"-inf 4:1\n"]  # labels outside the fast path
+    (tmp_path / "in.svm").write_bytes(b"".join(lines))
+    force_plan(piles=2, out_buffer=5000)
+    st = E.shuffle(tmp_path / "in.svm", tmp_path / "sh", shards=3, seed=1, index=True)
+    assert [os.path.basename(p) for p in st["sidecars"]] == [f"part-0000{k}.svm.lirs" for k in range(3)]
+    for data, side in zip(st["outputs"], st["sidecars"]):
+        assert _same_sidecar(data, side, tmp_path)
+
+
+def test_index_reports_bad_libsvm_input_by_line_and_byte(tmp_path):
+    (tmp_path / "bad.svm").write_bytes(b"1 2:3\n-1 4:5\n1 x:1\n")
+    with pytest.raises(DataError, match=r"bad\.svm: line 3, byte 15: expected INDEX:VALUE"):
+        E.shuffle(tmp_path / "bad.svm", tmp_path / "o.svm", index=True)
+    assert not os.path.exists(tmp_path / "o.svm") and leftovers(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- memory plan
+
+
+@pytest.mark.parametrize("memory", ["2M", "16M", "256M", "2G", "64G"])
+@pytest.mark.parametrize("input_bytes,mean", [(10**5, 50), (10**9, 350), (10**12, 350), (10**11, 44_000),
+                                              (10**10, 2)])
+@pytest.mark.parametrize("index", [False, True])
+def test_memory_plan_respects_the_cap(memory, input_bytes, mean, index):
+    mem = lirs.units.parse_size(memory)
+    p = E.plan_memory(input_bytes, mean, memory, index=index, validate=index, max_piles=1024)
+    assert p.pass1_bytes + p.reserve <= mem
+    assert p.pass2_bytes + p.reserve <= mem
+    assert 1 <= p.piles <= 1024 and p.write_buffer >= E._MIN_WRITE_BUFFER
+    n = input_bytes / mean
+    mu = n / p.piles
+    assert p.target == min(p.pile_cap, E.PILE_TARGET)
+    fits = (mu + 6 * np.sqrt(mu)) * (mean + 8) <= p.target * E.HEADROOM * 1.0001
+    if p.capped:  # piles limited by open files or buffer room: pass 2 splits them again
+        room = mem - p.reserve - 2 * p.chunk - p.validate
+        assert not fits and (p.piles == 1024 or (p.piles + 1 + E._Piles.SPARE_SLOTS) * E._MIN_WRITE_BUFFER > room)
+    else:  # an expected pile plus six standard deviations fits the cap, with no more piles than that needs
+        assert fits
+        if p.piles > 1:
+            mu_fewer = n / (p.piles - 1)
+            assert (mu_fewer + 6 * np.sqrt(mu_fewer)) * (mean + 8) > p.target * E.HEADROOM
+    m, w = p.split_piles(p.pile_cap * 3, 1024)
+    assert m >= 2 and 2 * p.chunk + (m + E._Piles.SPARE_SLOTS) * w + p.validate + p.reserve <= mem
+
+
+def test_memory_plan_fixed_records_and_too_small_memory():
+    p = E.plan_memory(10**9, 8000, "64M", record_bytes=8008, label_ratio=0.001)
+    assert p.write_buffer % 8008 == 0 and p.write_buffer >= 8008
+    assert p.pass1_bytes + p.reserve <= 64 << 20 and p.pass2_bytes + p.reserve <= 64 << 20
+    with pytest.raises(UsageError, match="too small"):
+        E.plan_memory(10**9, 350, "100K")
+    with pytest.raises(UsageError, match="too small"):
+        E.plan_memory(10**9, 8 << 20, "8M", record_bytes=8 << 20)
+
+
+def test_run_stays_within_the_plan(tmp_path):
+    data = libsvm_bytes(20_000, seed=1)
+    (tmp_path / "in.svm").write_bytes(data)
+    st = E.shuffle(tmp_path / "in.svm", tmp_path / "o.svm", memory="1M", index=True)
+    assert st["piles"] > 1
+    assert st["peak_memory_estimate"] <= st["memory"]
+    assert st["pass2_memory_estimate"] <= st["memory"]
+
+
+def test_line_longer_than_memory_is_a_clear_error(tmp_path):
+    (tmp_path / "big.txt").write_bytes(b"short\n" + b"x" * (3 << 20) + b"\nend\n")
+    with pytest.raises(UsageError, match=r"big\.txt: the line at byte 6 is longer than .* raise --memory"):
+        E.shuffle(tmp_path / "big.txt", tmp_path / "o.txt", memory="1M")
+    assert leftovers(tmp_path) == [] and not os.path.exists(tmp_path / "o.txt")
+
+
+def test_long_lines_bigger_than_buffers_pass_through(tmp_path, force_plan):
+    recs = [b"%d %s\n" % (i, b"y" * (5000 * (i % 3))) for i in range(30)]
+    (tmp_path / "l.txt").write_bytes(b"".join(recs))
+    force_plan(piles=3, write_buffer=1000, chunk=3000, out_buffer=1024)
+    st = E.shuffle(tmp_path / "l.txt", tmp_path / "o.txt", seed=2, index=True)
+    assert Counter(out_records(tmp_path / "o.txt")) == Counter(recs)
+    assert _same_sidecar(str(tmp_path / "o.txt"), st["sidecars"][0], tmp_path)
+
+
+# --------------------------------------------------------------------------- interruption and cleanup
+
+
+def _boom_after(monkeypatch, name, calls, exc=KeyboardInterrupt):
+    real = getattr(KE, name)
+    state = {"n": 0}
+
+    def wrapped(*a):
+        state["n"] += 1
+        if state["n"] > calls:
+            raise exc()
+        return real(*a)
+
+    monkeypatch.setattr(KE, name, wrapped)
+
+
+@pytest.mark.parametrize("where", ["scatter_lines", "gather_lines", "line_starts"])
+@pytest.mark.parametrize("shards", [None, 3])
+def test_interrupted_run_leaves_nothing(tmp_path, force_plan, monkeypatch, where, shards):
+    data = libsvm_bytes(600, seed=5)
+    (tmp_path / "in.svm").write_bytes(data)
+    out = tmp_path / ("o.svm" if shards is None else "sh")
+    piles = tmp_path / "piles"
+    piles.mkdir()
+    force_plan(piles=4, write_buffer=2000, out_buffer=1500)
+    _boom_after(monkeypatch, where, 2)
+    before = open_fds()
+    with pytest.raises(KeyboardInterrupt):
+        E.shuffle(tmp_path / "in.svm", out, shards=shards, tmpdir=piles, index=True, seed=1)
+    assert not os.path.exists(out) and not os.path.exists(str(out) + ".lirs")
+    assert leftovers(tmp_path) == [] and os.listdir(piles) == []
+    assert sorted(os.listdir(tmp_path)) == ["in.svm", "piles"]
+    assert set(open_fds()) <= set(before)
+
+
+def test_failed_run_keeps_the_previous_output(tmp_path, monkeypatch):
+    (tmp_path / "in.txt").write_bytes(b"a\nb\nc\n")
+    (tmp_path / "o.txt").write_bytes(b"old\n")
+    _boom_after(monkeypatch, "gather_lines", 0, exc=RuntimeError)
+    with pytest.raises(RuntimeError):
+        E.shuffle(tmp_path / "in.txt", tmp_path / "o.txt")
+    assert (tmp_path / "o.txt").read_bytes() == b"old\n" and leftovers(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- errors and CLI
+
+
+def test_errors(tmp_path, monkeypatch):
+    (tmp_path / "a.svm").write_bytes(b"1 1:1\n")
+    (tmp_path / "b.jsonl").write_bytes(b'{"x":1}\n')
+    np.save(tmp_path / "d.npy", np.zeros((3, 2), np.float32))
+    np.save(tmp_path / "e.npy", np.zeros((3, 2), np.float64))
+    with pytest.raises(FileNotFoundError):
+        E.shuffle(tmp_path / "missing.svm", tmp_path / "o.svm")
+    with pytest.raises(DataError, match="share a format"):
+        E.shuffle([tmp_path / "a.svm", tmp_path / "b.jsonl"], tmp_path / "o.svm")
+    with pytest.raises(DataError, match="differs"):
+        E.shuffle([tmp_path / "d.npy", tmp_path / "e.npy"], tmp_path / "o.npy")
+    with pytest.raises(UsageError, match="one of the inputs"):
+        E.shuffle(tmp_path / "a.svm", tmp_path / "a.svm")
+    with pytest.raises(UsageError, match="too small"):
+        E.shuffle(tmp_path / "a.svm", tmp_path / "o.svm", memory="10K")
+    with pytest.raises(UsageError, match="more than the 1 records"):
+        E.shuffle(tmp_path / "a.svm", tmp_path / "sh", shards=2)
+    with pytest.raises(UsageError, match="record-size"):
+        E.shuffle(tmp_path / "a.svm", tmp_path / "o.bin", format="fixed")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_bytes(b"")
+    with pytest.raises(UsageError, match="not an empty directory"):
+        E.shuffle(tmp_path / "a.svm", tmp_path / "full", shards=1)
+    with pytest.raises(UsageError, match="is a directory"):
+        E.shuffle(tmp_path / "a.svm", tmp_path / "full")
+    (tmp_path / "comments.svm").write_bytes(b"# only\n\n")
+    with pytest.raises(DataError, match="no records"):
+        E.shuffle(tmp_path / "comments.svm", tmp_path / "o.svm")
+    monkeypatch.setattr(E, "_free_bytes", lambda d: 3)
+    with pytest.raises(LirsError, match="not enough free disk space"):
+        E.shuffle(tmp_path / "a.svm", tmp_path / "o.svm")
+    assert leftovers(tmp_path) == []
+
+
+def test_cli(tmp_path, capsys, monkeypatch):
+    data = libsvm_bytes(50, seed=1, comments=True)
+    (tmp_path / "in.svm").write_bytes(data)
+    rc = cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "o.svm"), "--memory", "4M",
+                   "--seed", "3", "--index", "--json", "--quiet"])
+    assert rc == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["records"] == 50 and st["sidecars"] == [str(tmp_path / "o.svm.lirs")]
+    assert Counter(out_records(tmp_path / "o.svm")) == Counter(text_records(data, "libsvm"))
+    rc = cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "sh"), "--shards", "2", "--quiet"])
+    assert rc == 0 and "2 shards" in capsys.readouterr().out
+    assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "in.svm")]) == 2
+    assert "one of the inputs" in capsys.readouterr().err
+    assert cli_main(["shuffle", str(tmp_path / "nope.svm"), "-o", str(tmp_path / "x.svm")]) == 1
+    assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm"), "--memory", "1K"]) == 2
+    assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm"), "--memory", "lots"]) == 2
+    monkeypatch.setattr(E, "_free_bytes", lambda d: 0)
+    assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm")]) == 1
+    assert "not enough free disk space" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path):
+    """A real SIGINT during pass 1: exit status 130, no output, no piles."""
+    import signal
+    import time
+
+    data = libsvm_bytes(2000, seed=1) * 40
+    (tmp_path / "in.svm").write_bytes(data)
+    code = ("import sys, time; from lirs import external as E; from lirs.kernels import external as K\n"
+            "real = K.scatter_lines\n"
+            "def slow(*a):\n"
+            "    print('started', flush=True); time.sleep(0.05); return real(*a)\n"
+            "K.scatter_lines = slow\n"
+            "from lirs.cli import main; sys.exit(main(sys.argv[1:]))\n")
+    p = subprocess.Popen([sys.executable, "-c", code, "shuffle", str(tmp_path / "in.svm"), "-o",
+                          str(tmp_path / "o.svm"), "--memory", "2M", "--quiet"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert p.stdout.readline().strip() == b"started"
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert sorted(os.listdir(tmp_path)) == ["in.svm"]
