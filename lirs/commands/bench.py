@@ -1,0 +1,102 @@
+"""`lirs bench PATH`: instance vs page vs group vs window vs peer loaders on this disk (and on SSD/HDD
+envelopes), against fio, with a table, JSON, a plot and a recommendation."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import UsageError
+
+SMOKE = {"budget_s": 3.0, "fio_runtime_s": 0.5}
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "bench", help="which granularity wins on this disk (and SSD/HDD envelopes), against fio and peers",
+        description="Measure the device with fio on the data file, then read the data with lirs at each "
+                    "granularity and with peer loaders (sklearn in memory, torch DataLoader, np.memmap, "
+                    "shuffle buffer, BMF, external shuffle), each in its own process with cold caches, "
+                    "optionally under blkio throttles that give the disk the envelope of a SATA SSD or an "
+                    "HDD. Prints epoch time, records/s, MB/s, reads/s, read amplification, CPU time, peak "
+                    "RSS and ratios to fio, and recommends a granularity. Each configuration reads for at "
+                    "most --budget seconds; longer epochs are extrapolated (marked ~).")
+    p.add_argument("path", metavar="PATH", help="data file or .lirs sidecar (indexed first if needed)")
+    p.add_argument("--devices", default="nvme", metavar="LIST",
+                   help="envelopes, comma-separated: nvme (the disk as it is), ssd, hdd (default nvme; "
+                        "ssd/hdd need root and cgroup-v1 blkio)")
+    p.add_argument("--granularity", default="instance,page,group,window", metavar="LIST",
+                   help="lirs granularities to measure (default all four; 'none' for peers only)")
+    p.add_argument("--group-bytes", default="64K,auto", metavar="LIST",
+                   help="group sizes for group/window; 'auto' adds the size the envelope calls for "
+                        "(fio IOPS x size >= sequential bandwidth), when it differs (default 64K,auto)")
+    p.add_argument("--window", type=int, default=16, metavar="W", help="groups per window (default 16)")
+    p.add_argument("--peers", default="auto", metavar="LIST",
+                   help="auto (all that apply), none, or some of inmemory,torch,memmap,shuffle_buffer,bmf,external")
+    p.add_argument("--epochs", type=int, default=1, metavar="E", help="epochs per configuration (default 1)")
+    p.add_argument("--budget", type=float, default=20.0, metavar="S",
+                   help="seconds of reading per configuration before it stops and extrapolates (default 20)")
+    p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
+    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument("--engine", default="auto", help="lirs I/O engine (default auto)")
+    p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")
+    p.add_argument("--no-fio", action="store_true", help="do not run fio (no ratios)")
+    p.add_argument("--fio-runtime", type=float, default=5.0, metavar="S", help="seconds per fio job (default 5)")
+    p.add_argument("--workdir", metavar="DIR",
+                   help="where BMF and the external shuffle write their copies (default: beside the data)")
+    p.add_argument("--json", metavar="OUT", help="write the results as JSON (schema: lirs.bench.SCHEMA)")
+    p.add_argument("--plot", metavar="OUT.png", help="write a plot of epoch times (needs matplotlib)")
+    p.add_argument("--auto", action="store_true",
+                   help="save the recommendation beside the index (DATA.lirs.bench.json), so that "
+                        "Loader(..., granularity='auto') uses it")
+    p.add_argument("--smoke", action="store_true",
+                   help=f"a quick check: budget {SMOKE['budget_s']:g}s, fio {SMOKE['fio_runtime_s']:g}s per job")
+    return p
+
+
+def _list(text: str, what: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise UsageError(f"--{what} is empty")
+    return items
+
+
+def run(args) -> int:
+    from ..bench import command_line, format_table, plot, run_bench, save_recommendation, write_json
+    from ..units import parse_size
+
+    devices = _list(args.devices, "devices")
+    gran = _list(args.granularity, "granularity")
+    if gran == ["none"]:
+        gran = []
+    sizes = ["auto" if s == "auto" else parse_size(s) for s in _list(args.group_bytes, "group-bytes")]
+    peers = args.peers.strip()
+    if peers not in ("auto", "none"):
+        peers = _list(peers, "peers")
+    budget = SMOKE["budget_s"] if args.smoke else args.budget
+    fio_runtime = SMOKE["fio_runtime_s"] if args.smoke else args.fio_runtime
+    if args.fio_runtime <= 0:
+        raise UsageError("--fio-runtime must be > 0")
+    interactive = sys.stderr.isatty()
+    res = run_bench(args.path, devices=devices, granularities=gran, group_bytes=sizes, window=args.window,
+                    peers=peers, epochs=args.epochs, budget_s=budget, batch_size=args.batch_size, seed=args.seed,
+                    engine=args.engine, prefetch=args.prefetch, fio=not args.no_fio, fio_runtime_s=fio_runtime,
+                    workdir=args.workdir, progress=None, command=command_line(["lirs", *sys.argv[1:]]),
+                    say=(lambda m: None) if interactive else (lambda m: print(m, file=sys.stderr, flush=True)))
+    print(format_table(res))
+    if args.json:
+        print(f"results: {write_json(res, args.json)}")
+    if args.plot:
+        if plot(res, args.plot):
+            print(f"plot: {os.path.abspath(args.plot)}")
+        else:
+            print("no plot (matplotlib is not installed: pip install matplotlib)")
+    if args.auto:
+        from ..index import open_index
+
+        idx = open_index(args.path)
+        try:
+            print(f"saved: {save_recommendation(res, idx)} (Loader(..., granularity='auto') uses it)")
+        except UsageError as e:
+            print(f"not saved: {e}", file=sys.stderr)
+            return 1
+    return 0
