@@ -631,21 +631,30 @@ def plot(result: dict, path: str, title: str | None = None) -> bool:
     c.invert_yaxis()
     c.set_xlabel("-log10 p (chi-square against a uniform permutation)")
     c.set_title(f"(g) uniformity over {result['config']['epochs']} epochs")
-    c.legend(fontsize=7, loc="lower right")
+    c.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
 
     d = ax[1, 1]
     P = max(result["config"]["payload_bytes"], 1)
-    for s in names:
-        co = result["strategies"][s]["cost"]
-        mem = max(co["memory_bytes"], 1)
-        io = (co["read_bytes"] + co["write_bytes"]) / P
-        d.scatter(mem, io, color=colors[s], s=40 + 60 * (co["rand_reads"] > 0), marker="o" if co["rand_reads"] else "s")
-        d.annotate(s, (mem, io), fontsize=7, xytext=(4, 2), textcoords="offset points")
+    mems = [max(result["strategies"][s]["cost"]["memory_bytes"], 1) for s in names]
+    d.barh(y, mems, color=[colors[s] for s in names])
     d.set_xscale("log")
-    d.set_xlabel("memory needed (bytes)")
-    d.set_ylabel("bytes read + written per epoch / data size")
-    d.set_title("cost per epoch (circles: random reads; squares: sequential only)")
-    d.grid(alpha=0.3)
+    d.set_xlim(1, max(mems) * 3e3)
+    for k, s in enumerate(names):
+        co = result["strategies"][s]["cost"]
+        io = f"read {co['read_bytes'] / P:.2f}x"
+        if co["rand_reads"]:
+            io += f" in {co['rand_reads']:,} random reads of {_b(co['median_read_bytes'])}"
+        else:
+            io += " sequentially"
+        if co["write_bytes"]:
+            io += f", write {co['write_bytes'] / P:.0f}x"
+        if co["oneoff_write_bytes"]:
+            io += f" (+ {co['oneoff_write_bytes'] / P:.0f}x written once)"
+        d.text(mems[k] * 1.3, k, io, va="center", fontsize=7)
+    d.set_yticks(y, names, fontsize=8)
+    d.invert_yaxis()
+    d.set_xlabel(f"memory needed (bytes; data: {_b(P)}), and I/O per epoch relative to the data")
+    d.set_title("cost per epoch")
     cfg = result["config"]
     fig.suptitle(title or f"lirs quality: {cfg['n']:,} records, batch {cfg['batch_size']}, {cfg['epochs']} epochs")
     fig.tight_layout()
