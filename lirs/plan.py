@@ -283,10 +283,18 @@ class EpochPlan:
     _offs: tuple | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        if not self.index.is_fixed:
+        idx = self.index
+        if idx.is_fixed:
+            self._offs = (np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
+            self._rs = int(idx.record_size)
+        else:
             from .index import offset_arrays
 
-            self._offs = offset_arrays(self.index.offset_table)
+            self._offs = offset_arrays(idx.offset_table)
+            self._rs = 0
+        self._fs = np.ascontiguousarray(idx.file_starts, np.int64)
+        self._de = np.ascontiguousarray(idx.data_ends, np.int64)
+        self._hs = np.ascontiguousarray(idx.header_sizes, np.int64)
 
     # ---- geometry --------------------------------------------------------------------------
     @property
@@ -340,35 +348,31 @@ class EpochPlan:
             upos += int(i)
         return out, upos, within
 
-    def _step(self, number: int, ids: np.ndarray, extents: bool = True) -> ReadStep:
+    def _step(self, number: int, ids: np.ndarray, extents: bool = True, shuffle_at: int = -1) -> ReadStep:
+        """The read step of records ``ids``; with ``shuffle_at`` >= 0 the records are first put in a
+        random order drawn from the batch stream at that counter (page/group batches)."""
         from .kernels import plan as K
 
-        idx = self.index
         k = len(ids)
         if not extents:
+            if shuffle_at >= 0 and k > 1:
+                K.shuffle_inplace(ids, np.uint64(self._batch_key), np.uint64(shuffle_at))
             z = np.empty(0, np.int64)
             return ReadStep(number, ids, np.empty(0, np.int32), z, z, np.empty(0, np.int32), z, z)
-        f = np.empty(k, np.int32)
-        s = np.empty(k, np.int64)
-        e = np.empty(k, np.int64)
-        if idx.is_fixed:
-            offs = (np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
-            rs = int(idx.record_size)
-        else:
-            offs = self._offs
-            rs = 0
-        K.spans(ids, *offs, np.asarray(idx.file_starts, np.int64), np.asarray(idx.data_ends, np.int64),
-                np.asarray(idx.header_sizes, np.int64), rs, f, s, e)
+        idx = self.index
         ef = np.empty(k, np.int32)
         eo = np.empty(k, np.int64)
         en = np.empty(k, np.int64)
         rx = np.empty(k, np.int32)
         rp = np.empty(k, np.int64)
-        if k and (idx.nfiles >= (1 << 16) or int(e.max()) >= (1 << 47)):
-            ne = _coalesce_py(f, s, e, self.block, ef, eo, en, rx, rp)
-        else:
-            ne = K.coalesce(f, s, e, self.block, ef, eo, en, rx, rp)
-        return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, e - s)
+        rl = np.empty(k, np.int64)
+        ne = K.extents(ids, *self._offs, self._fs, self._de, self._hs, self._rs, self.block, ef, eo, en, rx, rp, rl)
+        if shuffle_at >= 0 and k > 1:
+            # extents are found on the unit-ordered records (runs sort fast), then all shuffle together
+            o = np.arange(k, dtype=np.int64)
+            K.shuffle_inplace(o, np.uint64(self._batch_key), np.uint64(shuffle_at))
+            ids, rx, rp, rl = ids[o], rx[o], rp[o], rl[o]
+        return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, rl)
 
     def batches(self, start: int = 0, *, extents: bool = True):
         """Iterate over the :class:`BatchPlan` of batches ``start .. num_batches - 1``
@@ -387,9 +391,8 @@ class EpochPlan:
         for j in range(start, self.num_batches):
             k = self.batch_size_of(j)
             ids, upos, within = self._records(upos, within, k)
-            if shuffle and k > 1:
-                K.shuffle_inplace(ids, np.uint64(self._batch_key), np.uint64(pos))
-            step = self._step(j, ids, extents)
+            step = self._step(j, ids, extents, pos if shuffle else -1)
+            ids = step.ids
             yield BatchPlan(j, ids, ((step, 0, k, True),))
             pos += k
 
@@ -490,24 +493,6 @@ class EpochPlan:
                 "permutation": self.perm.mode, "plan_table_bytes": self.nbytes, "plan_s": self.plan_s,
             }
         return dict(self._stats)
-
-
-def _coalesce_py(f, s, e, block, ef, eo, en, rx, rp) -> int:
-    """:func:`lirs.kernels.plan.coalesce` for indexes the packed sort key cannot hold."""
-    order = np.lexsort((s, f))
-    ne = -1
-    cur_f, cur_end = -1, -1
-    for j in order:
-        a = int(s[j]) // block * block
-        b = -(-int(e[j]) // block) * block
-        if f[j] != cur_f or a > cur_end:
-            ne += 1
-            ef[ne], eo[ne], cur_f, cur_end = f[j], a, f[j], b
-        cur_end = max(cur_end, b)
-        en[ne] = cur_end - eo[ne]
-        rx[j] = ne
-        rp[j] = s[j] - eo[ne]
-    return ne + 1
 
 
 # --------------------------------------------------------------------------- the planner

@@ -206,67 +206,75 @@ def units_fixed(file_starts, header_sizes, record_size, unit_bytes, out):
 
 
 @njit(cache=True, nogil=True)
-def spans(ids, base, rel, wide, file_starts, data_ends, header_sizes, record_size, out_f, out_s, out_e):
-    """Byte spans of records: file (int32), start and end (int64). Offsets (``base``, ``rel``,
-    ``wide``: a compact offset table) are empty for fixed formats (``record_size`` > 0), else
-    ``record_size`` is 0."""
+def extents(ids, base, rel, wide, file_starts, data_ends, header_sizes, record_size, block,
+            ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len):
+    """Aligned, coalesced read extents covering the records ``ids`` (int64 (k,), distinct).
+
+    Record IDs follow file order (file by file, offsets increasing), so records are visited in
+    ID order: runs of consecutive IDs (a page or group unit) are sorted as runs, not one by one.
+    Each record covers [start rounded down, end rounded up) to ``block``; overlapping or touching
+    spans of one file merge into one extent. Offsets (``base``, ``rel``, ``wide``: a compact offset table) are empty for fixed
+    formats (``record_size`` > 0), else ``record_size`` is 0. Fills the extent arrays
+    (capacity >= k) and, per record (in the order of ``ids``), the extent holding it, its position
+    there and its length. Returns the number of extents.
+    """
+    k = ids.shape[0]
+    if k == 0:
+        return 0
+    nruns = 1
+    for j in range(1, k):
+        if ids[j] != ids[j - 1] + 1:
+            nruns += 1
+    heads = np.empty(nruns, np.int64)
+    heads[0] = 0
+    r = 1
+    for j in range(1, k):
+        if ids[j] != ids[j - 1] + 1:
+            heads[r] = j
+            r += 1
+    if nruns > 1:
+        order = np.argsort(ids[heads])
+    else:
+        order = np.zeros(1, np.int64)
     nf = file_starts.shape[0] - 1
-    for j in range(ids.shape[0]):
-        r = ids[j]
+    e = -1
+    cur_f = -1
+    cur_end = np.int64(-1)
+    for t in range(nruns):
+        h = heads[order[t]]
+        stop = k if order[t] == nruns - 1 else heads[order[t] + 1]
+        rid = ids[h]
         lo = 0
         hi = nf - 1
-        while lo < hi:  # last file whose first record <= r
+        while lo < hi:  # last file whose first record <= rid
             mid = (lo + hi + 1) // 2
-            if file_starts[mid] <= r:
+            if file_starts[mid] <= rid:
                 lo = mid
             else:
                 hi = mid - 1
         f = lo
-        while file_starts[f + 1] <= r:  # skip empty files
-            f += 1
-        out_f[j] = f
-        if record_size > 0:
-            s = header_sizes[f] + (r - file_starts[f]) * record_size
-            out_s[j] = s
-            out_e[j] = s + record_size
-        else:
-            out_s[j] = offset_at(base, rel, wide, r)
-            out_e[j] = offset_at(base, rel, wide, r + 1) if r + 1 < file_starts[f + 1] else data_ends[f]
-
-
-@njit(cache=True, nogil=True)
-def coalesce(files, starts, ends, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos):
-    """Aligned, coalesced read extents covering records [starts[j], ends[j]) of files[j].
-
-    Records are visited in (file, start) order; each covers [start rounded down, end rounded up)
-    to ``block``; overlapping or touching spans of one file merge into one extent. Fills the
-    extent arrays (capacity >= len(files)) and, per record, the extent holding it and its position
-    there. Returns the number of extents.
-    """
-    k = files.shape[0]
-    if k == 0:
-        return 0
-    key = np.empty(k, np.int64)
-    for j in range(k):
-        key[j] = (np.int64(files[j]) << 47) | starts[j]
-    order = np.argsort(key)
-    e = -1
-    cur_f = -1
-    cur_end = np.int64(-1)
-    for t in range(k):
-        j = order[t]
-        f = files[j]
-        a = starts[j] - starts[j] % block
-        b = ends[j] + (block - ends[j] % block) % block
-        if f != cur_f or a > cur_end:
-            e += 1
-            ext_file[e] = f
-            ext_off[e] = a
-            cur_f = f
-            cur_end = b
-        elif b > cur_end:
-            cur_end = b
-        ext_nb[e] = cur_end - ext_off[e]
-        rec_ext[j] = e
-        rec_pos[j] = starts[j] - ext_off[e]
+        for j in range(h, stop):
+            rid = ids[j]
+            while file_starts[f + 1] <= rid:  # a run may cross into the next (non-empty) file
+                f += 1
+            if record_size > 0:
+                a0 = header_sizes[f] + (rid - file_starts[f]) * record_size
+                b0 = a0 + record_size
+            else:
+                a0 = offset_at(base, rel, wide, rid)
+                b0 = offset_at(base, rel, wide, rid + 1) if rid + 1 < file_starts[f + 1] else data_ends[f]
+            a = a0 - a0 % block
+            b = b0 + (block - b0 % block) % block
+            if f != cur_f or a > cur_end:
+                e += 1
+                ext_file[e] = f
+                ext_off[e] = a
+                cur_f = f
+                cur_end = b
+            elif b > cur_end:
+                cur_end = b
+            ext_nb[e] = cur_end - ext_off[e]
+            rec_ext[j] = e
+            rec_pos[j] = a0 - ext_off[e]
+            rec_len[j] = b0 - a0
     return e + 1
