@@ -6,8 +6,9 @@ expected, under a uniform random permutation):
 
 (a) ``segments_seen_1pct``: the share of file segments (the file cut into ``segments`` equal runs
     of records; on label-sorted data with that many balanced classes these are the classes) seen
-    after drawing 1% of an epoch, and the whole curve against samples drawn (Deep Lake's plot);
-    ``all_labels_seen_at``: the share of the epoch drawn before every label value was seen.
+    after drawing 1% of an epoch, and the whole curve against records drawn (Deep Lake's plot;
+    ideal: exact expectation); ``all_labels_seen_at``: the share of the epoch drawn before every
+    label value was seen (ideal: one uniform permutation's value).
 (b) ``batch_entropy``: label entropy (bits) of each full batch, against the expected entropy of a
     batch drawn uniformly without replacement (exact, multivariate hypergeometric).
 (c) ``displacement``: mean |position - file position| / n (ideal about 1/3) and ``spearman``, the
@@ -16,7 +17,7 @@ expected, under a uniform random permutation):
     in the next epoch (ideal ~ (B-1)/(n-1)); ``repeat_lift`` is that over the ideal.
 (e) ``streaming_entropy``: MosaicML Streaming's measure: entropy of the distribution of |steps|
     between consecutive record IDs plus the same over their shard IDs (bits; higher is more
-    random), against a uniform permutation's value.
+    random), against one uniform permutation's value.
 (f) ``same_group``: share of neighbouring positions inside a batch whose records lie in the same
     ``group_bytes`` group of the file (ideal: the chance two random records share a group).
 (g) uniformity over the epochs, three chi-square tests (p-values), each valid when the epochs
@@ -443,6 +444,7 @@ def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_siz
 
 def _evaluate_one(name, index, epochs, batch_size, seed, params, codes, ncodes, seg, nseg, cps, one_pct, groups,
                   shard_records, ideal, bar) -> dict:
+    from .kernels import quality as K
     from .strategies import run_strategy
 
     n = index.n
@@ -465,8 +467,6 @@ def _evaluate_one(name, index, epochs, batch_size, seed, params, codes, ncodes, 
         order = r.order
         seg_curve += distinct_seen(order, seg, nseg, cps)
         if codes is not None:
-            from .kernels import quality as K
-
             lab_curve += distinct_seen(order, codes, ncodes, cps)
             acc["all_labels_seen_at"].append(K.first_all_seen(order, codes, ncodes) / n)
             if n >= batch_size:

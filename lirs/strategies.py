@@ -66,6 +66,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -169,7 +170,6 @@ class StrategyOrder:
 @dataclass(eq=False)
 class _Source:
     n: int
-    index: object            # Index or None
     rec_bytes: np.ndarray    # int64 (n,)
     pos: np.ndarray          # int64 (n+1,): byte position of each record in the files laid end to end
     record_bytes: int | None  # the fixed size when built from a count
@@ -183,41 +183,42 @@ class _Source:
         return self.payload / self.n if self.n else 0.0
 
 
-_SOURCES: dict = {}
+# record sizes per index (dropped with the index) and per (count, size), a few at a time
+_INDEX_SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_COUNT_SOURCES: dict = {}
 
 
 def _source(source, record_bytes: int = DEFAULT_RECORD_BYTES) -> _Source:
     from .index import Index
 
     if isinstance(source, Index):
-        key = ("index", id(source))
-        hit = _SOURCES.get(key)
-        if hit is not None and hit.index is source:
+        hit = _INDEX_SOURCES.get(source)
+        if hit is not None:
             return hit
         if source.n == 0:
             raise UsageError("the dataset has no records")
         starts, ends = source.bounds()
         rec = (ends - starts).astype(np.int64)
-        src = _Source(int(source.n), source, rec, np.concatenate([[0], np.cumsum(rec)]).astype(np.int64), None)
-    else:
-        try:
-            n = int(source)
-        except (TypeError, ValueError):
-            raise UsageError(f"a strategy needs an Index or a record count, got {type(source).__name__}") from None
-        if n < 1 or n != source:
-            raise UsageError(f"the record count must be a positive integer, got {source!r}")
-        if int(record_bytes) < 1:
-            raise UsageError(f"record_bytes must be >= 1, got {record_bytes}")
-        key = ("n", n, int(record_bytes))
-        hit = _SOURCES.get(key)
-        if hit is not None:
-            return hit
+        src = _Source(int(source.n), rec, np.concatenate([[0], np.cumsum(rec)]).astype(np.int64), None)
+        _INDEX_SOURCES[source] = src
+        return src
+    try:
+        n = int(source)
+    except (TypeError, ValueError):
+        raise UsageError(f"a strategy needs an Index or a record count, got {type(source).__name__}") from None
+    if n < 1 or n != source:
+        raise UsageError(f"the record count must be a positive integer, got {source!r}")
+    if int(record_bytes) < 1:
+        raise UsageError(f"record_bytes must be >= 1, got {record_bytes}")
+    key = (n, int(record_bytes))
+    hit = _COUNT_SOURCES.get(key)
+    if hit is None:
         rec = np.full(n, int(record_bytes), np.int64)
-        src = _Source(n, None, rec, np.arange(n + 1, dtype=np.int64) * int(record_bytes), int(record_bytes))
-    if len(_SOURCES) >= 4:  # a handful of datasets at a time; keeps memory bounded
-        _SOURCES.pop(next(iter(_SOURCES)))
-    _SOURCES[key] = src
-    return src
+        hit = _Source(n, rec, np.arange(n + 1, dtype=np.int64) * int(record_bytes), int(record_bytes))
+        if len(_COUNT_SOURCES) >= 4:
+            _COUNT_SOURCES.pop(next(iter(_COUNT_SOURCES)))
+        _COUNT_SOURCES[key] = hit
+    return hit
 
 
 def synthetic_index(n: int, record_bytes: int = DEFAULT_RECORD_BYTES, labels=None):
@@ -238,8 +239,10 @@ def _synthetic_cached(n: int, record_bytes: int):
     return synthetic_index(n, record_bytes)
 
 
-def _index_of(src: _Source):
-    return src.index if src.index is not None else _synthetic_cached(src.n, src.record_bytes)
+def _index_of(source, src: _Source):
+    from .index import Index
+
+    return source if isinstance(source, Index) else _synthetic_cached(src.n, src.record_bytes)
 
 
 def _budget(src: _Source, memory_bytes) -> int:
@@ -271,7 +274,10 @@ def _check_common(seed, epoch, batch_size) -> None:
 
 
 def _positive(name: str, value) -> int:
-    v = int(value)
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} must be a positive integer, got {value!r}") from None
     if v < 1 or v != value:
         raise UsageError(f"{name} must be a positive integer, got {value!r}")
     return v
@@ -488,7 +494,7 @@ def _streaming(algo: str, source, seed, epoch, batch_size, shard_records, canoni
 
     if algo == "naive":
         stream = _rng(seed, epoch, PURPOSE_NAIVE).permutation(n).astype(np.int64)
-        node_bounds = np.array([0, n], np.int64)
+        node_bounds = np.array([n * k // nodes for k in range(nodes + 1)], np.int64)
     else:
         base, pb, pe, node_parts, _ = _streaming_layout(n, shard, nodes, int(seed), algo == "py2s")
         # every epoch: each node's parts in a fresh order
@@ -715,7 +721,7 @@ def _lirs(granularity: str):
 
         _check_common(seed, epoch, batch_size)
         src = _source(source, record_bytes)
-        index = _index_of(src)
+        index = _index_of(source, src)
         plan = plan_epoch(index, int(batch_size), granularity, seed=int(seed), epoch=int(epoch),
                           group_bytes=int(group_bytes), window=int(window), permutation=permutation)
         order = plan.order()
