@@ -549,10 +549,14 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
                     rec["per_epoch"].append({"epoch": e, "epoch_s": wall, "compute_s": comp, "wait_s": st["wait_s"],
                                              "bytes_read": st["bytes_read"], "amplification": st["amplification"]})
                     _objective(rec, svm, X, y, f_star)
-            idx_bytes = 16 * n  # offsets + labels
-            rec["memory_bytes"] = int(idx_bytes + (prefetch + 1) * batch_size * mean_rec *
+                plan_bytes = ld.plan(epochs - 1).nbytes
+            idx_bytes = index.index_bytes()  # compact offsets + label codes
+            # a window is read once and feeds several batches: it is the unit held in memory
+            step = batch_size * mean_rec if gran != "window" else max(batch_size * mean_rec, window * group_bytes)
+            rec["memory_bytes"] = int(idx_bytes + plan_bytes + (prefetch + 1) * step *
                                       (rec["per_epoch"][-1]["amplification"] or 1.0))
-            rec["memory_what"] = "index (16 B/record) + (prefetch+1) read batches"
+            rec["memory_what"] = (f"index ({idx_bytes / n:.1f} B/record) + plan ({plan_bytes / n:.2f} B/record) "
+                                  "+ (prefetch+1) read steps")
         else:
             _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, epochs=epochs,
                           batch_size=batch_size, seed=seed, blocks=bmf_blocks_n, passes=bmf_passes,
