@@ -1,0 +1,256 @@
+"""Rewrite the README's results section from benchmarks/results/*.json.
+
+    python benchmarks/report.py            # rewrites README.md between the results markers
+    python benchmarks/report.py --print    # prints the section instead
+
+Every figure in the section comes from a JSON file written by a benchmark script of this folder; a
+missing file leaves its subsection out. Each subsection names the command that produced it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+README = os.path.join(os.path.dirname(HERE), "README.md")
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def load(name: str):
+    p = os.path.join(RESULTS, f"{name}.json")
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def table(head: list, rows: list) -> str:
+    out = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def f(x, spec=".2f", none="–"):
+    return none if x is None else format(x, spec)
+
+
+def mb(x):
+    return f(None if x is None else x / 1e6, ",.0f")
+
+
+def goal(ok) -> str:
+    return "met" if ok else "**not met**"
+
+
+def source(d) -> str:
+    date = (d.get("date") or "")[:10]
+    return f"`{d.get('command', '?')}`" + (f", {date}" if date else "")
+
+
+def png(name: str) -> str:
+    return f"benchmarks/results/{name}.png" if os.path.exists(os.path.join(RESULTS, f"{name}.png")) else ""
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def sec_index():
+    d = load("index")
+    if not d:
+        return None
+    rows = [["`lirs index`, cold cache", mb(d.get("index_cold_Bps")), f(d.get("cold_vs_fio")), "≥ 0.90",
+             goal((d.get("cold_vs_fio") or 0) >= 0.9) if d.get("cold_vs_fio") else "–"],
+            ["`lirs index`, warm cache", mb(d.get("index_warm_Bps")), "", "≥ 1,500 MB/s",
+             goal((d.get("index_warm_Bps") or 0) >= 1.5e9)],
+            ["fio sequential read, 1 MiB, O_DIRECT (reference)", mb(d.get("fio_seq_read_Bps")), "1.00", "", ""]]
+    return (f"### Index build\n\nOne sequential scan of a {d['file']['bytes'] / 1e9:.1f} GB kdd-like file "
+            f"({d['file']['records']:,} records), against fio reading the same file in the same run "
+            f"({source(d)}):\n\n" + table(["what", "MB/s", "× fio", "goal", ""], rows))
+
+
+def sec_decode():
+    d = load("decode")
+    if not d:
+        return None
+    s = d["sklearn_load_svmlight_file"]
+    rows = [["sklearn `load_svmlight_file`", f(s["MB_per_s"], ".1f"), "1.0"]]
+    for k, label in (("lirs_load_svmlight", "lirs `load_svmlight` (whole file)"),
+                     ("lirs_decode_libsvm_batches", "lirs `decode_libsvm`, batches of 4096 records")):
+        if k in d:
+            rows.append([label, f(d[k]["MB_per_s"], ".1f"), f(d[k]["speedup_vs_sklearn"], ".1f")])
+    best = max(d[k]["speedup_vs_sklearn"] for k in ("lirs_load_svmlight", "lirs_decode_libsvm_batches") if k in d)
+    return (f"### LIBSVM decoding\n\nOne thread, warm cache, {d['file']['bytes'] / 1e6:.0f} MB kdd-like text; "
+            f"results equal sklearn's: {d.get('results_equal_sklearn')} ({source(d)}). Goal ≥ 5× sklearn: "
+            f"{goal(best >= 5)}.\n\n" + table(["decoder", "MB/s", "× sklearn"], rows))
+
+
+def sec_engines():
+    d = load("engines")
+    if not d:
+        return None
+    parts = []
+    if "engines" in d:
+        label = {"uring_4k_qd32": ("uring", "4 KiB random, QD 32", "reads/s", "fio io_uring QD 32"),
+                 "uring_4k_qd128": ("uring", "4 KiB random, QD 128", "reads/s", "fio io_uring QD 128"),
+                 "uring_64k_qd32_bandwidth": ("uring", "64 KiB random, QD 32", "MB/s", "fio io_uring QD 32"),
+                 "threads_4k_32": ("threads", "4 KiB random, 32 threads", "reads/s", "fio psync, 32 jobs"),
+                 "aiofiles_4k_64": ("aiofiles", "4 KiB random, 64 in flight", "reads/s", "fio io_uring QD 32")}
+        rows = []
+        for k, (eng, what, unit, ref) in label.items():
+            p = d["engines"].get(k)
+            if not p:
+                continue
+            scale = 1e6 if unit == "MB/s" else 1
+            rows.append([eng, what, f"{p['engine_median'] / scale:,.0f}", f"{(p['fio_median'] or 0) / scale:,.0f}",
+                         ref, f(p.get("ratio_median")), f"≥ {p['goal_ratio']:.2f}: {goal(p['meets_goal'])}"
+                         if "goal_ratio" in p else "reported"])
+        parts.append(f"### Engines against fio\n\nO_DIRECT reads of a {d.get('file_bytes', 0) / 1e9:.0f} GB file, "
+                     f"each point the median of interleaved (fio, engine) pairs ({source(d)}):\n\n"
+                     + table(["engine", "workload", "engine", "fio", "fio run", "ratio", "goal"], rows))
+    ld = d.get("loader")
+    if ld and "runs" in ld:
+        rows = [[f(r.get("compute_ms"), ".1f"), f(r.get("compute_ms_over_load_ms")), f(r["records_per_s"], ",.0f"),
+                 f(r["mb_per_s"], ",.0f"), f(100 * r["stall_fraction"], ".1f") + " %"] for r in ld["runs"]]
+        parts.append(f"Loader (group granularity, {ld['file_bytes'] / 1e6:.0f} MB kdd-like file, "
+                     f"{ld['load_ms_per_batch_no_compute']:.2f} ms load per batch with no compute): stall "
+                     f"fraction when the training step takes as long as loading — goal ≤ 5 %: "
+                     f"{goal(ld['meets_goal'])}.\n\n"
+                     + table(["compute ms/batch", "compute / load", "records/s", "MB/s", "stall"], rows))
+    return "\n\n".join(parts) if parts else None
+
+
+def sec_plan():
+    d = load("plan")
+    if not d:
+        return None
+    amp = d["amplification"]
+    rows = []
+    for g in ("instance", "page", "group", "window"):
+        rows.append([g] + [f(amp[n][g]["amplification"], ".3f") for n in ("kdd", "webspam")])
+    sw = amp["kdd"].get("group_sweep", {})
+    swrows = [[f"{int(k) // 1024} KiB", f(v["amplification"], ".3f"), f(v["model_1_plus_4k_over_G"], ".3f")]
+              for k, v in sw.items()]
+    out = [f"### Planning: read amplification, plan time, memory\n\n({source(d)}) Read amplification "
+           f"(bytes read / record bytes) of one epoch, batch {d['batch_size']}, groups of "
+           f"{d['group_bytes'] // 1024} KiB, windows of {d['window']} groups, on a kdd-like file "
+           f"({amp['kdd']['mean_record_bytes']:.0f} B/record) and a webspam-like file "
+           f"({amp['webspam']['mean_record_bytes'] / 1e3:.1f} kB/record):\n\n"
+           + table(["granularity", "kdd-like", "webspam-like"], rows)]
+    if swrows:
+        out.append("Group size against the model 1 + 4 KiB/G (kdd-like):\n\n"
+                   + table(["group", "amplification", "1 + 4 KiB/G"], swrows))
+    pt = d.get("plan_time")
+    if pt:
+        rows = []
+        for k, c in pt["configs"].items():
+            rows.append([k.replace("/", ", "), f(c["plan_total_s"]), f(c.get("read_s_at_fio"), ",.1f"),
+                         f(c.get("plan_over_read"), ".3f")])
+        out.append(f"Planning a whole epoch of {pt['records']:,} kdd-like records (every batch's records and "
+                   f"extents), against the time the device needs to read what the plan asks for at fio's "
+                   f"rate measured in the same run ({f(d['fio'].get('iops_4k_qd32'), ',.0f')} 4 KiB reads/s, "
+                   f"{mb(d['fio'].get('bw_64k_qd32'))} MB/s in 64 KiB reads). The Loader plans batch by batch "
+                   f"on its pool, overlapped with reads:\n\n"
+                   + table(["granularity, permutation", "plan s", "read s at fio", "plan / read"], rows))
+    m = d.get("memory")
+    if m:
+        rows = []
+        for k, c in m["configs"].items():
+            rows.append([k.replace("/", ", "), f(m["offsets_bytes_per_record"]), f(c["plan_tables_bytes_per_record"], ".3f"),
+                         f(c["index_plus_plan_bytes_per_record"]), goal(c["meets_goal"])])
+        out.append(f"Memory per record of index + assignment, {m['records']:,} records (the LIRS paper: "
+                   f"{m['paper_bytes_per_record']:.0f} B/record, 8 B offset + 8 B assignment; goal ≤ "
+                   f"{m['goal_bytes_per_record']:.0f}). Labels add {m['labels_bytes_per_record']:.1f} B/record.\n\n"
+                   + table(["granularity, permutation", "offsets B/rec", "plan B/rec", "total B/rec", "≤ 8 B"], rows))
+    return "\n\n".join(out)
+
+
+def sec_train_svm():
+    d = load("train_svm")
+    if not d:
+        return None
+    out = [f"### SVM training under each order (the paper's Fig. 9 and Table 3)\n\n{d.get('solver', '')}; "
+           f"({source(d)}). Epochs each method needs to reach the target objective (the best "
+           f"BMF reaches in {d['settings']['epochs']} epochs), pre-processing, mean epoch time (loading "
+           f"overlapped with compute), total time to the target, final relative objective difference "
+           f"(f − f*)/f* and memory:"]
+    for name, ds in d["datasets"].items():
+        rows = []
+        for m, r in ds["methods"].items():
+            amp = r["per_epoch"][-1].get("amplification")
+            rows.append([m, r.get("epochs_to_target") or "not reached", f(r.get("pre_s")), f(r["mean_epoch_s"]),
+                         f(amp) if amp else "–", f(r.get("total_to_target_s"), ".1f"),
+                         f(r["per_epoch"][-1]["rel_diff"], ".2e"), f(r["memory_bytes"] / 1e6, ",.1f")])
+        out.append(f"**{name}** file ({ds['n']:,} records, {ds['file']['bytes'] / 1e6:.0f} MB):\n\n"
+                   + table(["method", "epochs to target", "pre s", "epoch s", "ampl.", "total s", "final (f−f*)/f*",
+                            "memory MB"], rows))
+    p = png("train_svm")
+    if p:
+        out.append(f"![objective per epoch]({p})")
+    return "\n\n".join(out)
+
+
+def sec_train_dnn():
+    d = load("train_dnn")
+    if not d:
+        return None
+    rows = []
+    for m, r in d["methods"].items():
+        last = r["per_epoch"][-1]
+        rows.append([m, r.get("epochs_to_target") or "not reached", f(min(p["val_loss"] for p in r["per_epoch"]), ".4f"),
+                     f(last.get("test_acc"), ".4f"), f(r.get("mean_epoch_s"), ".1f")])
+    out = [f"### DNN training (the paper's Tables 6 and 7)\n\n{d['model']}, {d['train_records']:,} label-sorted "
+           f"higgs-like records, batch {d['batch_size']}, {d['epochs']} epochs ({source(d)}). Epochs to reach the "
+           f"shuffle buffer's best validation loss, best validation loss, test accuracy after the last epoch, "
+           f"epoch time:\n\n" + table(["method", "epochs to target", "best val. loss", "test acc.", "epoch s"], rows)]
+    p = png("train_dnn")
+    if p:
+        out.append(f"![validation loss per epoch]({p})")
+    return "\n\n".join(out)
+
+
+SECTIONS = [sec_index, sec_decode, sec_engines, sec_plan, sec_train_svm, sec_train_dnn]
+
+
+def render() -> str:
+    parts = ["## Results\n\nMeasured on this project's reference machine (2 cores, virtio NVMe, ext4); every "
+             "figure below is read from `benchmarks/results/*.json` by `python benchmarks/report.py`, and each "
+             "subsection names the command that produced it. Ratios compare against a reference taken in the "
+             "same run."]
+    for fn in SECTIONS:
+        try:
+            s = fn()
+        except (KeyError, TypeError, ValueError) as e:  # a result file of another shape: say so, go on
+            s = f"<!-- {fn.__name__}: cannot render ({e!r}) -->"
+        if s:
+            parts.append(s)
+    return "\n\n".join(parts)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--print", action="store_true", help="print the section instead of rewriting README.md")
+    a = ap.parse_args(argv)
+    text = render()
+    if a.print:
+        print(text)
+        return 0
+    with open(README) as fh:
+        readme = fh.read()
+    if START not in readme or END not in readme:
+        print(f"{README}: markers {START} / {END} not found", file=sys.stderr)
+        return 1
+    head, rest = readme.split(START, 1)
+    _, tail = rest.split(END, 1)
+    tmp = README + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(head + START + "\n" + text + "\n" + END + tail)
+    os.replace(tmp, README)
+    print(f"rewrote the results section of {README}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
