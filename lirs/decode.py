@@ -237,6 +237,9 @@ def _decode(buf, starts, ends, n_features, zero_based, dtype, query_id, where, i
 
 def _csr(data, indices, indptr, shape):
     """csr_matrix holding exactly these arrays (scipy would otherwise downcast the index arrays)."""
+    if indices.dtype == np.int32 and indptr.dtype != np.int32 and (len(indptr) == 0 or indptr[-1] <= _INT32_MAX):
+        # scipy's rule: one index dtype, the smallest that fits (sklearn estimators refuse int64)
+        indptr = indptr.astype(np.int32)
     X = sp.csr_matrix(shape, dtype=data.dtype)
     X.data, X.indices, X.indptr = data, indices, indptr
     return X
@@ -270,7 +273,8 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     Returns
     -------
     X : scipy.sparse.csr_matrix (k, n_features)
-        ``indptr`` int64, ``indices`` int32 (int64 if n_features > 2**31 - 1), ``data`` dtype;
+        ``indptr`` and ``indices`` int32 (int64 if n_features or the number of stored values
+        exceeds 2**31 - 1, as scipy chooses), ``data`` dtype;
         indices sorted within each row; explicit zeros kept (as sklearn keeps them).
     y : float64 (k,)
     qid : int64 (k,), only when ``query_id``.
