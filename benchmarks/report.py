@@ -211,7 +211,37 @@ def sec_train_dnn():
     return "\n\n".join(out)
 
 
-SECTIONS = [sec_index, sec_decode, sec_engines, sec_plan, sec_train_svm, sec_train_dnn]
+def sec_quality():
+    d = load("quality")
+    if not d:
+        return None
+    st, ideal, c, fl = d["strategies"], d["ideal"], d["config"], d["file"]
+
+    def seg(name):
+        return f(st[name]["segments_seen_1pct"], ".3f") if name in st else "–"
+
+    out = [f"### How random is each strategy (`lirs quality`)\n\nA label-sorted kdd-like file ({fl['records']:,} "
+           f"records, {fl['bytes'] / 1e6:.0f} MB), batch {c['batch_size']}, {c['epochs']} epochs, memory budget "
+           f"{c.get('memory')} of the data ({c['params']['memory_bytes'] / 1e6:.1f} MB) for every buffer, block "
+           f"or shard ({source(d)}). Columns: share of the {c['segments']} file segments seen after 1 % of an "
+           f"epoch, share of the epoch drawn before both labels were seen, label entropy per batch, mean "
+           f"displacement and rank correlation with file order, batch pairs that meet again next epoch (× the "
+           f"uniform rate), Streaming's entropy, in-batch neighbours from one 64 KiB group, the p-values of "
+           f"the three uniformity tests (uniform = every p ≥ {c['pass_p']:g}), memory, and I/O per epoch.",
+           d["table_markdown"]]
+    if "bmf" in st:
+        out.append(f"After 1 % of an epoch a uniform permutation has seen {f(ideal['segments_seen_1pct'], '.3f')} of the "
+                   f"file's segments; the shuffle buffer {seg('shuffle_buffer')}, Deep Lake {seg('deeplake')}, "
+                   f"Streaming py1e {seg('streaming_py1e')}, lirs window {seg('window')} and lirs instance "
+                   f"{seg('instance')}. BMF's batch mates meet again "
+                   f"{f(st['bmf'].get('repeat_pairs_vs_ideal'), '.1f')}× as often as under a uniform order.")
+    p = png("quality")
+    if p:
+        out.append(f"![shuffle quality]({p})")
+    return "\n\n".join(out)
+
+
+SECTIONS = [sec_index, sec_decode, sec_engines, sec_plan, sec_quality, sec_train_svm, sec_train_dnn]
 
 
 def render() -> str:
