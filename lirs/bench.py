@@ -16,9 +16,10 @@ pre-processing). When an epoch does not finish within the budget its time is ext
 the records delivered (``extrapolated: true``): an HDD envelope makes instance-granularity
 epochs hours long, and a sample of a few thousand random reads predicts them well.
 
-Cold caches. lirs, the shuffle buffer, BMF and the external shuffle read with ``O_DIRECT``; the
-page cache is dropped before every epoch (and pre-processing) of the buffered peers when the
-benchmark runs as root (``dropped_caches`` says whether it could).
+Cold caches. lirs, the shuffle buffer, BMF and the external shuffle read with ``O_DIRECT``. The
+buffered peers (in-memory load, torch, memmap) start every epoch, and their pre-processing, with
+the data file's pages evicted from the page cache (``posix_fadvise(DONTNEED)``: no root needed,
+other files' cache untouched; ``cache_evicted`` and ``resident_after_evict_bytes`` in each row).
 
 I/O counts. Where the cgroup exists, reads and bytes are the device's own counters for the
 worker (``blkio.throttle.io_serviced`` / ``io_service_bytes``): the same yardstick for lirs and
@@ -141,13 +142,18 @@ def bound_of(row: dict) -> tuple[str, str] | None:
 
     instance/page: 4 KiB random reads at the largest measured queue depth not above the engine's
     depth; group/window: bandwidth, 64 KiB random below 256 KiB mean read size, else sequential;
-    peers: :data:`lirs.peers.BOUNDS`.
+    peers: :data:`lirs.peers.BOUNDS`, except that buffered random readers whose mean device read
+    reached 64 KiB (readahead) are bound by sequential bandwidth.
     """
     from .fio import IOPS_QDS
     from .peers import BOUNDS
 
     if row["kind"] == "peer":
-        return BOUNDS.get(row["peer"])
+        b = BOUNDS.get(row["peer"])
+        if b is not None and b[0] == "iops" and (row.get("mean_read_bytes") or 0) >= (64 << 10):
+            # page-cache readahead turned the random reads into large ones: bandwidth bounds them
+            return "bw", "seq1m_qd16"
+        return b
     if row["granularity"] in ("instance", "page"):
         depth = row.get("engine_depth") or 128
         qd = max((q for q in IOPS_QDS if q <= depth), default=1)
@@ -229,9 +235,11 @@ def recommend(rows: list[dict], *, tolerance: float = TIE_TOLERANCE, epochs: int
                      f"{tolerance:.0%}, but less random")
         text += ")"
         if fastest["kind"] == "peer" and fastest["epoch_s"] < pick["epoch_s"]:
-            text += (f"; the fastest here is {fastest['name']} ({_fmt_s(fastest['epoch_s'], fastest.get('extrapolated'))}"
-                     f" per epoch, {pick['epoch_s'] / fastest['epoch_s']:.1f}x faster), at the cost of its "
-                     f"randomness")
+            from .peers import CAVEATS
+
+            caveat = CAVEATS.get(fastest["peer"], "")
+            text += (f"; {fastest['name']} is faster here ({_fmt_s(fastest['epoch_s'], fastest.get('extrapolated'))}"
+                     f" per epoch, {pick['epoch_s'] / fastest['epoch_s']:.1f}x){' ' + caveat if caveat else ''}")
         out[dev] = {
             "config": pick["name"], "granularity": pick["granularity"], "group_bytes": pick.get("group_bytes"),
             "window": pick.get("window"), "epoch_s": pick["epoch_s"], "extrapolated": bool(pick.get("extrapolated")),
@@ -295,7 +303,7 @@ SCHEMA = {
             "amplification": (int, float, type(None)), "cpu_s": (int, float, type(None)),
             "cpu_s_per_epoch": (int, float, type(None)), "peak_rss_bytes": (int, type(None)),
             "pre_s": (int, float, type(None)), "pre_what": (str, type(None)),
-            "io_source": (str, type(None)), "dropped_caches": (bool, type(None)),
+            "io_source": (str, type(None)), "cache_evicted": (bool, type(None)),
             "bound": (dict, type(None)), "ratio": (int, float, type(None)), "ratios": dict},
 }
 ROW_STATUSES = ("ok", "skipped", "error")
@@ -523,7 +531,7 @@ def _group_stats(task):
 def run_config(task: dict) -> dict:
     """Measure one configuration (in the current process; :func:`run_bench` calls it in a worker
     process placed in the envelope's cgroup). Returns the row's measured fields."""
-    from .envelope import drop_caches
+    from .envelope import cached_bytes, evict_cache
     from .index import open_index
     from .peers import make_runner
 
@@ -545,8 +553,11 @@ def run_config(task: dict) -> dict:
             # from here on every read of this process (and of processes it starts) is throttled/counted
             with open(os.path.join(cg["path"], "cgroup.procs"), "a") as f:
                 f.write(f"{os.getpid()}\n")
-        drop = runner.buffered and task.get("drop_caches", True)
-        first_drop = drop_caches() if drop else None
+        # buffered readers start cold: the data file's pages leave the page cache (not the code's)
+        drop = runner.buffered
+        first_drop = evict_cache(index.paths) if drop else None
+        if drop:
+            row["resident_after_evict_bytes"] = cached_bytes(index.paths[0])
         row["base_rss_bytes"] = (_vm_kib("VmRSS") or 0) * 1024
         row["peak_rss_reset"] = _reset_peak_rss()
         t = time.perf_counter()
@@ -555,9 +566,9 @@ def run_config(task: dict) -> dict:
         frac = runner.sample_fraction
         row["pre_s"] = pre_s / frac if runner.pre_what is not None else None
         row["pre_what"] = runner.pre_what
-        row.update(_measure(runner, task, n, frac, drop))
+        row.update(_measure(runner, task, n, frac, index.paths if drop else None))
         later_drops = row.pop("_dropped")
-        row["dropped_caches"] = None if not drop else bool(first_drop and later_drops)
+        row["cache_evicted"] = None if not drop else bool(first_drop and later_drops)
         row["sample_fraction"] = frac
         if runner.note:
             row["note"] = runner.note
@@ -573,8 +584,8 @@ def run_config(task: dict) -> dict:
     return row
 
 
-def _measure(runner, task, n, frac, drop) -> dict:
-    from .envelope import drop_caches
+def _measure(runner, task, n, frac, evict_paths) -> dict:
+    from .envelope import evict_cache
 
     budget = float(task["budget_s"])
     epochs = int(task["epochs"])
@@ -588,8 +599,8 @@ def _measure(runner, task, n, frac, drop) -> dict:
     measured = 0.0
     all_dropped = True
     for e in range(epochs):
-        if drop and e > 0:
-            all_dropped = drop_caches() and all_dropped
+        if evict_paths and e > 0:
+            all_dropped = evict_cache(evict_paths) and all_dropped
         got = 0
         t0 = time.perf_counter()
         gen = runner.epoch(e)
@@ -859,10 +870,6 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
         notes.append(f"no cgroup: {cg_reason}")
     else:
         E.remove_stale(cgroup_root)
-    can_drop = os.geteuid() == 0 if hasattr(os, "geteuid") else False
-    if not can_drop and peer_list:
-        log.warning("not root: the page cache cannot be dropped; buffered peers may read from memory")
-        notes.append("page cache not dropped (not root): buffered peers may be served from memory")
 
     res = {
         "schema": "lirs-bench", "version": SCHEMA_VERSION,
@@ -931,12 +938,15 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
                         task = {"config": cfg.as_dict(), "sidecar": index.sidecar, "batch_size": batch_size,
                                 "epochs": epochs, "budget_s": budget_s, "seed": seed, "engine": engine,
                                 "prefetch": prefetch, "workdir": workdir, "buffer_records": buffer_records,
-                                "bmf_blocks": bmf_blocks, "drop_caches": can_drop,
+                                "bmf_blocks": bmf_blocks,
                                 "cgroup": {"path": group.path, "device": group.device} if group else None}
                         got = _Worker(task, tmp, timeout_s).run()
                         row.update(got)
                         if row["status"] == "error":
                             log.warning("%s on %s failed: %s", cfg.name, dev, row["note"])
+                        elif row.get("cache_evicted") is False:
+                            row["note"] = ((row.get("note") or "") + "; the page cache of the data could not "
+                                           "be emptied: reads may be served from memory").lstrip("; ")
                         if cfg.kind == "lirs":
                             row["pre_s"], row["pre_what"] = index_s, "lirs index (scan once)" if index_s else None
                     add_ratios(row, fres)

@@ -24,7 +24,7 @@ reads cost a real HDD less). Large sequential requests (lirs's coalesced extents
 reads) meet the bandwidth cap as on the real device.
 
 Throttled direct reads go through blkio; buffered reads of pages already cached do not: whoever
-measures buffered readers must drop the page cache first (:func:`drop_caches`).
+measures buffered readers must empty the cache of the data first (:func:`evict_cache`).
 
 The group holds only the processes added to it. :meth:`ThrottleGroup.remove` moves them back to
 the root group and removes the directory; it runs on exit from the ``with`` block (errors and
@@ -119,7 +119,9 @@ def blkio_unavailable(root: str = BLKIO_ROOT) -> str | None:
 
 
 def drop_caches() -> bool:
-    """Write back dirty pages and drop the page cache (root only). False when not allowed."""
+    """Write back dirty pages and drop the whole page cache (root only). False when not allowed.
+
+    :func:`evict_cache` is preferred: it empties the cache of the data files only, without root."""
     try:
         os.sync()
         with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -127,6 +129,64 @@ def drop_caches() -> bool:
         return True
     except OSError:
         return False
+
+
+def evict_cache(paths) -> bool:
+    """Drop the cached pages of ``paths`` (``posix_fadvise(DONTNEED)`` after writing back their
+    dirty pages): their next buffered reads go to the disk. Pages still mapped by a live
+    ``mmap`` stay. Needs no root and leaves other files' cache alone. False when a file could
+    not be evicted."""
+    ok = True
+    for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths):
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            ok = False
+            continue
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except (OSError, AttributeError):
+            ok = False
+        finally:
+            os.close(fd)
+    return ok
+
+
+def cached_bytes(path: str) -> int | None:
+    """Bytes of ``path`` resident in the page cache now (``mincore`` of a fresh mapping, which
+    faults nothing in), or None when it cannot be told."""
+    import ctypes
+    import mmap
+
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return None
+    page = mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            return None
+        try:
+            vec = (ctypes.c_ubyte * ((size + page - 1) // page))()
+            if libc.mincore(ctypes.c_void_p(addr), size, vec) != 0:
+                return None
+            resident = sum(1 for v in bytes(vec) if v & 1)
+        finally:
+            libc.munmap(ctypes.c_void_p(addr), size)
+    finally:
+        os.close(fd)
+    return min(size, resident * page)
 
 
 # ------------------------------------------------------------------------------ the group

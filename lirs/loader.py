@@ -128,8 +128,10 @@ class Loader:
         :class:`~lirs.index.Index` (several files: pass their sidecar or the Index).
     batch_size : int
         Records per batch (per rank).
-    granularity : {"instance", "page", "group", "window"}
-        Shuffling unit of the planner (see :func:`lirs.plan.plan_epoch`).
+    granularity : {"instance", "page", "group", "window", "auto"}
+        Shuffling unit of the planner (see :func:`lirs.plan.plan_epoch`). ``"auto"``: the choice
+        ``lirs bench DATA --auto`` saved for this dataset (with its group_bytes and window), or
+        ``"group"`` when there is none.
     group_bytes, window, permutation : planner options.
     seed : int
         The epoch order is a function of ``(seed, epoch, rank, world_size)`` only.
@@ -162,6 +164,10 @@ class Loader:
         self.prefetch = int(prefetch)
         if self.prefetch < 1:
             raise UsageError(f"prefetch must be >= 1, got {prefetch}")
+        if granularity == "auto":  # what `lirs bench --auto` saved for this dataset, else group
+            from .bench import auto_settings
+
+            granularity, group_bytes, window = auto_settings(self.index, group_bytes, window)
         self.granularity = granularity
         self.group_bytes = int(group_bytes)
         self.window = int(window)

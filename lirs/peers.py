@@ -25,7 +25,7 @@ external        a two-pass external shuffle (:func:`lirs.external.shuffle`, when
 ==============  =======================================================================================
 
 Buffered peers (``inmemory``, ``torch``, ``memmap``) read through the page cache: the benchmark
-drops the cache before each of their epochs (and before ``prepare``) when it can.
+evicts the data file's pages before each of their epochs (and before ``prepare``).
 """
 from __future__ import annotations
 
@@ -58,6 +58,16 @@ DESCRIPTIONS = {
     "shuffle_buffer": "sequential reads through a shuffle buffer of 10,000 records (tf.data / DALI)",
     "bmf": "BMF: one-off rewrite into random blocks, whole-block reads in random block order",
     "external": "two-pass external shuffle once, then sequential reads of its output",
+}
+
+# what a peer gives up for its speed (said when it beats the recommended lirs configuration)
+CAVEATS = {
+    "inmemory": "but only while the whole data set fits in RAM",
+    "torch": "",
+    "memmap": "",
+    "shuffle_buffer": "but its order is only locally random (a buffer of 10,000 records)",
+    "bmf": "but only the block order changes between epochs (batch mates never change)",
+    "external": "but every epoch repeats one order unless the shuffle is redone",
 }
 
 # what bounds a peer's epoch: ("iops", fio job) or ("bw", fio job); None: no device I/O per epoch

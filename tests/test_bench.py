@@ -1,0 +1,741 @@
+"""lirs bench: fio parsing, envelope setup/teardown (fake cgroup tree, and the real one when root),
+the recommendation rule, the JSON schema, the peers' epochs, a tiny CLI run end to end, and
+Loader(granularity="auto")."""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from lirs import bench as B
+from lirs import envelope as E
+from lirs import fio as F
+
+# A fio 3.33 report (trimmed to the fields fio prints for a read job), preceded by the kind of
+# warning fio writes before its JSON.
+FIO_SAMPLE = """fio: io_uring: sqpoll disabled, using interrupts
+{
+ "fio version": "fio-3.33",
+ "timestamp": 1795384236,
+ "time": "Sun Nov 22 21:50:36 2026",
+ "global options": {},
+ "jobs": [
+  {
+   "jobname": "rand4k_qd32", "groupid": 0, "error": 0, "eta": 0, "elapsed": 1,
+   "job options": {"name": "rand4k_qd32", "rw": "randread", "bs": "4096", "direct": "1",
+                   "ioengine": "io_uring", "iodepth": "32", "runtime": "300ms"},
+   "read": {
+    "bw": 256146, "iops": 64036.54485, "total_ios": 19275, "io_bytes": 78950400, "drop_ios": 0,
+    "bw_bytes": 262293687, "short_ios": 0, "io_kbytes": 77100, "runtime": 301,
+    "slat_ns": {"min": 3625, "max": 13003614, "mean": 6534.469},
+    "clat_ns": {"min": 2464, "max": 13428466, "mean": 491086.718},
+    "lat_ns": {"min": 168320, "max": 13432141, "mean": 497621.187}
+   },
+   "write": {"io_bytes": 0, "bw_bytes": 0, "iops": 0.0, "runtime": 0}
+  }
+ ]
+}
+"""
+
+
+# ------------------------------------------------------------------------------ fio
+
+
+def test_parse_fio_json_recorded_sample():
+    r = F.parse_fio_json(FIO_SAMPLE)
+    assert r["iops"] == pytest.approx(64036.54485)
+    assert r["bw_bytes"] == 262293687.0
+    assert r["mean_lat_us"] == pytest.approx(497.621187)
+    assert r["runtime_s"] == pytest.approx(0.301)
+    assert r["ios"] == 19275
+
+
+def test_parse_fio_json_sums_jobs_and_rejects_errors():
+    rep = json.loads(FIO_SAMPLE[FIO_SAMPLE.index("{"):])
+    two = copy.deepcopy(rep)
+    two["jobs"].append(copy.deepcopy(rep["jobs"][0]))
+    r = F.parse_fio_json(json.dumps(two))
+    assert r["iops"] == pytest.approx(2 * 64036.54485)
+    assert r["bw_bytes"] == 2 * 262293687.0
+    bad = copy.deepcopy(rep)
+    bad["jobs"][0]["error"] = 22
+    with pytest.raises(F.FioError, match="error 22"):
+        F.parse_fio_json(json.dumps(bad))
+    with pytest.raises(F.FioError, match="no JSON"):
+        F.parse_fio_json("fio: engine io_uring not loadable\n")
+    with pytest.raises(F.FioError, match="not valid JSON"):
+        F.parse_fio_json('{"jobs": [')
+    with pytest.raises(F.FioError, match="no job"):
+        F.parse_fio_json('{"jobs": []}')
+
+
+def test_fio_command_is_read_only_direct_and_aligned(tmp_path):
+    p = tmp_path / "d.bin"
+    p.write_bytes(b"x" * (3 * 65536 + 100))
+    cmd = F.fio_command(str(p), "rand64k_qd32", 1.5)
+    assert "--readonly" in cmd and "--direct=1" in cmd and "--rw=randread" in cmd
+    assert f"--size={3 * 65536}" in cmd and "--iodepth=32" in cmd and "--runtime=1500ms" in cmd
+    small = tmp_path / "s.bin"
+    small.write_bytes(b"x" * 100)
+    with pytest.raises(F.FioError, match="less than one"):
+        F.fio_command(str(small), "rand4k_qd1", 1)
+
+
+def test_missing_fio_says_how_to_install(monkeypatch, tmp_path, caplog):
+    monkeypatch.setattr(F, "fio_path", lambda: None)
+    p = tmp_path / "d.bin"
+    p.write_bytes(b"x" * 8192)
+    with caplog.at_level(logging.WARNING, logger="lirs.fio"):
+        r = F.run_envelope(str(p), runtime_s=0.1)
+    assert r["available"] is False and "apt-get install" in r["reason"]
+    assert "apt-get install" in caplog.text
+    assert F.figure(r, "rand4k_qd1", "iops") is None
+
+
+# ------------------------------------------------------------------------------ envelopes (fake tree)
+
+
+@pytest.fixture
+def fake_root(tmp_path):
+    """A plain directory shaped like the blkio hierarchy's root."""
+    root = tmp_path / "blkio"
+    root.mkdir()
+    for f in ("cgroup.procs", "blkio.throttle.read_iops_device", "blkio.throttle.read_bps_device"):
+        (root / f).write_text("")
+    return str(root)
+
+
+def _groups(root):
+    return sorted(n for n in os.listdir(root) if n.startswith(E.PREFIX))
+
+
+def test_throttle_group_setup_and_teardown(fake_root):
+    assert E.blkio_unavailable(fake_root) is None
+    g = E.ThrottleGroup("hdd", "254:0", 600, 160_000_000, root=fake_root)
+    with g:
+        assert _groups(fake_root) == [f"{E.PREFIX}{os.getpid()}-hdd"]
+        assert open(os.path.join(g.path, "blkio.throttle.read_iops_device")).read() == "254:0 600\n"
+        assert open(os.path.join(g.path, "blkio.throttle.read_bps_device")).read() == "254:0 160000000\n"
+        g.add(4242)
+        g.add(4343)
+        assert g.members() == [4242, 4343]
+        assert g.stats() is None  # a plain directory keeps no kernel counters
+    assert _groups(fake_root) == []
+    # members went back to the root group before the directory was removed
+    assert open(os.path.join(fake_root, "cgroup.procs")).read().split() == ["4242", "4343"]
+    g.remove()  # idempotent
+
+
+def test_group_without_caps_writes_no_limits(fake_root):
+    with E.ThrottleGroup("nvme", "8:0", root=fake_root) as g:
+        assert sorted(os.listdir(g.path)) == []
+    assert _groups(fake_root) == []
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_group_removed_after_a_failure_inside(fake_root, exc):
+    with pytest.raises(type(exc)):
+        with E.ThrottleGroup("ssd", "254:0", 90_000, 530_000_000, root=fake_root) as g:
+            g.add(99)
+            raise exc
+    assert _groups(fake_root) == []
+    assert "99" in open(os.path.join(fake_root, "cgroup.procs")).read().split()
+
+
+def test_failed_setup_leaves_nothing(fake_root, monkeypatch):
+    real = E._write
+
+    def failing(path, text, append=False):
+        if path.endswith("read_bps_device"):
+            raise OSError(22, "Invalid argument")
+        real(path, text, append)
+
+    monkeypatch.setattr(E, "_write", failing)
+    with pytest.raises(E.EnvelopeError, match="cannot set the throttle"):
+        E.ThrottleGroup("hdd", "254:0", 600, 160_000_000, root=fake_root).create()
+    assert _groups(fake_root) == []
+
+
+def test_group_name_and_device_are_checked(fake_root):
+    with pytest.raises(ValueError, match="MAJOR:MINOR"):
+        E.ThrottleGroup("hdd", "vda", root=fake_root)
+    with pytest.raises(ValueError, match="envelope name"):
+        E.ThrottleGroup("../x", "1:2", root=fake_root)
+    g = E.ThrottleGroup("hdd", "1:2", root=fake_root).create()
+    try:
+        with pytest.raises(E.EnvelopeError, match="exists already"):
+            E.ThrottleGroup("hdd", "1:2", root=fake_root).create()
+    finally:
+        g.remove()
+
+
+def test_remove_stale_groups_of_dead_processes(fake_root):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = os.path.join(fake_root, f"{E.PREFIX}{dead.pid}-hdd")
+    os.mkdir(stale)
+    with open(os.path.join(stale, "cgroup.procs"), "w") as f:
+        f.write("")
+    mine = E.ThrottleGroup("nvme", "1:2", root=fake_root).create()
+    try:
+        assert E.remove_stale(fake_root) == [stale]
+        assert _groups(fake_root) == [os.path.basename(mine.path)]
+    finally:
+        mine.remove()
+
+
+def test_blkio_unavailable_reasons(tmp_path):
+    assert "no cgroup-v1 blkio" in E.blkio_unavailable(str(tmp_path / "missing"))
+    (tmp_path / "root").mkdir()
+    assert "has no blkio.throttle" in E.blkio_unavailable(str(tmp_path / "root"))
+
+
+def test_disk_of_maps_a_partition_to_its_disk(tmp_path):
+    data = tmp_path / "d.bin"
+    data.write_bytes(b"x")
+    st = os.stat(data)
+    maj, mnr = os.major(st.st_dev), os.minor(st.st_dev)
+    sysroot = tmp_path / "sys"
+    part = sysroot / "devices" / "virtual" / "block" / "sdz" / "sdz3"
+    part.mkdir(parents=True)
+    (part / "partition").write_text("3\n")
+    (part.parent / "dev").write_text("8:16\n")
+    (sysroot / "dev" / "block").mkdir(parents=True)
+    os.symlink(part, sysroot / "dev" / "block" / f"{maj}:{mnr}")
+    assert E.disk_of(str(data), sys_root=str(sysroot)) == (8, 16, "sdz")
+    os.unlink(sysroot / "dev" / "block" / f"{maj}:{mnr}")
+    with pytest.raises(E.EnvelopeError, match="not a block device"):
+        E.disk_of(str(data), sys_root=str(sysroot))
+
+
+def test_evict_cache_empties_the_file_cache(tmp_path):
+    p = tmp_path / "d.bin"
+    p.write_bytes(os.urandom(1 << 20))
+    with open(p, "rb") as f:
+        f.read()
+    before = E.cached_bytes(str(p))
+    if before is None:
+        pytest.skip("mincore not available")
+    assert before > 0
+    assert E.evict_cache([str(p)])
+    assert E.cached_bytes(str(p)) == 0
+
+
+def _real_blkio() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    return E.blkio_unavailable()
+
+
+@pytest.mark.skipif(_real_blkio() is not None, reason=f"no real blkio cgroups: {_real_blkio()}")
+def test_real_cgroup_throttle_lifecycle(tmp_path):
+    p = tmp_path / "d.bin"
+    p.write_bytes(os.urandom(64 * 4096))
+    maj, mnr, _ = E.disk_of(str(p))
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        with E.ThrottleGroup("test", f"{maj}:{mnr}", read_iops=100_000, read_bps=10 ** 9) as g:
+            assert os.path.isdir(g.path)
+            assert open(os.path.join(g.path, "blkio.throttle.read_iops_device")).read().split() == \
+                [f"{maj}:{mnr}", "100000"]
+            g.add(child.pid)
+            assert g.members() == [child.pid]
+            assert f":blkio:/{os.path.basename(g.path)}" in open(f"/proc/{child.pid}/cgroup").read()
+            # a reader inside the group is counted by the device counters
+            s0 = g.stats()
+            assert s0 is not None
+            E.evict_cache([str(p)])
+            subprocess.run(["/bin/sh", "-c", 'echo $$ > "$0" && exec cat "$1" > /dev/null', g.procs, str(p)],
+                           check=True)
+            s1 = g.stats()
+            assert s1["reads"] > s0["reads"] and s1["bytes"] >= s0["bytes"] + 64 * 4096
+        assert not os.path.exists(g.path)
+        assert ":blkio:/\n" in open(f"/proc/{child.pid}/cgroup").read()
+    finally:
+        child.kill()
+        child.wait()
+
+
+# ------------------------------------------------------------------------------ recommendation
+
+
+def _row(dev, name, epoch_s, kind="lirs", status="ok", **kw):
+    g = kw.pop("granularity", None)
+    if kind == "lirs" and g is None:
+        g = name.split("-")[1]
+    r = {"device": dev, "name": name, "kind": kind, "status": status, "epoch_s": epoch_s,
+         "granularity": g if kind == "lirs" else None, "group_bytes": kw.pop("group_bytes", None),
+         "window": kw.pop("window", None), "peer": name if kind == "peer" else None, "extrapolated": False}
+    r.update(kw)
+    return r
+
+
+def test_recommend_fastest_lirs_config():
+    rows = [_row("nvme", "lirs-instance", 10.0), _row("nvme", "lirs-page", 6.0),
+            _row("nvme", "lirs-group-64K", 3.0, group_bytes=65536),
+            _row("nvme", "lirs-window-64Kx16", 4.0, group_bytes=65536, window=16)]
+    rec = B.recommend(rows)
+    assert rec["nvme"]["config"] == "lirs-group-64K"
+    assert rec["nvme"]["granularity"] == "group" and rec["nvme"]["group_bytes"] == 65536
+    assert rec["nvme"]["fastest_lirs"] == "lirs-group-64K"
+
+
+def test_recommend_prefers_more_randomness_within_tolerance():
+    rows = [_row("nvme", "lirs-instance", 3.1), _row("nvme", "lirs-page", 3.05),
+            _row("nvme", "lirs-group-64K", 3.0, group_bytes=65536),
+            _row("nvme", "lirs-window-64Kx16", 3.02, group_bytes=65536, window=16)]
+    assert B.recommend(rows)["nvme"]["config"] == "lirs-instance"
+    # 6% slower is outside the 5% tolerance
+    rows[0]["epoch_s"] = 3.0 * 1.06
+    rec = B.recommend(rows)["nvme"]
+    assert rec["config"] == "lirs-window-64Kx16" and rec["fastest_lirs"] == "lirs-group-64K"
+    assert "less random" in rec["text"]
+    # page beats group on a tie; smaller groups and larger windows are more random
+    rows2 = [_row("d", "lirs-group-64K", 2.0, group_bytes=65536), _row("d", "lirs-page", 2.0)]
+    assert B.recommend(rows2)["d"]["config"] == "lirs-page"
+    rows3 = [_row("d", "lirs-group-256K", 2.0, group_bytes=262144), _row("d", "lirs-group-64K", 2.05,
+                                                                         group_bytes=65536)]
+    assert B.recommend(rows3)["d"]["config"] == "lirs-group-64K"
+    rows4 = [_row("d", "lirs-window-64Kx4", 2.0, group_bytes=65536, window=4),
+             _row("d", "lirs-window-64Kx16", 2.01, group_bytes=65536, window=16)]
+    assert B.recommend(rows4)["d"]["config"] == "lirs-window-64Kx16"
+    assert B.recommend(rows4, tolerance=0.0)["d"]["config"] == "lirs-window-64Kx4"
+
+
+def test_recommend_on_hdd_like_results_picks_best_epoch_and_names_faster_peer():
+    rows = [_row("hdd", "lirs-instance", 9000.0, extrapolated=True), _row("hdd", "lirs-page", 300.0),
+            _row("hdd", "lirs-group-64K", 40.0, group_bytes=65536),
+            _row("hdd", "lirs-group-512K", 14.0, group_bytes=524288),
+            _row("hdd", "lirs-window-512Kx16", 14.5, group_bytes=524288, window=16),
+            _row("hdd", "bmf", 12.0, kind="peer", pre_s=30.0), _row("hdd", "torch", 8000.0, kind="peer"),
+            _row("hdd", "lirs-window-64Kx16", 1.0, status="error", group_bytes=65536, window=16),
+            _row("nvme", "lirs-group-64K", 2.0, group_bytes=65536)]
+    rec = B.recommend(rows, epochs=5)
+    h = rec["hdd"]
+    assert h["config"] == "lirs-window-512Kx16"  # within 5% of group-512K and more random
+    assert h["fastest_lirs"] == "lirs-group-512K"
+    assert h["fastest_overall"] == "bmf" and "bmf is faster here" in h["text"]
+    assert "block order" in h["text"]
+    assert h["fastest_total"] == "lirs-group-512K"  # 5 x 14 < 30 + 5 x 12
+    assert rec["nvme"]["config"] == "lirs-group-64K"
+    # a device where no lirs row ran has no recommendation
+    assert B.recommend([_row("ssd", "bmf", 1.0, kind="peer"),
+                        _row("ssd", "lirs-page", None, status="skipped")]) == {}
+
+
+def test_goals_from_rows():
+    rows = [_row("nvme", "lirs-instance", 10.0, ratio=0.93),
+            _row("nvme", "lirs-group-64K", 3.0, group_bytes=65536, ratio=0.8, records_per_s=2e6),
+            _row("nvme", "lirs-window-64Kx16", 3.5, group_bytes=65536, window=16, ratio=0.7, records_per_s=1.5e6),
+            _row("nvme", "torch", 300.0, kind="peer", records_per_s=1e5)]
+    g = B.goals(rows)["nvme"]
+    assert g["instance_vs_fio_iops"] == {"value": 0.93, "goal": 0.9, "met": True, "rows": ["lirs-instance"]}
+    assert g["group_vs_fio_bandwidth"]["met"] is False
+    assert g["group_window_vs_torch"]["value"] == pytest.approx(20.0)
+    assert g["group_window_vs_torch"]["rows"] == ["lirs-group-64K", "torch"]
+
+
+def test_envelope_group_bytes():
+    def fio(iops, bw):
+        return {"available": True, "jobs": {"rand4k_qd128": {"iops": iops}, "seq1m_qd16": {"bw_bytes": bw}}}
+
+    assert B.envelope_group_bytes(fio(135_000, 1.25e9)) == 65536
+    assert B.envelope_group_bytes(fio(600, 160e6)) == 512 << 10  # 600 x 256 KiB < 160 MB/s
+    assert B.envelope_group_bytes(fio(611, 160e6)) == 256 << 10
+    assert B.envelope_group_bytes({"available": False}) is None
+    assert B.envelope_group_bytes(None) is None
+
+
+def test_bounds_and_ratios():
+    fio = {"available": True, "jobs": {"rand4k_qd32": {"iops": 50_000.0, "bw_bytes": 2.048e8},
+                                       "rand4k_qd128": {"iops": 100_000.0, "bw_bytes": 4.096e8},
+                                       "rand64k_qd32": {"iops": 20_000.0, "bw_bytes": 1.31e9},
+                                       "seq1m_qd16": {"iops": 1200.0, "bw_bytes": 1.25e9},
+                                       "rand4k_qd1": {"iops": 14_000.0, "bw_bytes": 5.7e7}}}
+    r = _row("nvme", "lirs-instance", 1.0, engine_depth=128, reads_per_s=90_000.0, mb_per_s=368.0,
+             records_per_s=80_000.0)
+    B.add_ratios(r, fio)
+    assert r["bound"]["fio_job"] == "rand4k_qd128" and r["ratio"] == pytest.approx(0.9)
+    r = _row("nvme", "lirs-page", 1.0, engine_depth=32, reads_per_s=25_000.0, mb_per_s=1.0)
+    B.add_ratios(r, fio)
+    assert r["bound"]["fio_job"] == "rand4k_qd32" and r["ratio"] == pytest.approx(0.5)
+    r = _row("nvme", "lirs-group-64K", 1.0, group_bytes=65536, mean_read_bytes=70_000.0, mb_per_s=655.0,
+             reads_per_s=9000.0, records_per_s=1e6, payload_per_s=6.2e8)
+    B.add_ratios(r, fio)
+    assert r["bound"]["metric"] == "bw" and r["bound"]["fio_job"] == "rand64k_qd32"
+    assert r["ratio"] == pytest.approx(0.5) and r["ratios"]["records_per_s"] == pytest.approx(6.2e8 / 1.31e9)
+    r = _row("hdd", "lirs-window-512Kx16", 1.0, group_bytes=524288, mean_read_bytes=6e5, mb_per_s=625.0)
+    B.add_ratios(r, fio)
+    assert r["bound"]["fio_job"] == "seq1m_qd16" and r["ratio"] == pytest.approx(0.5)
+    r = _row("nvme", "memmap", 1.0, kind="peer", mean_read_bytes=1e6, mb_per_s=125.0)
+    B.add_ratios(r, fio)
+    assert r["bound"]["fio_job"] == "seq1m_qd16"  # readahead made its reads large
+    r = _row("nvme", "inmemory", 1.0, kind="peer")
+    B.add_ratios(r, fio)
+    assert r["bound"] is None and r["ratio"] is None
+    r = _row("nvme", "lirs-instance", 1.0, reads_per_s=1.0)
+    B.add_ratios(r, {"available": False})
+    assert r["ratio"] is None and r["bound"]["fio_iops"] is None
+
+
+# ------------------------------------------------------------------------------ measuring
+
+
+class _SlowRunner:
+    """Delivers ``n`` records in batches of 10, sleeping between batches (no I/O)."""
+
+    buffered = False
+    sample_fraction = 1.0
+
+    def __init__(self, n, pause):
+        self.n, self.pause = n, pause
+        self.reads = 0
+        self.bytes_read = 0
+        self.payload = 0
+
+    def epoch(self, e):
+        for s in range(0, self.n, 10):
+            time.sleep(self.pause)
+            ids = np.arange(s, min(self.n, s + 10))
+            self.reads += 1
+            self.bytes_read += 4096
+            self.payload += 100 * len(ids)
+            yield ids, None, None
+
+
+def test_measure_extrapolates_an_epoch_cut_by_the_budget():
+    r = _SlowRunner(1000, 0.005)
+    m = B._measure(r, {"budget_s": 0.05, "epochs": 3}, 1000, 1.0, None)
+    assert m["extrapolated"] is True and m["epochs_measured"] == 0
+    part = m["partial_epoch"]
+    assert 0 < part["records"] < 1000 and part["records"] == m["records"]
+    assert m["epoch_s"] == pytest.approx(part["seconds"] * 1000 / part["records"])
+    assert m["io_source"] == "loader" and m["reads"] == m["records"] // 10
+    assert m["amplification"] == pytest.approx(4096 / 1000)
+
+
+def test_measure_full_epochs_are_not_extrapolated():
+    r = _SlowRunner(50, 0.0)
+    m = B._measure(r, {"budget_s": 30.0, "epochs": 2}, 50, 1.0, None)
+    assert m["extrapolated"] is False and m["epochs_measured"] == 2 and m["records"] == 100
+    assert m["epoch_s"] == pytest.approx(sum(m["epoch_times_s"]) / 2)
+    # a sampled load (a fraction of the data) is scaled up and marked so
+    m = B._measure(_SlowRunner(50, 0.0), {"budget_s": 30.0, "epochs": 1}, 200, 0.25, None)
+    assert m["extrapolated"] is True and m["epoch_s"] == pytest.approx(m["epoch_times_s"][0] / 0.25)
+
+
+# ------------------------------------------------------------------------------ peers on tiny data
+
+
+@pytest.fixture(scope="module")
+def kdd_tiny(tmp_path_factory):
+    import lirs
+    from lirs.gen import generate
+
+    d = tmp_path_factory.mktemp("bench-kdd")
+    p = str(d / "kdd.svm")
+    generate("kdd", p, records=3000, seed=3, progress=False)
+    lirs.build_index(p, progress=False)
+    return p
+
+
+@pytest.fixture(scope="module")
+def higgs_tiny(tmp_path_factory):
+    import lirs
+    from lirs.gen import generate
+
+    d = tmp_path_factory.mktemp("bench-higgs")
+    p = str(d / "higgs.npy")
+    generate("higgs", p, records=5000, seed=4, progress=False)
+    lirs.build_index(p, progress=False)
+    return p
+
+
+def _epoch_rows(runner, e):
+    ids, Xs, ys = [], [], []
+    for i, X, y in runner.epoch(e):
+        ids.append(np.asarray(i))
+        Xs.append(X)
+        ys.append(y)
+    return np.concatenate(ids), Xs, ys
+
+
+@pytest.mark.parametrize("peer", ["inmemory", "torch", "shuffle_buffer", "bmf"])
+def test_sparse_peers_deliver_every_record_once_with_its_data(kdd_tiny, tmp_path, peer):
+    import scipy.sparse as sp
+    from sklearn.datasets import load_svmlight_file
+
+    import lirs
+    from lirs.peers import make_runner, skip_reason
+
+    idx = lirs.open_index(kdd_tiny)
+    why = skip_reason(peer, idx, workdir=str(tmp_path))
+    if why:
+        pytest.skip(why)
+    X_all, y_all = load_svmlight_file(kdd_tiny)
+    r = make_runner(peer, idx, batch_size=256, seed=1, workdir=str(tmp_path), buffer_records=500, bmf_blocks=7)
+    try:
+        r.warm()
+        r.prepare()
+        assert r.sample_fraction == 1.0
+        ids, Xs, ys = _epoch_rows(r, 0)
+        assert np.array_equal(np.sort(ids), np.arange(idx.n))
+        assert not np.array_equal(ids, np.arange(idx.n))  # shuffled
+        X = sp.vstack(Xs, format="csr")
+        assert X.shape[0] == idx.n
+        assert abs(X - X_all[ids]).max() < 1e-6
+        assert np.array_equal(np.concatenate(ys), y_all[ids])
+        ids1, _, _ = _epoch_rows(r, 1)
+        assert not np.array_equal(ids1, ids)  # a fresh order every epoch
+        if peer != "inmemory":
+            assert r.payload == 2 * idx.payload_bytes
+    finally:
+        r.close()
+    assert os.listdir(tmp_path) == []  # copies of the data are deleted
+
+
+@pytest.mark.parametrize("peer", ["memmap", "inmemory", "shuffle_buffer", "bmf"])
+def test_dense_peers_deliver_every_record_once_with_its_data(higgs_tiny, tmp_path, peer):
+    import lirs
+    from lirs.gen import labels_path
+    from lirs.peers import make_runner
+
+    idx = lirs.open_index(higgs_tiny)
+    X_all = np.load(higgs_tiny)
+    y_all = np.load(labels_path(higgs_tiny))
+    r = make_runner(peer, idx, batch_size=300, seed=2, workdir=str(tmp_path), buffer_records=1000, bmf_blocks=5)
+    try:
+        r.warm()
+        r.prepare()
+        ids, Xs, ys = _epoch_rows(r, 0)
+        assert np.array_equal(np.sort(ids), np.arange(idx.n))
+        assert np.array_equal(np.concatenate(Xs), X_all[ids])
+        assert np.array_equal(np.concatenate(ys), y_all[ids])
+    finally:
+        r.close()
+
+
+def test_external_peer_reads_a_shuffled_copy(kdd_tiny, tmp_path):
+    import scipy.sparse as sp
+    from sklearn.datasets import load_svmlight_file
+
+    import lirs
+    from lirs.peers import make_runner, skip_reason
+
+    idx = lirs.open_index(kdd_tiny)
+    why = skip_reason("external", idx, workdir=str(tmp_path))
+    if why:
+        pytest.skip(why)
+    X_all, y_all = load_svmlight_file(kdd_tiny)
+    r = make_runner("external", idx, batch_size=256, seed=1, workdir=str(tmp_path))
+    try:
+        r.prepare()
+        assert "external shuffle" in r.pre_what
+        ids, Xs, ys = _epoch_rows(r, 0)
+        X = sp.vstack(Xs, format="csr")
+        assert X.shape[0] == idx.n and len(ids) == idx.n
+        # the same records, another order: equal sums, different first rows
+        assert X.sum() == pytest.approx(X_all.sum()) and np.concatenate(ys).sum() == y_all.sum()
+        assert abs(X[:50] - X_all[:50]).max() > 0
+    finally:
+        r.close()
+    assert [f for f in os.listdir(tmp_path) if not f.startswith(".")] == []
+
+
+def test_peer_skip_reasons(kdd_tiny, higgs_tiny):
+    import lirs
+    from lirs.errors import UsageError
+    from lirs.peers import skip_reason
+
+    kdd = lirs.open_index(kdd_tiny)
+    assert "fixed-size" in skip_reason("memmap", kdd)
+    assert "does not fit" in skip_reason("inmemory", kdd, memory=1000)
+    assert skip_reason("memmap", lirs.open_index(higgs_tiny)) is None
+    with pytest.raises(UsageError):
+        skip_reason("nope", kdd)
+
+
+# ------------------------------------------------------------------------------ end to end + schema
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "lirs.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+@pytest.fixture(scope="module")
+def cli_run(kdd_tiny, tmp_path_factory):
+    """One tiny `lirs bench` run (fio too when installed), shared by the schema tests."""
+    out = tmp_path_factory.mktemp("bench-out")
+    js, png = str(out / "r.json"), str(out / "r.png")
+    args = ["bench", kdd_tiny, "--smoke", "--granularity", "instance,group", "--peers", "shuffle_buffer",
+            "--batch-size", "256", "--json", js, "--plot", png, "--auto", "--workdir", str(out / "work")]
+    if F.fio_path() is None:
+        args.append("--no-fio")
+    r = _cli(*args)
+    assert r.returncode == 0, r.stderr
+    with open(js) as f:
+        return r, json.load(f), png
+
+
+def test_cli_end_to_end(cli_run, kdd_tiny):
+    r, res, png = cli_run
+    assert B.validate(res) == []
+    names = [row["name"] for row in res["rows"]]
+    assert names == ["lirs-instance", "lirs-group-64K", "shuffle_buffer"]
+    for row in res["rows"]:
+        assert row["status"] == "ok", row
+        assert row["records"] > 0 and row["epoch_s"] > 0 and row["cpu_s"] >= 0 and row["peak_rss_bytes"] > 0
+        assert row["io_source"] in ("cgroup", "loader")
+        if not row["extrapolated"]:
+            assert row["records"] == res["data"]["records"] * row["epochs_measured"]
+    inst = res["rows"][0]
+    assert inst["amplification"] > 1.5  # one 4 KiB page per ~350-byte record
+    assert res["recommendation"]["nvme"]["config"] in names[:2]
+    if F.fio_path() is not None:
+        assert res["fio"]["nvme"]["available"] and set(res["fio"]["nvme"]["jobs"]) == set(F.JOBS)
+        assert inst["bound"]["fio_job"].startswith("rand4k") and inst["ratio"] > 0
+    assert "lirs-instance" in r.stdout and "recommendation" in r.stdout
+    assert os.path.getsize(png) > 1000
+    assert os.path.exists(kdd_tiny + ".lirs" + B.RECOMMENDATION_SUFFIX)
+    # nothing of the run is left in the blkio hierarchy
+    if os.path.isdir(E.BLKIO_ROOT):
+        assert [n for n in os.listdir(E.BLKIO_ROOT) if n.startswith(E.PREFIX)
+                and not os.path.exists(f"/proc/{n.split('-')[2]}")] == []
+
+
+def test_json_schema_catches_broken_results(cli_run):
+    _, res, _ = cli_run
+    assert B.validate(res) == []
+    bad = copy.deepcopy(res)
+    del bad["rows"][0]["epoch_s"]
+    assert any("missing 'epoch_s'" in p for p in B.validate(bad))
+    bad = copy.deepcopy(res)
+    bad["version"] = 99
+    assert any("version" in p for p in B.validate(bad))
+    bad = copy.deepcopy(res)
+    bad["rows"][0]["status"] = "fine"
+    assert any("status" in p for p in B.validate(bad))
+    bad = copy.deepcopy(res)
+    bad["rows"][0]["records_per_s"] = "fast"
+    assert any("records_per_s" in p for p in B.validate(bad))
+    bad = copy.deepcopy(res)
+    bad["recommendation"]["nvme"]["config"] = "lirs-nothing"
+    assert any("recommendation" in p for p in B.validate(bad))
+    bad = copy.deepcopy(res)
+    del bad["data"]
+    assert any("missing 'data'" in p for p in B.validate(bad))
+    assert "~ = extrapolated" in B.format_table(res)
+
+
+def test_run_bench_removes_its_group_when_a_step_fails(kdd_tiny, fake_root, monkeypatch, tmp_path):
+    def boom(*a, **k):
+        raise RuntimeError("fio exploded")
+
+    monkeypatch.setattr(F, "run_envelope", boom)
+    monkeypatch.setattr(E, "disk_of", lambda path, sys_root=E.SYS_ROOT: (254, 0, "vda"))
+    with pytest.raises(RuntimeError, match="fio exploded"):
+        B.run_bench(kdd_tiny, devices=["nvme", "hdd"], granularities=["group"], peers="none", budget_s=1,
+                    cgroup_root=fake_root, workdir=str(tmp_path), progress=False)
+    assert _groups(fake_root) == []
+    assert [f for f in os.listdir(tmp_path) if f.startswith(".lirs-bench")] == []
+
+
+def test_run_bench_with_a_fake_tree_and_without_cgroups(kdd_tiny, fake_root, monkeypatch, tmp_path):
+    monkeypatch.setattr(E, "disk_of", lambda path, sys_root=E.SYS_ROOT: (254, 0, "vda"))
+    res = B.run_bench(kdd_tiny, devices=["hdd"], granularities=["page"], peers="none", budget_s=1, fio=False,
+                      cgroup_root=fake_root, workdir=str(tmp_path), progress=False)
+    assert B.validate(res) == []
+    row = res["rows"][0]
+    assert row["status"] == "ok" and row["io_source"] == "loader"  # a fake tree has no device counters
+    assert _groups(fake_root) == []
+    # the worker put itself in the (fake) group, and the teardown moved it back to the root
+    assert open(os.path.join(fake_root, "cgroup.procs")).read().split()
+    # without cgroups the throttled envelopes are skipped, the disk as it is still runs
+    res = B.run_bench(kdd_tiny, devices=["nvme", "ssd"], granularities=["group"], peers="none", budget_s=1,
+                      fio=False, cgroup_root=str(tmp_path / "none"), workdir=str(tmp_path), progress=False)
+    st = {r["device"]: r for r in res["rows"]}
+    assert st["nvme"]["status"] == "ok" and st["ssd"]["status"] == "skipped"
+    assert "no cgroup-v1 blkio" in st["ssd"]["note"]
+    assert list(res["recommendation"]) == ["nvme"] and B.validate(res) == []
+
+
+def test_usage_errors(kdd_tiny):
+    from lirs.errors import UsageError
+
+    for kw in ({"devices": ["floppy"]}, {"granularities": ["huge"]}, {"peers": ["tape"]},
+               {"group_bytes": [5000]}, {"epochs": 0}, {"budget_s": 0},
+               {"granularities": [], "peers": "none"}):
+        with pytest.raises(UsageError):
+            B.run_bench(kdd_tiny, fio=False, **kw)
+    r = _cli("bench", kdd_tiny, "--devices", "floppy", "--no-fio")
+    assert r.returncode == 2 and "floppy" in r.stderr
+
+
+# ------------------------------------------------------------------------------ Loader(granularity="auto")
+
+
+def _fake_result(idx, **rec):
+    base = {"config": "lirs-window-8Kx4", "granularity": "window", "group_bytes": 8192, "window": 4,
+            "epoch_s": 1.0, "extrapolated": False}
+    base.update(rec)
+    return {"settings": {"devices": ["nvme"], "batch_size": 128}, "recommendation": {"nvme": base},
+            "date": "now", "command": "test"}
+
+
+def test_loader_auto_without_recommendation_uses_group(kdd_tiny, tmp_path, caplog):
+    import shutil
+
+    import lirs
+
+    p = str(tmp_path / "k.svm")
+    shutil.copy(kdd_tiny, p)
+    lirs.build_index(p, progress=False)
+    with caplog.at_level(logging.INFO, logger="lirs.bench"):
+        with lirs.Loader(p, 128, granularity="auto", group_bytes=16384, window=3) as ld:
+            assert (ld.granularity, ld.group_bytes, ld.window) == ("group", 16384, 3)
+            assert ld.plan(0).granularity == "group"
+    assert "no lirs bench recommendation" in caplog.text
+
+
+def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog):
+    import shutil
+
+    import lirs
+
+    p = str(tmp_path / "k.svm")
+    shutil.copy(kdd_tiny, p)
+    idx = lirs.build_index(p, progress=False)
+    path = B.save_recommendation(_fake_result(idx), idx)
+    assert path == p + ".lirs.bench.json"
+    with lirs.Loader(p, 128, granularity="auto") as ld:
+        assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 8192, 4)
+        ids = np.concatenate([b.ids for b in ld.epoch(0)])
+    assert np.array_equal(np.sort(ids), np.arange(idx.n))
+    # a recommendation measured on other data is ignored, with a warning
+    doc = json.load(open(path))
+    doc["n"] += 1
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    with caplog.at_level(logging.WARNING, logger="lirs.bench"):
+        with lirs.Loader(p, 128, granularity="auto") as ld:
+            assert ld.granularity == "group"
+    assert "other data" in caplog.text
+
+
+def test_save_recommendation_needs_one(kdd_tiny):
+    import lirs
+    from lirs.errors import UsageError
+
+    idx = lirs.open_index(kdd_tiny)
+    res = _fake_result(idx)
+    res["recommendation"] = {}
+    with pytest.raises(UsageError, match="no recommendation"):
+        B.save_recommendation(res, idx)
