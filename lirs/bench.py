@@ -89,16 +89,19 @@ class Config:
     group_bytes: int | None = None
     window: int | None = None
     peer: str | None = None
+    reads_only: bool = False  # lirs: the plan's extents read with the engine, no decode, no Loader
 
     @property
     def name(self) -> str:
         if self.kind == "peer":
             return self.peer
         if self.granularity in ("instance", "page"):
-            return f"lirs-{self.granularity}"
-        if self.granularity == "group":
-            return f"lirs-group-{format_size(self.group_bytes)}"
-        return f"lirs-window-{format_size(self.group_bytes)}x{self.window}"
+            name = f"lirs-{self.granularity}"
+        elif self.granularity == "group":
+            name = f"lirs-group-{format_size(self.group_bytes)}"
+        else:
+            name = f"lirs-window-{format_size(self.group_bytes)}x{self.window}"
+        return name + ("/reads" if self.reads_only else "")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -120,8 +123,9 @@ def envelope_group_bytes(fio: dict | None, minimum: int = MIN_AUTO_GROUP, maximu
     return g
 
 
-def lirs_configs(granularities, group_sizes, window: int) -> list[Config]:
-    """Configs of the lirs granularities; group and window once per group size in ``group_sizes``."""
+def lirs_configs(granularities, group_sizes, window: int, reads_only=()) -> list[Config]:
+    """Configs of the lirs granularities; group and window once per group size in ``group_sizes``;
+    each granularity of ``reads_only`` once more as a reads-only run (its first group size)."""
     out = []
     for g in granularities:
         if g in ("instance", "page"):
@@ -129,6 +133,9 @@ def lirs_configs(granularities, group_sizes, window: int) -> list[Config]:
         else:
             for gb in group_sizes:
                 out.append(Config("lirs", g, int(gb), int(window) if g == "window" else None))
+    for g in reads_only:
+        gb = None if g in ("instance", "page") else int(group_sizes[0])
+        out.append(Config("lirs", g, gb, int(window) if g == "window" else None, reads_only=True))
     seen, uniq = set(), []
     for c in out:
         if c.name not in seen:
@@ -141,7 +148,8 @@ def bound_of(row: dict) -> tuple[str, str] | None:
     """(``"iops"`` or ``"bw"``, fio job) that bounds a result row, or None.
 
     instance/page: 4 KiB random reads at the largest measured queue depth not above the engine's
-    depth; group/window: bandwidth, 64 KiB random below 256 KiB mean read size, else sequential;
+    depth; group/window: bandwidth, 64 KiB random reads for groups up to 64 KiB, sequential
+    reads for larger groups;
     peers: :data:`lirs.peers.BOUNDS`, except that buffered random readers whose mean device read
     reached 64 KiB (readahead) are bound by sequential bandwidth.
     """
@@ -158,8 +166,7 @@ def bound_of(row: dict) -> tuple[str, str] | None:
         depth = row.get("engine_depth") or 128
         qd = max((q for q in IOPS_QDS if q <= depth), default=1)
         return "iops", IOPS_QDS[qd]
-    mean = row.get("mean_read_bytes") or row.get("group_bytes") or 65536
-    return "bw", ("rand64k_qd32" if mean < (256 << 10) else "seq1m_qd16")
+    return "bw", ("rand64k_qd32" if (row.get("group_bytes") or 65536) <= 65536 else "seq1m_qd16")
 
 
 def add_ratios(row: dict, fio: dict | None) -> None:
@@ -219,8 +226,9 @@ def recommend(rows: list[dict], *, tolerance: float = TIE_TOLERANCE, epochs: int
         if r["device"] not in devices:
             devices.append(r["device"])
     for dev in devices:
-        ok = [r for r in rows if r["device"] == dev and r.get("status") == "ok" and r.get("epoch_s")]
-        cand = [r for r in ok if r["kind"] == "lirs"]
+        ok = [r for r in rows if r["device"] == dev and r.get("status") == "ok" and r.get("epoch_s")
+              and not r.get("reads_only")]
+        cand = [r for r in ok if r["kind"] == "lirs" and not r.get("reads_only")]
         if not cand:
             continue
         best = min(r["epoch_s"] for r in cand)
@@ -253,23 +261,27 @@ def recommend(rows: list[dict], *, tolerance: float = TIE_TOLERANCE, epochs: int
 
 
 def goals(rows: list[dict]) -> dict:
-    """Per device, the issue's goals: instance >= 0.9x fio IOPS, group >= 0.85x fio bandwidth,
-    lirs group/window >= 10x the torch DataLoader (records/s). Each ``{"value", "goal", "met",
-    "rows"}``; a goal whose rows did not run is left out."""
+    """Per device, the issue's goals: instance >= 0.9x fio IOPS, group >= 0.85x fio bandwidth (for
+    the Loader, and as ``*_reads_only_*`` for the reads-only rows), lirs group/window >= 10x the
+    torch DataLoader (records/s). Each ``{"value", "goal", "met", "rows"}``; a goal whose rows did
+    not run is left out."""
     out = {}
     for dev in dict.fromkeys(r["device"] for r in rows):
         ok = {r["name"]: r for r in rows if r["device"] == dev and r.get("status") == "ok"}
         g = {}
-        inst = ok.get("lirs-instance")
-        if inst and inst.get("ratio") is not None:
-            g["instance_vs_fio_iops"] = _goal(inst["ratio"], GOALS["instance_vs_fio_iops"], [inst["name"]])
-        groups = [r for r in ok.values() if r["kind"] == "lirs" and r["granularity"] == "group"
-                  and r.get("ratio") is not None]
-        if groups:
-            best = max(groups, key=lambda r: r["ratio"])
-            g["group_vs_fio_bandwidth"] = _goal(best["ratio"], GOALS["group_vs_fio_bandwidth"], [best["name"]])
+        for suffix, only in (("", False), ("_reads_only", True)):
+            inst = ok.get("lirs-instance" + ("/reads" if only else ""))
+            if inst and inst.get("ratio") is not None:
+                g["instance" + suffix + "_vs_fio_iops"] = _goal(inst["ratio"], GOALS["instance_vs_fio_iops"],
+                                                                [inst["name"]])
+            groups = [r for r in ok.values() if r["kind"] == "lirs" and r["granularity"] == "group"
+                      and bool(r.get("reads_only")) == only and r.get("ratio") is not None]
+            if groups:
+                best = max(groups, key=lambda r: r["ratio"])
+                g["group" + suffix + "_vs_fio_bandwidth"] = _goal(best["ratio"], GOALS["group_vs_fio_bandwidth"],
+                                                                  [best["name"]])
         gw = [r for r in ok.values() if r["kind"] == "lirs" and r["granularity"] in ("group", "window")
-              and r.get("records_per_s")]
+              and not r.get("reads_only") and r.get("records_per_s")]
         torch_row = ok.get("torch")
         if gw and torch_row and torch_row.get("records_per_s"):
             best = max(gw, key=lambda r: r["records_per_s"])
@@ -295,7 +307,7 @@ SCHEMA = {
              "mean_record_bytes": (int, float), "index_s": (int, float, type(None))},
     "row": {"device": str, "name": str, "kind": str, "status": str, "note": (str, type(None)),
             "granularity": (str, type(None)), "group_bytes": (int, type(None)), "window": (int, type(None)),
-            "peer": (str, type(None)), "what": (str, type(None)),
+            "peer": (str, type(None)), "reads_only": bool, "what": (str, type(None)),
             "epoch_s": (int, float, type(None)), "extrapolated": (bool, type(None)),
             "epochs_measured": (int, type(None)), "measured_s": (int, float, type(None)),
             "records": (int, type(None)), "records_per_s": (int, float, type(None)),
@@ -491,6 +503,81 @@ class _LirsRunner:
         self.loader.close()
 
 
+class _LirsReadsRunner:
+    """The read pattern of a lirs granularity alone: the epoch's planned extents read with the
+    engine, gathered into calls of at least ``engine depth`` extents (or 8 MiB), no decode. What
+    the device gives lirs when decoding is not the bound."""
+
+    buffered = False
+    sample_fraction = 1.0
+    pre_what = None
+    note = None
+    CALL_BYTES = 8 << 20
+
+    def __init__(self, cfg: Config, index, task: dict):
+        from .engines import open_engine
+
+        self.cfg, self.index, self.task = cfg, index, task
+        self.engine = open_engine(list(index.paths), task["engine"])
+        self.reads = self.bytes_read = self.payload = 0
+        self._buf = None
+        self.what = f"the {cfg.granularity} plan's extents read by the {self.engine.name} engine, no decode"
+
+    def _plan(self, e):
+        from .plan import plan_epoch
+
+        c = self.cfg
+        return plan_epoch(self.index, self.task["batch_size"], c.granularity, seed=self.task["seed"], epoch=e,
+                          group_bytes=c.group_bytes or 65536, window=c.window or 16)
+
+    def _read(self, steps):
+        import numpy as np
+
+        from .engines import aligned_empty
+
+        ef = np.concatenate([np.asarray(s.ext_file, np.int32) for s in steps])
+        eo = np.concatenate([np.asarray(s.ext_offset, np.int64) for s in steps])
+        en = np.concatenate([np.asarray(s.ext_nbytes, np.int64) for s in steps])
+        pos = np.zeros(len(en), np.int64)
+        np.cumsum(en[:-1], out=pos[1:])
+        total = int(en.sum())
+        if self._buf is None or len(self._buf) < total:
+            self._buf = aligned_empty(max(total, 4096))
+        got = self.engine.read(ef, eo, en, self._buf, pos)
+        self.reads += len(en)
+        self.bytes_read += int(got.sum())
+        self.payload += sum(s.payload_bytes for s in steps)
+
+    def warm(self):
+        for b in self._plan(WARM_EPOCH).batches():
+            if b.new_steps:
+                self._read(b.new_steps)
+            break
+        self.reads = self.bytes_read = self.payload = 0
+
+    def prepare(self):
+        pass
+
+    def epoch(self, e):
+        steps, ids, n_ext, nbytes = [], [], 0, 0
+        for b in self._plan(e).batches():
+            for st in b.new_steps:
+                steps.append(st)
+                n_ext += st.reads
+                nbytes += st.bytes_read
+            ids.append(b.ids)
+            if n_ext >= self.engine.depth or nbytes >= self.CALL_BYTES:
+                self._read(steps)
+                yield from ((i, None, None) for i in ids)
+                steps, ids, n_ext, nbytes = [], [], 0, 0
+        if steps:
+            self._read(steps)
+        yield from ((i, None, None) for i in ids)
+
+    def close(self):
+        self.engine.close()
+
+
 def _vm_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
@@ -539,7 +626,7 @@ def run_config(task: dict) -> dict:
     index = open_index(task["sidecar"])
     n = int(index.n)
     if cfg.kind == "lirs":
-        runner = _LirsRunner(cfg, index, task)
+        runner = (_LirsReadsRunner if cfg.reads_only else _LirsRunner)(cfg, index, task)
     else:
         runner = make_runner(cfg.peer, index, batch_size=task["batch_size"], seed=task["seed"],
                              engine=task["engine"], workdir=task["workdir"], budget_s=task["budget_s"],
@@ -572,10 +659,11 @@ def run_config(task: dict) -> dict:
         row["sample_fraction"] = frac
         if runner.note:
             row["note"] = runner.note
-        depth = getattr(getattr(getattr(runner, "loader", None), "_engine", None), "depth", None)
-        if depth:
-            row["engine_depth"] = int(depth)
-            row["engine"] = runner.loader._engine.name
+        eng = getattr(runner, "engine", None) if cfg.reads_only else \
+            getattr(getattr(runner, "loader", None), "_engine", None)
+        if eng is not None:
+            row["engine_depth"] = int(eng.depth)
+            row["engine"] = eng.name
     finally:
         runner.close()
     row["peak_rss_bytes"] = (_vm_kib("VmHWM") or 0) * 1024
@@ -602,13 +690,19 @@ def _measure(runner, task, n, frac, evict_paths) -> dict:
         if evict_paths and e > 0:
             all_dropped = evict_cache(evict_paths) and all_dropped
         got = 0
+        first = None  # (seconds, records) when the first batch arrived: the pipeline is full from then on
         t0 = time.perf_counter()
         gen = runner.epoch(e)
         complete = True
+        batches = 0
         try:
             for ids, X, y in gen:
                 got += len(ids)
-                if measured + time.perf_counter() - t0 > budget and got < n_eff:
+                batches += 1
+                now = time.perf_counter() - t0
+                if first is None:
+                    first = (now, got)
+                if measured + now > budget and got < n_eff:
                     complete = False
                     break
             dt = time.perf_counter() - t0
@@ -619,22 +713,37 @@ def _measure(runner, task, n, frac, evict_paths) -> dict:
         if complete:
             done.append(dt)
         else:
-            partial = (dt, got)
+            partial = (dt, got, first, batches)
             break
         if measured > budget:
             break
     cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - cpu0
     cg1 = _group_stats(task)
+    how = None
     if done:
         epoch_s = sum(done) / len(done) / frac
         extrapolated = frac < 1
+        if extrapolated:
+            how = f"whole epochs over {frac:.1%} of the data, scaled up"
     else:
-        dt, got = partial
-        epoch_s = dt * n_eff / max(got, 1) / frac
+        dt, got, first, batches = partial
         extrapolated = True
+        if batches >= 3 and dt > first[0]:
+            # time to the first batch (filling the prefetch pipeline), then the steady rate after it:
+            # an average over the whole sample would charge the fill to every later batch
+            rate = (got - first[1]) / (dt - first[0])
+            epoch_s = (first[0] + (n_eff - first[1]) / rate) / frac
+            how = (f"first batch after {first[0]:.3g}s, then {rate:,.0f} records/s over {batches - 1} batches, "
+                   f"to {n_eff:,} records")
+        else:
+            epoch_s = dt * n_eff / max(got, 1) / frac
+            how = f"{got:,} records in {dt:.3g}s, scaled to {n_eff:,} records"
     out = {"epochs_measured": len(done), "measured_s": measured, "records": records,
            "epoch_s": epoch_s, "extrapolated": bool(extrapolated), "epoch_times_s": done,
-           "partial_epoch": None if partial is None else {"seconds": partial[0], "records": partial[1]},
+           "partial_epoch": None if partial is None else {"seconds": partial[0], "records": partial[1],
+                                                          "batches": partial[3],
+                                                          "first_batch_s": partial[2][0] if partial[2] else None},
+           "extrapolation": how,
            "cpu_s": cpu, "cpu_s_per_epoch": cpu / measured * epoch_s if measured else None,
            "cpu_util": cpu / measured if measured else None, "_dropped": all_dropped}
     loader_reads = None if runner.reads is None else runner.reads - (r0 or 0)
@@ -651,7 +760,12 @@ def _measure(runner, task, n, frac, evict_paths) -> dict:
         "reads_per_s": reads / measured if measured and reads is not None else None,
         "mb_per_s": nbytes / measured / 1e6 if measured and nbytes is not None else None,
         "payload_per_s": payload / measured if measured else None,
-        "amplification": nbytes / payload if nbytes and payload else None,
+        # the loader's own bytes and payload count the same completed reads; device counters also
+        # hold reads still in flight when the budget ran out (they are the only count of
+        # page-cache readers, whose readahead is their cost)
+        "amplification": (loader_bytes / payload if loader_bytes and payload and not evict_paths
+                          else (nbytes / payload if nbytes and payload else None)),
+        "device_amplification": nbytes / payload if nbytes and payload and src == "cgroup" else None,
         "mean_read_bytes": nbytes / reads if reads and nbytes else None,
     })
     return out
@@ -774,14 +888,16 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
               seed: int = 0, engine: str = "auto", prefetch: int = 4, fio: bool = True,
               fio_runtime_s: float = 5.0, fio_results: dict | None = None, workdir: str | None = None,
               cgroup_root: str | None = None, buffer_records: int = 10_000, bmf_blocks: int = 40,
-              timeout_s: float | None = None, progress: bool | None = None, command: str | None = None,
-              say=None) -> dict:
+              reads_only=(), timeout_s: float | None = None, progress: bool | None = None,
+              command: str | None = None, say=None) -> dict:
     """Benchmark ``path`` (data file or sidecar; indexed here when it has no index).
 
     Parameters
     ----------
     devices : envelopes (keys of :data:`lirs.envelope.ENVELOPES`), in order.
     granularities : lirs granularities to measure.
+    reads_only : granularities measured once more as reads-only rows (``NAME/reads``: the plan's
+        extents read with the engine, no Loader, no decode): the I/O ceiling of that pattern.
     group_bytes : group sizes for group/window; ``"auto"`` adds the envelope's own size
         (:func:`envelope_group_bytes`, from the fio figures) when it differs.
     peers : ``"auto"`` (every peer that applies here), ``"none"``, or names of :data:`lirs.peers.PEERS`.
@@ -818,7 +934,11 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
         bad = [p for p in peer_list if p not in PEERS]
         if bad:
             raise UsageError(f"unknown peer(s) {bad}; expected some of {', '.join(PEERS)}")
-    if not granularities and not peer_list:
+    reads_only = list(reads_only or ())
+    bad = [g for g in reads_only if g not in GRANULARITIES]
+    if bad:
+        raise UsageError(f"unknown granularity {bad} for reads-only rows; expected some of {', '.join(GRANULARITIES)}")
+    if not granularities and not peer_list and not reads_only:
         raise UsageError("nothing to measure: no granularity and no peer")
     sizes = []
     for g in group_bytes:
@@ -878,7 +998,8 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
         "data": {"path": data_path, "format": index.format, "records": int(index.n),
                  "payload_bytes": int(index.payload_bytes), "file_bytes": int(file_bytes),
                  "mean_record_bytes": index.payload_bytes / index.n, "index_s": index_s},
-        "settings": {"devices": devices, "granularities": granularities, "group_bytes": sizes, "window": window,
+        "settings": {"devices": devices, "granularities": granularities, "reads_only": reads_only,
+                     "group_bytes": sizes, "window": window,
                      "peers": peer_list, "epochs": epochs, "budget_s": budget_s, "batch_size": batch_size,
                      "seed": seed, "engine": engine, "prefetch": prefetch, "fio": bool(fio),
                      "fio_runtime_s": fio_runtime_s, "buffer_records": buffer_records, "bmf_blocks": bmf_blocks,
@@ -888,7 +1009,8 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
         "fio": {}, "rows": [], "recommendation": {}, "goals": {}, "notes": notes,
     }
 
-    n_cfg = len(lirs_configs(granularities, [s for s in sizes if s != "auto"] or [65536], window)) + len(peer_list)
+    n_cfg = len(lirs_configs(granularities, [s for s in sizes if s != "auto"] or [65536], window, reads_only)) \
+        + len(peer_list)
     from tqdm import tqdm
 
     bar = tqdm(total=n_cfg * len(devices), unit="config", disable=not show, leave=False)
@@ -902,7 +1024,7 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
             group = None
             if env.throttled and cg_reason:
                 res["fio"][dev] = {"available": False, "reason": f"envelope skipped: {cg_reason}"}
-                for cfg in _configs(granularities, sizes, window, peer_list, None):
+                for cfg in _configs(granularities, sizes, window, peer_list, None, reads_only):
                     row = _row_base(dev, cfg)
                     row["note"] = f"no {dev} envelope here: {cg_reason}"
                     res["rows"].append(row)
@@ -924,7 +1046,7 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
                 res["fio"][dev] = fres
                 if not fres.get("available") and fio and fres.get("reason", "").startswith("fio not found"):
                     say(f"fio not found: {F.INSTALL_HINT}; continuing without ratios")
-                cfgs = _configs(granularities, sizes, window, peer_list, fres)
+                cfgs = _configs(granularities, sizes, window, peer_list, fres, reads_only)
                 bar.total = bar.total + len(cfgs) - n_cfg
                 for cfg in cfgs:
                     bar.set_description(f"{dev}: {cfg.name}")
@@ -968,7 +1090,7 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
     return res
 
 
-def _configs(granularities, sizes, window, peer_list, fres) -> list[Config]:
+def _configs(granularities, sizes, window, peer_list, fres, reads_only=()) -> list[Config]:
     gs = []
     for s in sizes:
         if s == "auto":
@@ -979,7 +1101,7 @@ def _configs(granularities, sizes, window, peer_list, fres) -> list[Config]:
             gs.append(s)
     if not gs:
         gs = [65536]
-    return lirs_configs(granularities, gs, window) + [Config("peer", peer=p) for p in peer_list]
+    return lirs_configs(granularities, gs, window, reads_only) + [Config("peer", peer=p) for p in peer_list]
 
 
 # ------------------------------------------------------------------------------ output
@@ -1101,7 +1223,8 @@ def plot(res: dict, path: str, title: str | None = None) -> bool:
         rows.sort(key=lambda r: r["epoch_s"])
         rec = (res.get("recommendation") or {}).get(dev, {}).get("config")
         y = list(range(len(rows)))
-        colors = ["tab:blue" if r["kind"] == "lirs" else "tab:gray" for r in rows]
+        colors = ["tab:gray" if r["kind"] == "peer" else ("lightsteelblue" if r.get("reads_only") else "tab:blue")
+                  for r in rows]
         bars = ax.barh(y, [r["epoch_s"] for r in rows], color=colors)
         for b, r in zip(bars, rows):
             if r.get("extrapolated"):

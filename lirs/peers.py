@@ -805,7 +805,9 @@ class External(_Sequential):
         self.out_index = None
         p = getattr(self, "path", None)
         if p:
-            for q in (p, getattr(idx, "sidecar", None) or p + ".lirs"):
+            from .gen import labels_path
+
+            for q in (p, getattr(idx, "sidecar", None) or p + ".lirs", labels_path(p)):
                 if q and os.path.exists(q):
                     os.unlink(q)
 

@@ -330,6 +330,46 @@ def test_recommend_on_hdd_like_results_picks_best_epoch_and_names_faster_peer():
                         _row("ssd", "lirs-page", None, status="skipped")]) == {}
 
 
+def test_recommend_ignores_reads_only_rows():
+    rows = [_row("nvme", "lirs-group-64K", 3.0, group_bytes=65536),
+            _row("nvme", "lirs-group-64K/reads", 0.5, group_bytes=65536, reads_only=True)]
+    rec = B.recommend(rows)["nvme"]
+    assert rec["config"] == "lirs-group-64K" and rec["fastest_overall"] == "lirs-group-64K"
+
+
+def test_lirs_config_names():
+    names = [c.name for c in B.lirs_configs(B.GRANULARITIES, [65536, 262144], 16, reads_only=["instance", "group"])]
+    assert names == ["lirs-instance", "lirs-page", "lirs-group-64K", "lirs-group-256K", "lirs-window-64Kx16",
+                     "lirs-window-256Kx16", "lirs-instance/reads", "lirs-group-64K/reads"]
+    assert B.format_size(1 << 20) == "1M" and B.format_size(1000) == "1000"
+
+
+def test_reads_only_runner_reads_the_plan_once(kdd_tiny):
+    import lirs
+
+    idx = lirs.open_index(kdd_tiny)
+    task = {"batch_size": 200, "seed": 5, "engine": "auto"}
+    for cfg in (B.Config("lirs", "instance", reads_only=True), B.Config("lirs", "group", 8192, reads_only=True),
+                B.Config("lirs", "window", 8192, 4, reads_only=True)):
+        r = B._LirsReadsRunner(cfg, idx, task)
+        try:
+            r.warm()
+            assert r.reads == 0
+            ids = np.concatenate([i for i, X, y in r.epoch(0)])
+            plan = r._plan(0)
+            assert np.array_equal(ids, plan.order())
+            st = plan.stats()
+            assert r.reads == st["reads"]
+            # every planned extent, cut short where it runs past the end of the file
+            size = os.path.getsize(kdd_tiny)
+            want = sum(int(np.minimum(s.ext_nbytes, size - s.ext_offset).sum())
+                       for b in plan.batches() for s in b.new_steps)
+            assert r.bytes_read == want and want <= st["bytes_read"]
+            assert r.payload == idx.payload_bytes
+        finally:
+            r.close()
+
+
 def test_goals_from_rows():
     rows = [_row("nvme", "lirs-instance", 10.0, ratio=0.93),
             _row("nvme", "lirs-group-64K", 3.0, group_bytes=65536, ratio=0.8, records_per_s=2e6),
@@ -415,10 +455,18 @@ def test_measure_extrapolates_an_epoch_cut_by_the_budget():
     m = B._measure(r, {"budget_s": 0.05, "epochs": 3}, 1000, 1.0, None)
     assert m["extrapolated"] is True and m["epochs_measured"] == 0
     part = m["partial_epoch"]
-    assert 0 < part["records"] < 1000 and part["records"] == m["records"]
-    assert m["epoch_s"] == pytest.approx(part["seconds"] * 1000 / part["records"])
+    assert 0 < part["records"] < 1000 and part["records"] == m["records"] and part["batches"] >= 3
+    # time to the first batch, then the steady rate of the later ones
+    rate = (part["records"] - 10) / (part["seconds"] - part["first_batch_s"])
+    assert m["epoch_s"] == pytest.approx(part["first_batch_s"] + (1000 - 10) / rate)
+    assert "first batch" in m["extrapolation"]
     assert m["io_source"] == "loader" and m["reads"] == m["records"] // 10
     assert m["amplification"] == pytest.approx(4096 / 1000)
+    # too few batches for a rate: the plain average
+    m = B._measure(_SlowRunner(1000, 0.03), {"budget_s": 0.01, "epochs": 1}, 1000, 1.0, None)
+    part = m["partial_epoch"]
+    assert part["batches"] == 1
+    assert m["epoch_s"] == pytest.approx(part["seconds"] * 1000 / part["records"])
 
 
 def test_measure_full_epochs_are_not_extrapolated():
@@ -501,13 +549,16 @@ def test_sparse_peers_deliver_every_record_once_with_its_data(kdd_tiny, tmp_path
     assert os.listdir(tmp_path) == []  # copies of the data are deleted
 
 
-@pytest.mark.parametrize("peer", ["memmap", "inmemory", "shuffle_buffer", "bmf"])
+@pytest.mark.parametrize("peer", ["memmap", "inmemory", "torch", "shuffle_buffer", "bmf"])
 def test_dense_peers_deliver_every_record_once_with_its_data(higgs_tiny, tmp_path, peer):
     import lirs
     from lirs.gen import labels_path
-    from lirs.peers import make_runner
+    from lirs.peers import make_runner, skip_reason
 
     idx = lirs.open_index(higgs_tiny)
+    why = skip_reason(peer, idx, workdir=str(tmp_path))
+    if why:
+        pytest.skip(why)
     X_all = np.load(higgs_tiny)
     y_all = np.load(labels_path(higgs_tiny))
     r = make_runner(peer, idx, batch_size=300, seed=2, workdir=str(tmp_path), buffer_records=1000, bmf_blocks=5)
@@ -520,6 +571,27 @@ def test_dense_peers_deliver_every_record_once_with_its_data(higgs_tiny, tmp_pat
         assert np.array_equal(np.concatenate(ys), y_all[ids])
     finally:
         r.close()
+
+
+def test_external_peer_on_dense_records_cleans_up(higgs_tiny, tmp_path):
+    import lirs
+    from lirs.peers import make_runner, skip_reason
+
+    idx = lirs.open_index(higgs_tiny)
+    why = skip_reason("external", idx, workdir=str(tmp_path))
+    if why:
+        pytest.skip(why)
+    X_all = np.load(higgs_tiny)
+    r = make_runner("external", idx, batch_size=300, seed=1, workdir=str(tmp_path))
+    try:
+        r.prepare()
+        ids, Xs, ys = _epoch_rows(r, 0)
+        X = np.concatenate(Xs)
+        assert X.shape == X_all.shape and not np.array_equal(X, X_all)
+        assert np.array_equal(np.sort(X[:, 0]), np.sort(X_all[:, 0]))
+    finally:
+        r.close()
+    assert [f for f in os.listdir(tmp_path) if not f.startswith(".")] == []
 
 
 def test_external_peer_reads_a_shuffled_copy(kdd_tiny, tmp_path):
@@ -576,6 +648,7 @@ def cli_run(kdd_tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench-out")
     js, png = str(out / "r.json"), str(out / "r.png")
     args = ["bench", kdd_tiny, "--smoke", "--granularity", "instance,group", "--peers", "shuffle_buffer",
+            "--reads-only", "group",
             "--batch-size", "256", "--json", js, "--plot", png, "--auto", "--workdir", str(out / "work")]
     if F.fio_path() is None:
         args.append("--no-fio")
@@ -589,7 +662,7 @@ def test_cli_end_to_end(cli_run, kdd_tiny):
     r, res, png = cli_run
     assert B.validate(res) == []
     names = [row["name"] for row in res["rows"]]
-    assert names == ["lirs-instance", "lirs-group-64K", "shuffle_buffer"]
+    assert names == ["lirs-instance", "lirs-group-64K", "lirs-group-64K/reads", "shuffle_buffer"]
     for row in res["rows"]:
         assert row["status"] == "ok", row
         assert row["records"] > 0 and row["epoch_s"] > 0 and row["cpu_s"] >= 0 and row["peak_rss_bytes"] > 0

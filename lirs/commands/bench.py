@@ -26,6 +26,9 @@ def add_parser(sub):
                         "ssd/hdd need root and cgroup-v1 blkio)")
     p.add_argument("--granularity", default="instance,page,group,window", metavar="LIST",
                    help="lirs granularities to measure (default all four; 'none' for peers only)")
+    p.add_argument("--reads-only", default="none", metavar="LIST",
+                   help="granularities to measure once more reading only (the plan's extents at full queue "
+                        "depth, no decode): the I/O ceiling of the pattern (default none)")
     p.add_argument("--group-bytes", default="64K,auto", metavar="LIST",
                    help="group sizes for group/window; 'auto' adds the size the envelope calls for "
                         "(fio IOPS x size >= sequential bandwidth), when it differs (default 64K,auto)")
@@ -69,6 +72,7 @@ def run(args) -> int:
     if gran == ["none"]:
         gran = []
     sizes = ["auto" if s == "auto" else parse_size(s) for s in _list(args.group_bytes, "group-bytes")]
+    reads_only = [] if args.reads_only.strip() == "none" else _list(args.reads_only, "reads-only")
     peers = args.peers.strip()
     if peers not in ("auto", "none"):
         peers = _list(peers, "peers")
@@ -78,7 +82,7 @@ def run(args) -> int:
         raise UsageError("--fio-runtime must be > 0")
     interactive = sys.stderr.isatty()
     res = run_bench(args.path, devices=devices, granularities=gran, group_bytes=sizes, window=args.window,
-                    peers=peers, epochs=args.epochs, budget_s=budget, batch_size=args.batch_size, seed=args.seed,
+                    peers=peers, reads_only=reads_only, epochs=args.epochs, budget_s=budget, batch_size=args.batch_size, seed=args.seed,
                     engine=args.engine, prefetch=args.prefetch, fio=not args.no_fio, fio_runtime_s=fio_runtime,
                     workdir=args.workdir, progress=None, command=command_line(["lirs", *sys.argv[1:]]),
                     say=(lambda m: None) if interactive else (lambda m: print(m, file=sys.stderr, flush=True)))
