@@ -57,6 +57,7 @@ import numpy as np
 
 from .errors import DataError, LirsError, UsageError
 from .index import FORMATS, VARIABLE_FORMATS, Index, _header_for, _SidecarWriter, fingerprint
+from .engines import aligned_empty
 from .kernels import external as K
 from .kernels import plan as KP
 from .kernels import scan as KS
@@ -68,6 +69,8 @@ log = logging.getLogger("lirs.external")
 PURPOSE_PILES = 0x5301   # the pile of every record (top level and re-splits)
 PURPOSE_ORDER = 0x5302   # the order of the records inside each final pile
 
+DIRECT = True                  # O_DIRECT for piles and output where the filesystem allows it
+BLOCK = 4096                   # O_DIRECT alignment of offsets, sizes and buffers
 MAX_PILES = 1024               # piles written at once (one open file each); more data → re-splits
 MAX_DEPTH = 24                 # re-split levels before giving up (each level at least halves a pile)
 HEADROOM = 0.9                 # expected pile + 6 sd uses at most this share of the pile target
@@ -124,7 +127,8 @@ class MemoryPlan:
         m = max(2, math.ceil(need / (self.target * HEADROOM)) + 1)
         room = self.memory - self.reserve - 2 * self.chunk - self.validate
         m = int(min(m, max_piles, max(2, room // _MIN_WRITE_BUFFER - _Piles.SPARE_SLOTS)))
-        return m, int(min(_MAX_WRITE_BUFFER, room // (m + _Piles.SPARE_SLOTS)))
+        w = int(min(_MAX_WRITE_BUFFER, room // (m + _Piles.SPARE_SLOTS)))
+        return m, w - w % BLOCK
 
 
 def _clamp(x, lo, hi):
@@ -151,17 +155,24 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
     if mem <= 0:
         raise UsageError("--memory must be a positive size, like 2G")
     mean = max(1.0, float(mean_record_bytes))
-    reserve = max(64 << 10, mem // 16)
+    reserve = max(1 << 20, mem // 16)  # the interpreter, threads and small arrays outside the plan
     chunk = _clamp(mem // 16, _MIN_CHUNK, _MAX_CHUNK)
     if record_bytes:
         chunk = max(chunk, record_bytes)
+
+    def blocks(x):
+        return -(-int(x) // BLOCK) * BLOCK
+
+    # O_DIRECT writes leave up to a block behind in a buffer: slots hold a record plus a block
+    wmin = max(_MIN_WRITE_BUFFER, blocks(record_bytes + BLOCK)) if record_bytes else _MIN_WRITE_BUFFER
     # the index scan of an output buffer needs about 8.5 bytes per buffer byte: smaller buffers then
     out_buf = _clamp(mem // (128 if index else 32), _MIN_OUT_BUFFER, _MAX_OUT_BUFFER)
     if record_bytes:
-        out_buf = max(out_buf, record_bytes)
+        out_buf = max(out_buf, blocks(record_bytes + 2 * BLOCK))
     # LIBSVM: starts, labels, flags (17 B) for up to one record per 2 bytes; lines: 8 B per byte
     scan = max(17 * (out_buf // 2 + 2), 8 * (out_buf + 1)) if index else 0
-    out_fixed = int(2 * out_buf * (1.0 + label_ratio)) + scan
+    # two output buffers and their labels, the scan arrays, and the block a pile read rounds up to
+    out_fixed = int(2 * out_buf * (1.0 + label_ratio)) + scan + BLOCK
     piece = _clamp(mem // 256, _MIN_VALIDATE_PIECE, _MAX_VALIDATE_PIECE)
     val = 17 * (piece // 2 + 2) if validate else 0
     pile_cap = mem - reserve - out_fixed
@@ -169,8 +180,8 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
     smallest = max(64 << 10, record_bytes + _OFFSET_BYTES)
     need_mem = reserve + out_fixed + smallest
     slots = 2 + _Piles.SPARE_SLOTS  # write buffers of the smallest split (two piles)
-    if pile_cap < smallest or room1 < slots * max(_MIN_WRITE_BUFFER, record_bytes):
-        need = max(need_mem, reserve + 2 * chunk + val + slots * max(_MIN_WRITE_BUFFER, record_bytes))
+    if pile_cap < smallest or room1 < slots * wmin:
+        need = max(need_mem, reserve + 2 * chunk + val + slots * wmin)
         raise UsageError(f"--memory {format_bytes(mem)} is too small to hold one record plus the buffers "
                          f"of both passes; use at least {format_bytes(need * 1.05)}")
     per_record = mean + _OFFSET_BYTES
@@ -180,13 +191,11 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
     root = (-6.0 + math.sqrt(36.0 + 4.0 * capacity)) / 2.0
     mu = max(1.0, root * root)
     n_est = max(1.0, input_bytes / mean)
-    cap_piles = max(2, min(max_piles or MAX_PILES,
-                           room1 // max(_MIN_WRITE_BUFFER, record_bytes) - _Piles.SPARE_SLOTS))
+    cap_piles = max(2, min(max_piles or MAX_PILES, room1 // wmin - _Piles.SPARE_SLOTS))
     want = max(1, math.ceil(n_est / mu))
     m = int(min(cap_piles, want))
     w = int(min(_MAX_WRITE_BUFFER, room1 // (m + _Piles.SPARE_SLOTS)))
-    if record_bytes:
-        w -= w % record_bytes  # whole records per buffer
+    w -= w % BLOCK
     exp_records = int(math.ceil(n_est / m))
     return MemoryPlan(memory=mem, chunk=chunk, write_buffer=w, piles=m, pile_cap=int(pile_cap),
                       out_buffer=out_buf, out_fixed=out_fixed, validate=val, validate_piece=piece,
@@ -322,10 +331,21 @@ def _write_all(fd: int, data) -> None:
         mv = mv[n:]
 
 
-def _read_all(path: str, nbytes: int, out: np.ndarray) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def _pwrite_all(fd: int, data, off: int) -> None:
+    mv = memoryview(data).cast("B")
+    while mv.nbytes:
+        n = os.pwrite(fd, mv, off)
+        mv = mv[n:]
+        off += n
+
+
+def _read_all(path: str, nbytes: int, out: np.ndarray, block: int = 1) -> None:
+    """Read the first ``nbytes`` of ``path`` into ``out``; with ``block`` > 1 by O_DIRECT in whole
+    blocks (``out`` aligned, room for ``nbytes`` rounded up to a block)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if block > 1 else 0))
     try:
-        mv = memoryview(out)[:nbytes]
+        want = -(-nbytes // block) * block
+        mv = memoryview(out)[:want]
         got = 0
         while got < nbytes:
             r = os.preadv(fd, [mv[got:]], got)
@@ -334,6 +354,35 @@ def _read_all(path: str, nbytes: int, out: np.ndarray) -> None:
             got += r
     finally:
         os.close(fd)
+
+
+def _direct_ok(dirpath: str) -> bool:
+    """Whether files in ``dirpath`` take O_DIRECT writes and reads (tmpfs and some overlay
+    filesystems refuse them, sometimes only at the first I/O: probe with a real one)."""
+    if not DIRECT or not hasattr(os, "O_DIRECT"):
+        return False
+    fd = -1
+    try:
+        tmp_fd, probe = tempfile.mkstemp(prefix=".lirs-direct-", dir=dirpath)
+        os.close(tmp_fd)
+        fd = os.open(probe, os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
+        buf = aligned_empty(BLOCK)
+        buf[:] = 7
+        back = aligned_empty(BLOCK)
+        ok = os.pwrite(fd, buf, 0) == BLOCK and os.preadv(fd, [back], 0) == BLOCK and bool((back == 7).all())
+    except OSError:
+        ok = False
+    finally:
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.unlink(probe)
+        except (OSError, UnboundLocalError):
+            pass
+    return ok
 
 
 def _read_chunks(path: str, start: int, end: int, chunk: int):
@@ -402,30 +451,42 @@ class _Piles:
     """``m`` pile files (``DIR/NAME-j.pile``) with their write buffers; counts per pile.
 
     There are ``m + SPARE_SLOTS`` buffer slots of ``w`` bytes: a full pile buffer goes to a writer
-    thread and the pile continues in a free slot, so dealing overlaps writing.
+    thread and the pile continues in a free slot, so dealing overlaps writing. With ``direct``
+    the files are written with O_DIRECT in whole 4 KiB blocks (no page-cache copy: on this class of
+    machine buffered writes are the slowest step): a buffer's partial last block moves to the
+    pile's next slot, and each pile's final block is zero-padded (``nbytes`` is the true length).
     """
 
     SPARE_SLOTS = 2
 
-    def __init__(self, dirpath: str, name: str, m: int, w: int):
-        self.m, self.w = int(m), int(w)
+    def __init__(self, dirpath: str, name: str, m: int, w: int, direct: bool = False):
+        self.block = BLOCK if direct else 1
+        self.m = int(m)
+        self.w = -(-int(w) // self.block) * self.block
         self.paths = [os.path.join(dirpath, f"{name}-{j}.pile") for j in range(self.m)]
         self.fds: list[int] = []
         nslots = self.m + self.SPARE_SLOTS
-        self.buf = np.empty(nslots * self.w, np.uint8)
+        self.buf = aligned_empty(nslots * self.w) if direct else np.empty(nslots * self.w, np.uint8)
         self.slots = np.arange(self.m, dtype=np.int64)     # pile -> the slot it fills
         self.free = list(range(self.m, nslots))
         self.pending: list = []                            # (future, slot) in submission order
         self.fill = np.zeros(self.m, np.int64)
         self.counts = np.zeros(self.m, np.int64)
         self.nbytes = np.zeros(self.m, np.int64)
+        self.off = [0] * self.m                            # bytes written to each pile file
         self.writer = ThreadPoolExecutor(1)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if direct else 0)
         try:
             for p in self.paths:
-                self.fds.append(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
+                self.fds.append(os.open(p, flags, 0o600))
         except BaseException:
             self.close()
             raise
+
+    @property
+    def wmax(self) -> int:
+        """Largest record that fits a slot after a flush (a partial block may stay behind)."""
+        return self.w - self.block + 1
 
     def _reap(self, block: bool) -> None:
         while self.pending and (block or self.pending[0][0].done()):
@@ -435,38 +496,61 @@ class _Piles:
             if block:
                 return
 
-    def flush(self, p: int) -> None:
-        """Hand pile ``p``'s buffer to the writer and give the pile a free slot."""
-        n = int(self.fill[p])
-        if not n:
-            return
-        s = int(self.slots[p])
-        self.pending.append((self.writer.submit(_write_all, self.fds[p], self.buf[s * self.w:s * self.w + n]), s))
+    def _submit(self, p: int, n: int) -> None:
+        """Write the first ``n`` bytes (whole blocks) of pile ``p``'s slot; the rest moves to a free slot."""
+        s, w = int(self.slots[p]), self.w
+        self.pending.append((self.writer.submit(_pwrite_all, self.fds[p], self.buf[s * w:s * w + n], self.off[p]),
+                             s))
+        self.off[p] += n
         self._reap(False)
         if not self.free:
             self._reap(True)
-        self.slots[p] = self.free.pop()
-        self.fill[p] = 0
+        new = self.free.pop()
+        tail = int(self.fill[p]) - n
+        if tail > 0:
+            self.buf[new * w:new * w + tail] = self.buf[s * w + n:s * w + n + tail]
+        self.slots[p] = new
+        self.fill[p] = max(tail, 0)
+
+    def flush(self, p: int) -> None:
+        """Make room in pile ``p``'s slot: hand its whole blocks to the writer."""
+        n = int(self.fill[p])
+        n -= n % self.block
+        if n:
+            self._submit(p, n)
 
     def drain(self) -> None:
         while self.pending:
             self._reap(True)
 
-    def write_direct(self, p: int, data, newline: bool) -> None:
-        """A record larger than a write buffer: write it (and a missing newline) straight away."""
-        self.flush(p)
-        self.drain()  # keeps the pile's bytes in order
-        _write_all(self.fds[p], data)
-        n = len(data)
+    def write_big(self, p: int, data: np.ndarray, newline: bool) -> None:
+        """A record larger than a slot: stream it (and a missing newline) through pile ``p``'s slots."""
+        w, pos, n = self.w, 0, int(data.size)
+        while pos < n:
+            s, f = int(self.slots[p]), int(self.fill[p])
+            k = min(w - f, n - pos)
+            self.buf[s * w + f:s * w + f + k] = data[pos:pos + k]
+            self.fill[p] += k
+            pos += k
+            if self.fill[p] == w:
+                self.flush(p)
         if newline:
-            _write_all(self.fds[p], b"\n")
-            n += 1
+            if self.fill[p] == w:
+                self.flush(p)
+            self.buf[int(self.slots[p]) * w + int(self.fill[p])] = 10
+            self.fill[p] += 1
         self.counts[p] += 1
-        self.nbytes[p] += n
+        self.nbytes[p] += n + int(newline)
 
     def finish(self) -> None:
         for p in range(self.m):
-            self.flush(p)
+            n = int(self.fill[p])
+            if n:
+                padded = -(-n // self.block) * self.block
+                s = int(self.slots[p])
+                self.buf[s * self.w + n:s * self.w + padded] = 0
+                self.fill[p] = padded
+                self._submit(p, padded)
         self.drain()
         self.close()
 
@@ -525,15 +609,15 @@ class _Dealer:
         pos = lo
         while True:
             pos, end, self.counter, status, p = K.scatter_lines(
-                buf, pos, hi, self.skip_blank, self.key, self.counter, P.m, P.buf, P.w, P.slots, P.fill,
-                P.counts, P.nbytes, self.info)
+                buf, pos, hi, self.skip_blank, self.key, self.counter, P.m, P.buf, P.w, P.wmax, P.slots,
+                P.fill, P.counts, P.nbytes, self.info)
             if status == K.DONE:
                 return
             if status == K.FLUSH:
                 P.flush(p)
                 continue
-            newline = buf[end - 1] != 10
-            P.write_direct(p, buf[pos:end], newline)
+            newline = bool(buf[end - 1] != 10)
+            P.write_big(p, buf[pos:end], newline)
             if newline:
                 self.info[K.INFO_ADDED_NEWLINES] += 1
             self.counter += 1
@@ -758,29 +842,37 @@ class _Shard:
 
 class _Output:
     """Pass 2's sink: gathers shuffled records into output buffers, splits them into shards, writes
-    on a background thread (one buffer fills while the other is written) and feeds the indexers."""
+    on a background thread (one buffer fills while the other is written) and feeds the indexers.
+
+    With ``direct`` the files are written with O_DIRECT in whole blocks: the partial last block of
+    a buffer moves to the front of the next one, and the file's last block is padded, then cut to
+    its true size with ftruncate. Records in ``buf[rec0:pos]`` are not indexed yet.
+    """
 
     def __init__(self, fmt, shards: list[_Shard], plan: MemoryPlan, *, rs=0, ls=0, dtype=None, shape=None,
-                 linfo=None, index=False, scratch=None, pool=None, sidecar_tmp=None):
+                 linfo=None, index=False, scratch=None, pool=None, sidecar_tmp=None, direct=False):
         self.fmt, self.shards, self.plan = fmt, shards, plan
         self.text = fmt in VARIABLE_FORMATS
         self.rs, self.ls, self.dtype, self.shape, self.linfo = rs, ls, dtype, shape, linfo
         self.index, self.scratch, self.pool = index and self.text, scratch, pool
         self.sidecar_tmp = sidecar_tmp or (lambda s: s.sidecar)
-        ob = plan.out_buffer
-        if not self.text:
-            ob = max(rs, ob - ob % rs)
-        self.bufs = [np.empty(ob, np.uint8), np.empty(ob, np.uint8)]
-        nl = (ob // rs) * ls if (not self.text and ls) else 0
+        self.direct = direct
+        self.block = BLOCK if direct else 1
+        ob = max(plan.out_buffer, rs + 2 * self.block)
+        ob = -(-ob // self.block) * self.block
+        self.cap = ob
+        make = aligned_empty if direct else (lambda n: np.empty(n, np.uint8))
+        self.bufs = [make(ob), make(ob)]
+        nl = (ob // rs + 1) * ls if (not self.text and ls) else 0
         self.lbufs = [np.empty(nl, np.uint8), np.empty(nl, np.uint8)]
         self.cur = 0
-        self.pos = 0
+        self.pos = 0            # bytes in the current buffer
+        self.rec0 = 0           # first byte of the current buffer not indexed yet
         self.lpos = 0
+        self.fileoff = 0        # file offset of the current buffer's first byte
         self.k = -1             # current shard
         self.left = 0           # records still to write into it
         self.fd = self.lfd = None
-        self.written = 0        # bytes handed to the writer for the current shard (after its header)
-        self.header = 0
         self.indexer = None
         self.pending = [None, None]
         self.writer = ThreadPoolExecutor(1)
@@ -792,13 +884,13 @@ class _Output:
         self.k += 1
         s = self.shards[self.k]
         self.left = s.count
-        self.fd = os.open(s.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        self.written = 0
-        self.header = 0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if self.direct else 0)
+        self.fd = os.open(s.tmp, flags, 0o644)
+        self.fileoff = self.pos = self.rec0 = self.lpos = 0
         if self.fmt == "npy":
-            hdr = _npy_header(self.dtype, (s.count,) + tuple(self.shape))
-            _write_all(self.fd, hdr)
-            self.header = len(hdr)
+            hdr = np.frombuffer(_npy_header(self.dtype, (s.count,) + tuple(self.shape)), np.uint8)
+            self.bufs[self.cur][:hdr.size] = hdr
+            self.pos = self.rec0 = int(hdr.size)
         if self.linfo is not None:
             ldt, lshape, _ = self.linfo
             self.lfd = os.open(s.labels_tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -809,8 +901,12 @@ class _Output:
                                         label_block=max(1 << 12, self.plan.out_buffer // 8))
 
     def _close_shard(self):
-        self._drain()
+        size = self.fileoff + self.pos
+        self._flush(final=True)
+        self._wait()
         s = self.shards[self.k]
+        if self.direct and size % self.block:
+            os.ftruncate(self.fd, size)  # drop the padding of the last block
         os.fsync(self.fd)
         os.close(self.fd)
         self.fd = None
@@ -819,38 +915,67 @@ class _Output:
             os.close(self.lfd)
             self.lfd = None
         s.indexer, self.indexer = self.indexer, None
-        s.data_end = self.header + self.written
+        s.data_end = size
         self.done.append(s)
 
     # ---- buffers ------------------------------------------------------------------------
-    def _job(self, fd, lfd, buf, n, lbuf, ln, indexer, base):
-        if indexer is not None:
-            indexer.add(buf, n, base)
-        _write_all(fd, buf[:n])
+    @staticmethod
+    def _job(fd, buf, n, off, indexer, lo, hi, lfd, lbuf, ln):
+        if indexer is not None and hi > lo:
+            indexer.add(buf[lo:hi], hi - lo, off + lo)
+        if n:
+            _pwrite_all(fd, buf[:n], off)
         if lfd is not None and ln:
             _write_all(lfd, lbuf[:ln])
 
-    def _flush(self):
-        if self.pos == 0:
+    def _flush(self, final: bool = False):
+        """Hand the current buffer's whole blocks (all of it, padded, when ``final``) to the writer;
+        the rest moves to the other buffer once that one is on disk."""
+        n = self.pos
+        if final:
+            a = -(-n // self.block) * self.block
+            self.bufs[self.cur][n:a] = 0
+        else:
+            a = n - n % self.block
+        if a == 0 and self.rec0 == n and not self.lpos:
             return
         i = self.cur
-        self.pending[i] = self.writer.submit(self._job, self.fd, self.lfd, self.bufs[i], self.pos, self.lbufs[i],
-                                             self.lpos, self.indexer, self.header + self.written)
-        self.written += self.pos
-        self.cur = 1 - i
-        self.pos = self.lpos = 0
-        f = self.pending[self.cur]
+        self.pending[i] = self.writer.submit(self._job, self.fd, self.bufs[i], a, self.fileoff, self.indexer,
+                                             self.rec0, n, self.lfd, self.lbufs[i], self.lpos)
+        o = 1 - i
+        f = self.pending[o]
         if f is not None:  # the other buffer must be on disk before it is refilled
-            self.pending[self.cur] = None
+            self.pending[o] = None
             f.result()
+        tail = n - a if n > a else 0
+        if tail:
+            self.bufs[o][:tail] = self.bufs[i][a:n]
+        self.cur = o
+        self.fileoff += a
+        self.pos = self.rec0 = tail
+        self.lpos = 0
 
-    def _drain(self):
-        self._flush()
+    def _wait(self):
         for i in (0, 1):
             f = self.pending[i]
             if f is not None:
                 self.pending[i] = None
                 f.result()
+
+    def _long_line(self, src, s, e):
+        """A line longer than the output buffer: index it whole, then stream it through the buffers."""
+        self._flush()
+        self._wait()  # the index sees records in order
+        if self.indexer is not None:
+            self.indexer.add(src[s:e], e - s, self.fileoff + self.pos)
+        while s < e:
+            k = min(self.cap - self.pos, e - s)
+            self.bufs[self.cur][self.pos:self.pos + k] = src[s:s + k]
+            self.pos += k
+            self.rec0 = self.pos
+            s += k
+            if self.pos == self.cap:
+                self._flush()
 
     def put(self, src: np.ndarray, offs: np.ndarray) -> None:
         """Append the records of ``src`` (a loaded pile) in the order of ``offs`` (int64 starts)."""
@@ -866,18 +991,12 @@ class _Output:
                 i2, self.pos, self.lpos = K.gather_fixed(src, offs, i, i_end, self.rs, self.ls, buf, self.pos,
                                                          self.lbufs[self.cur], self.lpos)
             if i2 == i:
-                if self.pos:
-                    self._flush()
+                if self.pos >= self.block or self.pos > self.rec0:
+                    self._flush()  # room for the next record
                     continue
-                # a line longer than the output buffer: write it on its own, in order
                 s = int(offs[i])
                 nl = K.find_newline(src, s, src.shape[0])
-                e = src.shape[0] if nl < 0 else nl + 1
-                self._drain()
-                if self.indexer is not None:
-                    self.indexer.add(src[s:e], e - s, self.header + self.written)
-                _write_all(self.fd, src[s:e])
-                self.written += e - s
+                self._long_line(src, s, src.shape[0] if nl < 0 else nl + 1)
                 i2 = i + 1
             self.left -= i2 - i
             self.records += i2 - i
@@ -921,8 +1040,10 @@ def _key(seed: int, purpose: int, path: tuple) -> int:
 class _Run:
     """State of one shuffle: plan, pile directory, stats; pass 2 recursion over piles."""
 
-    def __init__(self, fmt, plan, seed, pile_dir, out: _Output, rs, ls, bar, max_piles, pool):
+    def __init__(self, fmt, plan, seed, pile_dir, out: _Output, rs, ls, bar, max_piles, pool, direct):
         self.fmt, self.plan, self.seed, self.pile_dir = fmt, plan, seed, pile_dir
+        self.direct = direct
+        self.block = BLOCK if direct else 1
         self.out, self.rs, self.ls, self.bar = out, rs, ls, bar
         self.max_piles, self.pool = max_piles, pool
         self.rr = (rs or 0) + (ls or 0)
@@ -937,9 +1058,9 @@ class _Run:
         need = int(piles.nbytes[j]) + _OFFSET_BYTES * int(piles.counts[j])
         m, w = self.plan.split_piles(need, self.max_piles)
         if self.rr:
-            w = max(self.rr, w - w % self.rr)
+            w = max(w, self.rr + self.block)
         name = "p" + ".".join(str(x) for x in path)
-        sub = _Piles(self.pile_dir, name, m, w)
+        sub = _Piles(self.pile_dir, name, m, w, self.direct)
         try:
             d = _Dealer(self.fmt if self.rr else "lines", sub, _key(self.seed, PURPOSE_PILES, path), self.plan.chunk,
                         rs=self.rr, ls=0)
@@ -978,10 +1099,11 @@ class _Run:
                 os.unlink(piles.paths[j])
                 self.emit(sub, pj, depth + 1)
                 continue
-            if buf is None or buf.size < nb:
+            room = -(-nb // self.block) * self.block
+            if buf is None or buf.size < room:
                 buf = None
-                buf = np.empty(nb, np.uint8)
-            _read_all(piles.paths[j], nb, buf)
+                buf = aligned_empty(room) if self.direct else np.empty(room, np.uint8)
+            _read_all(piles.paths[j], nb, buf, self.block)
             os.unlink(piles.paths[j])
             offs = np.empty(r, np.int64)
             if self.rr:
@@ -1116,6 +1238,9 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     disable = None if progress is None else not progress
     pid = os.getpid()
     pile_dir = tempfile.mkdtemp(prefix=".lirs-shuffle-", dir=tmpdir)
+    direct_piles = _direct_ok(pile_dir)
+    direct_out = _direct_ok(parent)
+    block = BLOCK if direct_piles else 1
     stage = None                    # sharded output: the directory being filled
     shard_list: list[_Shard] = []
     output = None
@@ -1123,7 +1248,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     try:
         # ---- pass 1
         t1 = time.perf_counter()
-        piles = _Piles(pile_dir, "p", plan.piles, plan.write_buffer)
+        piles = _Piles(pile_dir, "p", plan.piles, max(plan.write_buffer, rr + block), direct_piles)
         try:
             with tqdm(total=in_bytes, unit="B", unit_scale=True, desc="lirs shuffle pass 1", disable=disable,
                       leave=False) as bar:
@@ -1173,13 +1298,13 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
             return os.path.join(stage, os.path.basename(s.sidecar)) if stage else s.sidecar
 
         output = _Output(fmt, shard_list, plan, rs=rs or 0, ls=ls, dtype=dtype, shape=shape, linfo=linfo,
-                         index=index, scratch=pile_dir, pool=pool, sidecar_tmp=sidecar_tmp)
+                         index=index, scratch=pile_dir, pool=pool, sidecar_tmp=sidecar_tmp, direct=direct_out)
 
         # ---- pass 2
         t2 = time.perf_counter()
         with tqdm(total=int(piles.nbytes.sum()), unit="B", unit_scale=True, desc="lirs shuffle pass 2",
                   disable=disable, leave=False) as bar:
-            run = _Run(fmt, plan, seed, pile_dir, output, rs or 0, ls, bar, max_piles, pool)
+            run = _Run(fmt, plan, seed, pile_dir, output, rs or 0, ls, bar, max_piles, pool, direct_piles)
             run.emit(piles)
         if output.records != n or len(output.done) != len(shard_list):
             raise LirsError(f"wrote {output.records} of {n} records; the piles were changed during the shuffle")
@@ -1250,6 +1375,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
         "splits": run.splits,
         "split_bytes": run.split_bytes,
         "depth": run.max_depth,
+        "direct_io": {"piles": direct_piles, "output": direct_out},
         "seconds_pass1": round(t_pass1, 4),
         "seconds_pass2": round(t_pass2, 4),
         "seconds": round(secs, 4),

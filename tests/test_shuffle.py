@@ -113,6 +113,19 @@ def force_plan(monkeypatch):
     return apply
 
 
+@pytest.fixture(params=["direct", "buffered"])
+def io_mode(request, monkeypatch):
+    """Piles and output with O_DIRECT (where the filesystem takes it) or through the page cache."""
+    monkeypatch.setattr(E, "DIRECT", request.param == "direct")
+    return request.param
+
+
+def check_io(st, io_mode, d):
+    """The run used O_DIRECT exactly when asked and the filesystem of ``d`` takes it."""
+    want = io_mode == "direct" and E._direct_ok(str(d))
+    assert st["direct_io"] == {"piles": want, "output": want}
+
+
 def leftovers(d):
     """Hidden temporaries (piles, staged output, sidecar temps) left in directory ``d``."""
     return sorted(x for x in os.listdir(d) if x.startswith("."))
@@ -130,12 +143,13 @@ CONFIGS = {
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("n", [1, 2, 7, 150, 1200])
-def test_libsvm_output_is_a_permutation(tmp_path, force_plan, config, n):
+def test_libsvm_output_is_a_permutation(tmp_path, force_plan, io_mode, config, n):
     data = libsvm_bytes(n, seed=n, comments=True, no_final_newline=(n % 2 == 1))
     src = tmp_path / "in.svm"
     src.write_bytes(data)
     force_plan(**CONFIGS[config])
     st = E.shuffle(src, tmp_path / "out.svm", seed=5, progress=False)
+    check_io(st, io_mode, tmp_path)
     want = text_records(data, "libsvm")
     got = out_records(tmp_path / "out.svm")
     assert Counter(got) == Counter(want)
@@ -152,12 +166,13 @@ def test_libsvm_output_is_a_permutation(tmp_path, force_plan, config, n):
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("n", [1, 3, 64, 900])
-def test_lines_output_is_a_permutation_with_crlf_and_empty_lines(tmp_path, force_plan, config, n):
+def test_lines_output_is_a_permutation_with_crlf_and_empty_lines(tmp_path, force_plan, io_mode, config, n):
     data = lines_bytes(n, seed=n + 1, crlf=(n % 2 == 0), empty=True, no_final_newline=(n > 1))
     src = tmp_path / "in.jsonl"
     src.write_bytes(data)
     force_plan(**CONFIGS[config])
     st = E.shuffle(src, tmp_path / "out.jsonl", seed=1, progress=False)
+    check_io(st, io_mode, tmp_path)
     want = text_records(data, "lines")
     assert Counter(out_records(tmp_path / "out.jsonl")) == Counter(want)
     assert st["records"] == len(want)
@@ -200,6 +215,18 @@ def test_several_inputs_form_one_dataset(tmp_path, force_plan):
         (d / f"p{i}.svm").write_bytes(data)
     E.shuffle(d, tmp_path / "all2.svm", seed=9)
     assert (tmp_path / "all2.svm").read_bytes() == (tmp_path / "all.svm").read_bytes()
+
+
+def test_tmpfs_without_o_direct_falls_back_to_the_page_cache(shm_dir, force_plan):
+    data = libsvm_bytes(300, seed=6, no_final_newline=True)
+    src = os.path.join(shm_dir, "in.svm")
+    with open(src, "wb") as f:
+        f.write(data)
+    force_plan(piles=3, write_buffer=700)
+    st = E.shuffle(src, os.path.join(shm_dir, "o.svm"), index=True)
+    assert st["direct_io"]["piles"] == E._direct_ok(shm_dir)
+    assert Counter(out_records(os.path.join(shm_dir, "o.svm"))) == Counter(text_records(data, "libsvm"))
+    assert _same_sidecar(os.path.join(shm_dir, "o.svm"), st["sidecars"][0], shm_dir)
 
 
 def test_duplicate_records_keep_their_multiplicity(tmp_path, force_plan):
@@ -274,7 +301,7 @@ def test_pile_draws_are_uniform_and_chunk_free():
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_npy_rows_and_labels_move_together(tmp_path, force_plan, config):
+def test_npy_rows_and_labels_move_together(tmp_path, force_plan, io_mode, config):
     x = make_npy(tmp_path / "x.npy", 333, seed=1)
     y = np.load(labels_path(str(tmp_path / "x.npy")))
     config = dict(CONFIGS[config])
@@ -282,6 +309,7 @@ def test_npy_rows_and_labels_move_together(tmp_path, force_plan, config):
         config["pile_cap"] = 3000  # rows of 12 bytes + 8 label bytes: piles of ~111 rows split again
     force_plan(**config)
     st = E.shuffle(tmp_path / "x.npy", tmp_path / "o.npy", seed=4, index=True)
+    check_io(st, io_mode, tmp_path)
     o = np.load(tmp_path / "o.npy")
     assert o.shape == x.shape and o.dtype == x.dtype
     ids = o[:, 0].astype(np.int64)
@@ -322,12 +350,13 @@ def test_npy_labels_missing_on_one_input_are_dropped_with_a_warning(tmp_path):
     assert "labels" not in st and not os.path.exists(labels_path(str(tmp_path / "o.npy")))
 
 
-def test_raw_fixed_records_drop_the_header(tmp_path, force_plan):
+def test_raw_fixed_records_drop_the_header(tmp_path, force_plan, io_mode):
     rs, n, h = 24, 200, 10
     recs = [bytes([i % 251]) * 4 + i.to_bytes(4, "little") + bytes(16) for i in range(n)]
     (tmp_path / "r.bin").write_bytes(b"H" * h + b"".join(recs))
     force_plan(piles=3, write_buffer=rs * 2)
     st = E.shuffle(tmp_path / "r.bin", tmp_path / "o.bin", record_size=rs, header_size=h, index=True)
+    check_io(st, io_mode, tmp_path)
     out = (tmp_path / "o.bin").read_bytes()
     assert len(out) == n * rs and st["format"] == "fixed"
     got = [out[i:i + rs] for i in range(0, len(out), rs)]
@@ -368,7 +397,7 @@ def _same_sidecar(data_path, sidecar, tmp_path):
 
 @pytest.mark.parametrize("fmt", ["libsvm", "lines"])
 @pytest.mark.parametrize("config", ["default", "piles"])
-def test_index_equals_lirs_index_of_the_output(tmp_path, force_plan, fmt, config):
+def test_index_equals_lirs_index_of_the_output(tmp_path, force_plan, io_mode, fmt, config):
     if fmt == "libsvm":
         data = libsvm_bytes(400, seed=2, comments=True, crlf=True, no_final_newline=True)
         name = "in.svm"
@@ -379,6 +408,7 @@ def test_index_equals_lirs_index_of_the_output(tmp_path, force_plan, fmt, config
     force_plan(**CONFIGS[config])
     out = tmp_path / ("out" + os.path.splitext(name)[1])
     st = E.shuffle(tmp_path / name, out, seed=3, index=True)
+    check_io(st, io_mode, tmp_path)
     assert st["sidecars"] == [str(out) + ".lirs"]
     assert _same_sidecar(str(out), st["sidecars"][0], tmp_path)
     idx = lirs.open_index(out)
@@ -438,7 +468,7 @@ def test_memory_plan_respects_the_cap(memory, input_bytes, mean, index):
 
 def test_memory_plan_fixed_records_and_too_small_memory():
     p = E.plan_memory(10**9, 8000, "64M", record_bytes=8008, label_ratio=0.001)
-    assert p.write_buffer % 8008 == 0 and p.write_buffer >= 8008
+    assert p.write_buffer % E.BLOCK == 0 and p.write_buffer >= 8008 + E.BLOCK
     assert p.pass1_bytes + p.reserve <= 64 << 20 and p.pass2_bytes + p.reserve <= 64 << 20
     with pytest.raises(UsageError, match="too small"):
         E.plan_memory(10**9, 350, "100K")
@@ -449,7 +479,7 @@ def test_memory_plan_fixed_records_and_too_small_memory():
 def test_run_stays_within_the_plan(tmp_path):
     data = libsvm_bytes(20_000, seed=1)
     (tmp_path / "in.svm").write_bytes(data)
-    st = E.shuffle(tmp_path / "in.svm", tmp_path / "o.svm", memory="1M", index=True)
+    st = E.shuffle(tmp_path / "in.svm", tmp_path / "o.svm", memory="2M", index=True)
     assert st["piles"] > 1
     assert st["peak_memory_estimate"] <= st["memory"]
     assert st["pass2_memory_estimate"] <= st["memory"]
@@ -458,15 +488,16 @@ def test_run_stays_within_the_plan(tmp_path):
 def test_line_longer_than_memory_is_a_clear_error(tmp_path):
     (tmp_path / "big.txt").write_bytes(b"short\n" + b"x" * (3 << 20) + b"\nend\n")
     with pytest.raises(UsageError, match=r"big\.txt: the line at byte 6 is longer than .* raise --memory"):
-        E.shuffle(tmp_path / "big.txt", tmp_path / "o.txt", memory="1M")
+        E.shuffle(tmp_path / "big.txt", tmp_path / "o.txt", memory="2M")
     assert leftovers(tmp_path) == [] and not os.path.exists(tmp_path / "o.txt")
 
 
-def test_long_lines_bigger_than_buffers_pass_through(tmp_path, force_plan):
+def test_long_lines_bigger_than_buffers_pass_through(tmp_path, force_plan, io_mode):
     recs = [b"%d %s\n" % (i, b"y" * (5000 * (i % 3))) for i in range(30)]
     (tmp_path / "l.txt").write_bytes(b"".join(recs))
     force_plan(piles=3, write_buffer=1000, chunk=3000, out_buffer=1024)
     st = E.shuffle(tmp_path / "l.txt", tmp_path / "o.txt", seed=2, index=True)
+    check_io(st, io_mode, tmp_path)
     assert Counter(out_records(tmp_path / "o.txt")) == Counter(recs)
     assert _same_sidecar(str(tmp_path / "o.txt"), st["sidecars"][0], tmp_path)
 

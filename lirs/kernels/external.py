@@ -25,7 +25,7 @@ memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, 
 # status codes of the scatter kernels
 DONE = 0    # the region is consumed
 FLUSH = 1   # pile buffer `pile` is too full for the next record: write it out, call again at `pos`
-BIG = 2     # the record [pos, end) is larger than a whole pile buffer: write it straight to `pile`
+BIG = 2     # the record [pos, end) is larger than a pile buffer: the caller streams it to `pile`
 
 # info[] slots of scatter_lines
 INFO_SKIPPED_LINES = 0   # blank / comment-only LIBSVM lines dropped
@@ -65,22 +65,23 @@ def draw_piles(key, counter0, m, out):
 
 
 @njit(cache=True, nogil=True)
-def scatter_lines(buf, pos, hi, skip_blank, key, counter, m, piles, w, slots, fill, counts, nbytes, info):
+def scatter_lines(buf, pos, hi, skip_blank, key, counter, m, piles, w, wmax, slots, fill, counts, nbytes,
+                  info):
     """Deal the lines of buf[pos:hi] (uint8) to ``m`` pile buffers.
 
     ``piles`` uint8 (slots * w,): pile ``p`` buffers bytes in slot ``s = slots[p]`` (int64 (m,)),
     ``piles[s*w : s*w + fill[p]]``.
     ``fill``, ``counts``, ``nbytes`` int64 (m,): buffered bytes, records and bytes dealt per pile.
-    ``info`` int64 (3,): see ``INFO_*``. Lines are ``\\n``-terminated except possibly the last one of
-    the region, which gets a ``\\n`` in its pile (records must not merge). With ``skip_blank``
+    ``info`` int64 (3,): see ``INFO_*``. Lines are ``\\n``-terminated except possibly the last one
+    of the region, which gets a ``\\n`` in its pile (records must not merge). With ``skip_blank``
     (LIBSVM), lines whose first non-blank byte is ``#`` or the end of the line are not records and
     are dropped; otherwise every line is a record (``lines`` format, and re-split piles).
     ``counter`` is the running record number that keys the pile draws.
 
     Returns (pos, end, counter, status, pile): with ``DONE`` everything is dealt; ``FLUSH`` means
     pile ``pile`` must be emptied before the record at ``pos`` fits; ``BIG`` means the record
-    ``buf[pos:end]`` (``counter`` not yet advanced) is larger than a pile buffer and goes straight
-    to pile ``pile``.
+    ``buf[pos:end]`` (``counter`` not yet advanced) is longer than ``wmax`` (<= w, what a slot
+    holds after a flush) and is streamed to pile ``pile`` by the caller.
     """
     ptr = np.int64(buf.ctypes.data)
     pb = np.int64(piles.ctypes.data)
@@ -99,7 +100,7 @@ def scatter_lines(buf, pos, hi, skip_blank, key, counter, m, piles, w, slots, fi
         ln = end - pos
         need = ln if buf[end - 1] == 10 else ln + 1
         p = draw_pile(key, counter, m)
-        if need > w:
+        if need > wmax:
             return pos, end, counter, BIG, p
         if fill[p] + need > w:
             return pos, end, counter, FLUSH, p
@@ -122,7 +123,7 @@ def scatter_fixed(buf, pos, nrec, rs, lab, ls, key, counter, m, piles, w, slots,
 
     ``buf`` uint8 holds ``nrec`` records of ``rs`` bytes from offset 0; record ``i`` goes to its
     pile followed by its ``ls`` label bytes ``lab[i*ls : (i+1)*ls]`` (uint8; empty when ``ls`` is 0).
-    ``w`` >= rs + ls. Starts at record ``pos``; returns (pos, counter, status, pile) with
+    ``w`` >= rs + ls + (the bytes a flush may leave behind). Starts at record ``pos``; returns (pos, counter, status, pile) with
     status ``DONE`` or ``FLUSH``.
     """
     ptr = np.int64(buf.ctypes.data)
