@@ -175,7 +175,8 @@ def table_md(res: dict) -> str:
         lines.append(f"- {rec['text']}")
     for dev, gs in (res.get("goals") or {}).items():
         for k, g in gs.items():
-            lines.append(f"- goal {dev} {k}: {g['value']:.2f} (goal ≥ {g['goal']}) — {'met' if g['met'] else 'not met'}")
+            met = "met" if g["met"] else "not met"
+            lines.append(f"- goal {dev} {k}: {g['value']:.2f} (goal ≥ {g['goal']}) — {met}")
     lines.append("")
     return "\n".join(lines)
 

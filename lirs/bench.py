@@ -11,10 +11,13 @@ For every device envelope (:mod:`lirs.envelope`: ``nvme`` = the disk as it is, `
    time and peak RSS of the worker, and each rate as a ratio to the fio figure it is bound by;
 4. recommends, per envelope, a lirs configuration (:func:`recommend`).
 
-Bounded runs. A configuration reads for at most ``budget_s`` seconds (plus its one-off
-pre-processing). When an epoch does not finish within the budget its time is extrapolated from
-the records delivered (``extrapolated: true``): an HDD envelope makes instance-granularity
-epochs hours long, and a sample of a few thousand random reads predicts them well.
+Bounded runs. A configuration reads for about ``budget_s`` seconds (plus its one-off
+pre-processing; past the budget it goes on until three batches have arrived, at most 3x the
+budget). When an epoch does not finish in that time its duration is extrapolated
+(``extrapolated: true``, ``extrapolation`` says how): the time to the first batch, which fills
+the prefetch pipeline, plus the remaining records at the steady rate of the later batches. An
+HDD envelope makes instance-granularity epochs hours long; a sample of a few thousand random
+reads predicts them.
 
 Cold caches. lirs, the shuffle buffer, BMF and the external shuffle read with ``O_DIRECT``. The
 buffered peers (in-memory load, torch, memmap) start every epoch, and their pre-processing, with
@@ -702,7 +705,8 @@ def _measure(runner, task, n, frac, evict_paths) -> dict:
                 now = time.perf_counter() - t0
                 if first is None:
                     first = (now, got)
-                if measured + now > budget and got < n_eff:
+                # past the budget, stop once a rate can be told (3 batches), or at 3x the budget
+                if measured + now > budget and got < n_eff and (batches >= 3 or measured + now > 3 * budget):
                     complete = False
                     break
             dt = time.perf_counter() - t0
@@ -1152,7 +1156,8 @@ def format_table(res: dict) -> str:
     lines = []
     for dev in res["settings"]["devices"]:
         env = res["envelopes"][dev]
-        caps = "" if env["read_iops"] is None else f" (capped at {env['read_iops']:,} IOPS, {env['read_bps'] / 1e6:.0f} MB/s)"
+        caps = "" if env["read_iops"] is None else \
+            f" (capped at {env['read_iops']:,} IOPS, {env['read_bps'] / 1e6:.0f} MB/s)"
         lines.append(f"{dev}{caps}")
         fres = res["fio"].get(dev) or {}
         if fres.get("available"):

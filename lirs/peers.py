@@ -32,7 +32,6 @@ from __future__ import annotations
 import collections
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -559,7 +558,8 @@ class _Sequential(Runner):
 
     def _open_reader(self, recs, workers=2, depth=None):
         self.recs = recs
-        self.rd = _RunReader(recs, self.engine, workers=workers, depth=max(1, self.prefetch if depth is None else depth))
+        depth = self.prefetch if depth is None else depth
+        self.rd = _RunReader(recs, self.engine, workers=workers, depth=max(1, depth))
         self.run = _run_records(recs, self.batch_size)
         self.reads = 0
         self.bytes_read = 0

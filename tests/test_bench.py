@@ -463,7 +463,7 @@ def test_measure_extrapolates_an_epoch_cut_by_the_budget():
     assert m["io_source"] == "loader" and m["reads"] == m["records"] // 10
     assert m["amplification"] == pytest.approx(4096 / 1000)
     # too few batches for a rate: the plain average
-    m = B._measure(_SlowRunner(1000, 0.03), {"budget_s": 0.01, "epochs": 1}, 1000, 1.0, None)
+    m = B._measure(_SlowRunner(1000, 0.03), {"budget_s": 0.005, "epochs": 1}, 1000, 1.0, None)
     part = m["partial_epoch"]
     assert part["batches"] == 1
     assert m["epoch_s"] == pytest.approx(part["seconds"] * 1000 / part["records"])

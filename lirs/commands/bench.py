@@ -82,7 +82,8 @@ def run(args) -> int:
         raise UsageError("--fio-runtime must be > 0")
     interactive = sys.stderr.isatty()
     res = run_bench(args.path, devices=devices, granularities=gran, group_bytes=sizes, window=args.window,
-                    peers=peers, reads_only=reads_only, epochs=args.epochs, budget_s=budget, batch_size=args.batch_size, seed=args.seed,
+                    peers=peers, reads_only=reads_only, epochs=args.epochs, budget_s=budget,
+                    batch_size=args.batch_size, seed=args.seed,
                     engine=args.engine, prefetch=args.prefetch, fio=not args.no_fio, fio_runtime_s=fio_runtime,
                     workdir=args.workdir, progress=None, command=command_line(["lirs", *sys.argv[1:]]),
                     say=(lambda m: None) if interactive else (lambda m: print(m, file=sys.stderr, flush=True)))
