@@ -7,7 +7,10 @@
 Pass 1 streams the inputs in large chunks and deals every record to one of M piles on disk, the
 pile drawn uniformly at random for each record; each pile has a write buffer, so pile writes are
 large. Pass 2 loads one pile at a time, shuffles its records in RAM (Fisher-Yates over the start
-offsets) and appends them to the output: one file, or K shards of consecutive records.
+offsets) and appends them to the output: one file, or K shards of consecutive records. Reading,
+dealing/gathering and writing overlap on threads (the kernels release the GIL); piles and output
+are written with O_DIRECT in whole blocks where the filesystem takes it (probed), which keeps the
+CPU out of the page cache, and through the page cache otherwise.
 
 The output is a uniformly random permutation of the input records: choosing pile j for record i is
 the first digit (base M) of a uniform key U_i, and the shuffle inside a pile sorts on the remaining
@@ -93,9 +96,12 @@ _OFFSET_BYTES = 8              # pass 2 keeps one int64 start offset per record 
 class MemoryPlan:
     """How ``memory`` bytes are split between the buffers of both passes (all sizes in bytes).
 
-    Pass 1 holds ``2 * chunk`` (read ahead) + ``piles * write_buffer`` + ``validate``; pass 2 holds
-    one pile (its bytes + 8 per record, at most ``pile_cap``) + ``out_fixed`` (two output buffers,
-    their label buffers and the index scan arrays). ``reserve`` is left for everything else.
+    Pass 1 holds ``2 * chunk`` (read ahead) + ``(piles + 2) * write_buffer`` (two spare slots let
+    dealing overlap writing) + ``validate``; pass 2 holds at most ``pile_cap`` of piles (a pile's
+    bytes + 8 per record; the next pile is read ahead only when both fit) + ``out_fixed`` (two
+    output buffers, their label buffers and the index scan arrays). ``reserve`` is left for the
+    rest of the process. A text line longer than ``chunk`` is assembled in memory (about twice its
+    size) on top of this.
     """
 
     memory: int
@@ -598,6 +604,8 @@ class _Dealer:
                 nl = K.find_newline(buf, a + self.piece, hi)
                 b = hi if nl < 0 else nl + 1
             self.validator._region(path, buf, a, b, base)
+            if b - a > 2 * self.piece:  # a long line grew the scan arrays: drop them
+                self.validator._out = [None, None]
             a = b
 
     def _lines(self, path, buf, lo, hi, base):
@@ -632,39 +640,38 @@ class _Dealer:
             self._deal_chunks(src, chunks)
 
     def _deal_chunks(self, src, chunks):
-        carry = None
+        carry: list = []       # pieces of a line that continues into the next chunk
+        carry_size = 0
         carry_base = 0
         for buf, nb, base in chunks:
             lo = 0
-            if carry is not None:
+            if carry:
                 f = K.find_newline(buf, 0, nb)
+                carry.append(buf[:nb if f < 0 else f + 1].copy())
+                carry_size += carry[-1].size
+                if self.max_record and carry_size > self.max_record:
+                    self._too_long(src.path, carry_base, carry_size)
                 if f < 0:
-                    carry = np.concatenate([carry, buf[:nb]])
-                    if self.max_record and carry.size > self.max_record:
-                        self._too_long(src.path, carry_base, carry.size)
                     self._progress(nb)
                     continue
-                joined = np.concatenate([carry, buf[:f + 1]])
-                carry = None
-                if self.max_record and joined.size > self.max_record:
-                    self._too_long(src.path, carry_base, joined.size)
+                joined = np.concatenate(carry)
+                carry, carry_size = [], 0
                 self._lines(src.path, joined, 0, joined.size, carry_base)
                 del joined
                 lo = f + 1
             last = KS.rfind_byte(buf, lo, nb, 10)
             if last < 0:
-                carry = buf[lo:nb].copy()
-                carry_base = base + lo
+                carry, carry_size, carry_base = [buf[lo:nb].copy()], nb - lo, base + lo
             else:
                 self._lines(src.path, buf, lo, last + 1, base)
                 if last + 1 < nb:
-                    carry = buf[last + 1:nb].copy()
-                    carry_base = base + last + 1
+                    carry, carry_size, carry_base = [buf[last + 1:nb].copy()], nb - last - 1, base + last + 1
             self._progress(nb)
-        if carry is not None:  # the last line has no trailing newline: still a record
-            if self.max_record and carry.size > self.max_record:
-                self._too_long(src.path, carry_base, carry.size)
-            self._lines(src.path, carry, 0, carry.size, carry_base)
+        if carry:  # the last line has no trailing newline: still a record
+            joined = np.concatenate(carry)
+            if self.max_record and joined.size > self.max_record:
+                self._too_long(src.path, carry_base, joined.size)
+            self._lines(src.path, joined, 0, joined.size, carry_base)
 
     # ---- fixed --------------------------------------------------------------------------
     def deal_fixed(self, src: _Source) -> None:
@@ -741,6 +748,7 @@ class _TextIndexer:
         from .scan import _VarScanner
 
         self.fmt = fmt
+        self.out_buffer = out_buffer
         self.data_tmp, self.final_path = data_tmp, final_path
         self.sidecar_final = sidecar_final
         self.label_block = max(1 << 12, int(label_block))
@@ -762,12 +770,16 @@ class _TextIndexer:
         """Index buf[:n] (complete lines) written at byte ``base`` of the output."""
         if self.sc is not None:
             self.sc._region(self.data_tmp, buf, 0, n, base)
+            if n > self.out_buffer:  # a long line grew the scan arrays (~8.5 B per byte): drop them
+                self.sc._out = [None, None]
         else:
-            # every line is a record: at most one start per byte
-            if self.starts is None or self.starts.size < n + 1:
-                self.starts = np.empty(n + 1, np.int64)
+            k = KS.count_byte(buf, 0, n, 10) + 1
+            if self.starts is None or self.starts.size < k:
+                self.starts = np.empty(k, np.int64)
             k = KS.lines_scan(buf, 0, n, base, self.starts)
             self.tap.append(self.starts[:k])
+            if n > self.out_buffer:
+                self.starts = None
 
     def commit(self, data_end: int, data_path: str) -> str:
         """Finish the sidecar and rename it into place; ``data_path`` is the complete, closed data
@@ -1052,6 +1064,7 @@ class _Run:
         self.max_depth = 0
         self.peak_pile = 0
         self.leaves = 0
+        self.loader = ThreadPoolExecutor(1)
 
     def _split(self, piles: _Piles, j: int, path: tuple) -> _Piles:
         """Deal pile ``j`` again into sub-piles (fresh draws keyed by its path)."""
@@ -1076,49 +1089,98 @@ class _Run:
         self.split_bytes += int(piles.nbytes[j])
         return sub
 
+    def _alloc(self, nbytes: int) -> np.ndarray:
+        return aligned_empty(nbytes) if self.direct else np.empty(nbytes, np.uint8)
+
+    def _load(self, piles: _Piles, j: int, path: tuple, buf: np.ndarray) -> np.ndarray:
+        """Read pile ``j`` into ``buf`` and return its record starts (int64) in shuffled order."""
+        r, nb = int(piles.counts[j]), int(piles.nbytes[j])
+        _read_all(piles.paths[j], nb, buf, self.block)
+        os.unlink(piles.paths[j])
+        offs = np.empty(r, np.int64)
+        if self.rr:
+            np.multiply(np.arange(r, dtype=np.int64), self.rr, out=offs)
+        else:
+            k = K.line_starts(buf, nb, offs)
+            if k != r:
+                raise LirsError(f"{piles.paths[j]}: pile holds {k} lines, expected {r}")
+        KP.shuffle_inplace(offs, np.uint64(_key(self.seed, PURPOSE_ORDER, path)), np.uint64(0))
+        return offs
+
     def emit(self, piles: _Piles, path: tuple = (), depth: int = 0) -> None:
-        """Pass 2 over ``piles`` in order: shuffle each in RAM, or split it again when too big."""
+        """Pass 2 over ``piles`` in order: shuffle each in RAM, or split it again when too big.
+
+        While a pile is written, the next one is read and shuffled on the loader thread when both
+        fit the pile cap together.
+        """
         self.max_depth = max(self.max_depth, depth)
-        buf = None
+        cap = self.plan.pile_cap
+        js = []
         for j in range(piles.m):
-            r, nb = int(piles.counts[j]), int(piles.nbytes[j])
-            pj = path + (j,)
-            if r == 0:
+            if piles.counts[j]:
+                js.append(j)
+            else:
                 os.unlink(piles.paths[j])
-                continue
-            need = nb + _OFFSET_BYTES * r
-            if need > self.plan.pile_cap:
-                if r == 1:
-                    raise UsageError(f"a record of {format_bytes(nb)} does not fit --memory "
+        r = [int(x) for x in piles.counts]
+        nb = [int(x) for x in piles.nbytes]
+        room = [-(-x // self.block) * self.block for x in nb]
+        bufs = [None, None]   # the pile being written, the pile being read ahead
+        ahead = None          # (future, slot) of js[i] when it was read ahead
+        for i, j in enumerate(js):
+            pj = path + (j,)
+            need = nb[j] + _OFFSET_BYTES * r[j]
+            if need > cap:
+                if r[j] == 1:
+                    raise UsageError(f"a record of {format_bytes(nb[j])} does not fit --memory "
                                      f"{format_bytes(self.plan.memory)} with the buffers; raise --memory")
                 if depth + 1 > MAX_DEPTH:
                     raise LirsError(f"pile {pj} still needs {format_bytes(need)} after {MAX_DEPTH} re-splits; "
                                     "raise --memory")
-                buf = None
+                bufs = [None, None]
                 sub = self._split(piles, j, pj)
                 os.unlink(piles.paths[j])
                 self.emit(sub, pj, depth + 1)
                 continue
-            room = -(-nb // self.block) * self.block
-            if buf is None or buf.size < room:
-                buf = None
-                buf = aligned_empty(room) if self.direct else np.empty(room, np.uint8)
-            _read_all(piles.paths[j], nb, buf, self.block)
-            os.unlink(piles.paths[j])
-            offs = np.empty(r, np.int64)
-            if self.rr:
-                np.multiply(np.arange(r, dtype=np.int64), self.rr, out=offs)
+            if ahead is not None:
+                (fut, a), ahead = ahead, None
+                offs = fut.result()
             else:
-                k = K.line_starts(buf, nb, offs)
-                if k != r:
-                    raise LirsError(f"{piles.paths[j]}: pile holds {k} lines, expected {r}")
-            KP.shuffle_inplace(offs, np.uint64(_key(self.seed, PURPOSE_ORDER, pj)), np.uint64(0))
-            self.peak_pile = max(self.peak_pile, need)
-            self.out.put(buf[:nb], offs)
+                a = 0
+                bufs[1] = None
+                if bufs[0] is None or bufs[0].size < room[j] or bufs[0].size + _OFFSET_BYTES * r[j] > cap:
+                    bufs[0] = None
+                    bufs[0] = self._alloc(room[j])
+                offs = self._load(piles, j, pj, bufs[0])
+            held = bufs[a].size + _OFFSET_BYTES * r[j]
+            if i + 1 < len(js):
+                jn, o = js[i + 1], 1 - a
+                size_o = bufs[o].size if bufs[o] is not None and bufs[o].size >= room[jn] else room[jn]
+                both = held + size_o + _OFFSET_BYTES * r[jn]
+                if nb[jn] + _OFFSET_BYTES * r[jn] <= cap and both <= cap:
+                    if size_o != (bufs[o].size if bufs[o] is not None else -1):
+                        bufs[o] = None
+                        bufs[o] = self._alloc(size_o)
+                    ahead = (self.loader.submit(self._load, piles, jn, path + (jn,), bufs[o]), o)
+                    held = both
+                else:
+                    bufs[o] = None
+            self.peak_pile = max(self.peak_pile, held)
+            self.out.put(bufs[a][:nb[j]], offs)
             del offs
             self.leaves += 1
             if self.bar is not None:
-                self.bar.update(nb)
+                self.bar.update(nb[j])
+
+    def close(self) -> None:
+        self.loader.shutdown(wait=True)
+
+
+def _max_line(plan: MemoryPlan, index: bool) -> int:
+    """Longest text record the plan can shuffle: it must fit a pile alone, and with ``index`` a
+    line longer than the output buffer is also scanned whole (about 8.5 bytes per byte)."""
+    if index:
+        return int((plan.pile_cap - _OFFSET_BYTES) / 9.5)
+    return plan.pile_cap - _OFFSET_BYTES
 
 
 def _shard_names(out: str, shards: int, ext: str) -> list[str]:
@@ -1244,6 +1306,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     stage = None                    # sharded output: the directory being filled
     shard_list: list[_Shard] = []
     output = None
+    run = None
     pool = ThreadPoolExecutor(2) if index and text else None
     try:
         # ---- pass 1
@@ -1255,7 +1318,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
                 dealer = _Dealer(fmt, piles, _key(seed, PURPOSE_PILES, ()), plan.chunk,
                                  skip_blank=(fmt == "libsvm"), rs=rs or 0, ls=ls,
                                  validate=plan.validate_piece if index and fmt == "libsvm" else 0,
-                                 max_record=(plan.pile_cap - _OFFSET_BYTES) if text else None,
+                                 max_record=_max_line(plan, index) if text else None,
                                  bar=bar, memory=mem, pool=pool)
                 for s in srcs:
                     dealer.deal(s)
@@ -1355,6 +1418,8 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
             shutil.rmtree(stage, ignore_errors=True)
         raise
     finally:
+        if run is not None:
+            run.close()
         shutil.rmtree(pile_dir, ignore_errors=True)
         if pool is not None:
             pool.shutdown(wait=True)

@@ -217,7 +217,7 @@ def test_several_inputs_form_one_dataset(tmp_path, force_plan):
     assert (tmp_path / "all2.svm").read_bytes() == (tmp_path / "all.svm").read_bytes()
 
 
-def test_tmpfs_without_o_direct_falls_back_to_the_page_cache(shm_dir, force_plan):
+def test_tmpfs_takes_or_refuses_o_direct_either_way_works(shm_dir, force_plan):
     data = libsvm_bytes(300, seed=6, no_final_newline=True)
     src = os.path.join(shm_dir, "in.svm")
     with open(src, "wb") as f:
@@ -380,6 +380,10 @@ def test_shards_are_the_single_output_cut_in_order(tmp_path, force_plan):
     joined = b"".join(open(p, "rb").read() for p in st["outputs"])
     assert joined == (tmp_path / "one.svm").read_bytes()
     assert lirs.build_index(tmp_path / "sh").n == 103  # the directory is one dataset
+    (tmp_path / "empty").mkdir()  # an existing empty directory is filled
+    st = E.shuffle(tmp_path / "in.svm", tmp_path / "empty", seed=6, shards=2)
+    assert sorted(os.listdir(tmp_path / "empty")) == ["part-00000.svm", "part-00001.svm"]
+    assert leftovers(tmp_path) == []
 
 
 # --------------------------------------------------------------------------- sidecars
