@@ -482,7 +482,7 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
                 group_bytes: int = 65536, window: int = 16, prefetch: int = 4, engine: str = "auto",
                 workdir: str | None = None, f_star: float | None = None, reference_epochs: int = 200,
                 reference_tol: float = 1e-3, data=None, index_s: float | None = None, progress=None,
-                log_fn=None) -> dict:
+                log_fn=None, epoch_budget_s: float | None = None) -> dict:
     """Train the same SVM under several record orders, each read from the file with its own I/O
     pattern, and record the objective after every epoch.
 
@@ -496,7 +496,10 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
 
     ``data``: (X, y) of the whole set in memory (read here when None) for the objective; ``f_star``:
     the optimum (from :func:`reference_objective` with ``reference_epochs``/``reference_tol`` when
-    None). ``index_s``: time the index took (lirs's pre-processing). Returns a JSON-able dict.
+    None). ``index_s``: time the index took (lirs's pre-processing). ``epoch_budget_s``: stop an
+    epoch after that many seconds and extrapolate its time from the records it trained on (entries
+    then say ``"extrapolated": true``; for slow device envelopes, where only the time is wanted).
+    Returns a JSON-able dict.
     """
     import time
 
@@ -540,14 +543,19 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
                     ld.stats.reset()
                     t = time.perf_counter()
                     comp = 0.0
+                    done = 0
                     for b in ld.epoch(e):
                         c = time.perf_counter()
                         svm.partial_fit(b.ids, b.X, b.y)
                         comp += time.perf_counter() - c
+                        done += len(b.ids)
+                        if epoch_budget_s is not None and time.perf_counter() - t > epoch_budget_s:
+                            break
                     wall = time.perf_counter() - t
                     st = ld.stats.as_dict()
                     rec["per_epoch"].append({"epoch": e, "epoch_s": wall, "compute_s": comp, "wait_s": st["wait_s"],
                                              "bytes_read": st["bytes_read"], "amplification": st["amplification"]})
+                    _extrapolate(rec["per_epoch"][-1], done, n)
                     _objective(rec, svm, X, y, f_star)
                 plan_bytes = ld.plan(epochs - 1).nbytes
             idx_bytes = index.index_bytes()  # compact offsets + label codes
@@ -561,7 +569,7 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
             _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, epochs=epochs,
                           batch_size=batch_size, seed=seed, blocks=bmf_blocks_n, passes=bmf_passes,
                           buffer_records=buffer_records, prefetch=prefetch, engine=engine, workdir=workdir,
-                          mean_rec=mean_rec)
+                          mean_rec=mean_rec, budget=epoch_budget_s)
         rec["final_objective"] = rec["per_epoch"][-1]["objective"]
         rec["train_accuracy"] = svm.score(X, y)
         out["methods"][m] = rec
@@ -577,7 +585,7 @@ def _objective(rec, svm, X, y, f_star):
 
 
 def _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, *, epochs, batch_size, seed, blocks,
-                  passes, buffer_records, prefetch, engine, workdir, mean_rec):
+                  passes, buffer_records, prefetch, engine, workdir, mean_rec, budget=None):
     import time
 
     n = index.n
@@ -613,7 +621,7 @@ def _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, *, epo
 
                 # one block ahead: BMF holds one block while the next one loads
                 src = _Ahead((lambda bi=bi: task(bi) for bi in order if first[bi + 1] > first[bi]), 2, 1)
-                _epoch_loop(rec, svm, src, src, rd, passes, rng, X, y, f_star)
+                _epoch_loop(rec, svm, src, src, rd, passes, rng, X, y, f_star, budget)
         finally:
             rd.close()
             try:
@@ -631,7 +639,7 @@ def _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, *, epo
             for e in range(epochs):
                 src = _Ahead((lambda s=s, f=f: _run(rd, starts, ends, s, f)
                               for s, f in _sequential_runs(n, batch_size)), workers, prefetch)
-                _epoch_loop(rec, svm, src, src, rd, 1, None, X, y, f_star)
+                _epoch_loop(rec, svm, src, src, rd, 1, None, X, y, f_star, budget)
         else:
             rec["buffer_records"] = buffer_records
             rec["memory_bytes"] = int((buffer_records + (prefetch + 1) * batch_size) * mean_rec)
@@ -641,7 +649,7 @@ def _run_baseline(m, rec, svm, index, X, y, f_star, starts, ends, nf, zb, *, epo
                 src = _Ahead((lambda s=s, f=f: _run(rd, starts, ends, s, f)[1]
                               for s, f in _sequential_runs(n, batch_size)), workers, prefetch)
                 _epoch_loop(rec, svm, _buffer_batches(iter(src), order, batch_size), src, rd, 1, None, X, y,
-                            f_star)
+                            f_star, budget)
     finally:
         rd.close()
 
@@ -693,22 +701,36 @@ def _buffer_batches(runs_in, order, batch_size):
         yield ids, (sp.csr_matrix((data, indices, indptr), shape=(k_, first.shape[1])), yb)
 
 
-def _epoch_loop(rec, svm, batches, waiter, rd, passes, rng, X, y, f_star):
+def _extrapolate(entry: dict, done: int, n: int) -> None:
+    """An epoch cut short by its time budget: scale its time to the whole epoch (and say so)."""
+    entry["records"] = int(done)
+    entry["extrapolated"] = bool(0 < done < n)
+    if entry["extrapolated"]:
+        entry["measured_s"] = entry["epoch_s"]
+        entry["epoch_s"] = entry["epoch_s"] * n / done
+
+
+def _epoch_loop(rec, svm, batches, waiter, rd, passes, rng, X, y, f_star, budget=None):
     import time
 
     b0 = rd.bytes_read
     t = time.perf_counter()
     comp = 0.0
-    payload = 0
+    done = 0
     for ids, (Xb, yb) in batches:
         c = time.perf_counter()
         svm.partial_fit(ids, Xb, yb, passes=passes, rng=rng)
         comp += time.perf_counter() - c
-        payload += 1
+        done += len(ids)
+        if budget is not None and time.perf_counter() - t > budget:
+            break
+    if hasattr(batches, "close"):
+        batches.close()  # a generator left early: stop its reads now
     wall = time.perf_counter() - t
     rd_bytes = rd.bytes_read - b0
     rec["per_epoch"].append({"epoch": len(rec["per_epoch"]), "epoch_s": wall, "compute_s": comp,
                              "wait_s": waiter.wait_s, "bytes_read": rd_bytes, "amplification": None})
+    _extrapolate(rec["per_epoch"][-1], done, len(svm.alpha))
     _objective(rec, svm, X, y, f_star)
 
 

@@ -163,3 +163,23 @@ def test_training_benchmarks_smoke(tmp_path, script):
             assert len(m["per_epoch"]) == 2, name
             key = "objective" if script == "train_svm.py" else "val_loss"
             assert all(np.isfinite(p[key]) for p in m["per_epoch"]), name
+
+
+def test_epoch_budget_extrapolates_cut_epochs(tmp_path):
+    """compare_svm with a time budget stops each epoch early and scales its time to the whole epoch."""
+    import lirs
+    from lirs.gen import generate
+    from lirs.train import compare_svm
+
+    p = str(tmp_path / "k.svm")
+    generate("kdd", p, records=6000, seed=2, progress=False)
+    idx = lirs.build_index(p, progress=False)
+    res = compare_svm(idx, ("lirs-instance", "sequential", "bmf"), epochs=1, batch_size=500, workdir=str(tmp_path),
+                      f_star=1.0, reference_epochs=1, epoch_budget_s=0.0, bmf_blocks_n=6)
+    for m, r in res["methods"].items():
+        e = r["per_epoch"][0]
+        assert e["extrapolated"] and 0 < e["records"] < idx.n, m
+        assert e["epoch_s"] == pytest.approx(e["measured_s"] * idx.n / e["records"])
+    full = compare_svm(idx, ("sequential",), epochs=1, batch_size=500, workdir=str(tmp_path), f_star=1.0)
+    e = full["methods"]["sequential"]["per_epoch"][0]
+    assert not e["extrapolated"] and e["records"] == idx.n
