@@ -95,9 +95,7 @@ def run(args) -> None:
             if row["kind"] == "lirs":
                 row["pre_s"], row["pre_what"] = facts["index_s"], "lirs index (scan once)"
         js = write_json(res, os.path.join(out_dir, f"bench_{name}.json"))
-        plot(res, os.path.join(out_dir, f"bench_{name}.png"), title=f"lirs bench, {spec['about']}: "
-             f"{res['data']['file_bytes'] / 1e9:.1f} GB, {res['data']['records']:,} records "
-             "(hatched = extrapolated, bold = recommended)")
+        plot(res, os.path.join(out_dir, f"bench_{name}.png"), title=_title(res, name))
         print(format_table(res))
         say(f"{name}: {res['benchmark']['seconds']:.0f}s -> {js}")
     say(f"total {time.perf_counter() - t_all:.0f}s")
@@ -105,6 +103,11 @@ def run(args) -> None:
 
 
 # ------------------------------------------------------------------------------ README tables
+
+
+def _title(res: dict, name: str) -> str:
+    return (f"lirs bench, {res.get('benchmark', {}).get('about', name)}: {res['data']['file_bytes'] / 1e9:.1f} GB, "
+            f"{res['data']['records']:,} records")
 
 
 def _s(v, extra=False):
@@ -195,9 +198,7 @@ def report(out_dir: str, names) -> str:
         with open(js) as f:
             res = json.load(f)
         cmd = cmd or res.get("command")
-        plot(res, os.path.join(out_dir, f"bench_{name}.png"), title=f"lirs bench, "
-             f"{res.get('benchmark', {}).get('about', name)}: {res['data']['file_bytes'] / 1e9:.1f} GB "
-             "(hatched = extrapolated, bold = recommended)")
+        plot(res, os.path.join(out_dir, f"bench_{name}.png"), title=_title(res, name))
         parts.append(f"### {name}")
         parts.append("")
         parts.append(table_md(res))

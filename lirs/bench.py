@@ -1047,9 +1047,7 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
                                           progress=lambda j: bar.set_description(f"{dev}: fio {j}"))
                 else:
                     fres = {"available": False, "reason": "fio not requested (--no-fio)"}
-                res["fio"][dev] = fres
-                if not fres.get("available") and fio and fres.get("reason", "").startswith("fio not found"):
-                    say(f"fio not found: {F.INSTALL_HINT}; continuing without ratios")
+                res["fio"][dev] = fres  # fio missing: run_envelope logged how to install it
                 cfgs = _configs(granularities, sizes, window, peer_list, fres, reads_only)
                 bar.total = bar.total + len(cfgs) - n_cfg
                 for cfg in cfgs:
@@ -1250,9 +1248,10 @@ def plot(res: dict, path: str, title: str | None = None) -> bool:
                      f"{dev} ({env['read_iops']:,} IOPS, {env['read_bps'] / 1e6:.0f} MB/s)", fontsize=9)
         lo, hi = min(r["epoch_s"] for r in rows), max(r["epoch_s"] for r in rows)
         ax.set_xlim(lo / 2, hi * 8)
-    fig.suptitle(title or f"lirs bench: {os.path.basename(res['data']['path'])} "
-                          f"({_fmt_b(res['data']['file_bytes'])}, {res['data']['records']:,} records); "
-                          "hatched = extrapolated, bold = recommended", fontsize=9)
+    title = title or (f"lirs bench: {os.path.basename(res['data']['path'])} ({_fmt_b(res['data']['file_bytes'])}, "
+                      f"{res['data']['records']:,} records)")
+    fig.suptitle(title + "\nblue: lirs (light: reads only), gray: peers; hatched: extrapolated; bold: recommended",
+                 fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)

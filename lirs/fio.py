@@ -121,7 +121,7 @@ def run_envelope(path: str, *, jobs=tuple(JOBS), runtime_s: float = 5.0, cgroup_
     first, then libaio (io_uring can be disabled by the kernel or a seccomp profile).
     """
     if fio_path() is None:
-        log.warning("fio not found: no device envelope and no ratios to it; %s", INSTALL_HINT)
+        log.warning("fio not found: continuing without the device envelope and the ratios to it; %s", INSTALL_HINT)
         return {"available": False, "reason": "fio not found; " + INSTALL_HINT}
     out = {"available": True, "runtime_s": runtime_s, "jobs": {}}
     engines = ["io_uring", "libaio"]
