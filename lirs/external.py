@@ -1052,18 +1052,17 @@ def _key(seed: int, purpose: int, path: tuple) -> int:
 class _Run:
     """State of one shuffle: plan, pile directory, stats; pass 2 recursion over piles."""
 
-    def __init__(self, fmt, plan, seed, pile_dir, out: _Output, rs, ls, bar, max_piles, pool, direct):
+    def __init__(self, fmt, plan, seed, pile_dir, out: _Output, rs, ls, bar, max_piles, direct):
         self.fmt, self.plan, self.seed, self.pile_dir = fmt, plan, seed, pile_dir
         self.direct = direct
         self.block = BLOCK if direct else 1
-        self.out, self.rs, self.ls, self.bar = out, rs, ls, bar
-        self.max_piles, self.pool = max_piles, pool
+        self.out, self.bar = out, bar
+        self.max_piles = max_piles
         self.rr = (rs or 0) + (ls or 0)
         self.splits = 0
         self.split_bytes = 0
         self.max_depth = 0
         self.peak_pile = 0
-        self.leaves = 0
         self.loader = ThreadPoolExecutor(1)
 
     def _split(self, piles: _Piles, j: int, path: tuple) -> _Piles:
@@ -1167,7 +1166,6 @@ class _Run:
             self.peak_pile = max(self.peak_pile, held)
             self.out.put(bufs[a][:nb[j]], offs)
             del offs
-            self.leaves += 1
             if self.bar is not None:
                 self.bar.update(nb[j])
 
@@ -1367,7 +1365,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
         t2 = time.perf_counter()
         with tqdm(total=int(piles.nbytes.sum()), unit="B", unit_scale=True, desc="lirs shuffle pass 2",
                   disable=disable, leave=False) as bar:
-            run = _Run(fmt, plan, seed, pile_dir, output, rs or 0, ls, bar, max_piles, pool, direct_piles)
+            run = _Run(fmt, plan, seed, pile_dir, output, rs or 0, ls, bar, max_piles, direct_piles)
             run.emit(piles)
         if output.records != n or len(output.done) != len(shard_list):
             raise LirsError(f"wrote {output.records} of {n} records; the piles were changed during the shuffle")

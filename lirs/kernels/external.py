@@ -123,8 +123,8 @@ def scatter_fixed(buf, pos, nrec, rs, lab, ls, key, counter, m, piles, w, slots,
 
     ``buf`` uint8 holds ``nrec`` records of ``rs`` bytes from offset 0; record ``i`` goes to its
     pile followed by its ``ls`` label bytes ``lab[i*ls : (i+1)*ls]`` (uint8; empty when ``ls`` is 0).
-    ``w`` >= rs + ls + (the bytes a flush may leave behind). Starts at record ``pos``; returns (pos, counter, status, pile) with
-    status ``DONE`` or ``FLUSH``.
+    ``w`` >= rs + ls + (the bytes a flush may leave behind). Starts at record ``pos``; returns
+    (pos, counter, status, pile) with status ``DONE`` or ``FLUSH``.
     """
     ptr = np.int64(buf.ctypes.data)
     lptr = np.int64(lab.ctypes.data)
