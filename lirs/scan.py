@@ -174,13 +174,15 @@ class _VarScanner:
         """Reusable output arrays; untouched pages of np.empty cost no memory."""
         a = self._out[slot]
         if a is None or a[0].size < cap:
-            cap = max(cap, self.chunk_bytes // 2 + 2)
+            # a `lines` record can be one byte (an empty line), a LIBSVM record needs two ("1\n")
+            per = 1 if self.fmt == "lines" else 2
+            cap = max(cap, self.chunk_bytes // per + 2)
             a = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.uint8))
             self._out[slot] = a
         return a
 
     def _kernel(self, slot, buf, lo, hi, base):
-        starts, labels, needs = self._arrays(slot, (hi - lo) // 2 + 2)
+        starts, labels, needs = self._arrays(slot, (hi - lo) // (1 if self.fmt == "lines" else 2) + 2)
         if self.fmt == "lines":
             return K.lines_scan(buf, lo, hi, base, starts), K.ERR_NONE, -1, None
         stats = self.stats.copy()

@@ -321,3 +321,13 @@ def test_index_bytes_per_record_is_about_four(tmp_path):
     p.write_bytes(b"".join(b"x" * (i % 50) + b"\n" for i in range(20000)))
     idx = lirs.build_index(str(p), format="lines", progress=False)
     assert 4.0 <= idx.index_bytes() / idx.n < 4.1
+
+
+@pytest.mark.parametrize("chunk", [8, 9, 64])
+def test_lines_of_empty_lines_fill_a_chunk(tmp_path, chunk):
+    """Every byte can start a `lines` record: chunks of nothing but newlines."""
+    p = tmp_path / "e.txt"
+    data = b"\n" * 40 + b"ab\n" + b"\n" * 30
+    p.write_bytes(data)
+    idx = lirs.build_index(str(p), format="lines", chunk_bytes=chunk, progress=False)
+    assert idx.offsets.tolist() == ref_lines(data)
