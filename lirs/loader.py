@@ -84,24 +84,27 @@ class LoaderStats:
 
 
 class _BufferPool:
-    """Aligned read buffers, reused; grown when a batch needs more. Used on the loop thread only."""
+    """Aligned read buffers, reused; grown when a step needs more. Shared by the pool's threads."""
 
     def __init__(self):
         self.free: list[np.ndarray] = []
+        self.lock = threading.Lock()
 
     def take(self, nbytes: int) -> np.ndarray:
         from .engines import aligned_empty
 
-        while self.free:
-            buf = self.free.pop()
-            if buf.shape[0] >= nbytes:
-                return buf
+        with self.lock:
+            while self.free:
+                buf = self.free.pop()
+                if buf.shape[0] >= nbytes:
+                    return buf
         # grow with headroom so that slightly larger batches do not reallocate every time
         cap = -(-int(nbytes * 1.25) // _BLOCK) * _BLOCK
         return aligned_empty(max(cap, _BLOCK))
 
     def give(self, buf: np.ndarray) -> None:
-        self.free.append(buf)
+        with self.lock:
+            self.free.append(buf)
 
 
 @dataclass
@@ -110,7 +113,6 @@ class _EpochRun:
     start: int
     plan: Any = None
     batches: Any = None  # iterator over BatchPlan from `start`
-    lock: Any = None     # asyncio.Lock: batch plans are drawn in order
     steps: dict = field(default_factory=dict)  # read step number -> future of its decoded (X, y)
 
 
@@ -191,6 +193,7 @@ class Loader:
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, _BLOCK, permutation)
         self.stats = LoaderStats()
+        self._stats_lock = threading.Lock()
         self._cfg = self._make_config()
         self._pos = (None, 0)  # (epoch, next batch) as seen by the consumer
         self._resume: tuple[int, int] | None = None
@@ -445,18 +448,17 @@ class Loader:
     # ------------------------------------------------------------------ the pipeline (loop thread)
     async def _load(self, run: _EpochRun, b: int) -> Batch:
         loop = asyncio.get_running_loop()
-        if run.lock is None:
-            run.lock = asyncio.Lock()
-        async with run.lock:  # FIFO: batch plans are drawn from one iterator in order
-            if run.batches is None:
-                run.batches = iter(run.plan.batches(run.start))
-            bp = await loop.run_in_executor(self._executor, next, run.batches)
-        # no await between drawing the plan and registering its steps: steps start in plan order
+        # Tasks start in the order they were scheduled and draw their plan before any await, so
+        # batch plans come off the iterator in order. Planning a batch is cheap (tens of µs).
+        if run.batches is None:
+            run.batches = iter(run.plan.batches(run.start))
+        bp = next(run.batches)
         parts = []
         for step, lo, hi, last in bp.parts:
             fut = run.steps.get(step.number)
             if fut is None:
-                fut = asyncio.ensure_future(self._load_step(step))
+                # one hop to the pool per read step: read (native, no GIL) and decode there
+                fut = loop.run_in_executor(self._executor, self._read_decode, step)
                 run.steps[step.number] = fut
             parts.append((step, fut, lo, hi, last))
         got = []
@@ -473,9 +475,9 @@ class Loader:
                           None if got[0][0][1] is None else [yy[lo:hi] for (_, yy), lo, hi, _ in got])
         return Batch(np.asarray(bp.ids, np.int64), X, y, run.epoch, b)
 
-    async def _load_step(self, step):
-        """Read one step's extents into a pooled buffer and decode its records: (X, y)."""
-        loop = asyncio.get_running_loop()
+    def _read_decode(self, step):
+        """Read one step's extents into a pooled buffer and decode its records: (X, y). Runs on the
+        pool; the buffer goes back to the pool only after the read has returned."""
         ext_nbytes = np.asarray(step.ext_nbytes, np.int64)
         if len(ext_nbytes) == 0:
             return self._decode_step(step, None, None, None)
@@ -484,34 +486,24 @@ class Loader:
         buf_pos = np.zeros(len(sizes), np.int64)
         if len(sizes) > 1:
             np.cumsum(sizes[:-1], out=buf_pos[1:])
-        total = int(sizes.sum())
-        buf = self._pool.take(total)
-        read = None
+        pool = self._pool
+        buf = pool.take(int(sizes.sum()))
         try:
-            t = time.perf_counter()
-            read = asyncio.ensure_future(self._engine.aread(step.ext_file, step.ext_offset, ext_nbytes, buf,
-                                                            buf_pos, executor=self._executor))
-            got = await asyncio.shield(read)  # a cancelled step must not free buf mid-read
-            self.stats.io_s += time.perf_counter() - t
-            self.stats.reads += len(ext_nbytes)
-            self.stats.bytes_read += int(got.sum())
-            t = time.perf_counter()
-            out = await loop.run_in_executor(self._executor, self._decode_step, step, buf, buf_pos, got)
-            self.stats.decode_s += time.perf_counter() - t
-            self.stats.payload_bytes += int(np.asarray(step.rec_len, np.int64).sum())
-            return out
+            t0 = time.perf_counter()
+            got = self._engine.read(step.ext_file, step.ext_offset, ext_nbytes, buf, buf_pos)
+            t1 = time.perf_counter()
+            out = self._decode_step(step, buf, buf_pos, got)
+            t2 = time.perf_counter()
         finally:
-            if read is not None and not read.done():
-                # cancelled mid-read: the native read still fills buf; reuse it only afterwards
-                read.add_done_callback(lambda f, buf=buf: self._after_read(f, buf))
-            else:
-                self._pool.give(buf)
-
-    def _after_read(self, read, buf):
-        if not read.cancelled():
-            read.exception()  # nobody waits for this batch any more: its error is moot
-        if self._pool is not None:
-            self._pool.give(buf)
+            pool.give(buf)
+        with self._stats_lock:
+            st = self.stats
+            st.io_s += t1 - t0
+            st.decode_s += t2 - t1
+            st.reads += len(ext_nbytes)
+            st.bytes_read += int(got.sum())
+            st.payload_bytes += int(np.asarray(step.rec_len, np.int64).sum())
+        return out
 
     def _decode_step(self, step, buf, buf_pos, got):
         """Decode the records of a read step from ``buf``: (X, y) with one row per record."""

@@ -11,7 +11,11 @@ bit-identical to ``sklearn.datasets.load_svmlight_file`` and the rare cases are 
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils  # noqa: F401 - keeps numba's lowering helpers loaded for the intrinsic
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
 
 # libc's SIMD memchr finds line ends several times faster than a byte loop; declared by symbol
 # name so that kernels calling it can still be cached. NULL comes back as 0.
@@ -28,6 +32,69 @@ POW10 = np.array([1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 
 
 _TWO53 = 1 << 53
 _MAX_DIGITS = 18        # int64 holds any 18-digit decimal
+_POW10_INT = np.array([10 ** i for i in range(19)], np.int64)
+
+# SWAR constants: eight ASCII bytes tested and converted at once
+_HI4 = np.uint64(0xF0F0F0F0F0F0F0F0)
+_LO4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+_THREES = np.uint64(0x3030303030303030)
+_SIXES = np.uint64(0x0606060606060606)
+_M16 = np.uint64(0x00FF00FF00FF00FF)
+_M32 = np.uint64(0x0000FFFF0000FFFF)
+
+
+@intrinsic
+def _load_u64(typingctx, addr):
+    """Unaligned little-endian 8-byte load at integer address ``addr``."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = context.cast(builder, args[0], sig.args[0], types.uint64)
+        ptr = builder.inttoptr(a, ir.IntType(64).as_pointer())
+        return builder.load(ptr, align=1)
+
+    return types.uint64(addr), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _digit_run(buf, base, p, hi):
+    """Value and length of the run of ASCII digits at buf[p:hi] (stops at the first other byte).
+
+    Eight bytes at a time (SWAR) while they lie inside ``buf``; a length above 18 means "too long
+    for int64 here" (the value is then meaningless). ``base`` is the address of buf[0].
+    """
+    m = buf.shape[0]
+    v = np.int64(0)
+    n = 0
+    while p < hi:
+        if p + 8 <= m:
+            x = _load_u64(base + np.uint64(p))
+            bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
+            k = 8 if bad == 0 else np.int64(trailing_zeros(bad)) >> 3
+            if k > hi - p:
+                k = hi - p
+            if k == 0:
+                return v, n
+            z = (x & _LO4) << np.uint64(8 * (8 - k))
+            z = (z * np.uint64(2561)) >> np.uint64(8)
+            z = ((z & _M16) * np.uint64(6553601)) >> np.uint64(16)
+            z = ((z & _M32) * np.uint64(42949672960001)) >> np.uint64(32)
+            if n + k <= _MAX_DIGITS:
+                v = v * _POW10_INT[k] + np.int64(z)
+            n += k
+            p += k
+            if k < 8 or n > _MAX_DIGITS:
+                return v, n
+        else:
+            d = np.int64(buf[p]) - 48
+            if d < 0 or d > 9:
+                return v, n
+            if n < _MAX_DIGITS:
+                v = v * 10 + d
+            n += 1
+            p += 1
+    return v, n
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -52,7 +119,7 @@ def _content_end(buf, a, b):
 
 
 @njit(cache=True, nogil=True)
-def _scan_number(buf, p, hi, pow10):
+def _scan_number_slow(buf, p, hi, pow10):
     """Parse the longest prefix of buf[p:hi] that follows ``[+-]? (D+ [. D*] | . D+) ([eE] [+-]? D+)?``.
 
     Returns (value float64, exact bool, end int64). ``exact`` is True when the prefix is a number
@@ -145,6 +212,77 @@ def _scan_number(buf, p, hi, pow10):
     return (-v if neg else v), True, p
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _scan_number(buf, base, p, hi, pow10):
+    """:func:`_scan_number_slow` with digit runs read eight bytes at a time. Numbers of more than
+    18 digits (leading zeros included) go to the slow scanner, so results are identical."""
+    t = p
+    neg = False
+    if p < hi:
+        c = buf[p]
+        if c == 45:
+            neg = True
+            p += 1
+        elif c == 43:
+            p += 1
+    mant, nd = _digit_run(buf, base, p, hi)
+    if nd > _MAX_DIGITS:
+        return _scan_number_slow(buf, t, hi, pow10)
+    p += nd
+    exp10 = 0
+    if p < hi and buf[p] == 46:
+        p += 1
+        f, nf = _digit_run(buf, base, p, hi)
+        if nd + nf > _MAX_DIGITS:
+            return _scan_number_slow(buf, t, hi, pow10)
+        if nf:
+            mant = mant * _POW10_INT[nf] + f
+        nd += nf
+        exp10 = -nf
+        p += nf
+    if nd == 0:
+        return 0.0, False, p
+    if p < hi and (buf[p] == 101 or buf[p] == 69):
+        q = p + 1
+        eneg = False
+        if q < hi and (buf[q] == 43 or buf[q] == 45):
+            eneg = buf[q] == 45
+            q += 1
+        e = 0
+        ne = 0
+        while q < hi:
+            d = np.int64(buf[q]) - 48
+            if d < 0 or d > 9:
+                break
+            if e < 100000:
+                e = e * 10 + d
+            ne += 1
+            q += 1
+        if ne == 0:
+            return 0.0, False, q  # "1e" is not a number for float()
+        p = q
+        exp10 += -e if eneg else e
+    if mant == 0:
+        return (-0.0 if neg else 0.0), True, p
+    while mant > _TWO53 and mant % 10 == 0:
+        mant //= 10
+        exp10 += 1
+    if mant > _TWO53:
+        return 0.0, False, p
+    while exp10 > 22 and mant * 10 <= _TWO53:
+        # an exact integer times 10**22 is still a single rounding
+        mant *= 10
+        exp10 -= 1
+    if exp10 > 22 or exp10 < -22:
+        return 0.0, False, p
+    v = float(mant)
+    if exp10 >= 0:
+        v = v * pow10[exp10]
+    else:
+        v = v / pow10[-exp10]
+    return (-v if neg else v), True, p
+
+
 @njit(cache=True, nogil=True)
 def parse_float(buf, p, q, pow10):
     """Parse the whole token buf[p:q] as Python ``float()`` would, when provably exact.
@@ -152,7 +290,7 @@ def parse_float(buf, p, q, pow10):
     Returns (value float64, ok bool); ok False means "let Python's float() parse this token"."""
     if p >= q:
         return 0.0, False
-    v, ok, end = _scan_number(buf, p, q, pow10)
+    v, ok, end = _scan_number(buf, buf.ctypes.data, p, q, pow10)
     return v, ok and end == q
 
 
@@ -243,13 +381,14 @@ def libsvm_fill(buf, line_lo, line_hi, status, indptr, zero_based, query_id, n_f
     """
     nfb = 0
     shift = 0 if zero_based else 1
+    base = buf.ctypes.data
     for j in range(line_lo.shape[0]):
         if status[j] != OK:
             continue
         p = line_lo[j]
         hi = line_hi[j]
         t = p
-        v, ok, p = _scan_number(buf, p, hi, pow10)
+        v, ok, p = _scan_number(buf, base, p, hi, pow10)
         if not (ok and (p == hi or _is_space(buf[p]))):
             while p < hi and not _is_space(buf[p]):
                 p += 1
@@ -306,16 +445,9 @@ def libsvm_fill(buf, line_lo, line_hi, status, indptr, zero_based, query_id, n_f
             if buf[p] == 43 or buf[p] == 45:
                 ineg = buf[p] == 45
                 p += 1
-            idx = np.int64(0)
-            nd = 0
-            while p < hi and nd < _MAX_DIGITS:
-                d = np.int64(buf[p]) - 48
-                if d < 0 or d > 9:
-                    break
-                idx = idx * 10 + d
-                nd += 1
-                p += 1
-            if nd == 0 or p >= hi or buf[p] != 58:
+            idx, nd = _digit_run(buf, base, p, hi)
+            p += nd
+            if nd == 0 or nd > _MAX_DIGITS or p >= hi or buf[p] != 58:
                 bad = True
                 break
             if ineg:
@@ -327,7 +459,7 @@ def libsvm_fill(buf, line_lo, line_hi, status, indptr, zero_based, query_id, n_f
             indices[k] = idx - shift
             p += 1
             t = p
-            v, ok, p = _scan_number(buf, p, hi, pow10)
+            v, ok, p = _scan_number(buf, base, p, hi, pow10)
             if not (ok and (p == hi or _is_space(buf[p]))):
                 while p < hi and not _is_space(buf[p]):
                     p += 1
