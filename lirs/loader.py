@@ -1,12 +1,13 @@
 """The Loader: batches of a fresh random order every epoch, read and decoded ahead of the consumer.
 
-An asyncio event loop (uvloop when installed) runs on a background thread. The consumer asks for
-batch ``b`` and, in the same step, schedules batch ``b + prefetch``; each scheduled batch is a
-coroutine that plans it, reads its extents with the engine into a pooled aligned buffer and
-decodes the buffer, the native parts in a small thread pool without the GIL. Batches arrive in
-plan order; an error in any stage is raised in the consumer at that batch. Memory stays about
-index + (prefetch + 1) batches: ``prefetch`` read buffers are reused, decoded batches are dropped
-as soon as the consumer moves on.
+The consumer's thread draws each batch's plan (cheap, in order) and hands its read step to a small
+pool of threads, ``prefetch`` batches ahead; a pool thread reads the step's extents with the engine
+(io_uring or pread, no GIL held) into a pooled aligned buffer and decodes it (numba, no GIL), so
+reading and decoding of the next batches run on the other cores while the training step computes.
+One hand-off to the pool and one back per read step: no event loop sits between the consumer and
+the reads. Batches arrive in plan order; an error in any stage is raised in the consumer at that
+batch. ``aepoch`` serves asyncio code with the same pipeline (the caller's loop awaits the pool's
+futures). Memory stays about index + plan + (prefetch + 1) read steps.
 
 ::
 
@@ -114,6 +115,7 @@ class _EpochRun:
     plan: Any = None
     batches: Any = None  # iterator over BatchPlan from `start`
     steps: dict = field(default_factory=dict)  # read step number -> future of its decoded (X, y)
+    pending: Any = field(default_factory=collections.deque)  # (BatchPlan, parts) submitted, in order
 
 
 _CONFIG_KEYS = ("batch_size", "granularity", "group_bytes", "window", "seed", "rank", "world_size",
@@ -200,8 +202,6 @@ class Loader:
         self._lock = threading.Lock()
         self._pid = None
         self._engine = None
-        self._loop = None
-        self._thread = None
         self._executor = None
         self._pool = None
         self._closed = False
@@ -238,26 +238,21 @@ class Loader:
             if self._pid == pid:
                 return
             if self._pid is not None:
-                # forked child: the parent's thread, loop, rings and pool do not exist here; start over
-                self._engine = self._loop = self._thread = self._executor = None
+                # forked child: the parent's pool threads and rings do not exist here; start over
+                self._engine = self._executor = None
                 self._active = set()
             from .engines import open_engine
 
             self._engine = open_engine(list(self.index.paths), self.engine_name, direct=self.direct,
                                        depth=self.depth)
-            self._executor = ThreadPoolExecutor(max(2, self.prefetch), thread_name_prefix="lirs-loader")
+            # one thread more than cores: a thread waiting on its read leaves a core to decoding
+            workers = max(2, min(self.prefetch, (os.cpu_count() or 2) + 1))
+            self._executor = ThreadPoolExecutor(workers, thread_name_prefix="lirs-loader")
             self._pool = _BufferPool()
-            self._loop = _new_loop()
-            ready = threading.Event()
-            # the thread must not hold a reference to self, or an unclosed loader would never be freed
-            self._thread = threading.Thread(target=_run_loop, args=(self._loop, ready), name="lirs-loader-loop",
-                                            daemon=True)
-            self._thread.start()
-            ready.wait()
             self._pid = pid
 
     def close(self) -> None:
-        """Stop the background thread and the engine's threads, close every file. Idempotent."""
+        """Stop the pool's and the engine's threads, close every file. Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -267,28 +262,21 @@ class Loader:
                 if self._owns_index:
                     self.index = None
                 return  # no thread of ours runs in this process
-            if self._thread is not None and threading.current_thread() in (self._thread, *_pool_threads(self._executor)):
-                # dropped from inside the pipeline (last reference held by a task): cannot wait on
-                # ourselves, so stop the loop and let the daemon threads end on their own
-                self._loop.call_soon_threadsafe(self._loop.stop)
+            if threading.current_thread() in _pool_threads(self._executor):
+                # dropped from inside the pool (the last reference was held by a read step): a
+                # thread cannot wait for itself; no other step runs (each holds a reference)
                 self._executor.shutdown(wait=False)
-                self._engine.close()  # no read is in flight: every batch task holds a reference
+                self._engine.close()
                 return
             for f in list(self._active):
                 f.cancel()
             self._active.clear()
-            alive = self._thread is not None and self._thread.is_alive()
-            if alive:
-                # let every task (and every read still filling a buffer) finish before files close
-                asyncio.run_coroutine_threadsafe(_drain(), self._loop).result()
             if self._executor is not None:
+                # every step still reading into a pooled buffer finishes before the files close
                 self._executor.shutdown(wait=True)
-            if alive:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join()
             if self._engine is not None:
                 self._engine.close()
-            self._engine = self._loop = self._thread = self._executor = self._pool = None
+            self._engine = self._executor = self._pool = None
             self._last_plan = None
             if self._owns_index:
                 self.index = None  # its memory maps hold descriptors of the sidecar
@@ -367,50 +355,46 @@ class Loader:
     def epoch(self, epoch: int, start: int | None = None):
         """Iterate over the batches of ``epoch`` (from batch ``start``, or from a loaded state)."""
         run, nb = self._begin(epoch, start)
-        futs = collections.deque()
-        b = run.start
         try:
-            while b < nb or futs:
-                while b < nb and len(futs) < self.prefetch:
-                    futs.append(self._schedule(run, b))
-                    b += 1
-                fut = futs.popleft()
+            while True:
+                item = self._next_submitted(run)
+                if item is None:
+                    return
+                bp, parts = item
                 t = time.perf_counter()
                 try:
-                    batch = fut.result()
+                    got = [(f.result(), lo, hi, last, step) for f, lo, hi, last, step in parts]
                 finally:
                     self.stats.wait_s += time.perf_counter() - t
-                    self._active.discard(fut)
+                batch = self._assemble(run, bp, got)
                 self._delivered(batch)
                 yield batch
         finally:
-            for f in futs:
-                f.cancel()
-                self._active.discard(f)
+            self._abandon(run)
 
     async def aepoch(self, epoch: int, start: int | None = None):
-        """``async for batch in loader.aepoch(e)``: the same batches, awaited in the caller's loop."""
+        """``async for batch in loader.aepoch(e)``: the same batches; the caller's event loop awaits
+        the pool's work and stays free meanwhile."""
         run, nb = self._begin(epoch, start)
-        futs = collections.deque()
-        b = run.start
         try:
-            while b < nb or futs:
-                while b < nb and len(futs) < self.prefetch:
-                    futs.append(self._schedule(run, b))
-                    b += 1
-                fut = futs.popleft()
+            while True:
+                item = self._next_submitted(run)
+                if item is None:
+                    return
+                bp, parts = item
                 t = time.perf_counter()
                 try:
-                    batch = await asyncio.wrap_future(fut)
+                    got = []
+                    for f, lo, hi, last, step in parts:
+                        # shielded: a cancelled consumer must not cancel a step a later batch shares
+                        got.append((await asyncio.shield(asyncio.wrap_future(f)), lo, hi, last, step))
                 finally:
                     self.stats.wait_s += time.perf_counter() - t
-                    self._active.discard(fut)
+                batch = self._assemble(run, bp, got)
                 self._delivered(batch)
                 yield batch
         finally:
-            for f in futs:
-                f.cancel()
-                self._active.discard(f)
+            self._abandon(run)
 
     def __iter__(self):
         """Iterate over epoch 0 (use :meth:`epoch` for later epochs)."""
@@ -440,40 +424,55 @@ class Loader:
         self.stats.batches += 1
         self.stats.records += len(batch.ids)
 
-    def _schedule(self, run: _EpochRun, b: int):
-        fut = asyncio.run_coroutine_threadsafe(self._load(run, b), self._loop)
-        self._active.add(fut)
-        return fut
-
-    # ------------------------------------------------------------------ the pipeline (loop thread)
-    async def _load(self, run: _EpochRun, b: int) -> Batch:
-        loop = asyncio.get_running_loop()
-        # Tasks start in the order they were scheduled and draw their plan before any await, so
-        # batch plans come off the iterator in order. Planning a batch is cheap (tens of µs).
+    # ------------------------------------------------------------------ the pipeline
+    def _next_submitted(self, run: _EpochRun):
+        """The oldest submitted batch, after topping up so that ``prefetch`` batches are in flight
+        while it is waited for and consumed; None at the end of the epoch."""
         if run.batches is None:
             run.batches = iter(run.plan.batches(run.start))
-        bp = next(run.batches)
+        while len(run.pending) < self.prefetch + 1:
+            bp = next(run.batches, None)
+            if bp is None:
+                break
+            run.pending.append(self._submit(run, bp))
+        if not run.pending:
+            return None
+        return run.pending.popleft()
+
+    def _submit(self, run: _EpochRun, bp):
         parts = []
         for step, lo, hi, last in bp.parts:
             fut = run.steps.get(step.number)
             if fut is None:
-                # one hop to the pool per read step: read (native, no GIL) and decode there
-                fut = loop.run_in_executor(self._executor, self._read_decode, step)
+                fut = self._executor.submit(self._read_decode, step)
+                self._active.add(fut)
+                fut.add_done_callback(self._active.discard)
                 run.steps[step.number] = fut
-            parts.append((step, fut, lo, hi, last))
-        got = []
-        for step, fut, lo, hi, last in parts:
-            got.append((await asyncio.shield(fut), lo, hi, step))  # shared: never cancel it from here
+            parts.append((fut, lo, hi, last, step))
+        return bp, parts
+
+    def _assemble(self, run: _EpochRun, bp, got) -> Batch:
+        for _, lo, hi, last, step in got:
             if last:
                 run.steps.pop(step.number, None)
-        if len(got) == 1 and got[0][1] == 0 and got[0][2] == len(got[0][3].ids):
+        if len(got) == 1 and got[0][1] == 0 and got[0][2] == len(got[0][4].ids):
             X, y = got[0][0]
         elif not got:
             X, y = self._empty()
         else:
-            X, y = _stack([_rows(X, lo, hi) for (X, _), lo, hi, _ in got],
-                          None if got[0][0][1] is None else [yy[lo:hi] for (_, yy), lo, hi, _ in got])
-        return Batch(np.asarray(bp.ids, np.int64), X, y, run.epoch, b)
+            X, y = _stack([_rows(X, lo, hi) for (X, _), lo, hi, _, _ in got],
+                          None if got[0][0][1] is None else [yy[lo:hi] for (_, yy), lo, hi, _, _ in got])
+        return Batch(np.asarray(bp.ids, np.int64), X, y, run.epoch, bp.index)
+
+    def _abandon(self, run: _EpochRun) -> None:
+        """The consumer left the epoch: cancel what has not started (started steps run to the end)."""
+        for _, parts in run.pending:
+            for f, *_ in parts:
+                f.cancel()
+        run.pending.clear()
+        for f in run.steps.values():
+            f.cancel()
+        run.steps.clear()
 
     def _read_decode(self, step):
         """Read one step's extents into a pooled buffer and decode its records: (X, y). Runs on the
@@ -589,34 +588,5 @@ def _stack(Xs: list, ys):
     return sp.vstack(Xs, format="csr", dtype=first.dtype), y
 
 
-def _run_loop(loop, ready):
-    asyncio.set_event_loop(loop)
-    loop.call_soon(ready.set)
-    try:
-        loop.run_forever()
-    finally:
-        loop.close()
-
-
 def _pool_threads(executor) -> tuple:
     return tuple(getattr(executor, "_threads", ())) if executor is not None else ()
-
-
-async def _drain() -> None:
-    """Cancel and await every other task of the running loop."""
-    me = asyncio.current_task()
-    while True:
-        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
-        if not tasks:
-            return
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()

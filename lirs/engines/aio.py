@@ -18,6 +18,15 @@ from .base import BLOCK, Engine
 _RETRY = (_errno.EINTR, _errno.EAGAIN)
 
 
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """A private event loop for synchronous callers: uvloop's when it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class AiofilesEngine(Engine):
     """``depth`` concurrent ``aiofiles`` preadv calls per batch."""
 
@@ -42,7 +51,7 @@ class AiofilesEngine(Engine):
     def _read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos):
         loop = getattr(self._local, "loop", None)
         if loop is None:
-            loop = self._local.loop = asyncio.new_event_loop()
+            loop = self._local.loop = _new_loop()
             with self._lock:
                 self._loops.append(loop)
         return loop.run_until_complete(self._aread(ext_file, ext_offset, ext_nbytes, buf, buf_pos))
