@@ -2,9 +2,13 @@
 
 Public API (imported lazily so that ``import lirs`` stays cheap)::
 
-    lirs.build_index(paths, format="auto") -> Index
+    lirs.build_index(paths, format="auto") -> Index        # scan once, write DATA.lirs
     lirs.open_index(path) -> Index
-    lirs.Loader(paths, batch_size, ...)
+    lirs.plan_epoch(index, batch_size, granularity, ...)   # an epoch's batches and reads, no I/O
+    lirs.Loader(paths, batch_size, ...)                    # batches of a fresh permutation per epoch
+    lirs.STRATEGIES[name](index_or_n, seed=, epoch=, ...)  # reference shuffle strategies
+    lirs.shuffle(inputs, out, memory="2G", ...)            # one-off exact external shuffle
+    lirs.torch.make_dataloader(path, batch_size, ...)      # PyTorch (optional extra)
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ _LAZY = {
     "decode_lines": "lirs.decode",
     "load_svmlight": "lirs.decode",
     "STRATEGIES": "lirs.strategies",
+    "shuffle": "lirs.external",
 }
 
 
