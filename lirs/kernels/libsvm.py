@@ -118,6 +118,56 @@ def _content_end(buf, a, b):
     return b
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _exponent(buf, p, hi):
+    """An optional ``[eE][+-]?D+`` at buf[p:hi]: (exponent, ok, end). No exponent: (0, True, p);
+    "1e" with no digit: ok False ("1e" is not a number for float())."""
+    if p < hi and (buf[p] == 101 or buf[p] == 69):
+        q = p + 1
+        eneg = False
+        if q < hi and (buf[q] == 43 or buf[q] == 45):
+            eneg = buf[q] == 45
+            q += 1
+        e = 0
+        ne = 0
+        while q < hi:
+            d = np.int64(buf[q]) - 48
+            if d < 0 or d > 9:
+                break
+            if e < 100000:
+                e = e * 10 + d
+            ne += 1
+            q += 1
+        if ne == 0:
+            return 0, False, q
+        return (-e if eneg else e), True, q
+    return 0, True, p
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _round_exact(mant, exp10, neg, p, pow10):
+    """``mant * 10**exp10`` (signed) as (value, exact, p): exact when Clinger's fast path applies."""
+    if mant == 0:
+        return (-0.0 if neg else 0.0), True, p
+    while mant > _TWO53 and mant % 10 == 0:
+        mant //= 10
+        exp10 += 1
+    if mant > _TWO53:
+        return 0.0, False, p
+    while exp10 > 22 and mant * 10 <= _TWO53:
+        # an exact integer times 10**22 is still a single rounding
+        mant *= 10
+        exp10 -= 1
+    if exp10 > 22 or exp10 < -22:
+        return 0.0, False, p
+    v = float(mant)
+    if exp10 >= 0:
+        v = v * pow10[exp10]
+    else:
+        v = v / pow10[-exp10]
+    return (-v if neg else v), True, p
+
+
 @njit(cache=True, nogil=True)
 def _scan_number_slow(buf, p, hi, pow10):
     """Parse the longest prefix of buf[p:hi] that follows ``[+-]? (D+ [. D*] | . D+) ([eE] [+-]? D+)?``.
@@ -169,47 +219,13 @@ def _scan_number_slow(buf, p, hi, pow10):
             p += 1
     if nd == 0:
         return 0.0, False, p
-    if p < hi and (buf[p] == 101 or buf[p] == 69):
-        q = p + 1
-        eneg = False
-        if q < hi and (buf[q] == 43 or buf[q] == 45):
-            eneg = buf[q] == 45
-            q += 1
-        e = 0
-        ne = 0
-        while q < hi:
-            d = np.int64(buf[q]) - 48
-            if d < 0 or d > 9:
-                break
-            if e < 100000:
-                e = e * 10 + d
-            ne += 1
-            q += 1
-        if ne == 0:
-            return 0.0, False, q  # "1e" is not a number for float()
-        p = q
-        exp10 += -e if eneg else e
+    e, ok, p = _exponent(buf, p, hi)
+    if not ok:
+        return 0.0, False, p
+    exp10 += e
     if sig > _MAX_DIGITS:
         return 0.0, False, p
-    if mant == 0:
-        return (-0.0 if neg else 0.0), True, p
-    while mant > _TWO53 and mant % 10 == 0:
-        mant //= 10
-        exp10 += 1
-    if mant > _TWO53:
-        return 0.0, False, p
-    while exp10 > 22 and mant * 10 <= _TWO53:
-        # an exact integer times 10**22 is still a single rounding
-        mant *= 10
-        exp10 -= 1
-    if exp10 > 22 or exp10 < -22:
-        return 0.0, False, p
-    v = float(mant)
-    if exp10 >= 0:
-        v = v * pow10[exp10]
-    else:
-        v = v / pow10[-exp10]
-    return (-v if neg else v), True, p
+    return _round_exact(mant, exp10, neg, p, pow10)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -242,45 +258,11 @@ def _scan_number(buf, base, p, hi, pow10):
         p += nf
     if nd == 0:
         return 0.0, False, p
-    if p < hi and (buf[p] == 101 or buf[p] == 69):
-        q = p + 1
-        eneg = False
-        if q < hi and (buf[q] == 43 or buf[q] == 45):
-            eneg = buf[q] == 45
-            q += 1
-        e = 0
-        ne = 0
-        while q < hi:
-            d = np.int64(buf[q]) - 48
-            if d < 0 or d > 9:
-                break
-            if e < 100000:
-                e = e * 10 + d
-            ne += 1
-            q += 1
-        if ne == 0:
-            return 0.0, False, q  # "1e" is not a number for float()
-        p = q
-        exp10 += -e if eneg else e
-    if mant == 0:
-        return (-0.0 if neg else 0.0), True, p
-    while mant > _TWO53 and mant % 10 == 0:
-        mant //= 10
-        exp10 += 1
-    if mant > _TWO53:
+    e, ok, p = _exponent(buf, p, hi)
+    if not ok:
         return 0.0, False, p
-    while exp10 > 22 and mant * 10 <= _TWO53:
-        # an exact integer times 10**22 is still a single rounding
-        mant *= 10
-        exp10 -= 1
-    if exp10 > 22 or exp10 < -22:
-        return 0.0, False, p
-    v = float(mant)
-    if exp10 >= 0:
-        v = v * pow10[exp10]
-    else:
-        v = v / pow10[-exp10]
-    return (-v if neg else v), True, p
+    exp10 += e
+    return _round_exact(mant, exp10, neg, p, pow10)
 
 
 @njit(cache=True, nogil=True)
