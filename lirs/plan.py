@@ -22,8 +22,8 @@ Records of one page or group unit are delivered in a random order inside their b
 Permutation of units: ``table`` stores a permutation (Fisher-Yates, smallest unsigned dtype);
 ``stateless`` computes the unit at any position on demand with a keyed Feistel bijection and cycle
 walking (no table of the unit count, let alone the record count); ``auto`` takes ``table`` up to
-2**24 units. The order is a function of ``(seed, epoch)``: seeds come from
-``SeedSequence([seed, epoch, purpose])``.
+2**20 units (4 MiB at most) and ``stateless`` beyond, where a table would cost 4 B per unit. The
+order is a function of ``(seed, epoch)``: seeds come from ``SeedSequence([seed, epoch, purpose])``.
 
 Sharding over ``world_size`` ranks, without communication: the global record stream of the epoch
 is cut into contiguous, disjoint slices, one per rank, and every rank gets the same number of
@@ -53,7 +53,7 @@ from .errors import UsageError
 GRANULARITIES = ("instance", "page", "group", "window")
 PERMUTATIONS = ("auto", "table", "stateless")
 BLOCK = 4096
-AUTO_TABLE_MAX_UNITS = 1 << 24
+AUTO_TABLE_MAX_UNITS = 1 << 20
 FEISTEL_ROUNDS = 6
 
 # SeedSequence([seed, epoch, purpose]) purposes of the planner
@@ -348,15 +348,20 @@ class EpochPlan:
             upos += int(i)
         return out, upos, within
 
-    def _step(self, number: int, ids: np.ndarray, extents: bool = True, shuffle_at: int = -1) -> ReadStep:
-        """The read step of records ``ids``; with ``shuffle_at`` >= 0 the records are first put in a
-        random order drawn from the batch stream at that counter (page/group batches)."""
+    def _step(self, number: int, ids: np.ndarray, extents: bool = True, shuffle_at: int = -1,
+              order: np.ndarray | None = None) -> ReadStep:
+        """The read step of records ``ids``, delivered in the order ``ids[order]`` (a window) or,
+        with ``shuffle_at`` >= 0, in a random order drawn from the batch stream at that counter
+        (page/group batches); else as given."""
         from .kernels import plan as K
 
         k = len(ids)
+        if order is None and shuffle_at >= 0 and k > 1:
+            order = np.arange(k, dtype=np.int64)
+            K.shuffle_inplace(order, np.uint64(self._batch_key), np.uint64(shuffle_at))
         if not extents:
-            if shuffle_at >= 0 and k > 1:
-                K.shuffle_inplace(ids, np.uint64(self._batch_key), np.uint64(shuffle_at))
+            if order is not None:
+                ids = ids[order]
             z = np.empty(0, np.int64)
             return ReadStep(number, ids, np.empty(0, np.int32), z, z, np.empty(0, np.int32), z, z)
         idx = self.index
@@ -367,11 +372,9 @@ class EpochPlan:
         rp = np.empty(k, np.int64)
         rl = np.empty(k, np.int64)
         ne = K.extents(ids, *self._offs, self._fs, self._de, self._hs, self._rs, self.block, ef, eo, en, rx, rp, rl)
-        if shuffle_at >= 0 and k > 1:
-            # extents are found on the unit-ordered records (runs sort fast), then all shuffle together
-            o = np.arange(k, dtype=np.int64)
-            K.shuffle_inplace(o, np.uint64(self._batch_key), np.uint64(shuffle_at))
-            ids, rx, rp, rl = ids[o], rx[o], rp[o], rl[o]
+        if order is not None:
+            # extents are found on the unit-ordered records (runs sort fast), then all move together
+            ids, rx, rp, rl = ids[order], rx[order], rp[order], rl[order]
         return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, rl)
 
     def batches(self, start: int = 0, *, extents: bool = True):
@@ -396,8 +399,9 @@ class EpochPlan:
             yield BatchPlan(j, ids, ((step, 0, k, True),))
             pos += k
 
-    def _window_records(self, w: int) -> np.ndarray:
-        """All records of window ``w`` (unit positions w*window ..), in their random order."""
+    def _window_records(self, w: int):
+        """Window ``w`` (unit positions w*window ..): its records in unit order and the random
+        order ``o`` in which they are dealt (the window's stream is ``ids[o]``)."""
         from .kernels import plan as K
 
         lo = w * self.window
@@ -409,8 +413,18 @@ class EpochPlan:
             K.unit_counts(units, self.ufirst, counts)
             ids = np.empty(int(counts.sum()), np.int64)
             K.fill_records(units, self.ufirst, 0, 0, ids, 0)
-        K.shuffle_inplace(ids, np.uint64(self._window_key), np.uint64(w))
-        return ids
+        o = np.arange(len(ids), dtype=np.int64)
+        K.shuffle_inplace(o, np.uint64(self._window_key), np.uint64(w))
+        return ids, o
+
+    def _window_step(self, number: int, w: int, a: int, b: int | None, extents: bool) -> ReadStep:
+        """The read step of rows a:b of window ``w``'s stream. A whole window finds its extents on
+        the unit-ordered records (runs sort fast), then deals them; a part of one sorts its records."""
+        ids, o = self._window_records(w)
+        b = len(ids) if b is None else min(b, len(ids))
+        if a == 0 and b == len(ids):
+            return self._step(number, ids, extents, order=o)
+        return self._step(number, ids[o[a:b]], extents)
 
     def _window_batches(self, start: int, extents: bool):
         pos = self.first + start * self.batch_size
@@ -432,8 +446,7 @@ class EpochPlan:
             K.unit_counts(before, self.ufirst, counts)
             q = int(counts.sum()) + within
         step_no = 0
-        wrec = self._window_records(w)
-        step = self._step(step_no, wrec[q:q + (end - pos)], extents)
+        step = self._window_step(step_no, w, q, q + (end - pos), extents)
         row = 0  # next row of `step`
         for j in range(start, self.num_batches):
             k = self.batch_size_of(j)
@@ -443,10 +456,9 @@ class EpochPlan:
                 if row == len(step.ids):
                     w += 1
                     step_no += 1
-                    wrec = self._window_records(w)
-                    if len(wrec) == 0:
+                    step = self._window_step(step_no, w, 0, end - pos, extents)
+                    if len(step.ids) == 0:
                         raise RuntimeError("window stream ended early (inconsistent plan)")
-                    step = self._step(step_no, wrec[:end - pos], extents)
                     row = 0
                 take = min(k, len(step.ids) - row)
                 parts.append((step, row, row + take, row + take == len(step.ids)))
