@@ -430,7 +430,8 @@ class Loader:
         while it is waited for and consumed; None at the end of the epoch."""
         if run.batches is None:
             run.batches = iter(run.plan.batches(run.start))
-        while len(run.pending) < self.prefetch + 1:
+        # prefetch + 1 read steps in flight (a window step feeds several batches)
+        while len(run.steps) < self.prefetch + 1 or not run.pending:
             bp = next(run.batches, None)
             if bp is None:
                 break
@@ -457,6 +458,9 @@ class Loader:
                 run.steps.pop(step.number, None)
         if len(got) == 1 and got[0][1] == 0 and got[0][2] == len(got[0][4].ids):
             X, y = got[0][0]
+        elif len(got) == 1:
+            (X, y), lo, hi = got[0][0], got[0][1], got[0][2]
+            X, y = _rows(X, lo, hi), None if y is None else y[lo:hi]
         elif not got:
             X, y = self._empty()
         else:
@@ -572,6 +576,16 @@ class Loader:
 
 
 def _rows(X, lo: int, hi: int):
+    """Rows lo:hi of a decoded step. A CSR slice shares the step's arrays (no copy, no checks):
+    the step is never modified and lives as long as a batch refers to it."""
+    import scipy.sparse as sp
+
+    if sp.issparse(X):
+        from .decode import _csr
+
+        a, b = int(X.indptr[lo]), int(X.indptr[hi])
+        indptr = X.indptr[lo:hi + 1] - a if a else X.indptr[lo:hi + 1]
+        return _csr(X.data[a:b], X.indices[a:b], indptr, (hi - lo, X.shape[1]))
     return X[lo:hi]
 
 
@@ -583,9 +597,13 @@ def _stack(Xs: list, ys):
         return [r for X in Xs for r in X], y
     if isinstance(first, np.ndarray):
         return np.concatenate(Xs, axis=0), y
-    import scipy.sparse as sp
+    from .decode import _csr
 
-    return sp.vstack(Xs, format="csr", dtype=first.dtype), y
+    # CSR pieces end to end: the arrays concatenate, each indptr shifted by the values before it
+    nnz = np.cumsum([0] + [int(X.indptr[-1]) for X in Xs])
+    indptr = np.concatenate([Xs[0].indptr[:1]] + [X.indptr[1:] + off for X, off in zip(Xs, nnz[:-1])])
+    return _csr(np.concatenate([X.data for X in Xs]), np.concatenate([X.indices for X in Xs]),
+                indptr.astype(Xs[0].indptr.dtype, copy=False), (sum(X.shape[0] for X in Xs), first.shape[1])), y
 
 
 def _pool_threads(executor) -> tuple:
