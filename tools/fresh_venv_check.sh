@@ -10,6 +10,6 @@ python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 # the README's commands, verbatim (demo kept small: the full default takes about two minutes)
-pip install -q . && lirs demo --size 20MB --dir "$work/demo"
+pip install -q -e . && lirs demo --size 20MB --dir "$work/demo"
 pip install -q torch==2.13.0 -e '.[test,torch,plots]' && python -m pytest -q
 echo "fresh-venv check passed in $work"
