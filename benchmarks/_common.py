@@ -14,14 +14,12 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 def drop_caches() -> bool:
     """Flush dirty pages and drop the page cache (root only). Returns False when not allowed."""
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
+    from lirs.envelope import drop_caches as drop
+
+    if drop():
         return True
-    except OSError:
-        warnings.warn("cannot drop the page cache (needs root): cold-cache figures are skipped")
-        return False
+    warnings.warn("cannot drop the page cache (needs root): cold-cache figures are skipped")
+    return False
 
 
 def fio_json(args: list[str]) -> dict | None:

@@ -51,6 +51,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from .errors import DataError, IndexFormatError, UsageError
+from .units import format_bytes
 
 log = logging.getLogger("lirs.bench")
 
@@ -1130,15 +1131,6 @@ def _fmt_n(v, digits=3) -> str:
     return f"{v:.{digits}g}"
 
 
-def _fmt_b(b) -> str:
-    if b is None:
-        return "-"
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= k:
-            return f"{b / k:.1f} {unit}"
-    return f"{int(b)} B"
-
-
 def _row_line(row: dict) -> str:
     if row["status"] != "ok":
         return f"{row['device']}: {row['name']}: {row['status']} ({row.get('note')})"
@@ -1180,7 +1172,7 @@ def format_table(res: dict) -> str:
                 "-" if r.get("mb_per_s") is None else f"{r['mb_per_s']:.1f}", _fmt_n(r.get("reads_per_s")),
                 "-" if r.get("amplification") is None else f"{r['amplification']:.2f}",
                 "-" if r.get("cpu_s_per_epoch") is None else _fmt_s(r["cpu_s_per_epoch"], r.get("extrapolated")),
-                _fmt_b(r.get("peak_rss_bytes")), _fmt_s(r.get("pre_s")),
+                format_bytes(r.get("peak_rss_bytes")), _fmt_s(r.get("pre_s")),
                 "-" if not b else f"{b['metric']} {b['fio_job']}",
                 "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"))
         if len(table) > 1:
@@ -1248,7 +1240,7 @@ def plot(res: dict, path: str, title: str | None = None) -> bool:
                      f"{dev} ({env['read_iops']:,} IOPS, {env['read_bps'] / 1e6:.0f} MB/s)", fontsize=9)
         lo, hi = min(r["epoch_s"] for r in rows), max(r["epoch_s"] for r in rows)
         ax.set_xlim(lo / 2, hi * 8)
-    title = title or (f"lirs bench: {os.path.basename(res['data']['path'])} ({_fmt_b(res['data']['file_bytes'])}, "
+    title = title or (f"lirs bench: {os.path.basename(res['data']['path'])} ({format_bytes(res['data']['file_bytes'])}, "
                       f"{res['data']['records']:,} records)")
     fig.suptitle(title + "\nblue: lirs (light: reads only), gray: peers; hatched: extrapolated; bold: recommended",
                  fontsize=9)

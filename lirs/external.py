@@ -287,16 +287,11 @@ def _sources(files, fmt, record_size, header_size):
         raise UsageError("--format fixed needs --record-size N (bytes per record)")
     if header_size < 0:
         raise UsageError("--header-size must be >= 0")
+    from .scan import raw_fixed_count
+
     for p in files:
-        size = os.path.getsize(p)
-        h = header_size
-        if size <= h:
-            raise DataError(f"{p}: empty file after the {h}-byte header; nothing to shuffle")
-        n, rem = divmod(size - h, record_size)
-        if rem:
-            raise DataError(f"{p}: byte {h + n * record_size}: {rem} trailing bytes; file size {size} "
-                            f"minus header {h} is not a multiple of --record-size {record_size}")
-        srcs.append(_Source(p, h, h + n * record_size, n))
+        n = raw_fixed_count(p, header_size, record_size, "shuffle")
+        srcs.append(_Source(p, header_size, header_size + n * record_size, n))
     return srcs, int(record_size), np.dtype(np.uint8), (int(record_size),), None
 
 

@@ -410,6 +410,21 @@ def _labels_for_npy(path: str):
     return None
 
 
+def raw_fixed_count(path: str, header_size: int, record_size: int, doing: str = "index") -> int:
+    """Records in a raw fixed-size file: ``(size - header) / record_size``, which must divide exactly.
+
+    Raises DataError naming the file and the byte where the trailing partial record starts."""
+    size = os.path.getsize(path)
+    h = header_size
+    if size <= h:
+        raise DataError(f"{path}: empty file after the {h}-byte header; nothing to {doing}")
+    n, rem = divmod(size - h, record_size)
+    if rem:
+        raise DataError(f"{path}: byte {h + n * record_size}: {rem} trailing bytes; file size {size} "
+                        f"minus header {h} is not a multiple of --record-size {record_size}")
+    return n
+
+
 def _build_fixed(files, fmt, dest, record_size, header_size):
     headers, counts, labels = [], [], []
     dtype = shape = None
@@ -428,14 +443,8 @@ def _build_fixed(files, fmt, dest, record_size, header_size):
         else:
             if not record_size or record_size <= 0:
                 raise UsageError("--format fixed needs --record-size N (bytes per record)")
-            size = os.path.getsize(p)
             h = header_size
-            if size <= h:
-                raise DataError(f"{p}: empty file after the {h}-byte header; nothing to index")
-            n, rem = divmod(size - h, record_size)
-            if rem:
-                raise DataError(f"{p}: byte {h + n * record_size}: {rem} trailing bytes; file size {size} "
-                                f"minus header {h} is not a multiple of --record-size {record_size}")
+            n = raw_fixed_count(p, h, record_size, "index")
         if n == 0:
             raise DataError(f"{p}: no records")
         headers.append(h)

@@ -19,7 +19,10 @@ def parse_size(text) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
-def format_bytes(n: float) -> str:
+def format_bytes(n) -> str:
+    """``1234567`` → ``"1.2 MB"`` (decimal units); None → ``"-"``."""
+    if n is None:
+        return "-"
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -610,7 +610,8 @@ def test_cli(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.slow
 def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path):
-    """A real SIGINT during pass 1: exit status 130, no output, no piles."""
+    """A real SIGINT during pass 1: exit status 130, no output, no piles. (Pass 1 is slowed down
+    enough that the signal always lands inside it.)"""
     import signal
     import time
 
@@ -619,7 +620,7 @@ def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path):
     code = ("import sys, time; from lirs import external as E; from lirs.kernels import external as K\n"
             "real = K.scatter_lines\n"
             "def slow(*a):\n"
-            "    print('started', flush=True); time.sleep(0.05); return real(*a)\n"
+            "    print('started', flush=True); time.sleep(3); return real(*a)\n"
             "K.scatter_lines = slow\n"
             "from lirs.cli import main; sys.exit(main(sys.argv[1:]))\n")
     p = subprocess.Popen([sys.executable, "-c", code, "shuffle", str(tmp_path / "in.svm"), "-o",

@@ -13,6 +13,7 @@ import sys
 import time
 
 from ..errors import UsageError
+from ..units import format_bytes
 
 METHODS = ("lirs-group", "lirs-window", "bmf", "shuffle_buffer", "sequential")
 
@@ -39,15 +40,6 @@ def add_parser(sub):
                    help="epochs of the in-memory random-order run that estimates the optimum f* (default 20)")
     p.add_argument("--engine", default="auto", help="I/O engine (default auto)")
     return p
-
-
-def _fmt_bytes(b) -> str:
-    if b is None:
-        return "-"
-    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= k:
-            return f"{b / k:.1f} {unit}"
-    return f"{int(b)} B"
 
 
 def run(args) -> int:
@@ -128,7 +120,7 @@ def _table(res: dict) -> None:
                      "-" if amp is None else f"{amp:.2f}x",
                      f"{last['objective']:.6g}", f"{last['rel_diff']:.3g}",
                      "-" if r.get("epochs_to_target") is None else str(r["epochs_to_target"]),
-                     _fmt_bytes(r.get("memory_bytes"))))
+                     format_bytes(r.get("memory_bytes"))))
     w = [max(len(str(x[i])) for x in rows + [head]) for i in range(len(head))]
     print()
     print("  ".join(h.ljust(w[i]) for i, h in enumerate(head)))
