@@ -158,14 +158,19 @@ def sec_engines():
             rows.append([eng, what, f"{p['engine_median'] / scale:,.0f}", f"{(p['fio_median'] or 0) / scale:,.0f}",
                          ref, f(p.get("ratio_median")), f"≥ {p['goal_ratio']:.2f}: {goal(p['meets_goal'])}"
                          if "goal_ratio" in p else "reported"])
+        kept = {k["section"]: k for k in d.get("kept_from_previous_run", [])}
+        src = source(kept["engines"]) if "engines" in kept else source(d)
         parts.append(f"### Engines against fio\n\nO_DIRECT reads of a {d.get('file_bytes', 0) / 1e9:.0f} GB file, "
-                     f"each point the median of interleaved (fio, engine) pairs ({source(d)}):\n\n"
+                     f"each point the median of interleaved (fio, engine) pairs ({src}). An engine call "
+                     f"reads one batch of extents sorted by offset, as the planner emits them; fio's reads "
+                     f"come in random order:\n\n"
                      + table(["engine", "workload", "engine", "fio", "fio run", "ratio", "goal"], rows))
     ld = d.get("loader")
     if ld and "runs" in ld:
         rows = [[f(r.get("compute_ms"), ".1f"), f(r.get("compute_ms_over_load_ms")), f(r["records_per_s"], ",.0f"),
                  f(r["mb_per_s"], ",.0f"), f(100 * r["stall_fraction"], ".1f") + " %"] for r in ld["runs"]]
-        parts.append(f"Loader (group granularity, {ld['file_bytes'] / 1e6:.0f} MB kdd-like file, "
+        parts.append(f"Loader (`lirs epoch`, group granularity, {ld['file_bytes'] / 1e6:.0f} MB kdd-like file, "
+                     f"{source(d) if 'loader' not in kept else source(kept['loader'])}, "
                      f"{ld['load_ms_per_batch_no_compute']:.2f} ms load per batch with no compute): stall "
                      f"fraction when the training step takes as long as loading — goal ≤ 5 %: "
                      f"{goal(ld['meets_goal'])}.\n\n"
