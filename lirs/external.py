@@ -64,6 +64,7 @@ from .engines import aligned_empty
 from .kernels import external as K
 from .kernels import plan as KP
 from .kernels import scan as KS
+from .scan import read_chunks
 from .units import format_bytes, parse_size
 
 log = logging.getLogger("lirs.external")
@@ -386,45 +387,6 @@ def _direct_ok(dirpath: str) -> bool:
     return ok
 
 
-def _read_chunks(path: str, start: int, end: int, chunk: int):
-    """Yield (buf uint8, nbytes, file offset) over [start, end) of ``path``, the next read in flight.
-
-    Two buffers of ``chunk`` bytes alternate: a yielded buffer stays valid until the next one is
-    asked for.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        except (AttributeError, OSError):
-            pass
-        bufs = [np.empty(chunk, np.uint8), np.empty(chunk, np.uint8)]
-
-        def read(i, off):
-            want = min(chunk, end - off)
-            mv = memoryview(bufs[i])[:want]
-            got = 0
-            while got < want:
-                r = os.preadv(fd, [mv[got:]], off + got)
-                if r == 0:
-                    raise DataError(f"{path}: byte {off + got}: file ended early (expected {end} bytes); "
-                                    "did it change while being shuffled?")
-                got += r
-            return got
-
-        with ThreadPoolExecutor(1) as ex:
-            off, i = start, 0
-            fut = ex.submit(read, 0, off) if off < end else None
-            while fut is not None:
-                n = fut.result()
-                nxt = off + n
-                fut = ex.submit(read, 1 - i, nxt) if nxt < end else None
-                yield bufs[i], n, off
-                off, i = nxt, 1 - i
-    finally:
-        os.close(fd)
-
-
 def _free_bytes(path: str) -> int:
     st = os.statvfs(path)
     return int(st.f_bavail * st.f_frsize)
@@ -631,7 +593,7 @@ class _Dealer:
                          f"more than --memory {format_bytes(self.memory)} can shuffle; raise --memory")
 
     def deal_text(self, src: _Source) -> None:
-        with contextlib.closing(_read_chunks(src.path, src.start, src.end, self.chunk)) as chunks:
+        with contextlib.closing(read_chunks(src.path, src.start, src.end, self.chunk)) as chunks:
             self._deal_chunks(src, chunks)
 
     def _deal_chunks(self, src, chunks):
@@ -671,7 +633,7 @@ class _Dealer:
     # ---- fixed --------------------------------------------------------------------------
     def deal_fixed(self, src: _Source) -> None:
         q = max(1, self.chunk // (self.rs + self.ls))  # records per read; their labels come along
-        with contextlib.closing(_read_chunks(src.path, src.start, src.end, q * self.rs)) as chunks:
+        with contextlib.closing(read_chunks(src.path, src.start, src.end, q * self.rs)) as chunks:
             for buf, nb, off in chunks:
                 self._deal_fixed_chunk(src, buf, nb, off)
 

@@ -87,45 +87,46 @@ def detect_format(path: str) -> str:
 # --------------------------------------------------------------------------- chunked reading
 
 
-def _chunks(path: str, chunk_bytes: int):
-    """Yield (buf, nbytes, file_offset) with the next read already in flight on a thread."""
-    fd = os.open(path, os.O_RDONLY)
+def read_chunks(path: str, start: int, end: int, chunk: int):
+    """Yield (buf uint8, nbytes, file offset) over [start, end) of ``path``, the next read in flight
+    on a thread. Two buffers of ``chunk`` bytes alternate: a yielded buffer stays valid until the
+    next one is asked for. A file that ends before ``end`` raises DataError."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
         except (AttributeError, OSError):
             pass
-        bufs = [np.empty(chunk_bytes, np.uint8), np.empty(chunk_bytes, np.uint8)]
+        bufs = [np.empty(chunk, np.uint8), np.empty(chunk, np.uint8)]
 
         def read(i, off):
-            mv = memoryview(bufs[i])
+            want = min(chunk, end - off)
+            mv = memoryview(bufs[i])[:want]
             got = 0
-            while got < chunk_bytes:
+            while got < want:
                 r = os.preadv(fd, [mv[got:]], off + got)
                 if r == 0:
-                    break
+                    raise DataError(f"{path}: byte {off + got}: file ended early (expected {end} bytes); "
+                                    "did it change while being read?")
                 got += r
             return got
 
         with ThreadPoolExecutor(1) as ex:
-            off = 0
-            fut = ex.submit(read, 0, 0)
-            i = 0
-            while True:
+            off, i = start, 0
+            fut = ex.submit(read, 0, off) if off < end else None
+            while fut is not None:
                 n = fut.result()
-                if n == 0:
-                    return
-                if n == chunk_bytes:
-                    fut = ex.submit(read, 1 - i, off + n)
-                else:
-                    fut = None
+                nxt = off + n
+                fut = ex.submit(read, 1 - i, nxt) if nxt < end else None
                 yield bufs[i], n, off
-                off += n
-                if fut is None:
-                    return
-                i = 1 - i
+                off, i = nxt, 1 - i
     finally:
         os.close(fd)
+
+
+def _chunks(path: str, chunk_bytes: int):
+    """The whole file in chunks (see :func:`read_chunks`)."""
+    return read_chunks(path, 0, os.path.getsize(path), chunk_bytes)
 
 
 def _line_of(path: str, offset: int) -> int:
