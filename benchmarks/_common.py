@@ -14,7 +14,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 def drop_caches() -> bool:
     """Flush dirty pages and drop the page cache (root only). Returns False when not allowed."""
-    from lirs.envelope import drop_caches as drop
+    from lirs.eval.envelope import drop_caches as drop
 
     if drop():
         return True

@@ -123,7 +123,7 @@ def lirs_epoch(path, extra):
 
 def loader_stall(args) -> dict:
     import lirs
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
     from lirs.units import parse_size
 
     try:

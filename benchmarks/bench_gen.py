@@ -5,7 +5,7 @@
 Measures, on the same filesystem in the same run:
   * `dd if=/dev/zero bs=1M` of the kdd file's size, once ending with fsync (`conv=fsync`) and once
     into the page cache only — the reference: the fastest the bytes could be written;
-  * `lirs.gen.generate("kdd", size=...)` with 1 and 2 formatting threads, shuffled, timed to the
+  * `lirs.eval.gen.generate("kdd", size=...)` with 1 and 2 formatting threads, shuffled, timed to the
     end of an fsync of the file and to the end of the call (page cache) → MB/s and ratio to dd;
   * the sorted order (one extra labels pass), and the other profiles at a smaller size;
   * for every lirs run also MB per CPU-second of the process (the per-core speed);
@@ -48,7 +48,7 @@ def _dd(path: str, nbytes: int, fsync: bool) -> dict:
 
 
 def _gen(profile: str, path: str, size: int, *, workers: int, order: str = "shuffled", fsync: bool) -> dict:
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
 
     os.sync()
     load = _load()
@@ -79,7 +79,7 @@ def main(argv=None):
     ap.add_argument("--dir", default="/work/scratch/gen")
     args = ap.parse_args(argv)
 
-    from lirs.gen import PROFILES, generate
+    from lirs.eval.gen import PROFILES, generate
     from lirs.units import parse_size
 
     os.makedirs(args.dir, exist_ok=True)

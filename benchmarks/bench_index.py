@@ -33,7 +33,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import lirs
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
     from lirs.units import parse_size
 
     os.makedirs(args.dir, exist_ok=True)

@@ -35,7 +35,7 @@ GRANS = ("instance", "page", "group", "window")
 
 
 def ensure(profile, path, size):
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
     from lirs.index import build_index, open_index
 
     if not os.path.exists(path) or abs(os.path.getsize(path) - size) > 0.05 * size:

@@ -1,8 +1,8 @@
 """Shuffle quality and cost of every strategy on a label-sorted kdd-like file (the README table).
 
 Generates a label-sorted kdd-like LIBSVM file (all -1 records, then all +1: the worst case for
-buffers), indexes it, and runs `lirs.quality.evaluate` over every strategy in
-`lirs.strategies.STRATEGIES` for a number of epochs: distinct file segments and labels seen
+buffers), indexes it, and runs `lirs.eval.quality.evaluate` over every strategy in
+`lirs.eval.strategies.STRATEGIES` for a number of epochs: distinct file segments and labels seen
 against records drawn, label entropy per batch, displacement and rank correlation with file
 order, batch pairs meeting again, Streaming's entropy, same-group neighbours, the three
 chi-square uniformity tests, and each strategy's memory and I/O per epoch. Every metric comes
@@ -48,8 +48,8 @@ def main(argv=None) -> int:
 
     import lirs
     from lirs.commands.quality import memory_budget
-    from lirs.gen import generate
-    from lirs.quality import evaluate, format_markdown, format_table, plot
+    from lirs.eval.gen import generate
+    from lirs.eval.quality import evaluate, format_markdown, format_table, plot
     from lirs.units import parse_size
 
     names = [s for s in a.strategies.split(",") if s] if a.strategies else None

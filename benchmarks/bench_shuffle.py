@@ -166,7 +166,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/shuffle.json)")
     args = ap.parse_args(argv)
 
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
     from lirs.units import parse_size
 
     if args.smoke:

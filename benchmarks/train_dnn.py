@@ -33,8 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import RESULTS, machine  # noqa: E402
 
 import lirs  # noqa: E402
-from lirs.gen import generate, labels_path  # noqa: E402
-from lirs.train import _Prefetch, shuffle_buffer_order  # noqa: E402
+from lirs.eval.gen import generate, labels_path  # noqa: E402
+from lirs.eval.train import _Prefetch, shuffle_buffer_order  # noqa: E402
 
 METHODS = ("shuffle_buffer", "lirs-instance", "lirs-window")
 

@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import RESULTS, fio_seq_read_bps, machine  # noqa: E402
 
 import lirs  # noqa: E402
-from lirs.gen import generate  # noqa: E402
-from lirs.train import METHODS, compare_svm, load_all, reference_objective  # noqa: E402
+from lirs.eval.gen import generate  # noqa: E402
+from lirs.eval.train import METHODS, compare_svm, load_all, reference_objective  # noqa: E402
 
 ORDER_METHODS = ("bmf", "lirs-instance", "lirs-page", "lirs-group", "lirs-window", "shuffle_buffer", "sequential")
 
@@ -39,16 +39,16 @@ ORDER_METHODS = ("bmf", "lirs-instance", "lirs-page", "lirs-group", "lirs-window
 def envelope_unavailable() -> str | None:
     """Why the device envelopes of `lirs bench` cannot be used here (None: they can)."""
     try:
-        from lirs.envelope import blkio_unavailable
+        from lirs.eval.envelope import blkio_unavailable
     except ImportError as e:
-        return f"lirs.envelope not importable ({e})"
+        return f"lirs.eval.envelope not importable ({e})"
     return blkio_unavailable()
 
 
 def on_envelope(name, path, fn):
     """Run ``fn()`` with this process inside a blkio throttle group of envelope ``name`` (the
     `lirs bench` envelopes: only this process is throttled; the group is removed afterwards)."""
-    from lirs.envelope import ENVELOPES, ThrottleGroup, disk_of
+    from lirs.eval.envelope import ENVELOPES, ThrottleGroup, disk_of
 
     env = ENVELOPES[name]
     major, minor, _ = disk_of(path)
@@ -209,7 +209,7 @@ def main(argv=None) -> int:
             print(f"  {env} envelope: one epoch per method, {a.envelope_budget:g} s budget", flush=True)
 
             def throttled():
-                from lirs.envelope import evict_cache
+                from lirs.eval.envelope import evict_cache
 
                 # lirs's pre-processing is the index scan: timed on the envelope, from a cold cache
                 evict_cache([path])

@@ -35,7 +35,7 @@ _LAZY = {
     "decode_fixed": "lirs.decode",
     "decode_lines": "lirs.decode",
     "load_svmlight": "lirs.decode",
-    "STRATEGIES": "lirs.strategies",
+    "STRATEGIES": "lirs.eval.strategies",
     "shuffle": "lirs.external",
 }
 

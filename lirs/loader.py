@@ -169,7 +169,7 @@ class Loader:
         if self.prefetch < 1:
             raise UsageError(f"prefetch must be >= 1, got {prefetch}")
         if granularity == "auto":  # what `lirs bench --auto` saved for this dataset, else group
-            from .bench import auto_settings
+            from .recommendation import auto_settings
 
             granularity, group_bytes, window = auto_settings(self.index, group_bytes, window)
         self.granularity = granularity

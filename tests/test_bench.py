@@ -92,7 +92,7 @@ def test_missing_fio_says_how_to_install(monkeypatch, tmp_path, caplog):
     monkeypatch.setattr(F, "fio_path", lambda: None)
     p = tmp_path / "d.bin"
     p.write_bytes(b"x" * 8192)
-    with caplog.at_level(logging.WARNING, logger="lirs.fio"):
+    with caplog.at_level(logging.WARNING, logger="lirs.eval.fio"):
         r = F.run_envelope(str(p), runtime_s=0.1)
     assert r["available"] is False and "apt-get install" in r["reason"]
     assert "apt-get install" in caplog.text
@@ -485,7 +485,7 @@ def test_measure_full_epochs_are_not_extrapolated():
 @pytest.fixture(scope="module")
 def kdd_tiny(tmp_path_factory):
     import lirs
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
 
     d = tmp_path_factory.mktemp("bench-kdd")
     p = str(d / "kdd.svm")
@@ -497,7 +497,7 @@ def kdd_tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def higgs_tiny(tmp_path_factory):
     import lirs
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
 
     d = tmp_path_factory.mktemp("bench-higgs")
     p = str(d / "higgs.npy")
@@ -521,7 +521,7 @@ def test_sparse_peers_deliver_every_record_once_with_its_data(kdd_tiny, tmp_path
     from sklearn.datasets import load_svmlight_file
 
     import lirs
-    from lirs.peers import make_runner, skip_reason
+    from lirs.eval.peers import make_runner, skip_reason
 
     idx = lirs.open_index(kdd_tiny)
     why = skip_reason(peer, idx, workdir=str(tmp_path))
@@ -552,8 +552,8 @@ def test_sparse_peers_deliver_every_record_once_with_its_data(kdd_tiny, tmp_path
 @pytest.mark.parametrize("peer", ["memmap", "inmemory", "torch", "shuffle_buffer", "bmf"])
 def test_dense_peers_deliver_every_record_once_with_its_data(higgs_tiny, tmp_path, peer):
     import lirs
-    from lirs.gen import labels_path
-    from lirs.peers import make_runner, skip_reason
+    from lirs.eval.gen import labels_path
+    from lirs.eval.peers import make_runner, skip_reason
 
     idx = lirs.open_index(higgs_tiny)
     why = skip_reason(peer, idx, workdir=str(tmp_path))
@@ -575,7 +575,7 @@ def test_dense_peers_deliver_every_record_once_with_its_data(higgs_tiny, tmp_pat
 
 def test_external_peer_on_dense_records_cleans_up(higgs_tiny, tmp_path):
     import lirs
-    from lirs.peers import make_runner, skip_reason
+    from lirs.eval.peers import make_runner, skip_reason
 
     idx = lirs.open_index(higgs_tiny)
     why = skip_reason("external", idx, workdir=str(tmp_path))
@@ -599,7 +599,7 @@ def test_external_peer_reads_a_shuffled_copy(kdd_tiny, tmp_path):
     from sklearn.datasets import load_svmlight_file
 
     import lirs
-    from lirs.peers import make_runner, skip_reason
+    from lirs.eval.peers import make_runner, skip_reason
 
     idx = lirs.open_index(kdd_tiny)
     why = skip_reason("external", idx, workdir=str(tmp_path))
@@ -624,7 +624,7 @@ def test_external_peer_reads_a_shuffled_copy(kdd_tiny, tmp_path):
 def test_peer_skip_reasons(kdd_tiny, higgs_tiny):
     import lirs
     from lirs.errors import UsageError
-    from lirs.peers import skip_reason
+    from lirs.eval.peers import skip_reason
 
     kdd = lirs.open_index(kdd_tiny)
     assert "fixed-size" in skip_reason("memmap", kdd)
@@ -771,7 +771,7 @@ def test_loader_auto_without_recommendation_uses_group(kdd_tiny, tmp_path, caplo
     p = str(tmp_path / "k.svm")
     shutil.copy(kdd_tiny, p)
     lirs.build_index(p, progress=False)
-    with caplog.at_level(logging.INFO, logger="lirs.bench"):
+    with caplog.at_level(logging.INFO, logger="lirs.eval.bench"):
         with lirs.Loader(p, 128, granularity="auto", group_bytes=16384, window=3) as ld:
             assert (ld.granularity, ld.group_bytes, ld.window) == ("group", 16384, 3)
             assert ld.plan(0).granularity == "group"
@@ -787,7 +787,7 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog):
     shutil.copy(kdd_tiny, p)
     idx = lirs.build_index(p, progress=False)
     path = B.save_recommendation(_fake_result(idx), idx)
-    assert path == p + ".lirs.bench.json"
+    assert path == p + ".lirs.eval.bench.json"
     with lirs.Loader(p, 128, granularity="auto") as ld:
         assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 8192, 4)
         ids = np.concatenate([b.ids for b in ld.epoch(0)])
@@ -797,7 +797,7 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog):
     doc["n"] += 1
     with open(path, "w") as f:
         json.dump(doc, f)
-    with caplog.at_level(logging.WARNING, logger="lirs.bench"):
+    with caplog.at_level(logging.WARNING, logger="lirs.eval.bench"):
         with lirs.Loader(p, 128, granularity="auto") as ld:
             assert ld.granularity == "group"
     assert "other data" in caplog.text

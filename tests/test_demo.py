@@ -48,7 +48,7 @@ def test_demo_end_to_end(tmp_path):
 
 
 def test_demo_user_data_and_errors(tmp_path):
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
 
     p = tmp_path / "mine.svm"
     generate("kdd", str(p), records=1500, seed=2, progress=False)

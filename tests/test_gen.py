@@ -9,7 +9,7 @@ import pytest
 
 from lirs import gen as G
 from lirs.cli import main
-from lirs.gen import PROFILES, generate, labels_path, sample
+from lirs.eval.gen import PROFILES, generate, labels_path, sample
 
 SMALL = {"kdd": 1500, "webspam": 40, "higgs": 1500, "epsilon": 100, "lines": 800}
 

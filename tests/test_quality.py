@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lirs import quality as Q
 from lirs.errors import UsageError
-from lirs.strategies import STRATEGIES, run_strategy, synthetic_index
+from lirs.eval.strategies import STRATEGIES, run_strategy, synthetic_index
 
 
 def _perm(n, seed):
@@ -204,7 +204,7 @@ def test_evaluate_on_synthetic_records():
 
 
 def test_evaluate_on_a_label_sorted_file_uses_its_labels(tmp_path):
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
     from lirs.index import build_index
 
     p = str(tmp_path / "k.svm")

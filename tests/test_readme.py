@@ -24,7 +24,7 @@ def test_readme_has_usage_examples():
 @pytest.mark.parametrize("i", range(len(_blocks())))
 def test_readme_example_runs(tmp_path, monkeypatch, i):
     import lirs
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
 
     code = _blocks()[i]
     if "lirs.torch" in code:

@@ -15,10 +15,10 @@ import pytest
 from scipy import stats as sps
 
 import lirs
-from lirs import external as E
+import lirs.external.api as E
 from lirs.cli import main as cli_main
 from lirs.errors import DataError, LirsError, UsageError
-from lirs.gen import labels_path
+from lirs.build import labels_path
 from lirs.kernels import external as KE
 
 from conftest import open_fds
@@ -617,7 +617,7 @@ def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path):
 
     data = libsvm_bytes(2000, seed=1) * 40
     (tmp_path / "in.svm").write_bytes(data)
-    code = ("import sys, time; from lirs import external as E; from lirs.kernels import external as K\n"
+    code = ("import sys, time; import lirs.external.api as E; from lirs.kernels import external as K\n"
             "real = K.scatter_lines\n"
             "def slow(*a):\n"
             "    print('started', flush=True); time.sleep(3); return real(*a)\n"

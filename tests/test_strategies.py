@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lirs.errors import UsageError
-from lirs.strategies import (LIRS_STRATEGIES, STRATEGIES, run_strategy, strategy_params, synthetic_index)
+from lirs.eval.strategies import (LIRS_STRATEGIES, STRATEGIES, run_strategy, strategy_params, synthetic_index)
 
 ALL = list(STRATEGIES)
 ONE_OFF = ("two_pass", "terashuf", "chunk_roundrobin")
@@ -117,7 +117,7 @@ def test_lirs_strategies_are_the_planner():
 
 
 def test_sequential_and_shuffle_buffer():
-    from lirs.train import shuffle_buffer_order
+    from lirs.eval.train import shuffle_buffer_order
 
     assert np.array_equal(run_strategy("sequential", 100).order, np.arange(100))
     n, Q = 5000, 37
@@ -131,7 +131,7 @@ def test_sequential_and_shuffle_buffer():
 
 
 def test_bmf_blocks_are_fixed_for_the_run_and_trained_whole():
-    from lirs.train import bmf_blocks
+    from lirs.eval.train import bmf_blocks
 
     n, B = 3000, 6
     layout = [set(b.tolist()) for b in bmf_blocks(n, B, seed=9)]
@@ -289,7 +289,7 @@ def test_registry_and_parameters():
 
 @pytest.fixture(scope="module")
 def kdd_file(tmp_path_factory):
-    from lirs.gen import generate
+    from lirs.eval.gen import generate
     from lirs.index import build_index
 
     p = str(tmp_path_factory.mktemp("strat") / "k.svm")

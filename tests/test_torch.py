@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import lirs  # noqa: E402
-from lirs.gen import generate, labels_path  # noqa: E402
+from lirs.eval.gen import generate, labels_path  # noqa: E402
 
 
 @pytest.fixture(scope="module")

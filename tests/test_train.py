@@ -11,9 +11,9 @@ import pytest
 import scipy.sparse as sp
 
 from lirs.errors import DataError, UsageError
-from lirs.gen import sample
+from lirs.eval.gen import sample
 from lirs.loader import Batch
-from lirs.train import (LinearSVM, as_pm1, fit_in_memory, primal_objective, reference_objective,
+from lirs.eval.train import (LinearSVM, as_pm1, fit_in_memory, primal_objective, reference_objective,
                         relative_difference, train_sgd)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,8 +168,8 @@ def test_training_benchmarks_smoke(tmp_path, script):
 def test_epoch_budget_extrapolates_cut_epochs(tmp_path):
     """compare_svm with a time budget stops each epoch early and scales its time to the whole epoch."""
     import lirs
-    from lirs.gen import generate
-    from lirs.train import compare_svm
+    from lirs.eval.gen import generate
+    from lirs.eval.train import compare_svm
 
     p = str(tmp_path / "k.svm")
     generate("kdd", p, records=6000, seed=2, progress=False)

@@ -19,7 +19,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runtime", type=float, default=5.0, help="seconds per fio job (default 5)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    from lirs.fio import INSTALL_HINT, run_envelope
+    from lirs.eval.fio import INSTALL_HINT, run_envelope
 
     env = run_envelope(a.file, runtime_s=a.runtime)
     if not env.get("available"):

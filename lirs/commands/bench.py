@@ -46,10 +46,10 @@ def add_parser(sub):
     p.add_argument("--fio-runtime", type=float, default=5.0, metavar="S", help="seconds per fio job (default 5)")
     p.add_argument("--workdir", metavar="DIR",
                    help="where BMF and the external shuffle write their copies (default: beside the data)")
-    p.add_argument("--json", metavar="OUT", help="write the results as JSON (schema: lirs.bench.SCHEMA)")
+    p.add_argument("--json", metavar="OUT", help="write the results as JSON (schema: lirs.eval.bench.SCHEMA)")
     p.add_argument("--plot", metavar="OUT.png", help="write a plot of epoch times (needs matplotlib)")
     p.add_argument("--auto", action="store_true",
-                   help="save the recommendation beside the index (DATA.lirs.bench.json), so that "
+                   help="save the recommendation beside the index (DATA.lirs.eval.bench.json), so that "
                         "Loader(..., granularity='auto') uses it")
     p.add_argument("--smoke", action="store_true",
                    help=f"a quick check: budget {SMOKE['budget_s']:g}s, fio {SMOKE['fio_runtime_s']:g}s per job")
@@ -64,7 +64,7 @@ def _list(text: str, what: str) -> list[str]:
 
 
 def run(args) -> int:
-    from ..bench import command_line, format_table, plot, run_bench, save_recommendation, write_json
+    from ..eval.bench import command_line, format_table, plot, run_bench, save_recommendation, write_json
     from ..units import parse_size
 
     devices = _list(args.devices, "devices")

@@ -44,7 +44,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     import lirs
-    from ..train import METHODS as ALL, compare_svm
+    from ..eval.train import METHODS as ALL, compare_svm
     from ..units import parse_size
 
     if args.epochs < 1:
@@ -69,7 +69,7 @@ def run(args) -> int:
         if os.path.exists(path):
             print(f"data: reusing {path}")
         else:
-            from ..gen import generate
+            from ..eval.gen import generate
 
             print(f"generating {args.size} of label-sorted kdd-like LIBSVM data -> {path}")
             r = generate("kdd", path, size=size, order="sorted", seed=args.seed,

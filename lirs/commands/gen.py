@@ -8,7 +8,7 @@ from ..errors import UsageError
 
 
 def add_parser(sub):
-    from ..gen import ORDERS, PROFILES
+    from ..eval.gen import ORDERS, PROFILES
 
     profiles = "; ".join(f"{k}: {v['about']}" for k, v in PROFILES.items())
     p = sub.add_parser(
@@ -31,7 +31,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from ..gen import generate
+    from ..eval.gen import generate
 
     if args.records is not None and args.records <= 0:
         raise UsageError("--records must be a positive number")

@@ -60,7 +60,7 @@ def _write_order(path: str, order) -> str:
 
 def _run_strategy(args, idx) -> int:
     """A reference strategy's order (not a planner granularity): whole epoch, one rank."""
-    from ..strategies import run_strategy
+    from ..eval.strategies import run_strategy
     from ..units import format_bytes, parse_size
     from .quality import memory_budget, parse_params
 
@@ -106,7 +106,7 @@ def _run_strategy(args, idx) -> int:
 def run(args) -> int:
     from ..index import open_index
     from ..plan import GRANULARITIES, plan_epoch
-    from ..strategies import STRATEGIES
+    from ..eval.strategies import STRATEGIES
     from ..units import format_bytes, parse_size
 
     if args.strategy is not None:

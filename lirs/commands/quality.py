@@ -51,7 +51,7 @@ def add_parser(sub):
 
 def parse_params(items) -> dict:
     """``["name=value", ...]`` -> dict; values become int (sizes like 16M allowed), bool or str."""
-    from ..strategies import all_params
+    from ..eval.strategies import all_params
     from ..units import parse_size
 
     out = {}
@@ -91,8 +91,8 @@ def memory_budget(text, payload: int) -> int:
 
 
 def run(args) -> int:
-    from ..quality import evaluate, format_markdown, format_table, plot
-    from ..strategies import DEFAULT_RECORD_BYTES, STRATEGIES
+    from ..eval.quality import evaluate, format_markdown, format_table, plot
+    from ..eval.strategies import DEFAULT_RECORD_BYTES, STRATEGIES
     from ..units import parse_size
 
     names = None

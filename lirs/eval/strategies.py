@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import UsageError
+from ..errors import UsageError
 
 DEFAULT_RECORD_BYTES = 360        # kdd-like records when only a count is given
 DEFAULT_MEMORY_FRACTION = 0.05    # the shared memory budget when none is given
@@ -189,7 +189,7 @@ _COUNT_SOURCES: dict = {}
 
 
 def _source(source, record_bytes: int = DEFAULT_RECORD_BYTES) -> _Source:
-    from .index import Index
+    from ..index import Index
 
     if isinstance(source, Index):
         hit = _INDEX_SOURCES.get(source)
@@ -225,7 +225,7 @@ def synthetic_index(n: int, record_bytes: int = DEFAULT_RECORD_BYTES, labels=Non
     """An in-memory LIBSVM-format :class:`~lirs.index.Index` of ``n`` records of ``record_bytes``
     each, back to back in one (absent) file, with ``labels`` float64 (n,) if given. Planning and
     the strategies work on it; nothing is ever read."""
-    from .index import Index
+    from ..index import Index
 
     n, rb = int(n), int(record_bytes)
     if n < 1 or rb < 1:
@@ -240,7 +240,7 @@ def _synthetic_cached(n: int, record_bytes: int):
 
 
 def _index_of(source, src: _Source):
-    from .index import Index
+    from ..index import Index
 
     return source if isinstance(source, Index) else _synthetic_cached(src.n, src.record_bytes)
 
@@ -717,7 +717,7 @@ def chunk_roundrobin(source, *, seed: int = 0, epoch: int = 0, batch_size: int =
 def _lirs(granularity: str):
     def fn(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, group_bytes: int = 65536,
            window: int = 16, permutation: str = "auto", record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
-        from .plan import plan_epoch
+        from ..plan import plan_epoch
 
         _check_common(seed, epoch, batch_size)
         src = _source(source, record_bytes)
@@ -752,7 +752,7 @@ def _lirs(granularity: str):
 
 
 def _fmt(b) -> str:
-    from .units import format_bytes
+    from ..units import format_bytes
 
     return format_bytes(float(b))
 

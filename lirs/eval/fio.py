@@ -20,7 +20,7 @@ import shlex
 import shutil
 import subprocess
 
-from .errors import LirsError
+from ..errors import LirsError
 
 log = logging.getLogger("lirs.fio")
 

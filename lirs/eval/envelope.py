@@ -41,7 +41,7 @@ import re
 import threading
 from dataclasses import dataclass
 
-from .errors import LirsError
+from ..errors import LirsError
 
 log = logging.getLogger("lirs.envelope")
 

@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from .errors import UsageError
+from ..errors import UsageError
 
 log = logging.getLogger("lirs.quality")
 
@@ -216,7 +216,7 @@ def ideal_same_group_rate(group_of) -> float:
 def groups_of(index, group_bytes: int) -> np.ndarray:
     """int64 (n,): the group (records whose start lies in one aligned ``group_bytes`` span, as
     the lirs planner defines it) of every record."""
-    from .plan import unit_table
+    from ..plan import unit_table
 
     ufirst = unit_table(index, int(group_bytes))
     if ufirst is None:
@@ -359,7 +359,7 @@ def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_siz
     """
     from tqdm import tqdm
 
-    from .index import Index
+    from ..index import Index
     from .strategies import DEFAULT_RECORD_BYTES, STRATEGIES, run_strategy, synthetic_index
 
     names = list(STRATEGIES) if strategies is None else list(strategies)

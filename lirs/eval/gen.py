@@ -42,7 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import UsageError
+from ..build import labels_path
+from ..errors import UsageError
 from .kernels import gen as K
 
 ORDERS = ("shuffled", "sorted")
@@ -76,11 +77,6 @@ _POW10 = 10.0 ** np.arange(19)
 
 _JSON_ID, _JSON_LABEL, _JSON_TEXT, _JSON_END = b'{"id":', b',"label":', b',"text":"', b'"}\n'
 _LINES_OVERHEAD = len(_JSON_ID) + 7 + len(_JSON_LABEL) + 1 + len(_JSON_TEXT) + len(_JSON_END)
-
-
-def labels_path(path: str) -> str:
-    """Where the labels of a dense (``.npy``) profile go: ``PATH.labels.npy`` (float64 ±1, shape (n,))."""
-    return os.fspath(path) + ".labels.npy"
 
 
 def _seq(seed: int, profile: str, use: int) -> np.random.SeedSequence:
@@ -310,7 +306,7 @@ def records_for_size(profile: str, size, *, seed: int = 0) -> int:
 
 
 def _records_for(model: "_Model", size) -> int:
-    from .units import parse_size
+    from ..units import parse_size
 
     nbytes = parse_size(size)
     if nbytes <= 0:

@@ -33,7 +33,7 @@ Records:
 * text: the last line of an input without a trailing newline gets one (``\\n``) in the output, so
   records never merge (``stats["added_newlines"]``).
 * ``npy``: records are rows; the output is a ``.npy`` with a header for its row count, and labels in
-  ``INPUT.labels.npy`` follow their rows into ``OUT.labels.npy`` (``lirs.gen.labels_path``).
+  ``INPUT.labels.npy`` follow their rows into ``OUT.labels.npy`` (``lirs.build.labels_path``).
 * ``fixed``: records of ``record_size`` bytes after a ``header_size``-byte header in every input;
   the output holds the records only (no header).
 
@@ -58,14 +58,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DataError, LirsError, UsageError
-from .index import FORMATS, VARIABLE_FORMATS, Index, _header_for, _SidecarWriter, fingerprint
-from .engines import aligned_empty
-from .kernels import external as K
-from .kernels import plan as KP
-from .kernels import scan as KS
-from .scan import read_chunks
-from .units import format_bytes, parse_size
+from ..errors import DataError, LirsError, UsageError
+from ..index import FORMATS, VARIABLE_FORMATS, Index, _header_for, _SidecarWriter, fingerprint
+from ..engines import aligned_empty
+from ..kernels import external as K
+from ..kernels import plan as KP
+from ..kernels import scan as KS
+from ..build import read_chunks
+from ..units import format_bytes, parse_size
 
 log = logging.getLogger("lirs.external")
 
@@ -241,7 +241,7 @@ class _Source:
 
 def _sources(files, fmt, record_size, header_size):
     """Per-file record ranges and the record layout: (sources, rs, dtype, shape, label info)."""
-    from .scan import _labels_for_npy, _npy_layout
+    from ..build import _labels_for_npy, _npy_layout
 
     srcs = []
     rs = None
@@ -288,7 +288,7 @@ def _sources(files, fmt, record_size, header_size):
         raise UsageError("--format fixed needs --record-size N (bytes per record)")
     if header_size < 0:
         raise UsageError("--header-size must be >= 0")
-    from .scan import raw_fixed_count
+    from ..build import raw_fixed_count
 
     for p in files:
         n = raw_fixed_count(p, header_size, record_size, "shuffle")
@@ -297,7 +297,7 @@ def _sources(files, fmt, record_size, header_size):
 
 
 def _detect(files, format, record_size):
-    from .scan import detect_format
+    from ..build import detect_format
 
     if format not in ("auto",) + FORMATS:
         raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
@@ -547,7 +547,7 @@ class _Dealer:
         self.validator = None
         self.piece = int(validate)
         if validate:  # the piece size in bytes
-            from .scan import _VarScanner
+            from ..build import _VarScanner
 
             self.validator = _VarScanner("libsvm", _Discard(), None, self.piece, None, pool)
 
@@ -702,7 +702,7 @@ class _TextIndexer:
 
     def __init__(self, fmt: str, data_tmp: str, final_path: str, sidecar_tmp_dest: str,
                  sidecar_final: str, scratch: str, out_buffer: int, pool, label_block: int):
-        from .scan import _VarScanner
+        from ..build import _VarScanner
 
         self.fmt = fmt
         self.out_buffer = out_buffer
@@ -1191,9 +1191,8 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     """
     from tqdm import tqdm
 
-    from .gen import labels_path
-    from .index import sidecar_path
-    from .scan import expand_paths
+    from ..index import sidecar_path
+    from ..build import expand_paths, labels_path
 
     t_start = time.perf_counter()
     if shards is not None:
@@ -1348,7 +1347,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
                 s.indexer, ix = None, s.indexer
                 ix.commit(s.data_end, s.final)
         if index and not text:
-            from .scan import build  # nothing to scan: header, record size and count, labels
+            from ..build import build  # nothing to scan: header, record size and count, labels
 
             for s in shard_list:
                 build(s.final, format=fmt, record_size=rs if fmt == "fixed" else None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .plan import shuffle_inplace
+from ...kernels.plan import shuffle_inplace
 
 
 @njit(cache=True, nogil=True)

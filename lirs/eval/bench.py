@@ -50,15 +50,15 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from .errors import DataError, IndexFormatError, UsageError
-from .units import format_bytes
+from ..constants import GRANULARITIES
+from ..errors import DataError, IndexFormatError, UsageError
+from ..recommendation import (RECOMMENDATION_SUFFIX, RECOMMENDATION_VERSION, auto_settings,  # noqa: F401
+                              load_recommendation, recommendation_path, save_recommendation, write_json)
+from ..units import format_bytes
 
 log = logging.getLogger("lirs.bench")
 
 SCHEMA_VERSION = 1
-RECOMMENDATION_VERSION = 1
-RECOMMENDATION_SUFFIX = ".bench.json"
-GRANULARITIES = ("instance", "page", "group", "window")
 DEVICES = ("nvme", "ssd", "hdd")
 # more random first: the tie-break of the recommendation
 RANDOMNESS_ORDER = ("instance", "window", "page", "group")
@@ -371,93 +371,7 @@ def _tname(t):
     return " or ".join(x.__name__ for x in _types(t))
 
 
-def write_json(res: dict, path: str) -> str:
-    """Write ``res`` to ``path`` atomically (temp file, fsync, rename)."""
-    path = os.path.abspath(path)
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".lirs-bench-", suffix=".json", dir=d)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(res, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
-
-
 # ------------------------------------------------------------------------------ saved recommendation
-
-
-def recommendation_path(index) -> str | None:
-    """``DATA.lirs.bench.json``: where ``lirs bench --auto`` saves the choice for this index."""
-    side = getattr(index, "sidecar", None)
-    return None if not side else side + RECOMMENDATION_SUFFIX
-
-
-def save_recommendation(res: dict, index, device: str | None = None) -> str:
-    """Save the recommendation of ``device`` (default: the first device of the run that has one)
-    beside the index, atomically; returns the path. Raises UsageError when there is none."""
-    recs = res.get("recommendation") or {}
-    if device is None:
-        device = next((d for d in res["settings"]["devices"] if d in recs), None)
-    if device not in recs:
-        raise UsageError("no recommendation to save: no lirs configuration ran"
-                         + ("" if device is None else f" on {device}"))
-    path = recommendation_path(index)
-    if path is None:
-        raise UsageError("this index has no sidecar file to save the recommendation beside")
-    r = recs[device]
-    doc = {"schema": "lirs-bench-recommendation", "version": RECOMMENDATION_VERSION, "device": device,
-           "granularity": r["granularity"], "group_bytes": r["group_bytes"], "window": r["window"],
-           "config": r["config"], "epoch_s": r["epoch_s"], "extrapolated": r["extrapolated"],
-           "batch_size": res["settings"]["batch_size"], "n": int(index.n),
-           "payload_bytes": int(index.payload_bytes), "date": res.get("date"), "command": res.get("command")}
-    return write_json(doc, path)
-
-
-def load_recommendation(index) -> dict | None:
-    """The saved recommendation of ``index`` (see :func:`save_recommendation`), or None when there is
-    none or it belongs to other data (then a warning is logged)."""
-    path = recommendation_path(index)
-    if path is None or not os.path.exists(path):
-        return None
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        log.warning("ignoring %s: %s", path, e)
-        return None
-    if doc.get("schema") != "lirs-bench-recommendation" or doc.get("version") != RECOMMENDATION_VERSION:
-        log.warning("ignoring %s: not a lirs bench recommendation of version %d", path, RECOMMENDATION_VERSION)
-        return None
-    if doc.get("n") != int(index.n) or doc.get("payload_bytes") != int(index.payload_bytes):
-        log.warning("ignoring %s: it was measured on other data (re-run lirs bench --auto)", path)
-        return None
-    if doc.get("granularity") not in GRANULARITIES:
-        log.warning("ignoring %s: unknown granularity %r", path, doc.get("granularity"))
-        return None
-    return doc
-
-
-def auto_settings(index, group_bytes: int, window: int) -> tuple[str, int, int]:
-    """``(granularity, group_bytes, window)`` for ``Loader(granularity="auto")``: the saved
-    recommendation of ``lirs bench --auto`` for this dataset, else ``("group", group_bytes,
-    window)`` with a logged note."""
-    doc = load_recommendation(index)
-    if doc is None:
-        log.info("granularity='auto': no lirs bench recommendation for %s (run `lirs bench DATA --auto`); "
-                 "using group", ", ".join(getattr(index, "paths", ()) or ()) or "this dataset")
-        return "group", int(group_bytes), int(window)
-    gb = doc.get("group_bytes") or group_bytes
-    w = doc.get("window") or window
-    log.info("granularity='auto': %s from %s", doc["config"], recommendation_path(index))
-    return doc["granularity"], int(gb), int(w)
 
 
 # ------------------------------------------------------------------------------ the worker
@@ -472,7 +386,7 @@ class _LirsRunner:
     note = None
 
     def __init__(self, cfg: Config, index, task: dict):
-        from .loader import Loader
+        from ..loader import Loader
 
         self.loader = Loader(index, task["batch_size"], granularity=cfg.granularity,
                              group_bytes=cfg.group_bytes or 65536, window=cfg.window or 16, seed=task["seed"],
@@ -519,7 +433,7 @@ class _LirsReadsRunner:
     CALL_BYTES = 8 << 20
 
     def __init__(self, cfg: Config, index, task: dict):
-        from .engines import open_engine
+        from ..engines import open_engine
 
         self.cfg, self.index, self.task = cfg, index, task
         self.engine = open_engine(list(index.paths), task["engine"])
@@ -528,7 +442,7 @@ class _LirsReadsRunner:
         self.what = f"the {cfg.granularity} plan's extents read by the {self.engine.name} engine, no decode"
 
     def _plan(self, e):
-        from .plan import plan_epoch
+        from ..plan import plan_epoch
 
         c = self.cfg
         return plan_epoch(self.index, self.task["batch_size"], c.granularity, seed=self.task["seed"], epoch=e,
@@ -537,7 +451,7 @@ class _LirsReadsRunner:
     def _read(self, steps):
         import numpy as np
 
-        from .engines import aligned_empty
+        from ..engines import aligned_empty
 
         ef = np.concatenate([np.asarray(s.ext_file, np.int32) for s in steps])
         eo = np.concatenate([np.asarray(s.ext_offset, np.int64) for s in steps])
@@ -623,7 +537,7 @@ def run_config(task: dict) -> dict:
     """Measure one configuration (in the current process; :func:`run_bench` calls it in a worker
     process placed in the envelope's cgroup). Returns the row's measured fields."""
     from .envelope import cached_bytes, evict_cache
-    from .index import open_index
+    from ..index import open_index
     from .peers import make_runner
 
     cfg = Config(**task["config"])
@@ -876,7 +790,7 @@ def _meminfo(key):
 
 
 def _open_or_build(path: str, progress):
-    from .index import build_index, open_index
+    from ..index import build_index, open_index
 
     try:
         return open_index(path), None

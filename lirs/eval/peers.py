@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .errors import UsageError
+from ..errors import UsageError
 
 PEERS = ("inmemory", "torch", "memmap", "shuffle_buffer", "bmf", "external")
 
@@ -177,7 +177,7 @@ class _Records:
             self.starts = np.ascontiguousarray(starts, np.int64)
             self.ends = np.ascontiguousarray(ends, np.int64)
         if self.fmt == "libsvm":
-            from .decode import resolve_libsvm_params
+            from ..decode import resolve_libsvm_params
 
             self.n_features, self.zero_based = resolve_libsvm_params(index)
 
@@ -191,18 +191,18 @@ class _Records:
         """(X, y) of records a..b-1 found in ``buf`` (which starts at file byte ``lo``)."""
         ids = np.arange(a, b, dtype=np.int64) if ids is None else ids
         if self.rs is not None:
-            from .decode import decode_fixed
+            from ..decode import decode_fixed
 
             st = self.first + np.arange(a, b, dtype=np.int64) * self.rs - lo
             return decode_fixed(buf, st, self.index.record_dtype, self.index.record_shape), None
         st = self.starts[a:b] - lo
         en = self.ends[a:b] - lo
         if self.fmt == "libsvm":
-            from .decode import decode_libsvm
+            from ..decode import decode_libsvm
 
             return decode_libsvm(buf, st, en, n_features=self.n_features, zero_based=self.zero_based,
                                  source=self.path, file_offsets=self.starts[a:b], record_ids=ids)
-        from .decode import decode_lines
+        from ..decode import decode_lines
 
         return decode_lines(buf, st, en), None
 
@@ -212,7 +212,7 @@ class _RunReader:
     ``workers`` threads, ``depth`` runs ahead of the consumer, in order."""
 
     def __init__(self, recs: _Records, engine: str = "auto", workers: int = 2, depth: int = 4):
-        from .engines import open_engine
+        from ..engines import open_engine
 
         self.recs = recs
         self.eng = open_engine([recs.path], engine)
@@ -224,7 +224,7 @@ class _RunReader:
 
     def read(self, a: int, b: int, ids=None):
         """(X, y) of records a..b-1."""
-        from .engines import aligned_empty
+        from ..engines import aligned_empty
 
         lo, hi = self.recs.span(a, b)
         alo = lo // _ALIGN * _ALIGN
@@ -362,11 +362,11 @@ def _warm_decode(index):
         fh.seek(int(s[0]))
         b = np.frombuffer(fh.read(int(e[0] - s[0])), np.uint8)
     if index.is_fixed:
-        from .decode import decode_fixed
+        from ..decode import decode_fixed
 
         decode_fixed(b, np.zeros(1, np.int64), index.record_dtype, index.record_shape)
     elif index.format == "libsvm":
-        from .decode import decode_libsvm
+        from ..decode import decode_libsvm
 
         decode_libsvm(b, np.zeros(1, np.int64), np.array([len(b)]), n_features=recs.n_features,
                       zero_based=recs.zero_based)
@@ -383,7 +383,7 @@ class InMemory(Runner):
         if idx.format == "libsvm":
             from sklearn.datasets import load_svmlight_file
 
-            from .decode import resolve_libsvm_params
+            from ..decode import resolve_libsvm_params
 
             nf, zb = resolve_libsvm_params(idx)
             limit = max(1 << 20, int(self.budget_s * SKLEARN_BYTES_PER_S))
@@ -451,13 +451,13 @@ class _Collate:
         raw = b"".join(b for _, b in items)
         buf = np.frombuffer(raw, np.uint8)
         if self.fmt == "libsvm":
-            from .decode import decode_libsvm
+            from ..decode import decode_libsvm
 
             lens = np.fromiter((len(b) for _, b in items), np.int64, len(items))
             ends = np.cumsum(lens)
             X, y = decode_libsvm(buf, ends - lens, ends, n_features=self.n_features, zero_based=self.zero_based)
         elif self.fmt == "lines":
-            from .decode import decode_lines
+            from ..decode import decode_lines
 
             lens = np.fromiter((len(b) for _, b in items), np.int64, len(items))
             ends = np.cumsum(lens)
@@ -484,7 +484,7 @@ class TorchLoader(Runner):
             starts, ends = idx.bounds()
             lens = (ends - starts).astype(np.int32)
             if idx.format == "libsvm":
-                from .decode import resolve_libsvm_params
+                from ..decode import resolve_libsvm_params
 
                 nf, zb = resolve_libsvm_params(idx)
                 coll = _Collate("libsvm", n_features=nf, zero_based=zb)
@@ -709,7 +709,7 @@ def _rewrite(src: _Records, dst_of: np.ndarray, out_path: str, engine: str, run_
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     ok = False
     try:
-        from .engines import aligned_empty
+        from ..engines import aligned_empty
 
         buf = aligned_empty(_ALIGN)
         for a in range(0, n, per):
@@ -753,7 +753,7 @@ class External(_Sequential):
     def prepare(self):
         import lirs.external as ext
 
-        from .index import build_index, open_index
+        from ..index import build_index, open_index
 
         path = self.index.paths[0]
         os.makedirs(self.workdir, exist_ok=True)
@@ -805,7 +805,7 @@ class External(_Sequential):
         self.out_index = None
         p = getattr(self, "path", None)
         if p:
-            from .gen import labels_path
+            from ..build import labels_path
 
             for q in (p, getattr(idx, "sidecar", None) or p + ".lirs", labels_path(p)):
                 if q and os.path.exists(q):

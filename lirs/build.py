@@ -34,6 +34,11 @@ _LIBSVM_LINE = re.compile(rb"^\s*[-+]?[0-9.eEinfa]+(\s+qid:\S+)?(\s+[-+]?\d+:\S+
 # --------------------------------------------------------------------------- inputs
 
 
+
+def labels_path(path: str) -> str:
+    """Where the labels of ``X.npy`` live: ``X.npy.labels.npy`` (float64, shape (n,))."""
+    return os.fspath(path) + ".labels.npy"
+
 def expand_paths(paths) -> list[str]:
     """Files of a dataset: one file, several files, or the regular files of a directory (sorted).
 

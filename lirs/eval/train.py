@@ -24,7 +24,7 @@ import threading
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import DataError, UsageError
+from ..errors import DataError, UsageError
 
 LOSSES = ("squared_hinge", "hinge")
 
@@ -400,7 +400,7 @@ class _SpanReader:
     and decodes them (the I/O of the sequential, shuffle-buffer and BMF baselines)."""
 
     def __init__(self, path: str, n_features: int, zero_based: bool, engine: str = "auto", dtype=np.float32):
-        from .engines import open_engine
+        from ..engines import open_engine
 
         self.path = path
         self.eng = open_engine([path], engine)
@@ -411,8 +411,8 @@ class _SpanReader:
 
     def read(self, starts: np.ndarray, ends: np.ndarray, ids: np.ndarray):
         """Records [starts[i], ends[i]) of the file (back to back, increasing): (X csr, y)."""
-        from .decode import decode_libsvm
-        from .engines import aligned_empty
+        from ..decode import decode_libsvm
+        from ..engines import aligned_empty
 
         lo = int(starts[0]) // _ALIGN * _ALIGN
         hi = -(-int(ends[-1]) // _ALIGN) * _ALIGN
@@ -446,7 +446,7 @@ def _sequential_runs(n: int, run_records: int):
 
 def load_all(index, *, engine: str = "auto", dtype=np.float32, run_bytes: int = 8 << 20):
     """The whole (single-file LIBSVM) data set in memory, read in file order: (X csr, y float64)."""
-    from .decode import resolve_libsvm_params
+    from ..decode import resolve_libsvm_params
 
     _check_single_libsvm(index)
     nf, zb = resolve_libsvm_params(index)
@@ -503,7 +503,7 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
     """
     import time
 
-    from .decode import resolve_libsvm_params
+    from ..decode import resolve_libsvm_params
 
     _check_single_libsvm(index)
     unknown = [m for m in methods if m not in METHODS]
@@ -532,7 +532,7 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
         rec = {"per_epoch": [], "pre_s": 0.0}
         say(f"{m}: training {epochs} epochs")
         if m.startswith("lirs-"):
-            from .loader import Loader
+            from ..loader import Loader
 
             rec["pre_s"] = index_s
             rec["pre_what"] = "lirs index (scan once)"
@@ -738,7 +738,7 @@ def _write_bmf_file(index, layout, workdir, *, engine="auto", run_bytes: int = 8
     """BMF pre-processing: read the file in order and write every record into its block's region of
     a new file (blocks back to back), in buffered appends per block; fsync. Returns (path,
     starts int64 (n,), ends int64 (n,)) of the records in block-file order."""
-    from .engines import aligned_empty, open_engine
+    from ..engines import aligned_empty, open_engine
     from .kernels import train as K
 
     starts, ends = _record_bounds(index)

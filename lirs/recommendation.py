@@ -1,0 +1,104 @@
+"""The configuration ``lirs bench DATA --auto`` chose for a dataset, saved beside its index.
+
+``Loader(..., granularity="auto")`` reads it back (:func:`auto_settings`); nothing here measures.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+
+from .constants import GRANULARITIES
+from .errors import UsageError
+
+log = logging.getLogger("lirs.recommendation")
+
+RECOMMENDATION_SUFFIX = ".bench.json"
+RECOMMENDATION_VERSION = 1
+
+
+def write_json(doc: dict, path: str) -> str:
+    """Write ``doc`` to ``path`` atomically (temp file in the same directory, fsync, rename)."""
+    path = os.path.abspath(path)
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".lirs-", suffix=".json", dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def recommendation_path(index) -> str | None:
+    """``DATA.lirs.bench.json``: where ``lirs bench --auto`` saves the choice for this index."""
+    side = getattr(index, "sidecar", None)
+    return None if not side else side + RECOMMENDATION_SUFFIX
+
+
+def save_recommendation(res: dict, index, device: str | None = None) -> str:
+    """Save the recommendation of ``device`` (default: the first device of the run that has one)
+    beside the index, atomically; returns the path. Raises UsageError when there is none."""
+    recs = res.get("recommendation") or {}
+    if device is None:
+        device = next((d for d in res["settings"]["devices"] if d in recs), None)
+    if device not in recs:
+        raise UsageError("no recommendation to save: no lirs configuration ran"
+                         + ("" if device is None else f" on {device}"))
+    path = recommendation_path(index)
+    if path is None:
+        raise UsageError("this index has no sidecar file to save the recommendation beside")
+    r = recs[device]
+    doc = {"schema": "lirs-bench-recommendation", "version": RECOMMENDATION_VERSION, "device": device,
+           "granularity": r["granularity"], "group_bytes": r["group_bytes"], "window": r["window"],
+           "config": r["config"], "epoch_s": r["epoch_s"], "extrapolated": r["extrapolated"],
+           "batch_size": res["settings"]["batch_size"], "n": int(index.n),
+           "payload_bytes": int(index.payload_bytes), "date": res.get("date"), "command": res.get("command")}
+    return write_json(doc, path)
+
+
+def load_recommendation(index) -> dict | None:
+    """The saved recommendation of ``index`` (see :func:`save_recommendation`), or None when there is
+    none or it belongs to other data (then a warning is logged)."""
+    path = recommendation_path(index)
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        log.warning("ignoring %s: %s", path, e)
+        return None
+    if doc.get("schema") != "lirs-bench-recommendation" or doc.get("version") != RECOMMENDATION_VERSION:
+        log.warning("ignoring %s: not a lirs bench recommendation of version %d", path, RECOMMENDATION_VERSION)
+        return None
+    if doc.get("n") != int(index.n) or doc.get("payload_bytes") != int(index.payload_bytes):
+        log.warning("ignoring %s: it was measured on other data (re-run lirs bench --auto)", path)
+        return None
+    if doc.get("granularity") not in GRANULARITIES:
+        log.warning("ignoring %s: unknown granularity %r", path, doc.get("granularity"))
+        return None
+    return doc
+
+
+def auto_settings(index, group_bytes: int, window: int) -> tuple[str, int, int]:
+    """``(granularity, group_bytes, window)`` for ``Loader(granularity="auto")``: the saved
+    recommendation of ``lirs bench --auto`` for this dataset, else ``("group", group_bytes,
+    window)`` with a logged note."""
+    doc = load_recommendation(index)
+    if doc is None:
+        log.info("granularity='auto': no lirs bench recommendation for %s (run `lirs bench DATA --auto`); "
+                 "using group", ", ".join(getattr(index, "paths", ()) or ()) or "this dataset")
+        return "group", int(group_bytes), int(window)
+    gb = doc.get("group_bytes") or group_bytes
+    w = doc.get("window") or window
+    log.info("granularity='auto': %s from %s", doc["config"], recommendation_path(index))
+    return doc["granularity"], int(gb), int(w)
