@@ -36,7 +36,8 @@ GRANS = ("instance", "page", "group", "window")
 
 def ensure(profile, path, size):
     from lirs.eval.gen import generate
-    from lirs.index import build_index, open_index
+    from lirs.build import build_index
+    from lirs.index import open_index
 
     if not os.path.exists(path) or abs(os.path.getsize(path) - size) > 0.05 * size:
         generate(profile, path, size=size, order="shuffled", seed=1, progress=False)

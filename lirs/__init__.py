@@ -18,10 +18,10 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Index": "lirs.index",
-    "build_index": "lirs.index",
+    "build_index": "lirs.build",
     "open_index": "lirs.index",
     "write_index": "lirs.index",
-    "sidecar_path": "lirs.index",
+    "sidecar_path": "lirs.sidecar",
     "StaleIndexError": "lirs.errors",
     "DataError": "lirs.errors",
     "IndexFormatError": "lirs.errors",

@@ -17,8 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .errors import DataError, UsageError
-from .index import (FORMATS, VARIABLE_FORMATS, Index, _SidecarWriter, _header_for, encode_labels,
-                    fingerprint, open_index, sidecar_path)
+from .index import FORMATS, VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
+from .sidecar import SidecarWriter, fingerprint, sidecar_path
 from .kernels import scan as K
 
 log = logging.getLogger("lirs.index")
@@ -32,7 +32,6 @@ _LIBSVM_LINE = re.compile(rb"^\s*[-+]?[0-9.eEinfa]+(\s+qid:\S+)?(\s+[-+]?\d+:\S+
 
 
 # --------------------------------------------------------------------------- inputs
-
 
 
 def labels_path(path: str) -> str:
@@ -159,10 +158,10 @@ def _token_at(path: str, offset: int) -> str:
 # --------------------------------------------------------------------------- variable formats
 
 
-class _VarScanner:
+class VarScanner:
     """Scan state of one dataset in a text format; files are scanned one after another."""
 
-    def __init__(self, fmt: str, writer: _SidecarWriter, labels_file, chunk_bytes: int, bar, pool):
+    def __init__(self, fmt: str, writer: SidecarWriter, labels_file, chunk_bytes: int, bar, pool):
         self.fmt = fmt
         self.w = writer
         self.labels_file = labels_file
@@ -303,7 +302,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
     from tqdm import tqdm
 
     total = sum(os.path.getsize(p) for p in files)
-    w = _SidecarWriter(dest)
+    w = SidecarWriter(dest)
     lab_tmp = None
     try:
         if fmt == "libsvm":
@@ -311,7 +310,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
         with tqdm(total=total, unit="B", unit_scale=True, desc="lirs index",
                   disable=(None if progress is None else not progress), leave=False) as bar, \
                 ThreadPoolExecutor(2) as pool:
-            sc = _VarScanner(fmt, w, lab_tmp, chunk_bytes, bar, pool)
+            sc = VarScanner(fmt, w, lab_tmp, chunk_bytes, bar, pool)
             w.begin("offsets", np.int64)
             file_starts = [0]
             data_ends, headers = [], []
@@ -370,7 +369,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
         for p, fp in zip(files, fps):
             if fingerprint(p) != fp:
                 raise DataError(f"{p}: file changed while it was being indexed; run `lirs index` again")
-        return w.commit(_header_for(shell, dest))
+        return w.commit(header_for(shell, dest))
     except BaseException:
         w.abort()
         raise
@@ -382,7 +381,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
 # --------------------------------------------------------------------------- fixed formats
 
 
-def _npy_layout(path: str):
+def npy_layout(path: str):
     with open(path, "rb") as f:
         try:
             version = np.lib.format.read_magic(f)
@@ -409,7 +408,7 @@ def _npy_layout(path: str):
     return header, rs, n, dtype, tuple(int(s) for s in shape[1:])
 
 
-def _labels_for_npy(path: str):
+def labels_for_npy(path: str):
     for cand in (path[:-4] + ".labels.npy" if path.endswith(".npy") else None, path + ".labels.npy"):
         if cand and os.path.exists(cand):
             return np.load(cand, mmap_mode="r")
@@ -437,12 +436,12 @@ def _build_fixed(files, fmt, dest, record_size, header_size):
     rs = record_size
     for p in files:
         if fmt == "npy":
-            h, r, n, dt, shp = _npy_layout(p)
+            h, r, n, dt, shp = npy_layout(p)
             if rs is not None and r != rs or dtype is not None and (dt != dtype or shp != shape):
                 raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
                                 f"({dtype}{shape})")
             rs, dtype, shape = r, dt, shp
-            lab = _labels_for_npy(p)
+            lab = labels_for_npy(p)
             if lab is not None and len(lab) != n:
                 raise DataError(f"{p}: labels file has {len(lab)} entries, data has {n} records")
             labels.append(lab)
@@ -464,7 +463,6 @@ def _build_fixed(files, fmt, dest, record_size, header_size):
     idx.meta = {"record_bytes_min": rs, "record_bytes_max": rs, "record_bytes_mean": float(rs),
                 "records_under_4k": int(idx.n if rs < 4096 else 0),
                 "records_straddling_4k": int(_count_straddling(idx))}
-    from .index import write_index
     return write_index(idx, dest)
 
 
@@ -514,3 +512,13 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
         dest = _build_fixed(files, format, out, record_size, header_size)
     log.info("indexed %d file(s) as %s in %.2fs -> %s", len(files), format, time.perf_counter() - t0, dest)
     return open_index(dest)
+
+
+def build_index(paths, format: str = "auto", *, record_size: int | None = None, header_size: int = 0,
+                out: str | None = None, progress: bool | None = None, chunk_bytes: int = 16 << 20) -> Index:
+    """Scan ``paths`` (a file, a directory, or several files) and write the sidecar.
+
+    Returns the opened :class:`Index`. See this module's docstring for the formats.
+    """
+    return build(paths, format=format, record_size=record_size, header_size=header_size, out=out,
+                 progress=progress, chunk_bytes=chunk_bytes)

@@ -17,201 +17,22 @@ rename) and carries a fingerprint of every data file; opening an index whose dat
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import struct
-import zlib
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from .errors import DataError, IndexFormatError, StaleIndexError, UsageError
+from .errors import IndexFormatError, StaleIndexError, UsageError
+from .offsets import OffsetTable
+from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, fingerprint_diff, offsets_of, read_arrays,
+                      read_header, relpath, sidecar_path)
 
 log = logging.getLogger("lirs.index")
 
-MAGIC = b"LIRSIDX\x00"
-VERSION = 1
-_PREAMBLE = struct.Struct("<8sIIQQI")  # magic, version, flags, header_off, header_len, header_crc
-_PREAMBLE_SIZE = 64
-_ALIGN = 64
 FORMATS = ("libsvm", "lines", "npy", "fixed")
 VARIABLE_FORMATS = ("libsvm", "lines")
-SIDECAR_SUFFIX = ".lirs"
-_SAMPLE_BLOCKS = 16
-_SAMPLE_BLOCK = 4096
-
-
-# --------------------------------------------------------------------------- fingerprint
-
-
-def fingerprint(path: str) -> dict:
-    """Size, mtime_ns, inode and a BLAKE2b hash of 16 sampled 4 KiB blocks of ``path``."""
-    st = os.stat(path)
-    h = hashlib.blake2b(digest_size=16)
-    h.update(st.st_size.to_bytes(8, "little"))
-    if st.st_size:
-        last = max(0, st.st_size - _SAMPLE_BLOCK)
-        offs = sorted(set(int(x) for x in np.linspace(0, last, _SAMPLE_BLOCKS)))
-        with open(path, "rb") as f:
-            for off in offs:
-                h.update(os.pread(f.fileno(), _SAMPLE_BLOCK, off))
-    return {
-        "size": int(st.st_size),
-        "mtime_ns": int(st.st_mtime_ns),
-        "inode": int(st.st_ino),
-        "sample_hash": h.hexdigest(),
-    }
-
-
-def _fingerprint_diff(path: str, expected: dict) -> str | None:
-    try:
-        now = fingerprint(path)
-    except FileNotFoundError:
-        return "the data file is missing"
-    for key, what in (("size", "size"), ("sample_hash", "content"), ("mtime_ns", "modification time"),
-                      ("inode", "inode")):
-        if now[key] != expected.get(key):
-            return f"its {what} changed ({expected.get(key)} -> {now[key]})"
-    return None
-
-
-# --------------------------------------------------------------------------- compact offsets
-
-OFFSET_SHIFT = 10                  # records per offset block: 1 << OFFSET_SHIFT
-OFFSET_BLOCK = 1 << OFFSET_SHIFT
-_U32_SPAN = 1 << 32
-
-
-class OffsetTable:
-    """Record start offsets in about 4 B/record instead of 8.
-
-    Record ``i`` belongs to block ``b = i >> 10``. ``base[b] >= 0``: the offset is ``base[b] +
-    rel[i]`` (``base[b]`` is the smallest start of the block, ``rel`` uint32). ``base[b] < 0``: the
-    block spans 4 GiB or more (records of megabytes); its offsets are stored whole in ``wide``, at
-    ``(-base[b] - 1) * 1024 + (i & 1023)``.
-
-    Indexing with an int gives an int; with a slice or an integer array, int64 offsets.
-    ``base`` int64 (ceil(n/1024),), ``rel`` uint32 (n,), ``wide`` int64 (1024 * wide blocks,).
-    """
-
-    __slots__ = ("base", "rel", "wide")
-
-    def __init__(self, base, rel, wide=None):
-        self.base = base
-        self.rel = rel
-        self.wide = np.empty(0, np.int64) if wide is None else wide
-
-    @classmethod
-    def from_array(cls, offsets) -> "OffsetTable":
-        """Compact an int64 (n,) array of offsets."""
-        enc = _OffsetEncoder()
-        rel = enc.encode(np.ascontiguousarray(offsets, np.int64), final=True)
-        return cls(enc.bases(), rel, enc.wides())
-
-    def __len__(self) -> int:
-        return int(self.rel.shape[0])
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.base.nbytes + self.rel.nbytes + self.wide.nbytes)
-
-    def _gather(self, ids: np.ndarray) -> np.ndarray:
-        ids = np.asarray(ids, np.int64)
-        b = np.asarray(self.base)[ids >> OFFSET_SHIFT]
-        out = b + np.asarray(self.rel)[ids].astype(np.int64)
-        wide = b < 0
-        if wide.any():
-            out[wide] = np.asarray(self.wide)[(-b[wide] - 1) * OFFSET_BLOCK + (ids[wide] & (OFFSET_BLOCK - 1))]
-        return out
-
-    def __getitem__(self, key):
-        n = len(self)
-        if isinstance(key, slice):
-            a, b, step = key.indices(n)
-            return self._gather(np.arange(a, b, step, dtype=np.int64))
-        if np.ndim(key) == 0:
-            i = int(key)
-            if i < 0:
-                i += n
-            if not 0 <= i < n:
-                raise IndexError(f"record {key} outside [0, {n})")
-            return int(self._gather(np.array([i]))[0])
-        ids = np.asarray(key, np.int64)
-        return self._gather(np.where(ids < 0, ids + n, ids))
-
-    def to_array(self) -> np.ndarray:
-        """All offsets as int64 (n,) (8 B/record: for whole-table work, in chunks if n is large)."""
-        out = np.empty(len(self), np.int64)
-        step = 1 << 24
-        for a in range(0, len(self), step):
-            out[a:a + step] = self[a:a + step]
-        return out
-
-    def __array__(self, dtype=None, copy=None):
-        a = self.to_array()
-        return a if dtype is None else a.astype(dtype)
-
-
-class _OffsetEncoder:
-    """Streams int64 offsets into the compact form: uint32 ``rel`` comes out as blocks complete;
-    the per-block ``base`` and the rare wide blocks stay in memory (8 B per 1024 records)."""
-
-    def __init__(self):
-        self.carry = np.empty(0, np.int64)
-        self._bases: list = []
-        self._wides: list = []
-        self.nwide = 0
-
-    def encode(self, offsets: np.ndarray, final: bool = False) -> np.ndarray:
-        """uint32 rel of the offsets completed by this call (all of them when ``final``)."""
-        a = np.concatenate([self.carry, offsets]) if self.carry.size else offsets
-        full = (a.size // OFFSET_BLOCK) * OFFSET_BLOCK
-        cut = a.size if final else full
-        self.carry = a[cut:].copy()
-        if cut == 0:
-            return np.empty(0, np.uint32)
-        head = a[:full].reshape(-1, OFFSET_BLOCK)
-        parts = [head]
-        if cut > full:
-            parts.append(a[full:cut])
-        rels = []
-        for blk in parts:
-            two = blk.reshape(-1, blk.shape[-1])
-            lo = two.min(axis=1)
-            span = two.max(axis=1) - lo
-            rel = two - lo[:, None]
-            wide = span >= _U32_SPAN
-            if wide.any():
-                codes = []
-                for r in np.flatnonzero(wide):
-                    w = np.zeros(OFFSET_BLOCK, np.int64)
-                    w[:two.shape[1]] = two[r]
-                    self._wides.append(w)
-                    self.nwide += 1
-                    codes.append(-self.nwide)
-                lo = lo.copy()
-                lo[wide] = codes
-                rel[wide] = 0
-            self._bases.append(lo.astype(np.int64))
-            rels.append(rel.astype(np.uint32).ravel())
-        return np.concatenate(rels)
-
-    def bases(self) -> np.ndarray:
-        return np.concatenate(self._bases) if self._bases else np.empty(0, np.int64)
-
-    def wides(self) -> np.ndarray:
-        return np.concatenate(self._wides) if self._wides else np.empty(0, np.int64)
-
-
-def offset_arrays(offsets):
-    """(base, rel, wide) of an OffsetTable or a plain int64 array (compacted on the fly), for kernels."""
-    if not isinstance(offsets, OffsetTable):
-        offsets = OffsetTable.from_array(offsets)
-    return (np.asarray(offsets.base, np.int64), np.asarray(offsets.rel, np.uint32),
-            np.asarray(offsets.wide, np.int64))
 
 
 # --------------------------------------------------------------------------- the Index
@@ -404,7 +225,7 @@ class Index:
     def check_fresh(self) -> None:
         """Raise StaleIndexError if any data file changed since the index was built."""
         for p, fp in zip(self.paths, self.fingerprints):
-            why = _fingerprint_diff(p, fp)
+            why = fingerprint_diff(p, fp)
             if why:
                 raise StaleIndexError(
                     f"index {self.sidecar or ''} is stale for {p}: {why}; "
@@ -439,158 +260,13 @@ def encode_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
 # --------------------------------------------------------------------------- sidecar I/O
 
 
-def sidecar_path(paths) -> str:
-    """Default sidecar path: ``DATA.lirs`` for one file, ``DIR.lirs`` beside a directory."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    paths = [os.fspath(p) for p in paths]
-    if len(paths) != 1:
-        raise UsageError("several data files form one dataset: name its sidecar with -o NAME.lirs")
-    p = paths[0].rstrip(os.sep) or paths[0]
-    return p + SIDECAR_SUFFIX
-
-
-class _SidecarWriter:
-    """Streams arrays into a temp file next to the destination, then fsyncs and renames.
-
-    ``begin(name, dtype)`` / ``append(chunk)`` ... then ``_open = None`` (or the next ``begin``,
-    ``add`` or ``commit``) write one array. The array ``"offsets"`` is stored compactly (see
-    :class:`OffsetTable`): as ``offsets_rel`` (streamed), ``offsets_base`` and ``offsets_wide``.
-    """
-
-    def __init__(self, dest: str):
-        self.dest = os.path.abspath(dest)
-        d = os.path.dirname(self.dest)
-        self.tmp = os.path.join(d, f".{os.path.basename(self.dest)}.tmp-{os.getpid()}")
-        self.f = open(self.tmp, "wb")
-        self.f.write(b"\0" * _PREAMBLE_SIZE)
-        self.arrays: dict = {}
-        self._cur: str | None = None
-        self._enc: _OffsetEncoder | None = None
-        self._offset_view: tuple | None = None
-
-    @property
-    def _open(self) -> str | None:
-        return self._cur
-
-    @_open.setter
-    def _open(self, name) -> None:
-        if name is None:
-            self._finish()
-        self._cur = name
-
-    def _finish(self) -> None:
-        """Close the array being streamed (the compact offsets need their last block and bases)."""
-        enc, self._enc = self._enc, None
-        if enc is None:
-            return
-        self._cur = "offsets_rel"
-        self._write(enc.encode(np.empty(0, np.int64), final=True))
-        rel = self.arrays["offsets_rel"]
-        bases, wides = enc.bases(), enc.wides()
-        self._cur = None
-        self.add("offsets_base", bases)
-        self.add("offsets_wide", wides)
-        self._offset_view = (rel["offset"], rel["count"], bases, wides)
-
-    def _pad(self):
-        pos = self.f.tell()
-        if pos % _ALIGN:
-            self.f.write(b"\0" * (_ALIGN - pos % _ALIGN))
-
-    def begin(self, name: str, dtype) -> None:
-        self._open = None
-        self._pad()
-        if name == "offsets":
-            self._enc = _OffsetEncoder()
-            name, dtype = "offsets_rel", np.uint32
-        dt = np.dtype(dtype).newbyteorder("<")
-        self.arrays[name] = {"dtype": dt.str, "offset": self.f.tell(), "count": 0}
-        self._cur = name
-
-    def _write(self, arr: np.ndarray) -> None:
-        spec = self.arrays[self._cur]
-        a = np.ascontiguousarray(arr, dtype=np.dtype(spec["dtype"]))
-        self.f.write(a.tobytes() if a.size < 4096 else memoryview(a).cast("B"))
-        spec["count"] += int(a.size)
-
-    def append(self, arr: np.ndarray) -> None:
-        if self._enc is not None:
-            arr = self._enc.encode(np.ascontiguousarray(arr, np.int64))
-        self._write(arr)
-
-    def add(self, name: str, arr: np.ndarray) -> None:
-        self.begin(name, np.asarray(arr).dtype)
-        self.append(np.asarray(arr))
-        self._open = None
-
-    def add_offsets(self, offsets) -> None:
-        """Write an :class:`OffsetTable` (or int64 offsets) as the index's offsets."""
-        if isinstance(offsets, OffsetTable):
-            self.add("offsets_rel", np.asarray(offsets.rel, np.uint32))
-            self.add("offsets_base", np.asarray(offsets.base, np.int64))
-            self.add("offsets_wide", np.asarray(offsets.wide, np.int64))
-            self._offset_view = None
-        else:
-            self.add("offsets", np.asarray(offsets, np.int64))
-
-    def offsets_view(self) -> OffsetTable:
-        """The offsets streamed so far, read back from the temp file (after the stream closed)."""
-        self._open = None
-        self.f.flush()
-        off, count, bases, wides = self._offset_view
-        rel = np.memmap(self.tmp, dtype=np.uint32, mode="r", offset=off, shape=(count,)) if count else \
-            np.empty(0, np.uint32)
-        return OffsetTable(bases, rel, wides)
-
-    def commit(self, header: dict) -> str:
-        self._open = None
-        header = dict(header)
-        header["arrays"] = self.arrays
-        blob = json.dumps(header, sort_keys=True).encode()
-        self._pad()
-        hoff = self.f.tell()
-        self.f.write(blob)
-        self.f.seek(0)
-        self.f.write(_PREAMBLE.pack(MAGIC, VERSION, 0, hoff, len(blob), zlib.crc32(blob)))
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
-        os.replace(self.tmp, self.dest)
-        try:
-            dfd = os.open(os.path.dirname(self.dest), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:  # some filesystems refuse fsync on directories
-            pass
-        return self.dest
-
-    def abort(self) -> None:
-        try:
-            self.f.close()
-        finally:
-            try:
-                os.unlink(self.tmp)
-            except FileNotFoundError:
-                pass
-
-
-def _rel(path: str, base_dir: str) -> str:
-    try:
-        return os.path.relpath(path, base_dir)
-    except ValueError:
-        return path
-
-
-def _header_for(index: Index, dest: str) -> dict:
+def header_for(index: Index, dest: str) -> dict:
     base = os.path.dirname(os.path.abspath(dest))
     return {
         "format": index.format,
         "n": index.n,
         "files": [
-            {"path": p, "relpath": _rel(p, base), "fingerprint": fp}
+            {"path": p, "relpath": relpath(p, base), "fingerprint": fp}
             for p, fp in zip(index.paths, index.fingerprints)
         ],
         "record_size": index.record_size,
@@ -609,7 +285,7 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
     dest = dest or sidecar_path(index.paths if index.nfiles > 1 else index.paths[0])
     if fingerprints and not index.fingerprints:
         index.fingerprints = tuple(fingerprint(p) for p in index.paths)
-    w = _SidecarWriter(dest)
+    w = SidecarWriter(dest)
     try:
         w.add("file_starts", index.file_starts.astype(np.int64))
         w.add("data_ends", index.data_ends.astype(np.int64))
@@ -620,39 +296,11 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
             w.add("label_values", np.asarray(index.label_values, np.float64))
             if index.label_codes is not None:
                 w.add("label_codes", index.label_codes)
-        index.sidecar = w.commit(_header_for(index, dest))
+        index.sidecar = w.commit(header_for(index, dest))
         return index.sidecar
     except BaseException:
         w.abort()
         raise
-
-
-def read_header(sidecar: str) -> tuple[dict, int]:
-    """Return the JSON header of a sidecar and its file size; raises IndexFormatError."""
-    with open(sidecar, "rb") as f:
-        pre = f.read(_PREAMBLE_SIZE)
-        size = os.fstat(f.fileno()).st_size
-        if len(pre) < _PREAMBLE.size or pre[:8] != MAGIC:
-            raise IndexFormatError(f"{sidecar}: not a lirs index (bad magic); build one with `lirs index`")
-        magic, version, flags, hoff, hlen, crc = _PREAMBLE.unpack_from(pre)
-        if version != VERSION:
-            raise IndexFormatError(f"{sidecar}: index version {version}, this lirs reads {VERSION}; "
-                                   "re-run `lirs index`")
-        if hoff + hlen > size:
-            raise IndexFormatError(f"{sidecar}: truncated index ({size} bytes, header at {hoff}+{hlen})")
-        f.seek(hoff)
-        blob = f.read(hlen)
-    if zlib.crc32(blob) != crc:
-        raise IndexFormatError(f"{sidecar}: corrupt index header (checksum mismatch); re-run `lirs index`")
-    return json.loads(blob), size
-
-
-def _offsets_of(arrays: dict) -> OffsetTable | None:
-    if "offsets_rel" in arrays:
-        return OffsetTable(arrays["offsets_base"], arrays["offsets_rel"], arrays.get("offsets_wide"))
-    if "offsets" in arrays:  # plain int64 offsets (an index written before the compact form)
-        return OffsetTable.from_array(np.asarray(arrays["offsets"]))
-    return None
 
 
 def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
@@ -669,18 +317,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
         raise IndexFormatError(f"{path} has no index ({sidecar} not found); run `lirs index {path}` first")
     header, size = read_header(sidecar)
     base = os.path.dirname(os.path.abspath(sidecar))
-    arrays = {}
-    for name, spec in header["arrays"].items():
-        dt = np.dtype(spec["dtype"])
-        end = spec["offset"] + spec["count"] * dt.itemsize
-        if end > size:
-            raise IndexFormatError(f"{sidecar}: truncated index (array {name} ends at {end}, file has {size})")
-        if spec["count"] == 0:
-            arrays[name] = np.empty(0, dt)
-        elif mmap:
-            arrays[name] = np.memmap(sidecar, dtype=dt, mode="r", offset=spec["offset"], shape=(spec["count"],))
-        else:
-            arrays[name] = np.fromfile(sidecar, dtype=dt, count=spec["count"], offset=spec["offset"])
+    arrays = read_arrays(sidecar, header, size, mmap=mmap)
     paths, fps = [], []
     for fi in header["files"]:
         rel = os.path.normpath(os.path.join(base, fi["relpath"]))
@@ -695,7 +332,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
         record_dtype=None if rd is None else np.lib.format.descr_to_dtype(
             [tuple(x) for x in rd] if isinstance(rd, list) else rd),
         record_shape=None if header.get("record_shape") is None else tuple(header["record_shape"]),
-        _offsets=_offsets_of(arrays), label_values=arrays.get("label_values"),
+        _offsets=offsets_of(arrays), label_values=arrays.get("label_values"),
         label_codes=arrays.get("label_codes"), fingerprints=tuple(fps), meta=header.get("meta", {}),
         sidecar=sidecar,
     )
@@ -705,13 +342,3 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
     return idx
 
 
-def build_index(paths, format: str = "auto", *, record_size: int | None = None, header_size: int = 0,
-                out: str | None = None, progress: bool | None = None, chunk_bytes: int = 16 << 20) -> Index:
-    """Scan ``paths`` (a file, a directory, or several files) and write the sidecar.
-
-    Returns the opened :class:`Index`. See :mod:`lirs.scan` for the formats.
-    """
-    from .scan import build  # the scanner needs numba; keep `lirs.index` light
-
-    return build(paths, format=format, record_size=record_size, header_size=header_size, out=out,
-                 progress=progress, chunk_bytes=chunk_bytes)

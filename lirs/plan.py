@@ -101,7 +101,7 @@ def unit_table(index, unit_bytes: int) -> np.ndarray | None:
             K.units_fixed(fs, hs, int(index.record_size), int(unit_bytes), table)
             table[count] = index.n
     else:
-        from .index import offset_arrays
+        from .offsets import offset_arrays
 
         offs = offset_arrays(index.offset_table)
         count = K.units_variable(*offs, fs, int(unit_bytes), np.empty(0, np.int64))
@@ -288,7 +288,7 @@ class EpochPlan:
             self._offs = (np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
             self._rs = int(idx.record_size)
         else:
-            from .index import offset_arrays
+            from .offsets import offset_arrays
 
             self._offs = offset_arrays(idx.offset_table)
             self._rs = 0

@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from lirs import bench as B
-from lirs import envelope as E
-from lirs import fio as F
+from lirs.eval import bench as B
+from lirs.eval import envelope as E
+from lirs.eval import fio as F
 
 # A fio 3.33 report (trimmed to the fields fio prints for a read job), preceded by the kind of
 # warning fio writes before its JSON.

@@ -459,7 +459,7 @@ def test_resolve_params_needs_meta_and_checks_n_features(tmp_path):
 
 
 def test_resolve_params_from_built_index(tmp_path):
-    from lirs.index import build_index
+    from lirs.build import build_index
     raw = b"# header\n1 2:1 5:1\n-1 3:1 9:0.5\n"
     p = tmp_path / "b.svm"
     p.write_bytes(raw)

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from lirs import gen as G
+from lirs.eval import gen as G
 from lirs.cli import main
 from lirs.eval.gen import PROFILES, generate, labels_path, sample
 

@@ -267,7 +267,7 @@ def test_index_in_fresh_process_is_identical(tmp_path):
 @given(st.lists(st.integers(1, 3000), min_size=0, max_size=3),
        st.lists(st.integers(1, 5000), min_size=1, max_size=8), st.booleans())
 def test_offset_table_streams_to_the_same_offsets(file_counts, chunks, huge):
-    from lirs.index import OffsetTable, _OffsetEncoder
+    from lirs.offsets import OffsetEncoder as _OffsetEncoder, OffsetTable
 
     rng = np.random.default_rng(sum(file_counts) + len(chunks))
     parts = []

@@ -367,7 +367,7 @@ def test_unit_bytes_of():
 def test_order_command(tmp_path, capsys):
     from lirs.cli import main
     from lirs.eval.gen import generate
-    from lirs.index import build_index
+    from lirs.build import build_index
 
     p = str(tmp_path / "k.svm")
     generate("kdd", p, records=3000, seed=2, progress=False)

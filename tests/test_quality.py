@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lirs import quality as Q
+from lirs.eval import quality as Q
 from lirs.errors import UsageError
 from lirs.eval.strategies import STRATEGIES, run_strategy, synthetic_index
 
@@ -205,7 +205,7 @@ def test_evaluate_on_synthetic_records():
 
 def test_evaluate_on_a_label_sorted_file_uses_its_labels(tmp_path):
     from lirs.eval.gen import generate
-    from lirs.index import build_index
+    from lirs.build import build_index
 
     p = str(tmp_path / "k.svm")
     generate("kdd", p, records=3000, seed=4, order="sorted", progress=False)

@@ -290,7 +290,7 @@ def test_registry_and_parameters():
 @pytest.fixture(scope="module")
 def kdd_file(tmp_path_factory):
     from lirs.eval.gen import generate
-    from lirs.index import build_index
+    from lirs.build import build_index
 
     p = str(tmp_path_factory.mktemp("strat") / "k.svm")
     generate("kdd", p, records=3000, seed=2, order="sorted", progress=False)

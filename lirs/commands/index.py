@@ -27,7 +27,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from ..index import build_index
+    from ..build import build_index
     from .info import summarize, print_summary
 
     if args.record_size is not None and args.record_size <= 0:

@@ -59,7 +59,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DataError, LirsError, UsageError
-from ..index import FORMATS, VARIABLE_FORMATS, Index, _header_for, _SidecarWriter, fingerprint
+from ..index import FORMATS, VARIABLE_FORMATS, Index, header_for
+from ..sidecar import SidecarWriter, fingerprint, sidecar_path
 from ..engines import aligned_empty
 from ..kernels import external as K
 from ..kernels import plan as KP
@@ -241,7 +242,7 @@ class _Source:
 
 def _sources(files, fmt, record_size, header_size):
     """Per-file record ranges and the record layout: (sources, rs, dtype, shape, label info)."""
-    from ..build import _labels_for_npy, _npy_layout
+    from ..build import labels_for_npy, npy_layout
 
     srcs = []
     rs = None
@@ -255,14 +256,14 @@ def _sources(files, fmt, record_size, header_size):
         return srcs, None, None, None, None
     if fmt == "npy":
         for p in files:
-            h, r, n, dt, shp = _npy_layout(p)
+            h, r, n, dt, shp = npy_layout(p)
             if dtype is not None and (dt != dtype or shp != shape):
                 raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
                                 f"({dtype}{shape})")
             rs, dtype, shape = r, dt, shp
             if n == 0:
                 raise DataError(f"{p}: no records")
-            lab = _labels_for_npy(p)
+            lab = labels_for_npy(p)
             if lab is not None and len(lab) != n:
                 raise DataError(f"{p}: labels file has {len(lab)} entries, data has {n} records")
             srcs.append(_Source(p, h, h + n * r, n, lab))
@@ -547,9 +548,9 @@ class _Dealer:
         self.validator = None
         self.piece = int(validate)
         if validate:  # the piece size in bytes
-            from ..build import _VarScanner
+            from ..build import VarScanner
 
-            self.validator = _VarScanner("libsvm", _Discard(), None, self.piece, None, pool)
+            self.validator = VarScanner("libsvm", _Discard(), None, self.piece, None, pool)
 
     # ---- text ---------------------------------------------------------------------------
     def _check(self, path, buf, lo, hi, base):
@@ -702,14 +703,14 @@ class _TextIndexer:
 
     def __init__(self, fmt: str, data_tmp: str, final_path: str, sidecar_tmp_dest: str,
                  sidecar_final: str, scratch: str, out_buffer: int, pool, label_block: int):
-        from ..build import _VarScanner
+        from ..build import VarScanner
 
         self.fmt = fmt
         self.out_buffer = out_buffer
         self.data_tmp, self.final_path = data_tmp, final_path
         self.sidecar_final = sidecar_final
         self.label_block = max(1 << 12, int(label_block))
-        self.w = _SidecarWriter(sidecar_tmp_dest)
+        self.w = SidecarWriter(sidecar_tmp_dest)
         self.tap = _Tap(self.w)
         self.lab = None
         self.sc = None
@@ -717,7 +718,7 @@ class _TextIndexer:
         try:
             if fmt == "libsvm":
                 self.lab = tempfile.TemporaryFile(dir=scratch)
-                self.sc = _VarScanner("libsvm", self.tap, self.lab, out_buffer, None, pool)
+                self.sc = VarScanner("libsvm", self.tap, self.lab, out_buffer, None, pool)
             self.w.begin("offsets", np.int64)
         except BaseException:
             self.abort()
@@ -780,7 +781,7 @@ class _TextIndexer:
                       data_ends=np.asarray([data_end], np.int64), header_sizes=np.asarray([0], np.int64),
                       fingerprints=(fingerprint(data_path),), meta=meta)
         try:
-            dest = w.commit(_header_for(shell, self.sidecar_final))
+            dest = w.commit(header_for(shell, self.sidecar_final))
         finally:
             self._close_labels()
         return dest
@@ -1191,7 +1192,6 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     """
     from tqdm import tqdm
 
-    from ..index import sidecar_path
     from ..build import expand_paths, labels_path
 
     t_start = time.perf_counter()

@@ -156,7 +156,7 @@ _MASK = (1 << _SHIFT) - 1
 
 @njit(cache=True, nogil=True, inline="always")
 def offset_at(base, rel, wide, i):
-    """Start of record i in a compact offset table (see lirs.index.OffsetTable)."""
+    """Start of record i in a compact offset table (see lirs.offsets.OffsetTable)."""
     b = base[i >> _SHIFT]
     if b >= 0:
         return b + np.int64(rel[i])

@@ -1,0 +1,137 @@
+"""The compact offset table: record start offsets in about 4 bytes per record instead of 8."""
+from __future__ import annotations
+
+import numpy as np
+
+OFFSET_SHIFT = 10                  # records per offset block: 1 << OFFSET_SHIFT
+OFFSET_BLOCK = 1 << OFFSET_SHIFT
+_U32_SPAN = 1 << 32
+
+
+class OffsetTable:
+    """Record start offsets in about 4 B/record instead of 8.
+
+    Record ``i`` belongs to block ``b = i >> 10``. ``base[b] >= 0``: the offset is ``base[b] +
+    rel[i]`` (``base[b]`` is the smallest start of the block, ``rel`` uint32). ``base[b] < 0``: the
+    block spans 4 GiB or more (records of megabytes); its offsets are stored whole in ``wide``, at
+    ``(-base[b] - 1) * 1024 + (i & 1023)``.
+
+    Indexing with an int gives an int; with a slice or an integer array, int64 offsets.
+    ``base`` int64 (ceil(n/1024),), ``rel`` uint32 (n,), ``wide`` int64 (1024 * wide blocks,).
+    """
+
+    __slots__ = ("base", "rel", "wide")
+
+    def __init__(self, base, rel, wide=None):
+        self.base = base
+        self.rel = rel
+        self.wide = np.empty(0, np.int64) if wide is None else wide
+
+    @classmethod
+    def from_array(cls, offsets) -> "OffsetTable":
+        """Compact an int64 (n,) array of offsets."""
+        enc = OffsetEncoder()
+        rel = enc.encode(np.ascontiguousarray(offsets, np.int64), final=True)
+        return cls(enc.bases(), rel, enc.wides())
+
+    def __len__(self) -> int:
+        return int(self.rel.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.base.nbytes + self.rel.nbytes + self.wide.nbytes)
+
+    def _gather(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, np.int64)
+        b = np.asarray(self.base)[ids >> OFFSET_SHIFT]
+        out = b + np.asarray(self.rel)[ids].astype(np.int64)
+        wide = b < 0
+        if wide.any():
+            out[wide] = np.asarray(self.wide)[(-b[wide] - 1) * OFFSET_BLOCK + (ids[wide] & (OFFSET_BLOCK - 1))]
+        return out
+
+    def __getitem__(self, key):
+        n = len(self)
+        if isinstance(key, slice):
+            a, b, step = key.indices(n)
+            return self._gather(np.arange(a, b, step, dtype=np.int64))
+        if np.ndim(key) == 0:
+            i = int(key)
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise IndexError(f"record {key} outside [0, {n})")
+            return int(self._gather(np.array([i]))[0])
+        ids = np.asarray(key, np.int64)
+        return self._gather(np.where(ids < 0, ids + n, ids))
+
+    def to_array(self) -> np.ndarray:
+        """All offsets as int64 (n,) (8 B/record: for whole-table work, in chunks if n is large)."""
+        out = np.empty(len(self), np.int64)
+        step = 1 << 24
+        for a in range(0, len(self), step):
+            out[a:a + step] = self[a:a + step]
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.to_array()
+        return a if dtype is None else a.astype(dtype)
+
+
+class OffsetEncoder:
+    """Streams int64 offsets into the compact form: uint32 ``rel`` comes out as blocks complete;
+    the per-block ``base`` and the rare wide blocks stay in memory (8 B per 1024 records)."""
+
+    def __init__(self):
+        self.carry = np.empty(0, np.int64)
+        self._bases: list = []
+        self._wides: list = []
+        self.nwide = 0
+
+    def encode(self, offsets: np.ndarray, final: bool = False) -> np.ndarray:
+        """uint32 rel of the offsets completed by this call (all of them when ``final``)."""
+        a = np.concatenate([self.carry, offsets]) if self.carry.size else offsets
+        full = (a.size // OFFSET_BLOCK) * OFFSET_BLOCK
+        cut = a.size if final else full
+        self.carry = a[cut:].copy()
+        if cut == 0:
+            return np.empty(0, np.uint32)
+        head = a[:full].reshape(-1, OFFSET_BLOCK)
+        parts = [head]
+        if cut > full:
+            parts.append(a[full:cut])
+        rels = []
+        for blk in parts:
+            two = blk.reshape(-1, blk.shape[-1])
+            lo = two.min(axis=1)
+            span = two.max(axis=1) - lo
+            rel = two - lo[:, None]
+            wide = span >= _U32_SPAN
+            if wide.any():
+                codes = []
+                for r in np.flatnonzero(wide):
+                    w = np.zeros(OFFSET_BLOCK, np.int64)
+                    w[:two.shape[1]] = two[r]
+                    self._wides.append(w)
+                    self.nwide += 1
+                    codes.append(-self.nwide)
+                lo = lo.copy()
+                lo[wide] = codes
+                rel[wide] = 0
+            self._bases.append(lo.astype(np.int64))
+            rels.append(rel.astype(np.uint32).ravel())
+        return np.concatenate(rels)
+
+    def bases(self) -> np.ndarray:
+        return np.concatenate(self._bases) if self._bases else np.empty(0, np.int64)
+
+    def wides(self) -> np.ndarray:
+        return np.concatenate(self._wides) if self._wides else np.empty(0, np.int64)
+
+
+def offset_arrays(offsets):
+    """(base, rel, wide) of an OffsetTable or a plain int64 array (compacted on the fly), for kernels."""
+    if not isinstance(offsets, OffsetTable):
+        offsets = OffsetTable.from_array(offsets)
+    return (np.asarray(offsets.base, np.int64), np.asarray(offsets.rel, np.uint32),
+            np.asarray(offsets.wide, np.int64))
