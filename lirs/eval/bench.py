@@ -790,7 +790,8 @@ def _meminfo(key):
 
 
 def _open_or_build(path: str, progress):
-    from ..index import build_index, open_index
+    from ..build import build_index
+    from ..index import open_index
 
     try:
         return open_index(path), None

@@ -753,7 +753,8 @@ class External(_Sequential):
     def prepare(self):
         import lirs.external as ext
 
-        from ..index import build_index, open_index
+        from ..build import build_index
+        from ..index import open_index
 
         path = self.index.paths[0]
         os.makedirs(self.workdir, exist_ok=True)
