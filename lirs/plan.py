@@ -41,27 +41,22 @@ Resume: batch ``j`` of an epoch depends only on the configuration, the epoch and
 """
 from __future__ import annotations
 
-import math
 import time
 import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import seeds
+from .constants import BLOCK, GRANULARITIES
 from .errors import UsageError
-
-GRANULARITIES = ("instance", "page", "group", "window")
-PERMUTATIONS = ("auto", "table", "stateless")
-BLOCK = 4096
-AUTO_TABLE_MAX_UNITS = 1 << 20
-FEISTEL_ROUNDS = 6
+from .kernels import plan as K
+from .offsets import offset_arrays
+from .permutation import PERMUTATIONS, Permutation
+from .steps import BatchPlan, ReadStep
+from .windows import window_batches
 
 # SeedSequence([seed, epoch, purpose]) purposes of the planner
-PURPOSE_UNITS = 1    # the order of units
-PURPOSE_WINDOW = 2   # the order of records inside each window
-PURPOSE_BATCH = 3    # the order of records inside each page/group batch
-
-_CHUNK = 1 << 16     # units walked per kernel call in stateless mode
 
 _UNIT_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -88,8 +83,6 @@ def unit_table(index, unit_bytes: int) -> np.ndarray | None:
     cache = _UNIT_CACHE.setdefault(index, {})
     if unit_bytes in cache:
         return cache[unit_bytes]
-    from .kernels import plan as K
-
     fs = np.ascontiguousarray(index.file_starts, np.int64)
     if index.is_fixed:
         if index.record_size >= unit_bytes:
@@ -101,8 +94,6 @@ def unit_table(index, unit_bytes: int) -> np.ndarray | None:
             K.units_fixed(fs, hs, int(index.record_size), int(unit_bytes), table)
             table[count] = index.n
     else:
-        from .offsets import offset_arrays
-
         offs = offset_arrays(index.offset_table)
         count = K.units_variable(*offs, fs, int(unit_bytes), np.empty(0, np.int64))
         if count == index.n:
@@ -113,143 +104,6 @@ def unit_table(index, unit_bytes: int) -> np.ndarray | None:
             table[count] = index.n
     cache[unit_bytes] = table
     return table
-
-
-def _smallest_uint(n: int):
-    for dt in (np.uint8, np.uint16, np.uint32):
-        if n - 1 <= np.iinfo(dt).max:
-            return np.dtype(dt)
-    return np.dtype(np.uint64)
-
-
-def _key(seed: int, epoch: int, purpose: int) -> int:
-    return int(np.random.SeedSequence([seed, epoch, purpose]).generate_state(1, np.uint64)[0])
-
-
-class Permutation:
-    """A random permutation of ``[0, n)``: ``table`` (stored) or ``stateless`` (computed).
-
-    ``take(p0, p1)`` returns the units at positions ``p0 .. p1-1`` (uint or int64 array).
-    """
-
-    def __init__(self, n: int, mode: str, seed: int, epoch: int, purpose: int = PURPOSE_UNITS):
-        from .kernels import plan as K
-
-        self.n = int(n)
-        if mode == "auto":
-            mode = "table" if self.n <= AUTO_TABLE_MAX_UNITS else "stateless"
-        self.mode = mode
-        ss = np.random.SeedSequence([seed, epoch, purpose])
-        if mode == "table":
-            self.table = np.empty(self.n, _smallest_uint(max(self.n, 1)))
-            K.fisher_yates_table(self.table, np.uint64(ss.generate_state(1, np.uint64)[0]))
-            self.keys = None
-            self.half = 0
-        elif mode == "stateless":
-            self.table = None
-            bits = max(2, int(math.ceil(math.log2(max(self.n, 2)))))
-            bits += bits % 2
-            self.half = bits // 2
-            self.keys = ss.generate_state(FEISTEL_ROUNDS, np.uint64)
-        else:
-            raise UsageError(f"permutation must be one of {', '.join(PERMUTATIONS)}, got {mode!r}")
-
-    def take(self, p0: int, p1: int) -> np.ndarray:
-        p0, p1 = max(0, int(p0)), min(self.n, int(p1))
-        if p1 <= p0:
-            return np.empty(0, np.int64)
-        if self.table is not None:
-            return self.table[p0:p1]
-        from .kernels import plan as K
-
-        out = np.empty(p1 - p0, np.int64)
-        K.feistel_range(self.keys, self.half, self.n, p0, out)
-        return out
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.table.nbytes) if self.table is not None else int(self.keys.nbytes)
-
-    def chunks(self, p0: int, size: int = _CHUNK):
-        """Yield (position, units) chunks from position ``p0`` to the end."""
-        p = int(p0)
-        if self.table is not None:
-            size = max(size, self.n)  # a table is already in memory: one chunk
-        while p < self.n:
-            q = min(self.n, p + size)
-            yield p, self.take(p, q)
-            p = q
-
-
-# --------------------------------------------------------------------------- plan objects
-
-
-@dataclass(eq=False)
-class ReadStep:
-    """One engine call: aligned extents and the records they hold, in delivery order.
-
-    ``ids`` int64 (k,) records (the rows of the decoded step); ``ext_file`` int32 (e,),
-    ``ext_offset``/``ext_nbytes`` int64 (e,) (multiples of the block); per record ``rec_extent``
-    int32 (k,), ``rec_pos`` int64 (k,) (offset inside its extent), ``rec_len`` int64 (k,).
-    """
-
-    number: int
-    ids: np.ndarray
-    ext_file: np.ndarray
-    ext_offset: np.ndarray
-    ext_nbytes: np.ndarray
-    rec_extent: np.ndarray
-    rec_pos: np.ndarray
-    rec_len: np.ndarray
-
-    @property
-    def reads(self) -> int:
-        return int(len(self.ext_nbytes))
-
-    @property
-    def bytes_read(self) -> int:
-        return int(self.ext_nbytes.sum())
-
-    @property
-    def payload_bytes(self) -> int:
-        return int(self.rec_len.sum())
-
-
-@dataclass(eq=False)
-class BatchPlan:
-    """Batch ``index`` of a rank's epoch: ``ids`` int64 (k,) in delivery order, and ``parts``:
-    tuples ``(step, lo, hi, last)`` — rows ``lo:hi`` of read step ``step``, ``last`` when no later
-    batch needs that step. For instance/page/group a batch is exactly one step of its own."""
-
-    index: int
-    ids: np.ndarray
-    parts: tuple = ()
-
-    @property
-    def new_steps(self) -> list:
-        """Steps this batch is the first to use (what reading it costs)."""
-        return [s for s, lo, hi, last in self.parts if lo == 0]
-
-    # one-step conveniences (instance, page, group)
-    def _one(self) -> ReadStep:
-        if len(self.parts) != 1:
-            raise AttributeError("this batch spans several read steps; use .parts")
-        return self.parts[0][0]
-
-    @property
-    def ext_file(self):
-        return self._one().ext_file
-
-    @property
-    def ext_offset(self):
-        return self._one().ext_offset
-
-    @property
-    def ext_nbytes(self):
-        return self._one().ext_nbytes
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 @dataclass(eq=False)
@@ -288,8 +142,6 @@ class EpochPlan:
             self._offs = (np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
             self._rs = int(idx.record_size)
         else:
-            from .offsets import offset_arrays
-
             self._offs = offset_arrays(idx.offset_table)
             self._rs = 0
         self._fs = np.ascontiguousarray(idx.file_starts, np.int64)
@@ -321,8 +173,6 @@ class EpochPlan:
         """(unit position, record within that unit) of global stream position ``pos``."""
         if self.ufirst is None:
             return pos, 0
-        from .kernels import plan as K
-
         rem = int(pos)
         for p, units in self.perm.chunks(0):
             i, rem = K.locate(units, self.ufirst, rem)
@@ -336,8 +186,6 @@ class EpochPlan:
         if self.ufirst is None:
             out[:] = self.perm.take(upos, upos + k)
             return out, upos + k, 0
-        from .kernels import plan as K
-
         o = 0
         per_unit = max(1.0, self.n / max(1, self.perm.n))
         while o < k:
@@ -348,13 +196,11 @@ class EpochPlan:
             upos += int(i)
         return out, upos, within
 
-    def _step(self, number: int, ids: np.ndarray, extents: bool = True, shuffle_at: int = -1,
+    def step(self, number: int, ids: np.ndarray, extents: bool = True, shuffle_at: int = -1,
               order: np.ndarray | None = None) -> ReadStep:
         """The read step of records ``ids``, delivered in the order ``ids[order]`` (a window) or,
         with ``shuffle_at`` >= 0, in a random order drawn from the batch stream at that counter
         (page/group batches); else as given."""
-        from .kernels import plan as K
-
         k = len(ids)
         if order is None and shuffle_at >= 0 and k > 1:
             order = np.arange(k, dtype=np.int64)
@@ -364,7 +210,6 @@ class EpochPlan:
                 ids = ids[order]
             z = np.empty(0, np.int64)
             return ReadStep(number, ids, np.empty(0, np.int32), z, z, np.empty(0, np.int32), z, z)
-        idx = self.index
         ef = np.empty(k, np.int32)
         eo = np.empty(k, np.int64)
         en = np.empty(k, np.int64)
@@ -384,90 +229,18 @@ class EpochPlan:
         if not 0 <= start <= self.num_batches:
             raise UsageError(f"start batch {start} outside [0, {self.num_batches}]")
         if self.granularity == "window":
-            yield from self._window_batches(start, extents)
+            yield from window_batches(self, start, extents)
             return
-        from .kernels import plan as K
-
         pos = self.first + start * self.batch_size
         upos, within = self._locate(pos)
         shuffle = self.granularity in ("page", "group")
         for j in range(start, self.num_batches):
             k = self.batch_size_of(j)
             ids, upos, within = self._records(upos, within, k)
-            step = self._step(j, ids, extents, pos if shuffle else -1)
+            step = self.step(j, ids, extents, pos if shuffle else -1)
             ids = step.ids
             yield BatchPlan(j, ids, ((step, 0, k, True),))
             pos += k
-
-    def _window_records(self, w: int):
-        """Window ``w`` (unit positions w*window ..): its records in unit order and the random
-        order ``o`` in which they are dealt (the window's stream is ``ids[o]``)."""
-        from .kernels import plan as K
-
-        lo = w * self.window
-        units = self.perm.take(lo, lo + self.window)
-        if self.ufirst is None:
-            ids = np.asarray(units, np.int64).copy()
-        else:
-            counts = np.empty(len(units), np.int64)
-            K.unit_counts(units, self.ufirst, counts)
-            ids = np.empty(int(counts.sum()), np.int64)
-            K.fill_records(units, self.ufirst, 0, 0, ids, 0)
-        o = np.arange(len(ids), dtype=np.int64)
-        K.shuffle_inplace(o, np.uint64(self._window_key), np.uint64(w))
-        return ids, o
-
-    def _window_step(self, number: int, w: int, a: int, b: int | None, extents: bool) -> ReadStep:
-        """The read step of rows a:b of window ``w``'s stream. A whole window finds its extents on
-        the unit-ordered records (runs sort fast), then deals them; a part of one sorts its records."""
-        ids, o = self._window_records(w)
-        b = len(ids) if b is None else min(b, len(ids))
-        if a == 0 and b == len(ids):
-            return self._step(number, ids, extents, order=o)
-        return self._step(number, ids[o[a:b]], extents)
-
-    def _window_batches(self, start: int, extents: bool):
-        pos = self.first + start * self.batch_size
-        end = self.first + self.size
-        upos, within = self._locate(pos)
-        if pos >= end:
-            for j in range(start, self.num_batches):
-                yield BatchPlan(j, np.empty(0, np.int64), ())
-            return
-        # the position inside its window of the record at `pos`
-        w = upos // self.window
-        if self.ufirst is None:
-            q = upos - w * self.window
-        else:
-            from .kernels import plan as K
-
-            before = self.perm.take(w * self.window, upos)
-            counts = np.empty(len(before), np.int64)
-            K.unit_counts(before, self.ufirst, counts)
-            q = int(counts.sum()) + within
-        step_no = 0
-        step = self._window_step(step_no, w, q, q + (end - pos), extents)
-        row = 0  # next row of `step`
-        for j in range(start, self.num_batches):
-            k = self.batch_size_of(j)
-            parts = []
-            ids_parts = []
-            while k > 0:
-                if row == len(step.ids):
-                    w += 1
-                    step_no += 1
-                    step = self._window_step(step_no, w, 0, end - pos, extents)
-                    if len(step.ids) == 0:
-                        raise RuntimeError("window stream ended early (inconsistent plan)")
-                    row = 0
-                take = min(k, len(step.ids) - row)
-                parts.append((step, row, row + take, row + take == len(step.ids)))
-                ids_parts.append(step.ids[row:row + take])
-                row += take
-                pos += take
-                k -= take
-            ids = np.concatenate(ids_parts) if ids_parts else np.empty(0, np.int64)
-            yield BatchPlan(j, ids, tuple(parts))
 
     # ---- whole-epoch views -----------------------------------------------------------------
     def order(self) -> np.ndarray:
@@ -559,10 +332,11 @@ def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int 
     ub = unit_bytes_of(granularity, group_bytes, block)
     ufirst = unit_table(index, ub)
     n_units = index.n if ufirst is None else len(ufirst) - 1
-    perm = Permutation(n_units, permutation, int(seed), int(epoch), PURPOSE_UNITS)
+    perm = Permutation(n_units, permutation, int(seed), int(epoch), seeds.PLAN_UNITS)
     nb, first, size = rank_slice(index.n, batch_size, rank, world_size, drop_last)
     return EpochPlan(index=index, batch_size=int(batch_size), granularity=granularity, seed=int(seed),
                      epoch=int(epoch), rank=int(rank), world_size=int(world_size), drop_last=bool(drop_last),
                      group_bytes=int(group_bytes), window=int(window), block=int(block), perm=perm,
                      ufirst=ufirst, num_batches=nb, first=first, size=size, plan_s=time.perf_counter() - t,
-                     _batch_key=_key(seed, epoch, PURPOSE_BATCH), _window_key=_key(seed, epoch, PURPOSE_WINDOW))
+                     _batch_key=seeds.key(seed, epoch, seeds.PLAN_BATCH),
+                     _window_key=seeds.key(seed, epoch, seeds.PLAN_WINDOW))

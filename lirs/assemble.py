@@ -1,0 +1,138 @@
+"""Per-format batch assembly: the bytes of one read step -> (X, y), and rows of steps -> a batch.
+
+A read step (:class:`lirs.plan.ReadStep`) is a set of extents read into one aligned buffer and the
+records they hold. :class:`StepDecoder` turns that buffer into the step's rows: a CSR matrix for
+LIBSVM, an ndarray for ``npy``/``fixed``, a list of ``bytes`` for ``lines``; :func:`rows` and
+:func:`stack` cut and join steps into batches without copying CSR arrays when one step feeds one
+batch. The decoders themselves (:mod:`lirs.decode`) know buffers, not files or plans.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .decode import _csr, decode_fixed, decode_libsvm, decode_lines, resolve_libsvm_params
+from .errors import DataError
+
+
+class StepDecoder:
+    """Decodes the read steps of one index with fixed options (thread-safe: no mutable state).
+
+    ``n_features``/``zero_based``: LIBSVM options (None/"auto": by sklearn's rule from the index);
+    ``dtype``: numpy dtype of LIBSVM values (``npy``/``fixed`` keep the file's dtype).
+    """
+
+    def __init__(self, index, *, n_features=None, zero_based="auto", dtype=np.float32):
+        self.index = index
+        self.dtype = np.dtype(dtype)
+        if index.format == "libsvm":
+            self.n_features, self.zero_based = resolve_libsvm_params(index, zero_based, n_features)
+        else:
+            self.n_features, self.zero_based = None, None
+
+    def __call__(self, step, buf, buf_pos, got):
+        """(X, y) of the records of ``step``: ``buf`` uint8 holds its extents at ``buf_pos`` int64
+        (e,), ``got`` int64 (e,) the bytes each extent read returned. Raises DataError naming the
+        file, byte and record when a record's bytes are missing or malformed."""
+        ids = np.asarray(step.ids, np.int64)
+        if len(ids) == 0:
+            return self.empty()
+        rext = np.asarray(step.rec_extent, np.int64)
+        rpos = np.asarray(step.rec_pos, np.int64)
+        rlen = np.asarray(step.rec_len, np.int64)
+        _check_complete(self.index, step, ids, rext, rpos, rlen, got)
+        starts = buf_pos[rext] + rpos
+        fmt = self.index.format
+        if fmt == "libsvm":
+            return self._libsvm(step, buf, ids, rext, rpos, starts, starts + rlen)
+        if fmt in ("npy", "fixed"):
+            return (decode_fixed(buf, starts, self.index.record_dtype, self.index.record_shape),
+                    self.index.labels_of(ids))
+        return decode_lines(buf, starts, starts + rlen), self.index.labels_of(ids)
+
+    def _libsvm(self, step, buf, ids, rext, rpos, starts, ends):
+        idx = self.index
+        file_offsets = np.asarray(step.ext_offset, np.int64)[rext] + rpos
+        files = np.asarray(step.ext_file)[rext]
+        one = idx.nfiles == 1 or (files == files[0]).all()
+        source = idx.paths[int(files[0])] if len(files) and one else ""
+        opts = dict(n_features=self.n_features, zero_based=self.zero_based, dtype=self.dtype)
+        try:
+            return decode_libsvm(buf, starts, ends, source=source, file_offsets=file_offsets, record_ids=ids, **opts)
+        except DataError:
+            if one:
+                raise
+            # name the right file: decode the records of each file on its own to find the culprit
+            for f in np.unique(files):
+                m = files == f
+                decode_libsvm(buf, starts[m], ends[m], source=idx.paths[int(f)], file_offsets=file_offsets[m],
+                              record_ids=ids[m], **opts)
+            raise
+
+    def empty(self):
+        """(X, y) of zero records, shaped like any other batch of this dataset."""
+        idx = self.index
+        ids = np.empty(0, np.int64)
+        if idx.format == "libsvm":
+            return sp.csr_matrix((0, self.n_features), dtype=self.dtype), np.empty(0, np.float64)
+        if idx.format in ("npy", "fixed"):
+            return np.empty((0, *idx.record_shape), idx.record_dtype), idx.labels_of(ids)
+        return [], idx.labels_of(ids)
+
+
+def _check_complete(idx, step, ids, rext, rpos, rlen, got) -> None:
+    """Never hand out a record with missing bytes (file truncated or rewritten after indexing)."""
+    short = np.flatnonzero(rpos + rlen > got[rext])
+    if not short.size:
+        return
+    j = int(short[0])
+    e = int(rext[j])
+    f = int(step.ext_file[e])
+    off = int(step.ext_offset[e])
+    raise DataError(
+        f"{idx.paths[f]}: record {int(ids[j])} needs bytes {off + int(rpos[j])}.."
+        f"{off + int(rpos[j] + rlen[j])} but the file ends at byte {off + int(got[e])} "
+        f"(truncated after indexing? re-run `lirs index`)")
+
+
+def rows(X, lo: int, hi: int):
+    """Rows lo:hi of a decoded step. A CSR slice shares the step's arrays (no copy, no checks):
+    the step is never modified and lives as long as a batch refers to it."""
+    if sp.issparse(X):
+        a, b = int(X.indptr[lo]), int(X.indptr[hi])
+        indptr = X.indptr[lo:hi + 1] - a if a else X.indptr[lo:hi + 1]
+        return _csr(X.data[a:b], X.indices[a:b], indptr, (hi - lo, X.shape[1]))
+    return X[lo:hi]
+
+
+def stack(Xs: list, ys):
+    """Rows of several decoded steps as one batch: (X, y)."""
+    first = Xs[0]
+    y = None if ys is None else np.concatenate(ys)
+    if isinstance(first, list):
+        return [r for X in Xs for r in X], y
+    if isinstance(first, np.ndarray):
+        return np.concatenate(Xs, axis=0), y
+    # CSR pieces end to end: the arrays concatenate, each indptr shifted by the values before it
+    nnz = np.cumsum([0] + [int(X.indptr[-1]) for X in Xs])
+    indptr = np.concatenate([Xs[0].indptr[:1]] + [X.indptr[1:] + off for X, off in zip(Xs, nnz[:-1])])
+    return _csr(np.concatenate([X.data for X in Xs]), np.concatenate([X.indices for X in Xs]),
+                indptr.astype(Xs[0].indptr.dtype, copy=False), (sum(X.shape[0] for X in Xs), first.shape[1])), y
+
+
+def batch_of(got: list, empty):
+    """(X, y) of one batch from its parts ``got``: a list of ``((X, y), lo, hi)``, rows lo:hi of
+    decoded steps in order; ``empty()`` gives the (X, y) of a batch with no records."""
+    if not got:
+        return empty()
+    if len(got) == 1:
+        (X, y), lo, hi = got[0]
+        if lo == 0 and hi == _nrows(X):
+            return X, y
+        return rows(X, lo, hi), None if y is None else y[lo:hi]
+    ys = None if got[0][0][1] is None else [yy[lo:hi] for (_, yy), lo, hi in got]
+    return stack([rows(X, lo, hi) for (X, _), lo, hi in got], ys)
+
+
+def _nrows(X) -> int:
+    return len(X) if isinstance(X, list) else X.shape[0]

@@ -1,0 +1,183 @@
+"""The prefetch pipeline: read steps read and decoded on a pool of threads, ahead of the consumer.
+
+The consumer's thread draws each batch's plan (cheap, in order) and hands its read step to the
+pool; a pool thread reads the step's extents with the engine (io_uring or pread, no GIL held) into
+a pooled aligned buffer and decodes them (numba, no GIL), so reading and decoding of the next
+batches use the other cores while the training step computes. One hand-off to the pool and one
+back per read step. :class:`EpochRun` keeps ``prefetch + 1`` steps in flight; the consumer waits
+on them either blocking (:meth:`EpochRun.wait`) or from an event loop (:meth:`EpochRun.await_parts`)
+— the rest is shared.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .assemble import batch_of
+from .constants import BLOCK
+from .engines import aligned_empty, open_engine
+
+
+class BufferPool:
+    """Aligned read buffers, reused; grown when a step needs more. Shared by the pool's threads."""
+
+    def __init__(self):
+        self.free: list[np.ndarray] = []
+        self.lock = threading.Lock()
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A 4096-aligned uint8 buffer of at least ``nbytes``."""
+        with self.lock:
+            while self.free:
+                buf = self.free.pop()
+                if buf.shape[0] >= nbytes:
+                    return buf
+        # grow with headroom so that slightly larger batches do not reallocate every time
+        cap = -(-int(nbytes * 1.25) // BLOCK) * BLOCK
+        return aligned_empty(max(cap, BLOCK))
+
+    def give(self, buf: np.ndarray) -> None:
+        with self.lock:
+            self.free.append(buf)
+
+
+class Pipeline:
+    """The engine, the pool of threads and the buffers of one process.
+
+    ``decode(step, buf, buf_pos, got) -> (X, y)`` turns a read step's bytes into rows (see
+    :class:`lirs.assemble.StepDecoder`); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
+    """
+
+    def __init__(self, paths, *, engine: str, direct, depth, decode, workers: int, stats):
+        self.engine = open_engine(list(paths), engine, direct=direct, depth=depth)
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="lirs-loader")
+        self.buffers = BufferPool()
+        self.decode = decode
+        self.stats = stats
+        self.stats_lock = threading.Lock()
+        self.active: set = set()  # futures of steps in flight
+
+    def submit(self, step):
+        """The future of ``step``'s decoded (X, y)."""
+        fut = self.executor.submit(self._read_decode, step)
+        self.active.add(fut)
+        fut.add_done_callback(self.active.discard)
+        return fut
+
+    def _read_decode(self, step):
+        """Read one step's extents into a pooled buffer and decode its records: (X, y). Runs on the
+        pool; the buffer goes back to the pool only after the read has returned."""
+        ext_nbytes = np.asarray(step.ext_nbytes, np.int64)
+        if len(ext_nbytes) == 0:
+            return self.decode(step, None, None, None)
+        # extents back to back, each starting on a block boundary
+        sizes = -(-ext_nbytes // BLOCK) * BLOCK
+        buf_pos = np.zeros(len(sizes), np.int64)
+        if len(sizes) > 1:
+            np.cumsum(sizes[:-1], out=buf_pos[1:])
+        buf = self.buffers.take(int(sizes.sum()))
+        try:
+            t0 = time.perf_counter()
+            got = self.engine.read(step.ext_file, step.ext_offset, ext_nbytes, buf, buf_pos)
+            t1 = time.perf_counter()
+            out = self.decode(step, buf, buf_pos, got)
+            t2 = time.perf_counter()
+        finally:
+            self.buffers.give(buf)
+        with self.stats_lock:
+            st = self.stats
+            st.io_s += t1 - t0
+            st.decode_s += t2 - t1
+            st.reads += len(ext_nbytes)
+            st.bytes_read += int(got.sum())
+            st.payload_bytes += int(np.asarray(step.rec_len, np.int64).sum())
+        return out
+
+    def threads(self) -> tuple:
+        return tuple(getattr(self.executor, "_threads", ()))
+
+    def close(self) -> None:
+        """Cancel what has not started, wait for started steps (they write into pooled buffers),
+        close the files. Called from a pool thread, it cannot wait for itself: it only stops."""
+        if threading.current_thread() in self.threads():
+            # no other step runs: each holds a reference to the loader that was just dropped
+            self.executor.shutdown(wait=False)
+            self.engine.close()
+            return
+        for f in list(self.active):
+            f.cancel()
+        self.active.clear()
+        self.executor.shutdown(wait=True)
+        self.engine.close()
+
+
+class EpochRun:
+    """One pass over an epoch's batches from batch ``start``: ``prefetch + 1`` read steps in flight
+    (a window step feeds several batches, so steps, not batches, are counted)."""
+
+    def __init__(self, pipeline: Pipeline, plan, epoch: int, start: int, prefetch: int, empty):
+        self.pipeline = pipeline
+        self.epoch = int(epoch)
+        self.prefetch = int(prefetch)
+        self.empty = empty
+        self.batches = iter(plan.batches(int(start)))
+        self.steps: dict = {}                       # read step number -> future of its (X, y)
+        self.pending = collections.deque()          # (BatchPlan, parts) submitted, in order
+
+    def next(self):
+        """The oldest submitted batch ``(BatchPlan, parts)``, after topping up so that ``prefetch``
+        batches are in flight while it is waited for and consumed; None at the end of the epoch."""
+        while len(self.steps) < self.prefetch + 1 or not self.pending:
+            bp = next(self.batches, None)
+            if bp is None:
+                break
+            self.pending.append((bp, self._submit(bp)))
+        return self.pending.popleft() if self.pending else None
+
+    def _submit(self, bp) -> list:
+        parts = []
+        for step, lo, hi, last in bp.parts:
+            fut = self.steps.get(step.number)
+            if fut is None:
+                fut = self.steps[step.number] = self.pipeline.submit(step)
+            parts.append((fut, lo, hi, last, step))
+        return parts
+
+    def wait(self, parts) -> list:
+        """Block until the steps of a batch are decoded: ``[(X, y), ...]`` in part order."""
+        t = time.perf_counter()
+        try:
+            return [f.result() for f, *_ in parts]
+        finally:
+            self.pipeline.stats.wait_s += time.perf_counter() - t
+
+    async def await_parts(self, parts) -> list:
+        """:meth:`wait` for an event loop: the loop stays free while the pool works."""
+        t = time.perf_counter()
+        try:
+            # shielded: a cancelled consumer must not cancel a step a later batch shares
+            return [await asyncio.shield(asyncio.wrap_future(f)) for f, *_ in parts]
+        finally:
+            self.pipeline.stats.wait_s += time.perf_counter() - t
+
+    def assemble(self, bp, parts, results):
+        """(X, y) of batch ``bp`` from its parts' decoded steps; releases steps it used last."""
+        for _, lo, hi, last, step in parts:
+            if last:
+                self.steps.pop(step.number, None)
+        return batch_of([(r, lo, hi) for r, (_, lo, hi, _, _) in zip(results, parts)], self.empty)
+
+    def abandon(self) -> None:
+        """The consumer left the epoch: cancel what has not started (started steps run to the end)."""
+        for _, parts in self.pending:
+            for f, *_ in parts:
+                f.cancel()
+        self.pending.clear()
+        for f in self.steps.values():
+            f.cancel()
+        self.steps.clear()

@@ -1,0 +1,82 @@
+"""Window batches: ``window`` units read as one step, their records dealt randomly over batches.
+
+A window is read once (one read step), whatever number of batches it feeds; its records are dealt
+in a random order (keyed by the epoch's window key and the window number), so a group's records
+rarely share a batch while every read stays group sized. These functions walk an
+:class:`~lirs.plan.EpochPlan` whose granularity is ``window``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import plan as K
+from .steps import BatchPlan
+
+
+def window_records(plan, w: int):
+    """Window ``w`` (unit positions w*window ..): its records in unit order and the random
+    order ``o`` in which they are dealt (the window's stream is ``ids[o]``)."""
+    lo = w * plan.window
+    units = plan.perm.take(lo, lo + plan.window)
+    if plan.ufirst is None:
+        ids = np.asarray(units, np.int64).copy()
+    else:
+        counts = np.empty(len(units), np.int64)
+        K.unit_counts(units, plan.ufirst, counts)
+        ids = np.empty(int(counts.sum()), np.int64)
+        K.fill_records(units, plan.ufirst, 0, 0, ids, 0)
+    o = np.arange(len(ids), dtype=np.int64)
+    K.shuffle_inplace(o, np.uint64(plan._window_key), np.uint64(w))
+    return ids, o
+
+
+def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool):
+    """The read step of rows a:b of window ``w``'s stream. A whole window finds its extents on
+    the unit-ordered records (runs sort fast), then deals them; a part of one sorts its records."""
+    ids, o = window_records(plan, w)
+    b = len(ids) if b is None else min(b, len(ids))
+    if a == 0 and b == len(ids):
+        return plan.step(number, ids, extents, order=o)
+    return plan.step(number, ids[o[a:b]], extents)
+
+
+def window_batches(plan, start: int, extents: bool):
+    pos = plan.first + start * plan.batch_size
+    end = plan.first + plan.size
+    upos, within = plan._locate(pos)
+    if pos >= end:
+        for j in range(start, plan.num_batches):
+            yield BatchPlan(j, np.empty(0, np.int64), ())
+        return
+    # the position inside its window of the record at `pos`
+    w = upos // plan.window
+    if plan.ufirst is None:
+        q = upos - w * plan.window
+    else:
+        before = plan.perm.take(w * plan.window, upos)
+        counts = np.empty(len(before), np.int64)
+        K.unit_counts(before, plan.ufirst, counts)
+        q = int(counts.sum()) + within
+    step_no = 0
+    step = window_step(plan, step_no, w, q, q + (end - pos), extents)
+    row = 0  # next row of `step`
+    for j in range(start, plan.num_batches):
+        k = plan.batch_size_of(j)
+        parts = []
+        ids_parts = []
+        while k > 0:
+            if row == len(step.ids):
+                w += 1
+                step_no += 1
+                step = window_step(plan, step_no, w, 0, end - pos, extents)
+                if len(step.ids) == 0:
+                    raise RuntimeError("window stream ended early (inconsistent plan)")
+                row = 0
+            take = min(k, len(step.ids) - row)
+            parts.append((step, row, row + take, row + take == len(step.ids)))
+            ids_parts.append(step.ids[row:row + take])
+            row += take
+            pos += take
+            k -= take
+        ids = np.concatenate(ids_parts) if ids_parts else np.empty(0, np.int64)
+        yield BatchPlan(j, ids, tuple(parts))
