@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import pkgutil
@@ -63,11 +64,35 @@ def main(argv: list[str] | None = None) -> int:
     except PermissionError as e:
         print(f"lirs {args.command}: error: permission denied: {e.filename or e}", file=sys.stderr)
         return EXIT_DATA
+    except OSError as e:  # EIO, EROFS, ENOSPC, ...: one line, no traceback
+        print(f"lirs {args.command}: error: {describe_os_error(e, args.command)}", file=sys.stderr)
+        return EXIT_DATA
     except KeyboardInterrupt:
         print(f"lirs {args.command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return EXIT_OK
+
+
+_HINTS = {
+    errno.EROFS: "the file system is read-only; use -o to put the {what} elsewhere",
+    errno.ENOSPC: "no space left on the device; free some or use -o to write elsewhere",
+    errno.EDQUOT: "disk quota exceeded; use -o to write elsewhere",
+    errno.EIO: "the device reported an I/O error",
+}
+_WHAT = {"index": "index", "shuffle": "output (and --tmp the piles)"}
+
+
+def describe_os_error(e: OSError, command: str = "") -> str:
+    """One line for an OSError: the file, the byte offset where known, what failed and what to do."""
+    where = e.filename or "?"
+    offset = getattr(e, "lirs_offset", None)
+    if offset is not None:
+        where += f": byte {offset}"
+    what = e.strerror or str(e)
+    hint = _HINTS.get(e.errno, "")
+    hint = hint.format(what=_WHAT.get(command, "output")) if hint else ""
+    return f"{where}: {what}" + (f" ({hint})" if hint else "")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,7 +27,7 @@ import numpy as np
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .offsets import OffsetTable
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, fingerprint_diff, offsets_of, read_arrays,
-                      read_header, relpath, sidecar_path)
+                      read_header, relpath, sidecar_path, verify_arrays)
 
 log = logging.getLogger("lirs.index")
 
@@ -303,11 +303,16 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
         raise
 
 
-def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
+def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool = False) -> Index:
     """Open the index of ``path`` (a data file, a directory, or the ``.lirs`` sidecar itself).
 
-    Arrays are memory-mapped read-only unless ``mmap=False``. With ``check`` (the default) every
-    data file's fingerprint is compared and :class:`StaleIndexError` raised on a mismatch.
+    A sidecar serves only the files it names relative to itself (the data file beside it, or the
+    files of a directory or list it was built for); opened through a data path, it must name that
+    path. Anything else raises :class:`IndexFormatError` naming both files: a copied sidecar never
+    makes lirs read the file it was copied from. Arrays are memory-mapped read-only unless
+    ``mmap=False`` (or the filesystem cannot map: then read). With ``check`` (the default) every
+    data file's fingerprint is compared and :class:`StaleIndexError` raised on a mismatch; with
+    ``verify`` the CRC-32 of every array is checked too (reads the whole sidecar).
     """
     path = os.fspath(path)
     sidecar = os.path.abspath(path if path.endswith(SIDECAR_SUFFIX) else sidecar_path(path))
@@ -316,13 +321,13 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
             raise FileNotFoundError(2, "No such file or directory", path)
         raise IndexFormatError(f"{path} has no index ({sidecar} not found); run `lirs index {path}` first")
     header, size = read_header(sidecar)
-    base = os.path.dirname(os.path.abspath(sidecar))
     arrays = read_arrays(sidecar, header, size, mmap=mmap)
-    paths, fps = [], []
-    for fi in header["files"]:
-        rel = os.path.normpath(os.path.join(base, fi["relpath"]))
-        paths.append(rel if os.path.exists(rel) else fi["path"])
-        fps.append(fi["fingerprint"])
+    if verify:
+        bad = verify_arrays(sidecar, header, arrays)
+        if bad:
+            raise IndexFormatError("; ".join(bad))
+    paths = _data_paths(sidecar, header, None if path.endswith(SIDECAR_SUFFIX) else path)
+    fps = [fi["fingerprint"] for fi in header["files"]]
     fmt = header["format"]
     rd = header.get("record_dtype")
     idx = Index(
@@ -342,3 +347,26 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True) -> Index:
     return idx
 
 
+def _data_paths(sidecar: str, header: dict, opened_as: str | None) -> list[str]:
+    """The data files of a sidecar: its relative paths resolved against its own directory, never
+    the absolute paths it was built with (those may name another machine's or another copy's
+    files). ``opened_as``: the data path the caller named, which the sidecar must index."""
+    base = os.path.dirname(sidecar)
+    paths = [os.path.normpath(os.path.join(base, fi["relpath"])) for fi in header["files"]]
+    if opened_as is not None:
+        # compared through symlinks: the data may be named by a link to it
+        want = os.path.realpath(opened_as)
+        real = [os.path.realpath(p) for p in paths]
+        inside = (real == [want]) if not os.path.isdir(want) else all(
+            p.startswith(want.rstrip(os.sep) + os.sep) for p in real)
+        if not inside:
+            raise IndexFormatError(
+                f"{sidecar} indexes {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}, not {want}; "
+                f"re-run `lirs index {opened_as}`")
+    for p, fi in zip(paths, header["files"]):
+        if not os.path.exists(p):
+            raise IndexFormatError(
+                f"{sidecar} indexes {p}, which does not exist (the index was built for {fi['path']}); "
+                f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "
+                f"on the data you want to read")
+    return paths

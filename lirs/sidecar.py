@@ -9,8 +9,10 @@ records: :mod:`lirs.index` turns a sidecar into an :class:`~lirs.index.Index`.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
 import struct
 import zlib
@@ -19,7 +21,10 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import IndexFormatError, UsageError
+from .litter import clean_dead_temps, temp_name
 from .offsets import OffsetEncoder, OffsetTable
+
+log = logging.getLogger("lirs.index")
 
 MAGIC = b"LIRSIDX\x00"
 VERSION = 1
@@ -29,39 +34,72 @@ _ALIGN = 64
 SIDECAR_SUFFIX = ".lirs"
 _SAMPLE_BLOCKS = 16
 _SAMPLE_BLOCK = BLOCK
+_CHECK_BLOCKS = 256  # re-validation when only the mtime moved: 1 MiB read
 
 
 # --------------------------------------------------------------------------- fingerprint
 
 
-def fingerprint(path: str) -> dict:
-    """Size, mtime_ns, inode and a BLAKE2b hash of 16 sampled 4 KiB blocks of ``path``."""
-    st = os.stat(path)
+def pread_full(fd: int, nbytes: int, offset: int) -> bytes:
+    """``nbytes`` from ``offset``, continuing short reads (FUSE and network filesystems return
+    them mid-file); shorter only at end of file."""
+    parts, got = [], 0
+    while got < nbytes:
+        b = os.pread(fd, nbytes - got, offset + got)
+        if not b:
+            break  # end of file
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
+def _sample_hash(fd: int, size: int, blocks: int) -> str:
+    """BLAKE2b of the size and of ``blocks`` 4 KiB blocks spread evenly over the file."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(st.st_size.to_bytes(8, "little"))
-    if st.st_size:
-        last = max(0, st.st_size - _SAMPLE_BLOCK)
-        offs = sorted(set(int(x) for x in np.linspace(0, last, _SAMPLE_BLOCKS)))
-        with open(path, "rb") as f:
-            for off in offs:
-                h.update(os.pread(f.fileno(), _SAMPLE_BLOCK, off))
-    return {
-        "size": int(st.st_size),
-        "mtime_ns": int(st.st_mtime_ns),
-        "inode": int(st.st_ino),
-        "sample_hash": h.hexdigest(),
-    }
+    h.update(size.to_bytes(8, "little"))
+    if size:
+        last = max(0, size - _SAMPLE_BLOCK)
+        for off in sorted(set(int(x) for x in np.linspace(0, last, blocks))):
+            h.update(pread_full(fd, _SAMPLE_BLOCK, off))
+    return h.hexdigest()
+
+
+def fingerprint(path: str) -> dict:
+    """What identifies the content of ``path``: size, mtime_ns, a hash of 16 sampled 4 KiB blocks
+    (checked at every open) and one of 256 blocks (checked only when the mtime moved).
+
+    The inode is not part of it: a remount of a FUSE or network filesystem changes inodes of
+    unchanged files."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        size = int(st.st_size)
+        return {"size": size, "mtime_ns": int(st.st_mtime_ns),
+                "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS),
+                "check_hash": _sample_hash(f.fileno(), size, _CHECK_BLOCKS)}
 
 
 def fingerprint_diff(path: str, expected: dict) -> str | None:
+    """None when ``path`` still holds the data ``expected`` (a :func:`fingerprint`) describes, else
+    why not. When only the modification time moved (``touch``, a copy that kept the bytes), the
+    256-block hash decides: the index is still used, and a note is logged."""
     try:
-        now = fingerprint(path)
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            size = int(st.st_size)
+            if size != expected.get("size"):
+                return f"its size changed ({expected.get('size')} -> {size})"
+            if _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS) != expected.get("sample_hash"):
+                return "its content changed (sampled blocks differ)"
+            if int(st.st_mtime_ns) == expected.get("mtime_ns"):
+                return None
+            if "check_hash" not in expected:  # an index written before the 256-block hash
+                return f"its modification time changed ({expected.get('mtime_ns')} -> {st.st_mtime_ns})"
+            if _sample_hash(f.fileno(), size, _CHECK_BLOCKS) != expected["check_hash"]:
+                return "its content changed (sampled blocks differ)"
     except FileNotFoundError:
         return "the data file is missing"
-    for key, what in (("size", "size"), ("sample_hash", "content"), ("mtime_ns", "modification time"),
-                      ("inode", "inode")):
-        if now[key] != expected.get(key):
-            return f"its {what} changed ({expected.get(key)} -> {now[key]})"
+    log.info("%s: modification time changed but %d sampled blocks are unchanged; the index is still "
+             "used (`lirs index --check %s` records the new time)", path, _CHECK_BLOCKS, path)
     return None
 
 
@@ -86,8 +124,8 @@ class SidecarWriter:
 
     def __init__(self, dest: str):
         self.dest = os.path.abspath(dest)
-        d = os.path.dirname(self.dest)
-        self.tmp = os.path.join(d, f".{os.path.basename(self.dest)}.tmp-{os.getpid()}")
+        clean_dead_temps(self.dest)  # what a killed `lirs index` left here
+        self.tmp = temp_name(self.dest)
         self.f = open(self.tmp, "wb")
         self.f.write(b"\0" * _PREAMBLE_SIZE)
         self.arrays: dict = {}
@@ -131,13 +169,15 @@ class SidecarWriter:
             self._enc = OffsetEncoder()
             name, dtype = "offsets_rel", np.uint32
         dt = np.dtype(dtype).newbyteorder("<")
-        self.arrays[name] = {"dtype": dt.str, "offset": self.f.tell(), "count": 0}
+        self.arrays[name] = {"dtype": dt.str, "offset": self.f.tell(), "count": 0, "crc32": 0}
         self._cur = name
 
     def _write(self, arr: np.ndarray) -> None:
         spec = self.arrays[self._cur]
         a = np.ascontiguousarray(arr, dtype=np.dtype(spec["dtype"]))
-        self.f.write(a.tobytes() if a.size < 4096 else memoryview(a).cast("B"))
+        b = a.tobytes() if a.size < 4096 else memoryview(a).cast("B")
+        self.f.write(b)
+        spec["crc32"] = zlib.crc32(b, spec["crc32"])  # checked by `lirs info --verify`
         spec["count"] += int(a.size)
 
     def append(self, arr: np.ndarray) -> None:
@@ -251,8 +291,35 @@ def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> 
             raise IndexFormatError(f"{sidecar}: truncated index (array {name} ends at {end}, file has {size})")
         if spec["count"] == 0:
             arrays[name] = np.empty(0, dt)
-        elif mmap:
-            arrays[name] = np.memmap(sidecar, dtype=dt, mode="r", offset=spec["offset"], shape=(spec["count"],))
         else:
-            arrays[name] = np.fromfile(sidecar, dtype=dt, count=spec["count"], offset=spec["offset"])
+            arrays[name] = _map_or_read(sidecar, dt, spec, mmap)
     return arrays
+
+
+def _map_or_read(sidecar: str, dt: np.dtype, spec: dict, mmap: bool) -> np.ndarray:
+    """A read-only memory map of one array, or the array read into memory where the filesystem
+    cannot map files (ENODEV, EINVAL, EACCES: some FUSE and network filesystems)."""
+    if mmap:
+        try:
+            return np.memmap(sidecar, dtype=dt, mode="r", offset=spec["offset"], shape=(spec["count"],))
+        except OSError as e:
+            if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
+                raise
+            log.info("%s: cannot memory-map (%s); reading the index into memory", sidecar, e.strerror)
+    return np.fromfile(sidecar, dtype=dt, count=spec["count"], offset=spec["offset"])
+
+
+def verify_arrays(sidecar: str, header: dict, arrays: dict) -> list[str]:
+    """The arrays whose bytes no longer match the CRC-32 written with them (flipped bits, a torn
+    copy): one message per bad array; empty when all match. Arrays of an index written before
+    checksums existed are reported as unverifiable."""
+    bad = []
+    for name, spec in header["arrays"].items():
+        if "crc32" not in spec:
+            bad.append(f"{sidecar}: array {name} has no checksum (written by an older lirs; re-run `lirs index`)")
+            continue
+        got = zlib.crc32(np.ascontiguousarray(arrays[name]).view(np.uint8)) if spec["count"] else 0
+        if got != spec["crc32"]:
+            bad.append(f"{sidecar}: array {name} is corrupt (CRC-32 {got:08x}, written {spec['crc32']:08x}); "
+                       "re-run `lirs index`")
+    return bad

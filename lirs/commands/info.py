@@ -14,6 +14,8 @@ def add_parser(sub):
                                    "index bytes per record, read from the sidecar (no data scan).")
     p.add_argument("path", metavar="PATH", help="data file, directory or .lirs sidecar")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--verify", action="store_true",
+                   help="also check the CRC-32 of every array of the index (reads the whole sidecar)")
     return p
 
 
@@ -85,12 +87,16 @@ def print_summary(s: dict) -> None:
 def run(args) -> int:
     from ..index import open_index
 
-    idx = open_index(args.path)
+    idx = open_index(args.path, verify=args.verify)  # a corrupt array raises IndexFormatError: exit 1
     s = summarize(idx)
+    if args.verify:
+        s["verified"] = True
     if args.json:
         json.dump(s, sys.stdout, indent=2)
         print()
     else:
         print(f"{idx.sidecar}")
         print_summary(s)
+        if args.verify:
+            print("  checksums         every array matches its CRC-32")
     return 0

@@ -1,0 +1,73 @@
+"""What a crashed lirs run left behind, found and removed by the next run.
+
+Every temporary name lirs writes carries the PID of the process writing it: ``.NAME.tmp-PID``
+beside a sidecar or an output file, ``.lirs-shuffle-PID-XXXX/`` pile directories. A later run in
+the same directory removes those whose process is gone (and says so); those of a live process
+are left alone. Caveat: a directory shared between machines (NFS) can hold PIDs of another host;
+such a temporary file is removed only if no process of this host has that PID.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+
+log = logging.getLogger("lirs.litter")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (signal 0: nothing is sent)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def temp_name(final: str, pid: int | None = None) -> str:
+    """``DIR/.BASENAME.tmp-PID``: where ``final`` is written before its atomic rename."""
+    d, base = os.path.split(os.path.abspath(final))
+    return os.path.join(d, f".{base}.tmp-{os.getpid() if pid is None else int(pid)}")
+
+
+def clean_dead(dirpath: str, pattern: str) -> list[str]:
+    """Remove the entries of ``dirpath`` whose name fully matches ``pattern`` (a regex with a named
+    group ``pid``) and whose process is gone; returns the removed paths (each one logged)."""
+    rx = re.compile(pattern)
+    removed = []
+    try:
+        names = os.listdir(dirpath or ".")
+    except OSError:
+        return removed
+    for name in names:
+        m = rx.fullmatch(name)
+        if not m:
+            continue
+        pid = int(m.group("pid"))
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        path = os.path.join(dirpath, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            continue  # another run cleaned it first
+        except OSError as e:
+            log.warning("could not remove %s, left by a crashed lirs run (process %d): %s", path, pid, e)
+            continue
+        log.warning("removed %s, left by a crashed lirs run (process %d is gone)", path, pid)
+        removed.append(path)
+    return removed
+
+
+def clean_dead_temps(final: str) -> list[str]:
+    """Remove ``.BASENAME.tmp-PID`` files of ``final`` left by dead processes."""
+    d, base = os.path.split(os.path.abspath(final))
+    return clean_dead(d, re.escape(f".{base}.tmp-") + r"(?P<pid>\d+)")

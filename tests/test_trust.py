@@ -1,0 +1,241 @@
+"""Trust: a sidecar serves only its own data, fingerprints that survive remounts and touch,
+checksummed arrays, litter of crashed runs removed, I/O errors as one line, no mmap needed."""
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import lirs
+from lirs import sidecar as S
+from lirs.cli import main
+from lirs.errors import IndexFormatError, StaleIndexError
+from lirs.index import open_index
+
+
+def _svm(path, n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(n):
+        k = int(rng.integers(1, 6))
+        idx = np.sort(rng.choice(np.arange(1, 50), k, replace=False))
+        lines.append(f"{int(rng.integers(0, 2)) * 2 - 1} " + " ".join(f"{j}:{rng.random():.4f}" for j in idx))
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _all_ids(loader):
+    return np.concatenate([b.ids for b in loader.epoch(0)])
+
+
+# --------------------------------------------------------------------------- a sidecar serves its own data
+
+
+def test_copied_sidecar_never_reads_the_original(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    orig = _svm(a / "x.svm", seed=1)
+    lirs.build_index(orig, progress=False)
+    other = _svm(b / "y.svm", seed=2)
+    shutil.copy(orig + ".lirs", other + ".lirs")
+    with pytest.raises(IndexFormatError) as ei:
+        lirs.Loader(other, 16)
+    msg = str(ei.value)
+    assert str(b / "x.svm") in msg and str(b / "y.svm") in msg
+    # opened by the sidecar itself: the file it names beside it does not exist -> error, not a/x.svm
+    with pytest.raises(IndexFormatError, match="does not exist"):
+        open_index(other + ".lirs")
+
+
+def test_sidecar_copied_beside_another_file_of_the_same_name_is_stale(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    orig = _svm(a / "x.svm", seed=1)
+    lirs.build_index(orig, progress=False)
+    other = _svm(b / "x.svm", n=300, seed=3)
+    shutil.copy(orig + ".lirs", other + ".lirs")
+    with pytest.raises(StaleIndexError, match=str(b / "x.svm")):
+        open_index(other)
+
+
+def test_moved_together_still_works(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    p = _svm(a / "x.svm")
+    lirs.build_index(p, progress=False)
+    shutil.copytree(a, b)  # copy keeps content; mtimes may differ
+    shutil.rmtree(a)
+    with lirs.Loader(str(b / "x.svm"), 32, n_features=60) as ld:
+        assert sorted(_all_ids(ld)) == list(range(200))
+        assert ld.index.paths == (str(b / "x.svm"),)
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+
+def test_touch_does_not_force_a_reindex(tmp_path):
+    p = _svm(tmp_path / "x.svm")
+    lirs.build_index(p, progress=False)
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert open_index(p).n == 200
+
+
+def test_new_inode_same_bytes_is_fresh(tmp_path):
+    # what a remount of a FUSE or network filesystem does to unchanged files
+    p = _svm(tmp_path / "x.svm")
+    lirs.build_index(p, progress=False)
+    shutil.copy2(p, p + ".new")
+    os.replace(p + ".new", p)
+    assert open_index(p).n == 200
+
+
+def test_same_size_edit_after_touch_is_stale(tmp_path):
+    p = _svm(tmp_path / "x.svm", n=40000)
+    lirs.build_index(p, progress=False)
+    data = bytearray(open(p, "rb").read())
+    fp = S.fingerprint(p)
+    # change one digit in a block the 256-block check reads but the 16-block one does not
+    size = len(data)
+    small = [int(x) for x in np.linspace(0, max(0, size - 4096), 16)]
+    big = [int(x) for x in np.linspace(0, max(0, size - 4096), 256)]
+    pos = next(o + 100 for o in big if all(not s <= o + 100 < s + 4096 for s in small))
+    while chr(data[pos]) not in "0123456789":
+        pos += 1
+    data[pos] = ord("1") if data[pos] != ord("1") else ord("2")
+    with open(p, "r+b") as f:
+        f.write(data)
+    assert S.fingerprint(p)["sample_hash"] == fp["sample_hash"]  # the cheap check cannot see it
+    with pytest.raises(StaleIndexError, match="content changed"):
+        open_index(p)
+
+
+def test_fingerprint_continues_short_reads(tmp_path, monkeypatch):
+    p = _svm(tmp_path / "x.svm", n=3000)
+    want = S.fingerprint(p)
+    real = os.pread
+    monkeypatch.setattr(S.os, "pread", lambda fd, n, off: real(fd, min(n, 1000), off))
+    assert S.fingerprint(p) == want
+
+
+# --------------------------------------------------------------------------- checksums
+
+
+def test_flipped_offset_byte_is_found_by_verify(tmp_path, capsys):
+    p = _svm(tmp_path / "x.svm")
+    idx = lirs.build_index(p, progress=False)
+    header, _ = S.read_header(idx.sidecar)
+    spec = header["arrays"]["offsets_rel"]
+    with open(idx.sidecar, "r+b") as f:
+        f.seek(spec["offset"] + 4 * 7)
+        b = f.read(1)
+        f.seek(spec["offset"] + 4 * 7)
+        f.write(bytes([b[0] ^ 0x10]))
+    with pytest.raises(IndexFormatError, match="offsets_rel is corrupt"):
+        open_index(p, verify=True)
+    assert main(["info", p, "--verify"]) == 1
+    err = capsys.readouterr().err
+    assert "corrupt" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    # without --verify the header still opens (the checksum pass reads the whole sidecar)
+    assert main(["info", p]) == 0
+
+
+def test_verify_passes_on_a_good_index(tmp_path, capsys):
+    p = _svm(tmp_path / "x.svm")
+    lirs.build_index(p, progress=False)
+    assert main(["info", p, "--verify"]) == 0
+    assert "CRC-32" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- filesystems without mmap
+
+
+def test_sidecar_without_mmap_is_read(tmp_path, monkeypatch):
+    p = _svm(tmp_path / "x.svm")
+    lirs.build_index(p, progress=False)
+    want = open_index(p).offsets.copy()
+
+    def nodev(*a, **k):
+        raise OSError(errno.ENODEV, "No such device")
+
+    monkeypatch.setattr(S.np, "memmap", nodev)
+    idx = open_index(p)
+    assert np.array_equal(idx.offsets, want)
+
+
+# --------------------------------------------------------------------------- CLI: I/O errors as one line
+
+
+def test_read_only_directory_says_use_o(tmp_path, monkeypatch, capsys):
+    p = _svm(tmp_path / "x.svm")
+    real_open = open
+
+    def erofs(path, mode="r", *a, **k):
+        if "w" in mode and ".lirs" in os.fspath(path):
+            raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
+        return real_open(path, mode, *a, **k)
+
+    monkeypatch.setattr(S, "open", erofs, raising=False)
+    assert main(["index", p, "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "Read-only file system" in err and "use -o" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- litter of crashed runs
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid  # reaped: no process has it (until the kernel reuses it, far later)
+
+
+def test_index_removes_temp_files_of_dead_runs_only(tmp_path, caplog):
+    p = _svm(tmp_path / "x.svm")
+    dead = tmp_path / f".x.svm.lirs.tmp-{_dead_pid()}"
+    live = tmp_path / f".x.svm.lirs.tmp-{os.getppid()}"
+    dead.write_bytes(b"half an index")
+    live.write_bytes(b"someone else is writing")
+    with caplog.at_level("WARNING"):
+        lirs.build_index(p, progress=False)
+    assert not dead.exists() and live.exists()
+    assert any("crashed" in r.message and str(dead) in r.message for r in caplog.records)
+
+
+def _big_svm(path, mb=40):
+    rng = np.random.default_rng(5)
+    line = " ".join(f"{j}:{v:.3f}" for j, v in zip(range(1, 40), rng.random(39)))
+    n = mb * 1_000_000 // (len(line) + 3)
+    with open(path, "w") as f:
+        f.write(("1 " + line + "\n") * n)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frac", [0.05, 0.3, 0.6, 0.9])
+def test_kill_9_during_index_leaves_no_half_index(tmp_path, frac):
+    p = _big_svm(tmp_path / "big.svm")
+    cmd = [sys.executable, "-m", "lirs.cli", "index", p, "--quiet", "--chunk", "64K"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    full = time.perf_counter() - t0
+    os.unlink(p + ".lirs")
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(frac * full)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # whatever the moment: no sidecar, or a whole one
+    if os.path.exists(p + ".lirs"):
+        assert open_index(p).n > 0
+    # the next run finishes and leaves nothing behind
+    lirs.build_index(p, progress=False)
+    left = [x for x in os.listdir(tmp_path) if ".tmp-" in x]
+    assert left == []
+    assert open_index(p, verify=True).n > 0
