@@ -16,6 +16,8 @@ from scipy import stats as sps
 
 import lirs
 import lirs.external.api as E
+import lirs.external.disk as D
+import lirs.external.memory as M
 from lirs.cli import main as cli_main
 from lirs.errors import DataError, LirsError, UsageError
 from lirs.build import labels_path
@@ -116,13 +118,13 @@ def force_plan(monkeypatch):
 @pytest.fixture(params=["direct", "buffered"])
 def io_mode(request, monkeypatch):
     """Piles and output with O_DIRECT (where the filesystem takes it) or through the page cache."""
-    monkeypatch.setattr(E, "DIRECT", request.param == "direct")
+    monkeypatch.setattr(D, "DIRECT", request.param == "direct")
     return request.param
 
 
 def check_io(st, io_mode, d):
     """The run used O_DIRECT exactly when asked and the filesystem of ``d`` takes it."""
-    want = io_mode == "direct" and E._direct_ok(str(d))
+    want = io_mode == "direct" and D._direct_ok(str(d))
     assert st["direct_io"] == {"piles": want, "output": want}
 
 
@@ -224,7 +226,7 @@ def test_tmpfs_takes_or_refuses_o_direct_either_way_works(shm_dir, force_plan):
         f.write(data)
     force_plan(piles=3, write_buffer=700)
     st = E.shuffle(src, os.path.join(shm_dir, "o.svm"), index=True)
-    assert st["direct_io"]["piles"] == E._direct_ok(shm_dir)
+    assert st["direct_io"]["piles"] == D._direct_ok(shm_dir)
     assert Counter(out_records(os.path.join(shm_dir, "o.svm"))) == Counter(text_records(data, "libsvm"))
     assert _same_sidecar(os.path.join(shm_dir, "o.svm"), st["sidecars"][0], shm_dir)
 
@@ -453,26 +455,26 @@ def test_memory_plan_respects_the_cap(memory, input_bytes, mean, index):
     p = E.plan_memory(input_bytes, mean, memory, index=index, validate=index, max_piles=1024)
     assert p.pass1_bytes + p.reserve <= mem
     assert p.pass2_bytes + p.reserve <= mem
-    assert 1 <= p.piles <= 1024 and p.write_buffer >= E._MIN_WRITE_BUFFER
+    assert 1 <= p.piles <= 1024 and p.write_buffer >= M._MIN_WRITE_BUFFER
     n = input_bytes / mean
     mu = n / p.piles
-    assert p.target == min(p.pile_cap, E.PILE_TARGET)
-    fits = (mu + 6 * np.sqrt(mu)) * (mean + 8) <= p.target * E.HEADROOM * 1.0001
+    assert p.target == min(p.pile_cap, M.PILE_TARGET)
+    fits = (mu + 6 * np.sqrt(mu)) * (mean + 8) <= p.target * M.HEADROOM * 1.0001
     if p.capped:  # piles limited by open files or buffer room: pass 2 splits them again
         room = mem - p.reserve - 2 * p.chunk - p.validate
-        assert not fits and (p.piles == 1024 or (p.piles + 1 + E._Piles.SPARE_SLOTS) * E._MIN_WRITE_BUFFER > room)
+        assert not fits and (p.piles == 1024 or (p.piles + 1 + M.SPARE_SLOTS) * M._MIN_WRITE_BUFFER > room)
     else:  # an expected pile plus six standard deviations fits the cap, with no more piles than that needs
         assert fits
         if p.piles > 1:
             mu_fewer = n / (p.piles - 1)
-            assert (mu_fewer + 6 * np.sqrt(mu_fewer)) * (mean + 8) > p.target * E.HEADROOM
+            assert (mu_fewer + 6 * np.sqrt(mu_fewer)) * (mean + 8) > p.target * M.HEADROOM
     m, w = p.split_piles(p.pile_cap * 3, 1024)
-    assert m >= 2 and 2 * p.chunk + (m + E._Piles.SPARE_SLOTS) * w + p.validate + p.reserve <= mem
+    assert m >= 2 and 2 * p.chunk + (m + M.SPARE_SLOTS) * w + p.validate + p.reserve <= mem
 
 
 def test_memory_plan_fixed_records_and_too_small_memory():
     p = E.plan_memory(10**9, 8000, "64M", record_bytes=8008, label_ratio=0.001)
-    assert p.write_buffer % E.BLOCK == 0 and p.write_buffer >= 8008 + E.BLOCK
+    assert p.write_buffer % M.BLOCK == 0 and p.write_buffer >= 8008 + M.BLOCK
     assert p.pass1_bytes + p.reserve <= 64 << 20 and p.pass2_bytes + p.reserve <= 64 << 20
     with pytest.raises(UsageError, match="too small"):
         E.plan_memory(10**9, 350, "100K")
@@ -581,7 +583,7 @@ def test_errors(tmp_path, monkeypatch):
     (tmp_path / "comments.svm").write_bytes(b"# only\n\n")
     with pytest.raises(DataError, match="no records"):
         E.shuffle(tmp_path / "comments.svm", tmp_path / "o.svm")
-    monkeypatch.setattr(E, "_free_bytes", lambda d: 3)
+    monkeypatch.setattr(D, "_free_bytes", lambda d: 3)
     with pytest.raises(LirsError, match="not enough free disk space"):
         E.shuffle(tmp_path / "a.svm", tmp_path / "o.svm")
     assert leftovers(tmp_path) == []
@@ -603,7 +605,7 @@ def test_cli(tmp_path, capsys, monkeypatch):
     assert cli_main(["shuffle", str(tmp_path / "nope.svm"), "-o", str(tmp_path / "x.svm")]) == 1
     assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm"), "--memory", "1K"]) == 2
     assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm"), "--memory", "lots"]) == 2
-    monkeypatch.setattr(E, "_free_bytes", lambda d: 0)
+    monkeypatch.setattr(D, "_free_bytes", lambda d: 0)
     assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm")]) == 1
     assert "not enough free disk space" in capsys.readouterr().err
 

@@ -1,0 +1,138 @@
+"""The sidecar of a text output, built from its buffers as they are written."""
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+
+from ..index import Index, header_for
+from ..kernels import scan as KS
+from ..sidecar import SidecarWriter, fingerprint
+
+
+class _Tap:
+    """Sidecar-writer proxy: streams record starts to the sidecar and accumulates their size
+    statistics exactly as :mod:`lirs.scan` does (record i ends where record i+1 starts)."""
+
+    def __init__(self, w):
+        self.w = w
+        self.n = 0
+        self.prev = -1
+        self.st = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])
+
+    def append(self, starts) -> None:
+        starts = np.asarray(starts, np.int64)
+        if starts.size == 0:
+            return
+        self.w.append(starts)
+        if self.prev >= 0:
+            KS.span_stats(np.array([self.prev], np.int64), int(starts[0]), self.st)
+        KS.span_stats(starts[:-1], int(starts[-1]), self.st)
+        self.prev = int(starts[-1])
+        self.n += int(starts.size)
+
+    def finish(self, data_end: int) -> None:
+        if self.prev >= 0:
+            KS.span_stats(np.array([self.prev], np.int64), int(data_end), self.st)
+            self.prev = -1
+
+
+class _TextIndexer:
+    """Builds the sidecar of one text output file from its buffers as they are written; the result
+    is the sidecar ``lirs index`` would write for the finished file."""
+
+    def __init__(self, fmt: str, data_tmp: str, final_path: str, sidecar_tmp_dest: str,
+                 sidecar_final: str, scratch: str, out_buffer: int, pool, label_block: int):
+        from ..build import VarScanner
+
+        self.fmt = fmt
+        self.out_buffer = out_buffer
+        self.data_tmp, self.final_path = data_tmp, final_path
+        self.sidecar_final = sidecar_final
+        self.label_block = max(1 << 12, int(label_block))
+        self.w = SidecarWriter(sidecar_tmp_dest)
+        self.tap = _Tap(self.w)
+        self.lab = None
+        self.sc = None
+        self.starts = None
+        try:
+            if fmt == "libsvm":
+                self.lab = tempfile.TemporaryFile(dir=scratch)
+                self.sc = VarScanner("libsvm", self.tap, self.lab, out_buffer, None, pool)
+            self.w.begin("offsets", np.int64)
+        except BaseException:
+            self.abort()
+            raise
+
+    def add(self, buf: np.ndarray, n: int, base: int) -> None:
+        """Index buf[:n] (complete lines) written at byte ``base`` of the output."""
+        if self.sc is not None:
+            self.sc._region(self.data_tmp, buf, 0, n, base)
+            if n > self.out_buffer:  # a long line grew the scan arrays (~8.5 B per byte): drop them
+                self.sc._out = [None, None]
+        else:
+            k = KS.count_byte(buf, 0, n, 10) + 1
+            if self.starts is None or self.starts.size < k:
+                self.starts = np.empty(k, np.int64)
+            k = KS.lines_scan(buf, 0, n, base, self.starts)
+            self.tap.append(self.starts[:k])
+            if n > self.out_buffer:
+                self.starts = None
+
+    def commit(self, data_end: int, data_path: str) -> str:
+        """Finish the sidecar and rename it into place; ``data_path`` is the complete, closed data
+        file (its fingerprint goes into the sidecar; a rename keeps it)."""
+        w, tap = self.w, self.tap
+        tap.finish(data_end)
+        w._open = None
+        n = tap.n
+        w.add("file_starts", np.asarray([0, n], np.int64))
+        w.add("data_ends", np.asarray([data_end], np.int64))
+        w.add("header_sizes", np.asarray([0], np.int64))
+        st = tap.st
+        meta = {
+            "record_bytes_min": int(st[0]), "record_bytes_max": int(st[1]),
+            "record_bytes_mean": float(st[2] / n), "records_under_4k": int(st[3]),
+            "records_straddling_4k": int(st[4]),
+        }
+        if self.fmt == "libsvm":
+            sc = self.sc
+            meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
+                        max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
+                        qid_records=sc._qid)
+            self.lab.flush()
+            labels = np.memmap(self.lab, dtype=np.float64, mode="r", shape=(n,))
+            blk = self.label_block
+            if sc.distinct is not None:
+                values = np.unique(np.array(list(sc.distinct), np.float64))
+                dt = np.uint8 if len(values) <= 256 else np.uint16
+                w.add("label_values", values)
+                w.begin("label_codes", dt)
+                for c0 in range(0, n, blk):
+                    w.append(np.searchsorted(values, labels[c0:c0 + blk]).astype(dt))
+                w._open = None
+            else:
+                w.begin("label_values", np.float64)
+                for c0 in range(0, n, blk):
+                    w.append(np.asarray(labels[c0:c0 + blk]))
+                w._open = None
+            del labels
+        shell = Index(format=self.fmt, paths=(self.final_path,), n=n, file_starts=np.asarray([0, n], np.int64),
+                      data_ends=np.asarray([data_end], np.int64), header_sizes=np.asarray([0], np.int64),
+                      fingerprints=(fingerprint(data_path),), meta=meta)
+        try:
+            dest = w.commit(header_for(shell, self.sidecar_final))
+        finally:
+            self._close_labels()
+        return dest
+
+    def _close_labels(self):
+        if self.lab is not None:
+            self.lab.close()
+            self.lab = None
+
+    def abort(self) -> None:
+        try:
+            self.w.abort()
+        finally:
+            self._close_labels()
