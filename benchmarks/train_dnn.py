@@ -34,7 +34,8 @@ from _common import RESULTS, machine  # noqa: E402
 
 import lirs  # noqa: E402
 from lirs.eval.gen import generate, labels_path  # noqa: E402
-from lirs.eval.train import _Prefetch, shuffle_buffer_order  # noqa: E402
+from lirs.eval.reference import shuffle_buffer_order  # noqa: E402
+from lirs.eval.spans import Prefetch as _Prefetch  # noqa: E402
 
 METHODS = ("shuffle_buffer", "lirs-instance", "lirs-window")
 

@@ -31,7 +31,8 @@ from _common import RESULTS, fio_seq_read_bps, machine  # noqa: E402
 
 import lirs  # noqa: E402
 from lirs.eval.gen import generate  # noqa: E402
-from lirs.eval.train import METHODS, compare_svm, load_all, reference_objective  # noqa: E402
+from lirs.eval.compare import METHODS, compare_svm, load_all  # noqa: E402
+from lirs.eval.train import reference_objective  # noqa: E402
 
 ORDER_METHODS = ("bmf", "lirs-instance", "lirs-page", "lirs-group", "lirs-window", "shuffle_buffer", "sequential")
 

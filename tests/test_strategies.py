@@ -117,7 +117,7 @@ def test_lirs_strategies_are_the_planner():
 
 
 def test_sequential_and_shuffle_buffer():
-    from lirs.eval.train import shuffle_buffer_order
+    from lirs.eval.reference import shuffle_buffer_order
 
     assert np.array_equal(run_strategy("sequential", 100).order, np.arange(100))
     n, Q = 5000, 37
@@ -131,7 +131,7 @@ def test_sequential_and_shuffle_buffer():
 
 
 def test_bmf_blocks_are_fixed_for_the_run_and_trained_whole():
-    from lirs.eval.train import bmf_blocks
+    from lirs.eval.reference import bmf_blocks
 
     n, B = 3000, 6
     layout = [set(b.tolist()) for b in bmf_blocks(n, B, seed=9)]

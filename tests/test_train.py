@@ -169,7 +169,7 @@ def test_epoch_budget_extrapolates_cut_epochs(tmp_path):
     """compare_svm with a time budget stops each epoch early and scales its time to the whole epoch."""
     import lirs
     from lirs.eval.gen import generate
-    from lirs.eval.train import compare_svm
+    from lirs.eval.compare import compare_svm
 
     p = str(tmp_path / "k.svm")
     generate("kdd", p, records=6000, seed=2, progress=False)

@@ -44,7 +44,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     import lirs
-    from ..eval.train import METHODS as ALL, compare_svm
+    from ..eval.compare import METHODS as ALL, compare_svm
     from ..units import parse_size
 
     if args.epochs < 1:

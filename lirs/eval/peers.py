@@ -29,26 +29,24 @@ evicts the data file's pages before each of their epochs (and before ``prepare``
 """
 from __future__ import annotations
 
-import collections
+import importlib.util
 import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .. import seeds
+from ..build import build_index, labels_path
+from ..decode import decode_fixed, decode_libsvm, decode_lines, resolve_libsvm_params
 from ..errors import UsageError
+from ..external import shuffle as external_shuffle
+from ..index import open_index
+from .reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buffer_order
+from .spans import Records, SpanReader, take_rows, write_blocks
 
 PEERS = ("inmemory", "torch", "memmap", "shuffle_buffer", "bmf", "external")
 
-# SeedSequence([seed, epoch, purpose]) purposes of the peers (the shuffle buffer and BMF layout
-# reuse lirs.train's own purposes, so their orders equal those of `lirs demo`)
-PURPOSE_SAMPLER = 0xBE01   # torch RandomSampler / memmap permutation
-PURPOSE_INMEMORY = 0xBE02  # in-memory permutation
-PURPOSE_BMF_DEAL = 0xBE03  # order of a block's records
-
 RUN_BYTES = 4 << 20        # sequential peers read runs of about this many bytes
 SKLEARN_BYTES_PER_S = 40e6  # sklearn's parse rate here (README facts): sizes the prefix of a sampled load
-_ALIGN = 4096
 
 DESCRIPTIONS = {
     "inmemory": "whole file in RAM (sklearn load_svmlight_file / np.load), in-memory permutation",
@@ -106,8 +104,6 @@ def inmemory_bytes(index) -> int:
 
 
 def _has_module(name: str) -> bool:
-    import importlib.util
-
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
@@ -134,9 +130,6 @@ def skip_reason(name: str, index, *, workdir: str | None = None, memory: int | N
         return "torch is not installed (pip install 'lirs[torch]')"
     if name == "memmap" and not index.is_fixed:
         return "np.memmap gathers need fixed-size (dense) records"
-    if name == "external":
-        if not _has_module("lirs.external"):
-            return "lirs.external (the two-pass shuffle) is not available in this version"
     if name in ("bmf", "external"):
         d = workdir or os.path.dirname(index.paths[0])
         try:
@@ -154,153 +147,11 @@ def skip_reason(name: str, index, *, workdir: str | None = None, memory: int | N
 # ------------------------------------------------------------------------------ shared pieces
 
 
-class _Records:
-    """Where the records of one file lie and how to decode them.
-
-    Variable formats keep ``starts``/``ends`` int64 (n,); fixed formats compute spans from
-    ``first`` (offset of record 0) and ``rs`` (record size).
-    """
-
-    def __init__(self, index, path=None, starts=None, ends=None, first=None):
-        self.index = index
-        self.path = path or index.paths[0]
-        self.fmt = index.format
-        self.n = int(index.n)
-        if index.is_fixed:
-            self.rs = int(index.record_size)
-            self.first = int(index.header_sizes[0]) if first is None else int(first)
-            self.starts = self.ends = None
-        else:
-            self.rs = None
-            if starts is None:
-                starts, ends = index.bounds()
-            self.starts = np.ascontiguousarray(starts, np.int64)
-            self.ends = np.ascontiguousarray(ends, np.int64)
-        if self.fmt == "libsvm":
-            from ..decode import resolve_libsvm_params
-
-            self.n_features, self.zero_based = resolve_libsvm_params(index)
-
-    def span(self, a: int, b: int) -> tuple[int, int]:
-        """Byte range [lo, hi) of records a..b-1 (back to back in the file)."""
-        if self.rs is not None:
-            return self.first + a * self.rs, self.first + b * self.rs
-        return int(self.starts[a]), int(self.ends[b - 1])
-
-    def decode(self, buf, lo: int, a: int, b: int, ids=None):
-        """(X, y) of records a..b-1 found in ``buf`` (which starts at file byte ``lo``)."""
-        ids = np.arange(a, b, dtype=np.int64) if ids is None else ids
-        if self.rs is not None:
-            from ..decode import decode_fixed
-
-            st = self.first + np.arange(a, b, dtype=np.int64) * self.rs - lo
-            return decode_fixed(buf, st, self.index.record_dtype, self.index.record_shape), None
-        st = self.starts[a:b] - lo
-        en = self.ends[a:b] - lo
-        if self.fmt == "libsvm":
-            from ..decode import decode_libsvm
-
-            return decode_libsvm(buf, st, en, n_features=self.n_features, zero_based=self.zero_based,
-                                 source=self.path, file_offsets=self.starts[a:b], record_ids=ids)
-        from ..decode import decode_lines
-
-        return decode_lines(buf, st, en), None
-
-
-class _RunReader:
-    """Reads runs of back-to-back records with one aligned direct read each and decodes them, on
-    ``workers`` threads, ``depth`` runs ahead of the consumer, in order."""
-
-    def __init__(self, recs: _Records, engine: str = "auto", workers: int = 2, depth: int = 4):
-        from ..engines import open_engine
-
-        self.recs = recs
-        self.eng = open_engine([recs.path], engine)
-        self.workers, self.depth = workers, depth
-        self.reads = 0
-        self.bytes_read = 0
-        self._local = threading.local()
-        self._lock = threading.Lock()
-
-    def read(self, a: int, b: int, ids=None):
-        """(X, y) of records a..b-1."""
-        from ..engines import aligned_empty
-
-        lo, hi = self.recs.span(a, b)
-        alo = lo // _ALIGN * _ALIGN
-        ahi = -(-hi // _ALIGN) * _ALIGN
-        buf = getattr(self._local, "buf", None)
-        if buf is None or len(buf) < ahi - alo:
-            buf = self._local.buf = aligned_empty(int((ahi - alo) * 1.25) // _ALIGN * _ALIGN + _ALIGN)
-        got = self.eng.read(np.zeros(1, np.int32), np.array([alo], np.int64), np.array([ahi - alo], np.int64),
-                            buf, np.zeros(1, np.int64))
-        with self._lock:
-            self.reads += 1
-            self.bytes_read += int(got[0])
-        return self.recs.decode(buf[:int(got[0])], alo, a, b, ids)
-
-    def runs(self, ranges):
-        """Yield ``(a, b, X, y)`` for every ``(a, b)`` of ``ranges``, in order."""
-        ex = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-peer-read")
-        futs = collections.deque()
-        it = iter(ranges)
-        try:
-            for a, b in it:
-                futs.append((a, b, ex.submit(self.read, a, b)))
-                if len(futs) > self.depth:
-                    a0, b0, f = futs.popleft()
-                    yield (a0, b0, *f.result())
-            while futs:
-                a0, b0, f = futs.popleft()
-                yield (a0, b0, *f.result())
-        finally:
-            for _, _, f in futs:
-                f.cancel()
-            ex.shutdown(wait=True)
-
-    def close(self):
-        self.eng.close()
-
-
-def take_rows(parts, k: int, like):
-    """Rows gathered from several decoded pieces into one batch of ``k`` rows.
-
-    ``parts``: list of ``(X, rows int64 (m,), dest int64 (m,))``: row ``rows[i]`` of ``X`` goes to
-    output row ``dest[i]``. ``like``: one of the X (gives the kind, dtype and width).
-    CSR matrices (via a kernel), ndarrays (k, ...) and lists are supported.
-    """
-    if isinstance(like, list):
-        out = [None] * k
-        for X, rows, dest in parts:
-            for r, d in zip(rows.tolist(), dest.tolist()):
-                out[d] = X[r]
-        return out
-    if isinstance(like, np.ndarray):
-        out = np.empty((k, *like.shape[1:]), like.dtype)
-        for X, rows, dest in parts:
-            out[dest] = X[rows]
-        return out
-    import scipy.sparse as sp
-
-    from .kernels import train as K
-
-    lens = np.empty(k, np.int64)
-    for X, rows, dest in parts:
-        lens[dest] = X.indptr[rows + 1] - X.indptr[rows]
-    indptr = np.zeros(k + 1, np.int64)
-    np.cumsum(lens, out=indptr[1:])
-    indices = np.empty(int(indptr[-1]), like.indices.dtype)
-    data = np.empty(int(indptr[-1]), like.data.dtype)
-    for X, rows, dest in parts:
-        K.csr_take_rows(X.indptr, X.indices, X.data, rows, dest, indptr, indices, data)
-    return sp.csr_matrix((data, indices, indptr), shape=(k, like.shape[1]))
-
-
 def _labels(index, ids, y):
     return y if y is not None else index.labels_of(ids)
 
 
-def _run_records(recs: _Records, batch_size: int) -> int:
+def _run_records(recs: Records, batch_size: int) -> int:
     """Records per sequential run: a whole number of batches, about RUN_BYTES."""
     mean = max(1.0, recs.index.payload_bytes / max(recs.n, 1))
     return batch_size * max(1, int(RUN_BYTES // (batch_size * mean)))
@@ -349,25 +200,21 @@ class Runner:
         pass
 
     def _rng(self, e: int, purpose: int) -> np.random.Generator:
-        return np.random.default_rng(np.random.SeedSequence([self.seed, e, purpose]))
+        return seeds.rng(self.seed, e, purpose)
 
 
 def _warm_decode(index):
     """Decode the first record once: loads the decoder's compiled kernels."""
     if index.n == 0:
         return
-    recs = _Records(index) if not index.is_fixed else None
+    recs = Records(index) if not index.is_fixed else None
     f, s, e = index.spans(np.array([0]))
     with open(index.paths[0], "rb") as fh:
         fh.seek(int(s[0]))
         b = np.frombuffer(fh.read(int(e[0] - s[0])), np.uint8)
     if index.is_fixed:
-        from ..decode import decode_fixed
-
         decode_fixed(b, np.zeros(1, np.int64), index.record_dtype, index.record_shape)
     elif index.format == "libsvm":
-        from ..decode import decode_libsvm
-
         decode_libsvm(b, np.zeros(1, np.int64), np.array([len(b)]), n_features=recs.n_features,
                       zero_based=recs.zero_based)
 
@@ -382,8 +229,6 @@ class InMemory(Runner):
         size = os.path.getsize(path)
         if idx.format == "libsvm":
             from sklearn.datasets import load_svmlight_file
-
-            from ..decode import resolve_libsvm_params
 
             nf, zb = resolve_libsvm_params(idx)
             limit = max(1 << 20, int(self.budget_s * SKLEARN_BYTES_PER_S))
@@ -411,7 +256,7 @@ class InMemory(Runner):
                          f"than the budget); load and epoch times scaled up")
 
     def epoch(self, e):
-        perm = self._rng(e, PURPOSE_INMEMORY).permutation(self.k)
+        perm = self._rng(e, seeds.PEER_INMEMORY).permutation(self.k)
         B = self.batch_size
         for s in range(0, self.k, B):
             ids = perm[s:s + B]
@@ -451,14 +296,10 @@ class _Collate:
         raw = b"".join(b for _, b in items)
         buf = np.frombuffer(raw, np.uint8)
         if self.fmt == "libsvm":
-            from ..decode import decode_libsvm
-
             lens = np.fromiter((len(b) for _, b in items), np.int64, len(items))
             ends = np.cumsum(lens)
             X, y = decode_libsvm(buf, ends - lens, ends, n_features=self.n_features, zero_based=self.zero_based)
         elif self.fmt == "lines":
-            from ..decode import decode_lines
-
             lens = np.fromiter((len(b) for _, b in items), np.int64, len(items))
             ends = np.cumsum(lens)
             X, y = decode_lines(buf, ends - lens, ends), None
@@ -484,8 +325,6 @@ class TorchLoader(Runner):
             starts, ends = idx.bounds()
             lens = (ends - starts).astype(np.int32)
             if idx.format == "libsvm":
-                from ..decode import resolve_libsvm_params
-
                 nf, zb = resolve_libsvm_params(idx)
                 coll = _Collate("libsvm", n_features=nf, zero_based=zb)
             else:
@@ -507,7 +346,7 @@ class TorchLoader(Runner):
         from torch.utils.data import DataLoader, RandomSampler
 
         g = torch.Generator()
-        g.manual_seed(int(np.random.SeedSequence([self.seed, e, PURPOSE_SAMPLER]).generate_state(1, np.uint64)[0]
+        g.manual_seed(int(np.random.SeedSequence([self.seed, e, seeds.PEER_SAMPLER]).generate_state(1, np.uint64)[0]
                           >> 1))
         dl = DataLoader(self.ds, batch_size=self.batch_size, sampler=RandomSampler(self.ds, generator=g),
                         num_workers=self.workers, collate_fn=self.collate)
@@ -542,7 +381,7 @@ class Memmap(Runner):
 
     def epoch(self, e):
         X = self._open()  # opened per epoch: the mapping starts cold like the page cache
-        perm = self._rng(e, PURPOSE_SAMPLER).permutation(self.n)
+        perm = self._rng(e, seeds.PEER_SAMPLER).permutation(self.n)
         rs = int(self.index.record_size)
         B = self.batch_size
         for s in range(0, self.n, B):
@@ -558,11 +397,16 @@ class _Sequential(Runner):
 
     def _open_reader(self, recs, workers=2, depth=None):
         self.recs = recs
-        depth = self.prefetch if depth is None else depth
-        self.rd = _RunReader(recs, self.engine, workers=workers, depth=max(1, depth))
+        self.rd = SpanReader(recs, self.engine)
+        self.workers = workers
+        self.depth = max(1, self.prefetch if depth is None else depth)
         self.run = _run_records(recs, self.batch_size)
         self.reads = 0
         self.bytes_read = 0
+
+    def _runs(self, ranges):
+        """``(a, b, X, y)`` of every run of ``ranges``, read ahead on the reader's threads."""
+        return self.rd.runs(ranges, self.workers, self.depth)
 
     def _ranges(self, n):
         return ((a, min(n, a + self.run)) for a in range(0, n, self.run))
@@ -584,90 +428,42 @@ class ShuffleBuffer(_Sequential):
     name = "shuffle_buffer"
 
     def prepare(self):
-        self._open_reader(_Records(self.index))
+        self._open_reader(Records(self.index))
 
     def epoch(self, e):
-        from .train import shuffle_buffer_order
-
-        n, B, run = self.n, self.batch_size, self.run
-        order = shuffle_buffer_order(n, self.buffer_records, seed=self.seed, epoch=e)
-        runs = {}  # run number -> [X, y, records of it not yet delivered]
-        src = self.rd.runs(self._ranges(n))
-        nxt = 0
+        order = shuffle_buffer_order(self.n, self.buffer_records, seed=self.seed, epoch=e)
+        src = self._runs(self._ranges(self.n))
+        # runs without labels in the file take them from the index (the buffer holds both)
+        runs = ((X, y if y is not None else self.index.labels_of(np.arange(a, b))) for a, b, X, y in src)
         try:
-            for s in range(0, n, B):
-                ids = order[s:s + B]
-                need = int(ids.max()) // run
-                while nxt <= need:
-                    a, b, X, y = next(src)
-                    runs[nxt] = [X, y if y is not None else self.index.labels_of(np.arange(a, b)), b - a]
-                    nxt += 1
-                r = ids // run
-                local = ids - r * run
-                parts, ys = [], np.empty(len(ids), np.float64) if runs[int(r[0])][1] is not None else None
-                for k in np.unique(r).tolist():
-                    sel = np.flatnonzero(r == k)
-                    X, y, _ = runs[k]
-                    parts.append((X, local[sel], sel.astype(np.int64)))
-                    if ys is not None:
-                        ys[sel] = y[local[sel]]
-                    runs[k][2] -= len(sel)
-                    if runs[k][2] == 0:
-                        del runs[k]
-                Xb = take_rows(parts, len(ids), parts[0][0])
-                self.payload += self._payload(ids)
+            for ids, Xb, ys in buffer_batches(runs, order, self.run, self.batch_size):
+                self.payload += self.recs.nbytes(ids)
                 self._sync_counters()
                 yield ids, Xb, ys
         finally:
             src.close()
             self._sync_counters()
 
-    def _payload(self, ids):
-        if self.recs.rs is not None:
-            return len(ids) * self.recs.rs
-        return int((self.recs.ends[ids] - self.recs.starts[ids]).sum())
-
 
 class BMF(_Sequential):
     name = "bmf"
 
     def prepare(self):
-        from .train import bmf_blocks
-
         idx = self.index
-        src = _Records(idx)
         layout = bmf_blocks(self.n, self.bmf_blocks, seed=self.seed)
-        order = np.concatenate(layout) if layout else np.zeros(0, np.int64)
-        self.order = order  # record of each position in the block file
         self.first = np.concatenate([[0], np.cumsum([len(b) for b in layout])]).astype(np.int64)
         os.makedirs(self.workdir, exist_ok=True)
         self.path = os.path.join(self.workdir, os.path.basename(idx.paths[0]) + f".bmf{self.bmf_blocks}")
-        if src.rs is not None:
-            lens = None
-            new_starts = new_ends = None
-            dst_of = np.empty(self.n, np.int64)
-            dst_of[order] = np.arange(self.n, dtype=np.int64) * src.rs
-        else:
-            lens = src.ends - src.starts
-            new_starts = np.zeros(self.n, np.int64)
-            if self.n:
-                np.cumsum(lens[order][:-1], out=new_starts[1:])
-            new_ends = new_starts + lens[order]
-            dst_of = np.empty(self.n, np.int64)
-            dst_of[order] = new_starts
-        _rewrite(src, dst_of, self.path, self.engine)
+        self.order, recs = write_blocks(idx, layout, self.path, self.engine)  # record of each block-file position
         self.pre_what = (f"rewrite the file as {self.bmf_blocks} random blocks (read, write, fsync)")
-        recs = _Records(idx, path=self.path, starts=new_starts, ends=new_ends, first=0)
         self._open_reader(recs, workers=1, depth=1)  # BMF holds one block while the next one loads
 
     def epoch(self, e):
-        from .train import bmf_block_order
-
         B = self.batch_size
         blocks = [int(b) for b in bmf_block_order(self.bmf_blocks, seed=self.seed, epoch=e)
                   if self.first[b + 1] > self.first[b]]
-        rng = self._rng(e, PURPOSE_BMF_DEAL)
-        src = self.rd.runs((int(self.first[b]), int(self.first[b + 1])) for b in blocks)
+        rng = self._rng(e, seeds.PEER_BMF_DEAL)
+        src = self._runs((int(self.first[b]), int(self.first[b + 1])) for b in blocks)
         try:
             for a, b, X, y in src:
                 ids_blk = self.order[a:b]
@@ -676,18 +472,12 @@ class BMF(_Sequential):
                 perm = rng.permutation(b - a)
                 for s in range(0, b - a, B):
                     p = perm[s:s + B]
-                    self.payload += self._payload(a, p)
+                    self.payload += self.recs.nbytes(a + p)
                     self._sync_counters()
                     yield ids_blk[p], X[p], None if y is None else y[p]
         finally:
             src.close()
             self._sync_counters()
-
-    def _payload(self, a, p):
-        if self.recs.rs is not None:
-            return len(p) * self.recs.rs
-        pos = a + p
-        return int((self.recs.ends[pos] - self.recs.starts[pos]).sum())
 
     def close(self):
         super().close()
@@ -696,66 +486,10 @@ class BMF(_Sequential):
             os.unlink(p)
 
 
-def _rewrite(src: _Records, dst_of: np.ndarray, out_path: str, engine: str, run_bytes: int = 8 << 20) -> None:
-    """Write every record of ``src`` to byte ``dst_of[i]`` of ``out_path``: the file is read in
-    order (direct reads of about ``run_bytes``), each run's records are sorted by destination and
-    written as contiguous stretches; then fsync. Atomic: temp name, then rename."""
-    from .kernels import train as K
-
-    n = src.n
-    per = max(1, int(run_bytes // max(1.0, src.index.payload_bytes / max(n, 1))))
-    rd = _RunReader(src, engine)
-    tmp = out_path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    ok = False
-    try:
-        from ..engines import aligned_empty
-
-        buf = aligned_empty(_ALIGN)
-        for a in range(0, n, per):
-            b = min(n, a + per)
-            lo, hi = src.span(a, b)
-            alo = lo // _ALIGN * _ALIGN
-            ahi = -(-hi // _ALIGN) * _ALIGN
-            if len(buf) < ahi - alo:
-                buf = aligned_empty(ahi - alo)
-            rd.eng.read(np.zeros(1, np.int32), np.array([alo], np.int64), np.array([ahi - alo], np.int64), buf,
-                        np.zeros(1, np.int64))
-            if src.rs is not None:
-                s_ = src.first + np.arange(a, b, dtype=np.int64) * src.rs
-                e_ = s_ + src.rs
-            else:
-                s_, e_ = src.starts[a:b], src.ends[a:b]
-            o = np.argsort(dst_of[a:b], kind="stable")
-            ss, ee, dst = s_[o] - alo, e_[o] - alo, dst_of[a:b][o]
-            out = np.empty(int((ee - ss).sum()), np.uint8)
-            K.gather_spans(buf, ss, ee, out)
-            ln = ee - ss
-            brk = np.flatnonzero(dst[1:] != dst[:-1] + ln[:-1]) + 1
-            cuts = np.concatenate([[0], brk, [len(dst)]])
-            off = np.concatenate([[0], np.cumsum(ln)])
-            for c0, c1 in zip(cuts[:-1], cuts[1:]):
-                os.pwrite(fd, memoryview(out[off[c0]:off[c1]]), int(dst[c0]))
-        os.fsync(fd)
-        ok = True
-    finally:
-        os.close(fd)
-        rd.close()
-        if ok:
-            os.replace(tmp, out_path)
-        elif os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 class External(_Sequential):
     name = "external"
 
     def prepare(self):
-        import lirs.external as ext
-
-        from ..build import build_index
-        from ..index import open_index
-
         path = self.index.paths[0]
         os.makedirs(self.workdir, exist_ok=True)
         base, dot, suf = os.path.basename(path).rpartition(".")
@@ -764,8 +498,8 @@ class External(_Sequential):
         size = os.path.getsize(path)
         # memory well below the file size, so that the shuffle really takes two passes
         mem = int(min(2 << 30, max(64 << 20, size // 4)))
-        res = ext.shuffle([path], self.path, memory=mem, tmpdir=self.workdir, seed=self.seed, index=True,
-                          progress=False)
+        res = external_shuffle([path], self.path, memory=mem, tmpdir=self.workdir, seed=self.seed, index=True,
+                                progress=False)
         try:
             idx = open_index(self.path)
             how = ""
@@ -776,12 +510,12 @@ class External(_Sequential):
         self.pre_what = f"two-pass external shuffle (memory {mem >> 20} MiB{how})"
         if isinstance(res, dict) and res.get("piles"):
             self.pre_what += f", {res['piles']} piles"
-        self._open_reader(_Records(idx))
+        self._open_reader(Records(idx))
 
     def epoch(self, e):
         n = int(self.out_index.n)
         B = self.batch_size
-        src = self.rd.runs(self._ranges(n))
+        src = self._runs(self._ranges(n))
         try:
             for a, b, X, y in src:
                 if y is None:
@@ -806,8 +540,6 @@ class External(_Sequential):
         self.out_index = None
         p = getattr(self, "path", None)
         if p:
-            from ..build import labels_path
-
             for q in (p, getattr(idx, "sidecar", None) or p + ".lirs", labels_path(p)):
                 if q and os.path.exists(q):
                     os.unlink(q)

@@ -58,8 +58,8 @@ are functions of (seed, epoch): a fresh shuffle every epoch, costing two rewrite
 epoch; ``reshuffle_every_epoch=False`` gives the one-off use (the epoch-0 order every epoch; the
 rewrite is counted once, in ``oneoff_*``).
 
-Seeds: ``SeedSequence([seed, epoch, purpose])`` for per-epoch draws and
-``SeedSequence([seed, 0, purpose])`` for once-per-run layouts (the PURPOSE_* numbers below).
+Seeds: :mod:`lirs.seeds`, ``(seed, epoch, purpose)`` for per-epoch draws and ``(seed, 0,
+purpose)`` for once-per-run layouts.
 """
 from __future__ import annotations
 
@@ -71,33 +71,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import seeds
+from ..constants import BLOCK, DEFAULT_GROUP_BYTES
 from ..errors import UsageError
+from ..index import Index
+from ..plan import plan_epoch
+from ..units import format_bytes
+from .kernels import strategies as K
+from .reference import bmf_block_order, bmf_blocks, shuffle_buffer_order
 
 DEFAULT_RECORD_BYTES = 360        # kdd-like records when only a count is given
 DEFAULT_MEMORY_FRACTION = 0.05    # the shared memory budget when none is given
-ALIGN = 4096
 LOADER_STEPS_IN_FLIGHT = 5        # lirs Loader default: prefetch 4 + the batch being decoded
-
-# SeedSequence purposes of this module (600-699; see the seed scheme in DESIGN.md)
-PURPOSE_BMF_INNER = 601      # every epoch: order of each BMF block's records
-PURPOSE_DL_CHUNKS = 602      # every epoch: Deep Lake chunk order
-PURPOSE_DL_SLOTS = 603       # every epoch: Deep Lake buffer slot draws
-PURPOSE_SHARDS = 604         # once per run: Streaming shard order
-PURPOSE_SHARD_SAMPLES = 605  # once per run: py2s shuffle inside each whole shard
-PURPOSE_SPANS = 606          # every epoch: Streaming shard-part order per node
-PURPOSE_SAMPLES = 607        # every epoch: Streaming shuffles inside parts / blocks
-PURPOSE_BLOCKS = 608         # every epoch: py1br block sizes and staggers, py1e block sizes and shifts
-PURPOSE_NAIVE = 609          # every epoch: Streaming naive permutation
-PURPOSE_PAGES = 610          # every epoch: FFCV page order
-PURPOSE_PAGE_SAMPLES = 611   # every epoch: FFCV order inside each page
-PURPOSE_PAGE_PICKS = 612     # every epoch: FFCV active-page draws
-PURPOSE_PILES = 613          # two-pass: pile of every record
-PURPOSE_PILE_SHUFFLE = 614   # two-pass: order inside each pile
-PURPOSE_RUNS = 615           # terashuf: order inside each run
-PURPOSE_MERGE = 616          # terashuf: run draws of the merge
-PURPOSE_CHUNKS = 617         # chunk_roundrobin: order inside each chunk
-PURPOSE_ROUNDS = 618         # chunk_roundrobin: order inside each round
-
 
 # --------------------------------------------------------------------------- results
 
@@ -189,8 +174,6 @@ _COUNT_SOURCES: dict = {}
 
 
 def _source(source, record_bytes: int = DEFAULT_RECORD_BYTES) -> _Source:
-    from ..index import Index
-
     if isinstance(source, Index):
         hit = _INDEX_SOURCES.get(source)
         if hit is not None:
@@ -225,8 +208,6 @@ def synthetic_index(n: int, record_bytes: int = DEFAULT_RECORD_BYTES, labels=Non
     """An in-memory LIBSVM-format :class:`~lirs.index.Index` of ``n`` records of ``record_bytes``
     each, back to back in one (absent) file, with ``labels`` float64 (n,) if given. Planning and
     the strategies work on it; nothing is ever read."""
-    from ..index import Index
-
     n, rb = int(n), int(record_bytes)
     if n < 1 or rb < 1:
         raise UsageError(f"need n >= 1 and record_bytes >= 1, got {n}, {rb}")
@@ -240,30 +221,16 @@ def _synthetic_cached(n: int, record_bytes: int):
 
 
 def _index_of(source, src: _Source):
-    from ..index import Index
-
     return source if isinstance(source, Index) else _synthetic_cached(src.n, src.record_bytes)
 
 
 def _budget(src: _Source, memory_bytes) -> int:
     if memory_bytes is None:
-        return max(ALIGN, int(src.payload * DEFAULT_MEMORY_FRACTION))
+        return max(BLOCK, int(src.payload * DEFAULT_MEMORY_FRACTION))
     m = int(memory_bytes)
     if m < 1:
         raise UsageError(f"memory_bytes must be >= 1, got {memory_bytes}")
     return m
-
-
-def _seq(seed: int, epoch: int, purpose: int) -> np.random.SeedSequence:
-    return np.random.SeedSequence([int(seed), int(epoch), purpose])
-
-
-def _rng(seed: int, epoch: int, purpose: int) -> np.random.Generator:
-    return np.random.default_rng(_seq(seed, epoch, purpose))
-
-
-def _key(seed: int, epoch: int, purpose: int) -> np.uint64:
-    return np.uint64(_seq(seed, epoch, purpose).generate_state(1, np.uint64)[0])
 
 
 def _check_common(seed, epoch, batch_size) -> None:
@@ -302,8 +269,8 @@ def _unit_bytes(src: _Source, first: np.ndarray) -> np.ndarray:
 
 def _aligned_bytes(src: _Source, first: np.ndarray) -> np.ndarray:
     """Bytes of an aligned read covering each unit (4 KiB blocks)."""
-    a = src.pos[first[:-1]] // ALIGN * ALIGN
-    b = -(-src.pos[first[1:]] // ALIGN) * ALIGN
+    a = src.pos[first[:-1]] // BLOCK * BLOCK
+    b = -(-src.pos[first[1:]] // BLOCK) * BLOCK
     return (b - a).astype(np.int64)
 
 
@@ -352,16 +319,14 @@ def bmf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, blocks
         memory_bytes: int | None = None, inner: str = "shuffle",
         record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
     """Block minimization (LIBLINEAR cdblock): once per run every record goes to one of ``blocks``
-    blocks at random (:func:`lirs.train.bmf_blocks`; default: as many blocks as it takes for one
+    blocks at random (:func:`lirs.eval.reference.bmf_blocks`; default: as many blocks as it takes for one
     to fit ``memory_bytes``) and the blocks are written out as files; every epoch the blocks come
-    in a random order (:func:`lirs.train.bmf_block_order`) and each is trained whole.
+    in a random order (:func:`lirs.eval.reference.bmf_block_order`) and each is trained whole.
 
     Inside a block: ``inner="shuffle"`` (default) a fresh random order every epoch, as cdblock
     visits a block's records; ``inner="file"`` the block file's order (IDs ascending).
     """
-    from .kernels import strategies as K
-    from .train import bmf_block_order
-
+    
     _check_common(seed, epoch, batch_size)
     src = _source(source, record_bytes)
     if inner not in ("shuffle", "file"):
@@ -375,7 +340,7 @@ def bmf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, blocks
     order = np.concatenate([members[b] for b in visit]).astype(np.int64)
     if inner == "shuffle":
         bounds = np.concatenate([[0], np.cumsum(sizes[visit])]).astype(np.int64)
-        K.segment_shuffle(order, bounds, _key(seed, epoch, PURPOSE_BMF_INNER))
+        K.segment_shuffle(order, bounds, np.uint64(seeds.key(seed, epoch, seeds.BMF_INNER)))
     params = {"blocks": nb, "inner": inner, "memory_bytes": M}
 
     def cost():
@@ -390,8 +355,6 @@ def bmf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, blocks
 
 @functools.lru_cache(maxsize=4)
 def _bmf_layout(n: int, blocks: int, seed: int) -> list:
-    from .train import bmf_blocks
-
     return bmf_blocks(n, blocks, seed=seed)
 
 
@@ -400,10 +363,8 @@ def shuffle_buffer(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1
                    record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
     """tf.data ``shuffle(buffer_records)`` / DALI ``initial_fill``: the file read in order through a
     buffer; each output is a uniform slot, refilled by the next record
-    (:func:`lirs.train.shuffle_buffer_order`). Default size: as many mean-sized records as fit
+    (:func:`lirs.eval.reference.shuffle_buffer_order`). Default size: as many mean-sized records as fit
     ``memory_bytes``."""
-    from .train import shuffle_buffer_order
-
     _check_common(seed, epoch, batch_size)
     src = _source(source, record_bytes)
     M = _budget(src, memory_bytes)
@@ -422,16 +383,14 @@ def deeplake(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, b
     order feed a shuffle buffer of ``buffer_bytes`` (default ``memory_bytes``); each output is a
     uniform slot; whole chunks are added while the buffer holds less than its size. Default
     chunk: 1/128 of the buffer (Deep Lake's defaults: a 2 GB buffer, chunks of about 16 MB)."""
-    from .kernels import strategies as K
-
     _check_common(seed, epoch, batch_size)
     src = _source(source, record_bytes)
     buf = _positive("buffer_bytes", buffer_bytes) if buffer_bytes is not None else _budget(src, memory_bytes)
-    chunk = _positive("chunk_bytes", chunk_bytes) if chunk_bytes is not None else max(ALIGN, buf // 128)
+    chunk = _positive("chunk_bytes", chunk_bytes) if chunk_bytes is not None else max(BLOCK, buf // 128)
     first = _byte_units(src, chunk)
     nch = len(first) - 1
-    corder = _rng(seed, epoch, PURPOSE_DL_CHUNKS).permutation(nch).astype(np.int64)
-    u = _rng(seed, epoch, PURPOSE_DL_SLOTS).random(src.n)
+    corder = seeds.rng(seed, epoch, seeds.DL_CHUNKS).permutation(nch).astype(np.int64)
+    u = seeds.rng(seed, epoch, seeds.DL_SLOTS).random(src.n)
     order = np.empty(src.n, np.int64)
     peak = int(K.chunk_buffer_order(first, corder, src.rec_bytes, int(buf), u, order))
     params = {"buffer_bytes": int(buf), "chunk_bytes": int(chunk), "chunks": nch}
@@ -454,17 +413,15 @@ def _streaming_layout(n: int, shard_records: int, nodes: int, seed: int, within_
     their records laid end to end in ``base`` (each whole shard shuffled when ``within_shard``:
     py2s), cut into ``nodes`` equal sample ranges. Returns (base, part_begin, part_end, node_parts,
     part_shard): the parts are ranges of ``base``; node k owns parts node_parts[k]:node_parts[k+1]."""
-    from .kernels import strategies as K
-
     first = _count_units(n, shard_records)
     nsh = len(first) - 1
-    perm = _rng(seed, 0, PURPOSE_SHARDS).permutation(nsh)
+    perm = seeds.rng(seed, 0, seeds.SHARDS).permutation(nsh)
     sb, se = first[:-1][perm], first[1:][perm]
     base = np.empty(n, np.int64)
     K.expand_spans(sb, se, base)
     pos = np.concatenate([[0], np.cumsum(se - sb)]).astype(np.int64)
     if within_shard:
-        K.segment_shuffle(base, pos, _key(seed, 0, PURPOSE_SHARD_SAMPLES))
+        K.segment_shuffle(base, pos, np.uint64(seeds.key(seed, 0, seeds.SHARD_SAMPLES)))
     # cut at the node boundaries n*(k+1)//nodes (Streaming's divide_spans): a shard may split
     cuts = np.array([n * (k + 1) // nodes for k in range(nodes - 1)], np.int64)
     edges = np.unique(np.concatenate([pos, cuts]))
@@ -478,8 +435,6 @@ def _streaming_layout(n: int, shard_records: int, nodes: int, seed: int, within_
 
 def _streaming(algo: str, source, seed, epoch, batch_size, shard_records, canonical_nodes, block_records,
                memory_bytes, record_bytes) -> StrategyOrder:
-    from .kernels import strategies as K
-
     _check_common(seed, epoch, batch_size)
     src = _source(source, record_bytes)
     n = src.n
@@ -493,12 +448,12 @@ def _streaming(algo: str, source, seed, epoch, batch_size, shard_records, canoni
     name = f"streaming_{algo}"
 
     if algo == "naive":
-        stream = _rng(seed, epoch, PURPOSE_NAIVE).permutation(n).astype(np.int64)
+        stream = seeds.rng(seed, epoch, seeds.NAIVE).permutation(n).astype(np.int64)
         node_bounds = np.array([n * k // nodes for k in range(nodes + 1)], np.int64)
     else:
         base, pb, pe, node_parts, _ = _streaming_layout(n, shard, nodes, int(seed), algo == "py2s")
         # every epoch: each node's parts in a fresh order
-        rng = _rng(seed, epoch, PURPOSE_SPANS)
+        rng = seeds.rng(seed, epoch, seeds.SPANS)
         perm = np.empty(len(pb), np.int64)
         for k in range(nodes):
             a, b = int(node_parts[k]), int(node_parts[k + 1])
@@ -507,8 +462,8 @@ def _streaming(algo: str, source, seed, epoch, batch_size, shard_records, canoni
         bounds = np.empty(len(pb) + 1, np.int64)
         K.gather_segments(base, pb[perm], pe[perm], stream, bounds)
         node_bounds = np.array([n * k // nodes for k in range(nodes + 1)], np.int64)
-        skey = _key(seed, epoch, PURPOSE_SAMPLES)
-        brng = _rng(seed, epoch, PURPOSE_BLOCKS)
+        skey = np.uint64(seeds.key(seed, epoch, seeds.SAMPLES))
+        brng = seeds.rng(seed, epoch, seeds.BLOCKS)
         lo, hi = int(0.75 * block), int(1.25 * block)
         hi = max(hi, lo + 1)
         if algo in ("py1s", "py2s"):
@@ -602,21 +557,19 @@ def ffcv_quasi_random(source, *, seed: int = 0, epoch: int = 0, batch_size: int 
     ``active_pages`` (default 2 x batch_size, FFCV's rule) are open, each output takes the next
     record of a uniformly chosen open page. Default page size: the multiple of 4 KiB at which the
     open pages fill ``memory_bytes`` (FFCV's writer defaults to 4 MiB pages)."""
-    from .kernels import strategies as K
-
     _check_common(seed, epoch, batch_size)
     src = _source(source, record_bytes)
     active = _positive("active_pages", active_pages) if active_pages is not None else 2 * int(batch_size)
     if page_bytes is None:
-        page = max(ALIGN, _budget(src, memory_bytes) // active // ALIGN * ALIGN)
+        page = max(BLOCK, _budget(src, memory_bytes) // active // BLOCK * BLOCK)
     else:
         page = _positive("page_bytes", page_bytes)
     first = _byte_units(src, page)
     npg = len(first) - 1
     arranged = np.arange(src.n, dtype=np.int64)
-    K.segment_shuffle(arranged, first, _key(seed, epoch, PURPOSE_PAGE_SAMPLES))
-    porder = _rng(seed, epoch, PURPOSE_PAGES).permutation(npg).astype(np.int64)
-    u = _rng(seed, epoch, PURPOSE_PAGE_PICKS).random(src.n)
+    K.segment_shuffle(arranged, first, np.uint64(seeds.key(seed, epoch, seeds.PAGE_SAMPLES)))
+    porder = seeds.rng(seed, epoch, seeds.PAGES).permutation(npg).astype(np.int64)
+    u = seeds.rng(seed, epoch, seeds.PAGE_PICKS).random(src.n)
     order = np.empty(src.n, np.int64)
     K.active_pages_order(arranged, first, porder, active, u, order)
     params = {"page_bytes": int(page), "active_pages": active, "pages": npg}
@@ -638,18 +591,16 @@ def two_pass(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, p
     ``piles`` piles chosen uniformly; pass 2 shuffles each pile in RAM and concatenates them.
     Default piles: enough that the expected pile is 80% of ``memory_bytes`` (headroom for
     unlucky piles; an oversized pile would be redone, which adds no bias)."""
-    from .kernels import strategies as K
-
     _check_common(seed, epoch, batch_size)
     src = _source(source, record_bytes)
     M = _budget(src, memory_bytes)
     m = _positive("piles", piles) if piles is not None else max(1, math.ceil(1.25 * src.payload / M))
     e = int(epoch) if reshuffle_every_epoch else 0
-    pile = _rng(seed, e, PURPOSE_PILES).integers(0, m, src.n).astype(np.int64)
+    pile = seeds.rng(seed, e, seeds.PILES).integers(0, m, src.n).astype(np.int64)
     order = np.empty(src.n, np.int64)
     bounds = np.empty(m + 1, np.int64)
     K.bucket_sort(pile, m, order, bounds)
-    K.segment_shuffle(order, bounds, _key(seed, e, PURPOSE_PILE_SHUFFLE))
+    K.segment_shuffle(order, bounds, np.uint64(seeds.key(seed, e, seeds.PILE_SHUFFLE)))
     params = {"piles": m, "reshuffle_every_epoch": bool(reshuffle_every_epoch)}
 
     def cost():
@@ -666,16 +617,14 @@ def terashuf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, r
     """terashuf (exact): the input is cut into runs of ``run_bytes`` (default ``memory_bytes``),
     each shuffled in RAM and written out; the merge picks a run with probability proportional to
     the records it has left and emits its next record."""
-    from .kernels import strategies as K
-
     _check_common(seed, epoch, batch_size)
     src = _source(source, record_bytes)
     R = _positive("run_bytes", run_bytes) if run_bytes is not None else _budget(src, memory_bytes)
     first = _byte_units(src, R)
     e = int(epoch) if reshuffle_every_epoch else 0
     arranged = np.arange(src.n, dtype=np.int64)
-    K.segment_shuffle(arranged, first, _key(seed, e, PURPOSE_RUNS))
-    u = _rng(seed, e, PURPOSE_MERGE).random(src.n)
+    K.segment_shuffle(arranged, first, np.uint64(seeds.key(seed, e, seeds.RUNS)))
+    u = seeds.rng(seed, e, seeds.MERGE).random(src.n)
     order = np.empty(src.n, np.int64)
     K.proportional_merge(arranged, first, u, order)
     runs = len(first) - 1
@@ -694,8 +643,6 @@ def chunk_roundrobin(source, *, seed: int = 0, epoch: int = 0, batch_size: int =
     chunk is shorter), each chunk shuffled; round k takes the k-th record of every chunk that
     still has one and writes them in a random order. Records of a short last chunk come early,
     and two records of one chunk never share a round."""
-    from .kernels import strategies as K
-
     _check_common(seed, epoch, batch_size)
     src = _source(source, record_bytes)
     M = _budget(src, memory_bytes)
@@ -703,9 +650,9 @@ def chunk_roundrobin(source, *, seed: int = 0, epoch: int = 0, batch_size: int =
     first = _count_units(src.n, c)
     e = int(epoch) if reshuffle_every_epoch else 0
     arranged = np.arange(src.n, dtype=np.int64)
-    K.segment_shuffle(arranged, first, _key(seed, e, PURPOSE_CHUNKS))
+    K.segment_shuffle(arranged, first, np.uint64(seeds.key(seed, e, seeds.CHUNKS)))
     order = np.empty(src.n, np.int64)
-    K.round_robin_merge(arranged, first, True, _key(seed, e, PURPOSE_ROUNDS), order)
+    K.round_robin_merge(arranged, first, True, np.uint64(seeds.key(seed, e, seeds.ROUNDS)), order)
     chunks = len(first) - 1
     params = {"chunk_records": c, "chunks": chunks, "reshuffle_every_epoch": bool(reshuffle_every_epoch)}
     return _result("chunk_roundrobin", src, order, params, False, bool(reshuffle_every_epoch),
@@ -715,10 +662,8 @@ def chunk_roundrobin(source, *, seed: int = 0, epoch: int = 0, batch_size: int =
 
 
 def _lirs(granularity: str):
-    def fn(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, group_bytes: int = 65536,
+    def fn(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, group_bytes: int = DEFAULT_GROUP_BYTES,
            window: int = 16, permutation: str = "auto", record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
-        from ..plan import plan_epoch
-
         _check_common(seed, epoch, batch_size)
         src = _source(source, record_bytes)
         index = _index_of(source, src)
@@ -752,8 +697,6 @@ def _lirs(granularity: str):
 
 
 def _fmt(b) -> str:
-    from ..units import format_bytes
-
     return format_bytes(float(b))
 
 
