@@ -771,7 +771,7 @@ def test_loader_auto_without_recommendation_uses_group(kdd_tiny, tmp_path, caplo
     p = str(tmp_path / "k.svm")
     shutil.copy(kdd_tiny, p)
     lirs.build_index(p, progress=False)
-    with caplog.at_level(logging.INFO, logger="lirs.eval.bench"):
+    with caplog.at_level(logging.INFO, logger="lirs.recommendation"):
         with lirs.Loader(p, 128, granularity="auto", group_bytes=16384, window=3) as ld:
             assert (ld.granularity, ld.group_bytes, ld.window) == ("group", 16384, 3)
             assert ld.plan(0).granularity == "group"
@@ -787,7 +787,7 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog):
     shutil.copy(kdd_tiny, p)
     idx = lirs.build_index(p, progress=False)
     path = B.save_recommendation(_fake_result(idx), idx)
-    assert path == p + ".lirs.eval.bench.json"
+    assert path == p + ".lirs.bench.json"
     with lirs.Loader(p, 128, granularity="auto") as ld:
         assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 8192, 4)
         ids = np.concatenate([b.ids for b in ld.epoch(0)])
@@ -797,7 +797,7 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog):
     doc["n"] += 1
     with open(path, "w") as f:
         json.dump(doc, f)
-    with caplog.at_level(logging.WARNING, logger="lirs.eval.bench"):
+    with caplog.at_level(logging.WARNING, logger="lirs.recommendation"):
         with lirs.Loader(p, 128, granularity="auto") as ld:
             assert ld.granularity == "group"
     assert "other data" in caplog.text

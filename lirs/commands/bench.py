@@ -49,7 +49,7 @@ def add_parser(sub):
     p.add_argument("--json", metavar="OUT", help="write the results as JSON (schema: lirs.eval.bench.SCHEMA)")
     p.add_argument("--plot", metavar="OUT.png", help="write a plot of epoch times (needs matplotlib)")
     p.add_argument("--auto", action="store_true",
-                   help="save the recommendation beside the index (DATA.lirs.eval.bench.json), so that "
+                   help="save the recommendation beside the index (DATA.lirs.bench.json), so that "
                         "Loader(..., granularity='auto') uses it")
     p.add_argument("--smoke", action="store_true",
                    help=f"a quick check: budget {SMOKE['budget_s']:g}s, fio {SMOKE['fio_runtime_s']:g}s per job")

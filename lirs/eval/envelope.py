@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from ..errors import LirsError
 
-log = logging.getLogger("lirs.envelope")
+log = logging.getLogger("lirs.eval.envelope")
 
 BLKIO_ROOT = "/sys/fs/cgroup/blkio"
 SYS_ROOT = "/sys"

@@ -22,7 +22,7 @@ import subprocess
 
 from ..errors import LirsError
 
-log = logging.getLogger("lirs.fio")
+log = logging.getLogger("lirs.eval.fio")
 
 INSTALL_HINT = "install fio for the device envelope (Debian/Ubuntu: apt-get install -y fio; Fedora: dnf install fio)"
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import seeds
 from ..build import labels_path
 from ..errors import UsageError
 from .kernels import gen as K
@@ -68,8 +69,7 @@ PROFILES = {
 # classifier right ~90% of the time (accuracy = 1 - arccos(1/sqrt(1+r^2))/pi).
 NOISE_RATIO = 0.33
 
-# SeedSequence([seed, 0, purpose]) purposes; one block of 16 per profile, disjoint from other modules.
-_PURPOSE_BASE = 0x6E00
+# the uses of a profile's block of 16 seed purposes (seeds.GEN_BASE + 16 * profile number + use)
 _USE_RECORDS, _USE_WEIGHTS, _USE_PILOT, _USE_VOCAB, _USE_SUPPORT = 0, 1, 2, 3, 4
 _PILOT_BYTES = 4 << 20          # pilot sample used to center the model and estimate record size
 _BATCH_BYTES = 8 << 20          # output produced per kernel call
@@ -79,12 +79,9 @@ _JSON_ID, _JSON_LABEL, _JSON_TEXT, _JSON_END = b'{"id":', b',"label":', b',"text
 _LINES_OVERHEAD = len(_JSON_ID) + 7 + len(_JSON_LABEL) + 1 + len(_JSON_TEXT) + len(_JSON_END)
 
 
-def _seq(seed: int, profile: str, use: int) -> np.random.SeedSequence:
-    return np.random.SeedSequence([seed, 0, _PURPOSE_BASE + 16 * list(PROFILES).index(profile) + use])
-
-
-def _key(seed: int, profile: str, use: int) -> np.uint64:
-    return _seq(seed, profile, use).generate_state(1, np.uint64)[0]
+def _purpose(profile: str, use: int) -> int:
+    """The seed purpose of ``use`` for ``profile``: its own block of 16 in :mod:`lirs.seeds`."""
+    return seeds.GEN_BASE + 16 * list(PROFILES).index(profile) + use
 
 
 def _ndigits(v: int) -> int:
@@ -100,8 +97,8 @@ class _Model:
     def __post_init__(self):
         p = self.p = PROFILES[self.profile]
         self.kind = p["kind"]
-        self.key = _key(self.seed, self.profile, _USE_RECORDS)
-        wkey = _key(self.seed, self.profile, _USE_WEIGHTS)
+        self.key = np.uint64(seeds.key(self.seed, 0, _purpose(self.profile, _USE_RECORDS)))
+        wkey = np.uint64(seeds.key(self.seed, 0, _purpose(self.profile, _USE_WEIGHTS)))
         if self.kind == "sparse":
             self.w = np.empty(p["signal"] + 1, np.float64)
             K.hashed_normals(wkey, self.w.shape[0], self.w)
@@ -113,14 +110,14 @@ class _Model:
             K.hashed_normals(wkey, w.shape[0], w)
             if p["signal"] < p["dim"]:
                 # a sparse ground truth: only `signal` random columns matter
-                rng = np.random.default_rng(_seq(self.seed, self.profile, _USE_SUPPORT))
+                rng = seeds.rng(self.seed, 0, _purpose(self.profile, _USE_SUPPORT))
                 keep = np.zeros(p["dim"], bool)
                 keep[rng.choice(p["dim"], p["signal"], replace=False)] = True
                 w[~keep] = 0.0
             self.w = w
             self.max_line = 4 * p["dim"]
         else:
-            rng = np.random.default_rng(_seq(self.seed, self.profile, _USE_VOCAB))
+            rng = seeds.rng(self.seed, 0, _purpose(self.profile, _USE_VOCAB))
             nv = p["vocab"]
             lens = 2 + np.minimum(rng.geometric(0.3, nv), 9)          # 3..11 letters, mostly short
             letters = rng.integers(ord("a"), ord("z") + 1, int(lens.sum()), dtype=np.uint8)
@@ -165,7 +162,7 @@ class _Model:
             # x ~ N(0, 1) iid: score ~ N(0, |w|^2)
             return 0.0, NOISE_RATIO * float(np.linalg.norm(self.w))
         ids = self._pilot_ids(calibrate=True)
-        pkey = _key(self.seed, self.profile, _USE_PILOT)
+        pkey = np.uint64(seeds.key(self.seed, 0, _purpose(self.profile, _USE_PILOT)))
         score, z = np.empty(ids.shape[0]), np.empty(ids.shape[0])
         if self.kind == "sparse":
             p = self.p
@@ -182,7 +179,7 @@ class _Model:
         ids = self._pilot_ids()
         buf = np.empty(ids.shape[0] * self.max_line, np.uint8)
         lab = np.empty(ids.shape[0], np.int8)
-        pkey = _key(self.seed, self.profile, _USE_PILOT)
+        pkey = np.uint64(seeds.key(self.seed, 0, _purpose(self.profile, _USE_PILOT)))
         return self._text(pkey, ids, buf, lab) / ids.shape[0]
 
     # -- kernels

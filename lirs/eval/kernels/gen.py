@@ -4,7 +4,7 @@ Every record ``j`` draws its randomness from its own stream, started by hashing 
 (splitmix64). Its content therefore depends only on the key and ``j`` — not on the batch it is
 generated in, the chunk size, or the output order — so a ``sorted`` file is an exact permutation
 of the ``shuffled`` file of the same seed, and any record can be regenerated alone. Keys come from
-``numpy.random.SeedSequence`` in :mod:`lirs.gen`; nothing here seeds anything.
+``numpy.random.SeedSequence`` in :mod:`lirs.eval.gen`; nothing here seeds anything.
 
 The hidden linear model: a record's ``score`` is ``w · x``; its label is
 ``+1 if score - center + noise_sd * z > 0 else -1`` with ``z`` a standard normal from the

@@ -1,4 +1,4 @@
-"""Kernels of the shuffle-quality metrics (:mod:`lirs.quality`): one pass over an epoch's order
+"""Kernels of the shuffle-quality metrics (:mod:`lirs.eval.quality`): one pass over an epoch's order
 each, with preallocated outputs and scratch arrays from the caller."""
 from __future__ import annotations
 

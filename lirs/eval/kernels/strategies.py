@@ -1,4 +1,4 @@
-"""Kernels of the reference shuffle strategies (:mod:`lirs.strategies`).
+"""Kernels of the reference shuffle strategies (:mod:`lirs.eval.strategies`).
 
 Randomness comes from the caller: either a uint64 ``key`` made from
 ``SeedSequence([seed, epoch, purpose])`` (driving the counter-based splitmix64 stream of

@@ -1,0 +1,158 @@
+"""The results of ``lirs bench`` as text (:func:`format_table`) and as a plot (:func:`plot`)."""
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+
+from ...units import format_bytes
+
+log = logging.getLogger("lirs.eval.bench")
+
+
+def _fmt_s(s, extrapolated=False) -> str:
+    if s is None:
+        return "-"
+    mark = "~" if extrapolated else ""
+    if s >= 3600:
+        return f"{mark}{s / 3600:.1f}h"
+    if s >= 100:
+        return f"{mark}{s:.0f}s"
+    return f"{mark}{s:.3g}s"
+
+
+def _fmt_n(v, digits=3) -> str:
+    if v is None:
+        return "-"
+    if v >= 1e6:
+        return f"{v / 1e6:.{digits}g}M"
+    if v >= 1e4:
+        return f"{v / 1e3:.{digits}g}k"
+    return f"{v:.{digits}g}"
+
+
+def _row_line(row: dict) -> str:
+    if row["status"] != "ok":
+        return f"{row['device']}: {row['name']}: {row['status']} ({row.get('note')})"
+    ratio = "" if row.get("ratio") is None else f", {row['ratio']:.2f}x fio {row['bound']['fio_job']}"
+    return (f"{row['device']}: {row['name']}: epoch {_fmt_s(row['epoch_s'], row.get('extrapolated'))}, "
+            f"{_fmt_n(row.get('records_per_s'))} records/s{ratio}")
+
+
+def format_table(res: dict) -> str:
+    """The results as a plain-text table, one block per device, then the recommendations."""
+    head = ("config", "epoch", "records/s", "MB/s", "reads/s", "ampl.", "CPU s/epoch", "peak RSS", "pre",
+            "bound", "ratio")
+    lines = []
+    for dev in res["settings"]["devices"]:
+        env = res["envelopes"][dev]
+        caps = "" if env["read_iops"] is None else \
+            f" (capped at {env['read_iops']:,} IOPS, {env['read_bps'] / 1e6:.0f} MB/s)"
+        lines.append(f"{dev}{caps}")
+        fres = res["fio"].get(dev) or {}
+        if fres.get("available"):
+            j = fres["jobs"]
+            parts = [f"{k} {_fmt_n(j[k].get('iops'))} IOPS" for k in ("rand4k_qd1", "rand4k_qd32", "rand4k_qd128")
+                     if k in j and j[k].get("iops")]
+            parts += [f"{k} {j[k]['bw_bytes'] / 1e6:.0f} MB/s" for k in ("rand64k_qd32", "seq1m_qd16")
+                      if k in j and j[k].get("bw_bytes")]
+            lines.append("  fio: " + ", ".join(parts))
+        else:
+            lines.append(f"  fio: {fres.get('reason', 'not run')}")
+        rows = [r for r in res["rows"] if r["device"] == dev]
+        table = [head]
+        skipped = []
+        for r in rows:
+            if r["status"] != "ok":
+                skipped.append(f"  {r['name']}: {r['status']}: {r.get('note')}")
+                continue
+            b = r.get("bound") or {}
+            table.append((
+                r["name"], _fmt_s(r["epoch_s"], r.get("extrapolated")), _fmt_n(r.get("records_per_s")),
+                "-" if r.get("mb_per_s") is None else f"{r['mb_per_s']:.1f}", _fmt_n(r.get("reads_per_s")),
+                "-" if r.get("amplification") is None else f"{r['amplification']:.2f}",
+                "-" if r.get("cpu_s_per_epoch") is None else _fmt_s(r["cpu_s_per_epoch"], r.get("extrapolated")),
+                format_bytes(r.get("peak_rss_bytes")), _fmt_s(r.get("pre_s")),
+                "-" if not b else f"{b['metric']} {b['fio_job']}",
+                "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"))
+        if len(table) > 1:
+            w = [max(len(str(t[i])) for t in table) for i in range(len(head))]
+            for t in table:
+                lines.append("  " + "  ".join(str(c).ljust(w[i]) if i == 0 else str(c).rjust(w[i])
+                                              for i, c in enumerate(t)).rstrip())
+        lines.extend(skipped)
+        lines.append("")
+    lines.append("~ = extrapolated from a budget-limited sample of the epoch")
+    recs = res.get("recommendation") or {}
+    if recs:
+        lines.append("")
+        lines.append("recommendation (" + next(iter(recs.values()))["rule"] + "):")
+        for dev in res["settings"]["devices"]:
+            if dev in recs:
+                lines.append("  " + recs[dev]["text"])
+    for n in res.get("notes") or []:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: str, title: str | None = None) -> bool:
+    """Epoch time per configuration, one panel per device, log scale; extrapolated bars hatched,
+    the recommended configuration in bold. Returns False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("no plot: matplotlib is not installed (pip install matplotlib)")
+        return False
+    devs = [d for d in res["settings"]["devices"]
+            if any(r["device"] == d and r["status"] == "ok" for r in res["rows"])]
+    if not devs:
+        log.warning("no plot: no configuration ran")
+        return False
+    nrows = max(len([r for r in res["rows"] if r["device"] == d and r["status"] == "ok"]) for d in devs)
+    fig, axes = plt.subplots(1, len(devs), figsize=(4.8 * len(devs) + 1.5, 0.38 * nrows + 1.8), squeeze=False)
+    for ax, dev in zip(axes[0], devs):
+        rows = [r for r in res["rows"] if r["device"] == dev and r["status"] == "ok"]
+        rows.sort(key=lambda r: r["epoch_s"])
+        rec = (res.get("recommendation") or {}).get(dev, {}).get("config")
+        y = list(range(len(rows)))
+        colors = ["tab:gray" if r["kind"] == "peer" else ("lightsteelblue" if r.get("reads_only") else "tab:blue")
+                  for r in rows]
+        bars = ax.barh(y, [r["epoch_s"] for r in rows], color=colors)
+        for b, r in zip(bars, rows):
+            if r.get("extrapolated"):
+                b.set_hatch("//")
+                b.set_alpha(0.7)
+            ax.text(r["epoch_s"], b.get_y() + b.get_height() / 2, " " + _fmt_s(r["epoch_s"], r.get("extrapolated")),
+                    va="center", fontsize=7)
+        ax.set_yticks(y)
+        ax.set_yticklabels([r["name"] for r in rows], fontsize=8)
+        for lab, r in zip(ax.get_yticklabels(), rows):
+            if r["name"] == rec:
+                lab.set_fontweight("bold")
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_xlabel("epoch time (s, log)")
+        env = res["envelopes"][dev]
+        ax.set_title(dev if env["read_iops"] is None else
+                     f"{dev} ({env['read_iops']:,} IOPS, {env['read_bps'] / 1e6:.0f} MB/s)", fontsize=9)
+        lo, hi = min(r["epoch_s"] for r in rows), max(r["epoch_s"] for r in rows)
+        ax.set_xlim(lo / 2, hi * 8)
+    title = title or (f"lirs bench: {os.path.basename(res['data']['path'])} ({format_bytes(res['data']['file_bytes'])}, "
+                      f"{res['data']['records']:,} records)")
+    fig.suptitle(title + "\nblue: lirs (light: reads only), gray: peers; hatched: extrapolated; bold: recommended",
+                 fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def command_line(argv=None) -> str:
+    """The command that ran, for the JSON."""
+    argv = sys.argv if argv is None else argv
+    return " ".join(shlex.quote(a) for a in argv)

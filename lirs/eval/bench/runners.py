@@ -1,0 +1,122 @@
+"""lirs itself with the peers' runner interface (see :mod:`lirs.eval.peers`): through the Loader,
+and the plan's reads alone."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...constants import BLOCK, DEFAULT_GROUP_BYTES
+from ...engines import aligned_empty, open_engine
+from ...loader import Loader
+from ...plan import plan_epoch
+from .configs import Config
+
+WARM_EPOCH = 1_000_003  # an epoch number never measured: the warm-up batch reads other records
+
+
+class _LirsRunner:
+    """A lirs Loader with the peers' runner interface (see :mod:`lirs.eval.peers`)."""
+
+    buffered = False
+    sample_fraction = 1.0
+    pre_what = None
+    note = None
+
+    def __init__(self, cfg: Config, index, task: dict):
+        self.loader = Loader(index, task["batch_size"], granularity=cfg.granularity,
+                             group_bytes=cfg.group_bytes or DEFAULT_GROUP_BYTES, window=cfg.window or 16, seed=task["seed"],
+                             engine=task["engine"], prefetch=task["prefetch"])
+        self.what = f"lirs Loader, {cfg.granularity} granularity, O_DIRECT, prefetch {task['prefetch']}"
+
+    def warm(self):
+        for _ in self.loader.epoch(WARM_EPOCH):
+            break
+        self.loader.stats.reset()
+
+    def prepare(self):
+        pass
+
+    def epoch(self, e):
+        for b in self.loader.epoch(e):
+            yield b.ids, b.X, b.y
+
+    @property
+    def reads(self):
+        return self.loader.stats.reads
+
+    @property
+    def bytes_read(self):
+        return self.loader.stats.bytes_read
+
+    @property
+    def payload(self):
+        return self.loader.stats.payload_bytes
+
+    def close(self):
+        self.loader.close()
+
+
+class _LirsReadsRunner:
+    """The read pattern of a lirs granularity alone: the epoch's planned extents read with the
+    engine, gathered into calls of at least ``engine depth`` extents (or 8 MiB), no decode. What
+    the device gives lirs when decoding is not the bound."""
+
+    buffered = False
+    sample_fraction = 1.0
+    pre_what = None
+    note = None
+    CALL_BYTES = 8 << 20
+
+    def __init__(self, cfg: Config, index, task: dict):
+        self.cfg, self.index, self.task = cfg, index, task
+        self.engine = open_engine(list(index.paths), task["engine"])
+        self.reads = self.bytes_read = self.payload = 0
+        self._buf = None
+        self.what = f"the {cfg.granularity} plan's extents read by the {self.engine.name} engine, no decode"
+
+    def _plan(self, e):
+        c = self.cfg
+        return plan_epoch(self.index, self.task["batch_size"], c.granularity, seed=self.task["seed"], epoch=e,
+                          group_bytes=c.group_bytes or DEFAULT_GROUP_BYTES, window=c.window or 16)
+
+    def _read(self, steps):
+        ef = np.concatenate([np.asarray(s.ext_file, np.int32) for s in steps])
+        eo = np.concatenate([np.asarray(s.ext_offset, np.int64) for s in steps])
+        en = np.concatenate([np.asarray(s.ext_nbytes, np.int64) for s in steps])
+        pos = np.zeros(len(en), np.int64)
+        np.cumsum(en[:-1], out=pos[1:])
+        total = int(en.sum())
+        if self._buf is None or len(self._buf) < total:
+            self._buf = aligned_empty(max(total, BLOCK))
+        got = self.engine.read(ef, eo, en, self._buf, pos)
+        self.reads += len(en)
+        self.bytes_read += int(got.sum())
+        self.payload += sum(s.payload_bytes for s in steps)
+
+    def warm(self):
+        for b in self._plan(WARM_EPOCH).batches():
+            if b.new_steps:
+                self._read(b.new_steps)
+            break
+        self.reads = self.bytes_read = self.payload = 0
+
+    def prepare(self):
+        pass
+
+    def epoch(self, e):
+        steps, ids, n_ext, nbytes = [], [], 0, 0
+        for b in self._plan(e).batches():
+            for st in b.new_steps:
+                steps.append(st)
+                n_ext += st.reads
+                nbytes += st.bytes_read
+            ids.append(b.ids)
+            if n_ext >= self.engine.depth or nbytes >= self.CALL_BYTES:
+                self._read(steps)
+                yield from ((i, None, None) for i in ids)
+                steps, ids, n_ext, nbytes = [], [], 0, 0
+        if steps:
+            self._read(steps)
+        yield from ((i, None, None) for i in ids)
+
+    def close(self):
+        self.engine.close()

@@ -1,0 +1,239 @@
+"""What every strategy shares: the result types (:class:`Cost`, :class:`StrategyOrder`), record
+sizes of a source (an Index or a count), the memory budget and the unit helpers."""
+from __future__ import annotations
+
+import functools
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...constants import BLOCK
+from ...errors import UsageError
+from ...index import Index
+from ...units import format_bytes
+
+DEFAULT_RECORD_BYTES = 360        # kdd-like records when only a count is given
+DEFAULT_MEMORY_FRACTION = 0.05    # the shared memory budget when none is given
+LOADER_STEPS_IN_FLIGHT = 5        # lirs Loader default: prefetch 4 + the batch being decoded
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one epoch of a strategy costs (computed from record sizes, nothing is read).
+
+    memory_bytes: RAM the strategy holds at its peak (buffers, blocks, live shards, plan tables,
+    lirs' offset index), with ``memory_what`` saying what. Per epoch: ``seq_read_bytes`` read in
+    long sequential streams, ``rand_reads`` random reads of ``rand_read_bytes`` in all (median
+    ``median_read_bytes``), ``write_bytes`` written. ``oneoff_read_bytes``/``oneoff_write_bytes``:
+    once per run (BMF's block files, a one-off rewrite). ``payload_bytes``: the records' bytes.
+    """
+
+    memory_bytes: int
+    memory_what: str
+    payload_bytes: int
+    seq_read_bytes: int = 0
+    rand_reads: int = 0
+    rand_read_bytes: int = 0
+    median_read_bytes: float | None = None
+    write_bytes: int = 0
+    oneoff_read_bytes: int = 0
+    oneoff_write_bytes: int = 0
+    notes: str = ""
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes read per epoch (sequential + random)."""
+        return int(self.seq_read_bytes + self.rand_read_bytes)
+
+    @property
+    def read_amplification(self) -> float | None:
+        """Bytes read per epoch over the payload."""
+        return self.read_bytes / self.payload_bytes if self.payload_bytes else None
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["read_bytes"] = self.read_bytes
+        d["read_amplification"] = self.read_amplification
+        return d
+
+
+@dataclass(eq=False)
+class StrategyOrder:
+    """One epoch of one strategy: ``order`` int64 (n,) (record IDs in delivery order, a
+    permutation of [0, n)), ``cost`` (a :class:`Cost`, computed on first access), ``params``
+    (the effective parameters), ``exact`` (every permutation equally likely, fresh every epoch)
+    and ``reshuffles`` (the order changes from epoch to epoch)."""
+
+    name: str
+    order: np.ndarray
+    params: dict
+    exact: bool
+    reshuffles: bool
+    _cost_fn: object = field(default=None, repr=False)
+    _cost: Cost | None = field(default=None, repr=False)
+
+    @property
+    def cost(self) -> Cost:
+        if self._cost is None:
+            self._cost = self._cost_fn()
+        return self._cost
+
+
+# --------------------------------------------------------------------------- sources
+
+
+@dataclass(eq=False)
+class _Source:
+    n: int
+    rec_bytes: np.ndarray    # int64 (n,)
+    pos: np.ndarray          # int64 (n+1,): byte position of each record in the files laid end to end
+    record_bytes: int | None  # the fixed size when built from a count
+
+    @property
+    def payload(self) -> int:
+        return int(self.pos[-1])
+
+    @property
+    def mean(self) -> float:
+        return self.payload / self.n if self.n else 0.0
+
+
+# record sizes per index (dropped with the index) and per (count, size), a few at a time
+_INDEX_SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_COUNT_SOURCES: dict = {}
+
+
+def _source(source, record_bytes: int = DEFAULT_RECORD_BYTES) -> _Source:
+    if isinstance(source, Index):
+        hit = _INDEX_SOURCES.get(source)
+        if hit is not None:
+            return hit
+        if source.n == 0:
+            raise UsageError("the dataset has no records")
+        starts, ends = source.bounds()
+        rec = (ends - starts).astype(np.int64)
+        src = _Source(int(source.n), rec, np.concatenate([[0], np.cumsum(rec)]).astype(np.int64), None)
+        _INDEX_SOURCES[source] = src
+        return src
+    try:
+        n = int(source)
+    except (TypeError, ValueError):
+        raise UsageError(f"a strategy needs an Index or a record count, got {type(source).__name__}") from None
+    if n < 1 or n != source:
+        raise UsageError(f"the record count must be a positive integer, got {source!r}")
+    if int(record_bytes) < 1:
+        raise UsageError(f"record_bytes must be >= 1, got {record_bytes}")
+    key = (n, int(record_bytes))
+    hit = _COUNT_SOURCES.get(key)
+    if hit is None:
+        rec = np.full(n, int(record_bytes), np.int64)
+        hit = _Source(n, rec, np.arange(n + 1, dtype=np.int64) * int(record_bytes), int(record_bytes))
+        if len(_COUNT_SOURCES) >= 4:
+            _COUNT_SOURCES.pop(next(iter(_COUNT_SOURCES)))
+        _COUNT_SOURCES[key] = hit
+    return hit
+
+
+def synthetic_index(n: int, record_bytes: int = DEFAULT_RECORD_BYTES, labels=None):
+    """An in-memory LIBSVM-format :class:`~lirs.index.Index` of ``n`` records of ``record_bytes``
+    each, back to back in one (absent) file, with ``labels`` float64 (n,) if given. Planning and
+    the strategies work on it; nothing is ever read."""
+    n, rb = int(n), int(record_bytes)
+    if n < 1 or rb < 1:
+        raise UsageError(f"need n >= 1 and record_bytes >= 1, got {n}, {rb}")
+    return Index.from_arrays([f"<{n} records of {rb} B>"], "libsvm", offsets=np.arange(n, dtype=np.int64) * rb,
+                             data_ends=[n * rb], labels=labels)
+
+
+@functools.lru_cache(maxsize=2)
+def _synthetic_cached(n: int, record_bytes: int):
+    return synthetic_index(n, record_bytes)
+
+
+def _index_of(source, src: _Source):
+    return source if isinstance(source, Index) else _synthetic_cached(src.n, src.record_bytes)
+
+
+def _budget(src: _Source, memory_bytes) -> int:
+    if memory_bytes is None:
+        return max(BLOCK, int(src.payload * DEFAULT_MEMORY_FRACTION))
+    m = int(memory_bytes)
+    if m < 1:
+        raise UsageError(f"memory_bytes must be >= 1, got {memory_bytes}")
+    return m
+
+
+def _check_common(seed, epoch, batch_size) -> None:
+    if int(seed) < 0 or int(epoch) < 0:
+        raise UsageError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
+    if int(batch_size) < 1:
+        raise UsageError(f"batch_size must be >= 1, got {batch_size}")
+
+
+def _positive(name: str, value) -> int:
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} must be a positive integer, got {value!r}") from None
+    if v < 1 or v != value:
+        raise UsageError(f"{name} must be a positive integer, got {value!r}")
+    return v
+
+
+def _byte_units(src: _Source, unit_bytes: int) -> np.ndarray:
+    """int64 (u+1,): first record of each non-empty unit, where a unit holds the records whose
+    start lies in one span of ``unit_bytes`` of the files laid end to end; then n."""
+    which = src.pos[:-1] // int(unit_bytes)
+    first = np.flatnonzero(np.concatenate([[True], which[1:] != which[:-1]]))
+    return np.concatenate([first, [src.n]]).astype(np.int64)
+
+
+def _count_units(n: int, size: int) -> np.ndarray:
+    """int64 (u+1,): first record of units of ``size`` consecutive records (last one shorter)."""
+    return np.concatenate([np.arange(0, n, size, dtype=np.int64), [n]]).astype(np.int64)
+
+
+def _unit_bytes(src: _Source, first: np.ndarray) -> np.ndarray:
+    return (src.pos[first[1:]] - src.pos[first[:-1]]).astype(np.int64)
+
+
+def _aligned_bytes(src: _Source, first: np.ndarray) -> np.ndarray:
+    """Bytes of an aligned read covering each unit (4 KiB blocks)."""
+    a = src.pos[first[:-1]] // BLOCK * BLOCK
+    b = -(-src.pos[first[1:]] // BLOCK) * BLOCK
+    return (b - a).astype(np.int64)
+
+
+def _unit_of(first: np.ndarray, n: int) -> np.ndarray:
+    return np.repeat(np.arange(len(first) - 1, dtype=np.int64), np.diff(first))
+
+
+def _median(a) -> float | None:
+    return float(np.median(a)) if len(a) else None
+
+
+def _rewrite_cost(src: _Source, reshuffle: bool, memory: int, what: str, notes: str) -> Cost:
+    """Cost of an external shuffle that rewrites the file twice (input -> temporary files ->
+    output) and is then read sequentially by training."""
+    P = src.payload
+    if reshuffle:
+        return Cost(memory, what, P, seq_read_bytes=3 * P, write_bytes=2 * P,
+                    notes=notes + "; per epoch: read input, write + read temporary files, write the "
+                                  "shuffled file, read it for training")
+    return Cost(memory, what, P, seq_read_bytes=P, oneoff_read_bytes=2 * P, oneoff_write_bytes=2 * P,
+                notes=notes + "; one-off rewrite (read input, write + read temporary files, write the "
+                              "shuffled file), then a sequential read per epoch")
+
+
+def _result(name, src, order, params, exact, reshuffles, cost_fn) -> StrategyOrder:
+    assert len(order) == src.n
+    return StrategyOrder(name=name, order=order, params=params, exact=exact, reshuffles=reshuffles,
+                         _cost_fn=cost_fn)
+
+
+
+def _fmt(b) -> str:
+    return format_bytes(float(b))

@@ -1,0 +1,127 @@
+"""One-off file rewrites used as strategies: the two-pass shuffle, terashuf and the
+chunk-then-round-robin merge; and the lirs granularities, planned by :func:`lirs.plan.plan_epoch`."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import seeds
+from ...constants import DEFAULT_GROUP_BYTES
+from ...plan import plan_epoch
+from ..kernels import strategies as K
+from .base import (DEFAULT_RECORD_BYTES, LOADER_STEPS_IN_FLIGHT, Cost, StrategyOrder, _budget, _byte_units,
+                   _check_common, _count_units, _index_of, _positive, _result, _rewrite_cost, _source,
+                   _unit_bytes)
+
+
+def two_pass(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, piles: int | None = None,
+             memory_bytes: int | None = None, reshuffle_every_epoch: bool = True,
+             record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
+    """Jane Street's two-pass external shuffle (exact): pass 1 appends every record to one of
+    ``piles`` piles chosen uniformly; pass 2 shuffles each pile in RAM and concatenates them.
+    Default piles: enough that the expected pile is 80% of ``memory_bytes`` (headroom for
+    unlucky piles; an oversized pile would be redone, which adds no bias)."""
+    _check_common(seed, epoch, batch_size)
+    src = _source(source, record_bytes)
+    M = _budget(src, memory_bytes)
+    m = _positive("piles", piles) if piles is not None else max(1, math.ceil(1.25 * src.payload / M))
+    e = int(epoch) if reshuffle_every_epoch else 0
+    pile = seeds.rng(seed, e, seeds.PILES).integers(0, m, src.n).astype(np.int64)
+    order = np.empty(src.n, np.int64)
+    bounds = np.empty(m + 1, np.int64)
+    K.bucket_sort(pile, m, order, bounds)
+    K.segment_shuffle(order, bounds, np.uint64(seeds.key(seed, e, seeds.PILE_SHUFFLE)))
+    params = {"piles": m, "reshuffle_every_epoch": bool(reshuffle_every_epoch)}
+
+    def cost():
+        pb = np.bincount(pile, weights=src.rec_bytes, minlength=m)
+        return _rewrite_cost(src, reshuffle_every_epoch, int(pb.max()), f"the largest of {m} piles, shuffled in RAM",
+                             f"pass 1 appends to {m} pile files, pass 2 shuffles each in RAM")
+
+    return _result("two_pass", src, order, params, bool(reshuffle_every_epoch), bool(reshuffle_every_epoch), cost)
+
+
+def terashuf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, run_bytes: int | None = None,
+             memory_bytes: int | None = None, reshuffle_every_epoch: bool = True,
+             record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
+    """terashuf (exact): the input is cut into runs of ``run_bytes`` (default ``memory_bytes``),
+    each shuffled in RAM and written out; the merge picks a run with probability proportional to
+    the records it has left and emits its next record."""
+    _check_common(seed, epoch, batch_size)
+    src = _source(source, record_bytes)
+    R = _positive("run_bytes", run_bytes) if run_bytes is not None else _budget(src, memory_bytes)
+    first = _byte_units(src, R)
+    e = int(epoch) if reshuffle_every_epoch else 0
+    arranged = np.arange(src.n, dtype=np.int64)
+    K.segment_shuffle(arranged, first, np.uint64(seeds.key(seed, e, seeds.RUNS)))
+    u = seeds.rng(seed, e, seeds.MERGE).random(src.n)
+    order = np.empty(src.n, np.int64)
+    K.proportional_merge(arranged, first, u, order)
+    runs = len(first) - 1
+    params = {"run_bytes": int(R), "runs": runs, "reshuffle_every_epoch": bool(reshuffle_every_epoch)}
+    return _result("terashuf", src, order, params, bool(reshuffle_every_epoch), bool(reshuffle_every_epoch),
+                   lambda: _rewrite_cost(src, reshuffle_every_epoch, int(_unit_bytes(src, first).max()),
+                                         "one run, shuffled in RAM",
+                                         f"{runs} shuffled runs merged as {runs} interleaved streams"))
+
+
+def chunk_roundrobin(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024,
+                     chunk_records: int | None = None, memory_bytes: int | None = None,
+                     reshuffle_every_epoch: bool = True, record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
+    """The chunk-then-round-robin merge (not uniform): the file is cut into chunks of
+    ``chunk_records`` consecutive records (default: as many as fit ``memory_bytes``; the last
+    chunk is shorter), each chunk shuffled; round k takes the k-th record of every chunk that
+    still has one and writes them in a random order. Records of a short last chunk come early,
+    and two records of one chunk never share a round."""
+    _check_common(seed, epoch, batch_size)
+    src = _source(source, record_bytes)
+    M = _budget(src, memory_bytes)
+    c = _positive("chunk_records", chunk_records) if chunk_records is not None else max(1, int(M // max(src.mean, 1)))
+    first = _count_units(src.n, c)
+    e = int(epoch) if reshuffle_every_epoch else 0
+    arranged = np.arange(src.n, dtype=np.int64)
+    K.segment_shuffle(arranged, first, np.uint64(seeds.key(seed, e, seeds.CHUNKS)))
+    order = np.empty(src.n, np.int64)
+    K.round_robin_merge(arranged, first, True, np.uint64(seeds.key(seed, e, seeds.ROUNDS)), order)
+    chunks = len(first) - 1
+    params = {"chunk_records": c, "chunks": chunks, "reshuffle_every_epoch": bool(reshuffle_every_epoch)}
+    return _result("chunk_roundrobin", src, order, params, False, bool(reshuffle_every_epoch),
+                   lambda: _rewrite_cost(src, reshuffle_every_epoch, int(_unit_bytes(src, first).max()),
+                                         "one chunk, shuffled in RAM",
+                                         f"{chunks} shuffled chunks merged round by round"))
+
+
+def _lirs(granularity: str):
+    def fn(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, group_bytes: int = DEFAULT_GROUP_BYTES,
+           window: int = 16, permutation: str = "auto", record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
+        _check_common(seed, epoch, batch_size)
+        src = _source(source, record_bytes)
+        index = _index_of(source, src)
+        plan = plan_epoch(index, int(batch_size), granularity, seed=int(seed), epoch=int(epoch),
+                          group_bytes=int(group_bytes), window=int(window), permutation=permutation)
+        order = plan.order()
+        params = {}
+        if granularity == "window":
+            params = {"group_bytes": int(group_bytes), "window": int(window)}
+        elif granularity == "group":
+            params = {"group_bytes": int(group_bytes)}
+
+        def cost():
+            st = plan.stats()
+            steps = max(1, -(-st["units"] // int(window)) if granularity == "window" else st["batches"])
+            step_bytes = st["bytes_read"] / steps
+            idx_bytes = 8 * src.n  # the offset table the planner and reads need
+            mem = int(idx_bytes + st["plan_table_bytes"] + LOADER_STEPS_IN_FLIGHT * step_bytes)
+            return Cost(mem, f"offset index (8 B/record) + plan tables + {LOADER_STEPS_IN_FLIGHT} read steps "
+                             f"in flight", src.payload, rand_reads=int(st["reads"]),
+                        rand_read_bytes=int(st["bytes_read"]), median_read_bytes=st["median_read_bytes"],
+                        notes=f"coalesced aligned direct reads, amplification {st['amplification']:.3f}x")
+
+        return _result(granularity, src, order, params, granularity == "instance", True, cost)
+
+    fn.__name__ = fn.__qualname__ = f"lirs_{granularity}"
+    fn.__doc__ = (f"lirs ``{granularity}`` granularity: :func:`lirs.plan.plan_epoch` order of the epoch; "
+                  "its cost from the plan's statistics (reads, bytes, amplification) plus the memory of "
+                  "the offset index, the plan tables and the Loader's read steps in flight.")
+    return fn
