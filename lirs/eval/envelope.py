@@ -34,8 +34,10 @@ left by a process that was killed.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import errno
 import logging
+import mmap
 import os
 import re
 import threading
@@ -156,9 +158,6 @@ def evict_cache(paths) -> bool:
 def cached_bytes(path: str) -> int | None:
     """Bytes of ``path`` resident in the page cache now (``mincore`` of a fresh mapping, which
     faults nothing in), or None when it cannot be told."""
-    import ctypes
-    import mmap
-
     size = os.path.getsize(path)
     if size == 0:
         return 0

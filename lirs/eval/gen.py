@@ -41,10 +41,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from tqdm import tqdm
 
 from .. import seeds
 from ..build import labels_path
 from ..errors import UsageError
+from ..units import parse_size
 from .kernels import gen as K
 
 ORDERS = ("shuffled", "sorted")
@@ -303,8 +305,6 @@ def records_for_size(profile: str, size, *, seed: int = 0) -> int:
 
 
 def _records_for(model: "_Model", size) -> int:
-    from ..units import parse_size
-
     nbytes = parse_size(size)
     if nbytes <= 0:
         raise UsageError(f"size must be positive, got {size!r}")
@@ -328,8 +328,6 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
     ``bytes`` (data file), ``seconds``, ``bytes_per_s``, ``profile``, ``order``, ``seed``,
     ``label_counts`` {"-1": int, "+1": int}. Raises UsageError on bad arguments.
     """
-    from tqdm import tqdm
-
     _check(profile, records, size, order, seed)
     if workers is None:
         workers = max(1, min(2, os.cpu_count() or 1))

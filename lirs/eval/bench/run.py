@@ -12,6 +12,8 @@ import tempfile
 import threading
 import time
 
+from tqdm import tqdm
+
 from ...build import build_index
 from ...constants import BLOCK, DEFAULT_GROUP_BYTES, GRANULARITIES
 from ...errors import DataError, IndexFormatError, UsageError
@@ -290,8 +292,6 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
     res = _result(index, index_s, command, settings, disk, notes)
     n_cfg = len(lirs_configs(granularities, [s for s in sizes if s != "auto"] or [DEFAULT_GROUP_BYTES], window,
                              reads_only)) + len(peer_list)
-    from tqdm import tqdm
-
     bar = tqdm(total=n_cfg * len(devices), unit="config", disable=not show, leave=False)
     old_term = None
     if threading.current_thread() is threading.main_thread():

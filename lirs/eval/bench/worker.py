@@ -8,8 +8,6 @@ import signal
 import subprocess
 import sys
 
-import lirs
-
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -32,8 +30,8 @@ class _Worker:
 
     def run(self) -> dict:
         env = dict(os.environ)
-        # the worker imports the same lirs as this process, wherever it is installed
-        pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(lirs.__file__)))
+        # the worker imports the same lirs as this process: the folder above this lirs package
+        pkg_parent = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardir))
         env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-c", "import sys; from lirs.eval.bench.measure import _worker_main; "
                "sys.exit(_worker_main())", self.task_path, self.out_path]

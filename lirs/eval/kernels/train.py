@@ -16,6 +16,25 @@ import numpy as np
 from numba import njit
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _dual_step(a, g, q, upper):
+    """LIBLINEAR's update of one dual variable ``a`` in [0, upper] with gradient ``g`` and
+    curvature ``q``: returns (the new value, |projected gradient|)."""
+    pg = g
+    if a == 0.0:
+        pg = min(g, 0.0)
+    elif a >= upper:
+        pg = max(g, 0.0)
+    if pg < 0.0:
+        pg = -pg
+    na = a - g / q
+    if na < 0.0:
+        na = 0.0
+    elif na > upper:
+        na = upper
+    return na, pg
+
+
 @njit(cache=True, nogil=True)
 def dcd_csr(indptr, indices, data, y, ids, rows, alpha, w, diag, upper):
     """One dual coordinate descent step per entry of ``rows`` (positions in this CSR batch).
@@ -41,24 +60,11 @@ def dcd_csr(indptr, indices, data, y, ids, rows, alpha, w, diag, upper):
         q = sq + diag
         if q <= 0.0:
             continue  # an empty record under the hinge loss: its dual variable does not move w
-        a = alpha[i]
-        g = yi * dot - 1.0 + diag * a
-        pg = g
-        if a == 0.0:
-            pg = min(g, 0.0)
-        elif a >= upper:
-            pg = max(g, 0.0)
-        if pg < 0.0:
-            pg = -pg
+        na, pg = _dual_step(alpha[i], yi * dot - 1.0 + diag * alpha[i], q, upper)
         if pg > maxpg:
             maxpg = pg
         if pg > 1e-12:
-            na = a - g / q
-            if na < 0.0:
-                na = 0.0
-            elif na > upper:
-                na = upper
-            step = (na - a) * yi
+            step = (na - alpha[i]) * yi
             alpha[i] = na
             for p in range(p0, p1):
                 w[indices[p]] += step * np.float64(data[p])
@@ -83,24 +89,11 @@ def dcd_dense(X, y, ids, rows, alpha, w, diag, upper):
         q = sq + diag
         if q <= 0.0:
             continue
-        a = alpha[i]
-        g = yi * dot - 1.0 + diag * a
-        pg = g
-        if a == 0.0:
-            pg = min(g, 0.0)
-        elif a >= upper:
-            pg = max(g, 0.0)
-        if pg < 0.0:
-            pg = -pg
+        na, pg = _dual_step(alpha[i], yi * dot - 1.0 + diag * alpha[i], q, upper)
         if pg > maxpg:
             maxpg = pg
         if pg > 1e-12:
-            na = a - g / q
-            if na < 0.0:
-                na = 0.0
-            elif na > upper:
-                na = upper
-            step = (na - a) * yi
+            step = (na - alpha[i]) * yi
             alpha[i] = na
             for j in range(d):
                 w[j] += step * np.float64(X[r, j])

@@ -6,6 +6,7 @@ import sys
 import time
 
 import numpy as np
+from tqdm import tqdm
 
 from ... import seeds
 from ...errors import UsageError
@@ -36,8 +37,6 @@ def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_siz
     ``ideal``, ``checkpoints`` and ``strategies`` (name -> metrics, ``cost``, ``params``,
     ``uniformity``, ``curve_segments``, ``curve_labels``, ``seconds``).
     """
-    from tqdm import tqdm
-
     names = list(STRATEGIES) if strategies is None else list(strategies)
     bad = [s for s in names if s not in STRATEGIES]
     if bad or not names:
