@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import seeds
+from ..constants import DEFAULT_GROUP_BYTES
 from ..decode import resolve_libsvm_params
 from ..errors import UsageError
 from ..loader import Loader
@@ -49,7 +50,7 @@ def _check_single_libsvm(index):
 def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buffer", "sequential"), *,
                 epochs: int = 5, batch_size: int = 1024, C: float = 1.0, loss: str = "squared_hinge",
                 seed: int = 0, bmf_blocks_n: int = 40, bmf_passes: int = 3, buffer_records: int = 10_000,
-                group_bytes: int = 65536, window: int = 16, prefetch: int = 4, engine: str = "auto",
+                group_bytes: int = DEFAULT_GROUP_BYTES, window: int = 16, prefetch: int = 4, engine: str = "auto",
                 workdir: str | None = None, f_star: float | None = None, reference_epochs: int = 200,
                 reference_tol: float = 1e-3, data=None, index_s: float | None = None, progress=None,
                 log_fn=None, epoch_budget_s: float | None = None) -> dict:

@@ -9,6 +9,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ... import seeds
+from ...constants import DEFAULT_GROUP_BYTES
 from ...errors import UsageError
 from ...index import Index
 from ..kernels import quality as K
@@ -25,7 +26,7 @@ def _progress(progress):
 
 
 def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_size: int = 1024, seed: int = 0,
-             params: dict | None = None, segments: int = DEFAULT_SEGMENTS, group_bytes: int = 65536,
+             params: dict | None = None, segments: int = DEFAULT_SEGMENTS, group_bytes: int = DEFAULT_GROUP_BYTES,
              classes: int = DEFAULT_CLASSES, record_bytes: int | None = None, progress=None) -> dict:
     """Run every strategy for ``epochs`` epochs on ``source`` and measure (a)-(g) and its cost.
 
