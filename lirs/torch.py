@@ -28,6 +28,7 @@ import torch
 import torch.utils.data as tud
 
 from .errors import UsageError
+from .loader import Loader
 
 _OUTPUTS = ("dict", "tuple")
 _SPARSE = ("csr", "coo", "dense")
@@ -118,8 +119,6 @@ class LirsIterableDataset(tud.IterableDataset):
 
     def loader(self):
         """The :class:`lirs.Loader` of this process and shard (made on first use)."""
-        from .loader import Loader
-
         shard, shards = self.shard()
         key = (os.getpid(), shard, shards)
         if self._loader is None or self._loader_key != key:
