@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .decode import TokenError, line_number, line_tokens, parse_tokens
 from .errors import DataError, UsageError
 from .index import FORMATS, VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .sidecar import SidecarWriter, fingerprint, sidecar_path
@@ -134,25 +135,9 @@ def _chunks(path: str, chunk_bytes: int):
 
 
 def _line_of(path: str, offset: int) -> int:
-    """1-based line number of byte ``offset`` (error path only)."""
-    count = 0
-    with open(path, "rb") as f:
-        left = offset
-        while left > 0:
-            b = f.read(min(left, 1 << 20))
-            if not b:
-                break
-            count += b.count(b"\n")
-            left -= len(b)
-    return count + 1
-
-
-def _token_at(path: str, offset: int) -> str:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        b = f.read(64)
-    tok = re.split(rb"[\s#]", b, maxsplit=1)[0]
-    return repr(tok.decode("utf-8", "backslashreplace"))
+    """1-based line number of byte ``offset`` of ``path`` (error path only)."""
+    line = line_number(path, offset)
+    return 1 if line is None else line
 
 
 # --------------------------------------------------------------------------- variable formats
@@ -174,6 +159,9 @@ class VarScanner:
         self.distinct: set | None = set()
         self._out = [None, None]
         self._pool = pool
+        # lines of the current file before the next region; None: regions do not come in file
+        # order from its start (callers other than scan_file), so errors count lines in the file
+        self._line_base: int | None = None
 
     def _arrays(self, slot: int, cap: int):
         """Reusable output arrays; untouched pages of np.empty cost no memory."""
@@ -187,20 +175,18 @@ class VarScanner:
         return a
 
     def _kernel(self, slot, buf, lo, hi, base):
+        """Scan buf[lo:hi] (complete lines) into output slot ``slot``; runs on the pool (nogil)."""
         starts, labels, needs = self._arrays(slot, (hi - lo) // (1 if self.fmt == "lines" else 2) + 2)
         if self.fmt == "lines":
-            return K.lines_scan(buf, lo, hi, base, starts), K.ERR_NONE, -1, None
+            return K.lines_scan(buf, lo, hi, base, starts), 0, None
         stats = self.stats.copy()
         stats[3] = 0
-        # regions without comments or NUL bytes (nearly all) take the memchr fast path
-        if K.has_byte(buf, lo, hi, 35) or K.has_byte(buf, lo, hi, 0):
-            kernel = K.libsvm_scan
-        else:
-            kernel = K.libsvm_scan_fast
-        k, err, pos = kernel(buf, lo, hi, base, starts, labels, needs, K._POW10, stats)
-        return k, err, pos, stats
+        k, nl = K.libsvm_validate(buf, lo, hi, base, starts, labels, needs, K._POW10, stats)
+        return k, nl, stats
 
     def _region(self, path, buf, lo, hi, base):
+        """Scan buf[lo:hi], complete lines at file offset ``base``; raise DataError at the first
+        line that ``load_svmlight_file`` would refuse."""
         if hi <= lo:
             return
         parts = [(lo, hi)]
@@ -213,45 +199,76 @@ class VarScanner:
         else:
             futs = [self._pool.submit(self._kernel, s, buf, a, b, base) for s, (a, b) in enumerate(parts)]
             results = [f.result() for f in futs]
-        for slot, (k, err, pos, stats) in enumerate(results):
-            self._emit(path, buf, hi, base, slot, k, err, pos, stats)
+        for slot, ((a, b), (k, nl, stats)) in enumerate(zip(parts, results)):
+            self._emit(path, buf, a, b, base, slot, k, stats)
+            if self._line_base is not None:
+                self._line_base += nl
 
-    def _emit(self, path, buf, hi, base, slot, k, err, pos, stats):
+    def _fail(self, path, buf, lo, base, pos, message):
+        """Raise the DataError of the byte buf[pos]: file, line, byte, message (one line)."""
+        off = base + pos
+        if self._line_base is not None:  # lines before this region are counted as we go
+            line = self._line_base + K.count_byte(buf, lo, pos, 10) + 1
+        else:
+            line = _line_of(path, off)
+        raise DataError(f"{path}: line {line}, byte {off}: {message}")
+
+    def _check_line(self, path, buf, lo, hi, base, s):
+        """Check the line at buf[s:] with sklearn's rules (Python ``int``/``float``).
+
+        Returns (label float64, has qid, smallest index or -1, largest index or -1); raises
+        DataError naming the line and the offending token."""
+        e = K.find_byte(buf, s, hi, 10)
+        line = bytes(buf[s:hi if e < 0 else e])
+        toks = line_tokens(line)
+        try:
+            label, qid, cols, _ = parse_tokens(toks, values=False)
+        except TokenError as e:
+            err = e
+        else:
+            return label, qid is not None, (cols[0] if cols else -1), (cols[-1] if cols else -1)
+        msg = err.message
+        tok = line[err.at:].split(None, 1)
+        if tok and b"\0" in tok[0]:
+            msg += " (a NUL byte: binary data in a text file?)"
+        elif b"\r" in line.rstrip(b"\r\t \x0b\x0c"):
+            msg += " (a CR inside the line: CR-only line ends? LIBSVM lines end with \\n)"
+        self._fail(path, buf, lo, base, s + err.at, msg)
+
+    def _emit(self, path, buf, lo, hi, base, slot, k, stats):
         starts, labels, needs = self._out[slot]
         if self.fmt == "lines":
             self.w.append(starts[:k])
             self.n += k
             return
-        if err != K.ERR_NONE:
-            off = base + pos
-            line = _line_of(path, off)
-            if err == K.ERR_NUL:
-                raise DataError(f"{path}: line {line}, byte {off}: NUL byte in a LIBSVM text file "
-                                "(binary garbage?); expected 'LABEL INDEX:VALUE ...' lines")
-            if err == K.ERR_NEGATIVE:
-                raise DataError(f"{path}: line {line}, byte {off}: negative feature index "
-                                f"{_token_at(path, off)}; expected INDEX:VALUE with INDEX >= 0")
-            raise DataError(f"{path}: line {line}, byte {off}: expected INDEX:VALUE, got "
-                            f"{_token_at(path, off)}")
+        labels = labels[:k]
+        # lines outside the kernel's fast grammar (rare): Python checks them, in file order, so the
+        # first line sklearn would refuse is the one reported
+        for j in np.flatnonzero(needs[:k]):
+            s = int(starts[j] - base)
+            if needs[j] == K.LABEL_FLOAT:
+                p = s
+                while buf[p] in (32, 9, 11, 12, 13):
+                    p += 1
+                q = p
+                while q < hi and buf[q] not in (32, 9, 10, 11, 12, 13, 35):
+                    q += 1
+                try:
+                    labels[j] = float(bytes(buf[p:q]))
+                    continue
+                except ValueError:
+                    pass  # the full check below names the error
+            label, qid, first, last = self._check_line(path, buf, lo, hi, base, s)
+            if needs[j] == K.LABEL_FLOAT:
+                raise AssertionError(f"{path}: byte {base + s}: float() refused the label but the line checks")
+            labels[j] = label
+            stats[3] += qid
+            if last >= 0:
+                stats[0] = min(stats[0], first)
+                stats[1] = max(stats[1], last)
         self.stats[0] = min(self.stats[0], stats[0])
         self.stats[1] = max(self.stats[1], stats[1])
         self._qid += int(stats[3])
-        labels = labels[:k]
-        bad = np.flatnonzero(needs[:k])
-        for j in bad:  # rare: labels outside the exact fast path go through Python's float()
-            s = int(starts[j] - base)
-            while buf[s] in (32, 9, 11, 12, 13):
-                s += 1
-            e = s
-            while e < hi and buf[e] not in (32, 9, 10, 11, 12, 13):
-                e += 1
-            tok = bytes(buf[s:e]).split(b"#", 1)[0]
-            try:
-                labels[j] = float(tok)
-            except ValueError:
-                off = int(starts[j])
-                raise DataError(f"{path}: line {_line_of(path, off)}, byte {off}: "
-                                f"expected a numeric label, got {tok[:40]!r}") from None
         self.w.append(starts[:k])
         if self.labels_file is not None:
             self.labels_file.write(labels.tobytes())
@@ -264,6 +281,7 @@ class VarScanner:
     def scan_file(self, path: str) -> tuple[int, int, int]:
         """Scan one file; returns (records, first record offset, data end)."""
         self._path = path
+        self._line_base = 0
         n0 = self.n
         size = os.path.getsize(path)
         if size == 0:
@@ -292,6 +310,7 @@ class VarScanner:
             self.bar.update(nb)
         if carry.size:  # last line without a trailing newline: still a record
             self._region(path, carry, 0, carry.size, carry_base)
+        self._line_base = None
         count = self.n - n0
         if count == 0:
             raise DataError(f"{path}: no records found ({size} bytes of blank or comment lines)")

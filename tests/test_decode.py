@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.datasets import load_svmlight_file
 
+import lirs
 from lirs.decode import (NO_QID, decode_fixed, decode_libsvm, decode_lines, load_svmlight,
                          resolve_libsvm_params)
 from lirs.errors import DataError, UsageError
@@ -271,8 +272,11 @@ def test_invalid_handwritten_both_reject(tmp_path, raw, zb):
     p = tmp_path / "bad.svm"
     p.write_bytes(raw)
     assert isinstance(sk_load(p, zero_based=zb), Exception)
-    with pytest.raises(DataError, match=r"bad\.svm: line \d+ \(byte \d+\)"):
+    with pytest.raises(DataError, match=r"bad\.svm: line \d+, byte \d+: "):
         load_svmlight(p, zero_based=zb)
+    if zb == "auto":  # what sklearn refuses with its default, `lirs index` refuses too
+        with pytest.raises(DataError, match=r"bad\.svm: line \d+, byte \d+: "):
+            lirs.build_index(str(p), progress=False)
 
 
 def test_qid_value_is_checked_with_query_id(tmp_path):
@@ -287,7 +291,7 @@ def test_index_zero_when_one_based(tmp_path):
     p = tmp_path / "z.svm"
     p.write_bytes(b"1 1:1\n1 0:1\n")
     assert isinstance(sk_load(p, zero_based=False), Exception)
-    with pytest.raises(DataError, match=r"line 2 .*index 0"):
+    with pytest.raises(DataError, match=r"line 2, .*index 0"):
         load_svmlight(p, zero_based=False)
 
 
@@ -314,6 +318,19 @@ def test_error_message_names_file_offset_record_token(tmp_path):
     with pytest.raises(DataError, match=f"byte {bad} \\(record 0\\)"):
         decode_libsvm(sub, np.array([3]), np.array([len(sub)]), n_features=10, zero_based=False,
                       source="d.svm", file_offsets=starts[1:2])
+
+
+def test_decode_error_of_an_indexed_file_names_the_line(tmp_path):
+    raw = b"1 1:1 2:2\n# note\n\n-1 3:1 4:abc\n1 5:1\n"
+    p = tmp_path / "d.svm"
+    p.write_bytes(raw)
+    starts, ends = split_records(raw)
+    bad = raw.index(b"4:abc")
+    with pytest.raises(DataError) as ei:
+        decode_libsvm(np.frombuffer(raw, np.uint8), starts, ends, n_features=10, zero_based=False,
+                      source=str(p), record_ids=np.array([7, 8, 9]))
+    assert str(ei.value).startswith(f"{p}: line 4, byte {bad} (record 8): ")
+    assert "\n" not in str(ei.value)
 
 
 @pytest.mark.parametrize("rec", [b"# only comment\n", b"\n", b"1 1:1\n2 2:1\n", b"1 1:1\n# c\n2 2:1"])

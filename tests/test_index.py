@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -331,3 +332,63 @@ def test_lines_of_empty_lines_fill_a_chunk(tmp_path, chunk):
     p.write_bytes(data)
     idx = lirs.build_index(str(p), format="lines", chunk_bytes=chunk, progress=False)
     assert idx.offsets.tolist() == ref_lines(data)
+
+
+# ---- the validating scan against sklearn, on lines long enough for the kernel's 8-byte fast path
+
+_VALUES = [b"1", b"0.5", b".5", b"5.", b"-2", b"+3", b"1e3", b"-2.5E-3", b"0.12345678", b"12345678",
+           b"123456789", b"0.1234567890123", b"nan", b"inf", b"1_0", b"", b".", b"-", b"1.2.3", b"0x1",
+           b"1e", b"1:2", b"1\xa0", b"1\x00", b"e5", b"--1", b"1#c"]
+_ODD = [b"x:1", b":1", b"qid:1", b"1", b"-1:1", b"00007:1", b"1.5:1", b"\x00", b"#", b"2abc:1", b"+4:1"]
+
+
+@st.composite
+def _fuzz_file(draw):
+    def line(valid):
+        idx = sorted(set(draw(st.lists(st.integers(0, 10**8), min_size=0, max_size=12))))
+        toks = [draw(st.sampled_from([b"1", b"-1", b"0.25", b"nan", b"1e400"]))]
+        for i in idx:
+            v = b"1" if valid else draw(st.sampled_from(_VALUES))
+            toks.append(b"%d:%s" % (i, v))
+        if not valid and draw(st.booleans()):
+            toks.insert(draw(st.integers(1, len(toks))), draw(st.sampled_from(_ODD)))
+        sep = b" " if valid else draw(st.sampled_from([b" ", b" ", b"  ", b"\t", b" \r ", b"\x0b"]))
+        return sep.join(toks) + draw(st.sampled_from([b"\n", b"\n", b"\r\n", b" \n"]))
+    pad = [line(True) for _ in range(draw(st.integers(0, 30)))]
+    bad = [line(False) for _ in range(draw(st.integers(1, 3)))]
+    tail = [line(True) for _ in range(draw(st.integers(0, 30)))]
+    return b"".join(pad + bad + tail)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=_fuzz_file(), chunk=st.sampled_from([64, 1000, 1 << 20]))
+def test_index_accepts_exactly_what_sklearn_accepts(tmp_path, data, chunk):
+    from sklearn.datasets import load_svmlight_file
+
+    p = tmp_path / "f.svm"
+    p.write_bytes(data)
+    try:
+        load_svmlight_file(str(p))
+        ok = True
+    except Exception:  # noqa: BLE001
+        ok = False
+    if ok:
+        idx = lirs.build_index(str(p), progress=False, chunk_bytes=chunk)
+        X, y = load_svmlight_file(str(p))
+        assert idx.n == X.shape[0]
+        np.testing.assert_array_equal(idx.labels.view(np.uint64), y.view(np.uint64))
+        from lirs.decode import decode_libsvm, resolve_libsvm_params
+
+        n_features, zero_based = resolve_libsvm_params(idx)
+        s, e = idx.bounds()
+        X2, _ = decode_libsvm(np.frombuffer(data, np.uint8), s, e, n_features=n_features,
+                              zero_based=zero_based, dtype=np.float64)
+        assert X2.shape == X.shape
+        np.testing.assert_array_equal(X2.indptr, X.indptr)
+        np.testing.assert_array_equal(X2.indices, X.indices)
+        np.testing.assert_array_equal(X2.data.view(np.uint64), X.data.view(np.uint64))
+    else:
+        with pytest.raises(DataError, match=r"f\.svm: line (\d+), byte (\d+): ") as ei:
+            lirs.build_index(str(p), progress=False, chunk_bytes=chunk)
+        line, byte = map(int, re.search(r"line (\d+), byte (\d+)", str(ei.value)).groups())
+        assert line == data[:byte].count(b"\n") + 1

@@ -1,21 +1,23 @@
-"""Scanning kernels for `lirs index`: record starts, labels and feature-index range of text formats."""
+"""Scanning kernels for `lirs index`: record starts, labels and feature-index range of text formats,
+and the validating LIBSVM scan (every token checked, no value converted but the label)."""
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, types
+from numba.cpython.unsafe.numbers import trailing_zeros
+
+from .libsvm import _HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, _digit_run, _load_u64, parse_float
 
 # libc's memchr is SIMD-tuned (several GB/s on this machine class, 5-8x a byte loop in numba).
 # Declared by symbol name, so kernels that call it can still be cached; NULL comes back as 0.
 memchr = types.ExternalFunction("memchr", types.uintp(types.uintp, types.intc, types.uintp))
 
-# error kinds returned by libsvm_scan
-ERR_NONE = 0
-ERR_INDEX = 1      # feature token without a valid INDEX before ':'
-ERR_NUL = 2        # a NUL byte: binary data, not text
-ERR_NEGATIVE = 3   # negative feature index
+# libsvm_validate's verdict on each record (the ``needs`` output)
+CHECKED = 0        # every token matched the fast grammar; label exact
+LABEL_FLOAT = 1    # the rest of the line is checked; Python's float() must parse the label token
+LINE_PYTHON = 2    # something outside the fast grammar: Python must check the whole line
 
-_POW10 = np.array([1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14,
-                   1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22])
+_POW10 = POW10  # float64 powers of ten 1e0..1e22 (the label's exact fast path)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -24,85 +26,68 @@ def _is_ws(c):
     return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
 
 
-@njit(cache=True, nogil=True)
-def parse_float_exact(buf, p, q, pow10):
-    """Parse buf[p:q] as a decimal float when the result is provably the correctly rounded one.
+_L7F = np.uint64(0x7F7F7F7F7F7F7F7F)
+_H80 = np.uint64(0x8080808080808080)
+_5F = np.uint64(0x5F5F5F5F5F5F5F5F)
+_46 = np.uint64(0x4646464646464646)
+_50 = np.uint64(0x5050505050505050)
+_2E = np.uint64(0x2E2E2E2E2E2E2E2E)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
-    Clinger's fast path: at most 15 significant digits and a power of ten in [-22, 22] make
-    ``m * 10**e`` (or ``m / 10**-e``) a single correctly rounded IEEE operation, equal to Python's
-    ``float()``. Returns (value, ok); ok == False means "let Python parse it".
-    """
-    if p >= q:
-        return 0.0, False
-    neg = False
-    c = buf[p]
-    if c == 43 or c == 45:
-        neg = c == 45
-        p += 1
-    mant = 0
-    sig = 0
-    exp10 = 0
-    digits = 0
-    while p < q and 48 <= buf[p] <= 57:
-        d = buf[p] - 48
-        if sig > 0 or d != 0:
-            sig += 1
-            if sig > 15:
-                return 0.0, False
-            mant = mant * 10 + d
-        digits += 1
-        p += 1
-    if p < q and buf[p] == 46:
-        p += 1
-        while p < q and 48 <= buf[p] <= 57:
-            d = buf[p] - 48
-            if sig > 0 or d != 0:
-                sig += 1
-                if sig > 15:
-                    return 0.0, False
-                mant = mant * 10 + d
-            exp10 -= 1
-            digits += 1
+
+@njit(cache=True, nogil=True, inline="always")
+def _le20(x):
+    """High bit of each byte of u64 ``x`` set exactly when the byte is <= 0x20 (space, controls)."""
+    return ~(((x & _L7F) + _5F) | x) & _H80
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _nondigit(x):
+    """High bit of each byte of u64 ``x`` set exactly when the byte is not an ASCII digit."""
+    t = x & _L7F
+    return ((t + _46) | ~(t + _50) | x) & _H80
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _zero(x):
+    """High bit of each byte of u64 ``x`` set exactly when the byte is 0."""
+    return ~(((x & _L7F) + _L7F) | x) & _H80
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _digit_len(buf, addr, p, hi):
+    """Length of the run of ASCII digits at buf[p:hi], eight bytes at a time (SWAR) while the load
+    stays inside ``buf`` (``addr`` is the address of buf[0])."""
+    m = buf.shape[0]
+    n = 0
+    while p < hi:
+        if p + 8 <= m:
+            x = _load_u64(addr + np.uint64(p))
+            bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
+            k = 8 if bad == 0 else np.int64(trailing_zeros(bad)) >> 3
+            if k > hi - p:
+                k = hi - p
+            n += k
+            p += k
+            if k < 8:
+                return n
+        else:
+            c = buf[p]
+            if c < 48 or c > 57:
+                return n
+            n += 1
             p += 1
-    if digits == 0:
-        return 0.0, False
-    if p < q and (buf[p] == 101 or buf[p] == 69):
-        p += 1
-        eneg = False
-        if p < q and (buf[p] == 43 or buf[p] == 45):
-            eneg = buf[p] == 45
-            p += 1
-        e = 0
-        nd = 0
-        while p < q and 48 <= buf[p] <= 57:
-            if e < 10000:
-                e = e * 10 + (buf[p] - 48)
-            nd += 1
-            p += 1
-        if nd == 0:
-            return 0.0, False
-        exp10 += -e if eneg else e
-    if p != q:
-        return 0.0, False
-    if mant == 0:
-        return (-0.0 if neg else 0.0), True
-    if exp10 < -22 or exp10 > 22:
-        return 0.0, False
-    v = float(mant)
-    if exp10 >= 0:
-        v = v * pow10[exp10]
-    else:
-        v = v / pow10[-exp10]
-    return (-v if neg else v), True
+    return n
 
 
 @njit(cache=True, nogil=True)
 def find_byte(buf, lo, hi, value):
-    """First position of ``value`` in buf[lo:hi], or -1."""
-    for i in range(lo, hi):
-        if buf[i] == value:
-            return i
-    return -1
+    """First position of ``value`` in buf[lo:hi], or -1 (memchr)."""
+    if hi <= lo:
+        return -1
+    ptr = np.int64(buf.ctypes.data)
+    r = np.int64(memchr(ptr + lo, value, hi - lo))
+    return -1 if r == 0 else r - ptr
 
 
 @njit(cache=True, nogil=True)
@@ -115,99 +100,166 @@ def rfind_byte(buf, lo, hi, value):
 
 
 @njit(cache=True, nogil=True)
-def libsvm_scan(buf, lo, hi, base, starts, labels, needs_python, pow10, out_stats):
-    """Scan complete LIBSVM lines in buf[lo:hi] (file offset of buf[0] is ``base``).
+def libsvm_validate(buf, lo, hi, base, starts, labels, needs, pow10, out_stats):
+    """Validate every LIBSVM line of buf[lo:hi] (file offset of buf[0] is ``base``) and find records.
 
-    Fills ``starts[k]`` (int64 file offset of each record's line), ``labels[k]`` (float64, exact when
-    ``needs_python[k] == 0``; otherwise Python must parse the label token) for k < count.
-    ``out_stats`` (int64, 4): running [min_index, max_index, nnz, qid_records], updated in place.
-    Returns (count, err_kind, err_pos_in_buf). Comment-only and blank lines are not records.
+    The fast grammar, a subset of what ``sklearn.datasets.load_svmlight_file`` accepts, is checked
+    byte by byte without converting any value: lines split at '\\n'; a comment from '#'; tokens
+    split at space \\t \\v \\f \\r; a label; an optional first token ``qid*:*``; then
+    ``[+-]?D+ ':' [+-]?(D+[.D*]|.D+)([eE][+-]?D+)?`` pairs (at most 18 index digits) with strictly
+    increasing, non-negative indices. A line outside it is not an error here: it is flagged for
+    Python, which checks it with sklearn's own ``int()``/``float()`` rules.
+
+    Outputs, for k < count (capacity: one per line of the region, plus one):
+    ``starts[k]`` int64, file offset of record k's line; ``labels[k]`` float64, exact when
+    ``needs[k] == CHECKED``; ``needs[k]`` uint8, CHECKED / LABEL_FLOAT / LINE_PYTHON.
+    ``out_stats`` int64 (4,): running [min index, max index, unused, qid lines], over CHECKED and
+    LABEL_FLOAT lines only (Python adds the LINE_PYTHON ones). ``pow10`` float64 1e0..1e22.
+    Blank and comment-only lines are not records. Returns (count, lines ended by '\\n').
     """
+    ptr = np.int64(buf.ctypes.data)
+    addr = buf.ctypes.data
+    m = buf.shape[0]
     k = 0
+    nl = 0
     i = lo
     min_idx = out_stats[0]
     max_idx = out_stats[1]
-    nnz = out_stats[2]
     nqid = out_stats[3]
     while i < hi:
-        ls = i
+        r0 = np.int64(memchr(ptr + i, 10, hi - i))
+        if r0 == 0:
+            j = hi
+        else:
+            j = r0 - ptr
+            nl += 1
         p = i
-        while p < hi and _is_ws(buf[p]):
+        while p < j and _is_ws(buf[p]):
             p += 1
-        if p >= hi or buf[p] == 10 or buf[p] == 35:
-            # blank or comment-only line: skip it whole
-            while p < hi and buf[p] != 10:
-                if buf[p] == 0:
-                    return k, ERR_NUL, p
-                p += 1
-            i = p + 1
+        if p >= j or buf[p] == 35:  # blank or comment-only: not a record
+            i = j + 1
             continue
-        starts[k] = base + ls
-        q = p
-        while q < hi and not _is_ws(buf[q]) and buf[q] != 10 and buf[q] != 35:
-            if buf[q] == 0:
-                return k, ERR_NUL, q
-            q += 1
-        v, ok = parse_float_exact(buf, p, q, pow10)
+        starts[k] = base + i
+        t = p
+        while p < j and not _is_ws(buf[p]) and buf[p] != 35:
+            p += 1
+        v, ok = parse_float(buf, t, p, pow10)
         labels[k] = v
-        needs_python[k] = 0 if ok else 1
-        r = q
+        state = CHECKED if ok else LABEL_FLOAT
+        prev = np.int64(-1)
+        lmin = np.int64(-1)
         first = True
+        qid = False
         while True:
-            while r < hi and _is_ws(buf[r]):
-                r += 1
-            if r >= hi or buf[r] == 10 or buf[r] == 35:
+            while p < j and _is_ws(buf[p]):
+                p += 1
+            if p >= j or buf[p] == 35:
                 break
-            t = r
-            # sklearn treats a leading "qid:" token specially
-            if first and r + 4 <= hi and buf[r] == 113 and buf[r + 1] == 105 and buf[r + 2] == 100 \
-                    and buf[r + 3] == 58:
-                nqid += 1
-                r += 4
-                while r < hi and not _is_ws(buf[r]) and buf[r] != 10 and buf[r] != 35:
-                    if buf[r] == 0:
-                        return k, ERR_NUL, r
-                    r += 1
+            c = buf[p]
+            if first and c == 113 and p + 3 <= j and buf[p + 1] == 105 and buf[p + 2] == 100:
+                # sklearn: a first feature token starting with b"qid" needs a ':'; its value is
+                # not read. A NUL inside would stop strchr from seeing a later '#': Python decides.
+                colon = False
+                while p < j and not _is_ws(buf[p]) and buf[p] != 35:
+                    colon |= buf[p] == 58
+                    if buf[p] == 0:
+                        colon = False
+                        break
+                    p += 1
+                if not colon:
+                    state = LINE_PYTHON
+                    break
+                qid = True
                 first = False
                 continue
             first = False
+            # Fast path, eight bytes at a time: a token 'D{1,8}:V' with V digits and at most one '.'
+            # (at least one digit, at most 8 bytes), then one space. The next token's start depends
+            # only on the bytes <= 0x20 (a short chain); the checks run beside it. Anything else
+            # (signs, exponents, long tokens, tabs, runs of spaces) takes the byte path below.
+            while p + 24 <= m:
+                x = _load_u64(addr + np.uint64(p))
+                y = _load_u64(addr + np.uint64(p + 8))
+                lx = _le20(x)
+                ly = _le20(y)
+                e = (np.int64(trailing_zeros(lx)) if lx != 0 else 64 + np.int64(trailing_zeros(ly))) >> 3
+                cc = np.int64(trailing_zeros(_nondigit(x))) >> 3
+                z = ((x & _LO4) << np.uint64(64 - 8 * cc)) if cc > 0 else np.uint64(0)
+                z = (z * np.uint64(2561)) >> np.uint64(8)
+                z = ((z & _M16) * np.uint64(6553601)) >> np.uint64(16)
+                idx = np.int64(((z & _M32) * np.uint64(42949672960001)) >> np.uint64(32))
+                w = _load_u64(addr + np.uint64(p + cc + 1))
+                vl = e - cc - 1
+                vmask = _ALL if vl >= 8 else (np.uint64(1) << np.uint64(8 * vl if vl > 0 else 0)) - np.uint64(1)
+                ndw = _nondigit(w) & vmask
+                dw = _zero(w ^ _2E) & vmask
+                ok = (cc >= 1) & (vl >= 1) & (vl <= 8) & (p + e <= j) & (buf[p + cc] == 58) & (idx > prev)
+                ok &= ((ndw & ~dw) == 0) & ((dw & (dw - np.uint64(1))) == 0) & ((dw == 0) | (vl >= 2))
+                if not ok:
+                    break
+                lmin = idx if prev < 0 else lmin
+                prev = idx
+                p += e
+                if p >= j or buf[p] != 32:
+                    break
+                p += 1
+            while p < j and _is_ws(buf[p]):
+                p += 1
+            if p >= j or buf[p] == 35:
+                break
+            c = buf[p]
             neg = False
-            if buf[r] == 43 or buf[r] == 45:
-                neg = buf[r] == 45
-                r += 1
-            idx = 0
-            nd = 0
-            while r < hi and 48 <= buf[r] <= 57:
-                idx = idx * 10 + (buf[r] - 48)
-                nd += 1
-                r += 1
-            if nd == 0 or r >= hi or buf[r] != 58:
-                if r < hi and buf[r] == 0:
-                    return k, ERR_NUL, r
-                return k, ERR_INDEX, t
-            if neg and idx != 0:
-                return k, ERR_NEGATIVE, t
-            if idx < min_idx:
-                min_idx = idx
-            if idx > max_idx:
-                max_idx = idx
-            nnz += 1
-            r += 1
-            while r < hi and not _is_ws(buf[r]) and buf[r] != 10 and buf[r] != 35:
-                if buf[r] == 0:
-                    return k, ERR_NUL, r
-                r += 1
-        while r < hi and buf[r] != 10:
-            if buf[r] == 0:
-                return k, ERR_NUL, r
-            r += 1
+            if c == 43 or c == 45:
+                neg = c == 45
+                p += 1
+            idx, nd = _digit_run(buf, addr, p, j)
+            p += nd
+            if nd == 0 or nd > 18 or p >= j or buf[p] != 58 or (neg and idx != 0) or idx <= prev:
+                state = LINE_PYTHON
+                break
+            if prev < 0:
+                lmin = idx
+            prev = idx
+            p += 1
+            if p < j and (buf[p] == 43 or buf[p] == 45):
+                p += 1
+            nd = _digit_len(buf, addr, p, j)
+            p += nd
+            if p < j and buf[p] == 46:
+                p += 1
+                nf = _digit_len(buf, addr, p, j)
+                p += nf
+                nd += nf
+            if nd == 0:
+                state = LINE_PYTHON
+                break
+            if p < j and (buf[p] == 101 or buf[p] == 69):
+                p += 1
+                if p < j and (buf[p] == 43 or buf[p] == 45):
+                    p += 1
+                ne = _digit_len(buf, addr, p, j)
+                if ne == 0:
+                    state = LINE_PYTHON
+                    break
+                p += ne
+            if p < j and not _is_ws(buf[p]) and buf[p] != 35:
+                state = LINE_PYTHON
+                break
+        needs[k] = state
+        if state != LINE_PYTHON:
+            if prev >= 0:
+                if lmin < min_idx:
+                    min_idx = lmin
+                if prev > max_idx:
+                    max_idx = prev
+            if qid:
+                nqid += 1
         k += 1
-        i = r + 1
+        i = j + 1
     out_stats[0] = min_idx
     out_stats[1] = max_idx
-    out_stats[2] = nnz
     out_stats[3] = nqid
-    return k, ERR_NONE, -1
+    return k, nl
 
 
 @njit(cache=True, nogil=True)
@@ -253,82 +305,6 @@ def lines_scan(buf, lo, hi, base, starts):
         k += 1
         p = r + 1
     return k
-
-
-@njit(cache=True, nogil=True)
-def libsvm_scan_fast(buf, lo, hi, base, starts, labels, needs_python, pow10, out_stats):
-    """Like :func:`libsvm_scan` for regions known to hold no '#' and no NUL byte.
-
-    Lines are found with memchr; only the label and the first and last feature tokens of each line
-    are parsed (a valid line has sorted indices, so they bound the index range). Every token is
-    validated later by the decoder. ``out_stats[2]`` (nnz) is not updated. Returns (count, err, pos).
-    """
-    ptr = np.int64(buf.ctypes.data)
-    k = 0
-    i = lo
-    min_idx = out_stats[0]
-    max_idx = out_stats[1]
-    nqid = out_stats[3]
-    while i < hi:
-        ls = i
-        r0 = np.int64(memchr(ptr + i, 10, hi - i))
-        j = hi if r0 == 0 else r0 - ptr
-        e = j
-        while e > i and _is_ws(buf[e - 1]):
-            e -= 1
-        p = i
-        while p < e and _is_ws(buf[p]):
-            p += 1
-        if p >= e:
-            i = j + 1
-            continue
-        starts[k] = base + ls
-        q = p
-        while q < e and not _is_ws(buf[q]):
-            q += 1
-        v, ok = parse_float_exact(buf, p, q, pow10)
-        labels[k] = v
-        needs_python[k] = 0 if ok else 1
-        k += 1
-        r = q
-        while r < e and _is_ws(buf[r]):
-            r += 1
-        if r < e and r + 4 <= e and buf[r] == 113 and buf[r + 1] == 105 and buf[r + 2] == 100 \
-                and buf[r + 3] == 58:
-            nqid += 1
-            while r < e and not _is_ws(buf[r]):
-                r += 1
-            while r < e and _is_ws(buf[r]):
-                r += 1
-        if r < e:
-            t = e
-            while t > r and not _is_ws(buf[t - 1]):
-                t -= 1
-            for tok in (r, t):
-                s = tok
-                neg = False
-                if buf[s] == 43 or buf[s] == 45:
-                    neg = buf[s] == 45
-                    s += 1
-                idx = 0
-                nd = 0
-                while s < e and 48 <= buf[s] <= 57:
-                    idx = idx * 10 + (buf[s] - 48)
-                    nd += 1
-                    s += 1
-                if nd == 0 or s >= e or buf[s] != 58:
-                    return k - 1, ERR_INDEX, tok
-                if neg and idx != 0:
-                    return k - 1, ERR_NEGATIVE, tok
-                if idx < min_idx:
-                    min_idx = idx
-                if idx > max_idx:
-                    max_idx = idx
-        i = j + 1
-    out_stats[0] = min_idx
-    out_stats[1] = max_idx
-    out_stats[3] = nqid
-    return k, ERR_NONE, -1
 
 
 @njit(cache=True, nogil=True)

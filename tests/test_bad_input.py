@@ -1,0 +1,283 @@
+"""The bad-input catalogue: every case against sklearn, and docs/bad-input.md generated from it.
+
+Each LIBSVM case is run through ``sklearn.datasets.load_svmlight_file`` (default arguments) and
+through ``lirs index`` (``lirs.cli.main``). Accepted by sklearn: `lirs index` accepts, and the rows
+decoded from the index and those of ``lirs.load_svmlight`` equal sklearn's (data, indices, indptr,
+labels). Refused by sklearn: `lirs index` exits with status 1 and one line naming the file, the
+line, the byte and the token. The few deliberate differences are listed in ``DIFFERENCES``.
+
+Regenerate the doc with ``LIRS_WRITE_DOCS=1 python -m pytest -q tests/test_bad_input.py``; a test
+fails when the committed doc no longer matches the behaviour.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_svmlight_file
+
+from lirs.build import build_index
+from lirs.cli import main
+from lirs.decode import decode_libsvm, load_svmlight, resolve_libsvm_params
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "bad-input.md"
+
+# (name, bytes of a .svm file)
+LIBSVM = [
+    ("plain", b"1 1:1 3:0.5\n-1 2:2\n"),
+    ("duplicate index", b"1 1:1 1:2\n"),
+    ("decreasing indices", b"1 2:1 1:2\n"),
+    ("duplicate index on line 2", b"1 1:1 2:2\n2 1:1 1:1\n"),
+    ("empty value '1:'", b"1 1:\n"),
+    ("double colon '1::2'", b"1 1::2\n"),
+    ("hex index", b"1 0x1A:1\n"),
+    ("hex value", b"1 1:0x1A\n"),
+    ("letters in index", b"1 2abc:1\n"),
+    ("letter index 'x:1'", b"1 1:1\n1 x:1\n"),
+    ("empty index ':1'", b"1 :1\n"),
+    ("NBSP as separator", b"1 1:1\xa02:1\n"),
+    ("NBSP after label", b"1\xa0 1:1\n"),
+    ("non-UTF-8 byte in value", b"1 1:1\xff\n"),
+    ("CR-only line ends", b"1 1:1\r-1 2:1\r"),
+    ("one line ending in CR only", b"1 1:1\r"),
+    ("CRLF line ends", b"1 1:1\r\n-1 2:1\r\n"),
+    ("negative index", b"1 -1:1\n"),
+    ("index 0", b"1 0:1 2:1\n"),
+    ("index -0", b"1 -0:1\n"),
+    ("-0 then 0 (duplicate)", b"1 -0:1 0:2\n"),
+    ("index +1", b"1 +1:1\n"),
+    ("leading zeros in index", b"1 00001:1\n"),
+    ("28-digit index with leading zeros", b"1 0000000000000000000000000001:1\n"),
+    ("largest C int index", b"1 2147483647:1\n"),
+    ("index 2**31", b"1 2147483648:1\n"),
+    ("index beyond int64", b"1 99999999999999999999:1\n"),
+    ("label nan", b"nan 1:1\n"),
+    ("label -nan", b"-nan 1:1\n"),
+    ("label inf", b"inf 1:1\n-inf 2:1\n"),
+    ("label word", b"abc 1:1\n"),
+    ("label is a pair", b"1:1 2:1\n"),
+    ("17-digit label", b"0.12345678901234567 1:1\n"),
+    ("qid", b"1 qid:3 1:1\n2 qid:3 2:1\n"),
+    ("qid without value", b"1 qid: 1:1\n"),
+    ("qid non-numeric", b"1 qid:abc 1:1\n"),
+    ("qid without colon", b"1 qid 1:1\n"),
+    ("qidx:3 (taken as qid)", b"1 qidx:3 1:1\n"),
+    ("qid not first", b"1 1:1 qid:2\n"),
+    ("qid only", b"1 qid:1\n"),
+    ("tabs", b"1\t1:1\t2:3\n"),
+    ("vertical tab and form feed", b"1 1:1\x0b2:1\x0c\n"),
+    ("trailing spaces", b"1 1:1   \n"),
+    ("leading spaces", b"   1 1:1\n"),
+    ("line of only spaces", b"1 1:1\n   \n-1 2:1\n"),
+    ("blank lines", b"\n\n1 1:1\n\n"),
+    ("comment line and mid-line comment", b"# header\n1 1:1 # note 5:5\n"),
+    ("comment glued to a value", b"1 1:1#c 2:2\n"),
+    ("unicode in comments", b"# \xe2\x82\xac\n1 1:1 # \xc3\xa9\n"),
+    ("invalid UTF-8 in a comment", b"1 1:1 # \xff\xfe\n"),
+    ("NUL in a value", b"1 1:1\x00\n"),
+    ("NUL in a comment", b"1 1:1 # a\x00b\n"),
+    ("NUL before '#'", b"1 1:1\x00#x\n"),
+    ("NUL label", b"\x001 1:1\n"),
+    ("binary garbage", b"\x00\x01\x02garbage\xff\n"),
+    ("missing final newline", b"1 1:1\n-1 2:1"),
+    ("leading +", b"+1 1:+1\n"),
+    ("1e400 (inf)", b"1 1:1e400\n"),
+    ("-0", b"-0 1:-0\n"),
+    (".5", b".5 1:.5\n"),
+    ("5.", b"5. 1:5.\n"),
+    ("exponent", b"1 1:1E5 2:-2.5e-3\n"),
+    ("underscores 1_0", b"1_0 1_0:1_0\n"),
+    ("underscore at the end", b"1 1:1_\n"),
+    ("double underscore", b"1 1:1__0\n"),
+    ("value nan and inf", b"1 1:nan 2:-inf 3:Infinity\n"),
+    ("value 'infinit'", b"1 1:infinit\n"),
+    ("exponent without digits", b"1 1:1e\n"),
+    ("two dots", b"1 1:1.2.3\n"),
+    ("double sign", b"1 1:--1\n"),
+    ("double sign in index", b"1 +-1:1\n"),
+    ("token without colon", b"1 1:1 2\n"),
+    ("space after colon", b"1 1: 2\n"),
+    ("space before colon", b"1 1 :2\n"),
+    ("Arabic-Indic digit index", b"1 \xd9\xa1:1\n"),
+    ("control byte 0x1c in value", b"1 1:1\x1c\n"),
+    ("tiny value", b"1 1:0.0000000000000000000000000000001\n"),
+    ("label only", b"1\n-1\n"),
+    ("only a comment", b"# nothing here\n"),
+    ("empty file", b""),
+]
+
+# deliberate differences from sklearn: name -> why
+DIFFERENCES = {
+    "index 2**31": "lirs extension: sklearn keeps indices in a C int; lirs takes any index below 2**63 - 1",
+    "only a comment": "an index of zero records is refused (sklearn returns a 0-row matrix)",
+    "empty file": "an index of zero records is refused (sklearn returns a 0-row matrix)",
+}
+
+# other formats: (name, file name, bytes, extra CLI arguments); none is valid
+def _npy(arr, fortran=False):
+    buf = io.BytesIO()
+    np.save(buf, np.asfortranarray(arr) if fortran else arr, allow_pickle=True)
+    return buf.getvalue()
+
+
+OTHER = [
+    ("npy truncated data", "x.npy", _npy(np.arange(12, dtype=np.float32).reshape(4, 3))[:-5], []),
+    ("npy bad header", "x.npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': ??}   \n", []),
+    ("npy object dtype", "x.npy", _npy(np.array([{"a": 1}, None], dtype=object)), []),
+    ("npy Fortran order", "x.npy", _npy(np.arange(12, dtype=np.float32).reshape(4, 3), fortran=True), []),
+    ("npy scalar", "x.npy", _npy(np.float32(1)), []),
+    ("fixed size not a multiple", "x.bin", b"\x00" * 10, ["--record-size", "4"]),
+    ("fixed empty after header", "x.bin", b"\x00" * 8, ["--record-size", "4", "--header-size", "8"]),
+    ("lines empty file", "x.jsonl", b"", []),
+]
+
+
+def _sklearn(path):
+    try:
+        X, y = load_svmlight_file(str(path))
+    except Exception as e:  # noqa: BLE001 - any refusal counts
+        return None, f"{type(e).__name__}: {e}"
+    return (X, y), "accepts"
+
+
+def _lirs_index(path, *extra):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["index", "--quiet", *extra, str(path)])
+    return rc, err.getvalue()
+
+
+def _run_case(root: Path, i: int, name: str, data: bytes, fname="bad.svm", extra=()):
+    d = root / f"case{i:03d}"
+    d.mkdir()
+    p = d / fname
+    p.write_bytes(data)
+    sk, sk_msg = _sklearn(p) if fname.endswith(".svm") else (None, "n/a")
+    rc, err = _lirs_index(p, *extra)
+    shown = err.strip().replace(str(d) + os.sep, "")
+    return dict(name=name, path=p, data=data, sk=sk, sk_msg=sk_msg, rc=rc, err=err, shown=shown)
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory):
+    root = tmp_path_factory.mktemp("catalogue")
+    rows = [_run_case(root, i, n, b) for i, (n, b) in enumerate(LIBSVM)]
+    rows += [_run_case(root, len(LIBSVM) + i, n, b, f, x) for i, (n, f, b, x) in enumerate(OTHER)]
+    return {r["name"]: r for r in rows}
+
+
+def _same_rows(X, y, X2, y2):
+    X2 = X2.tocsr()
+    np.testing.assert_array_equal(X.indptr, X2.indptr)
+    np.testing.assert_array_equal(X.indices, X2.indices)
+    np.testing.assert_array_equal(X.data.view(np.uint64), np.asarray(X2.data, np.float64).view(np.uint64))
+    np.testing.assert_array_equal(np.asarray(y).view(np.uint64), np.asarray(y2, np.float64).view(np.uint64))
+    assert X.shape == X2.shape
+
+
+def test_catalogue_is_big():
+    assert len(LIBSVM) >= 40
+    assert len({n for n, _ in LIBSVM} | {n for n, *_ in OTHER}) == len(LIBSVM) + len(OTHER)
+    assert set(DIFFERENCES) <= {n for n, _ in LIBSVM}
+
+
+@pytest.mark.parametrize("name", [n for n, _ in LIBSVM])
+def test_libsvm_case_agrees_with_sklearn(catalogue, name):
+    r = catalogue[name]
+    if name in DIFFERENCES:
+        if "extension" in DIFFERENCES[name]:
+            assert r["sk"] is None and r["rc"] == 0, r["err"]
+        else:
+            assert r["sk"] is not None and r["rc"] == 1
+            assert "no records" in r["err"] or "empty file" in r["err"]
+        return
+    if r["sk"] is not None:
+        assert r["rc"] == 0, r["err"]
+        X, y = r["sk"]
+        # the rows the Loader decodes from the index, and load_svmlight's, are sklearn's bit for bit
+        idx = build_index(str(r["path"]), progress=False)
+        n_features, zero_based = resolve_libsvm_params(idx)
+        s, e = idx.bounds()
+        buf = np.fromfile(r["path"], np.uint8)
+        X2, y2 = decode_libsvm(buf, s, e, n_features=n_features, zero_based=zero_based, dtype=np.float64,
+                               source=str(r["path"]))
+        _same_rows(X, y, X2, y2)
+        np.testing.assert_array_equal(idx.labels.view(np.uint64), y.view(np.uint64))
+        _same_rows(X, y, *load_svmlight(r["path"]))
+        return
+    # refused: exit status 1, one line naming the file, the line, the byte and the token
+    assert r["rc"] == 1, f"lirs index accepted what sklearn refused ({r['sk_msg']})"
+    err = r["err"]
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    m = re.match(r"lirs index: error: (.+): line (\d+), byte (\d+): .*'(.*)'", err)
+    assert m, err
+    assert m.group(1) == str(r["path"])
+    line, byte = int(m.group(2)), int(m.group(3))
+    data = r["data"]
+    assert line == data[:byte].count(b"\n") + 1, "line number does not match the byte"
+    first = repr(data[byte:byte + 1])[2:-1]
+    assert f"'{first}" in err, f"the message does not show the token at byte {byte}"
+
+
+@pytest.mark.parametrize("name", [n for n, *_ in OTHER])
+def test_other_format_case_is_refused_on_one_line(catalogue, name):
+    r = catalogue[name]
+    assert r["rc"] == 1, r["err"]
+    assert r["err"].count("\n") == 1 and "Traceback" not in r["err"]
+    assert str(r["path"]) in r["err"]
+
+
+def _escape(data: bytes, limit=48) -> str:
+    s = repr(data)[2:-1]
+    s = s if len(s) <= limit else s[:limit] + "…"
+    return "`" + s.replace("|", "\\|").replace("`", "'") + "`" if s else "(empty)"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(cat) -> str:
+    """docs/bad-input.md from the catalogue's verdicts."""
+    out = ["# Bad input: what `lirs index` accepts and refuses", "",
+           "Generated by `tests/test_bad_input.py` (`LIRS_WRITE_DOCS=1 python -m pytest -q "
+           "tests/test_bad_input.py`); a test fails when this page and the behaviour disagree.", "",
+           "LIBSVM files are judged against `sklearn.datasets.load_svmlight_file` (default arguments). "
+           "`lirs index` does a full validating parse of every line: whatever sklearn accepts it "
+           "accepts, with the same rows (data, indices, indptr, labels, bit for bit); whatever sklearn "
+           "refuses it refuses at index time, with one line naming the file, line, byte and token "
+           "(exit status 1). Deliberate differences are marked **difference**.", ""]
+    names = [n for n, _ in LIBSVM]
+    agree = sum(1 for n in names if n not in DIFFERENCES)
+    acc = sum(1 for n in names if cat[n]["rc"] == 0)
+    out += [f"{len(names)} LIBSVM cases: sklearn accepts {sum(cat[n]['sk'] is not None for n in names)}, "
+            f"`lirs index` accepts {acc} and refuses {len(names) - acc}; same verdict on {agree}, "
+            f"{len(DIFFERENCES)} deliberate differences.", "",
+            "| case | input | sklearn | lirs index |", "| --- | --- | --- | --- |"]
+    for n in names:
+        r = cat[n]
+        sk = "accepts" if r["sk"] is not None else "refuses: " + r["sk_msg"]
+        li = "accepts" if r["rc"] == 0 else "refuses: " + r["shown"].removeprefix("lirs index: error: ")
+        if n in DIFFERENCES:
+            li += f" — **difference**: {DIFFERENCES[n]}"
+        out.append(f"| {_cell(n)} | {_escape(r['data'])} | {_cell(sk)} | {_cell(li)} |")
+    out += ["", "## Other formats", "", "| case | file | lirs index |", "| --- | --- | --- |"]
+    for n, f, _, x in OTHER:
+        r = cat[n]
+        li = "accepts" if r["rc"] == 0 else "refuses: " + r["shown"].removeprefix("lirs index: error: ")
+        out.append(f"| {_cell(n)} | `{' '.join(['lirs index', *x, f])}` | {_cell(li)} |")
+    return "\n".join(out) + "\n"
+
+
+def test_doc_matches_behaviour(catalogue):
+    text = render(catalogue)
+    if os.environ.get("LIRS_WRITE_DOCS") == "1":
+        DOC.parent.mkdir(exist_ok=True)
+        DOC.write_text(text, encoding="utf-8")
+    assert DOC.exists(), "docs/bad-input.md is missing: run with LIRS_WRITE_DOCS=1"
+    assert DOC.read_text(encoding="utf-8") == text, "docs/bad-input.md is stale: run with LIRS_WRITE_DOCS=1"
