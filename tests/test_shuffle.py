@@ -124,7 +124,7 @@ def io_mode(request, monkeypatch):
 
 def check_io(st, io_mode, d):
     """The run used O_DIRECT exactly when asked and the filesystem of ``d`` takes it."""
-    want = io_mode == "direct" and D._direct_ok(str(d))
+    want = io_mode == "direct" and D.direct_ok(str(d))
     assert st["direct_io"] == {"piles": want, "output": want}
 
 
@@ -226,7 +226,7 @@ def test_tmpfs_takes_or_refuses_o_direct_either_way_works(shm_dir, force_plan):
         f.write(data)
     force_plan(piles=3, write_buffer=700)
     st = E.shuffle(src, os.path.join(shm_dir, "o.svm"), index=True)
-    assert st["direct_io"]["piles"] == D._direct_ok(shm_dir)
+    assert st["direct_io"]["piles"] == D.direct_ok(shm_dir)
     assert Counter(out_records(os.path.join(shm_dir, "o.svm"))) == Counter(text_records(data, "libsvm"))
     assert _same_sidecar(os.path.join(shm_dir, "o.svm"), st["sidecars"][0], shm_dir)
 
@@ -583,7 +583,7 @@ def test_errors(tmp_path, monkeypatch):
     (tmp_path / "comments.svm").write_bytes(b"# only\n\n")
     with pytest.raises(DataError, match="no records"):
         E.shuffle(tmp_path / "comments.svm", tmp_path / "o.svm")
-    monkeypatch.setattr(D, "_free_bytes", lambda d: 3)
+    monkeypatch.setattr(D, "free_bytes", lambda d: 3)
     with pytest.raises(LirsError, match="not enough free disk space"):
         E.shuffle(tmp_path / "a.svm", tmp_path / "o.svm")
     assert leftovers(tmp_path) == []
@@ -605,7 +605,7 @@ def test_cli(tmp_path, capsys, monkeypatch):
     assert cli_main(["shuffle", str(tmp_path / "nope.svm"), "-o", str(tmp_path / "x.svm")]) == 1
     assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm"), "--memory", "1K"]) == 2
     assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm"), "--memory", "lots"]) == 2
-    monkeypatch.setattr(D, "_free_bytes", lambda d: 0)
+    monkeypatch.setattr(D, "free_bytes", lambda d: 0)
     assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm")]) == 1
     assert "not enough free disk space" in capsys.readouterr().err
 

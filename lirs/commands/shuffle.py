@@ -4,8 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import UsageError
-from ..units import format_bytes, parse_size
+from ..units import format_bytes
 
 
 def add_parser(sub):
@@ -36,17 +35,12 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    # imported here, not at the top: `lirs --help` need not load the shuffle's kernels
     from ..external import shuffle
 
-    if args.record_size is not None and args.record_size <= 0:
-        raise UsageError("--record-size must be a positive number of bytes")
-    if args.seed < 0:
-        raise UsageError("--seed must be a non-negative integer")
-    if args.shards is not None and args.shards < 1:
-        raise UsageError("--shards must be a positive integer")
-    memory = parse_size(args.memory)
     inputs = args.inputs[0] if len(args.inputs) == 1 else args.inputs
-    st = shuffle(inputs, args.out, shards=args.shards, memory=memory, tmpdir=args.tmpdir, seed=args.seed,
+    # shuffle() checks the numbers and the memory size (UsageError: exit status 2)
+    st = shuffle(inputs, args.out, shards=args.shards, memory=args.memory, tmpdir=args.tmpdir, seed=args.seed,
                  index=args.index, progress=False if args.quiet else None, format=args.format,
                  record_size=args.record_size, header_size=args.header_size)
     if args.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ctypes
 import errno as _errno
 import os
+import tempfile
 import threading
 
 import numpy as np
@@ -105,6 +106,39 @@ def probe_direct(path: str) -> str | None:
     finally:
         os.close(fd)
     return None
+
+
+def probe_direct_write(dirpath: str) -> str | None:
+    """None when files in the directory ``dirpath`` take O_DIRECT writes and reads, else the reason.
+
+    For writers (``lirs shuffle``'s piles and output): writes one aligned block to a temporary file
+    with O_DIRECT, then reads it back with :func:`probe_direct`, since tmpfs and some overlay
+    filesystems refuse O_DIRECT only at the first real I/O. The file is removed.
+    """
+    if not O_DIRECT:
+        return "this platform has no O_DIRECT"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".lirs-direct-", dir=dirpath)
+    except OSError as e:
+        return f"cannot create a file in {dirpath} ({os.strerror(e.errno)})"
+    try:
+        os.close(fd)
+        fd = os.open(probe, os.O_WRONLY | O_DIRECT | getattr(os, "O_CLOEXEC", 0))
+        try:
+            buf = aligned_empty(BLOCK)
+            buf[:] = 7
+            if os.pwrite(fd, buf, 0) != BLOCK:
+                return f"an aligned O_DIRECT write in {dirpath} came back short"
+        finally:
+            os.close(fd)
+        return probe_direct(probe)
+    except OSError as e:
+        return f"O_DIRECT in {dirpath} failed ({os.strerror(e.errno)})"
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
 
 
 class Engine:

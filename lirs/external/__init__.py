@@ -1,3 +1,5 @@
 """``lirs shuffle``: a one-off exact two-pass external shuffle of files larger than RAM."""
-from .api import *  # noqa: F401,F403
-from .api import shuffle  # noqa: F401
+from .api import shuffle
+from .memory import MemoryPlan, plan_memory
+
+__all__ = ["MemoryPlan", "plan_memory", "shuffle"]

@@ -18,17 +18,18 @@ digits. The sizes of the piles carry no information about the order inside them,
 turns out too big for memory is split again (another pass over that pile alone, into sub-piles
 with fresh draws) and never truncated: no bias.
 
-Randomness follows the seed scheme: ``SeedSequence([seed, 0, PURPOSE_PILES], spawn_key=path)``
-keys the pile draws of the top level (path ``()``) and of every re-split pile (its path of pile
-numbers); ``PURPOSE_ORDER`` keys the shuffle inside each final pile. A record's pile depends only
-on the key and the record's number in the input, not on chunk sizes, so the output is a function
-of the input records, ``seed`` and the pile count M (``stats["piles"]``, chosen from ``memory``).
+Randomness follows the seed scheme (:mod:`lirs.seeds`): ``SeedSequence([seed, 0, SHUFFLE_PILES],
+spawn_key=path)`` keys the pile draws of the top level (path ``()``) and of every re-split pile (its
+path of pile numbers); ``SHUFFLE_ORDER`` keys the shuffle inside each final pile. A record's pile
+depends only on the key and the record's number in the input, not on chunk sizes, so the output is
+a function of the input records, ``seed`` and the pile count M (``stats["piles"]``, chosen from
+``memory``).
 
 Records:
 
 * ``lines``: every line is a record, empty lines included; its bytes (``\\r\\n`` too) are kept.
 * ``libsvm``: a record is a line that is not blank or comment-only (the definition of
-  :mod:`lirs.scan`); blank and comment-only lines are dropped (counted in ``stats``), a comment
+  :mod:`lirs.build`); blank and comment-only lines are dropped (counted in ``stats``), a comment
   after a record's features stays on its line.
 * text: the last line of an input without a trailing newline gets one (``\\n``) in the output, so
   records never merge (``stats["added_newlines"]``).
@@ -40,6 +41,10 @@ Records:
 The output is written under temporary names and renamed at the end; piles live in a temporary
 directory under ``tmpdir`` (default: next to the output) that is removed on success, on error and
 on Ctrl-C.
+
+The parts: :mod:`.formats` (inputs), :mod:`.memory` (the plan), :mod:`.piles` (dealing),
+:mod:`.writer` (the output writer), :mod:`.indexer` (sidecars of text outputs), :mod:`.passes`
+(both passes), :mod:`.outputs` (names and the move into place), :mod:`.disk` (I/O helpers).
 """
 from __future__ import annotations
 
@@ -49,35 +54,22 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..constants import BLOCK
+from ..build import expand_paths, labels_path
 from ..errors import DataError, LirsError, UsageError
-from ..index import VARIABLE_FORMATS
 from ..kernels import external as K
-from ..sidecar import sidecar_path
 from ..units import format_bytes, parse_size
-from .disk import _check_space, _direct_ok, _fsync_dir
-from .formats import _detect, _mean_text_record, _sources
-from .memory import MemoryPlan, _fd_pile_limit, _max_line, plan_memory  # noqa: F401
-from .passes import PURPOSE_PILES, _key, _Run
-from .piles import _Dealer, _Piles
-from .writer import _Output, _Shard
+from .disk import check_space, direct_ok
+from .formats import Dataset, open_dataset
+from .memory import MemoryPlan, fd_pile_limit, plan_memory
+from .outputs import Layout
+from .passes import Pass2, pass1, pass2
+from .writer import Output
 
 log = logging.getLogger("lirs.external")
-
-
-def _shard_names(out: str, shards: int, ext: str) -> list[str]:
-    width = max(5, len(str(shards - 1)))
-    return [f"part-{k:0{width}d}{ext}" for k in range(shards)]
-
-
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
 
 
 def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index=False, progress=None,
@@ -119,33 +111,63 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     ``skipped_lines``/``skipped_bytes`` (LIBSVM blank and comment-only lines),
     ``added_newlines``, ``seed`` and the memory plan.
     """
-    from tqdm import tqdm
-
-    from ..build import expand_paths, labels_path
-
     t_start = time.perf_counter()
+    shards, seed = _check_numbers(shards, seed, record_size)
+    mem = parse_size(memory)
+    if not out:
+        raise UsageError("name the output with -o OUT")
+    out = os.path.abspath(os.fspath(out))
+    files = expand_paths(inputs)
+    ds = open_dataset(files, format, record_size, header_size)
+    parent, tmpdir = _check_places(files, out, shards, tmpdir, labels=ds.linfo is not None)
+    max_piles = int(_max_piles or fd_pile_limit())
+    plan = plan_memory(ds.pile_bytes, ds.mean_record(), mem, record_bytes=ds.rr,
+                       label_ratio=(ds.ls / ds.rs if ds.rs else 0.0), index=index and ds.text,
+                       validate=index and ds.fmt == "libsvm", max_piles=max_piles)
+    check_space(tmpdir, parent, ds.pile_bytes, ds.out_bytes)
+    pile_dir = tempfile.mkdtemp(prefix=".lirs-shuffle-", dir=tmpdir)
+    pool = ThreadPoolExecutor(2) if index and ds.text else None  # the index scans of text outputs
+    try:
+        direct = {"piles": direct_ok(pile_dir), "output": direct_ok(parent)}
+        res = _run(ds, plan, out, parent, pile_dir, shards=shards, seed=seed, index=index, direct=direct,
+                   max_piles=max_piles, pool=pool, quiet=None if progress is None else not progress)
+    finally:
+        shutil.rmtree(pile_dir, ignore_errors=True)
+        if pool is not None:
+            pool.shutdown(wait=True)
+    st = _stats(ds, plan, res, shards=shards, seed=seed, index=index, direct=direct,
+                secs=time.perf_counter() - t_start)
+    log.info("shuffled %d records (%s) into %d file(s) in %.2fs (pass 1 %.2fs, pass 2 %.2fs, %d piles)",
+             st["records"], format_bytes(st["bytes"]), len(st["outputs"]), st["seconds"], st["seconds_pass1"],
+             st["seconds_pass2"], plan.piles)
+    return st
+
+
+def _check_numbers(shards, seed, record_size) -> tuple[int | None, int]:
+    """``shards`` and ``seed`` as ints, after checking them and ``record_size``."""
     if shards is not None:
         if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or shards < 1:
             raise UsageError(f"--shards must be a positive integer, got {shards!r}")
         shards = int(shards)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise UsageError(f"--seed must be a non-negative integer, got {seed!r}")
-    seed = int(seed)
     if record_size is not None and (isinstance(record_size, bool) or int(record_size) <= 0):
         raise UsageError("--record-size must be a positive number of bytes")
-    mem = parse_size(memory)
-    if not out:
-        raise UsageError("name the output with -o OUT")
-    out = os.path.abspath(os.fspath(out))
-    files = expand_paths(inputs)
-    fmt = _detect(files, format, record_size)
-    srcs, rs, dtype, shape, linfo = _sources(files, fmt, record_size, header_size)
-    text = fmt in VARIABLE_FORMATS
-    ls = linfo[2] if linfo else 0
+    return shards, int(seed)
 
-    # where things go
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _check_places(files, out: str, shards, tmpdir, *, labels: bool) -> tuple[str, str]:
+    """(output directory, pile directory's parent) after checking that the output overwrites no
+    input and that the directories exist."""
     for p in files:
-        if _same_file(p, out) or (linfo and _same_file(labels_path(out), p)):
+        if _same_file(p, out) or (labels and _same_file(labels_path(out), p)):
             raise UsageError(f"output {out} is one of the inputs; write the shuffle to a new file")
     parent = os.path.dirname(out)
     if not os.path.isdir(parent):
@@ -163,169 +185,79 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     tmpdir = os.path.abspath(tmpdir) if tmpdir else parent
     if not os.path.isdir(tmpdir):
         raise FileNotFoundError(2, "No such file or directory", tmpdir)
+    return parent, tmpdir
 
-    # memory plan
-    in_bytes = sum(s.end - s.start for s in srcs)
-    if text:
-        mean = _mean_text_record(srcs[0].path, srcs[0].end)
-        pile_bytes = in_bytes + len(srcs)   # a newline may be added per input
-        rr = 0
-    else:
-        rr = rs + ls
-        mean = rr
-        pile_bytes = sum(s.n for s in srcs) * rr
-    max_piles = int(_max_piles or _fd_pile_limit())
-    plan = plan_memory(pile_bytes, mean, mem, record_bytes=rr, label_ratio=(ls / rs if rs else 0.0),
-                       index=index and text, validate=index and fmt == "libsvm", max_piles=max_piles)
-    out_bytes = in_bytes + (sum(s.n for s in srcs) * ls if ls else 0) + (len(srcs) if text else 1 << 16)
-    _check_space(tmpdir, parent, pile_bytes, out_bytes)
 
-    disable = None if progress is None else not progress
-    pid = os.getpid()
-    pile_dir = tempfile.mkdtemp(prefix=".lirs-shuffle-", dir=tmpdir)
-    direct_piles = _direct_ok(pile_dir)
-    direct_out = _direct_ok(parent)
-    block = BLOCK if direct_piles else 1
-    stage = None                    # sharded output: the directory being filled
-    shard_list: list[_Shard] = []
-    output = None
-    run = None
-    pool = ThreadPoolExecutor(2) if index and text else None
+@dataclass
+class _Result:
+    records: int
+    info: np.ndarray       # int64 (3,): skipped lines, skipped bytes, added newlines
+    pass2: Pass2
+    layout: Layout
+    seconds_pass1: float
+    seconds_pass2: float
+
+
+def _run(ds: Dataset, plan: MemoryPlan, out: str, parent: str, pile_dir: str, *, shards, seed: int,
+         index: bool, direct: dict, max_piles: int, pool, quiet) -> _Result:
+    """Both passes and the move into place. Removes the output's temporaries on any error (the
+    caller removes the piles)."""
+    layout = output = None
     try:
-        # ---- pass 1
         t1 = time.perf_counter()
-        piles = _Piles(pile_dir, "p", plan.piles, max(plan.write_buffer, rr + block), direct_piles)
-        try:
-            with tqdm(total=in_bytes, unit="B", unit_scale=True, desc="lirs shuffle pass 1", disable=disable,
-                      leave=False) as bar:
-                dealer = _Dealer(fmt, piles, _key(seed, PURPOSE_PILES, ()), plan.chunk,
-                                 skip_blank=(fmt == "libsvm"), rs=rs or 0, ls=ls,
-                                 validate=plan.validate_piece if index and fmt == "libsvm" else 0,
-                                 max_record=_max_line(plan, index) if text else None,
-                                 bar=bar, memory=mem, pool=pool)
-                for s in srcs:
-                    dealer.deal(s)
-            piles.finish()
-        except BaseException:
-            piles.close()
-            raise
+        piles, info = pass1(ds, plan, pile_dir, seed, direct=direct["piles"], index=index, pool=pool,
+                            quiet=quiet)
         t_pass1 = time.perf_counter() - t1
         n = int(piles.counts.sum())
         if n == 0:
-            raise DataError(f"{files[0]}: no records found (only blank or comment lines)")
+            raise DataError(f"{ds.files[0]}: no records found (only blank or comment lines)")
         if shards is not None and shards > n:
             raise UsageError(f"--shards {shards} is more than the {n} records")
-
-        # ---- outputs
-        ext = os.path.splitext(files[0])[1] if fmt != "npy" else ".npy"
-        if shards is None:
-            counts = [n]
-            finals = [out]
-            tmps = [os.path.join(parent, f".{os.path.basename(out)}.tmp-{pid}")]
-        else:
-            counts = [n // shards + (1 if k < n % shards else 0) for k in range(shards)]
-            stage = os.path.join(parent, f".{os.path.basename(out)}.tmp-{pid}")
-            os.mkdir(stage)
-            names = _shard_names(out, shards, ext)
-            finals = [os.path.join(out, nm) for nm in names]
-            tmps = [os.path.join(stage, nm) for nm in names]
-        for f, t, c in zip(finals, tmps, counts):
-            sh = _Shard(final=f, tmp=t, count=c)
-            if linfo is not None:
-                sh.labels_final = labels_path(f)
-                sh.labels_tmp = labels_path(t) if stage else os.path.join(
-                    parent, f".{os.path.basename(labels_path(f))}.tmp-{pid}")
-            if index:
-                sh.sidecar = sidecar_path(f)
-            shard_list.append(sh)
-
-        def sidecar_tmp(s: _Shard) -> str:
-            # sharded sidecars are written inside the staging directory, single ones in place
-            return os.path.join(stage, os.path.basename(s.sidecar)) if stage else s.sidecar
-
-        output = _Output(fmt, shard_list, plan, rs=rs or 0, ls=ls, dtype=dtype, shape=shape, linfo=linfo,
-                         index=index, scratch=pile_dir, pool=pool, sidecar_tmp=sidecar_tmp, direct=direct_out)
-
-        # ---- pass 2
+        ext = os.path.splitext(ds.files[0])[1] if ds.fmt != "npy" else ".npy"
+        layout = Layout(out, parent, shards, ext, n, labels=ds.linfo is not None, index=index)
+        output = Output(ds, layout.shards, plan, index=index, scratch=pile_dir, pool=pool,
+                        direct=direct["output"])
         t2 = time.perf_counter()
-        with tqdm(total=int(piles.nbytes.sum()), unit="B", unit_scale=True, desc="lirs shuffle pass 2",
-                  disable=disable, leave=False) as bar:
-            run = _Run(fmt, plan, seed, pile_dir, output, rs or 0, ls, bar, max_piles, direct_piles)
-            run.emit(piles)
-        if output.records != n or len(output.done) != len(shard_list):
+        run = pass2(piles, ds, plan, seed, pile_dir, output, max_piles=max_piles, direct=direct["piles"],
+                    quiet=quiet)
+        if output.records != n or len(output.done) != len(layout.shards):
             raise LirsError(f"wrote {output.records} of {n} records; the piles were changed during the shuffle")
         output.close()
         t_pass2 = time.perf_counter() - t2
-
-        # ---- into place: labels before data, data before sidecars
-        if stage is not None:
-            for s in shard_list:  # sidecars inside the staging directory, naming the final paths
-                if s.indexer is not None:
-                    s.indexer, ix = None, s.indexer
-                    ix.commit(s.data_end, s.tmp)
-            os.replace(stage, out)
-            stage = None
-        else:
-            for s in shard_list:
-                if s.labels_tmp:
-                    os.replace(s.labels_tmp, s.labels_final)
-                os.replace(s.tmp, s.final)
-        _fsync_dir(parent)
-        for s in shard_list:
-            if s.indexer is not None:
-                s.indexer, ix = None, s.indexer
-                ix.commit(s.data_end, s.final)
-        if index and not text:
-            from ..build import build  # nothing to scan: header, record size and count, labels
-
-            for s in shard_list:
-                build(s.final, format=fmt, record_size=rs if fmt == "fixed" else None,
-                      out=s.sidecar, progress=False)
+        layout.commit(ds, index)
     except BaseException:
         if output is not None:
             try:
                 output.close()
-            except Exception:  # the original error matters more
+            except Exception:  # noqa: BLE001,S110 - the original error matters more
                 pass
-        for s in shard_list:
-            if s.indexer is not None:
-                s.indexer.abort()
-                s.indexer = None
-            for p in (s.tmp, s.labels_tmp):
-                if p and stage is None:
-                    try:
-                        os.unlink(p)
-                    except FileNotFoundError:
-                        pass
-        if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
+        if layout is not None:
+            layout.abort()
         raise
-    finally:
-        if run is not None:
-            run.close()
-        shutil.rmtree(pile_dir, ignore_errors=True)
-        if pool is not None:
-            pool.shutdown(wait=True)
+    return _Result(n, info, run, layout, t_pass1, t_pass2)
 
-    secs = time.perf_counter() - t_start
-    peak1 = plan.pass1_bytes
-    peak2 = run.peak_pile + plan.out_fixed
-    stats = {
-        "records": n,
-        "bytes": int(in_bytes),
-        "output_bytes": int(sum(os.path.getsize(s.final) for s in shard_list)),
-        "format": fmt,
-        "inputs": files,
-        "outputs": [s.final for s in shard_list],
+
+def _stats(ds: Dataset, plan: MemoryPlan, res: _Result, *, shards, seed: int, index: bool, direct: dict,
+           secs: float) -> dict:
+    """The dict :func:`shuffle` returns."""
+    peak1, peak2 = plan.pass1_bytes, res.pass2.peak_pile + plan.out_fixed
+    done = res.layout.shards
+    st = {
+        "records": res.records,
+        "bytes": int(ds.in_bytes),
+        "output_bytes": int(sum(os.path.getsize(s.final) for s in done)),
+        "format": ds.fmt,
+        "inputs": ds.files,
+        "outputs": [s.final for s in done],
         "shards": shards,
         "seed": seed,
         "piles": plan.piles,
-        "splits": run.splits,
-        "split_bytes": run.split_bytes,
-        "depth": run.max_depth,
-        "direct_io": {"piles": direct_piles, "output": direct_out},
-        "seconds_pass1": round(t_pass1, 4),
-        "seconds_pass2": round(t_pass2, 4),
+        "splits": res.pass2.splits,
+        "split_bytes": res.pass2.split_bytes,
+        "depth": res.pass2.max_depth,
+        "direct_io": direct,
+        "seconds_pass1": round(res.seconds_pass1, 4),
+        "seconds_pass2": round(res.seconds_pass2, 4),
         "seconds": round(secs, 4),
         "memory": plan.memory,
         "peak_memory_estimate": int(max(peak1, peak2)),
@@ -334,14 +266,12 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
         "plan": {"chunk": plan.chunk, "write_buffer": plan.write_buffer, "piles": plan.piles,
                  "pile_cap": plan.pile_cap, "out_buffer": plan.out_buffer,
                  "expected_pile": plan.expected_pile},
-        "skipped_lines": int(dealer.info[K.INFO_SKIPPED_LINES]),
-        "skipped_bytes": int(dealer.info[K.INFO_SKIPPED_BYTES]),
-        "added_newlines": int(dealer.info[K.INFO_ADDED_NEWLINES]),
+        "skipped_lines": int(res.info[K.INFO_SKIPPED_LINES]),
+        "skipped_bytes": int(res.info[K.INFO_SKIPPED_BYTES]),
+        "added_newlines": int(res.info[K.INFO_ADDED_NEWLINES]),
     }
-    if linfo is not None:
-        stats["labels"] = [s.labels_final for s in shard_list]
+    if ds.linfo is not None:
+        st["labels"] = [s.labels_final for s in done]
     if index:
-        stats["sidecars"] = [s.sidecar for s in shard_list]
-    log.info("shuffled %d records (%s) into %d file(s) in %.2fs (pass 1 %.2fs, pass 2 %.2fs, %d piles)",
-             n, format_bytes(in_bytes), len(shard_list), secs, t_pass1, t_pass2, plan.piles)
-    return stats
+        st["sidecars"] = [s.sidecar for s in done]
+    return st

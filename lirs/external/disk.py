@@ -1,29 +1,50 @@
-"""Disk helpers of `lirs shuffle`: whole writes and reads, the O_DIRECT probe, free space, fsync."""
+"""Disk helpers of `lirs shuffle`: whole writes and reads, O_DIRECT or not, free space, fsync."""
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
 
-from ..constants import BLOCK
 from ..engines import aligned_empty
+from ..engines.base import probe_direct_write
 from ..errors import LirsError
 from ..units import format_bytes
 
 DIRECT = True                  # O_DIRECT for piles and output where the filesystem allows it
 
-# --------------------------------------------------------------------------- I/O helpers
+
+def direct_ok(dirpath: str) -> bool:
+    """Whether the shuffle writes and reads files in ``dirpath`` with O_DIRECT: asked for
+    (``DIRECT``) and taken by the filesystem (:func:`lirs.engines.base.probe_direct_write`)."""
+    return DIRECT and probe_direct_write(dirpath) is None
 
 
-def _write_all(fd: int, data) -> None:
+def round_up(n: int, block: int) -> int:
+    """``n`` rounded up to a multiple of ``block``."""
+    return -(-int(n) // block) * block
+
+
+def alloc(nbytes: int, direct: bool) -> np.ndarray:
+    """Uninitialized uint8 (nbytes,), block-aligned when it takes part in O_DIRECT I/O."""
+    return aligned_empty(nbytes) if direct else np.empty(nbytes, np.uint8)
+
+
+def create(path: str, direct: bool, mode: int = 0o644) -> int:
+    """A new (truncated) file for writing, with O_DIRECT when ``direct``; returns its descriptor."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if direct else 0)
+    return os.open(path, flags, mode)
+
+
+def write_all(fd: int, data) -> None:
+    """Append all of ``data`` (bytes or a uint8 array) at the file position of ``fd``."""
     mv = memoryview(data).cast("B")
     while mv.nbytes:
         n = os.write(fd, mv)
         mv = mv[n:]
 
 
-def _pwrite_all(fd: int, data, off: int) -> None:
+def pwrite_all(fd: int, data, off: int) -> None:
+    """Write all of ``data`` (bytes or a uint8 array) at byte ``off`` of ``fd``."""
     mv = memoryview(data).cast("B")
     while mv.nbytes:
         n = os.pwrite(fd, mv, off)
@@ -31,13 +52,12 @@ def _pwrite_all(fd: int, data, off: int) -> None:
         off += n
 
 
-def _read_all(path: str, nbytes: int, out: np.ndarray, block: int = 1) -> None:
-    """Read the first ``nbytes`` of ``path`` into ``out``; with ``block`` > 1 by O_DIRECT in whole
-    blocks (``out`` aligned, room for ``nbytes`` rounded up to a block)."""
+def read_all(path: str, nbytes: int, out: np.ndarray, block: int = 1) -> None:
+    """Read the first ``nbytes`` of ``path`` into ``out`` (uint8); with ``block`` > 1 by O_DIRECT in
+    whole blocks (``out`` aligned, room for ``nbytes`` rounded up to a block)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (os.O_DIRECT if block > 1 else 0))
     try:
-        want = -(-nbytes // block) * block
-        mv = memoryview(out)[:want]
+        mv = memoryview(out)[:round_up(nbytes, block)]
         got = 0
         while got < nbytes:
             r = os.preadv(fd, [mv[got:]], got)
@@ -48,48 +68,20 @@ def _read_all(path: str, nbytes: int, out: np.ndarray, block: int = 1) -> None:
         os.close(fd)
 
 
-def _direct_ok(dirpath: str) -> bool:
-    """Whether files in ``dirpath`` take O_DIRECT writes and reads (tmpfs and some overlay
-    filesystems refuse them, sometimes only at the first I/O: probe with a real one)."""
-    if not DIRECT or not hasattr(os, "O_DIRECT"):
-        return False
-    fd = -1
-    try:
-        tmp_fd, probe = tempfile.mkstemp(prefix=".lirs-direct-", dir=dirpath)
-        os.close(tmp_fd)
-        fd = os.open(probe, os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
-        buf = aligned_empty(BLOCK)
-        buf[:] = 7
-        back = aligned_empty(BLOCK)
-        ok = os.pwrite(fd, buf, 0) == BLOCK and os.preadv(fd, [back], 0) == BLOCK and bool((back == 7).all())
-    except OSError:
-        ok = False
-    finally:
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        try:
-            os.unlink(probe)
-        except (OSError, UnboundLocalError):
-            pass
-    return ok
-
-
-def _free_bytes(path: str) -> int:
+def free_bytes(path: str) -> int:
+    """Bytes an unprivileged writer may still use on the filesystem of ``path``."""
     st = os.statvfs(path)
     return int(st.f_bavail * st.f_frsize)
 
 
-def _check_space(pile_dir: str, out_dir: str, pile_bytes: int, out_bytes: int) -> None:
+def check_space(pile_dir: str, out_dir: str, pile_bytes: int, out_bytes: int) -> None:
     """Raise when the pile and output directories cannot hold the piles and the output."""
     need = {}
     for d, b in ((pile_dir, pile_bytes), (out_dir, out_bytes)):
         dev = os.stat(d).st_dev
         need.setdefault(dev, [d, 0])[1] += b
-    for dev, (d, b) in need.items():
-        free = _free_bytes(d)
+    for d, b in need.values():
+        free = free_bytes(d)
         if free < b:
             raise LirsError(f"not enough free disk space on {d}: the shuffle needs about {format_bytes(b)} "
                             f"(piles {format_bytes(pile_bytes)} + output {format_bytes(out_bytes)} "
@@ -97,7 +89,8 @@ def _check_space(pile_dir: str, out_dir: str, pile_bytes: int, out_bytes: int) -
                             "for the piles elsewhere")
 
 
-def _fsync_dir(d: str) -> None:
+def fsync_dir(d: str) -> None:
+    """Make the renames inside directory ``d`` durable."""
     try:
         fd = os.open(d, os.O_RDONLY)
         try:

@@ -1,21 +1,29 @@
-"""Inputs of `lirs shuffle`: format detection, per-file record ranges and layouts; .npy headers."""
+"""Inputs of `lirs shuffle`: the format, each file's record range, the record layout; .npy headers.
+
+Text formats (``libsvm``, ``lines``) have records of any length, framed by newlines; fixed formats
+(``npy``, ``fixed``) have records of ``record_size`` bytes after a header, and in piles every record
+is followed by its label bytes (``.npy`` labels in ``INPUT.labels.npy``).
+"""
 from __future__ import annotations
 
 import io
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..build import detect_format, labels_for_npy, npy_layout, raw_fixed_count
 from ..errors import DataError, UsageError
 from ..index import FORMATS, VARIABLE_FORMATS
 
-# --------------------------------------------------------------------------- inputs
+_SAMPLE = 1 << 20  # bytes of the first text input that estimate the mean record size
 
 
 @dataclass
-class _Source:
+class Source:
+    """One input file: its records lie in bytes [start, end)."""
+
     path: str
     start: int            # first record byte
     end: int              # end of the last record
@@ -23,66 +31,70 @@ class _Source:
     labels: object = None  # memmap of the .npy labels
 
 
-def _sources(files, fmt, record_size, header_size):
-    """Per-file record ranges and the record layout: (sources, rs, dtype, shape, label info)."""
-    from ..build import labels_for_npy, npy_layout
+@dataclass
+class Dataset:
+    """The inputs of one shuffle and their record layout.
 
-    srcs = []
-    rs = None
-    dtype = shape = None
-    if fmt in VARIABLE_FORMATS:
-        for p in files:
-            size = os.path.getsize(p)
-            if size == 0:
-                raise DataError(f"{p}: empty file (0 bytes); nothing to shuffle")
-            srcs.append(_Source(p, 0, size))
-        return srcs, None, None, None, None
-    if fmt == "npy":
-        for p in files:
-            h, r, n, dt, shp = npy_layout(p)
-            if dtype is not None and (dt != dtype or shp != shape):
-                raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
-                                f"({dtype}{shape})")
-            rs, dtype, shape = r, dt, shp
-            if n == 0:
-                raise DataError(f"{p}: no records")
-            lab = labels_for_npy(p)
-            if lab is not None and len(lab) != n:
-                raise DataError(f"{p}: labels file has {len(lab)} entries, data has {n} records")
-            srcs.append(_Source(p, h, h + n * r, n, lab))
-        labs = [s.labels for s in srcs]
-        linfo = None
-        if any(lab is not None for lab in labs):
-            if not all(lab is not None for lab in labs):
-                missing = [s.path for s in srcs if s.labels is None][0]
-                warnings.warn(f"{missing}: no labels file beside it while other inputs have one; "
-                              "the output gets no labels")
-                for s in srcs:
-                    s.labels = None
-            else:
-                l0 = labs[0]
-                for s in srcs[1:]:
-                    if s.labels.dtype != l0.dtype or s.labels.shape[1:] != l0.shape[1:]:
-                        raise DataError(f"{s.path}: labels {s.labels.dtype}{s.labels.shape[1:]} differ from "
-                                        f"the first file's ({l0.dtype}{l0.shape[1:]})")
-                linfo = (l0.dtype, tuple(l0.shape[1:]),
-                         int(l0.dtype.itemsize * int(np.prod(l0.shape[1:], dtype=np.int64))))
-        return srcs, rs, dtype, shape, linfo
-    if not record_size or record_size <= 0:
-        raise UsageError("--format fixed needs --record-size N (bytes per record)")
-    if header_size < 0:
-        raise UsageError("--header-size must be >= 0")
-    from ..build import raw_fixed_count
+    ``rs``: bytes per record (0 for text); ``dtype``/``shape``: one record's layout (fixed formats);
+    ``linfo``: (dtype, shape, bytes) of one record's labels, or None.
+    """
 
-    for p in files:
-        n = raw_fixed_count(p, header_size, record_size, "shuffle")
-        srcs.append(_Source(p, header_size, header_size + n * record_size, n))
-    return srcs, int(record_size), np.dtype(np.uint8), (int(record_size),), None
+    fmt: str
+    files: list
+    srcs: list = field(default_factory=list)
+    rs: int = 0
+    dtype: object = None
+    shape: tuple | None = None
+    linfo: tuple | None = None
+
+    @property
+    def text(self) -> bool:
+        return self.fmt in VARIABLE_FORMATS
+
+    @property
+    def ls(self) -> int:
+        """Label bytes per record (0 without labels)."""
+        return self.linfo[2] if self.linfo else 0
+
+    @property
+    def rr(self) -> int:
+        """Bytes per record in a pile: the record and its labels (0 for text)."""
+        return 0 if self.text else self.rs + self.ls
+
+    @property
+    def in_bytes(self) -> int:
+        """Record bytes of all inputs (headers excluded)."""
+        return sum(s.end - s.start for s in self.srcs)
+
+    @property
+    def pile_bytes(self) -> int:
+        """Bytes the piles hold: text may gain a newline per input; fixed records carry labels."""
+        if self.text:
+            return self.in_bytes + len(self.srcs)
+        return sum(s.n for s in self.srcs) * self.rr
+
+    @property
+    def out_bytes(self) -> int:
+        """About the bytes of the output: records, labels, newlines or headers."""
+        labels = sum(s.n for s in self.srcs) * self.ls
+        return self.in_bytes + labels + (len(self.srcs) if self.text else 1 << 16)
+
+    def mean_record(self) -> float:
+        """Bytes per pile record: exact for fixed formats, from the first MiB of text."""
+        if not self.text:
+            return float(self.rr)
+        s = self.srcs[0]
+        with open(s.path, "rb") as f:
+            head = f.read(_SAMPLE)
+        lines = head.count(b"\n")
+        if lines == 0:  # the whole sample is part of one line
+            return float(max(len(head), min(s.end, _SAMPLE)))
+        return len(head) / lines
 
 
-def _detect(files, format, record_size):
-    from ..build import detect_format
-
+def detect(files, format: str, record_size) -> str:
+    """The format of ``files`` (str): ``format`` itself, ``fixed`` with a ``record_size``, else the
+    one format all files are found to have."""
     if format not in ("auto",) + FORMATS:
         raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
     if record_size is not None and format == "auto":
@@ -97,17 +109,69 @@ def _detect(files, format, record_size):
     return kinds.pop()
 
 
-def _mean_text_record(path: str, size: int) -> float:
-    """Bytes per line in the first MiB of ``path`` (the whole sample when it has no newline)."""
-    with open(path, "rb") as f:
-        head = f.read(1 << 20)
-    lines = head.count(b"\n")
-    if lines == 0:
-        return float(max(len(head), min(size, 1 << 20)))
-    return len(head) / lines
+def open_dataset(files, format: str = "auto", record_size=None, header_size: int = 0) -> Dataset:
+    """Detect the format of ``files`` and read every file's record range and layout."""
+    ds = Dataset(detect(files, format, record_size), list(files))
+    if ds.text:
+        for p in files:
+            size = os.path.getsize(p)
+            if size == 0:
+                raise DataError(f"{p}: empty file (0 bytes); nothing to shuffle")
+            ds.srcs.append(Source(p, 0, size))
+    elif ds.fmt == "npy":
+        _npy_sources(ds)
+    else:
+        if not record_size or record_size <= 0:
+            raise UsageError("--format fixed needs --record-size N (bytes per record)")
+        if header_size < 0:
+            raise UsageError("--header-size must be >= 0")
+        for p in files:
+            n = raw_fixed_count(p, header_size, record_size, "shuffle")
+            ds.srcs.append(Source(p, header_size, header_size + n * record_size, n))
+        ds.rs, ds.dtype, ds.shape = int(record_size), np.dtype(np.uint8), (int(record_size),)
+    return ds
 
 
-def _npy_header(dtype, shape) -> bytes:
+def _npy_sources(ds: Dataset) -> None:
+    """Rows of every .npy input (one dtype and row shape) and the labels beside them."""
+    for p in ds.files:
+        h, r, n, dt, shp = npy_layout(p)
+        if ds.dtype is not None and (dt != ds.dtype or shp != ds.shape):
+            raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
+                            f"({ds.dtype}{ds.shape})")
+        ds.rs, ds.dtype, ds.shape = r, dt, shp
+        if n == 0:
+            raise DataError(f"{p}: no records")
+        lab = labels_for_npy(p)
+        if lab is not None and len(lab) != n:
+            raise DataError(f"{p}: labels file has {len(lab)} entries, data has {n} records")
+        ds.srcs.append(Source(p, h, h + n * r, n, lab))
+    ds.linfo = _label_info(ds.srcs)
+
+
+def _label_info(srcs: list) -> tuple | None:
+    """(dtype, shape, bytes) of one record's labels when every input has labels of one layout; None
+    (and a warning when only some have labels) otherwise."""
+    labs = [s.labels for s in srcs]
+    if all(lab is None for lab in labs):
+        return None
+    if any(lab is None for lab in labs):
+        missing = next(s.path for s in srcs if s.labels is None)
+        warnings.warn(f"{missing}: no labels file beside it while other inputs have one; "
+                      "the output gets no labels")
+        for s in srcs:
+            s.labels = None
+        return None
+    l0 = labs[0]
+    for s in srcs[1:]:
+        if s.labels.dtype != l0.dtype or s.labels.shape[1:] != l0.shape[1:]:
+            raise DataError(f"{s.path}: labels {s.labels.dtype}{s.labels.shape[1:]} differ from "
+                            f"the first file's ({l0.dtype}{l0.shape[1:]})")
+    return (l0.dtype, tuple(l0.shape[1:]), int(l0.dtype.itemsize * int(np.prod(l0.shape[1:], dtype=np.int64))))
+
+
+def npy_header(dtype, shape) -> bytes:
+    """The .npy header (format 1.0, or 2.0 when it does not fit) of a C-order array."""
     d = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
          "shape": tuple(int(x) for x in shape)}
     b = io.BytesIO()

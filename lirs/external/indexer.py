@@ -1,18 +1,20 @@
-"""The sidecar of a text output, built from its buffers as they are written."""
+"""The sidecar of a text output of `lirs shuffle`, built from its buffers as they are written:
+the same sidecar ``lirs index`` would write for the finished file, without reading it again."""
 from __future__ import annotations
 
 import tempfile
 
 import numpy as np
 
+from ..build import VarScanner
 from ..index import Index, header_for
 from ..kernels import scan as KS
 from ..sidecar import SidecarWriter, fingerprint
 
 
-class _Tap:
+class Tap:
     """Sidecar-writer proxy: streams record starts to the sidecar and accumulates their size
-    statistics exactly as :mod:`lirs.scan` does (record i ends where record i+1 starts)."""
+    statistics exactly as :mod:`lirs.build` does (record i ends where record i+1 starts)."""
 
     def __init__(self, w):
         self.w = w
@@ -21,6 +23,7 @@ class _Tap:
         self.st = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])
 
     def append(self, starts) -> None:
+        """Stream ``starts`` (int64 (k,), increasing record starts in the output) to the sidecar."""
         starts = np.asarray(starts, np.int64)
         if starts.size == 0:
             return
@@ -32,32 +35,37 @@ class _Tap:
         self.n += int(starts.size)
 
     def finish(self, data_end: int) -> None:
+        """Count the last record, which ends at ``data_end``."""
         if self.prev >= 0:
             KS.span_stats(np.array([self.prev], np.int64), int(data_end), self.st)
             self.prev = -1
 
 
-class _TextIndexer:
+class TextIndexer:
     """Builds the sidecar of one text output file from its buffers as they are written; the result
-    is the sidecar ``lirs index`` would write for the finished file."""
+    is the sidecar ``lirs index`` would write for the finished file.
+
+    ``data_tmp``: where the data is being written (named in scan errors); ``final_path`` and
+    ``sidecar_final``: where data and sidecar end up; ``sidecar_tmp_dest``: where the sidecar is
+    written; ``scratch``: a directory for the LIBSVM labels' temporary file; ``out_buffer``: the
+    output buffer size (the scan piece); ``label_block``: labels converted per step.
+    """
 
     def __init__(self, fmt: str, data_tmp: str, final_path: str, sidecar_tmp_dest: str,
                  sidecar_final: str, scratch: str, out_buffer: int, pool, label_block: int):
-        from ..build import VarScanner
-
         self.fmt = fmt
         self.out_buffer = out_buffer
         self.data_tmp, self.final_path = data_tmp, final_path
         self.sidecar_final = sidecar_final
         self.label_block = max(1 << 12, int(label_block))
         self.w = SidecarWriter(sidecar_tmp_dest)
-        self.tap = _Tap(self.w)
+        self.tap = Tap(self.w)
         self.lab = None
         self.sc = None
         self.starts = None
         try:
             if fmt == "libsvm":
-                self.lab = tempfile.TemporaryFile(dir=scratch)
+                self.lab = tempfile.TemporaryFile(dir=scratch)  # noqa: SIM115 - open until commit/abort
                 self.sc = VarScanner("libsvm", self.tap, self.lab, out_buffer, None, pool)
             self.w.begin("offsets", np.int64)
         except BaseException:
@@ -81,11 +89,11 @@ class _TextIndexer:
 
     def commit(self, data_end: int, data_path: str) -> str:
         """Finish the sidecar and rename it into place; ``data_path`` is the complete, closed data
-        file (its fingerprint goes into the sidecar; a rename keeps it)."""
+        file (its fingerprint goes into the sidecar; a rename keeps it). Returns the sidecar path."""
         w, tap = self.w, self.tap
         tap.finish(data_end)
-        w._open = None
         n = tap.n
+        # the next add() closes the streamed offsets
         w.add("file_starts", np.asarray([0, n], np.int64))
         w.add("data_ends", np.asarray([data_end], np.int64))
         w.add("header_sizes", np.asarray([0], np.int64))
@@ -100,23 +108,7 @@ class _TextIndexer:
             meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
                         max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
                         qid_records=sc._qid)
-            self.lab.flush()
-            labels = np.memmap(self.lab, dtype=np.float64, mode="r", shape=(n,))
-            blk = self.label_block
-            if sc.distinct is not None:
-                values = np.unique(np.array(list(sc.distinct), np.float64))
-                dt = np.uint8 if len(values) <= 256 else np.uint16
-                w.add("label_values", values)
-                w.begin("label_codes", dt)
-                for c0 in range(0, n, blk):
-                    w.append(np.searchsorted(values, labels[c0:c0 + blk]).astype(dt))
-                w._open = None
-            else:
-                w.begin("label_values", np.float64)
-                for c0 in range(0, n, blk):
-                    w.append(np.asarray(labels[c0:c0 + blk]))
-                w._open = None
-            del labels
+            self._write_labels(n)
         shell = Index(format=self.fmt, paths=(self.final_path,), n=n, file_starts=np.asarray([0, n], np.int64),
                       data_ends=np.asarray([data_end], np.int64), header_sizes=np.asarray([0], np.int64),
                       fingerprints=(fingerprint(data_path),), meta=meta)
@@ -126,12 +118,32 @@ class _TextIndexer:
             self._close_labels()
         return dest
 
-    def _close_labels(self):
+    def _write_labels(self, n: int) -> None:
+        """The LIBSVM labels the scan collected (float64 (n,)), as ``lirs index`` stores them: codes
+        into the distinct values when there are few, else the values."""
+        w, sc, blk = self.w, self.sc, self.label_block
+        self.lab.flush()
+        labels = np.memmap(self.lab, dtype=np.float64, mode="r", shape=(n,))
+        if sc.distinct is not None:
+            values = np.unique(np.array(list(sc.distinct), np.float64))
+            dt = np.uint8 if len(values) <= 256 else np.uint16
+            w.add("label_values", values)
+            w.begin("label_codes", dt)
+            for c0 in range(0, n, blk):
+                w.append(np.searchsorted(values, labels[c0:c0 + blk]).astype(dt))
+        else:
+            w.begin("label_values", np.float64)
+            for c0 in range(0, n, blk):
+                w.append(np.asarray(labels[c0:c0 + blk]))
+        del labels
+
+    def _close_labels(self) -> None:
         if self.lab is not None:
             self.lab.close()
             self.lab = None
 
     def abort(self) -> None:
+        """Remove the unfinished sidecar and the labels' temporary file."""
         try:
             self.w.abort()
         finally:

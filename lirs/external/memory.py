@@ -1,4 +1,4 @@
-"""The memory plan of `lirs shuffle`: pile count, chunk and buffer sizes, the pass-2 pile cap."""
+"""The memory plan of `lirs shuffle`: pile count, read chunks, buffer sizes and the pass-2 pile cap."""
 from __future__ import annotations
 
 import math
@@ -8,23 +8,23 @@ from dataclasses import dataclass
 from ..constants import BLOCK
 from ..errors import UsageError
 from ..units import format_bytes, parse_size
+from .disk import round_up
 
 MAX_PILES = 1024               # piles written at once (one open file each); more data → re-splits
 MAX_DEPTH = 24                 # re-split levels before giving up (each level at least halves a pile)
 HEADROOM = 0.9                 # expected pile + 6 sd uses at most this share of the pile target
 PILE_TARGET = 64 << 20         # piles beyond this size shuffle slower (page faults, TLB misses)
+OFFSET_BYTES = 8               # pass 2 keeps one int64 start offset per record of the pile
+SPARE_SLOTS = 2                # pile write-buffer slots beyond one per pile (dealing overlaps writing)
 _MIN_CHUNK = 64 << 10
 _MAX_CHUNK = 16 << 20
 _MIN_WRITE_BUFFER = 16 << 10
 _MAX_WRITE_BUFFER = 4 << 20    # large sequential pile writes, also on disks that seek
 _MIN_OUT_BUFFER = 64 << 10
-_MAX_OUT_BUFFER = 4 << 20      # below lirs.scan's 4 MiB split threshold: one scan slot per buffer
+_MAX_OUT_BUFFER = 4 << 20      # below lirs.build's 4 MiB split threshold: one scan slot per buffer
 _MIN_VALIDATE_PIECE = 16 << 10  # LIBSVM check of pass 1 (--index) scans pieces of about this size
 _MAX_VALIDATE_PIECE = 1 << 20
-_OFFSET_BYTES = 8              # pass 2 keeps one int64 start offset per record of the pile
-SPARE_SLOTS = 2                # pile write-buffer slots beyond one per pile (dealing overlaps writing)
-
-# --------------------------------------------------------------------------- memory plan
+_FD_MARGIN = 128               # open files left to the rest of the process
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,14 @@ class MemoryPlan:
         return m, w - w % BLOCK
 
 
-def _clamp(x, lo, hi):
+def _clamp(x, lo, hi) -> int:
     return int(max(lo, min(hi, x)))
+
+
+def _scan_bytes(out_buffer: int) -> int:
+    """Index scan arrays of one output buffer: LIBSVM starts, labels and flags (17 B) for up to one
+    record per 2 bytes; lines 8 B per byte."""
+    return max(17 * (out_buffer // 2 + 2), 8 * (out_buffer + 1))
 
 
 def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_bytes: int = 0,
@@ -100,32 +106,26 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
     chunk = _clamp(mem // 16, _MIN_CHUNK, _MAX_CHUNK)
     if record_bytes:
         chunk = max(chunk, record_bytes)
-
-    def blocks(x):
-        return -(-int(x) // BLOCK) * BLOCK
-
     # O_DIRECT writes leave up to a block behind in a buffer: slots hold a record plus a block
-    wmin = max(_MIN_WRITE_BUFFER, blocks(record_bytes + BLOCK)) if record_bytes else _MIN_WRITE_BUFFER
+    wmin = max(_MIN_WRITE_BUFFER, round_up(record_bytes + BLOCK, BLOCK)) if record_bytes else _MIN_WRITE_BUFFER
     # the index scan of an output buffer needs about 8.5 bytes per buffer byte: smaller buffers then
     out_buf = _clamp(mem // (128 if index else 32), _MIN_OUT_BUFFER, _MAX_OUT_BUFFER)
     if record_bytes:
-        out_buf = max(out_buf, blocks(record_bytes + 2 * BLOCK))
-    # LIBSVM: starts, labels, flags (17 B) for up to one record per 2 bytes; lines: 8 B per byte
-    scan = max(17 * (out_buf // 2 + 2), 8 * (out_buf + 1)) if index else 0
+        out_buf = max(out_buf, round_up(record_bytes + 2 * BLOCK, BLOCK))
+    scan = _scan_bytes(out_buf) if index else 0
     # two output buffers and their labels, the scan arrays, and the block a pile read rounds up to
     out_fixed = int(2 * out_buf * (1.0 + label_ratio)) + scan + BLOCK
     piece = _clamp(mem // 256, _MIN_VALIDATE_PIECE, _MAX_VALIDATE_PIECE)
     val = 17 * (piece // 2 + 2) if validate else 0
     pile_cap = mem - reserve - out_fixed
     room1 = mem - reserve - 2 * chunk - val
-    smallest = max(64 << 10, record_bytes + _OFFSET_BYTES)
-    need_mem = reserve + out_fixed + smallest
+    smallest = max(64 << 10, record_bytes + OFFSET_BYTES)
     slots = 2 + SPARE_SLOTS  # write buffers of the smallest split (two piles)
     if pile_cap < smallest or room1 < slots * wmin:
-        need = max(need_mem, reserve + 2 * chunk + val + slots * wmin)
+        need = max(reserve + out_fixed + smallest, reserve + 2 * chunk + val + slots * wmin)
         raise UsageError(f"--memory {format_bytes(mem)} is too small to hold one record plus the buffers "
                          f"of both passes; use at least {format_bytes(need * 1.05)}")
-    per_record = mean + _OFFSET_BYTES
+    per_record = mean + OFFSET_BYTES
     target = int(min(pile_cap, PILE_TARGET))
     capacity = target * HEADROOM / per_record          # records a pile is planned to hold
     # largest mu with mu + 6 sqrt(mu) <= capacity
@@ -137,7 +137,7 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
     m = int(min(cap_piles, want))
     w = int(min(_MAX_WRITE_BUFFER, room1 // (m + SPARE_SLOTS)))
     w -= w % BLOCK
-    exp_records = int(math.ceil(n_est / m))
+    exp_records = math.ceil(n_est / m)
     return MemoryPlan(memory=mem, chunk=chunk, write_buffer=w, piles=m, pile_cap=int(pile_cap),
                       out_buffer=out_buf, out_fixed=out_fixed, validate=val, validate_piece=piece,
                       reserve=reserve, target=target,
@@ -145,25 +145,25 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
                       capped=want > m)
 
 
-def _fd_pile_limit() -> int:
-    """Piles that may be open at once under the soft open-file limit (leaving room for the rest)."""
+def fd_pile_limit() -> int:
+    """Piles that may be open at once under the soft open-file limit (raised toward the hard limit
+    when that helps), leaving room for the rest of the process."""
+    want = MAX_PILES + _FD_MARGIN
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < MAX_PILES + 128 and (
-                hard == resource.RLIM_INFINITY or hard > soft):
-            want = MAX_PILES + 128 if hard == resource.RLIM_INFINITY else min(hard, MAX_PILES + 128)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-            soft = want
+        if soft != resource.RLIM_INFINITY and soft < want and (hard == resource.RLIM_INFINITY or hard > soft):
+            soft = want if hard == resource.RLIM_INFINITY else min(hard, want)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     except (ValueError, OSError):
         return MAX_PILES
     if soft == resource.RLIM_INFINITY:
         return MAX_PILES
-    return int(max(2, min(MAX_PILES, soft - 128)))
+    return int(max(2, min(MAX_PILES, soft - _FD_MARGIN)))
 
 
-def _max_line(plan: MemoryPlan, index: bool) -> int:
+def max_line(plan: MemoryPlan, index: bool) -> int:
     """Longest text record the plan can shuffle: it must fit a pile alone, and with ``index`` a
     line longer than the output buffer is also scanned whole (about 8.5 bytes per byte)."""
     if index:
-        return int((plan.pile_cap - _OFFSET_BYTES) / 9.5)
-    return plan.pile_cap - _OFFSET_BYTES
+        return int((plan.pile_cap - OFFSET_BYTES) / 9.5)
+    return plan.pile_cap - OFFSET_BYTES

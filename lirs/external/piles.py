@@ -1,4 +1,9 @@
-"""Pass 1 of `lirs shuffle` (and every re-split): deal records to piles on disk."""
+"""Pass 1 of `lirs shuffle` (and every re-split): deal records to piles on disk.
+
+A record's pile is drawn by the kernels from (key, record number) alone, so the piles do not depend
+on chunk or buffer sizes. :class:`Piles` owns the pile files and their write buffers,
+:class:`Dealer` streams the inputs through them.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -7,41 +12,37 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..build import read_chunks
+from ..build import VarScanner, read_chunks
 from ..constants import BLOCK
-from ..engines import aligned_empty
 from ..errors import UsageError
 from ..index import VARIABLE_FORMATS
 from ..kernels import external as K
 from ..kernels import scan as KS
 from ..units import format_bytes
-from .disk import _pwrite_all
-from .formats import _Source
+from .disk import alloc, create, pwrite_all, round_up
+from .formats import Source
 from .memory import SPARE_SLOTS
 
-# --------------------------------------------------------------------------- pass 1: piles
 
+class Piles:
+    """``m`` pile files (``DIR/NAME-j.pile``) with their write buffers; ``counts`` (records) and
+    ``nbytes`` (true bytes) per pile, int64 (m,).
 
-class _Piles:
-    """``m`` pile files (``DIR/NAME-j.pile``) with their write buffers; counts per pile.
-
-    There are ``m + SPARE_SLOTS`` buffer slots of ``w`` bytes: a full pile buffer goes to a writer
+    There are ``m + SPARE_SLOTS`` buffer slots of ``w`` bytes (one uint8 array ``buf``): a full pile buffer goes to a writer
     thread and the pile continues in a free slot, so dealing overlaps writing. With ``direct``
     the files are written with O_DIRECT in whole 4 KiB blocks (no page-cache copy: on this class of
     machine buffered writes are the slowest step): a buffer's partial last block moves to the
     pile's next slot, and each pile's final block is zero-padded (``nbytes`` is the true length).
     """
 
-    SPARE_SLOTS = SPARE_SLOTS
-
     def __init__(self, dirpath: str, name: str, m: int, w: int, direct: bool = False):
         self.block = BLOCK if direct else 1
         self.m = int(m)
-        self.w = -(-int(w) // self.block) * self.block
+        self.w = round_up(w, self.block)
         self.paths = [os.path.join(dirpath, f"{name}-{j}.pile") for j in range(self.m)]
         self.fds: list[int] = []
-        nslots = self.m + self.SPARE_SLOTS
-        self.buf = aligned_empty(nslots * self.w) if direct else np.empty(nslots * self.w, np.uint8)
+        nslots = self.m + SPARE_SLOTS
+        self.buf = alloc(nslots * self.w, direct)
         self.slots = np.arange(self.m, dtype=np.int64)     # pile -> the slot it fills
         self.free = list(range(self.m, nslots))
         self.pending: list = []                            # (future, slot) in submission order
@@ -50,10 +51,9 @@ class _Piles:
         self.nbytes = np.zeros(self.m, np.int64)
         self.off = [0] * self.m                            # bytes written to each pile file
         self.writer = ThreadPoolExecutor(1)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (os.O_DIRECT if direct else 0)
         try:
             for p in self.paths:
-                self.fds.append(os.open(p, flags, 0o600))
+                self.fds.append(create(p, direct, 0o600))
         except BaseException:
             self.close()
             raise
@@ -74,7 +74,7 @@ class _Piles:
     def _submit(self, p: int, n: int) -> None:
         """Write the first ``n`` bytes (whole blocks) of pile ``p``'s slot; the rest moves to a free slot."""
         s, w = int(self.slots[p]), self.w
-        self.pending.append((self.writer.submit(_pwrite_all, self.fds[p], self.buf[s * w:s * w + n], self.off[p]),
+        self.pending.append((self.writer.submit(pwrite_all, self.fds[p], self.buf[s * w:s * w + n], self.off[p]),
                              s))
         self.off[p] += n
         self._reap(False)
@@ -95,6 +95,7 @@ class _Piles:
             self._submit(p, n)
 
     def drain(self) -> None:
+        """Wait for every write handed to the writer thread."""
         while self.pending:
             self._reap(True)
 
@@ -118,10 +119,11 @@ class _Piles:
         self.nbytes[p] += n + int(newline)
 
     def finish(self) -> None:
+        """Write what the slots still hold (the last block zero-padded) and close the files."""
         for p in range(self.m):
             n = int(self.fill[p])
             if n:
-                padded = -(-n // self.block) * self.block
+                padded = round_up(n, self.block)
                 s = int(self.slots[p])
                 self.buf[s * self.w + n:s * self.w + padded] = 0
                 self.fill[p] = padded
@@ -130,6 +132,7 @@ class _Piles:
         self.close()
 
     def close(self) -> None:
+        """Stop the writer thread and close the files (also after an error); keeps the files."""
         self.writer.shutdown(wait=True)
         self.pending = []
         while self.fds:
@@ -144,10 +147,17 @@ class _Discard:
         pass
 
 
-class _Dealer:
-    """Pass 1 (and every re-split): stream sources and deal their records to a set of piles."""
+class Dealer:
+    """Pass 1 (and every re-split): stream sources and deal their records to a set of piles.
 
-    def __init__(self, fmt: str, piles: _Piles, key: int, chunk: int, *, skip_blank=False, rs=0, ls=0,
+    ``key`` (uint64) seeds the pile draws; record i of the stream (``counter``, across sources) goes
+    to the pile the kernels draw for (key, i). Text: ``skip_blank`` drops blank and comment-only
+    lines (LIBSVM), ``validate`` (a piece size in bytes, 0 = off) checks LIBSVM syntax on the way,
+    ``max_record`` bounds a line. Fixed: ``rs`` record bytes followed by ``ls`` label bytes in the
+    piles. ``info`` int64 (3,): skipped lines, skipped bytes, added newlines (``K.INFO_*``).
+    """
+
+    def __init__(self, fmt: str, piles: Piles, key: int, chunk: int, *, skip_blank=False, rs=0, ls=0,
                  validate=0, max_record=None, bar=None, memory=0, pool=None):
         self.fmt, self.piles, self.key = fmt, piles, np.uint64(key)
         self.chunk, self.skip_blank, self.rs, self.ls = chunk, skip_blank, rs, ls
@@ -159,8 +169,6 @@ class _Dealer:
         self.validator = None
         self.piece = int(validate)
         if validate:  # the piece size in bytes
-            from ..build import VarScanner
-
             self.validator = VarScanner("libsvm", _Discard(), None, self.piece, None, pool)
 
     # ---- text ---------------------------------------------------------------------------
@@ -204,7 +212,7 @@ class _Dealer:
         raise UsageError(f"{path}: the line at byte {base} is longer than {format_bytes(self.max_record)}, "
                          f"more than --memory {format_bytes(self.memory)} can shuffle; raise --memory")
 
-    def deal_text(self, src: _Source) -> None:
+    def deal_text(self, src: Source) -> None:
         with contextlib.closing(read_chunks(src.path, src.start, src.end, self.chunk)) as chunks:
             self._deal_chunks(src, chunks)
 
@@ -243,7 +251,7 @@ class _Dealer:
             self._lines(src.path, joined, 0, joined.size, carry_base)
 
     # ---- fixed --------------------------------------------------------------------------
-    def deal_fixed(self, src: _Source) -> None:
+    def deal_fixed(self, src: Source) -> None:
         q = max(1, self.chunk // (self.rs + self.ls))  # records per read; their labels come along
         with contextlib.closing(read_chunks(src.path, src.start, src.end, q * self.rs)) as chunks:
             for buf, nb, off in chunks:
@@ -267,7 +275,8 @@ class _Dealer:
             P.flush(p)
         self._progress(nb)
 
-    def deal(self, src: _Source) -> None:
+    def deal(self, src: Source) -> None:
+        """Deal every record of ``src`` to the piles (their writes may still be in flight)."""
         if self.fmt in VARIABLE_FORMATS:
             self.deal_text(src)
         else:

@@ -1,9 +1,9 @@
 """Kernels of the two-pass external shuffle (`lirs shuffle`, :mod:`lirs.external`).
 
 Pass 1 deals records into per-pile write buffers: each record draws its pile from the
-counter-based stream of :mod:`lirs.kernels.plan` (``key`` made by the caller from
-``SeedSequence([seed, 0, purpose])``, counter = the record's number in the input stream), so the
-piles do not depend on how the input was chunked. Kernels stop and hand control back to Python
+counter-based stream of :mod:`lirs.kernels.plan` (``key`` made by the caller with
+``lirs.seeds.key(seed, 0, SHUFFLE_PILES, spawn_key=pile path)``, counter = the record's number in
+the input stream), so the piles do not depend on how the input was chunked. Kernels stop and hand control back to Python
 whenever a pile buffer is full (Python writes it out), so no per-record arrays are ever built.
 
 Pass 2 shuffles the start offsets of one pile's records (Fisher-Yates, ``shuffle_inplace``) and

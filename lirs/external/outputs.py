@@ -1,0 +1,99 @@
+"""The output files of `lirs shuffle`: their names, where they are written, their move into place.
+
+One output ``OUT`` is written as ``.OUT.tmp-PID`` beside it (its labels likewise) and renamed; its
+sidecar is written in place by the atomic sidecar writer. Shards are written into a staging
+directory ``.OUT.tmp-PID`` under their final names (part files, labels, sidecars), which is renamed
+to ``OUT`` at the end. Nothing is left behind on error.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+from ..build import build, labels_path
+from ..sidecar import sidecar_path
+from .disk import fsync_dir
+from .formats import Dataset
+from .writer import Shard
+
+
+def shard_names(shards: int, ext: str) -> list[str]:
+    """``part-00000EXT`` ... for ``shards`` files (wider numbers past 99999)."""
+    width = max(5, len(str(shards - 1)))
+    return [f"part-{k:0{width}d}{ext}" for k in range(shards)]
+
+
+class Layout:
+    """The :class:`Shard` list of one shuffle of ``n`` records into ``out`` (a file, or with
+    ``shards`` a new directory of part files with extension ``ext``); ``labels``: ``.npy`` labels go
+    along; ``index``: sidecars too. Creates the staging directory of sharded output."""
+
+    def __init__(self, out: str, parent: str, shards: int | None, ext: str, n: int, *, labels: bool,
+                 index: bool):
+        pid = os.getpid()
+        self.out, self.parent = out, parent
+        hidden = os.path.join(parent, f".{os.path.basename(out)}.tmp-{pid}")
+        staged = shards is not None
+        if not staged:
+            counts, finals, tmps = [n], [out], [hidden]
+        else:
+            counts = [n // shards + (1 if k < n % shards else 0) for k in range(shards)]
+            names = shard_names(shards, ext)
+            finals = [os.path.join(out, nm) for nm in names]
+            tmps = [os.path.join(hidden, nm) for nm in names]
+        self.shards: list[Shard] = []
+        for f, t, c in zip(finals, tmps, counts):
+            sh = Shard(final=f, tmp=t, count=c)
+            if labels:
+                sh.labels_final = labels_path(f)
+                sh.labels_tmp = labels_path(t) if staged else os.path.join(
+                    parent, f".{os.path.basename(labels_path(f))}.tmp-{pid}")
+            if index:
+                sh.sidecar = sidecar_path(f)
+                # sharded sidecars are written inside the staging directory, single ones in place
+                sh.sidecar_tmp = os.path.join(hidden, os.path.basename(sh.sidecar)) if staged else sh.sidecar
+            self.shards.append(sh)
+        self.stage: str | None = None   # the staging directory while it exists
+        if staged:
+            os.mkdir(hidden)
+            self.stage = hidden
+
+    def commit(self, ds: Dataset, index: bool) -> None:
+        """Move the written files into place: labels before data, data before sidecars; then the
+        sidecars of fixed-record outputs (nothing to scan: header, record size, count, labels)."""
+        if self.stage is not None:
+            for s in self.shards:  # sidecars inside the staging directory, naming the final paths
+                if s.indexer is not None:
+                    s.indexer, ix = None, s.indexer
+                    ix.commit(s.data_end, s.tmp)
+            os.replace(self.stage, self.out)
+            self.stage = None
+        else:
+            for s in self.shards:
+                if s.labels_tmp:
+                    os.replace(s.labels_tmp, s.labels_final)
+                os.replace(s.tmp, s.final)
+        fsync_dir(self.parent)
+        for s in self.shards:
+            if s.indexer is not None:
+                s.indexer, ix = None, s.indexer
+                ix.commit(s.data_end, s.final)
+        if index and not ds.text:
+            for s in self.shards:
+                build(s.final, format=ds.fmt, record_size=ds.rs if ds.fmt == "fixed" else None,
+                      out=s.sidecar, progress=False)
+
+    def abort(self) -> None:
+        """Remove what was written (after an error or Ctrl-C)."""
+        for s in self.shards:
+            if s.indexer is not None:
+                s.indexer.abort()
+                s.indexer = None
+            for p in (s.tmp, s.labels_tmp):
+                if p and self.stage is None:
+                    try:
+                        os.unlink(p)
+                    except FileNotFoundError:
+                        pass
+        if self.stage is not None:
+            shutil.rmtree(self.stage, ignore_errors=True)
