@@ -483,12 +483,29 @@ def test_memory_plan_fixed_records_and_too_small_memory():
 
 
 def test_run_stays_within_the_plan(tmp_path):
-    data = libsvm_bytes(20_000, seed=1)
+    data = libsvm_bytes(60_000, seed=1)  # several piles at 2M (--index does not change the pile count)
     (tmp_path / "in.svm").write_bytes(data)
     st = E.shuffle(tmp_path / "in.svm", tmp_path / "o.svm", memory="2M", index=True)
     assert st["piles"] > 1
     assert st["peak_memory_estimate"] <= st["memory"]
     assert st["pass2_memory_estimate"] <= st["memory"]
+
+
+@pytest.mark.parametrize("fmt,shards,max_piles", [("libsvm", None, None), ("lines", 3, None), ("libsvm", None, 2)])
+def test_index_does_not_change_the_output(tmp_path, fmt, shards, max_piles):
+    """--index only adds sidecars: same seed and memory, same shuffled bytes (same piles and re-splits)."""
+    name = "in.svm" if fmt == "libsvm" else "in.jsonl"
+    data = libsvm_bytes(60_000, seed=8, comments=True) if fmt == "libsvm" else lines_bytes(8000, seed=8)
+    (tmp_path / name).write_bytes(data)
+    got = {}
+    for index in (False, True):
+        out = tmp_path / (f"sh{int(index)}" if shards else f"o{int(index)}{os.path.splitext(name)[1]}")
+        st = E.shuffle(tmp_path / name, out, shards=shards, memory="2M", seed=4, index=index, progress=False,
+                       _max_piles=max_piles)
+        got[index] = (st["piles"], st["splits"], [open(p, "rb").read() for p in st["outputs"]])
+        assert ("sidecars" in st) == index
+    assert got[True] == got[False]
+    assert got[False][0] > 1 and (max_piles is None or got[False][1] > 0)
 
 
 def test_line_longer_than_memory_is_a_clear_error(tmp_path):

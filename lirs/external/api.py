@@ -22,8 +22,8 @@ Randomness follows the seed scheme (:mod:`lirs.seeds`): ``SeedSequence([seed, 0,
 spawn_key=path)`` keys the pile draws of the top level (path ``()``) and of every re-split pile (its
 path of pile numbers); ``SHUFFLE_ORDER`` keys the shuffle inside each final pile. A record's pile
 depends only on the key and the record's number in the input, not on chunk sizes, so the output is
-a function of the input records, ``seed`` and the pile count M (``stats["piles"]``, chosen from
-``memory``).
+a function of the input records, ``seed`` and the memory plan's shape (pile count M,
+``stats["piles"]``, and pile cap, chosen from ``memory``); ``--index`` does not change it.
 
 Records:
 
@@ -92,7 +92,8 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
         Where the pile directory goes (default: the output's directory). Needs about the input's
         size in free space, the output directory as much again.
     seed : int
-        Same inputs, seed and memory plan (pile count) → byte-identical output.
+        Same inputs, seed and memory plan (pile count) → byte-identical output, with or without
+        ``index``.
     index : bool
         Also write each output's lirs sidecar (``OUT.lirs``, or ``part-*.lirs`` per shard),
         identical to what ``lirs index`` would write; text formats build it from the output

@@ -1,4 +1,12 @@
-"""The memory plan of `lirs shuffle`: pile count, read chunks, buffer sizes and the pass-2 pile cap."""
+"""The memory plan of `lirs shuffle`: pile count, read chunks, buffer sizes and the pass-2 pile cap.
+
+The plan has two parts. The *shape* (pile count M, pile cap, pile target, the caps of a re-split)
+decides which records meet in which pile, hence the output bytes; it depends only on the input,
+``memory`` and the open-file limit. The *buffers* (read chunk, write buffers, output buffers, the
+room of the ``--index`` scans) never change the output (a record's pile is a function of its number
+and the seed), so ``--index`` fits its scan arrays inside the buffers of the same shape: the output
+is the same with and without ``--index``.
+"""
 from __future__ import annotations
 
 import math
@@ -66,6 +74,7 @@ class MemoryPlan:
         """Sub-piles and their write buffer to split a pile that needs ``need`` bytes in pass 2."""
         max_piles = max_piles or MAX_PILES
         m = max(2, math.ceil(need / (self.target * HEADROOM)) + 1)
+        # 2 * chunk + validate is the same with and without --index: so is the sub-pile count
         room = self.memory - self.reserve - 2 * self.chunk - self.validate
         m = int(min(m, max_piles, max(2, room // _MIN_WRITE_BUFFER - SPARE_SLOTS)))
         w = int(min(_MAX_WRITE_BUFFER, room // (m + SPARE_SLOTS)))
@@ -82,6 +91,27 @@ def _scan_bytes(out_buffer: int) -> int:
     return max(17 * (out_buffer // 2 + 2), 8 * (out_buffer + 1))
 
 
+def _index_out_buffer(out_fixed: int, label_ratio: float) -> int:
+    """The largest output buffer (a whole number of blocks) whose two buffers, labels and index
+    scan arrays fit ``out_fixed``, the output room of the plan without an index."""
+    ob = int((out_fixed - BLOCK) / (2.0 * (1.0 + label_ratio) + 8.5))
+    ob -= ob % BLOCK
+    while ob > BLOCK and int(2 * ob * (1.0 + label_ratio)) + _scan_bytes(ob) + BLOCK > out_fixed:
+        ob -= BLOCK
+    return ob
+
+
+def _validate_room(chunk: int, piece: int) -> tuple[int, int, int]:
+    """(chunk, piece, validate): the LIBSVM check of pass 1 takes its scan arrays (17 B per 2 bytes
+    of a piece) out of the read-ahead, at most half of it, so that ``2 * chunk + validate`` stays
+    what the plan without an index reads with."""
+    piece = max(BLOCK, min(piece, 2 * (chunk // 17 - 2)))
+    need = 17 * (piece // 2 + 2)
+    smaller = chunk - (need + 1) // 2
+    smaller -= smaller % BLOCK
+    return smaller, piece, 2 * (chunk - smaller)
+
+
 def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_bytes: int = 0,
                 label_ratio: float = 0.0, index: bool = False, validate: bool = False,
                 max_piles: int | None = None) -> MemoryPlan:
@@ -95,8 +125,9 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
     deviations of its record count, fits ``HEADROOM`` of the pile target (the pile cap, or
     ``PILE_TARGET`` when smaller: smaller piles shuffle faster); it is capped by ``max_piles``
     (default ``MAX_PILES``, lowered to what the open-file limit allows), beyond which piles are
-    split again in pass 2. Raises :class:`UsageError` when ``memory`` cannot hold the buffers and
-    one record.
+    split again in pass 2. ``index`` and ``validate`` only shrink buffers: M, the pile cap and the
+    re-split caps (hence the output) do not depend on them. Raises :class:`UsageError` when
+    ``memory`` cannot hold the buffers and one record.
     """
     mem = parse_size(memory)
     if mem <= 0:
@@ -108,21 +139,17 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
         chunk = max(chunk, record_bytes)
     # O_DIRECT writes leave up to a block behind in a buffer: slots hold a record plus a block
     wmin = max(_MIN_WRITE_BUFFER, round_up(record_bytes + BLOCK, BLOCK)) if record_bytes else _MIN_WRITE_BUFFER
-    # the index scan of an output buffer needs about 8.5 bytes per buffer byte: smaller buffers then
-    out_buf = _clamp(mem // (128 if index else 32), _MIN_OUT_BUFFER, _MAX_OUT_BUFFER)
+    out_buf = _clamp(mem // 32, _MIN_OUT_BUFFER, _MAX_OUT_BUFFER)
     if record_bytes:
         out_buf = max(out_buf, round_up(record_bytes + 2 * BLOCK, BLOCK))
-    scan = _scan_bytes(out_buf) if index else 0
-    # two output buffers and their labels, the scan arrays, and the block a pile read rounds up to
-    out_fixed = int(2 * out_buf * (1.0 + label_ratio)) + scan + BLOCK
-    piece = _clamp(mem // 256, _MIN_VALIDATE_PIECE, _MAX_VALIDATE_PIECE)
-    val = 17 * (piece // 2 + 2) if validate else 0
+    # two output buffers and their labels, and the block a pile read rounds up to
+    out_fixed = int(2 * out_buf * (1.0 + label_ratio)) + BLOCK
     pile_cap = mem - reserve - out_fixed
-    room1 = mem - reserve - 2 * chunk - val
+    room1 = mem - reserve - 2 * chunk
     smallest = max(64 << 10, record_bytes + OFFSET_BYTES)
     slots = 2 + SPARE_SLOTS  # write buffers of the smallest split (two piles)
     if pile_cap < smallest or room1 < slots * wmin:
-        need = max(reserve + out_fixed + smallest, reserve + 2 * chunk + val + slots * wmin)
+        need = max(reserve + out_fixed + smallest, reserve + 2 * chunk + slots * wmin)
         raise UsageError(f"--memory {format_bytes(mem)} is too small to hold one record plus the buffers "
                          f"of both passes; use at least {format_bytes(need * 1.05)}")
     per_record = mean + OFFSET_BYTES
@@ -137,6 +164,13 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
     m = int(min(cap_piles, want))
     w = int(min(_MAX_WRITE_BUFFER, room1 // (m + SPARE_SLOTS)))
     w -= w % BLOCK
+    # the buffers of --index, inside the shape above
+    piece = _clamp(mem // 256, _MIN_VALIDATE_PIECE, _MAX_VALIDATE_PIECE)
+    val = 0
+    if validate:
+        chunk, piece, val = _validate_room(chunk, piece)
+    if index:
+        out_buf = _index_out_buffer(out_fixed, label_ratio)
     exp_records = math.ceil(n_est / m)
     return MemoryPlan(memory=mem, chunk=chunk, write_buffer=w, piles=m, pile_cap=int(pile_cap),
                       out_buffer=out_buf, out_fixed=out_fixed, validate=val, validate_piece=piece,
