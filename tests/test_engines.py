@@ -291,3 +291,81 @@ def test_engine_refuses_use_after_fork(tmp_path):
         os.waitpid(pid, 0)
         assert os.read(r, 16) == b"refused"
         os.close(r)
+
+
+def _short_pread(limit):
+    """A libc ``pread`` stand-in that reads what was asked but reports at most ``limit`` bytes, as
+    FUSE and network filesystems answer: for the nogil kernel, through a ctypes callback."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    real = libc.pread
+    real.restype, real.argtypes = ctypes.c_ssize_t, [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                                                     ctypes.c_int64]
+    proto = ctypes.CFUNCTYPE(ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64)
+    calls = []
+
+    def pread(fd, buf, n, off):
+        r = real(fd, buf, n, off)
+        calls.append((fd, n, off, r))
+        return min(r, limit) if r > 0 else r
+
+    cb = proto(pread)
+    return cb, ctypes.cast(cb, ctypes.c_void_p).value, calls
+
+
+@pytest.mark.parametrize("limit", [1000, 5000, 8192])
+@pytest.mark.parametrize("name", ["threads", "buffered"])
+def test_short_reads_mid_file_are_continued(tmp_path, name, limit):
+    # short answers before the end of the file are no end of file (the FUSE tests cover every engine)
+    paths, datas = _files(tmp_path)
+    with open_engine(paths, name) as eng:
+        cb, addr, calls = _short_pread(limit)
+
+        class Libc:  # the engine's libc, with pread answering short
+            pread = addr
+            errno_location = eng._libc.errno_location
+
+        eng._libc = Libc
+        rng = np.random.default_rng(7)
+        f, off, nb, pos = _random_extents(rng, SIZES, 60)
+        buf = aligned_empty(int(nb.sum()))
+        got = eng.read(f, off, nb, buf, pos)
+        _check(buf, pos, got, _expected(datas, f, off, nb))
+        assert calls and any(r > limit for *_, r in calls), "the stand-in cut reads short"
+        if eng.direct and limit % BLOCK:
+            assert (eng.cfds >= 0).any(), "O_DIRECT short reads went on through the page cache"
+        del cb
+
+
+def test_aiofiles_from_a_running_event_loop(tmp_path):
+    # the loader opens (and probes) its engine inside aepoch, i.e. inside the caller's event loop
+    paths, datas = _files(tmp_path)
+    f, off, nb, pos = _random_extents(np.random.default_rng(8), SIZES, 30)
+    buf = aligned_empty(int(nb.sum()))
+
+    async def main():
+        with open_engine(paths, "aiofiles") as eng:
+            return eng.read(f, off, nb, buf, pos)
+
+    _check(buf, pos, asyncio.run(main()), _expected(datas, f, off, nb))
+
+
+def test_aiofiles_loader_aepoch_first(tmp_path):
+    import lirs
+    from lirs.loader import Loader
+
+    p = str(tmp_path / "dense.npy")
+    np.save(p, np.random.default_rng(9).standard_normal((3000, 6)).astype(np.float32))
+    lirs.build_index(p, format="npy", progress=False)
+
+    async def collect():
+        with Loader(p, 128, engine="aiofiles", seed=3) as loader:
+            return [b async for b in loader.aepoch(0)]
+
+    asyn = asyncio.run(collect())
+    with Loader(p, 128, engine="aiofiles", seed=3) as loader:
+        sync = list(loader.epoch(0))
+    assert len(asyn) == len(sync) > 1
+    for a, s in zip(asyn, sync):
+        assert a.index == s.index and np.array_equal(a.ids, s.ids) and a.X.tobytes() == s.X.tobytes()

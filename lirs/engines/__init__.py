@@ -11,6 +11,10 @@ buffered   page-cache ``pread`` (no O_DIRECT): tmpfs, some overlays, warm-cache 
 uring, threads (or buffered when the filesystem refuses O_DIRECT), and logs which one and why.
 The environment variable ``LIRS_ENGINE`` replaces ``"auto"``.
 
+Every engine returns full extents except where a file really ends: a short answer before the end
+(FUSE and network filesystems give them, also to ``O_DIRECT`` reads) is continued, never taken for
+the end of the file (see :mod:`lirs.kernels.io`).
+
 Every engine has the same small protocol::
 
     eng = open_engine(paths)                 # opens the files

@@ -2,6 +2,11 @@
 
 Kept for comparison: one Python call per read caps it far below the device (see the benchmark).
 Reads go through :func:`aiofiles.os.wrap` on a private thread pool of ``depth`` threads.
+
+A synchronous :meth:`~lirs.engines.base.Engine.read` runs the reads on a private event loop; called
+from a thread whose own loop is running (``Loader.aepoch`` opens its engine, and probes it, from the
+caller's coroutine), that private loop runs on a helper thread instead, since a thread can run only
+one event loop at a time.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ class AiofilesEngine(Engine):
 
         super().__init__(paths, direct=direct, depth=depth)
         self._pool: ThreadPoolExecutor | None = None
+        self._bridge: ThreadPoolExecutor | None = None  # sync reads from inside a running loop
         self._local = threading.local()  # sync callers: one private event loop per thread
         self._loops: list[asyncio.AbstractEventLoop] = []
         self._lock = threading.Lock()
@@ -49,6 +55,17 @@ class AiofilesEngine(Engine):
             return self._pool
 
     def _read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._read_own_loop(ext_file, ext_offset, ext_nbytes, buf, buf_pos)
+        with self._lock:
+            if self._bridge is None:
+                self._bridge = ThreadPoolExecutor(1, thread_name_prefix="lirs-aiofiles-sync")
+            bridge = self._bridge
+        return bridge.submit(self._read_own_loop, ext_file, ext_offset, ext_nbytes, buf, buf_pos).result()
+
+    def _read_own_loop(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos):
         loop = getattr(self._local, "loop", None)
         if loop is None:
             loop = self._local.loop = _new_loop()
@@ -74,22 +91,29 @@ class AiofilesEngine(Engine):
         sem = asyncio.Semaphore(self.depth)
 
         async def one(i):
-            fd = int(self.fds[ext_file[i]])
+            f = int(ext_file[i])
+            fd, size = int(self.fds[f]), int(self.sizes[f])
             pos, want, off = int(buf_pos[i]), int(ext_nbytes[i]), int(ext_offset[i])
             n = 0
             async with sem:
                 while n < want:
+                    use, m = fd, want - n
+                    if self.direct and n % BLOCK:
+                        # a short O_DIRECT read stopped mid-block (FUSE, network filesystems): the
+                        # rest of the block through the page cache, then O_DIRECT again
+                        use = int(self.continuation_fds([f])[f])
+                        m = min(m, BLOCK - n % BLOCK)
                     try:
-                        r = await preadv(fd, [view[pos + n:pos + want]], off + n, executor=pool)
+                        r = await preadv(use, [view[pos + n:pos + n + m]], off + n, executor=pool)
                     except OSError as ex:
                         if ex.errno in _RETRY:
                             continue
                         raise self._error(ex.errno, i, off + n, ext_file, ext_nbytes) from None
                     if r == 0:
-                        break
+                        break  # end of file
                     n += r
-                    if self.direct and n % BLOCK:
-                        break
+                    if self.direct and n % BLOCK and off + n >= size:
+                        break  # the usual O_DIRECT end of file: short, off a block boundary, at the size
             got[i] = n
 
         # wait for every read, even after a failure, so nothing writes into buf after we return
@@ -100,6 +124,9 @@ class AiofilesEngine(Engine):
         return got
 
     def _close(self):
+        if self._bridge is not None:
+            self._bridge.shutdown(wait=True)
+            self._bridge = None
         for loop in self._loops:
             loop.close()
         self._loops.clear()

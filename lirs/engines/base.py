@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import errno as _errno
+import logging
 import os
 import tempfile
 import threading
@@ -13,6 +14,7 @@ from ..errors import LirsError, UsageError
 
 BLOCK = 4096
 O_DIRECT = getattr(os, "O_DIRECT", 0)
+log = logging.getLogger("lirs.engines")
 
 
 class ReadError(LirsError, OSError):
@@ -170,7 +172,16 @@ class Engine:
         self.reason = ""
         self.closed = False
         self.fds = np.asarray(open_files(self.paths, self.direct), np.int32)
-        self.sizes = np.asarray([os.fstat(int(fd)).st_size for fd in self.fds], np.int64)
+        try:
+            self.sizes = np.asarray([os.fstat(int(fd)).st_size for fd in self.fds], np.int64)
+        except BaseException:
+            for fd in self.fds:
+                os.close(int(fd))
+            raise
+        # page-cache descriptors that continue short O_DIRECT reads (FUSE, network filesystems);
+        # opened on first need, so a dataset of many files does not hold two descriptors per file
+        self.cfds = np.full(len(self.fds), -1, np.int32)
+        self._cfd_lock = threading.Lock()
 
     # ---- public ---------------------------------------------------------------------------
     def read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos) -> np.ndarray:
@@ -179,8 +190,11 @@ class Engine:
 
         ``ext_file`` int32 (e,), ``ext_offset``/``ext_nbytes``/``buf_pos`` int64 (e,), ``buf`` a
         writable C-contiguous uint8 array (4096-aligned for O_DIRECT, see :func:`aligned_empty`).
-        Returns int64 (e,): the bytes read per extent, short only where the file ends. Raises
-        :class:`ReadError` naming the file and offset when a read fails.
+        Returns int64 (e,): the bytes read per extent, short only where the file ends. Short answers
+        before the end (FUSE, network filesystems) are continued; an ``O_DIRECT`` one that stops off
+        a block boundary is continued through a page-cache descriptor of the file (:attr:`cfds`)
+        up to the next boundary. Raises :class:`ReadError` naming the file and offset when a read
+        fails.
         """
         args = self._check(ext_file, ext_offset, ext_nbytes, buf, buf_pos)
         if args[0].shape[0] == 0:
@@ -203,11 +217,12 @@ class Engine:
             self._close()
         finally:
             if os.getpid() == self.pid:
-                for fd in self.fds:
+                for fd in (*self.fds, *self.cfds[self.cfds >= 0]):
                     try:
                         os.close(int(fd))
                     except OSError:
                         pass
+                self.cfds[:] = -1
 
     def __enter__(self):
         return self
@@ -220,7 +235,55 @@ class Engine:
 
     # ---- for subclasses --------------------------------------------------------------------
     def _read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos) -> np.ndarray:
+        """Checked arguments in, int64 (e,) bytes read out: one :meth:`_batch` call, and another on
+        the extents whose short ``O_DIRECT`` reads waited for a continuation descriptor."""
+        e = ext_file.shape[0]
+        got = np.zeros(e, np.int64)
+        stall = np.zeros(e, np.uint8)
+        self._batch(ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall)
+        if stall.any():
+            self._finish_stalled(ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall)
+        return got
+
+    def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall) -> None:
+        """Read the extents from ``got`` (int64 (e,), in/out) on; set ``stall`` (uint8 (e,)) where a
+        continuation descriptor (:attr:`cfds`) is needed but not open; raise :class:`ReadError`."""
         raise NotImplementedError
+
+    def _finish_stalled(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall) -> None:
+        # rare path (a filesystem that answers O_DIRECT reads short mid-file): open the page-cache
+        # descriptors the stalled extents need, then resume them where they stopped
+        while True:
+            s = np.flatnonzero(stall)
+            if not s.size:
+                return
+            self.continuation_fds(np.unique(ext_file[s]))
+            sub_got = got[s]
+            sub_stall = np.zeros(s.size, np.uint8)
+            try:
+                self._batch(ext_file[s], ext_offset[s], ext_nbytes[s], buf, buf_pos[s], sub_got, sub_stall)
+            finally:
+                got[s] = sub_got
+            stall[:] = 0
+            stall[s] = sub_stall
+
+    def continuation_fds(self, files) -> np.ndarray:
+        """Open (once) the page-cache descriptors of ``files`` (int array of file numbers) that
+        continue short ``O_DIRECT`` reads; returns :attr:`cfds`, int32 (files,), -1 where not open."""
+        with self._cfd_lock:
+            if self.closed:
+                raise ValueError(f"{self.name} engine is closed")
+            for f in np.asarray(files, np.int64).tolist():
+                if self.cfds[f] < 0:
+                    try:
+                        self.cfds[f] = os.open(self.paths[f], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                    except OSError as e:
+                        raise ReadError(e.errno, f"{os.strerror(e.errno)} ({self.name} engine) opening a "
+                                                 "page-cache descriptor to continue a short O_DIRECT read",
+                                        self.paths[f]) from None
+                    log.info("%s: O_DIRECT reads came back short before the end of the file; "
+                             "continuing them through the page cache", self.paths[f])
+        return self.cfds
 
     def _close(self) -> None:
         pass

@@ -68,14 +68,13 @@ class ThreadsEngine(Engine):
                 return
             job.run()
 
-    def _read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos):
+    def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
         e = ext_file.shape[0]
-        got = np.zeros(e, np.int64)
         errs = np.zeros(e, np.int32)
         counter = np.zeros(1, np.int64)
         lc = self._libc
-        args = (lc.pread, lc.errno_location, self.fds, ext_file, ext_offset, ext_nbytes, buf.ctypes.data,
-                buf_pos, self.direct, got, errs, counter.ctypes.data)
+        args = (lc.pread, lc.errno_location, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
+                buf.ctypes.data, buf_pos, self.direct, got, errs, stall, counter.ctypes.data)
         parties = min(self.depth, e)
         job = _Job(args, parties)
         if parties > 1:
@@ -90,7 +89,6 @@ class ThreadsEngine(Engine):
         if bad.size:
             i = int(bad[0])
             raise self._error(errs[i], i, ext_offset[i] + got[i], ext_file, ext_nbytes)
-        return got
 
     def _close(self):
         for _ in self._workers:

@@ -133,15 +133,14 @@ class UringEngine(Engine):
             self._all.remove(ring)
         ring.close()
 
-    def _read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos):
+    def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
         e = ext_file.shape[0]
-        got = np.zeros(e, np.int64)
         err = np.zeros(3, np.int64)
         pending = np.empty(e, np.int64)
         ring = self._take()
         try:
-            K.uring_read(ring.desc, self.fds, ext_file, ext_offset, ext_nbytes, buf.ctypes.data, buf_pos,
-                         self.direct, got, err, pending)
+            K.uring_read(ring.desc, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
+                         buf.ctypes.data, buf_pos, self.direct, got, err, stall, pending)
         except BaseException:
             self._drop(ring)
             raise
@@ -155,7 +154,6 @@ class UringEngine(Engine):
         if err[0] > 0:
             i = int(err[1])
             raise self._error(int(err[0]), i, int(err[2]), ext_file, ext_nbytes)
-        return got
 
     def _close(self):
         with self._lock:

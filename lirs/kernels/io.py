@@ -9,8 +9,19 @@ those loads.
 Conventions of every kernel here:
   * ``ext_file`` int32 (e,), ``ext_offset`` int64 (e,), ``ext_nbytes`` int64 (e,): what to read;
   * ``buf_addr`` int: address of the caller's buffer; ``buf_pos`` int64 (e,): where extent i goes;
-  * ``got`` int64 (e,) output, zero on entry: bytes read per extent (short only at end of file);
+  * ``got`` int64 (e,) in/out: bytes already read per extent (zero on a first call; a call resumes
+    from it), on return the bytes read (short only at end of file);
   * errors are reported in an output array, never raised (numba cannot raise with context).
+
+Short reads. Some filesystems (FUSE, network filesystems) answer a read with fewer bytes than asked
+well before the end of the file. An ``O_DIRECT`` read that comes back ending off a 4096 boundary
+cannot be continued on the same descriptor (the next offset is unaligned, which most filesystems
+refuse), so the rest of that block is read through ``cfds[file]``, a page-cache descriptor of the
+same file, and ``O_DIRECT`` reads resume at the next boundary. The end of the file is a read that
+returns 0 bytes, or a short read that reached ``sizes[file]`` (the size when the engine opened the
+file, so the common end-of-file case costs no extra read); a short read is never taken for it.
+``cfds[file]`` is -1 until the engine has opened it: an extent that needs it is left with
+``stall[i] = 1`` and the engine calls again, after opening, on the stalled extents.
 """
 from __future__ import annotations
 
@@ -187,15 +198,16 @@ def call_errno(typingctx, fn):
 
 
 @njit(cache=True, nogil=True)
-def pread_worker(fn_pread, fn_errno, fds, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos, direct,
-                 got, errs, counter_addr):
+def pread_worker(fn_pread, fn_errno, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos,
+                 direct, got, errs, stall, counter_addr):
     """Read extents until none is left; several threads run this on the same batch.
 
     Extents are handed out one at a time through an atomic counter at ``counter_addr`` (int64,
-    zero on entry), so threads that finish early take more. ``errs`` int32 (e,) receives the
-    errno of a failed extent (0 = fine). With ``direct`` a read ending off a 4096 boundary is the
-    end of the file (the next O_DIRECT read at that offset would be refused). Returns the number
-    of extents this thread read.
+    zero on entry), so threads that finish early take more. ``fds``/``cfds`` int32 (files,): the
+    descriptors and the page-cache continuation descriptors (-1: not open), ``sizes`` int64
+    (files,). ``errs`` int32 (e,) receives the errno of a failed extent (0 = fine), ``stall`` uint8
+    (e,) is set for an extent that needs a continuation descriptor not yet open (see the module
+    doc). Returns the number of extents this thread read.
     """
     e = ext_file.shape[0]
     mine = 0
@@ -204,11 +216,22 @@ def pread_worker(fn_pread, fn_errno, fds, ext_file, ext_offset, ext_nbytes, buf_
         if i >= e:
             break
         mine += 1
-        fd = fds[ext_file[i]]
+        f = ext_file[i]
         want = ext_nbytes[i]
         retries = 0
         while got[i] < want:
-            r = call_pread(fn_pread, fd, buf_addr + buf_pos[i] + got[i], want - got[i], ext_offset[i] + got[i])
+            fd = fds[f]
+            n = want - got[i]
+            if direct and got[i] % _BLOCK != 0:
+                # a short O_DIRECT read stopped mid-block: the rest of the block through the page cache
+                fd = cfds[f]
+                if fd < 0:
+                    stall[i] = 1
+                    break
+                room = _BLOCK - got[i] % _BLOCK
+                if n > room:
+                    n = room
+            r = call_pread(fn_pread, fd, buf_addr + buf_pos[i] + got[i], n, ext_offset[i] + got[i])
             if r < 0:
                 en = call_errno(fn_errno)
                 if en == EINTR:
@@ -219,10 +242,10 @@ def pread_worker(fn_pread, fn_errno, fds, ext_file, ext_offset, ext_nbytes, buf_
                 errs[i] = en
                 break
             if r == 0:
-                break
+                break  # end of file
             got[i] += r
-            if direct and got[i] % _BLOCK != 0:
-                break
+            if direct and got[i] % _BLOCK != 0 and ext_offset[i] + got[i] >= sizes[f]:
+                break  # the usual O_DIRECT end of file: short, off a block boundary, at the size
     return mine
 
 
@@ -256,14 +279,18 @@ def _uring_push(ring, tail, fd, addr, nbytes, offset, user_data):
 
 
 @njit(cache=True, nogil=True)
-def uring_read(ring, fds, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos, direct, got, err, pending):
+def uring_read(ring, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos, direct, got, err,
+               stall, pending):
     """Read a batch of extents through one io_uring: keep up to ``ring[R_ENTRIES]`` reads in flight.
 
-    ``ring`` int64 (12,): the ring descriptor (see ``R_*``). ``pending`` int64 (e,) scratch.
-    ``err`` int64 (3,) output: ``[errno, extent, file offset]`` of the first failure (errno 0 = none).
-    A negative errno in ``err[0]`` means ``io_uring_enter`` itself failed. Short reads are
-    resubmitted for the rest; EINTR/EAGAIN completions are resubmitted; a zero-byte read (or, with
-    ``direct``, a read ending off a 4096 boundary) is the end of the file.
+    ``ring`` int64 (12,): the ring descriptor (see ``R_*``). ``fds``/``cfds`` int32 (files,): the
+    descriptors and the page-cache continuation descriptors (-1: not open), ``sizes`` int64
+    (files,). ``pending`` int64 (e,) scratch. ``err`` int64 (3,) output: ``[errno, extent, file
+    offset]`` of the first failure (errno 0 = none). A negative errno in ``err[0]`` means
+    ``io_uring_enter`` itself failed. ``stall`` uint8 (e,) output: extents that need a continuation
+    descriptor not yet open. Short reads are resubmitted for the rest (see the module doc for
+    short ``O_DIRECT`` reads); EINTR/EAGAIN completions are resubmitted; a zero-byte read, or a
+    short read that reached the file's size, is the end of the file.
     Returns the number of ``io_uring_enter`` calls made.
     """
     e = ext_file.shape[0]
@@ -292,8 +319,17 @@ def uring_read(ring, fds, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos, d
                 continue
             if n > max_len:
                 n = max_len
-            _uring_push(ring, tail, fds[ext_file[i]], buf_addr + buf_pos[i] + got[i], n,
-                        ext_offset[i] + got[i], i)
+            fd = fds[ext_file[i]]
+            if direct and got[i] % _BLOCK != 0:
+                # a short O_DIRECT read stopped mid-block: the rest of the block through the page cache
+                fd = cfds[ext_file[i]]
+                if fd < 0:
+                    stall[i] = 1
+                    continue
+                room = _BLOCK - got[i] % _BLOCK
+                if n > room:
+                    n = room
+            _uring_push(ring, tail, fd, buf_addr + buf_pos[i] + got[i], n, ext_offset[i] + got[i], i)
             tail = (tail + 1) & 0xFFFFFFFF
             added += 1
             inflight += 1
@@ -336,8 +372,8 @@ def uring_read(ring, fds, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos, d
                 continue  # end of file
             got[i] += res
             if got[i] < ext_nbytes[i] and not failed:
-                if direct and got[i] % _BLOCK != 0:
-                    continue  # O_DIRECT short read off a block boundary: end of file
+                if direct and got[i] % _BLOCK != 0 and ext_offset[i] + got[i] >= sizes[ext_file[i]]:
+                    continue  # the usual O_DIRECT end of file: short, off a block boundary, at the size
                 pending[p_tail % e] = i
                 p_tail += 1
             if ch == ct:

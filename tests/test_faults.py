@@ -1,0 +1,280 @@
+"""Faults of real filesystems, injected through a FUSE passthrough (tests/faultfs.py): short reads,
+EIO and slow reads. Every engine (and what ``auto`` picks), with O_DIRECT on and off, must deliver
+exactly the bytes of the plain file, take no short read for the end of the file, and name the file
+and offset of a failed read.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import lirs
+from conftest import engines_here
+from faultfs import FaultFS, fuse_missing
+from lirs.engines import BLOCK, ReadError, aligned_empty, open_engine
+from lirs.loader import Loader
+
+MISSING = fuse_missing()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"FUSE unavailable: {MISSING}")
+
+ENGINES = [*engines_here(), "auto"]
+# (engine, direct): buffered never uses O_DIRECT, so it runs once
+ENGINE_MODES = [pytest.param(e, d, id=f"{e}-{'direct' if d else 'cached'}")
+                for e in ENGINES for d in (True, False) if not (e == "buffered" and d)]
+N_FEATURES = 50
+END = 1 << 62
+
+
+# --------------------------------------------------------------------------- data and the mount
+
+
+def _write_libsvm(path, n, seed):
+    """Seeded LIBSVM text, records of ~5 B to ~3 KB, with blank lines mixed in."""
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            k = int(rng.choice([0, 2, 10, 200], p=[0.05, 0.4, 0.45, 0.1]))
+            cols = np.sort(rng.choice(N_FEATURES, min(k, N_FEATURES), replace=False)) + 1
+            vals = rng.integers(-999, 999, len(cols)) / 8
+            f.write(f"{rng.choice([-1, 1])}" + "".join(f" {c}:{v:g}" for c, v in zip(cols, vals)))
+            f.write("\n\n" if i % 41 == 0 else "\n")
+
+
+@pytest.fixture(scope="module")
+def mounted(tmp_path_factory):
+    """The data files (LIBSVM, .npy, lines, raw bytes) indexed in ``src`` and seen through the
+    fault-injecting mount: ``(fs, {name: (plain path, mounted path)})``. Unmounted at teardown,
+    whatever the tests did."""
+    root = tmp_path_factory.mktemp("faults")
+    src, mnt = root / "src", root / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    rng = np.random.default_rng(7)
+    _write_libsvm(src / "train.svm", 1500, seed=3)
+    np.save(src / "dense.npy", rng.standard_normal((1200, 5)).astype(np.float32))
+    lines = [b"x" * int(rng.integers(0, 700)) + b"%d" % i for i in range(800)]
+    (src / "text.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    rng.integers(0, 256, 37 * BLOCK + 123, dtype=np.uint8).tofile(src / "raw.bin")
+    for name, fmt in (("train.svm", "libsvm"), ("dense.npy", "npy"), ("text.jsonl", "lines")):
+        lirs.build_index(str(src / name), format=fmt, progress=False)
+    files = {p.name: (str(p), str(mnt / p.name)) for p in src.iterdir() if not p.name.endswith(".lirs")}
+    with FaultFS(src, mnt) as fs:
+        yield fs, files
+    assert not os.path.ismount(mnt)
+
+
+@pytest.fixture
+def fs(mounted):
+    """The mount with no faults before and after the test."""
+    fs, _ = mounted
+    fs.set_rules([])
+    yield fs
+    if fs.proc is not None:
+        fs.set_rules([])
+
+
+def _short_rules(name, size):
+    """Short answers of three kinds over a file: under a block (continued through the page cache),
+    past a block boundary but off one (re-aligned), and whole blocks (O_DIRECT continues)."""
+    third = size // 3
+    return [{"file": name, "start": 0, "end": third, "kind": "short", "n": 1000},
+            {"file": name, "start": third, "end": 2 * third, "kind": "short", "n": 5000},
+            {"file": name, "start": 2 * third, "end": END, "kind": "short", "n": 8192}]
+
+
+def _loader(path, engine, direct, **kw):
+    kw.setdefault("n_features", N_FEATURES if path.endswith(".svm") else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a page-cache fallback warns; not tested here
+        return Loader(path, kw.pop("batch_size", 64), engine=engine, direct=direct, seed=5, **kw)
+
+
+def _epoch(path, engine="buffered", direct=False, **kw):
+    with _loader(path, engine, direct, **kw) as loader:
+        return list(loader.epoch(0))
+
+
+def _assert_same(got, want):
+    """Batches equal byte for byte: ids, labels, and the CSR arrays / dense rows / record bytes."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.index == w.index and np.array_equal(g.ids, w.ids)
+        assert (g.y is None and w.y is None) or np.array_equal(g.y, w.y)
+        if hasattr(w.X, "indptr"):
+            assert np.array_equal(g.X.indptr, w.X.indptr) and np.array_equal(g.X.indices, w.X.indices)
+            assert g.X.data.tobytes() == w.X.data.tobytes()
+        elif isinstance(w.X, np.ndarray):
+            assert g.X.dtype == w.X.dtype and g.X.tobytes() == w.X.tobytes()
+        else:
+            assert g.X == w.X
+
+
+# --------------------------------------------------------------------------- the harness itself
+
+
+@pytest.mark.parametrize("flags", [0, os.O_DIRECT], ids=["cached", "direct"])
+def test_short_reads_reach_the_caller(fs, mounted, flags):
+    # the premise of every test below: FUSE (direct_io) hands the short answer to the application
+    _, files = mounted
+    fs.set_rules([{"file": "raw.bin", "start": 0, "end": END, "kind": "short", "n": 1000}])
+    fd = os.open(files["raw.bin"][1], os.O_RDONLY | flags)
+    try:
+        buf = aligned_empty(2 * BLOCK)
+        assert os.preadv(fd, [memoryview(buf)], BLOCK) == 1000
+        plain = np.fromfile(files["raw.bin"][0], np.uint8)
+        assert bytes(buf[:1000]) == plain[BLOCK:BLOCK + 1000].tobytes()
+    finally:
+        os.close(fd)
+    assert fs.counts()["short"] >= 1
+
+
+def test_eio_reaches_the_caller(fs, mounted):
+    _, files = mounted
+    fs.set_rules([{"file": "raw.bin", "start": 3 * BLOCK, "end": 3 * BLOCK + 1, "kind": "eio"}])
+    fd = os.open(files["raw.bin"][1], os.O_RDONLY)
+    try:
+        assert len(os.pread(fd, BLOCK, 0)) == BLOCK
+        with pytest.raises(OSError) as ei:
+            os.pread(fd, BLOCK, 3 * BLOCK)
+        assert ei.value.errno == errno.EIO
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- engine level
+
+
+@pytest.mark.parametrize("engine,direct", ENGINE_MODES)
+def test_engine_read_continues_short_reads(fs, mounted, engine, direct):
+    _, files = mounted
+    plain_path, path = files["raw.bin"]
+    plain = np.fromfile(plain_path, np.uint8)
+    size = plain.size
+    fs.set_rules(_short_rules("raw.bin", size))
+    nblocks = -(-size // BLOCK)
+    rng = np.random.default_rng(11)
+    count = 40
+    off = (rng.integers(0, nblocks, count) * BLOCK).astype(np.int64)
+    nb = (rng.integers(1, 6, count) * BLOCK).astype(np.int64)
+    off[:3] = [(nblocks - 1) * BLOCK, (nblocks - 2) * BLOCK, nblocks * BLOCK]  # true ends of file
+    nb[:3] = [2 * BLOCK, 3 * BLOCK, BLOCK]
+    pos = np.concatenate([[0], np.cumsum(nb)[:-1]]).astype(np.int64)
+    buf = aligned_empty(int(nb.sum()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        eng = open_engine([path], engine, direct=direct)
+    with eng:
+        assert eng.direct == (direct and eng.name != "buffered")
+        got = eng.read(np.zeros(count, np.int32), off, nb, buf, pos)
+        want = np.minimum(nb, np.maximum(size - off, 0))
+        assert got.tolist() == want.tolist(), "full counts mid-file, the short count only at the end"
+        assert got[0] == size - (nblocks - 1) * BLOCK and got[2] == 0
+        for i in range(count):
+            assert bytes(buf[pos[i]:pos[i] + got[i]]) == plain[off[i]:off[i] + got[i]].tobytes(), f"extent {i}"
+        if eng.direct:
+            assert eng.cfds[0] >= 0, "the short O_DIRECT reads went on through the page cache"
+    assert fs.counts()["short"] > 0
+
+
+@pytest.mark.parametrize("engine,direct", ENGINE_MODES)
+def test_engine_read_error_names_file_and_offset(fs, mounted, engine, direct):
+    _, files = mounted
+    path = files["raw.bin"][1]
+    bad = 20 * BLOCK + 100
+    fs.set_rules([{"file": "raw.bin", "start": 0, "end": END, "kind": "short", "n": 3000},
+                  {"file": "raw.bin", "start": bad, "end": bad + 1, "kind": "eio"}])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        eng = open_engine([path], engine, direct=direct)
+    with eng:
+        buf = aligned_empty(8 * BLOCK)
+        with pytest.raises(ReadError) as ei:
+            eng.read([0, 0], [0, 18 * BLOCK], [4 * BLOCK, 4 * BLOCK], buf, [0, 4 * BLOCK])
+    err = ei.value
+    assert err.errno == errno.EIO and err.filename == path and path in str(err)
+    m = re.search(r"at offset (\d+)", str(err))
+    assert m and 18 * BLOCK <= int(m.group(1)) <= bad, str(err)
+
+
+# --------------------------------------------------------------------------- loader level
+
+
+FORMATS = [("train.svm", ("instance", "group", "window")), ("dense.npy", ("page", "group")),
+           ("text.jsonl", ("instance", "window"))]
+
+
+@pytest.fixture(scope="module")
+def reference(mounted):
+    """Epoch 0 of every (file, granularity) read from the plain files."""
+    _, files = mounted
+    out = {}
+    for name, grans in FORMATS:
+        for g in grans:
+            out[name, g] = _epoch(files[name][0], granularity=g, group_bytes=8192, window=3)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine,direct", ENGINE_MODES)
+@pytest.mark.parametrize("name,grans", FORMATS, ids=[f for f, _ in FORMATS])
+def test_short_reads_give_identical_epochs(fs, mounted, reference, engine, direct, name, grans):
+    _, files = mounted
+    path = files[name][1]
+    fs.set_rules(_short_rules(name, os.path.getsize(files[name][0])))
+    for g in grans:
+        got = _epoch(path, engine, direct, granularity=g, group_bytes=8192, window=3)
+        _assert_same(got, reference[name, g])
+    assert fs.counts()["short"] > 0
+
+
+@pytest.mark.parametrize("engine,direct", ENGINE_MODES)
+def test_eio_stops_the_epoch_naming_file_and_offset(fs, mounted, reference, engine, direct):
+    _, files = mounted
+    plain, path = files["train.svm"]
+    size = os.path.getsize(plain)
+    bad = size // 2 + 77
+    want = reference["train.svm", "instance"]
+    delivered = []
+    with _loader(path, engine, direct, granularity="instance") as loader:
+        fs.set_rules([{"file": "train.svm", "start": 0, "end": END, "kind": "short", "n": 2000},
+                      {"file": "train.svm", "start": bad, "end": bad + 1, "kind": "eio"}])
+        with pytest.raises(OSError) as ei:
+            for b in loader.epoch(0):
+                delivered.append(b)
+    err = ei.value
+    assert err.errno == errno.EIO and err.filename == path and path in str(err), str(err)
+    m = re.search(r"reading (\d+) bytes at offset (\d+)", str(err))
+    assert m, str(err)
+    nbytes, off = int(m.group(1)), int(m.group(2))
+    assert off <= bad < off + nbytes + BLOCK, "the offset is that of the failed read"
+    assert len(delivered) < len(want), "the bad range is read by some batch"
+    _assert_same(delivered, want[:len(delivered)])  # nothing missing, nothing foreign before it
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_slow_out_of_order_reads_keep_batches_in_order(fs, mounted, reference, engine):
+    _, files = mounted
+    fs.set_rules([{"file": "train.svm", "start": 0, "end": END, "kind": "delay", "seconds": 0.004,
+                   "jitter": True}])
+    got = _epoch(files["train.svm"][1], engine, None, granularity="window", group_bytes=8192, window=3)
+    _assert_same(got, reference["train.svm", "window"])
+    assert fs.counts()["delay"] > 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_aepoch_with_short_reads(fs, mounted, reference, engine):
+    import asyncio
+
+    _, files = mounted
+    fs.set_rules(_short_rules("train.svm", os.path.getsize(files["train.svm"][0])))
+
+    async def collect():
+        with _loader(files["train.svm"][1], engine, None, granularity="group", group_bytes=8192) as loader:
+            return [b async for b in loader.aepoch(0)]
+
+    _assert_same(asyncio.run(collect()), reference["train.svm", "group"])
