@@ -7,6 +7,7 @@ previous one, so a cold-cache build runs at about the disk's sequential bandwidt
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -109,7 +110,11 @@ def read_chunks(path: str, start: int, end: int, chunk: int):
             mv = memoryview(bufs[i])[:want]
             got = 0
             while got < want:
-                r = os.preadv(fd, [mv[got:]], off + got)
+                try:
+                    r = os.preadv(fd, [mv[got:]], off + got)
+                except OSError as e:  # EIO and kin: say which file and where (the CLI prints both)
+                    e.filename, e.lirs_offset = path, off + got
+                    raise
                 if r == 0:
                     raise DataError(f"{path}: byte {off + got}: file ended early (expected {end} bytes); "
                                     "did it change while being read?")
@@ -428,9 +433,17 @@ def npy_layout(path: str):
 
 
 def labels_for_npy(path: str):
+    """The labels beside ``X.npy`` (``X.labels.npy`` or ``X.npy.labels.npy``), memory-mapped where
+    the filesystem allows it (read into memory where it cannot map: ENODEV on some FUSE and network
+    filesystems); None when there are none."""
     for cand in (path[:-4] + ".labels.npy" if path.endswith(".npy") else None, path + ".labels.npy"):
         if cand and os.path.exists(cand):
-            return np.load(cand, mmap_mode="r")
+            try:
+                return np.load(cand, mmap_mode="r")
+            except OSError as e:
+                if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
+                    raise
+                return np.load(cand)
     return None
 
 

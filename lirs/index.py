@@ -370,3 +370,16 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None) -> list[str]:
                 f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "
                 f"on the data you want to read")
     return paths
+
+
+def revalidate(path: str) -> Index:
+    """``lirs index --check``: confirm that the index of ``path`` still describes its data (size,
+    sampled blocks, array checksums) without scanning the data, and record the data files' current
+    modification times in the sidecar (atomically), so later opens take the cheap check again.
+    Raises StaleIndexError or IndexFormatError when it does not."""
+    idx = open_index(path, check=True, mmap=False, verify=True)
+    if all(fp.get("mtime_ns") == os.stat(p).st_mtime_ns for p, fp in zip(idx.paths, idx.fingerprints)):
+        return idx
+    idx.fingerprints = tuple(fingerprint(p) for p in idx.paths)
+    write_index(idx, idx.sidecar)
+    return idx

@@ -239,3 +239,102 @@ def test_kill_9_during_index_leaves_no_half_index(tmp_path, frac):
     left = [x for x in os.listdir(tmp_path) if ".tmp-" in x]
     assert left == []
     assert open_index(p, verify=True).n > 0
+
+
+def test_index_check_refreshes_a_touched_index(tmp_path, capsys):
+    p = _svm(tmp_path / "x.svm")
+    lirs.build_index(p, progress=False)
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert main(["index", p, "--check"]) == 0
+    assert "still matches" in capsys.readouterr().out
+    header, _ = S.read_header(p + ".lirs")
+    assert header["files"][0]["fingerprint"]["mtime_ns"] == os.stat(p).st_mtime_ns
+
+
+def test_index_check_refuses_changed_data(tmp_path, capsys):
+    p = _svm(tmp_path / "x.svm")
+    lirs.build_index(p, progress=False)
+    with open(p, "a") as f:
+        f.write("1 3:1\n")
+    assert main(["index", p, "--check"]) == 1
+    assert "size changed" in capsys.readouterr().err
+
+
+def test_eio_during_index_names_file_and_byte(tmp_path, monkeypatch, capsys):
+    from lirs import build as B
+
+    p = _svm(tmp_path / "x.svm", n=3000)
+    real = os.preadv
+
+    def eio(fd, bufs, off):
+        if off >= 4096:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fd, bufs, off)
+
+    monkeypatch.setattr(B.os, "preadv", eio)
+    assert main(["index", p, "--quiet", "--chunk", "4K"]) == 1
+    err = capsys.readouterr().err
+    assert f"{p}: byte 4096: Input/output error" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_labels_npy_without_mmap(tmp_path, monkeypatch):
+    from lirs import build as B
+
+    x = np.arange(60, dtype=np.float32).reshape(20, 3)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "x.npy.labels.npy", np.arange(20, dtype=np.float64))
+    real = np.load
+
+    def load(path, mmap_mode=None, **k):
+        if mmap_mode:
+            raise OSError(errno.ENODEV, "No such device")
+        return real(path, **k)
+
+    monkeypatch.setattr(B.np, "load", load)
+    assert np.array_equal(B.labels_for_npy(str(tmp_path / "x.npy")), np.arange(20))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frac", [0.1, 0.4, 0.7, 0.95])
+@pytest.mark.parametrize("shards", [None, 3])
+def test_kill_9_during_shuffle_leaves_nothing_behind(tmp_path, frac, shards):
+    p = _big_svm(tmp_path / "big.svm", mb=30)
+    work = tmp_path / "work"
+    work.mkdir()
+    out = work / "out.svm"
+    cmd = [sys.executable, "-m", "lirs.cli", "shuffle", p, "-o", str(out), "--memory", "4M", "--seed", "1",
+           "--index", "--tmpdir", str(work)] + ([] if shards is None else ["--shards", str(shards)])
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    full = time.perf_counter() - t0
+    want = _read_all(out)
+    shutil.rmtree(out) if out.is_dir() else out.unlink()
+    for q in work.iterdir():  # the sidecar of a single output
+        os.unlink(q)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(frac * full)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # no half-written output under its final name: absent, or whole
+    if out.exists():
+        assert _read_all(out) == want
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+        for q in work.iterdir():
+            if q.name.endswith(".lirs"):
+                os.unlink(q)
+    # the next run finishes, says what it removed, and leaves only its outputs
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert _read_all(out) == want
+    left = sorted(q.name for q in work.iterdir())
+    assert left == (["out.svm", "out.svm.lirs"] if shards is None else ["out.svm"]), left
+    if any(x in r.stderr for x in ("removed",)):
+        assert "crashed" in r.stderr
+
+
+def _read_all(out) -> bytes:
+    if os.path.isdir(out):
+        return b"".join(open(os.path.join(out, n), "rb").read() for n in sorted(os.listdir(out))
+                        if not n.endswith(".lirs"))
+    return open(out, "rb").read()

@@ -61,6 +61,7 @@ import numpy as np
 from ..build import expand_paths, labels_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
+from ..litter import clean_dead
 from ..units import format_bytes, parse_size
 from .disk import check_space, direct_ok
 from .formats import Dataset, open_dataset
@@ -70,6 +71,9 @@ from .passes import Pass2, pass1, pass2
 from .writer import Output
 
 log = logging.getLogger("lirs.external")
+
+
+PILE_DIR_PATTERN = r"\.lirs-shuffle-(?P<pid>\d+)-\w+"  # pile directories: .lirs-shuffle-PID-XXXX
 
 
 def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index=False, progress=None,
@@ -126,7 +130,9 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
                        label_ratio=(ds.ls / ds.rs if ds.rs else 0.0), index=index and ds.text,
                        validate=index and ds.fmt == "libsvm", max_piles=max_piles)
     check_space(tmpdir, parent, ds.pile_bytes, ds.out_bytes)
-    pile_dir = tempfile.mkdtemp(prefix=".lirs-shuffle-", dir=tmpdir)
+    # piles of a killed shuffle (GBs) are removed by the next one; a live one's are left alone
+    clean_dead(tmpdir, PILE_DIR_PATTERN)
+    pile_dir = tempfile.mkdtemp(prefix=f".lirs-shuffle-{os.getpid()}-", dir=tmpdir)
     pool = ThreadPoolExecutor(2) if index and ds.text else None  # the index scans of text outputs
     try:
         direct = {"piles": direct_ok(pile_dir), "output": direct_ok(parent)}

@@ -11,6 +11,7 @@ import os
 import shutil
 
 from ..build import build, labels_path
+from ..litter import clean_dead_temps, temp_name
 from ..sidecar import sidecar_path
 from .disk import fsync_dir
 from .formats import Dataset
@@ -30,9 +31,12 @@ class Layout:
 
     def __init__(self, out: str, parent: str, shards: int | None, ext: str, n: int, *, labels: bool,
                  index: bool):
-        pid = os.getpid()
         self.out, self.parent = out, parent
-        hidden = os.path.join(parent, f".{os.path.basename(out)}.tmp-{pid}")
+        # what a killed shuffle left under these names (GBs of output): removed, and said so
+        clean_dead_temps(out)
+        if labels:
+            clean_dead_temps(labels_path(out))
+        hidden = temp_name(out)
         staged = shards is not None
         if not staged:
             counts, finals, tmps = [n], [out], [hidden]
@@ -46,8 +50,7 @@ class Layout:
             sh = Shard(final=f, tmp=t, count=c)
             if labels:
                 sh.labels_final = labels_path(f)
-                sh.labels_tmp = labels_path(t) if staged else os.path.join(
-                    parent, f".{os.path.basename(labels_path(f))}.tmp-{pid}")
+                sh.labels_tmp = labels_path(t) if staged else temp_name(labels_path(f))
             if index:
                 sh.sidecar = sidecar_path(f)
                 # sharded sidecars are written inside the staging directory, single ones in place
