@@ -20,7 +20,7 @@ import lirs.external.disk as D
 import lirs.external.memory as M
 from lirs.cli import main as cli_main
 from lirs.errors import DataError, LirsError, UsageError
-from lirs.build import labels_path
+from lirs.inputs import labels_path
 from lirs.kernels import external as KE
 
 from conftest import open_fds

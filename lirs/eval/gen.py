@@ -44,7 +44,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import seeds
-from ..build import labels_path
+from ..inputs import labels_path
 from ..errors import UsageError
 from ..units import parse_size
 from .kernels import gen as K

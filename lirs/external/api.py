@@ -34,7 +34,7 @@ Records:
 * text: the last line of an input without a trailing newline gets one (``\\n``) in the output, so
   records never merge (``stats["added_newlines"]``).
 * ``npy``: records are rows; the output is a ``.npy`` with a header for its row count, and labels in
-  ``INPUT.labels.npy`` follow their rows into ``OUT.labels.npy`` (``lirs.build.labels_path``).
+  ``INPUT.labels.npy`` follow their rows into ``OUT.labels.npy`` (``lirs.inputs.labels_path``).
 * ``fixed``: records of ``record_size`` bytes after a ``header_size``-byte header in every input;
   the output holds the records only (no header).
 
@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..build import expand_paths, labels_path
+from ..inputs import expand_paths, labels_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
 from ..litter import clean_dead

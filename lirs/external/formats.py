@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..build import detect_format, labels_for_npy, npy_layout, raw_fixed_count
+from ..build import labels_for_npy, npy_layout, raw_fixed_count
+from ..inputs import detect_format
 from ..errors import DataError, UsageError
 from ..index import FORMATS, VARIABLE_FORMATS
 

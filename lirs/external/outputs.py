@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..build import build, labels_path
+from ..build import build
+from ..inputs import labels_path
 from ..litter import clean_dead_temps, temp_name
 from ..sidecar import sidecar_path
 from .disk import fsync_dir

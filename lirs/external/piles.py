@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..build import VarScanner, read_chunks
+from ..build import VarScanner
+from ..inputs import read_chunks
 from ..constants import BLOCK
 from ..errors import UsageError
 from ..index import VARIABLE_FORMATS

@@ -7,7 +7,8 @@ import os
 import numpy as np
 
 from ... import seeds
-from ...build import build_index, labels_path
+from ...build import build_index
+from ...inputs import labels_path
 from ...index import open_index
 from ..reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buffer_order
 from ..spans import Records, SpanReader, write_blocks
