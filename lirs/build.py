@@ -35,6 +35,23 @@ def _line_of(path: str, offset: int) -> int:
 
 
 
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+_MIN_PART = 4 << 20  # bytes of a region below which splitting it costs more than it saves
+
+
+def _split_lines(buf, lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """buf[lo:hi] (complete lines) cut into ``parts`` spans of about equal size at line ends."""
+    cuts, a = [], lo
+    for q in range(1, parts):
+        m = K.find_byte(buf, max(a, lo + (hi - lo) * q // parts), hi, 10)
+        if m < 0 or m >= hi - 1:
+            break
+        cuts.append((a, m + 1))
+        a = m + 1
+    cuts.append((a, hi))
+    return cuts
+
+
 class VarScanner:
     """Scan state of one dataset in a text format; files are scanned one after another."""
 
@@ -49,7 +66,7 @@ class VarScanner:
         self._qid = 0
         self.n = 0
         self.distinct: set | None = set()
-        self._out = [None, None]
+        self._out = [None] * _CORES
         self._pool = pool
         # lines of the current file before the next region; None: regions do not come in file
         # order from its start (callers other than scan_file), so errors count lines in the file
@@ -81,14 +98,10 @@ class VarScanner:
         line that ``load_svmlight_file`` would refuse."""
         if hi <= lo:
             return
-        parts = [(lo, hi)]
-        if hi - lo > (4 << 20):  # two halves, scanned on both cores (the kernels release the GIL)
-            mid = K.find_byte(buf, (lo + hi) // 2, hi, 10)
-            if 0 <= mid < hi - 1:
-                parts = [(lo, mid + 1), (mid + 1, hi)]
+        parts = _split_lines(buf, lo, hi, min(_CORES, max(1, (hi - lo) // _MIN_PART)))
         if len(parts) == 1:
             results = [self._kernel(0, buf, lo, hi, base)]
-        else:
+        else:  # one part per core: the kernels release the GIL
             futs = [self._pool.submit(self._kernel, s, buf, a, b, base) for s, (a, b) in enumerate(parts)]
             results = [f.result() for f in futs]
         for slot, ((a, b), (k, nl, stats)) in enumerate(zip(parts, results)):
@@ -220,7 +233,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
             lab_tmp = tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(dest)))
         with tqdm(total=total, unit="B", unit_scale=True, desc="lirs index",
                   disable=(None if progress is None else not progress), leave=False) as bar, \
-                ThreadPoolExecutor(2) as pool:
+                ThreadPoolExecutor(_CORES) as pool:
             sc = VarScanner(fmt, w, lab_tmp, chunk_bytes, bar, pool)
             w.begin("offsets", np.int64)
             file_starts = [0]
