@@ -121,8 +121,7 @@ def sec_index():
             f"can still be cached by its host, which is how a buffered scan can outrun fio's direct "
             f"reads here. The scan parses every LIBSVM record with sklearn's rules, so that bad input "
             f"fails at index time. That costs about twice the CPU of finding line starts alone, "
-            f"split over every core: on 2 cores the parse, not the disk, sets the pace (the same "
-            f"300 MB file, warm: about 1.0–1.2 GB/s against 2.1 GB/s without validation):\n\n"
+            f"split over every core: on 2 cores the parse, not the disk, sets the pace:\n\n"
             + table(["what", "MB/s", "× fio", "goal", ""], rows))
 
 
