@@ -223,14 +223,7 @@ class SidecarWriter:
         os.fsync(self.f.fileno())
         self.f.close()
         os.replace(self.tmp, self.dest)
-        try:
-            dfd = os.open(os.path.dirname(self.dest), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:  # some filesystems refuse fsync on directories
-            pass
+        fsync_dir(os.path.dirname(self.dest))
         return self.dest
 
     def abort(self) -> None:
@@ -241,6 +234,18 @@ class SidecarWriter:
                 os.unlink(self.tmp)
             except FileNotFoundError:
                 pass
+
+
+def fsync_dir(d: str) -> None:
+    """Make the renames inside directory ``d`` durable."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # some filesystems refuse fsync on directories
+        pass
 
 
 def relpath(path: str, base_dir: str) -> str:

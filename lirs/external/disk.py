@@ -87,15 +87,3 @@ def check_space(pile_dir: str, out_dir: str, pile_bytes: int, out_bytes: int) ->
                             f"(piles {format_bytes(pile_bytes)} + output {format_bytes(out_bytes)} "
                             f"where they share a filesystem), {format_bytes(free)} free; use --tmpdir "
                             "for the piles elsewhere")
-
-
-def fsync_dir(d: str) -> None:
-    """Make the renames inside directory ``d`` durable."""
-    try:
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:  # some filesystems refuse fsync on directories
-        pass

@@ -13,8 +13,7 @@ import shutil
 from ..build import build
 from ..inputs import labels_path
 from ..litter import clean_dead_temps, temp_name
-from ..sidecar import sidecar_path
-from .disk import fsync_dir
+from ..sidecar import fsync_dir, sidecar_path
 from .formats import Dataset
 from .writer import Shard
 
