@@ -28,7 +28,7 @@ def test_readme_example_runs(tmp_path, monkeypatch, i):
 
     code = _blocks()[i]
     if "lirs.torch" in code:
-        pytest.skip("the torch example has a placeholder model; lirs.torch is tested in test_torch.py")
+        pytest.importorskip("torch", reason="the torch example needs the torch extra")
     generate("kdd", str(tmp_path / "train.svm"), records=3000, seed=1, progress=False)
     lirs.build_index(str(tmp_path / "train.svm"), progress=False)
     monkeypatch.chdir(tmp_path)
