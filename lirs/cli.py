@@ -80,19 +80,18 @@ _HINTS = {
     errno.EDQUOT: "disk quota exceeded; use -o to write elsewhere",
     errno.EIO: "the device reported an I/O error",
 }
-_WHAT = {"index": "index", "shuffle": "output (and --tmp the piles)"}
+_WHAT = {"index": "index", "shuffle": "output (and --tmpdir the piles)"}
 
 
 def describe_os_error(e: OSError, command: str = "") -> str:
     """One line for an OSError: the file, the byte offset where known, what failed and what to do."""
-    where = e.filename or "?"
-    offset = getattr(e, "lirs_offset", None)
+    where = [str(e.filename)] if e.filename else []
+    offset = getattr(e, "lirs_offset", None)  # set by lirs.inputs.read_chunks
     if offset is not None:
-        where += f": byte {offset}"
-    what = e.strerror or str(e)
+        where.append(f"byte {offset}")
     hint = _HINTS.get(e.errno, "")
     hint = hint.format(what=_WHAT.get(command, "output")) if hint else ""
-    return f"{where}: {what}" + (f" ({hint})" if hint else "")
+    return ": ".join(where + [e.strerror or str(e)]) + (f" ({hint})" if hint else "")
 
 
 if __name__ == "__main__":  # pragma: no cover

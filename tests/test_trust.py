@@ -338,3 +338,14 @@ def _read_all(out) -> bytes:
         return b"".join(open(os.path.join(out, n), "rb").read() for n in sorted(os.listdir(out))
                         if not n.endswith(".lirs"))
     return open(out, "rb").read()
+
+
+def test_os_errors_without_a_file_name_read_as_one_line():
+    from lirs.cli import describe_os_error
+
+    msg = describe_os_error(OSError(errno.ENOSPC, "No space left on device"), "shuffle")
+    assert msg == ("No space left on device (no space left on the device; free some or use -o to write "
+                   "elsewhere)")
+    e = OSError(errno.EROFS, "Read-only file system", "/ro/x.svm")
+    assert describe_os_error(e, "shuffle").startswith("/ro/x.svm: Read-only file system (")
+    assert "--tmpdir" in describe_os_error(e, "shuffle")
