@@ -28,12 +28,13 @@ from typing import Any
 import numpy as np
 
 from .assemble import StepDecoder
-from .constants import BLOCK
+from .constants import BLOCK, DEFAULT_WINDOW
 from .errors import UsageError
 from .index import Index, open_index
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
 from .recommendation import auto_settings
+from .windows import window_groups
 
 log = logging.getLogger("lirs.loader")
 
@@ -102,7 +103,17 @@ class Loader:
         Shuffling unit of the planner (see :func:`lirs.plan.plan_epoch`). ``"auto"``: the choice
         ``lirs bench DATA --auto`` saved for this dataset (with its group_bytes and window), or
         ``"group"`` when there is none.
-    group_bytes, window, permutation : planner options.
+    group_bytes : int
+        Bytes of a group (granularity group and window), a multiple of 4096.
+    window : int or str
+        Granularity ``window``: the memory its random groups are dealt from — a size such as
+        ``"64M"`` (None: the default, :data:`lirs.constants.DEFAULT_WINDOW`), a share of the data
+        such as ``"5%"``, or a group count; with ``granularity="auto"`` a window given here is the
+        memory budget and wins over the window ``lirs bench --auto`` saved. A group's
+        records spread over about ``window / (batch_size x record bytes)`` batches, so a larger
+        window makes batches closer to uniform; memory is about two windows (the one being
+        consumed and the next one being read), read and decoded.
+    permutation : ``"auto"``, ``"table"`` or ``"stateless"`` (see :mod:`lirs.permutation`).
     seed : int
         The epoch order is a function of ``(seed, epoch, rank, world_size)`` only.
     engine : str
@@ -121,7 +132,7 @@ class Loader:
         O_DIRECT: None = when the filesystem allows it.
     """
 
-    def __init__(self, paths, batch_size, granularity="group", group_bytes=65536, window=16, seed=0,
+    def __init__(self, paths, batch_size, granularity="group", group_bytes=65536, window=None, seed=0,
                  engine="auto", prefetch=4, rank=0, world_size=1, drop_last=False, dtype=np.float32,
                  permutation="auto", index=None, *, n_features=None, zero_based="auto", depth=None,
                  direct=None):
@@ -138,7 +149,10 @@ class Loader:
             granularity, group_bytes, window = auto_settings(self.index, group_bytes, window)
         self.granularity = granularity
         self.group_bytes = int(group_bytes)
-        self.window = int(window)
+        if window is None:
+            window = DEFAULT_WINDOW
+        # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
+        self.window = window_groups(window, max(self.group_bytes, BLOCK), self.index.payload_bytes)
         self.seed = int(seed)
         self.rank = int(rank)
         self.world_size = int(world_size)

@@ -117,8 +117,12 @@ class Pipeline:
 
 
 class EpochRun:
-    """One pass over an epoch's batches from batch ``start``: ``prefetch + 1`` read steps in flight
-    (a window step feeds several batches, so steps, not batches, are counted)."""
+    """One pass over an epoch's batches from batch ``start``: ``prefetch + 1`` read steps in flight.
+
+    A window step feeds many batches and holds a whole window, so for granularity ``window`` the
+    count follows the bytes: two windows (the one being consumed and the next one, read while the
+    current one is consumed), or as many small windows as ``prefetch + 1`` batches span — memory
+    stays about two windows whatever ``prefetch``."""
 
     def __init__(self, pipeline: Pipeline, plan, epoch: int, start: int, prefetch: int, empty):
         self.pipeline = pipeline
@@ -128,11 +132,12 @@ class EpochRun:
         self.batches = iter(plan.batches(int(start)))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.pending = collections.deque()          # (BatchPlan, parts) submitted, in order
+        self.max_steps = steps_in_flight(plan, self.prefetch)
 
     def next(self):
         """The oldest submitted batch ``(BatchPlan, parts)``, after topping up so that ``prefetch``
         batches are in flight while it is waited for and consumed; None at the end of the epoch."""
-        while len(self.steps) < self.prefetch + 1 or not self.pending:
+        while len(self.steps) < self.max_steps or not self.pending:
             bp = next(self.batches, None)
             if bp is None:
                 break
@@ -181,3 +186,14 @@ class EpochRun:
         for f in self.steps.values():
             f.cancel()
         self.steps.clear()
+
+
+def steps_in_flight(plan, prefetch: int) -> int:
+    """Read steps an epoch keeps in flight: ``prefetch + 1`` (one per batch), or for granularity
+    ``window`` two windows, or the windows that ``prefetch + 1`` batches span if more."""
+    if getattr(plan, "granularity", None) != "window":
+        return prefetch + 1
+    index = plan.index
+    batch_bytes = plan.batch_size * index.payload_bytes / max(index.n, 1)
+    window_bytes = plan.window * plan.group_bytes
+    return max(2, -(-int((prefetch + 1) * batch_bytes) // window_bytes) + 1)

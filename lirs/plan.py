@@ -12,10 +12,12 @@ Granularity (the unit of shuffling):
               small records (the paper's §5.2.3).
 ``group``     units are the records whose start lies in the same aligned span of ``group_bytes``:
               amplification about 1 + 4 KiB / group_bytes.
-``window``    groups as units, read ``window`` at a time; the records of a window are dealt in a
-              random order over the batches they feed, so records of one group rarely share a
-              batch while every read stays group sized. One window is read once, whatever number
-              of batches it feeds (a *read step* spans several batches).
+``window``    groups as units, read a window of random groups at a time (``window``: a memory
+              budget such as ``"64M"``, a share of the data, or a group count); the records of a
+              window are dealt in a random order over the batches they feed, so a group's records
+              spread over about window bytes / batch bytes batches while every read stays group
+              sized. One window is read once, whatever number of batches it feeds (a *read step*
+              spans several batches).
 
 Records of one page or group unit are delivered in a random order inside their batch.
 
@@ -48,13 +50,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import seeds
-from .constants import BLOCK, GRANULARITIES
+from .constants import BLOCK, DEFAULT_WINDOW, GRANULARITIES
 from .errors import UsageError
 from .kernels import plan as K
 from .offsets import offset_arrays
 from .permutation import PERMUTATIONS, Permutation
 from .steps import BatchPlan, ReadStep
-from .windows import window_batches
+from .windows import window_batches, window_groups
 
 # SeedSequence([seed, epoch, purpose]) purposes of the planner
 
@@ -309,8 +311,8 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
     if granularity in ("group", "window"):
         if int(group_bytes) < block or int(group_bytes) % block:
             raise UsageError(f"group_bytes must be a positive multiple of {block}, got {group_bytes}")
-    if granularity == "window" and int(window) < 1:
-        raise UsageError(f"window must be >= 1, got {window}")
+    if granularity == "window":
+        window_groups(window, group_bytes, 1)  # raises on a spec that cannot work
     if int(world_size) < 1 or not 0 <= int(rank) < int(world_size):
         raise UsageError(f"rank {rank} outside [0, {world_size})")
     if int(seed) < 0 or int(epoch) < 0:
@@ -321,8 +323,12 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
 
 def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int = 0, epoch: int = 0,
                rank: int = 0, world_size: int = 1, drop_last: bool = False, group_bytes: int = 65536,
-               window: int = 16, permutation: str = "auto", block: int = BLOCK) -> EpochPlan:
+               window=DEFAULT_WINDOW, permutation: str = "auto", block: int = BLOCK) -> EpochPlan:
     """Plan epoch ``epoch`` of ``index`` for ``rank`` of ``world_size``: see the module docstring.
+
+    ``window`` (granularity ``window``): a group count, a memory budget such as ``"64M"``, or a
+    share of the data such as ``"5%"`` (see :func:`lirs.windows.window_groups`); the plan's
+    ``window`` is the resulting group count.
 
     Returns an :class:`EpochPlan`; nothing is read and no per-batch work is done until its
     batches are iterated.
@@ -332,6 +338,7 @@ def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int 
     ub = unit_bytes_of(granularity, group_bytes, block)
     ufirst = unit_table(index, ub)
     n_units = index.n if ufirst is None else len(ufirst) - 1
+    window = window_groups(window, max(int(group_bytes), block), index.payload_bytes)  # a group count
     perm = Permutation(n_units, permutation, int(seed), int(epoch), seeds.PLAN_UNITS)
     nb, first, size = rank_slice(index.n, batch_size, rank, world_size, drop_last)
     return EpochPlan(index=index, batch_size=int(batch_size), granularity=granularity, seed=int(seed),

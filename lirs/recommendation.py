@@ -9,7 +9,7 @@ import logging
 import os
 import tempfile
 
-from .constants import GRANULARITIES
+from .constants import DEFAULT_WINDOW, GRANULARITIES
 from .errors import UsageError
 
 log = logging.getLogger("lirs.recommendation")
@@ -89,16 +89,18 @@ def load_recommendation(index) -> dict | None:
     return doc
 
 
-def auto_settings(index, group_bytes: int, window: int) -> tuple[str, int, int]:
+def auto_settings(index, group_bytes: int, window) -> tuple[str, int, object]:
     """``(granularity, group_bytes, window)`` for ``Loader(granularity="auto")``: the saved
     recommendation of ``lirs bench --auto`` for this dataset, else ``("group", group_bytes,
-    window)`` with a logged note."""
+    window)`` with a logged note. ``window`` is the caller's memory budget (a window spec), or None
+    when not given: a budget given wins over the saved window, so that ``auto`` never holds more
+    memory than asked for."""
     doc = load_recommendation(index)
     if doc is None:
         log.info("granularity='auto': no lirs bench recommendation for %s (run `lirs bench DATA --auto`); "
                  "using group", ", ".join(getattr(index, "paths", ()) or ()) or "this dataset")
-        return "group", int(group_bytes), int(window)
+        return "group", int(group_bytes), DEFAULT_WINDOW if window is None else window
     gb = doc.get("group_bytes") or group_bytes
-    w = doc.get("window") or window
+    w = window if window is not None else (doc.get("window") or DEFAULT_WINDOW)
     log.info("granularity='auto': %s from %s", doc["config"], recommendation_path(index))
-    return doc["granularity"], int(gb), int(w)
+    return doc["granularity"], int(gb), w

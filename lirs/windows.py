@@ -7,10 +7,50 @@ rarely share a batch while every read stays group sized. These functions walk an
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
+from .errors import UsageError
 from .kernels import plan as K
 from .steps import BatchPlan
+from .units import parse_size
+
+
+def window_groups(window, group_bytes: int, data_bytes: int) -> int:
+    """The number of groups a window holds, from its spec: an int (a group count), a size such as
+    ``"64M"`` or ``"1.5GB"`` (a memory budget: ``size // group_bytes`` groups, at least one), or a
+    share of the data such as ``"5%"`` (of ``data_bytes``, at least one group).
+
+    Why bytes: a group's records spread over about ``window bytes / batch bytes`` batches, so the
+    randomness of a batch depends on the window's bytes, not on its group count.
+    """
+    bad = UsageError(f"window must be a group count >= 1, a size like '64M' or a share like '5%' "
+                     f"of the data, got {window!r}")
+    if isinstance(window, (bool, np.bool_)):
+        raise bad
+    if isinstance(window, (int, np.integer)):
+        if window < 1:
+            raise bad
+        return int(window)
+    text = str(window).strip()
+    share = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*%", text)
+    if share:
+        pct = float(share.group(1))
+        if not 0 < pct <= 100:
+            raise bad
+        return max(int(pct / 100 * int(data_bytes)) // int(group_bytes), 1)
+    if re.fullmatch(r"[0-9]+", text):
+        if int(text) < 1:
+            raise bad
+        return int(text)
+    try:
+        nbytes = parse_size(text)
+    except UsageError:
+        raise bad from None
+    if nbytes <= 0:
+        raise bad
+    return max(nbytes // int(group_bytes), 1)
 
 
 def window_records(plan, w: int):

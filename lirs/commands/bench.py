@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..constants import DEFAULT_WINDOW
 from ..errors import UsageError
 
 SMOKE = {"budget_s": 3.0, "fio_runtime_s": 0.5}
@@ -32,7 +33,8 @@ def add_parser(sub):
     p.add_argument("--group-bytes", default="64K,auto", metavar="LIST",
                    help="group sizes for group/window; 'auto' adds the size the envelope calls for "
                         "(fio IOPS x size >= sequential bandwidth), when it differs (default 64K,auto)")
-    p.add_argument("--window", type=int, default=16, metavar="W", help="groups per window (default 16)")
+    p.add_argument("--window", default=DEFAULT_WINDOW, metavar="W",
+                   help="memory of a window: a size such as 64M (default), a share of the data such as 5%%, or a group count")
     p.add_argument("--peers", default="auto", metavar="LIST",
                    help="auto (all that apply), none, or some of inmemory,torch,memmap,shuffle_buffer,bmf,external")
     p.add_argument("--epochs", type=int, default=1, metavar="E", help="epochs per configuration (default 1)")

@@ -7,6 +7,7 @@ import resource
 import sys
 import time
 
+from ..constants import DEFAULT_WINDOW
 from ..errors import UsageError
 
 
@@ -29,7 +30,8 @@ def add_parser(sub):
                    help="sleep T ms per batch, as a training step would take (default 0)")
     p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")
     p.add_argument("--group-bytes", default="64K", metavar="G", help="group size for group/window (default 64K)")
-    p.add_argument("--window", type=int, default=16, metavar="W", help="groups per window (default 16)")
+    p.add_argument("--window", default=DEFAULT_WINDOW, metavar="W",
+                   help="memory of a window: a size such as 64M (default), a share of the data such as 5%%, or a group count")
     p.add_argument("--depth", type=int, default=None, metavar="D",
                    help="reads in flight per batch (engine default: uring 128, threads 32)")
     p.add_argument("--max-batches", type=int, default=None, metavar="N", help="stop after N batches")

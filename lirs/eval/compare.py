@@ -14,10 +14,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import seeds
-from ..constants import DEFAULT_GROUP_BYTES
+from ..constants import DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ..decode import resolve_libsvm_params
 from ..errors import UsageError
 from ..loader import Loader
+from ..pipeline import steps_in_flight
 from .reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buffer_order
 from .spans import Ahead, Records, SpanReader, records_per_run, run_ranges, write_blocks
 from .train import LinearSVM, as_pm1, reference_objective, relative_difference
@@ -50,7 +51,7 @@ def _check_single_libsvm(index):
 def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buffer", "sequential"), *,
                 epochs: int = 5, batch_size: int = 1024, C: float = 1.0, loss: str = "squared_hinge",
                 seed: int = 0, bmf_blocks_n: int = 40, bmf_passes: int = 3, buffer_records: int = 10_000,
-                group_bytes: int = DEFAULT_GROUP_BYTES, window: int = 16, prefetch: int = 4, engine: str = "auto",
+                group_bytes: int = DEFAULT_GROUP_BYTES, window=DEFAULT_WINDOW, prefetch: int = 4, engine: str = "auto",
                 workdir: str | None = None, f_star: float | None = None, reference_epochs: int = 200,
                 reference_tol: float = 1e-3, data=None, index_s: float | None = None, progress=None,
                 log_fn=None, epoch_budget_s: float | None = None) -> dict:
@@ -151,15 +152,18 @@ def _run_lirs(run: _Run, rec, svm, gran, index_s, group_bytes, window, nf, zb):
                                      "bytes_read": st["bytes_read"], "amplification": st["amplification"]})
             _extrapolate(rec["per_epoch"][-1], done, n)
             run.objective(rec, svm)
-        plan_bytes = ld.plan(run.epochs - 1).nbytes
+        last_plan = ld.plan(run.epochs - 1)
+        plan_bytes = last_plan.nbytes
+        in_flight = steps_in_flight(last_plan, run.prefetch)
+        groups = ld.window
     idx_bytes = index.index_bytes()  # compact offsets + label codes
     # a window is read once and feeds several batches: it is the unit held in memory
     step = run.batch_size * run.mean_rec if gran != "window" else max(run.batch_size * run.mean_rec,
-                                                                     window * group_bytes)
-    rec["memory_bytes"] = int(idx_bytes + plan_bytes + (run.prefetch + 1) * step *
+                                                                     groups * group_bytes)
+    rec["memory_bytes"] = int(idx_bytes + plan_bytes + in_flight * step *
                               (rec["per_epoch"][-1]["amplification"] or 1.0))
     rec["memory_what"] = (f"index ({idx_bytes / n:.1f} B/record) + plan ({plan_bytes / n:.2f} B/record) "
-                          "+ (prefetch+1) read steps")
+                          f"+ {in_flight} read steps in flight")
 
 
 def _run_bmf(run: _Run, rec, svm, blocks, passes, workdir):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ...windows import window_groups
 from ..fio import IOPS_QDS, figure
 from ..peers import BOUNDS
 
@@ -60,19 +61,24 @@ def envelope_group_bytes(fio: dict | None, minimum: int = MIN_AUTO_GROUP, maximu
     return g
 
 
-def lirs_configs(granularities, group_sizes, window: int, reads_only=()) -> list[Config]:
+def lirs_configs(granularities, group_sizes, window, reads_only=(), data_bytes: int = 0) -> list[Config]:
     """Configs of the lirs granularities; group and window once per group size in ``group_sizes``;
-    each granularity of ``reads_only`` once more as a reads-only run (its first group size)."""
+    each granularity of ``reads_only`` once more as a reads-only run (its first group size).
+    ``window`` is a Loader window spec (group count, ``"64M"``, ``"5%"`` of ``data_bytes``); a
+    config holds its group count."""
+    def groups(gb):
+        return window_groups(window, int(gb), data_bytes)
+
     out = []
     for g in granularities:
         if g in ("instance", "page"):
             out.append(Config("lirs", g))
         else:
             for gb in group_sizes:
-                out.append(Config("lirs", g, int(gb), int(window) if g == "window" else None))
+                out.append(Config("lirs", g, int(gb), groups(gb) if g == "window" else None))
     for g in reads_only:
         gb = None if g in ("instance", "page") else int(group_sizes[0])
-        out.append(Config("lirs", g, gb, int(window) if g == "window" else None, reads_only=True))
+        out.append(Config("lirs", g, gb, groups(gb) if g == "window" else None, reads_only=True))
     seen, uniq = set(), []
     for c in out:
         if c.name not in seen:
@@ -132,7 +138,7 @@ def add_ratios(row: dict, fio: dict | None) -> None:
 
 
 
-def _configs(granularities, sizes, window, peer_list, fres, reads_only=()) -> list[Config]:
+def _configs(granularities, sizes, window, peer_list, fres, reads_only=(), data_bytes: int = 0) -> list[Config]:
     gs = []
     for s in sizes:
         if s == "auto":
@@ -143,4 +149,4 @@ def _configs(granularities, sizes, window, peer_list, fres, reads_only=()) -> li
             gs.append(s)
     if not gs:
         gs = [65536]
-    return lirs_configs(granularities, gs, window, reads_only) + [Config("peer", peer=p) for p in peer_list]
+    return lirs_configs(granularities, gs, window, reads_only, data_bytes) + [Config("peer", peer=p) for p in peer_list]

@@ -15,9 +15,10 @@ import time
 from tqdm import tqdm
 
 from ...build import build_index
-from ...constants import BLOCK, DEFAULT_GROUP_BYTES, GRANULARITIES
+from ...constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, GRANULARITIES
 from ...errors import DataError, IndexFormatError, UsageError
 from ...index import open_index
+from ...windows import window_groups
 from .. import envelope as E
 from .. import fio as F
 from ..peers import PEERS, skip_reason
@@ -111,8 +112,7 @@ def _check_numbers(group_bytes, epochs, budget_s, batch_size, window) -> list:
         raise UsageError("budget_s must be > 0")
     if batch_size < 1:
         raise UsageError("batch_size must be >= 1")
-    if window < 1:
-        raise UsageError("window must be >= 1")
+    window_groups(window, BLOCK, 1)  # raises on a window spec that cannot work
     return sizes
 
 
@@ -153,7 +153,8 @@ class _Bench:
 
     def configs(self, fres) -> list[Config]:
         s = self.s
-        return _configs(s["granularities"], s["group_bytes"], s["window"], s["peers"], fres, s["reads_only"])
+        return _configs(s["granularities"], s["group_bytes"], s["window"], s["peers"], fres, s["reads_only"],
+                        self.index.payload_bytes)
 
     def device(self, res: dict, dev: str, n_cfg: int) -> None:
         """fio and every configuration in the envelope of ``dev``; rows appended to ``res``."""
@@ -241,7 +242,7 @@ def _result(index, index_s, command, settings: dict, disk: dict, notes: list) ->
 
 
 def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, group_bytes=(DEFAULT_GROUP_BYTES, "auto"),
-              window: int = 16, peers="auto", epochs: int = 1, budget_s: float = 20.0, batch_size: int = 1024,
+              window=DEFAULT_WINDOW, peers="auto", epochs: int = 1, budget_s: float = 20.0, batch_size: int = 1024,
               seed: int = 0, engine: str = "auto", prefetch: int = 4, fio: bool = True,
               fio_runtime_s: float = 5.0, fio_results: dict | None = None, workdir: str | None = None,
               cgroup_root: str | None = None, buffer_records: int = 10_000, bmf_blocks: int = 40,
@@ -291,7 +292,7 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
                 "tie_tolerance": TIE_TOLERANCE}
     res = _result(index, index_s, command, settings, disk, notes)
     n_cfg = len(lirs_configs(granularities, [s for s in sizes if s != "auto"] or [DEFAULT_GROUP_BYTES], window,
-                             reads_only)) + len(peer_list)
+                             reads_only, index.payload_bytes)) + len(peer_list)
     bar = tqdm(total=n_cfg * len(devices), unit="config", disable=not show, leave=False)
     old_term = None
     if threading.current_thread() is threading.main_thread():

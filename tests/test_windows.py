@@ -1,0 +1,105 @@
+"""Windows sized by memory: the spec (group count, size, share of the data), what it plans, and the
+number of windows the loader holds at once."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lirs
+from lirs import pipeline
+from lirs.cli import main as cli_main
+from lirs.constants import DEFAULT_WINDOW
+from lirs.errors import UsageError
+from lirs.eval.gen import generate
+from lirs.plan import plan_epoch
+from lirs.windows import window_groups
+
+
+@pytest.fixture(scope="module")
+def kdd(tmp_path_factory):
+    p = str(tmp_path_factory.mktemp("windows") / "kdd.svm")
+    generate("kdd", p, records=6000, seed=11, progress=False)
+    lirs.build_index(p, progress=False)
+    return p
+
+
+@pytest.mark.parametrize("spec,groups", [
+    (16, 16), ("16", 16), ("1M", 16), ("1MiB", 16), ("64M", 1024), ("1.5M", 24), ("100K", 1),
+    ("1K", 1), ("5%", 76), ("100%", 1525), ("0.0001%", 1),
+])
+def test_window_spec_to_groups(spec, groups):
+    assert window_groups(spec, 65536, 100_000_000) == groups
+
+
+@pytest.mark.parametrize("spec", [0, -3, "0", "0M", "x", "64Q", "0%", "150%", "-5%", True, "", None])
+def test_bad_window_spec_names_what_works(spec):
+    with pytest.raises(UsageError, match="window must be a group count >= 1, a size like '64M' or a share"):
+        window_groups(spec, 65536, 10**9)
+
+
+def test_size_spec_plans_like_its_group_count(kdd):
+    idx = lirs.open_index(kdd)
+    by_count = plan_epoch(idx, 256, "window", seed=5, epoch=1, group_bytes=16384, window=8)
+    by_size = plan_epoch(idx, 256, "window", seed=5, epoch=1, group_bytes=16384, window="128K")
+    assert by_size.window == by_count.window == 8
+    for a, b in zip(by_count.batches(extents=False), by_size.batches(extents=False), strict=True):
+        np.testing.assert_array_equal(a.ids, b.ids)
+
+
+def test_share_spec_follows_the_data_size(kdd):
+    idx = lirs.open_index(kdd)
+    with lirs.Loader(kdd, 256, granularity="window", group_bytes=16384, window="25%") as ld:
+        assert ld.window == max(int(0.25 * idx.payload_bytes) // 16384, 1)
+        seen = np.concatenate([b.ids for b in ld.epoch(0)])
+    assert np.array_equal(np.sort(seen), np.arange(idx.n))
+
+
+def test_default_window_is_a_memory_budget(kdd):
+    with lirs.Loader(kdd, 256, granularity="window") as ld:
+        assert ld.window == window_groups(DEFAULT_WINDOW, 65536, ld.index.payload_bytes)
+        assert ld.plan(0).window == ld.window
+
+
+def _max_steps_in_flight(monkeypatch, loader, epoch=0):
+    """Run an epoch; the most read steps that were in flight at once, and the records seen."""
+    most = [0]
+    real_next = pipeline.EpochRun.next
+
+    def next_(self):
+        out = real_next(self)
+        most[0] = max(most[0], len(self.steps))
+        return out
+
+    monkeypatch.setattr(pipeline.EpochRun, "next", next_)
+    ids = np.concatenate([b.ids for b in loader.epoch(epoch)])
+    return most[0], ids
+
+
+@pytest.mark.parametrize("window", ["256K", "512K"])
+def test_large_windows_hold_two_at_a_time(kdd, monkeypatch, window):
+    # prefetch 8 would be 9 steps in flight; a large window step feeds many batches, so only the
+    # window being consumed and the next one are held
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window=window, prefetch=8) as ld:
+        assert ld.window * 16384 * 3 < ld.index.payload_bytes  # several windows in the epoch
+        most, ids = _max_steps_in_flight(monkeypatch, ld)
+    assert most == 2
+    assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+
+
+def test_small_windows_still_prefetch_batches(kdd, monkeypatch):
+    # one 4 KiB group is a fraction of a batch: prefetch counts batches, so more steps are in flight
+    with lirs.Loader(kdd, 256, granularity="window", group_bytes=4096, window=1, prefetch=4) as ld:
+        plan = ld.plan(0)
+        want = pipeline.steps_in_flight(plan, 4)
+        most, _ = _max_steps_in_flight(monkeypatch, ld)
+    assert want > 5
+    assert 5 < most <= want + max(len(bp.parts) for bp in plan.batches(extents=False))
+
+
+def test_cli_takes_window_sizes(kdd, capsys):
+    assert cli_main(["order", kdd, "--granularity", "window", "--window", "5%", "--batch-size", "128",
+                     "--group-bytes", "16K"]) == 0
+    out = capsys.readouterr().out
+    assert "window" in out
+    assert cli_main(["epoch", kdd, "--granularity", "window", "--window", "lots"]) == 2
+    assert "window must be a group count" in capsys.readouterr().err
