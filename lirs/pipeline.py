@@ -24,11 +24,16 @@ from .engines import aligned_empty, open_engine
 
 
 class BufferPool:
-    """Aligned read buffers, reused; grown when a step needs more. Shared by the pool's threads."""
+    """Aligned read buffers, reused; grown when a step needs more. Shared by the pool's threads.
 
-    def __init__(self):
+    Buffers over ``keep_bytes`` (a window step's) are not kept: a window is read once per window
+    and is then decoded, so holding its raw bytes until the next window would double the memory
+    of a window epoch for an allocation that costs little next to reading it."""
+
+    def __init__(self, keep_bytes: int = 8 << 20):
         self.free: list[np.ndarray] = []
         self.lock = threading.Lock()
+        self.keep_bytes = int(keep_bytes)
 
     def take(self, nbytes: int) -> np.ndarray:
         """A 4096-aligned uint8 buffer of at least ``nbytes``."""
@@ -38,10 +43,12 @@ class BufferPool:
                 if buf.shape[0] >= nbytes:
                     return buf
         # grow with headroom so that slightly larger batches do not reallocate every time
-        cap = -(-int(nbytes * 1.25) // BLOCK) * BLOCK
+        cap = -(-int(nbytes * 1.25 if nbytes * 1.25 <= self.keep_bytes else nbytes) // BLOCK) * BLOCK
         return aligned_empty(max(cap, BLOCK))
 
     def give(self, buf: np.ndarray) -> None:
+        if buf.shape[0] > self.keep_bytes:
+            return
         with self.lock:
             self.free.append(buf)
 
