@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .svmlight import TokenError, line_number, line_tokens, parse_tokens
+from .cores import usable_cores
 from .errors import DataError, UsageError
 from .inputs import detect_format, expand_paths, file_chunks
 from .index import FORMATS, VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
@@ -35,7 +36,7 @@ def _line_of(path: str, offset: int) -> int:
 
 
 
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+_CORES = usable_cores()
 _MIN_PART = 4 << 20  # bytes of a region below which splitting it costs more than it saves
 
 

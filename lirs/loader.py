@@ -29,6 +29,7 @@ import numpy as np
 
 from .assemble import StepDecoder
 from .constants import BLOCK, DEFAULT_WINDOW
+from .cores import usable_cores
 from .errors import UsageError
 from .index import Index, open_index
 from .pipeline import EpochRun, Pipeline
@@ -120,7 +121,8 @@ class Loader:
         ``"auto"`` (``$LIRS_ENGINE`` or the best that works here), ``"uring"``, ``"threads"``,
         ``"aiofiles"`` or ``"buffered"`` (see :mod:`lirs.engines`).
     prefetch : int
-        Batches read and decoded ahead of the consumer (>= 1).
+        Batches read and decoded ahead of the consumer (>= 1); at least one per thread of the
+        pool, which has a thread per usable core and one more, so that every core decodes.
     rank, world_size, drop_last : sharding over data-parallel workers.
     dtype : numpy dtype of LIBSVM values (npy/fixed keep the file's dtype).
     index : Index or None
@@ -204,8 +206,9 @@ class Loader:
             if self._pid == pid:
                 return
             # a forked child: the parent's pool threads and rings do not exist here; start over
-            # one thread more than cores: a thread waiting on its read leaves a core to decoding
-            workers = max(2, min(self.prefetch, (os.cpu_count() or 2) + 1))
+            # a thread per usable core, and one more: a thread waiting on its read leaves a core to
+            # decoding (affinity, not the machine's count: taskset and containers set it)
+            workers = usable_cores() + 1
             self._pipeline = Pipeline(self.index.paths, engine=self.engine_name, direct=self.direct,
                                       depth=self.depth, decode=self._decoder, workers=workers, stats=self.stats)
             self._pid = pid

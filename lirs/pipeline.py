@@ -62,7 +62,8 @@ class Pipeline:
 
     def __init__(self, paths, *, engine: str, direct, depth, decode, workers: int, stats):
         self.engine = open_engine(list(paths), engine, direct=direct, depth=depth)
-        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="lirs-loader")
+        self.workers = int(workers)
+        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-loader")
         self.buffers = BufferPool()
         self.decode = decode
         self.stats = stats
@@ -139,7 +140,8 @@ class EpochRun:
         self.batches = iter(plan.batches(int(start)))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.pending = collections.deque()          # (BatchPlan, parts) submitted, in order
-        self.max_steps = steps_in_flight(plan, self.prefetch)
+        # every thread of the pool has a step to work on, whatever ``prefetch``
+        self.max_steps = steps_in_flight(plan, max(self.prefetch, pipeline.workers - 1))
 
     def next(self):
         """The oldest submitted batch ``(BatchPlan, parts)``, after topping up so that ``prefetch``

@@ -103,3 +103,17 @@ def test_cli_takes_window_sizes(kdd, capsys):
     assert "window" in out
     assert cli_main(["epoch", kdd, "--granularity", "window", "--window", "lots"]) == 2
     assert "window must be a group count" in capsys.readouterr().err
+
+
+def test_pool_follows_the_usable_cores(kdd, monkeypatch):
+    # the pool sizes itself by the affinity mask (what taskset sets), not by prefetch
+    from lirs import loader as loader_mod
+
+    for cores in (1, 7):
+        monkeypatch.setattr(loader_mod, "usable_cores", lambda c=cores: c)
+        with lirs.Loader(kdd, 64, granularity="group", prefetch=2) as ld:
+            ld._ensure_started()
+            assert ld._pipeline.workers == cores + 1
+            most, ids = _max_steps_in_flight(monkeypatch, ld)
+        assert most == max(2, cores) + 1  # every thread has a step, and prefetch batches at least
+        assert np.array_equal(np.sort(ids), np.arange(len(ids)))
