@@ -39,7 +39,8 @@ def window_groups(window, group_bytes: int, data_bytes: int) -> int:
         pct = float(share.group(1))
         if not 0 < pct <= 100:
             raise bad
-        return max(int(pct / 100 * int(data_bytes)) // int(group_bytes), 1)
+        # rounded up: "100%" is one window over all the data
+        return max(-(-int(pct / 100 * int(data_bytes)) // int(group_bytes)), 1)
     if re.fullmatch(r"[0-9]+", text):
         if int(text) < 1:
             raise bad
@@ -53,11 +54,35 @@ def window_groups(window, group_bytes: int, data_bytes: int) -> int:
     return max(nbytes // int(group_bytes), 1)
 
 
+def window_count(plan) -> int:
+    """Windows in the epoch: ``ceil(units / window)``, the units shared out evenly among them."""
+    return max(-(-plan.perm.n // plan.window), 1)
+
+
+def window_bounds(plan, w: int) -> tuple[int, int]:
+    """Unit positions ``[lo, hi)`` of window ``w``. Windows are balanced (sizes differ by at most
+    one unit, none above ``window``) rather than full windows and a remainder: a small last
+    window would put its few groups' records into the epoch's last batches."""
+    nw, n = window_count(plan), plan.perm.n
+    return w * n // nw, (w + 1) * n // nw
+
+
+def window_of(plan, upos: int) -> int:
+    """The window holding unit position ``upos``."""
+    nw, n = window_count(plan), plan.perm.n
+    w = min(upos * nw // max(n, 1), nw - 1)
+    while window_bounds(plan, w)[1] <= upos and w < nw - 1:
+        w += 1
+    while window_bounds(plan, w)[0] > upos:
+        w -= 1
+    return w
+
+
 def window_records(plan, w: int):
-    """Window ``w`` (unit positions w*window ..): its records in unit order and the random
-    order ``o`` in which they are dealt (the window's stream is ``ids[o]``)."""
-    lo = w * plan.window
-    units = plan.perm.take(lo, lo + plan.window)
+    """Window ``w`` (unit positions :func:`window_bounds`): its records in unit order and the
+    random order ``o`` in which they are dealt (the window's stream is ``ids[o]``)."""
+    lo, hi = window_bounds(plan, w)
+    units = plan.perm.take(lo, hi)
     if plan.ufirst is None:
         ids = np.asarray(units, np.int64).copy()
     else:
@@ -89,11 +114,11 @@ def window_batches(plan, start: int, extents: bool):
             yield BatchPlan(j, np.empty(0, np.int64), ())
         return
     # the position inside its window of the record at `pos`
-    w = upos // plan.window
+    w = window_of(plan, upos)
     if plan.ufirst is None:
-        q = upos - w * plan.window
+        q = upos - window_bounds(plan, w)[0]
     else:
-        before = plan.perm.take(w * plan.window, upos)
+        before = plan.perm.take(window_bounds(plan, w)[0], upos)
         counts = np.empty(len(before), np.int64)
         K.unit_counts(before, plan.ufirst, counts)
         q = int(counts.sum()) + within

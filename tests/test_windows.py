@@ -12,7 +12,8 @@ from lirs.constants import DEFAULT_WINDOW
 from lirs.errors import UsageError
 from lirs.eval.gen import generate
 from lirs.plan import plan_epoch
-from lirs.windows import window_groups
+from lirs.plan import unit_table
+from lirs.windows import window_bounds, window_count, window_groups
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def kdd(tmp_path_factory):
 
 @pytest.mark.parametrize("spec,groups", [
     (16, 16), ("16", 16), ("1M", 16), ("1MiB", 16), ("64M", 1024), ("1.5M", 24), ("100K", 1),
-    ("1K", 1), ("5%", 76), ("100%", 1525), ("0.0001%", 1),
+    ("1K", 1), ("5%", 77), ("100%", 1526), ("0.0001%", 1),
 ])
 def test_window_spec_to_groups(spec, groups):
     assert window_groups(spec, 65536, 100_000_000) == groups
@@ -49,7 +50,7 @@ def test_size_spec_plans_like_its_group_count(kdd):
 def test_share_spec_follows_the_data_size(kdd):
     idx = lirs.open_index(kdd)
     with lirs.Loader(kdd, 256, granularity="window", group_bytes=16384, window="25%") as ld:
-        assert ld.window == max(int(0.25 * idx.payload_bytes) // 16384, 1)
+        assert ld.window == -(-int(0.25 * idx.payload_bytes) // 16384)
         seen = np.concatenate([b.ids for b in ld.epoch(0)])
     assert np.array_equal(np.sort(seen), np.arange(idx.n))
 
@@ -117,3 +118,32 @@ def test_pool_follows_the_usable_cores(kdd, monkeypatch):
             most, ids = _max_steps_in_flight(monkeypatch, ld)
         assert most == max(2, cores) + 1  # every thread has a step, and prefetch batches at least
         assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+
+
+@pytest.mark.parametrize("window", ["100%", "30%", 7])
+def test_windows_are_balanced(kdd, window):
+    # ceil(units / window) windows of equal size (+-1 unit): no small last window whose few groups
+    # would fill the epoch's last batches
+    plan = plan_epoch(lirs.open_index(kdd), 128, "window", group_bytes=16384, window=window, seed=2)
+    sizes = np.diff([window_bounds(plan, w)[0] for w in range(window_count(plan))] + [plan.perm.n])
+    assert sizes.sum() == plan.perm.n and sizes.max() <= plan.window and sizes.max() - sizes.min() <= 1
+    if window == "100%":
+        assert window_count(plan) == 1
+
+
+def test_whole_data_window_is_uniform_in_batch(kdd):
+    # a window over all the data deals every record at random: neighbours inside a batch share a
+    # group as often as under a uniform order (a remainder window made this 2x)
+    idx = lirs.open_index(kdd)
+    uf = unit_table(idx, 16384)
+    g = np.repeat(np.arange(len(uf) - 1), np.diff(uf))
+    c = np.bincount(g).astype(float)
+    ideal = (c * (c - 1)).sum() / (len(g) * (len(g) - 1))
+    rates = []
+    for seed in range(4):
+        plan = plan_epoch(idx, 128, "window", group_bytes=16384, window="100%", seed=seed)
+        o = np.concatenate([b.ids for b in plan.batches(extents=False)])
+        t = np.arange(1, len(o))
+        t = t[t % 128 != 0]
+        rates.append((g[o[t]] == g[o[t - 1]]).mean() / ideal)
+    assert 0.7 < np.mean(rates) < 1.3
