@@ -22,6 +22,7 @@ import numpy as np
 
 from ... import seeds
 from ...constants import DEFAULT_GROUP_BYTES
+from ...errors import UsageError
 from ..kernels import strategies as K
 from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, _aligned_bytes, _budget, _byte_units, _check_common,
                    _fmt, _large, _median, _positive, _result, _Source, _source, _unit_bytes)
@@ -39,10 +40,12 @@ def _buffer_blocks(src: _Source, group_bytes: int, buffer_blocks, memory_bytes) 
     return max(1, _budget(src, memory_bytes) // group_bytes)
 
 
-def _pile(first: np.ndarray, nbuf: int, block_order: np.ndarray, key: int):
+def _pile(first: np.ndarray, nbuf: int, block_order: np.ndarray, key: int, remainder: str = "last"):
     """One CorgiPile pass over blocks ``first`` (int64 (b+1,), block k = records first[k] ..
     first[k+1]-1 of the layout): the blocks in ``block_order``, cut into buffers of ``nbuf``
-    blocks, each buffer's records shuffled (stream (key, buffer number)).
+    blocks (``remainder="last"``: the last one short) or into max(1, b // nbuf) buffers of
+    equal size, one block apart at most (``"spread"``), each buffer's records shuffled (stream
+    (key, buffer number)).
 
     Returns (stream int64 (n,): layout positions in delivery order, buffer_bytes_first int64:
     the first block position of every buffer, for its size)."""
@@ -51,7 +54,12 @@ def _pile(first: np.ndarray, nbuf: int, block_order: np.ndarray, key: int):
     stream = np.empty(n, np.int64)
     K.expand_spans(sb, se, stream)
     cum = np.concatenate([[0], np.cumsum(se - sb)]).astype(np.int64)
-    starts = np.arange(0, len(block_order), nbuf, dtype=np.int64)
+    nb = len(block_order)
+    if remainder == "spread":
+        k = max(1, nb // nbuf)
+        starts = (np.arange(k, dtype=np.int64) * nb) // k
+    else:
+        starts = np.arange(0, nb, nbuf, dtype=np.int64)
     bounds = np.concatenate([cum[starts], [n]]).astype(np.int64)
     K.segment_shuffle(stream, bounds, np.uint64(key))
     return stream, starts
@@ -62,28 +70,34 @@ def _peak_buffer(block_bytes: np.ndarray, block_order: np.ndarray, starts: np.nd
     return int(np.add.reduceat(block_bytes[block_order], starts).max()) if len(starts) else 0
 
 
-def _online(src: _Source, group_bytes: int, nbuf: int, seed: int, epoch: int):
+def _online(src: _Source, group_bytes: int, nbuf: int, seed: int, epoch: int, remainder: str):
     """CorgiPile's epoch on the layout ``src``: (stream, first, peak buffer bytes)."""
     first = _byte_units(src, group_bytes)
     nb = len(first) - 1
     perm = seeds.rng(seed, epoch, seeds.CORGI_BLOCKS).permutation(nb).astype(np.int64)
-    stream, starts = _pile(first, nbuf, perm, seeds.key(seed, epoch, seeds.CORGI_BUFFER))
+    stream, starts = _pile(first, nbuf, perm, seeds.key(seed, epoch, seeds.CORGI_BUFFER), remainder)
     return stream, first, _peak_buffer(_unit_bytes(src, first), perm, starts)
 
 
 def corgipile(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024,
               group_bytes: int = DEFAULT_GROUP_BYTES, buffer_blocks: int | None = None,
-              memory_bytes: int | None = None, record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
+              memory_bytes: int | None = None, remainder: str = "last",
+              record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
     """CorgiPile: every epoch the blocks of ``group_bytes`` in a random order, read whole into a
     buffer of ``buffer_blocks`` blocks (default: as many as ``memory_bytes`` holds), whose records
-    are shuffled and emitted when it is full (see the module docstring)."""
+    are shuffled and emitted when it is full (see the module docstring). ``remainder="spread"``
+    cuts the epoch's blocks into max(1, blocks // buffer_blocks) buffers of equal size (one block
+    apart at most, so up to ``buffer_blocks`` + ceil(rest / buffers) blocks) instead of leaving a
+    short last buffer (``"last"``, CorgiPile's)."""
     _check_common(seed, epoch, batch_size)
     src = _source(source, record_bytes)
     gb = _positive("group_bytes", group_bytes)
     nbuf = _buffer_blocks(src, gb, buffer_blocks, memory_bytes)
-    order, first, peak = _online(src, gb, nbuf, int(seed), int(epoch))
+    _check_remainder(remainder)
+    order, first, peak = _online(src, gb, nbuf, int(seed), int(epoch), remainder)
     nb = len(first) - 1
-    params = {"group_bytes": gb, "buffer_blocks": nbuf, "buffer_bytes": nbuf * gb, "blocks": nb}
+    params = {"group_bytes": gb, "buffer_blocks": nbuf, "buffer_bytes": nbuf * gb, "blocks": nb,
+              "remainder": remainder}
 
     def cost():
         reads = _aligned_bytes(src, first)
@@ -93,6 +107,11 @@ def corgipile(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024,
                     notes=f"{nb:,} blocks of {_fmt(gb)}, each read whole once per epoch, in random order")
 
     return _result("corgipile", src, order, params, False, True, cost)
+
+
+def _check_remainder(remainder) -> None:
+    if remainder not in ("last", "spread"):
+        raise UsageError(f"remainder must be 'last' or 'spread', got {remainder!r}")
 
 
 def _rewritten(src: _Source, group_bytes: int, m: int, seed: int):
@@ -130,7 +149,7 @@ def corgi2(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, gro
     nbuf = _buffer_blocks(src, gb, buffer_blocks, memory_bytes)
     m = _positive("offline_blocks", offline_blocks) if offline_blocks is not None else nbuf
     layout, new, off_peak, old_first = _rewritten(src, gb, m, int(seed))
-    stream, first, peak = _online(new, gb, nbuf, int(seed), int(epoch))
+    stream, first, peak = _online(new, gb, nbuf, int(seed), int(epoch), "last")
     order = layout[stream]
     nb = len(first) - 1
     params = {"group_bytes": gb, "buffer_blocks": nbuf, "buffer_bytes": nbuf * gb, "offline_blocks": m,
