@@ -67,6 +67,22 @@ def what_if(index, res: dict, a, group_bytes: int) -> list:
     return out
 
 
+def _title(res: dict) -> str:
+    cfg, f = res["config"], res["file"]
+    return (f"lirs quality: randomness against memory, label-sorted kdd-like file, {f['records']:,} records "
+            f"({cfg['payload_bytes'] / 1e6:.0f} MB), batch {cfg['batch_size']}, {cfg['epochs']} epochs")
+
+
+def replot(path: str) -> int:
+    from lirs.eval.quality import plot_frontier
+
+    with open(path) as f:
+        res = json.load(f)
+    png = os.path.splitext(path)[0] + ".png"
+    print(f"wrote {png}" if plot_frontier(res, png, title=_title(res)) else "no plot: matplotlib missing")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="500MB", help="size of the generated kdd-like file (default 500MB)")
@@ -81,7 +97,10 @@ def main(argv=None) -> int:
                     help="result file (default benchmarks/results/quality_frontier.json); the PNG goes beside it")
     ap.add_argument("--smoke", action="store_true", help="a 4 MB file, 3 budgets and 4 epochs: checks the script runs")
     ap.add_argument("--keep", action="store_true", help="keep the generated file")
+    ap.add_argument("--replot", action="store_true", help="only redraw the PNG from the JSON already written")
     a = ap.parse_args(argv)
+    if a.replot:
+        return replot(a.json)
     if a.smoke:
         a.size, a.epochs, a.memory = "4MB", 4, "64K,5%,100%"
 
@@ -138,9 +157,7 @@ def main(argv=None) -> int:
             json.dump(res, f, indent=2)
             f.write("\n")
     png = os.path.splitext(out)[0] + ".png"
-    drawn = plot_frontier(res, png, title=f"lirs quality: randomness against memory, label-sorted kdd-like file, "
-                                          f"{index.n:,} records ({index.payload_bytes / 1e6:.0f} MB), batch "
-                                          f"{a.batch_size}, {a.epochs} epochs")
+    drawn = plot_frontier(res, png, title=_title(res))
     print(f"wrote {out}" + (f" and {png}" if drawn else " (no plot: matplotlib missing)"))
     if made and not a.keep:
         for p in (path, lirs.sidecar_path(path)):

@@ -90,8 +90,10 @@ def plot_frontier(result: dict, path: str, title: str | None = None) -> bool:
             if not pts:
                 continue
             x, y = zip(*pts)
-            ax.plot(x, [max(v, 1e-3) for v in y], "-o", ms=3.5, lw=2.2 if s == "window" else 1.3,
-                    color=cmap(i % 10), label="lirs window" if s == "window" else s)
+            # lirs window and CorgiPile draw the same order: a wide pale window line, CorgiPile dashed on it
+            style = dict(lw=5, zorder=2, alpha=0.45) if s == "window" else dict(lw=1.3, zorder=3)
+            ax.plot(x, [max(v, 1e-3) for v in y], "--o" if s == "corgipile" else "-o", ms=3.5, color=cmap(i % 10),
+                    label="lirs window" if s == "window" else s, **style)
         ax.axhline(1.0, color="black", ls=":", lw=1.8, label="uniform (1x)")
         for share, txt in ((0.05, "5% of the data"), (1.0, "all the data")):
             ax.axvline(share * P, color="grey", ls="--", lw=0.8)
