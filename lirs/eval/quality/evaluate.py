@@ -12,12 +12,12 @@ from ...errors import UsageError
 from ...index import Index
 from ..kernels import quality as K
 from ..strategies import DEFAULT_RECORD_BYTES, STRATEGIES, run_strategy, synthetic_index
-from .progress import Progress
 from .metrics import (DEFAULT_CLASSES, DEFAULT_EPOCHS, DEFAULT_SEGMENTS, FAIL_P, PASS_P, UniformityTest,
                       batch_label_entropy, checkpoints_for, displacement, distinct_seen, expected_batch_entropy,
                       expected_distinct_seen, groups_of, ideal_displacement, ideal_repeat_rate,
                       ideal_same_group_rate, label_codes, repeat_pair_rate, same_group_rate, segment_codes,
                       sorted_labels, streaming_entropy)
+from .progress import Progress
 
 
 def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_size: int = 1024, seed: int = 0,

@@ -103,8 +103,6 @@ def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, 
 
 def _start(res: dict, names, budgets, group_bytes: int) -> dict:
     cfg = dict(res["config"])
-    for k in ("strategies",):
-        cfg.pop(k, None)
     cfg["params"] = {k: v for k, v in cfg["params"].items() if k not in ("memory_bytes", "window")}
     cfg.update(strategies=names, group_bytes=group_bytes,
                budgets=[{"memory": label, "memory_bytes": int(m), "share": int(m) / max(1, cfg["payload_bytes"]),
