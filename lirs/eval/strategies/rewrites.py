@@ -94,23 +94,25 @@ def chunk_roundrobin(source, *, seed: int = 0, epoch: int = 0, batch_size: int =
 
 def _lirs(granularity: str):
     def fn(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, group_bytes: int = DEFAULT_GROUP_BYTES,
-           window: int = 16, permutation: str = "auto", record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
+           window=None, permutation: str = "auto", record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
         _check_common(seed, epoch, batch_size)
         src = _source(source, record_bytes)
         index = _index_of(source, src)
+        # the window spec goes to the planner as given (None: its default); plan.window is the group count
+        spec = {} if window is None else {"window": window if isinstance(window, str) else int(window)}
         plan = plan_epoch(index, int(batch_size), granularity, seed=int(seed), epoch=int(epoch),
-                          group_bytes=int(group_bytes), window=int(window), permutation=permutation)
+                          group_bytes=int(group_bytes), permutation=permutation, **spec)
         order = plan.order()
         params = {}
         if granularity == "window":
-            params = {"group_bytes": int(group_bytes), "window": int(window),
-                      "window_bytes": int(window) * int(group_bytes)}
+            params = {"group_bytes": int(group_bytes), "window": int(plan.window),
+                      "window_bytes": int(plan.window) * int(group_bytes)}
         elif granularity == "group":
             params = {"group_bytes": int(group_bytes)}
 
         def cost():
             reads = _plan_reads(plan)
-            steps = max(1, -(-plan.units // int(window)) if granularity == "window" else plan.num_batches)
+            steps = max(1, -(-plan.units // int(plan.window)) if granularity == "window" else plan.num_batches)
             step_bytes = int(reads.sum()) / steps
             idx_bytes = 8 * src.n  # the offset table the planner and reads need
             mem = int(idx_bytes + plan.nbytes + min(steps, LOADER_STEPS_IN_FLIGHT) * step_bytes)
