@@ -68,7 +68,7 @@ def main(argv=None) -> int:
           f"indexed in {index_s:.1f}s); memory budget {mem:,} B; {a.epochs} epochs per strategy", flush=True)
     t = time.perf_counter()
     res = evaluate(index, names, epochs=a.epochs, batch_size=a.batch_size, seed=a.seed,
-                   params={"memory_bytes": mem}, segments=a.segments, progress=None)
+                   params={"memory_bytes": mem}, segments=a.segments, progress="auto")
     eval_s = time.perf_counter() - t
     res["command"] = "python benchmarks/bench_quality.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
     res["file"] = {"profile": "kdd", "order": "sorted", "size": a.size, "bytes": os.path.getsize(path),

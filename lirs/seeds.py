@@ -46,6 +46,11 @@ ROUNDS = 618              # chunk_roundrobin: order inside each round
 
 QUALITY_IDEAL = 640       # the uniform reference permutation of the quality metrics
 
+CORGI_BLOCKS = 650        # every epoch: CorgiPile's block order (also Corgi²'s online pass)
+CORGI_BUFFER = 651        # every epoch: CorgiPile's order inside each buffer
+CORGI2_BLOCKS = 652       # once per run: Corgi²'s offline block order
+CORGI2_BUFFER = 653       # once per run: Corgi²'s offline order inside each buffer
+
 PEER_SAMPLER = 0xBE01     # torch RandomSampler / memmap permutation
 PEER_INMEMORY = 0xBE02    # in-memory permutation
 PEER_BMF_DEAL = 0xBE03    # order of a BMF block's records in the peer loader

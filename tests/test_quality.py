@@ -246,7 +246,7 @@ def test_quality_command(tmp_path, capsys):
                  "--strategies", "sequential,bmf,streaming_py1e,window", "--memory", "10%",
                  "--param", "shard_records=50", "--group-bytes", "8K", "--json", out, "--plot", png]) == 0
     text = capsys.readouterr().out
-    assert "streaming_py1e" in text and "p mates" in text
+    assert "streaming_py1e" in text and "pairs again" in text and "p mates" not in text  # the summary
     res = json.load(open(out))
     assert set(res["strategies"]) == {"sequential", "bmf", "streaming_py1e", "window"}
     assert res["strategies"]["streaming_py1e"]["params"]["shard_records"] == 50
@@ -255,9 +255,9 @@ def test_quality_command(tmp_path, capsys):
     with open(png, "rb") as f:
         assert f.read(4) == b"\x89PNG"
     assert main(["quality", "--records", "500", "--epochs", "3", "--batch-size", "50", "--strategies",
-                 "terashuf", "--markdown", "--param", "reshuffle_every_epoch=false"]) == 0
+                 "terashuf", "--markdown", "--wide", "--param", "reshuffle_every_epoch=false"]) == 0
     cap = capsys.readouterr()
-    assert "| terashuf |" in cap.out and "too few" in cap.err
+    assert "| terashuf |" in cap.out and "too few" in cap.err and "p mates" in cap.out
     assert main(["quality", "--records", "500", "--strategies", "nope"]) == 2
     assert main(["quality", "--records", "500", "--param", "colour=2"]) == 2
     assert main(["quality", "--records", "500", "--memory", "150%"]) == 2
@@ -274,3 +274,136 @@ def test_every_registered_strategy_is_evaluated():
         assert r["cost"]["payload_bytes"] == 600 * 360, name
         assert r["repeat_pairs"] is not None and r["uniformity"]["epochs"] == 2
     assert math.isclose(res["ideal"]["repeat_pairs"], 19 / 599)
+
+
+# --------------------------------------------------------------------------- the frontier and the summary
+
+
+def test_frontier_on_synthetic_records():
+    n, rb = 6000, 360
+    P = n * rb
+    budgets = [("16K", 16384), ("5%", P // 20), ("100%", P)]
+    names = ["window", "shuffle_buffer", "corgipile", "corgi2"]
+    res = Q.frontier(n, budgets, names, epochs=3, batch_size=100, seed=2, group_bytes=8192, classes=20,
+                     segments=50, progress=False)
+    json.dumps(res)  # JSON-ready
+    assert [b["memory"] for b in res["budgets"]] == ["16K", "5%", "100%"]
+    assert [b["window"] for b in res["config"]["budgets"]] == [2, P // 20 // 8192, P // 8192]
+    assert set(res["config"]["memory_meaning"]) == set(names)
+    rows = res["rows"]
+    assert len(rows) == len(names) * len(budgets)
+    by = {(r["strategy"], r["memory"]): r for r in rows}
+    assert by[("window", "5%")]["params"]["window"] == P // 20 // 8192
+    assert by[("shuffle_buffer", "5%")]["params"]["buffer_records"] == n // 20
+    assert by[("corgipile", "100%")]["params"]["buffer_blocks"] == P // 8192
+    assert by[("shuffle_buffer", "16K")]["large_read_share"] == 1.0  # one sequential stream
+    for r in rows:
+        assert r["pairs_again_x"] > 0 and r["same_group_x"] >= 0 and r["read_x"] >= 1.0
+    # more memory, more random: the shuffle buffer and lirs window at 16K against 100%
+    for s in ("shuffle_buffer", "window"):
+        assert by[(s, "16K")]["pairs_again_x"] > 1.5 * by[(s, "100%")]["pairs_again_x"]
+        assert by[(s, "16K")]["same_group_x"] > 3 * by[(s, "100%")]["same_group_x"]
+    # Corgi²'s rewrite mixes blocks: far fewer same-group neighbours than CorgiPile at the same buffer
+    assert by[("corgi2", "5%")]["same_group_x"] < 0.5 * by[("corgipile", "5%")]["same_group_x"]
+    assert by[("corgi2", "5%")]["oneoff_x"] > 1.0 and by[("corgipile", "5%")]["oneoff_x"] == 0
+    text = Q.format_summary(res, rows)
+    assert text.splitlines()[0].split() == ["strategy", "memory", "RAM", "read", "x", "in", ">=64K", "pairs",
+                                            "again", "same", "grp", "label", "H"]
+    assert Q.format_summary(res, rows, markdown=True).startswith("| strategy | memory | RAM |")
+    wide = Q.format_frontier_wide(res)
+    assert wide.count("memory ") >= 3 and "p mates" in wide
+    with pytest.raises(UsageError):
+        Q.frontier(n, budgets, ["nope"], epochs=1)
+    with pytest.raises(UsageError):
+        Q.frontier(n, budgets, names, epochs=1, params={"window": 3})
+    with pytest.raises(UsageError):
+        Q.frontier(n, [("0", 0)], names, epochs=1)
+
+
+def test_default_budgets():
+    assert Q.default_budgets(500_000_000) == [("1M", 1 << 20), ("4M", 4 << 20), ("16M", 16 << 20),
+                                              ("5%", 25_000_000), ("64M", 64 << 20), ("256M", 256 << 20),
+                                              ("100%", 500_000_000)]
+    assert Q.default_budgets(100_000) == [("5%", 5000), ("100%", 100_000)]
+
+
+def test_memory_budgets_parsing():
+    from lirs.commands.quality import memory_budgets
+
+    assert memory_budgets("1M,5%", 1_000_000) == [("1M", 1 << 20), ("5%", 50_000)]
+    assert memory_budgets("64K,64K", 10**6) == [("64K", 65536)]  # repeats dropped
+    assert memory_budgets("sweep", 10**6) == Q.default_budgets(10**6)
+    for bad, what in (("1M,,5%", "empty budget"), ("4X", "expected a size like 64M"), ("150%", r"\(0%, 100%\]"),
+                      ("", "empty budget"), ("x%", "share like 5%"), ("0", "positive")):
+        with pytest.raises(UsageError, match=what) as e:
+            memory_budgets(bad, 10**6)
+        assert "--memory" in str(e.value)
+
+
+def test_quality_command_summary_wide_and_frontier(tmp_path, capsys):
+    from lirs.cli import main
+
+    base = ["quality", "--records", "3000", "--epochs", "2", "--batch-size", "100", "--group-bytes", "8K"]
+    assert main(base + ["--strategies", "shuffle_buffer,window"]) == 0
+    cap = capsys.readouterr()
+    head = cap.out.splitlines()[1]
+    assert all(c in head for c in Q.SUMMARY_COLUMNS) and "p mates" not in cap.out
+    assert "lirs window: 6 groups" in cap.out  # 5% of 1.08 MB (54,000 B) over 8 KiB groups
+    assert "[1/2] shuffle_buffer" in cap.err and "[2/2] window" in cap.err  # a line per step off a terminal
+    assert main(base + ["--strategies", "shuffle_buffer,window", "--wide", "--window", "4"]) == 0
+    cap = capsys.readouterr()
+    assert "p mates" in cap.out and "seg@1%" in cap.out and "lirs window: 4 groups" in cap.out
+    out, png = str(tmp_path / "f.json"), str(tmp_path / "f.png")
+    assert main(base + ["--memory", "16K,10%,100%", "--strategies", "window,corgipile", "--json", out,
+                        "--plot", png]) == 0
+    cap = capsys.readouterr()
+    body = [line.split()[:2] for line in cap.out.splitlines() if line.startswith(("window ", "corgipile "))]
+    assert body == [[s, m] for s in ("window", "corgipile") for m in ("16K", "10%", "100%")]
+    assert "[6/6]" in cap.err
+    res = json.load(open(out))
+    assert [b["memory"] for b in res["config"]["budgets"]] == ["16K", "10%", "100%"] and len(res["rows"]) == 6
+    with open(png, "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+    assert main(base + ["--memory", "16K,10%", "--wide", "--strategies", "window"]) == 0
+    assert capsys.readouterr().out.count("p mates") >= 2  # every budget's full table
+    assert main(base + ["--memory", "1M,4Q"]) == 2
+    assert "--memory '4Q'" in capsys.readouterr().err
+    assert main(base + ["--memory", "16K,10%", "--window", "4"]) == 2
+    assert "--window" in capsys.readouterr().err
+    assert main(base + ["--param", "window=3"]) == 2
+    assert main(base + ["--window", "0"]) == 2
+
+
+def test_every_plot_letters_its_panels(monkeypatch, tmp_path):
+    from matplotlib.figure import Figure
+
+    titles = []
+    save = Figure.savefig
+
+    def spy(fig, *a, **k):
+        titles.append([ax.get_title() for ax in fig.axes if ax.get_title()])
+        return save(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    res = Q.evaluate(1000, ["sequential", "window"], epochs=2, batch_size=50, progress=False)
+    assert Q.plot(res, str(tmp_path / "a.png"))
+    fr = Q.frontier(1000, [("8K", 8192), ("100%", 360_000)], ["window", "shuffle_buffer"], epochs=2, batch_size=50,
+                    group_bytes=8192, progress=False)
+    assert Q.plot_frontier(fr, str(tmp_path / "b.png"))
+    assert len(titles) == 2 and [len(t) for t in titles] == [4, 2]
+    for t in titles:
+        assert [x[:3] for x in t] == [f"({c})" for c in "abcd"[:len(t)]], t
+
+
+def test_progress_modes(capsys):
+    assert Q.progress_mode(False) == "off" and Q.progress_mode(True) == "bar"
+    assert Q.progress_mode("auto") in ("bar", "lines") and Q.progress_mode("lines") == "lines"
+    with pytest.raises(UsageError):
+        Q.progress_mode("loud")
+    p = Q.Progress(2, 1, "lines")
+    p.start("window at 5%")
+    p.epoch()
+    p.epoch()
+    p.done("ok")
+    p.close()
+    assert "lirs quality: [1/1] window at 5% in" in capsys.readouterr().err

@@ -326,3 +326,109 @@ def test_order_command_with_a_strategy(kdd_file, tmp_path, capsys):
     assert main(["order", kdd_file, "--param", "blocks=2"]) == 2
     assert main(["order", kdd_file]) == 0  # the planner's default path is unchanged
     assert "amplification" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- CorgiPile and Corgi²
+
+
+def _chunks(order, sizes):
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return [set(order[a:b].tolist()) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def test_corgipile_buffers_hold_whole_blocks():
+    # records of 1 KiB, blocks of 8 KiB: block k holds records 8k .. 8k+7
+    n, per = 3000, 8
+    r = run_strategy("corgipile", n, seed=3, epoch=1, group_bytes=8192, buffer_blocks=5, record_bytes=1024)
+    assert _is_perm(r.order, n) and r.params["blocks"] == n // per
+    seen = set()
+    for chunk in _chunks(r.order, [5 * per] * (n // (5 * per))):
+        blocks = {i // per for i in chunk}
+        assert len(blocks) == 5 and chunk == {i for b in blocks for i in range(b * per, b * per + per)}
+        assert not blocks & seen
+        seen |= blocks
+    one = run_strategy("corgipile", n, seed=3, epoch=1, group_bytes=8192, buffer_blocks=1, record_bytes=1024)
+    for chunk in _chunks(one.order, [per] * (n // per)):
+        assert max(chunk) - min(chunk) == per - 1 and min(chunk) % per == 0  # one whole block
+    # the default buffer holds as many whole blocks as the memory budget
+    assert run_strategy("corgipile", n, group_bytes=8192, memory_bytes=8192 * 7 + 100,
+                        record_bytes=1024).params["buffer_blocks"] == 7
+    b = run_strategy("corgipile", n, seed=3, epoch=2, group_bytes=8192, buffer_blocks=5, record_bytes=1024)
+    assert not np.array_equal(r.order, b.order)
+
+
+def test_corgipile_spread_remainder_gives_equal_buffers():
+    n, per = 8 * 23, 8  # 23 blocks, buffers of 5: 4 buffers of 5, 6, 6, 6 blocks (not 5, 5, 5, 5, 3)
+    r = run_strategy("corgipile", n, seed=1, group_bytes=8192, buffer_blocks=5, remainder="spread", record_bytes=1024)
+    assert _is_perm(r.order, n)
+    starts = (np.arange(4) * 23) // 4
+    sizes = np.diff(np.concatenate([starts, [23]])) * per
+    for chunk in _chunks(r.order, sizes):
+        assert len({i // per for i in chunk}) * per == len(chunk)
+    with pytest.raises(UsageError, match="remainder"):
+        run_strategy("corgipile", n, remainder="middle")
+
+
+def test_corgipile_io_accounting_on_a_tiny_file():
+    # 100 records of 4 KiB in blocks of 64 KiB: 6 full blocks and one of 4 records, each one aligned read
+    n = 100
+    r = run_strategy("corgipile", n, seed=2, group_bytes=65536, buffer_blocks=2, record_bytes=4096)
+    c = r.cost
+    assert c.rand_reads == 7 and c.rand_read_bytes == n * 4096 and c.seq_read_bytes == 0
+    assert c.median_read_bytes == 65536 and c.large_rand_read_bytes == 6 * 65536
+    assert c.large_read_share == pytest.approx(96 / 100) and c.read_amplification == 1.0
+    assert c.memory_bytes == 2 * 65536 and c.oneoff_read_bytes == 0 and c.write_bytes == 0
+    # variable records: every block read whole, aligned to 4 KiB at both ends
+    idx = _variable_index(4000, 5)
+    v = run_strategy("corgipile", idx, group_bytes=16384, buffer_blocks=3).cost
+    assert idx.payload_bytes <= v.rand_read_bytes <= idx.payload_bytes + v.rand_reads * 2 * 4096
+    assert v.large_rand_read_bytes == 0  # 16 KiB blocks: no read reaches 64 KiB
+
+
+def test_corgi2_rewrites_once_and_counts_the_rewrite_apart():
+    n, per, m = 2400, 8, 4
+    kw = dict(group_bytes=8192, buffer_blocks=1, offline_blocks=m, record_bytes=1024)
+    epochs = [run_strategy("corgi2", n, seed=6, epoch=e, **kw) for e in range(3)]
+    for r in epochs:
+        assert _is_perm(r.order, n)
+    # with a one-block online buffer every epoch delivers blocks of the rewritten file whole: the same
+    # sets of records every epoch (the rewrite is once per run), each from m whole blocks' records
+    sets = [sorted(tuple(sorted(c)) for c in _chunks(r.order, [per] * (n // per))) for r in epochs]
+    assert sets[0] == sets[1] == sets[2]
+    assert not np.array_equal(epochs[0].order, epochs[1].order)
+    assert max(len({i // per for i in c}) for c in sets[0]) > 1  # new blocks mix old ones
+    c = epochs[0].cost
+    assert c.oneoff_read_bytes == n * 1024 and c.oneoff_write_bytes == n * 1024
+    assert c.rand_reads == n // per and c.rand_read_bytes == n * 1024 and c.write_bytes == 0
+    assert c.memory_bytes == m * 8192  # the offline buffer is the larger one here
+    # offline buffers of m blocks: every run of m new blocks holds the records of m whole old blocks
+    assert len(_offline_runs(sets[0], m, per)) == n // per // m
+    other = run_strategy("corgi2", n, seed=7, epoch=0, **kw)
+    assert not np.array_equal(other.order, epochs[0].order)
+
+
+def _offline_runs(new_blocks, m, per):
+    """Group the new blocks by the old blocks they draw from: the records of the old blocks of one
+    offline buffer are exactly the records of m new blocks."""
+    old_of = {}
+    for t in new_blocks:
+        old_of[t] = frozenset(i // per for i in t)
+    groups = []
+    pending = list(new_blocks)
+    while pending:
+        t = pending.pop()
+        olds = set(old_of[t])
+        members = [t]
+        grown = True
+        while grown:
+            grown = False
+            for u in list(pending):
+                if old_of[u] & olds:
+                    olds |= old_of[u]
+                    members.append(u)
+                    pending.remove(u)
+                    grown = True
+        assert len(olds) == len(members) == m  # m new blocks <-> m whole old blocks
+        assert {i for t_ in members for i in t_} == {i for b in olds for i in range(b * per, b * per + per)}
+        groups.append(members)
+    return groups

@@ -18,7 +18,11 @@ def add_parser(sub):
                     "segments and labels seen against records drawn, (b) label entropy per batch, (c) "
                     "displacement and rank correlation with file order, (d) batch pairs that meet again next "
                     "epoch, (e) Streaming's entropy, (f) neighbours from the same group, (g) chi-square "
-                    "uniformity p-values, plus each strategy's memory and I/O per epoch.")
+                    "uniformity p-values, plus each strategy's memory and I/O per epoch. With several memory "
+                    "budgets (--memory 1M,16M,5%%,100%% or --memory sweep) it measures the randomness/memory "
+                    "frontier of the memory-bounded strategies (lirs window, shuffle buffer, Streaming py1e/py1br, "
+                    "Deep Lake, FFCV, CorgiPile, Corgi²) instead. The default table is a summary; --wide prints "
+                    "every metric.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("path", nargs="?", metavar="PATH", help="data file, directory or .lirs sidecar (indexed)")
     src.add_argument("--records", type=int, metavar="N", help="N synthetic records instead of a file "
@@ -28,12 +32,15 @@ def add_parser(sub):
                    help="epochs per strategy (default 20; the uniformity test needs at least 10)")
     p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
     p.add_argument("--seed", type=int, default=0, metavar="S")
-    p.add_argument("--memory", default="5%", metavar="SIZE",
-                   help="memory budget of the buffer/block/shard strategies: bytes (64M, 1G) or a share of the "
-                        "data (5%%, the default)")
+    p.add_argument("--memory", default="5%", metavar="SIZE[,SIZE...]",
+                   help="memory budget M of the buffer/block/shard strategies and of the lirs window "
+                        "(max(1, M // group bytes) groups): bytes (64M, 1G) or a share of the data (5%%, the "
+                        "default); several, comma-separated (1M,16M,5%%,100%%), or 'sweep' (1M, 4M, 16M, ... "
+                        "below the data, 5%%, 100%%) measure the frontier")
     p.add_argument("--group-bytes", default="64K", metavar="G",
                    help="lirs group size, also the group of metric (f) (default 64K)")
-    p.add_argument("--window", type=int, default=16, metavar="W", help="groups per lirs window (default 16)")
+    p.add_argument("--window", type=int, default=None, metavar="W",
+                   help="groups per lirs window (default: max(1, M // group bytes); not with several budgets)")
     p.add_argument("--segments", type=int, default=1000, metavar="K",
                    help="file segments of metric (a) (default 1000)")
     p.add_argument("--record-bytes", type=int, default=360, metavar="R",
@@ -46,6 +53,7 @@ def add_parser(sub):
     p.add_argument("--json", metavar="OUT", default=None, help="write the full results here (JSON)")
     p.add_argument("--plot", metavar="OUT.png", default=None, help="save a plot (needs matplotlib)")
     p.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    p.add_argument("--wide", action="store_true", help="print every metric, not the summary")
     return p
 
 
@@ -64,7 +72,7 @@ def parse_params(items) -> dict:
             raise UsageError(f"--param {k}: no strategy takes it; known: {', '.join(sorted(known))}")
         if v.lower() in ("true", "yes", "1", "false", "no", "0") and k == "reshuffle_every_epoch":
             out[k] = v.lower() in ("true", "yes", "1")
-        elif k in ("inner", "permutation"):
+        elif k in ("inner", "permutation", "remainder"):
             out[k] = v
         else:
             out[k] = parse_size(v)
@@ -84,14 +92,51 @@ def memory_budget(text, payload: int) -> int:
         if not 0 < frac <= 1:
             raise UsageError(f"--memory {text!r}: a share must be in (0%, 100%]")
         return max(4096, int(payload * frac))
-    m = parse_size(t)
+    try:
+        m = parse_size(t)
+    except UsageError:
+        raise UsageError(f"--memory {text!r}: expected a size like 64M, a share like 5%, a comma-separated "
+                         "list of them, or 'sweep'") from None
     if m < 1:
         raise UsageError(f"--memory {text!r} must be positive")
     return m
 
 
+def memory_budgets(text, payload: int) -> list:
+    """``"1M,5%"`` -> ``[("1M", 1048576), ("5%", payload // 20)]`` (in the order given, repeats
+    dropped); ``"sweep"`` -> :func:`lirs.eval.quality.default_budgets`."""
+    from ..eval.quality import default_budgets
+
+    t = str(text).strip()
+    if t.lower() == "sweep":
+        return default_budgets(payload)
+    items = [x.strip() for x in t.split(",")]
+    if not t or any(not x for x in items):
+        raise UsageError(f"--memory {text!r}: an empty budget; expected sizes like 1M,16M,5% separated by commas")
+    out, seen = [], set()
+    for x in items:
+        m = memory_budget(x, payload)
+        if m not in seen:
+            seen.add(m)
+            out.append((x, m))
+    return out
+
+
+def _write_json(res: dict, path: str) -> None:
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(res, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def run(args) -> int:
-    from ..eval.quality import evaluate, format_markdown, format_table, plot
     from ..eval.strategies import DEFAULT_RECORD_BYTES, STRATEGIES
     from ..units import parse_size
 
@@ -103,9 +148,17 @@ def run(args) -> int:
             raise UsageError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
     if args.epochs < 1 or args.batch_size < 1:
         raise UsageError("--epochs and --batch-size must be >= 1")
+    if args.window is not None and args.window < 1:
+        raise UsageError(f"--window {args.window}: a window holds at least 1 group")
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
     params = parse_params(args.param)
+    for k in ("memory_bytes", "window"):
+        if k in params:
+            raise UsageError(f"--param {k}: set it with --{k.split('_')[0]}")
+    group_bytes = parse_size(args.group_bytes)
+    if group_bytes < 1:
+        raise UsageError(f"--group-bytes {args.group_bytes!r} must be positive")
     if args.path is not None:
         from ..index import open_index
 
@@ -118,43 +171,80 @@ def run(args) -> int:
         source = args.records
         payload = args.records * (args.record_bytes or DEFAULT_RECORD_BYTES)
         what = f"{args.records:,} synthetic label-sorted records of {args.record_bytes} B, {args.classes} classes"
-    params.setdefault("memory_bytes", memory_budget(args.memory, payload))
-    params.setdefault("window", args.window)
-    res = evaluate(source, names, epochs=args.epochs, batch_size=args.batch_size, seed=args.seed, params=params,
-                   segments=args.segments, group_bytes=parse_size(args.group_bytes), classes=args.classes,
-                   record_bytes=args.record_bytes)
-    res["config"]["source"] = what
-    res["config"]["memory"] = args.memory
+    budgets = memory_budgets(args.memory, payload)
+    sweep = len(budgets) > 1 or str(args.memory).strip().lower() == "sweep"
+    if sweep and args.window is not None:
+        raise UsageError("--window: with several memory budgets the lirs window follows each budget "
+                         "(max(1, M // group bytes) groups); leave --window out")
     if args.epochs < 10:
         print(f"note: {args.epochs} epochs is too few for the uniformity test to mean much (use >= 10)",
               file=sys.stderr)
-    cfg = res["config"]
-    print(f"{what}: {cfg['n']:,} records, batch {cfg['batch_size']}, {cfg['epochs']} epochs, seed {cfg['seed']}, "
-          f"memory budget {params['memory_bytes']:,} B")
-    print(format_markdown(res) if args.markdown else format_table(res))
-    print("columns: seg@1% = share of file segments seen after 1% of an epoch; labels all = share of the epoch "
-          "drawn until every label was seen; batch H = label entropy per batch (bits); disp = mean |moved| / n; "
-          "rho = rank correlation with file order; pairs again = batch pairs meeting again next epoch, x ideal; "
-          "stream H = Streaming's entropy; same grp = in-batch neighbours from one group; p pos / p pairs / "
-          "p mates = chi-square p of positions / file-neighbour gaps / batch mates next epoch (uniform: all >= "
-          f"{cfg['pass_p']:g}; not: one < {cfg['fail_p']:g}); memory, bytes read and written per epoch, random "
-          "reads (count x median size).")
+    common = dict(epochs=args.epochs, batch_size=args.batch_size, seed=args.seed, segments=args.segments,
+                  group_bytes=group_bytes, classes=args.classes, record_bytes=args.record_bytes, progress="auto")
+    res = (_frontier(source, budgets, names, params, common) if sweep else
+           _single(source, budgets[0], names, params, args.window, common))
+    res["config"]["source"] = what
+    res["config"]["memory"] = args.memory
+    _print(res, what, sweep, args)
     if args.json:
-        tmp = args.json + ".tmp"
-        try:
-            with open(tmp, "w") as f:
-                json.dump(res, f, indent=1)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, args.json)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        _write_json(res, args.json)
         print(f"results: {os.path.abspath(args.json)}")
     if args.plot:
-        if plot(res, args.plot):
+        from ..eval.quality import plot, plot_frontier
+
+        if (plot_frontier if sweep else plot)(res, args.plot):
             print(f"plot: {os.path.abspath(args.plot)}")
         else:
             print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
     return 0
+
+
+def _single(source, budget, names, params, window, common) -> dict:
+    from ..eval.quality import evaluate
+
+    label, m = budget
+    params.setdefault("memory_bytes", m)
+    params.setdefault("window", window if window is not None else max(1, m // common["group_bytes"]))
+    return evaluate(source, names, params=params, label=label, **common)
+
+
+def _frontier(source, budgets, names, params, common) -> dict:
+    from ..eval.quality import frontier
+
+    return frontier(source, budgets, names, params=params, **common)
+
+
+def _print(res: dict, what: str, sweep: bool, args) -> None:
+    from ..eval.quality import (SUMMARY_HELP, format_frontier_wide, format_markdown, format_summary, format_table,
+                                summary_rows)
+
+    cfg = res["config"]
+    if sweep:
+        budgets = ", ".join(f"{b['memory']} ({b['memory_bytes']:,} B)" for b in cfg["budgets"])
+        print(f"{what}: {cfg['n']:,} records, batch {cfg['batch_size']}, {cfg['epochs']} epochs, seed {cfg['seed']}, "
+              f"memory budgets {budgets}")
+    else:
+        p = cfg["params"]
+        print(f"{what}: {cfg['n']:,} records, batch {cfg['batch_size']}, {cfg['epochs']} epochs, seed {cfg['seed']}, "
+              f"memory budget {p['memory_bytes']:,} B (lirs window: {p['window']} groups)")
+    if args.wide:
+        if sweep:
+            print(format_frontier_wide(res, args.markdown))
+        else:
+            print(format_markdown(res) if args.markdown else format_table(res))
+        print(WIDE_HELP.format(pass_p=cfg["pass_p"], fail_p=cfg["fail_p"]))
+        return
+    rows = res["rows"] if sweep else summary_rows(res)
+    order = {s: k for k, s in enumerate(dict.fromkeys(r["strategy"] for r in rows))}
+    rows = sorted(rows, key=lambda r: (order[r["strategy"]], r["memory_bytes"] or 0))
+    print(format_summary(res, rows, args.markdown))
+    print("columns: " + SUMMARY_HELP + " --wide: every metric.")
+
+
+WIDE_HELP = ("columns: seg@1% = share of file segments seen after 1% of an epoch; labels all = share of the epoch "
+             "drawn until every label was seen; batch H = label entropy per batch (bits); disp = mean |moved| / n; "
+             "rho = rank correlation with file order; pairs again = batch pairs meeting again next epoch, x ideal; "
+             "stream H = Streaming's entropy; same grp = in-batch neighbours from one group; p pos / p pairs / "
+             "p mates = chi-square p of positions / file-neighbour gaps / batch mates next epoch (uniform: all >= "
+             "{pass_p:g}; not: one < {fail_p:g}); memory, bytes read and written per epoch, random "
+             "reads (count x median size).")

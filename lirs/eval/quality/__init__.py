@@ -31,14 +31,21 @@ expected, under a uniform random permutation):
     uniform over their units, not over records: the pair test shows it.
 
 Plus each strategy's memory and I/O cost (:class:`lirs.eval.strategies.Cost`).
+
+:func:`frontier` runs the memory-bounded strategies at several memory budgets (the
+randomness/memory frontier); :func:`summary_rows` flattens either result into one row per
+strategy and budget, :func:`format_summary` prints them and :func:`plot_frontier` draws them.
 """
 from __future__ import annotations
 
 from .evaluate import evaluate
+from .frontier import FRONTIER_STRATEGIES, MEMORY_MEANING, default_budgets, frontier, source_payload, summary_rows  # noqa: F401
 from .metrics import (DEFAULT_CLASSES, DEFAULT_EPOCHS, DEFAULT_SEGMENTS, FAIL_P, MAX_PAIRS,  # noqa: F401
                       MAX_POSITION_SAMPLE, MIN_EXPECTED, PASS_P, UniformityTest, batch_label_entropy,
                       checkpoints_for, displacement, distinct_seen, expected_batch_entropy, expected_distinct_seen,
                       groups_of, ideal_displacement, ideal_repeat_rate, ideal_same_group_rate, inverse_order,
                       label_codes, repeat_pair_rate, same_group_rate, segment_codes, sorted_labels,
                       streaming_entropy)
+from .progress import Progress, progress_mode  # noqa: F401
 from .report import TABLE_COLUMNS, format_markdown, format_table, plot, table_rows  # noqa: F401
+from .summary import SUMMARY_COLUMNS, SUMMARY_HELP, format_frontier_wide, format_summary, plot_frontier  # noqa: F401

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import math
-import sys
 import time
 
 import numpy as np
-from tqdm import tqdm
 
 from ... import seeds
 from ...constants import DEFAULT_GROUP_BYTES
@@ -19,15 +17,13 @@ from .metrics import (DEFAULT_CLASSES, DEFAULT_EPOCHS, DEFAULT_SEGMENTS, FAIL_P,
                       expected_distinct_seen, groups_of, ideal_displacement, ideal_repeat_rate,
                       ideal_same_group_rate, label_codes, repeat_pair_rate, same_group_rate, segment_codes,
                       sorted_labels, streaming_entropy)
-
-
-def _progress(progress):
-    return (not sys.stderr.isatty()) if progress is None else (not progress)
+from .progress import Progress
 
 
 def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_size: int = 1024, seed: int = 0,
              params: dict | None = None, segments: int = DEFAULT_SEGMENTS, group_bytes: int = DEFAULT_GROUP_BYTES,
-             classes: int = DEFAULT_CLASSES, record_bytes: int | None = None, progress=None) -> dict:
+             classes: int = DEFAULT_CLASSES, record_bytes: int | None = None, progress=None,
+             label: str = "") -> dict:
     """Run every strategy for ``epochs`` epochs on ``source`` and measure (a)-(g) and its cost.
 
     source: an :class:`~lirs.index.Index` (its labels are used; none: label metrics are None) or
@@ -36,7 +32,9 @@ def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_siz
     all (see :func:`lirs.eval.strategies.run_strategy`); ``group_bytes`` is also the group of metric
     (f) and of the lirs group/window strategies. Returns a JSON-ready dict: ``config``,
     ``ideal``, ``checkpoints`` and ``strategies`` (name -> metrics, ``cost``, ``params``,
-    ``uniformity``, ``curve_segments``, ``curve_labels``, ``seconds``).
+    ``uniformity``, ``curve_segments``, ``curve_labels``, ``seconds``). ``progress``: see
+    :func:`lirs.eval.quality.progress.progress_mode`, or a :class:`Progress` shared with a caller;
+    ``label`` is added to every step's name (e.g. the memory budget).
     """
     names = list(STRATEGIES) if strategies is None else list(strategies)
     bad = [s for s in names if s not in STRATEGIES]
@@ -104,16 +102,24 @@ def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_siz
     if synthetic:
         out["config"]["record_bytes"] = int(record_bytes or DEFAULT_RECORD_BYTES)
         out["config"]["classes"] = int(classes)
-    bar = tqdm(total=len(names) * epochs, unit="epoch", desc="lirs quality", disable=_progress(progress),
-               leave=False)
+    shared = isinstance(progress, Progress)
+    bar = progress if shared else Progress(len(names) * epochs, len(names), progress)
+    label = f" at {label}" if label else ""
     try:
         for name in names:
-            out["strategies"][name] = _evaluate_one(
-                name, index, epochs, batch_size, seed, params, codes, ncodes, seg, nseg, cps, one_pct, groups,
-                shard_records, ideal, bar)
+            bar.start(name + label)
+            r = _evaluate_one(name, index, epochs, batch_size, seed, params, codes, ncodes, seg, nseg, cps, one_pct,
+                              groups, shard_records, ideal, bar)
+            out["strategies"][name] = r
+            bar.done(f"pairs again {_x(r['repeat_pairs_vs_ideal'])}, same group {_x(r['same_group_vs_ideal'])}")
     finally:
-        bar.close()
+        if not shared:
+            bar.close()
     return out
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.3g}x"
 
 
 def _evaluate_one(name, index, epochs, batch_size, seed, params, codes, ncodes, seg, nseg, cps, one_pct, groups,
@@ -129,7 +135,6 @@ def _evaluate_one(name, index, epochs, batch_size, seed, params, codes, ncodes, 
     first = None
     order_s = 0.0
     for e in range(epochs):
-        bar.set_postfix_str(name)
         t = time.perf_counter()
         r = run_strategy(name, index, seed=seed, epoch=e, batch_size=batch_size, **params)
         order_s += time.perf_counter() - t
@@ -151,7 +156,7 @@ def _evaluate_one(name, index, epochs, batch_size, seed, params, codes, ncodes, 
         acc["same_group"].append(same_group_rate(order, groups, batch_size))
         test.add(order)
         prev = order
-        bar.update(1)
+        bar.epoch()
     res = {k: (float(np.mean(v)) if v else None) for k, v in acc.items()}
     res["segments_seen_1pct"] = float(seg_curve[one_pct] / epochs / nseg)
     for k in ("batch_entropy", "repeat_pairs", "streaming_entropy", "same_group"):

@@ -81,8 +81,9 @@ def format_markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: str, title: str | None = None) -> bool:
-    """Save a PNG: (a) distinct file segments seen against records drawn, batch label entropy,
-    uniformity p-values and memory against I/O per epoch. False when matplotlib is missing."""
+    """Save a PNG of four panels lettered (a)-(d): distinct file segments seen against records
+    drawn, label entropy per batch, uniformity p-values, memory and I/O per epoch. False when
+    matplotlib is missing."""
     try:
         import matplotlib
 
@@ -139,7 +140,7 @@ def plot(result: dict, path: str, title: str | None = None) -> bool:
     c.set_yticks(y, names, fontsize=8)
     c.invert_yaxis()
     c.set_xlabel("-log10 p (chi-square against a uniform permutation)")
-    c.set_title(f"(g) uniformity over {result['config']['epochs']} epochs")
+    c.set_title(f"(c) uniformity over {result['config']['epochs']} epochs (metric g)")
     c.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
 
     d = ax[1, 1]
@@ -163,7 +164,7 @@ def plot(result: dict, path: str, title: str | None = None) -> bool:
     d.set_yticks(y, names, fontsize=8)
     d.invert_yaxis()
     d.set_xlabel(f"memory needed (bytes; data: {_b(P)}), and I/O per epoch relative to the data")
-    d.set_title("cost per epoch")
+    d.set_title("(d) memory and I/O per epoch")
     cfg = result["config"]
     fig.suptitle(title or f"lirs quality: {cfg['n']:,} records, batch {cfg['batch_size']}, {cfg['epochs']} epochs")
     fig.tight_layout()

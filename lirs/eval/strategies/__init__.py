@@ -13,8 +13,8 @@ delivery order), and ``cost``, a :class:`Cost`: memory needed, and the I/O patte
 Memory-bounded strategies share one budget, ``memory_bytes`` (default: 5% of the data), from which
 their own sizes default: the shuffle buffer, Deep Lake's buffer, BMF's block count, Streaming's
 shuffle block (and shards a tenth of it), FFCV's page size (2 x batch pages fill it), the piles of
-the two-pass shuffle, terashuf's runs and the chunks of the round-robin merge. Any of those can
-be set explicitly.
+the two-pass shuffle, terashuf's runs, the chunks of the round-robin merge and the buffers of
+CorgiPile and Corgi² (whole blocks of ``group_bytes``). Any of those can be set explicitly.
 
 =================  ==========================================================================
 name               what it delivers (uniform = every permutation equally likely, every epoch)
@@ -31,6 +31,10 @@ streaming_*        MosaicML Streaming on shards of ``shard_records`` consecutive
                    py1e, naive (see below)
 ffcv_quasi_random  FFCV QUASI_RANDOM: records shuffled inside each page, pages in random order,
                    2 x batch pages active, each output from a uniformly chosen active page
+corgipile          CorgiPile: blocks of ``group_bytes`` in random order, ``buffer_blocks`` at a
+                   time into a buffer whose records are shuffled and emitted when it is full
+corgi2             Corgi²: once per run, the file rewritten by one CorgiPile pass (new blocks mix
+                   ``offline_blocks`` old ones); every epoch, CorgiPile on the rewritten file
 two_pass           Jane Street's two-pass shuffle: records to random piles, each pile shuffled in
                    RAM, piles concatenated (uniform)
 terashuf           runs of ``run_bytes`` shuffled in RAM, merged by picking a run with
@@ -66,7 +70,8 @@ from __future__ import annotations
 import inspect
 
 from ...errors import UsageError
-from .base import DEFAULT_RECORD_BYTES, Cost, StrategyOrder, synthetic_index  # noqa: F401 - the public API
+from .base import DEFAULT_RECORD_BYTES, LARGE_READ_BYTES, Cost, StrategyOrder, synthetic_index  # noqa: F401 - the public API
+from .corgi import corgi2, corgipile
 from .buffers import bmf, deeplake, ffcv_quasi_random, sequential, shuffle_buffer
 from .rewrites import _lirs, chunk_roundrobin, terashuf, two_pass
 from .streaming import (streaming_naive, streaming_py1b, streaming_py1br, streaming_py1e, streaming_py1s,
@@ -84,6 +89,8 @@ STRATEGIES = {
     "streaming_py1e": streaming_py1e,
     "streaming_naive": streaming_naive,
     "ffcv_quasi_random": ffcv_quasi_random,
+    "corgipile": corgipile,
+    "corgi2": corgi2,
     "two_pass": two_pass,
     "terashuf": terashuf,
     "chunk_roundrobin": chunk_roundrobin,

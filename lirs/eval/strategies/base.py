@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...constants import BLOCK
+from ...constants import BLOCK, DEFAULT_GROUP_BYTES
 from ...errors import UsageError
 from ...index import Index
 from ...units import format_bytes
@@ -16,6 +16,7 @@ from ...units import format_bytes
 DEFAULT_RECORD_BYTES = 360        # kdd-like records when only a count is given
 DEFAULT_MEMORY_FRACTION = 0.05    # the shared memory budget when none is given
 LOADER_STEPS_IN_FLIGHT = 5        # lirs Loader default: prefetch 4 + the batch being decoded
+LARGE_READ_BYTES = DEFAULT_GROUP_BYTES  # a read this large runs near an NVMe drive's sequential bandwidth
 
 # --------------------------------------------------------------------------- results
 
@@ -27,8 +28,10 @@ class Cost:
     memory_bytes: RAM the strategy holds at its peak (buffers, blocks, live shards, plan tables,
     lirs' offset index), with ``memory_what`` saying what. Per epoch: ``seq_read_bytes`` read in
     long sequential streams, ``rand_reads`` random reads of ``rand_read_bytes`` in all (median
-    ``median_read_bytes``), ``write_bytes`` written. ``oneoff_read_bytes``/``oneoff_write_bytes``:
-    once per run (BMF's block files, a one-off rewrite). ``payload_bytes``: the records' bytes.
+    ``median_read_bytes``), ``write_bytes`` written. ``large_rand_read_bytes``: the bytes of the
+    random reads of at least :data:`LARGE_READ_BYTES` (sequential streams always count as large).
+    ``oneoff_read_bytes``/``oneoff_write_bytes``: once per run (BMF's block files, a one-off
+    rewrite). ``payload_bytes``: the records' bytes.
     """
 
     memory_bytes: int
@@ -39,6 +42,7 @@ class Cost:
     rand_read_bytes: int = 0
     median_read_bytes: float | None = None
     write_bytes: int = 0
+    large_rand_read_bytes: int = 0
     oneoff_read_bytes: int = 0
     oneoff_write_bytes: int = 0
     notes: str = ""
@@ -53,10 +57,18 @@ class Cost:
         """Bytes read per epoch over the payload."""
         return self.read_bytes / self.payload_bytes if self.payload_bytes else None
 
+    @property
+    def large_read_share(self) -> float | None:
+        """Share of the bytes read per epoch that come in reads of at least
+        :data:`LARGE_READ_BYTES` (sequential streams count as large)."""
+        rb = self.read_bytes
+        return (self.seq_read_bytes + self.large_rand_read_bytes) / rb if rb else None
+
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["read_bytes"] = self.read_bytes
         d["read_amplification"] = self.read_amplification
+        d["large_read_share"] = self.large_read_share
         return d
 
 
@@ -215,6 +227,12 @@ def _median(a) -> float | None:
     return float(np.median(a)) if len(a) else None
 
 
+def _large(reads: np.ndarray) -> int:
+    """Bytes of the reads (int64 sizes) of at least :data:`LARGE_READ_BYTES`."""
+    reads = np.asarray(reads, np.int64)
+    return int(reads[reads >= LARGE_READ_BYTES].sum())
+
+
 def _rewrite_cost(src: _Source, reshuffle: bool, memory: int, what: str, notes: str) -> Cost:
     """Cost of an external shuffle that rewrites the file twice (input -> temporary files ->
     output) and is then read sequentially by training."""
@@ -232,7 +250,6 @@ def _result(name, src, order, params, exact, reshuffles, cost_fn) -> StrategyOrd
     assert len(order) == src.n
     return StrategyOrder(name=name, order=order, params=params, exact=exact, reshuffles=reshuffles,
                          _cost_fn=cost_fn)
-
 
 
 def _fmt(b) -> str:

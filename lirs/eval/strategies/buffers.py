@@ -12,7 +12,7 @@ from ...errors import UsageError
 from ..kernels import strategies as K
 from ..reference import bmf_block_order, bmf_blocks, shuffle_buffer_order
 from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, _aligned_bytes, _budget, _byte_units, _check_common,
-                   _fmt, _median, _positive, _result, _source, _unit_bytes, _unit_of)
+                   _fmt, _large, _median, _positive, _result, _source, _unit_bytes, _unit_of)
 
 
 def sequential(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024,
@@ -110,6 +110,7 @@ def deeplake(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, b
         reads = _aligned_bytes(src, first)
         return Cost(peak, f"a buffer of {_fmt(buf)} filled with whole chunks (peak)", src.payload,
                     rand_reads=nch, rand_read_bytes=int(reads.sum()), median_read_bytes=_median(reads),
+                    large_rand_read_bytes=_large(reads),
                     notes=f"{nch:,} chunks of about {_fmt(chunk)}, each read whole, in random order")
 
     return _result("deeplake", src, order, params, False, True, cost)
@@ -146,6 +147,7 @@ def ffcv_quasi_random(source, *, seed: int = 0, epoch: int = 0, batch_size: int 
         peak, live = K.peak_live_units(order, _unit_of(first, src.n), _unit_bytes(src, first), npg)
         return Cost(int(peak), f"open pages: up to {int(live):,} of {npg:,}", src.payload, rand_reads=npg,
                     rand_read_bytes=int(reads.sum()), median_read_bytes=_median(reads),
+                    large_rand_read_bytes=_large(reads),
                     notes=f"every page read once, in random order ({_fmt(page)} pages)")
 
     return _result("ffcv_quasi_random", src, order, params, False, True, cost)

@@ -11,8 +11,8 @@ from ...constants import DEFAULT_GROUP_BYTES
 from ...plan import plan_epoch
 from ..kernels import strategies as K
 from .base import (DEFAULT_RECORD_BYTES, LOADER_STEPS_IN_FLIGHT, Cost, StrategyOrder, _budget, _byte_units,
-                   _check_common, _count_units, _index_of, _positive, _result, _rewrite_cost, _source,
-                   _unit_bytes)
+                   _check_common, _count_units, _index_of, _large, _median, _positive, _result, _rewrite_cost,
+                   _source, _unit_bytes)
 
 
 def two_pass(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, piles: int | None = None,
@@ -94,29 +94,33 @@ def chunk_roundrobin(source, *, seed: int = 0, epoch: int = 0, batch_size: int =
 
 def _lirs(granularity: str):
     def fn(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, group_bytes: int = DEFAULT_GROUP_BYTES,
-           window: int = 16, permutation: str = "auto", record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
+           window=None, permutation: str = "auto", record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
         _check_common(seed, epoch, batch_size)
         src = _source(source, record_bytes)
         index = _index_of(source, src)
+        # the window spec goes to the planner as given (None: its default); plan.window is the group count
+        spec = {} if window is None else {"window": window if isinstance(window, str) else int(window)}
         plan = plan_epoch(index, int(batch_size), granularity, seed=int(seed), epoch=int(epoch),
-                          group_bytes=int(group_bytes), window=int(window), permutation=permutation)
+                          group_bytes=int(group_bytes), permutation=permutation, **spec)
         order = plan.order()
         params = {}
         if granularity == "window":
-            params = {"group_bytes": int(group_bytes), "window": int(window)}
+            params = {"group_bytes": int(group_bytes), "window": int(plan.window),
+                      "window_bytes": int(plan.window) * int(group_bytes)}
         elif granularity == "group":
             params = {"group_bytes": int(group_bytes)}
 
         def cost():
-            st = plan.stats()
-            steps = max(1, -(-st["units"] // int(window)) if granularity == "window" else st["batches"])
-            step_bytes = st["bytes_read"] / steps
+            reads = _plan_reads(plan)
+            steps = max(1, -(-plan.units // int(plan.window)) if granularity == "window" else plan.num_batches)
+            step_bytes = int(reads.sum()) / steps
             idx_bytes = 8 * src.n  # the offset table the planner and reads need
-            mem = int(idx_bytes + st["plan_table_bytes"] + LOADER_STEPS_IN_FLIGHT * step_bytes)
+            mem = int(idx_bytes + plan.nbytes + min(steps, LOADER_STEPS_IN_FLIGHT) * step_bytes)
+            amp = int(reads.sum()) / src.payload
             return Cost(mem, f"offset index (8 B/record) + plan tables + {LOADER_STEPS_IN_FLIGHT} read steps "
-                             f"in flight", src.payload, rand_reads=int(st["reads"]),
-                        rand_read_bytes=int(st["bytes_read"]), median_read_bytes=st["median_read_bytes"],
-                        notes=f"coalesced aligned direct reads, amplification {st['amplification']:.3f}x")
+                             f"in flight", src.payload, rand_reads=len(reads), rand_read_bytes=int(reads.sum()),
+                        median_read_bytes=_median(reads), large_rand_read_bytes=_large(reads),
+                        notes=f"coalesced aligned direct reads, amplification {amp:.3f}x")
 
         return _result(granularity, src, order, params, granularity == "instance", True, cost)
 
@@ -125,3 +129,10 @@ def _lirs(granularity: str):
                   "its cost from the plan's statistics (reads, bytes, amplification) plus the memory of "
                   "the offset index, the plan tables and the Loader's read steps in flight.")
     return fn
+
+
+def _plan_reads(plan) -> np.ndarray:
+    """int64 (reads,): the size of every aligned read of an epoch plan, in plan order (the plan is
+    walked with its extents; nothing is read)."""
+    sizes = [s.ext_nbytes for b in plan.batches() for s in b.new_steps]
+    return np.concatenate(sizes).astype(np.int64) if sizes else np.empty(0, np.int64)

@@ -10,7 +10,7 @@ from ... import seeds
 from ...errors import UsageError
 from ..kernels import strategies as K
 from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, _aligned_bytes, _budget, _check_common, _count_units,
-                   _median, _positive, _result, _source, _unit_bytes, _unit_of)
+                   _large, _median, _positive, _result, _source, _unit_bytes, _unit_of)
 
 
 @functools.lru_cache(maxsize=4)
@@ -126,6 +126,7 @@ def _streaming(algo: str, source, seed, epoch, batch_size, shard_records, canoni
         return Cost(int(peak), f"live shards: up to {int(live):,} of {len(nbytes):,} held at once "
                                f"(fetched before their first sample, dropped after their last)", src.payload,
                     rand_reads=len(nbytes), rand_read_bytes=int(reads.sum()), median_read_bytes=_median(reads),
+                    large_rand_read_bytes=_large(reads),
                     notes=f"every shard read whole once per epoch ({shard:,} records each)")
 
     return _result(name, src, order, params, algo == "naive", True, cost)

@@ -1,0 +1,151 @@
+"""The randomness/memory frontier: every memory-bounded strategy at every memory budget, measured
+by :func:`lirs.eval.quality.evaluate` (:func:`frontier`), and the flat rows of a result
+(:func:`summary_rows`) that the summary tables and the frontier plot read."""
+from __future__ import annotations
+
+from ...constants import DEFAULT_GROUP_BYTES
+from ...errors import UsageError
+from ...index import Index
+from ..strategies import DEFAULT_RECORD_BYTES, STRATEGIES
+from .evaluate import evaluate
+from .metrics import DEFAULT_CLASSES, DEFAULT_EPOCHS, DEFAULT_SEGMENTS
+from .progress import Progress
+
+MIB = 1 << 20
+
+FRONTIER_STRATEGIES = ("window", "shuffle_buffer", "streaming_py1e", "streaming_py1br", "deeplake",
+                       "ffcv_quasi_random", "corgipile", "corgi2")
+"""The memory-bounded strategies a frontier compares by default."""
+
+MEMORY_MEANING = {
+    "window": "one lirs window: window = max(1, M // group_bytes) random groups read as one step and dealt "
+              "over the batches they feed (the Loader keeps up to 5 steps in flight)",
+    "shuffle_buffer": "the shuffle buffer: M / (mean record bytes) records",
+    "streaming_py1e": "Streaming's shuffle block: M / (mean record bytes) samples; shards a tenth of it",
+    "streaming_py1br": "Streaming's shuffle block: M / (mean record bytes) samples; shards a tenth of it",
+    "streaming_py1b": "Streaming's shuffle block: M / (mean record bytes) samples; shards a tenth of it",
+    "deeplake": "the shuffle buffer: M bytes, filled with whole chunks of M / 128",
+    "ffcv_quasi_random": "the open pages: 2 x batch pages of M / (2 x batch) bytes",
+    "corgipile": "the buffer: max(1, M // group_bytes) whole blocks of group_bytes",
+    "corgi2": "the buffer: max(1, M // group_bytes) whole blocks, online and in the offline rewrite",
+    "bmf": "one block: ceil(data / M) blocks, each trained whole",
+    "two_pass": "one pile: 1.25 x data / M piles",
+    "terashuf": "one run of M bytes",
+    "chunk_roundrobin": "one chunk of M / (mean record bytes) records",
+}
+"""What the budget M bounds, per strategy (the RAM a strategy really holds is ``cost.memory_bytes``)."""
+
+
+def default_budgets(payload: int) -> list:
+    """The default sweep: 1 MiB, 4 MiB, 16 MiB, ... below the data, then 5% and 100% of it, as
+    ``(label, bytes)`` in increasing bytes (duplicates dropped)."""
+    out = []
+    m = MIB
+    while m < payload:
+        out.append((f"{m // MIB}M" if m < 1024 * MIB else f"{m // (1024 * MIB)}G", m))
+        m *= 4
+    out += [("5%", max(4096, int(payload * 0.05))), ("100%", int(payload))]
+    return _dedup(out)
+
+
+def _dedup(budgets) -> list:
+    seen, out = set(), []
+    for label, b in sorted(budgets, key=lambda x: x[1]):
+        if b not in seen:
+            seen.add(b)
+            out.append((label, int(b)))
+    return out
+
+
+def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_size: int = 1024,
+             seed: int = 0, params: dict | None = None, segments: int = DEFAULT_SEGMENTS,
+             group_bytes: int = DEFAULT_GROUP_BYTES, classes: int = DEFAULT_CLASSES,
+             record_bytes: int | None = None, progress=None) -> dict:
+    """Run every strategy (default :data:`FRONTIER_STRATEGIES`) at every memory budget of
+    ``budgets`` (``(label, bytes)`` pairs, e.g. ``("5%", 25_000_000)``) for ``epochs`` epochs.
+
+    At budget M every strategy gets ``memory_bytes = M`` and lirs ``window`` gets
+    ``max(1, M // group_bytes)`` groups. Other arguments as :func:`lirs.eval.quality.evaluate`.
+    Returns a JSON-ready dict: ``config`` (with ``budgets`` and ``memory_meaning``), ``ideal``
+    (a uniform permutation's values), ``rows`` (one flat dict per strategy and budget: see
+    :func:`summary_rows`) and ``budgets`` (per budget, every strategy's full metrics without
+    the curves)."""
+    names = list(FRONTIER_STRATEGIES if strategies is None else strategies)
+    bad = [s for s in names if s not in STRATEGIES]
+    if bad or not names:
+        raise UsageError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
+    budgets = _dedup(budgets)
+    if not budgets or any(b < 1 for _, b in budgets):
+        raise UsageError(f"the memory budgets must be positive byte counts, got {budgets}")
+    params = dict(params or {})
+    if "window" in params or "memory_bytes" in params:
+        raise UsageError("a frontier sets memory_bytes and window itself, from each budget")
+    gb = int(params.pop("group_bytes", group_bytes))
+    bar = Progress(len(budgets) * len(names) * int(epochs), len(budgets) * len(names), progress)
+    out = None
+    try:
+        for label, m in budgets:
+            p = dict(params, memory_bytes=int(m), window=max(1, int(m) // gb))
+            res = evaluate(source, names, epochs=epochs, batch_size=batch_size, seed=seed, params=p, segments=segments,
+                           group_bytes=gb, classes=classes, record_bytes=record_bytes, progress=bar, label=label)
+            if out is None:
+                out = _start(res, names, budgets, gb)
+            for r in res["strategies"].values():
+                r.pop("curve_segments", None)
+                r.pop("curve_labels", None)
+            out["budgets"].append({"memory": label, "memory_bytes": int(m), "window": p["window"],
+                                   "strategies": res["strategies"]})
+    finally:
+        bar.close()
+    out["rows"] = summary_rows(out)
+    return out
+
+
+def _start(res: dict, names, budgets, group_bytes: int) -> dict:
+    cfg = dict(res["config"])
+    cfg["params"] = {k: v for k, v in cfg["params"].items() if k not in ("memory_bytes", "window")}
+    cfg.update(strategies=names, group_bytes=group_bytes,
+               budgets=[{"memory": label, "memory_bytes": int(m), "share": int(m) / max(1, cfg["payload_bytes"]),
+                         "window": max(1, int(m) // group_bytes)} for label, m in budgets],
+               memory_meaning={s: MEMORY_MEANING.get(s, "memory_bytes = M (see lirs.eval.strategies)") for s in names})
+    ideal = {k: v for k, v in res["ideal"].items() if not k.startswith("curve_")}
+    return {"config": cfg, "ideal": ideal, "budgets": []}
+
+
+def summary_rows(result: dict) -> list:
+    """One flat dict per (strategy, budget) of a :func:`frontier` result, or per strategy of an
+    :func:`~lirs.eval.quality.evaluate` result (its one budget): ``strategy``, ``memory`` (the
+    budget's label), ``memory_bytes`` (the budget), ``ram_bytes`` (what the strategy holds),
+    ``read_x`` (bytes read per epoch / data), ``large_read_share`` (of those bytes, the share in
+    reads of at least 64 KiB), ``write_x``, ``oneoff_x`` (one-off bytes read + written / data),
+    ``pairs_again_x``, ``same_group_x``, ``batch_entropy`` (bits), ``batch_entropy_x``, and the
+    other metrics and p-values under their evaluate names."""
+    if "budgets" in result:
+        per = [(b["memory"], b["memory_bytes"], b["strategies"]) for b in result["budgets"]]
+    else:
+        cfg = result["config"]
+        mem = cfg.get("params", {}).get("memory_bytes")
+        per = [(cfg.get("memory", "-" if mem is None else str(mem)), mem, result["strategies"])]
+    rows = []
+    for label, m, strategies in per:
+        for name, r in strategies.items():
+            c, u = r["cost"], r["uniformity"]
+            P = max(1, c["payload_bytes"])
+            rows.append({
+                "strategy": name, "memory": label, "memory_bytes": m, "ram_bytes": c["memory_bytes"],
+                "read_x": c["read_amplification"], "large_read_share": c.get("large_read_share"),
+                "write_x": c["write_bytes"] / P, "oneoff_x": (c["oneoff_read_bytes"] + c["oneoff_write_bytes"]) / P,
+                "pairs_again_x": r["repeat_pairs_vs_ideal"], "same_group_x": r["same_group_vs_ideal"],
+                "batch_entropy": r["batch_entropy"], "batch_entropy_x": r["batch_entropy_vs_ideal"],
+                "segments_seen_1pct": r["segments_seen_1pct"], "all_labels_seen_at": r["all_labels_seen_at"],
+                "displacement": r["displacement"], "spearman": r["spearman"],
+                "streaming_entropy_x": r["streaming_entropy_vs_ideal"], "position_p": u["position_p"],
+                "pair_p": u["pair_p"], "batch_p": u["batch_p"], "uniform": u["uniform"], "params": r["params"]})
+    return rows
+
+
+def source_payload(source, record_bytes: int | None = None) -> int:
+    """Bytes of the records of ``source`` (an Index or a record count of ``record_bytes`` each)."""
+    if isinstance(source, Index):
+        return int(source.payload_bytes)
+    return int(source) * int(record_bytes or DEFAULT_RECORD_BYTES)
