@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .assemble import StepDecoder
-from .constants import BLOCK, DEFAULT_WINDOW
+from .constants import BLOCK, DEFAULT_PREFETCH, DEFAULT_WINDOW
 from .cores import usable_cores
 from .errors import UsageError
 from .index import Index, open_index
@@ -107,9 +107,9 @@ class Loader:
     group_bytes : int
         Bytes of a group (granularity group and window), a multiple of 4096.
     window : int or str
-        Granularity ``window``: the memory its random groups are dealt from — a size such as
-        ``"64M"`` (None: the default, :data:`lirs.constants.DEFAULT_WINDOW`), a share of the data
-        such as ``"5%"``, or a group count; with ``granularity="auto"`` a window given here is the
+        Granularity ``window``: the memory its random groups are dealt from — ``"auto"`` (None: the
+        default, 5% of the data within 16 MiB .. 256 MiB), a size such as ``"64M"``, a share of the
+        data such as ``"5%"``, or a group count; with ``granularity="auto"`` a window given here is the
         memory budget and wins over the window ``lirs bench --auto`` saved. A group's
         records spread over about ``window / (batch_size x record bytes)`` batches, so a larger
         window makes batches closer to uniform; memory is about two windows (the one being
@@ -135,7 +135,7 @@ class Loader:
     """
 
     def __init__(self, paths, batch_size, granularity="group", group_bytes=65536, window=None, seed=0,
-                 engine="auto", prefetch=4, rank=0, world_size=1, drop_last=False, dtype=np.float32,
+                 engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1, drop_last=False, dtype=np.float32,
                  permutation="auto", index=None, *, n_features=None, zero_based="auto", depth=None,
                  direct=None):
         src = paths if index is None else index

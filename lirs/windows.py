@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from .constants import WINDOW_AUTO_MAX, WINDOW_AUTO_MIN, WINDOW_AUTO_SHARE
 from .errors import UsageError
 from .kernels import plan as K
 from .steps import BatchPlan
@@ -19,14 +20,15 @@ from .units import parse_size
 
 def window_groups(window, group_bytes: int, data_bytes: int) -> int:
     """The number of groups a window holds, from its spec: an int (a group count), a size such as
-    ``"64M"`` or ``"1.5GB"`` (a memory budget: ``size // group_bytes`` groups, at least one), or a
-    share of the data such as ``"5%"`` (of ``data_bytes``, at least one group).
+    ``"64M"`` or ``"1.5GB"`` (a memory budget: ``size // group_bytes`` groups, at least one), a
+    share of the data such as ``"5%"`` (of ``data_bytes``, rounded up), or ``"auto"``: 5% of the data
+    within [16 MiB, 256 MiB] (:data:`lirs.constants.WINDOW_AUTO_SHARE` and its bounds).
 
     Why bytes: a group's records spread over about ``window bytes / batch bytes`` batches, so the
     randomness of a batch depends on the window's bytes, not on its group count.
     """
-    bad = UsageError(f"window must be a group count >= 1, a size like '64M' or a share like '5%' "
-                     f"of the data, got {window!r}")
+    bad = UsageError(f"window must be a group count >= 1, a size like '64M', a share like '5%' "
+                     f"of the data or 'auto', got {window!r}")
     if isinstance(window, (bool, np.bool_)):
         raise bad
     if isinstance(window, (int, np.integer)):
@@ -34,6 +36,9 @@ def window_groups(window, group_bytes: int, data_bytes: int) -> int:
             raise bad
         return int(window)
     text = str(window).strip()
+    if text == "auto":
+        nbytes = min(max(WINDOW_AUTO_SHARE * int(data_bytes), WINDOW_AUTO_MIN), WINDOW_AUTO_MAX)
+        return max(-(-int(nbytes) // int(group_bytes)), 1)
     share = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*%", text)
     if share:
         pct = float(share.group(1))

@@ -26,15 +26,20 @@ def kdd(tmp_path_factory):
 
 @pytest.mark.parametrize("spec,groups", [
     (16, 16), ("16", 16), ("1M", 16), ("1MiB", 16), ("64M", 1024), ("1.5M", 24), ("100K", 1),
-    ("1K", 1), ("5%", 77), ("100%", 1526), ("0.0001%", 1),
+    ("1K", 1), ("5%", 77), ("100%", 1526), ("0.0001%", 1), ("auto", 256),
 ])
 def test_window_spec_to_groups(spec, groups):
     assert window_groups(spec, 65536, 100_000_000) == groups
 
 
+@pytest.mark.parametrize("data_bytes,window_bytes", [(10**6, 16 << 20), (10**9, 5 * 10**7), (10**12, 256 << 20)])
+def test_auto_window_is_five_percent_within_bounds(data_bytes, window_bytes):
+    assert window_groups("auto", 65536, data_bytes) == -(-window_bytes // 65536)
+
+
 @pytest.mark.parametrize("spec", [0, -3, "0", "0M", "x", "64Q", "0%", "150%", "-5%", True, "", None])
 def test_bad_window_spec_names_what_works(spec):
-    with pytest.raises(UsageError, match="window must be a group count >= 1, a size like '64M' or a share"):
+    with pytest.raises(UsageError, match="window must be a group count >= 1, a size like '64M', a share like '5%' of the data or 'auto'"):
         window_groups(spec, 65536, 10**9)
 
 

@@ -34,7 +34,7 @@ def add_parser(sub):
                    help="group sizes for group/window; 'auto' adds the size the envelope calls for "
                         "(fio IOPS x size >= sequential bandwidth), when it differs (default 64K,auto)")
     p.add_argument("--window", default=DEFAULT_WINDOW, metavar="W",
-                   help="memory of a window: a size such as 64M (default), a share of the data such as 5%%, or a group count")
+                   help="memory of a window: auto (default: 5%% of the data within 16M..256M), a size such as 64M, a share such as 5%%, or a group count")
     p.add_argument("--peers", default="auto", metavar="LIST",
                    help="auto (all that apply), none, or some of inmemory,torch,memmap,shuffle_buffer,bmf,external")
     p.add_argument("--epochs", type=int, default=1, metavar="E", help="epochs per configuration (default 1)")

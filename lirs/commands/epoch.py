@@ -31,7 +31,7 @@ def add_parser(sub):
     p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")
     p.add_argument("--group-bytes", default="64K", metavar="G", help="group size for group/window (default 64K)")
     p.add_argument("--window", default=DEFAULT_WINDOW, metavar="W",
-                   help="memory of a window: a size such as 64M (default), a share of the data such as 5%%, or a group count")
+                   help="memory of a window: auto (default: 5%% of the data within 16M..256M), a size such as 64M, a share such as 5%%, or a group count")
     p.add_argument("--depth", type=int, default=None, metavar="D",
                    help="reads in flight per batch (engine default: uring 128, threads 32)")
     p.add_argument("--max-batches", type=int, default=None, metavar="N", help="stop after N batches")

@@ -37,7 +37,7 @@ def add_parser(sub):
     p.add_argument("--drop-last", action="store_true", help="every batch full; the tail is not delivered")
     p.add_argument("--group-bytes", default="64K", metavar="G", help="group size for group/window (default 64K)")
     p.add_argument("--window", default=DEFAULT_WINDOW, metavar="W",
-                   help="memory of a window: a size such as 64M (default), a share of the data such as 5%%, or a group count")
+                   help="memory of a window: auto (default: 5%% of the data within 16M..256M), a size such as 64M, a share such as 5%%, or a group count")
     p.add_argument("--permutation", default="auto", choices=PERMUTATIONS,
                    help="table (stored), stateless (computed on demand) or auto (default)")
     p.add_argument("-o", "--out", metavar="ORDER.npy", default=None, help="write the order here")

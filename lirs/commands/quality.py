@@ -39,8 +39,9 @@ def add_parser(sub):
                         "below the data, 5%%, 100%%) measure the frontier")
     p.add_argument("--group-bytes", default="64K", metavar="G",
                    help="lirs group size, also the group of metric (f) (default 64K)")
-    p.add_argument("--window", type=int, default=None, metavar="W",
-                   help="groups per lirs window (default: max(1, M // group bytes); not with several budgets)")
+    p.add_argument("--window", default=None, metavar="W",
+                   help="lirs window: a size such as 64M, a share such as 5%%, auto or a group count "
+                        "(default: the memory budget M; not with several budgets)")
     p.add_argument("--segments", type=int, default=1000, metavar="K",
                    help="file segments of metric (a) (default 1000)")
     p.add_argument("--record-bytes", type=int, default=360, metavar="R",
@@ -148,8 +149,10 @@ def run(args) -> int:
             raise UsageError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
     if args.epochs < 1 or args.batch_size < 1:
         raise UsageError("--epochs and --batch-size must be >= 1")
-    if args.window is not None and args.window < 1:
-        raise UsageError(f"--window {args.window}: a window holds at least 1 group")
+    if args.window is not None:
+        from ..windows import window_groups
+
+        window_groups(args.window, 4096, 1)  # a spec that cannot work fails here, before any work
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
     params = parse_params(args.param)

@@ -15,7 +15,6 @@ from ...units import format_bytes
 
 DEFAULT_RECORD_BYTES = 360        # kdd-like records when only a count is given
 DEFAULT_MEMORY_FRACTION = 0.05    # the shared memory budget when none is given
-LOADER_STEPS_IN_FLIGHT = 5        # lirs Loader default: prefetch 4 + the batch being decoded
 LARGE_READ_BYTES = DEFAULT_GROUP_BYTES  # a read this large runs near an NVMe drive's sequential bandwidth
 
 # --------------------------------------------------------------------------- results

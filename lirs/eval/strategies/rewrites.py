@@ -7,10 +7,11 @@ import math
 import numpy as np
 
 from ... import seeds
-from ...constants import DEFAULT_GROUP_BYTES
+from ...constants import DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH
+from ...pipeline import steps_in_flight
 from ...plan import plan_epoch
 from ..kernels import strategies as K
-from .base import (DEFAULT_RECORD_BYTES, LOADER_STEPS_IN_FLIGHT, Cost, StrategyOrder, _budget, _byte_units,
+from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, _budget, _byte_units,
                    _check_common, _count_units, _index_of, _large, _median, _positive, _result, _rewrite_cost,
                    _source, _unit_bytes)
 
@@ -115,9 +116,10 @@ def _lirs(granularity: str):
             steps = max(1, -(-plan.units // int(plan.window)) if granularity == "window" else plan.num_batches)
             step_bytes = int(reads.sum()) / steps
             idx_bytes = 8 * src.n  # the offset table the planner and reads need
-            mem = int(idx_bytes + plan.nbytes + min(steps, LOADER_STEPS_IN_FLIGHT) * step_bytes)
+            in_flight = min(steps, steps_in_flight(plan, DEFAULT_PREFETCH))  # as the Loader keeps them
+            mem = int(idx_bytes + plan.nbytes + in_flight * step_bytes)
             amp = int(reads.sum()) / src.payload
-            return Cost(mem, f"offset index (8 B/record) + plan tables + {LOADER_STEPS_IN_FLIGHT} read steps "
+            return Cost(mem, f"offset index (8 B/record) + plan tables + {in_flight} read steps "
                              f"in flight", src.payload, rand_reads=len(reads), rand_read_bytes=int(reads.sum()),
                         median_read_bytes=_median(reads), large_rand_read_bytes=_large(reads),
                         notes=f"coalesced aligned direct reads, amplification {amp:.3f}x")
