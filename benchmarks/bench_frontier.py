@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import shlex
 import sys
 import time
@@ -88,11 +89,12 @@ def main(argv=None) -> int:
     ap.add_argument("--size", default="500MB", help="size of the generated kdd-like file (default 500MB)")
     ap.add_argument("--epochs", type=int, default=20, help="epochs per strategy and budget (default 20)")
     ap.add_argument("--batch-size", type=int, default=1024)
-    ap.add_argument("--memory", default=DEFAULT_BUDGETS, help=f"budgets (default {DEFAULT_BUDGETS}; 'sweep' ok)")
+    ap.add_argument("--memory", default=DEFAULT_BUDGETS, help=f"budgets (default {DEFAULT_BUDGETS}; 'sweep' ok)".replace("%", "%%"))
     ap.add_argument("--segments", type=int, default=1000)
     ap.add_argument("--strategies", default=None, help="comma-separated subset (default: the frontier's)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--dir", default="/work/scratch/quality", help="where the data file goes")
+    ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "lirs-quality"),
+                    help="where the data file goes (default: $TMPDIR/lirs-quality)")
     ap.add_argument("--json", default=os.path.join(RESULTS, "quality_frontier.json"),
                     help="result file (default benchmarks/results/quality_frontier.json); the PNG goes beside it")
     ap.add_argument("--smoke", action="store_true", help="a 4 MB file, 3 budgets and 4 epochs: checks the script runs")
