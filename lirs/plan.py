@@ -37,7 +37,13 @@ batches ``num_batches``:
   (a different random set of records every epoch) is not delivered.
 
 Resume: batch ``j`` of an epoch depends only on the configuration, the epoch and ``j``, so
-``plan.batches(start=j)`` reproduces exactly the remaining batches.
+``plan.batches(start=j)`` reproduces exactly the remaining batches; ``plan.batches(j, stride=W)``
+gives every ``W``-th of them (DataLoader workers) without planning the others.
+
+Elastic resume: ``plan_epoch(..., spans=...)`` plans only the given position ranges of the
+epoch's global order (what a state saved with another world size left undelivered, see
+:func:`lirs.ranges.remainder`), split over the ranks by the rules above. Every granularity
+supports it (see :mod:`lirs.ranges`).
 """
 from __future__ import annotations
 
@@ -53,6 +59,7 @@ from .errors import UsageError
 from .kernels import plan as K
 from .offsets import offset_arrays
 from .permutation import PERMUTATIONS, Permutation
+from .ranges import as_spans, rank_slice, spans_total, walk  # noqa: F401 - rank_slice is public here
 from .steps import BatchPlan, ReadStep
 from .windows import window_batches
 
@@ -111,7 +118,8 @@ class EpochPlan:
     """The plan of one epoch for one rank (see the module docstring for the rules).
 
     ``num_batches``: batches of every rank; ``first``/``size``: this rank's slice of the global
-    record stream; ``units``: unit count; ``batches(start)`` iterates :class:`BatchPlan` objects.
+    record stream (of the concatenated ``spans`` when the plan covers only those int64 (m, 2)
+    position ranges); ``units``: unit count; ``batches(start)`` iterates :class:`BatchPlan` objects.
     """
 
     index: object
@@ -131,6 +139,7 @@ class EpochPlan:
     first: int
     size: int
     plan_s: float = 0.0
+    spans: np.ndarray | None = None
     _batch_key: int = 0
     _window_key: int = 0
     _stats: dict | None = field(default=None, repr=False)
@@ -222,12 +231,16 @@ class EpochPlan:
             ids, rx, rp, rl = ids[order], rx[order], rp[order], rl[order]
         return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, rl)
 
-    def batches(self, start: int = 0, *, extents: bool = True):
+    def batches(self, start: int = 0, *, extents: bool = True, stride: int = 1):
         """Iterate over the :class:`BatchPlan` of batches ``start .. num_batches - 1``
-        (``extents=False``: record IDs only, the steps carry no extents)."""
+        (``extents=False``: record IDs only, the steps carry no extents); with ``stride``, only
+        batches ``start, start + stride, ...`` (the others are skipped, not planned)."""
         start = int(start)
         if not 0 <= start <= self.num_batches:
             raise UsageError(f"start batch {start} outside [0, {self.num_batches}]")
+        if stride != 1 or self.spans is not None:
+            yield from walk(self, start, int(stride), extents)
+            return
         if self.granularity == "window":
             yield from window_batches(self, start, extents)
             return
@@ -283,22 +296,6 @@ class EpochPlan:
 # --------------------------------------------------------------------------- the planner
 
 
-def rank_slice(n: int, batch_size: int, rank: int, world_size: int, drop_last: bool) -> tuple[int, int, int]:
-    """(num_batches, first, size): batches per rank and this rank's slice of the record stream."""
-    n, B, W, r = int(n), int(batch_size), int(world_size), int(rank)
-    if drop_last:
-        nb = n // (W * B)
-        return nb, r * nb * B, nb * B
-    if n == 0:
-        return 0, 0, 0
-    nb = -(-n // (W * B))
-    rest = n - (nb - 1) * W * B
-    q, extra = divmod(rest, W)
-    last = q + (1 if r < extra else 0)
-    first = r * (nb - 1) * B + r * q + min(r, extra)
-    return nb, first, (nb - 1) * B + last
-
-
 def check_args(batch_size, granularity, group_bytes, window, rank, world_size, seed, epoch, block=BLOCK,
                permutation="auto") -> None:
     """Raise UsageError naming the first argument that cannot work."""
@@ -321,8 +318,11 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
 
 def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int = 0, epoch: int = 0,
                rank: int = 0, world_size: int = 1, drop_last: bool = False, group_bytes: int = 65536,
-               window: int = 16, permutation: str = "auto", block: int = BLOCK) -> EpochPlan:
+               window: int = 16, permutation: str = "auto", block: int = BLOCK, spans=None) -> EpochPlan:
     """Plan epoch ``epoch`` of ``index`` for ``rank`` of ``world_size``: see the module docstring.
+
+    ``spans``: None (the whole epoch) or int64 (m, 2) sorted, disjoint ``[lo, hi)`` ranges of
+    the epoch's global order; only those positions are split over the ranks (elastic resume).
 
     Returns an :class:`EpochPlan`; nothing is read and no per-batch work is done until its
     batches are iterated.
@@ -333,10 +333,13 @@ def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int 
     ufirst = unit_table(index, ub)
     n_units = index.n if ufirst is None else len(ufirst) - 1
     perm = Permutation(n_units, permutation, int(seed), int(epoch), seeds.PLAN_UNITS)
-    nb, first, size = rank_slice(index.n, batch_size, rank, world_size, drop_last)
+    if spans is not None:
+        spans = as_spans(spans, index.n)
+    total = index.n if spans is None else spans_total(spans)
+    nb, first, size = rank_slice(total, batch_size, rank, world_size, drop_last)
     return EpochPlan(index=index, batch_size=int(batch_size), granularity=granularity, seed=int(seed),
                      epoch=int(epoch), rank=int(rank), world_size=int(world_size), drop_last=bool(drop_last),
                      group_bytes=int(group_bytes), window=int(window), block=int(block), perm=perm,
-                     ufirst=ufirst, num_batches=nb, first=first, size=size, plan_s=time.perf_counter() - t,
+                     ufirst=ufirst, num_batches=nb, first=first, size=size, plan_s=time.perf_counter() - t, spans=spans,
                      _batch_key=seeds.key(seed, epoch, seeds.PLAN_BATCH),
                      _window_key=seeds.key(seed, epoch, seeds.PLAN_WINDOW))
