@@ -423,7 +423,7 @@ class Loader:
 
     def _deliver(self, run: EpochRun, bp, parts, results):
         if self.transform is not None:
-            run.release(parts[1:])
+            run.release(parts)
             out = results[0]
         else:
             X, y = run.assemble(bp, parts, results)

@@ -159,13 +159,15 @@ class EpochRun:
         return parts
 
     def _submit_finished(self, bp) -> list:
-        """Parts of a batch finished on the pool: ``[(future, 0, 0, True, None), *steps]``."""
+        """Parts of a batch finished on the pool: ``[(future of the batch, 0, 0, True, step or None),
+        *parts of its steps]``."""
         finish, empty = self.finish, self.empty
         if len(bp.parts) == 1:
             step, lo, hi, last = bp.parts[0]
             if lo == 0 and last and step.number not in self.steps:  # the batch is its own step
                 fut = self.pipeline.submit(step, lambda r: finish(bp, *batch_of([(r, lo, hi)], empty)))
-                return [(fut, 0, 0, True, None)]
+                self.steps[step.number] = fut  # counted in flight until the consumer releases it
+                return [(fut, 0, 0, True, step)]
         parts = []
         for step, lo, hi, last in bp.parts:
             fut = self.steps.get(step.number)
@@ -180,7 +182,7 @@ class EpochRun:
         return [(self.pipeline.executor.submit(assemble), 0, 0, True, None)] + parts
 
     def release(self, parts) -> None:
-        """Forget the steps a batch used last (a finished batch's parts after the first)."""
+        """Forget the steps a batch used last."""
         for _, lo, hi, last, step in parts:
             if last and step is not None:
                 self.steps.pop(step.number, None)

@@ -133,3 +133,68 @@ def test_lockstep_resume_with_the_same_world_is_the_plain_tail():
             assert len(got) == len(tail)
             for a, b in zip(got, tail):
                 assert np.array_equal(a.ids, b.ids), (g, r, b.index)
+
+
+# --------------------------------------------------------------------------- Loaders
+
+
+@pytest.fixture(scope="module")
+def svm(tmp_path_factory):
+    import lirs
+    from test_loader import _write_libsvm
+
+    p = _write_libsvm(tmp_path_factory.mktemp("el") / "e.svm", 1500, seed=21)
+    lirs.build_index(p, progress=False)
+    return p
+
+
+def _run(Loader, p, B, W, takes, kw, states_in=None):
+    """Each of W ranks takes ``takes[r]`` batches (None: all); returns their ids and states."""
+    ids, states = [], []
+    for r in range(W):
+        with Loader(p, B, rank=r, world_size=W, **kw) as L:
+            if states_in is not None:
+                L.load_state_dict(states_in)
+            it = L.epoch(1)
+            got = [b for _, b in zip(range(takes[r]), it)] if takes[r] is not None else list(it)
+            ids += [b.ids for b in got]
+            states.append(L.state_dict())
+            it.close()
+    return (np.concatenate(ids) if ids else np.empty(0, np.int64)), states
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_loader_elastic_2_to_3_ranks(svm, granularity):
+    from lirs.loader import Loader
+
+    kw = dict(granularity=granularity, group_bytes=8192, window=3, seed=4, n_features=300)
+    n = 1500
+    done, states = _run(Loader, svm, 60, 2, [3, 5], kw)
+    assert [s["next_batch"] for s in states] == [3, 5]
+    rest, states3 = _run(Loader, svm, 40, 3, [None] * 3, kw, states_in=states)
+    assert len(np.unique(rest)) == len(rest) and not np.intersect1d(rest, done).size
+    assert np.array_equal(np.sort(np.concatenate([done, rest])), np.arange(n)), "every record once"
+    assert all(s["spans"] is not None for s in states3)
+    # ranks that stepped together: one state stands for all of them
+    done, states = _run(Loader, svm, 60, 2, [4, 4], kw)
+    rest, _ = _run(Loader, svm, 40, 3, [None] * 3, kw, states_in=states[1])
+    assert np.array_equal(np.sort(np.concatenate([done, rest])), np.arange(n))
+    # an elastic epoch resumed once more, back on 2 ranks, mid-way
+    mid, states3 = _run(Loader, svm, 40, 3, [2, 2, 2], kw, states_in=states[1])
+    last, _ = _run(Loader, svm, 60, 2, [None, None], kw, states_in=states3)
+    assert np.array_equal(np.sort(np.concatenate([done, mid, last])), np.arange(n))
+
+
+def test_loader_elastic_refusals(svm):
+    from lirs.loader import Loader
+
+    kw = dict(seed=4, n_features=300)
+    _, states = _run(Loader, svm, 60, 3, [1, 1, 1], kw)
+    with Loader(svm, 60, rank=0, world_size=2, **kw) as L:
+        with pytest.raises(UsageError, match=r"every one of 3 old ranks, once; got ranks \[0, 2\]"):
+            L.load_state_dict([states[0], states[2]])
+        with pytest.raises(UsageError, match="seed: saved 4, now 5"):
+            with Loader(svm, 60, seed=5, n_features=300) as other:
+                other.load_state_dict(states)
+        with pytest.raises(UsageError, match="different epochs"):
+            L.load_state_dict([states[0], dict(states[1], epoch=2), states[2]])

@@ -146,7 +146,8 @@ def test_two_ranks_gloo_every_record_once(kdd_file, tmp_path):
     import torch.multiprocessing as mp
 
     n = lirs.open_index(kdd_file).n
-    mp.spawn(_rank_main, args=(2, _free_port(), kdd_file, str(tmp_path)), nprocs=2, join=True)
+    mp.start_processes(_rank_main, args=(2, _free_port(), kdd_file, str(tmp_path)), nprocs=2, join=True,
+                       start_method="fork")
     for epoch in (0, 1):
         parts = [np.load(tmp_path / f"r{r}e{epoch}.npy") for r in range(2)]
         assert all(len(p) for p in parts), "every rank gets a share"
@@ -318,3 +319,49 @@ def test_user_transform_runs_on_the_pool(kdd_file):
     assert sum(dl) == lirs.open_index(kdd_file).n
     assert seen and threading.get_ident() not in seen
     dl.dataset.close()
+
+
+def _elastic_rank(rank, world, port, path, out_dir, phase):
+    import torch.distributed as dist
+
+    from lirs.torch import make_dataloader
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        # the same global batch (120) over 2 ranks, then over 3
+        dl = make_dataloader(path, 120 // world, num_workers=phase, granularity="window", group_bytes=8192,
+                             window=3, seed=7, epoch=1)
+        if phase == 0:
+            it = iter(dl)
+            ids = [next(it)["ids"].numpy() for _ in range(3 + rank)]  # ranks need not step together
+            with open(os.path.join(out_dir, f"state{rank}.pkl"), "wb") as f:
+                pickle.dump(dl.state_dict(), f)
+        else:
+            states = []
+            for r in range(2):
+                with open(os.path.join(out_dir, f"state{r}.pkl"), "rb") as f:
+                    states.append(pickle.load(f))
+            dl.load_state_dict(states)
+            ids = [b["ids"].numpy() for b in dl]
+        np.save(os.path.join(out_dir, f"p{phase}r{rank}.npy"), np.concatenate(ids))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_elastic_resume_2_then_3_ranks_gloo(kdd_file, tmp_path):
+    import torch.multiprocessing as mp
+
+    n = lirs.open_index(kdd_file).n
+    # forked ranks start at once (torch and lirs already imported); each makes its own engine
+    for world, phase in ((2, 0), (3, 1)):
+        mp.start_processes(_elastic_rank, args=(world, _free_port(), kdd_file, str(tmp_path), phase), nprocs=world,
+                           join=True, start_method="fork")
+    done = np.concatenate([np.load(tmp_path / f"p0r{r}.npy") for r in range(2)])
+    rest = [np.load(tmp_path / f"p1r{r}.npy") for r in range(3)]
+    assert len(done) == 7 * 60 and all(len(x) for x in rest), "every new rank gets a share"
+    rest = np.concatenate(rest)
+    assert len(np.unique(rest)) == len(rest), "no record twice"
+    assert not np.intersect1d(rest, done).size, "nothing consumed comes back"
+    assert np.array_equal(np.sort(np.concatenate([done, rest])), np.arange(n)), "the rest, each once"
