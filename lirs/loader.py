@@ -47,11 +47,11 @@ import numpy as np
 
 from .assemble import StepDecoder
 from .constants import BLOCK
-from .errors import TransformError, UsageError
+from .errors import UsageError
 from .index import Index, open_index
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
-from .ranges import remainder
+from .ranges import over_spans, remainder
 from .recommendation import auto_settings
 
 log = logging.getLogger("lirs.loader")
@@ -271,10 +271,11 @@ class Loader:
         return plan
 
     def _make_plan(self, epoch: int, spans=None):
-        return plan_epoch(self.index, self.batch_size, self.granularity, seed=self.seed, epoch=int(epoch),
+        plan = plan_epoch(self.index, self.batch_size, self.granularity, seed=self.seed, epoch=int(epoch),
                           rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
                           group_bytes=self.group_bytes, window=self.window, permutation=self.permutation,
-                          block=BLOCK, spans=spans)
+                          block=BLOCK)
+        return plan if spans is None else over_spans(plan, spans)
 
     def num_batches(self, epoch: int = 0) -> int:
         return int(self.plan(epoch).num_batches)
@@ -409,16 +410,11 @@ class Loader:
                         stride=stride, finish=finish)
 
     def _finisher(self, epoch: int):
-        """finish(bp, X, y) for the pool: the batch through the transform, its errors named."""
+        """finish(bp, X, y) for the pool: the batch through the transform (EpochRun names its errors)."""
         transform = self.transform
 
         def finish(bp, X, y):
-            batch = Batch(np.asarray(bp.ids, np.int64), X, y, epoch, bp.index)
-            try:
-                return transform(batch)
-            except Exception as e:
-                raise TransformError(f"transform raised {type(e).__name__} on batch {bp.index} of epoch "
-                                     f"{epoch}: {e}") from e
+            return transform(Batch(np.asarray(bp.ids, np.int64), X, y, epoch, bp.index))
         return finish
 
     def _deliver(self, run: EpochRun, bp, parts, results):

@@ -24,6 +24,7 @@ import numpy as np
 from .assemble import batch_of
 from .constants import BLOCK
 from .engines import aligned_empty, open_engine
+from .errors import TransformError
 
 
 class BufferPool:
@@ -137,9 +138,7 @@ class EpochRun:
 
     def next(self):
         """The oldest submitted batch ``(BatchPlan, parts)``, after topping up so that ``prefetch``
-        batches are in flight while it is waited for and consumed; None at the end of the epoch.
-        With ``finish``, ``parts`` is ``[(future of the finished batch, ...)]``: wait on it as on
-        one part and :meth:`release` the batch's steps after."""
+        batches are in flight while it is waited for and consumed; None at the end of the epoch."""
         while len(self.steps) < self.prefetch + 1 or not self.pending:
             bp = next(self.batches, None)
             if bp is None:
@@ -160,8 +159,16 @@ class EpochRun:
 
     def _submit_finished(self, bp) -> list:
         """Parts of a batch finished on the pool: ``[(future of the batch, 0, 0, True, step or None),
-        *parts of its steps]``."""
-        finish, empty = self.finish, self.empty
+        *parts of its steps]``; the consumer waits on the first only, then :meth:`release` them all.
+        An exception of ``finish`` becomes a TransformError naming the batch and the epoch."""
+        empty, epoch, user = self.empty, self.epoch, self.finish
+
+        def finish(bp, X, y):
+            try:
+                return user(bp, X, y)
+            except Exception as e:
+                raise TransformError(f"transform raised {type(e).__name__} on batch {bp.index} of epoch "
+                                     f"{epoch}: {e}") from e
         if len(bp.parts) == 1:
             step, lo, hi, last = bp.parts[0]
             if lo == 0 and last and step.number not in self.steps:  # the batch is its own step

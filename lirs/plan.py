@@ -40,7 +40,7 @@ Resume: batch ``j`` of an epoch depends only on the configuration, the epoch and
 ``plan.batches(start=j)`` reproduces exactly the remaining batches; ``plan.batches(j, stride=W)``
 gives every ``W``-th of them (DataLoader workers) without planning the others.
 
-Elastic resume: ``plan_epoch(..., spans=...)`` plans only the given position ranges of the
+Elastic resume: :func:`lirs.ranges.over_spans` restricts a plan to position ranges of the
 epoch's global order (what a state saved with another world size left undelivered, see
 :func:`lirs.ranges.remainder`), split over the ranks by the rules above. Every granularity
 supports it (see :mod:`lirs.ranges`).
@@ -59,7 +59,7 @@ from .errors import UsageError
 from .kernels import plan as K
 from .offsets import offset_arrays
 from .permutation import PERMUTATIONS, Permutation
-from .ranges import as_spans, rank_slice, spans_total, walk  # noqa: F401 - rank_slice is public here
+from .ranges import rank_slice, walk
 from .steps import BatchPlan, ReadStep
 from .windows import window_batches
 
@@ -318,11 +318,8 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
 
 def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int = 0, epoch: int = 0,
                rank: int = 0, world_size: int = 1, drop_last: bool = False, group_bytes: int = 65536,
-               window: int = 16, permutation: str = "auto", block: int = BLOCK, spans=None) -> EpochPlan:
+               window: int = 16, permutation: str = "auto", block: int = BLOCK) -> EpochPlan:
     """Plan epoch ``epoch`` of ``index`` for ``rank`` of ``world_size``: see the module docstring.
-
-    ``spans``: None (the whole epoch) or int64 (m, 2) sorted, disjoint ``[lo, hi)`` ranges of
-    the epoch's global order; only those positions are split over the ranks (elastic resume).
 
     Returns an :class:`EpochPlan`; nothing is read and no per-batch work is done until its
     batches are iterated.
@@ -333,13 +330,10 @@ def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int 
     ufirst = unit_table(index, ub)
     n_units = index.n if ufirst is None else len(ufirst) - 1
     perm = Permutation(n_units, permutation, int(seed), int(epoch), seeds.PLAN_UNITS)
-    if spans is not None:
-        spans = as_spans(spans, index.n)
-    total = index.n if spans is None else spans_total(spans)
-    nb, first, size = rank_slice(total, batch_size, rank, world_size, drop_last)
+    nb, first, size = rank_slice(index.n, batch_size, rank, world_size, drop_last)
     return EpochPlan(index=index, batch_size=int(batch_size), granularity=granularity, seed=int(seed),
                      epoch=int(epoch), rank=int(rank), world_size=int(world_size), drop_last=bool(drop_last),
                      group_bytes=int(group_bytes), window=int(window), block=int(block), perm=perm,
-                     ufirst=ufirst, num_batches=nb, first=first, size=size, plan_s=time.perf_counter() - t, spans=spans,
+                     ufirst=ufirst, num_batches=nb, first=first, size=size, plan_s=time.perf_counter() - t,
                      _batch_key=seeds.key(seed, epoch, seeds.PLAN_BATCH),
                      _window_key=seeds.key(seed, epoch, seeds.PLAN_WINDOW))

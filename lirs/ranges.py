@@ -21,6 +21,8 @@ stride each batch reads its own rows (workers of one rank may then read parts of
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .errors import UsageError
@@ -115,6 +117,17 @@ def remainder(n: int, spans, batch_size: int, world_size: int, drop_last: bool, 
         used = min(size, int(done) * int(batch_size))
         left.append(cut(base, first + used, first + size))
     return merge(left)
+
+
+def over_spans(plan, spans):
+    """``plan`` restricted to the positions ``spans`` (int64 (m, 2) sorted, disjoint ``[lo, hi)``
+    ranges of its epoch's global order, or None: the whole epoch), split over the plan's ranks by
+    the usual rule: a new :class:`~lirs.plan.EpochPlan`."""
+    if spans is None:
+        return plan
+    spans = as_spans(spans, plan.n)
+    nb, first, size = rank_slice(spans_total(spans), plan.batch_size, plan.rank, plan.world_size, plan.drop_last)
+    return dataclasses.replace(plan, spans=spans, num_batches=nb, first=first, size=size, _stats=None)
 
 
 # --------------------------------------------------------------------------- walking

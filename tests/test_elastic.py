@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from lirs.errors import UsageError
 from lirs.plan import GRANULARITIES, plan_epoch
-from lirs.ranges import cut, merge, remainder
+from lirs.ranges import cut, merge, over_spans, remainder
 from test_plan import _check_step_extents, _fixed_index, _variable_index
 
 
@@ -55,7 +55,7 @@ def test_one_span_of_everything_is_the_plain_plan(n, B, seed, g, fixed):
     idx = _index(n, seed, fixed)
     kw = dict(seed=seed, epoch=2, group_bytes=8192, window=2)
     plain = list(plan_epoch(idx, B, g, **kw).batches())
-    spanned = plan_epoch(idx, B, g, spans=[[0, n]], **kw)
+    spanned = over_spans(plan_epoch(idx, B, g, **kw), [[0, n]])
     got = list(spanned.batches())
     assert len(got) == len(plain)
     for a, b in zip(got, plain):
@@ -102,7 +102,7 @@ def test_elastic_resume_delivers_the_rest_once(n, B1, W1, W2, seed, g, fixed, dr
     done, left = _consumed_and_left(idx, B1, g, W1, progress, drop_last, kw)
     spans = remainder(n, None, B1, W1, drop_last, progress)
     B2 = max(1, B1 * W1 // W2)  # the same global batch where it divides
-    plans = [plan_epoch(idx, B2, g, rank=r, world_size=W2, drop_last=drop_last, spans=spans, **kw)
+    plans = [over_spans(plan_epoch(idx, B2, g, rank=r, world_size=W2, drop_last=drop_last, **kw), spans)
              for r in range(W2)]
     assert len({p.num_batches for p in plans}) == 1, "every new rank steps the same number of times"
     if twice and plans[0].num_batches:  # resume the resumed epoch once more, with W1 ranks again
@@ -111,7 +111,7 @@ def test_elastic_resume_delivers_the_rest_once(n, B1, W1, W2, seed, g, fixed, dr
                               or [np.empty(0, np.int64)])
         done = np.concatenate([done, seen])
         spans = remainder(n, spans, B2, W2, drop_last, p2)
-        plans = [plan_epoch(idx, B1, g, rank=r, world_size=W1, drop_last=drop_last, spans=spans, **kw)
+        plans = [over_spans(plan_epoch(idx, B1, g, rank=r, world_size=W1, drop_last=drop_last, **kw), spans)
                  for r in range(W1)]
     got = np.concatenate([b.ids for p in plans for b in p.batches()] or [np.empty(0, np.int64)])
     assert len(np.unique(got)) == len(got), "no record twice"
@@ -129,7 +129,7 @@ def test_lockstep_resume_with_the_same_world_is_the_plain_tail():
         spans = remainder(idx.n, None, 40, 3, False, [4, 4, 4])
         for r in range(3):
             tail = list(plan_epoch(idx, 40, g, rank=r, world_size=3, **kw).batches(4))
-            got = list(plan_epoch(idx, 40, g, rank=r, world_size=3, spans=spans, **kw).batches())
+            got = list(over_spans(plan_epoch(idx, 40, g, rank=r, world_size=3, **kw), spans).batches())
             assert len(got) == len(tail)
             for a, b in zip(got, tail):
                 assert np.array_equal(a.ids, b.ids), (g, r, b.index)
