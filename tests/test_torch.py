@@ -366,3 +366,33 @@ def test_elastic_resume_2_then_3_ranks_gloo(kdd_file, tmp_path):
     assert len(np.unique(rest)) == len(rest), "no record twice"
     assert not np.intersect1d(rest, done).size, "nothing consumed comes back"
     assert np.array_equal(np.sort(np.concatenate([done, rest])), np.arange(n)), "the rest, each once"
+
+
+@pytest.mark.parametrize("sparse", ["csr", "coo", "dense"])
+@pytest.mark.parametrize("inband", [True, False])
+def test_packed_batches_cross_processes_intact(small_svm, monkeypatch, sparse, inband):
+    """What a DataLoader worker sends: one buffer, rebuilt as the same tensors (pickle stream or
+    shared memory)."""
+    import io
+
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401 - registers the tensor reductions
+
+    import lirs.torch as lt
+
+    monkeypatch.setattr(lt, "_INBAND_BYTES", 1 << 30 if inband else 0)
+    with lirs.Loader(small_svm, 50) as loader:
+        b = next(iter(loader))
+    for output, label in (("dict", True), ("tuple", False)):
+        b.y = b.y if label else None
+        ids, X, y = lt.to_tensors(b, sparse)
+        buf = io.BytesIO()
+        ForkingPickler(buf).dump(lt._Packed(ids, X, y, output))
+        got = pickle.loads(buf.getvalue())
+        if output == "tuple":
+            got = {"X": got[0], "y": got[1], "ids": got[2]}
+        assert torch.equal(got["ids"], ids) and (y is None) == (got["y"] is None)
+        assert y is None or torch.equal(got["y"], y)
+        assert got["X"].layout == X.layout and got["X"].shape == X.shape
+        assert torch.equal(got["X"].to_dense(), X.to_dense())
