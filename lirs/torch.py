@@ -18,12 +18,15 @@ contiguous slice of the epoch's global order: the union over ranks is every reco
 **Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids,
 order, sizes and count) whatever ``num_workers``: worker ``w`` of ``W`` delivers batches
 ``w, w + W, ...`` (planning none of the others) and the DataLoader's in-order round robin over
-workers hands them out as ``0, 1, 2, ...``. Each worker opens its own engine and pool.
+workers (``in_order=True``, its default) hands them out as ``0, 1, 2, ...``. Each worker opens its
+own engine and pool, and sends each batch packed in one buffer (one pickle or shared-memory
+transfer instead of one per tensor); the main process rebuilds the tensors as views of it. With
+granularity ``window`` a worker reads only the rows of each window its batches take.
 
 **Tensors** are built on the Loader's pool threads right after decoding (``Loader(transform=)``),
-not on the consumer's thread: ids int64 (k,), X a ``torch.sparse_csr_tensor`` (default; its
-indices int32 as the decoder makes them, int64 when n_features or the batch's values need it), a
-COO or a dense float tensor (k, n_features) for LIBSVM, a dense tensor (k, *record_shape) for npy/fixed,
+not on the consumer's thread: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices
+int32 as the decoder makes them, int64 when n_features or the batch's values need it), a COO or
+a dense float tensor (k, n_features) for LIBSVM, a dense tensor (k, *record_shape) for npy/fixed,
 a list of ``bytes`` for lines; y (k,) ``label_dtype`` or None. Construction raises no warning:
 torch's one-time notices ("sparse CSR is in beta", "sparse invariant checks are implicitly
 disabled" when a worker's sparse batch is rebuilt) are emitted, silenced, when this module is
@@ -346,12 +349,13 @@ class LirsIterableDataset(tud.IterableDataset):
         loader = self.loader()
         one = state if isinstance(state, dict) else None
         if one is not None and one.get("worker") is not None:
-            if tuple(one["worker"]) != _worker() or tud.get_worker_info() is None:
+            here = "the main process" if tud.get_worker_info() is None else "worker %d of %d" % _worker()
+            if tud.get_worker_info() is None or tuple(one["worker"]) != _worker():
                 raise UsageError(f"this state was taken in DataLoader worker {one['worker'][0]} of "
-                                 f"{one['worker'][1]}; it resumes only there (through the DataLoader's own "
-                                 f"state), not in {'the main process' if tud.get_worker_info() is None else 'worker %d of %d' % _worker()}")
+                                 f"{one['worker'][1]}; it resumes only there (through the DataLoader's "
+                                 f"own state), not in {here}")
         states = [state] if one is not None else list(state)
-        if any(s.get("worker") is not None for s in states if one is None):
+        if one is None and any(s.get("worker") is not None for s in states):
             raise UsageError("an elastic resume takes the main-process states of the old ranks")
         loader.load_state_dict([{k: v for k, v in s.items() if k != "worker"} for s in states])
         exact = loader.state_dict()  # the loaded position, elastic remainders resolved
