@@ -13,6 +13,10 @@ class StaleIndexError(LirsError):
     """The data file changed after its index was built; re-run ``lirs index``."""
 
 
+class TransformError(LirsError):
+    """A Loader's ``transform`` raised on a batch (the original exception is the ``__cause__``)."""
+
+
 class IndexFormatError(LirsError):
     """The sidecar file is not a lirs index, is truncated, or has an unsupported version."""
 

@@ -49,7 +49,7 @@ class Index:
     paths : tuple of str
         Absolute paths of the data files, in record-ID order.
     n : int
-        Number of records.
+        Number of records (``len(index)``); see also :attr:`n_features` and :attr:`labels`.
     file_starts : int64 ndarray, shape (nfiles + 1,)
         Global ID of the first record of each file; ``file_starts[-1] == n``.
     data_ends : int64 ndarray, shape (nfiles,)
@@ -170,6 +170,23 @@ class Index:
         if self.label_codes is None:
             return np.asarray(self.label_values, np.float64)
         return np.asarray(self.label_values, np.float64)[self.label_codes]
+
+    @property
+    def n_features(self) -> int | None:
+        """Columns of a decoded batch: for LIBSVM the feature count by ``load_svmlight_file``'s rule
+        from the indices the scan saw (``max_index + 1`` zero-based, else ``max_index``; None for
+        an index built without that range); for npy/fixed the row width (elements of one record);
+        None for lines."""
+        if self.format == "libsvm":
+            from .decode import resolve_libsvm_params
+
+            if "min_index" not in self.meta or "max_index" not in self.meta:
+                return None
+            return resolve_libsvm_params(self)[0]
+        if self.is_fixed:
+            return int(np.prod(self.record_shape, dtype=np.int64)) if self.record_shape is not None \
+                else int(self.record_size)
+        return None
 
     def labels_of(self, ids) -> np.ndarray | None:
         """float64 labels of the given record IDs (None when unknown)."""

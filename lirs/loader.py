@@ -9,6 +9,24 @@ the reads. Batches arrive in plan order; an error in any stage is raised in the 
 batch. ``aepoch`` serves asyncio code with the same pipeline (the caller's loop awaits the pool's
 futures). Memory stays about index + plan + (prefetch + 1) read steps.
 
+``transform=fn`` runs ``fn(batch)`` on the pool thread right after the batch is decoded, and the
+consumer receives what it returns (the torch adapter builds its tensors there). numba kernels
+and most numpy/torch calls release the GIL, so such transforms run in parallel with the
+training step; a pure-Python transform holds the GIL and only overlaps the consumer's waits.
+An exception in ``fn`` reaches the consumer at that batch as :class:`~lirs.errors.TransformError`
+(batch and epoch in the message, the original as ``__cause__``).
+
+``epoch(e, stride=W, offset=w)`` delivers only batches ``w, w + W, ...`` (planning none of the
+others): DataLoader worker ``w`` of ``W`` reads those, so a round robin over the workers gives
+exactly this Loader's sequence.
+
+Resume: :meth:`Loader.state_dict` says where the consumer is. A state loaded by a Loader of the
+same rank, world size and batch size resumes at that batch, byte for byte. A state saved with
+another world size (or batch size, or by another rank) resumes *elastically*: the records every
+old rank had not yet consumed (a prefix of its slice was) are split over the new ranks, each
+delivered exactly once — pass the list of every old rank's state, or one state when the ranks
+stepped together (``next_batch`` the same on all). Every granularity supports it.
+
 ::
 
     with lirs.Loader("train.svm", batch_size=1024) as loader:
@@ -34,6 +52,7 @@ from .errors import UsageError
 from .index import Index, open_index
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
+from .ranges import over_spans, remainder
 from .recommendation import auto_settings
 from .windows import window_groups
 
@@ -88,6 +107,7 @@ class LoaderStats:
 
 _CONFIG_KEYS = ("batch_size", "granularity", "group_bytes", "window", "seed", "rank", "world_size",
                 "drop_last", "permutation")
+_ELASTIC_KEYS = ("batch_size", "rank", "world_size")  # may change between a save and an elastic resume
 
 
 class Loader:
@@ -132,12 +152,15 @@ class Loader:
         Reads in flight per batch for the engine (its default when None).
     direct : bool or None
         O_DIRECT: None = when the filesystem allows it.
+    transform : callable or None
+        ``transform(batch: Batch) -> anything``, run on the pool right after decoding; the
+        iterators then yield its results (see the module docstring for the GIL and errors).
     """
 
     def __init__(self, paths, batch_size, granularity="group", group_bytes=65536, window=None, seed=0,
                  engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1, drop_last=False, dtype=np.float32,
                  permutation="auto", index=None, *, n_features=None, zero_based="auto", depth=None,
-                 direct=None):
+                 direct=None, transform=None):
         src = paths if index is None else index
         self.index = self._open_index(src)
         self._owns_index = self.index is not src  # opened here: released by close()
@@ -164,14 +187,18 @@ class Loader:
         self.engine_name = engine
         self.depth = depth
         self.direct = direct
+        if transform is not None and not callable(transform):
+            raise UsageError(f"transform must be callable, got {transform!r}")
+        self.transform = transform
         self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype)
         self.n_features, self.zero_based = self._decoder.n_features, self._decoder.zero_based
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, BLOCK, permutation)
         self.stats = LoaderStats()
         self._cfg = self._make_config()
-        self._pos = (None, 0)  # (epoch, next batch) as seen by the consumer
-        self._resume: tuple[int, int] | None = None
+        self._pos = (None, 0, None)  # (epoch, next batch, spans) as seen by the consumer
+        self._resume: tuple | None = None  # (epoch, next batch, spans) loaded
+        self._stride, self._nb = 1, 0  # of the epoch being walked
         self._lock = threading.Lock()
         self._pid = None
         self._pipeline: Pipeline | None = None
@@ -249,21 +276,23 @@ class Loader:
             pass
 
     # ------------------------------------------------------------------ planning
-    def plan(self, epoch: int):
-        """The :class:`~lirs.plan.EpochPlan` of ``epoch`` for this loader's rank (the last one is cached)."""
-        epoch = int(epoch)
+    def plan(self, epoch: int, spans=None):
+        """The :class:`~lirs.plan.EpochPlan` of ``epoch`` for this loader's rank (the last one is
+        cached); ``spans``: only those position ranges of the epoch (an elastic resume)."""
+        key = (int(epoch), None if spans is None else np.asarray(spans, np.int64).tobytes())
         cached = self._last_plan
-        if cached is not None and cached[0] == epoch:
+        if cached is not None and cached[0] == key:
             return cached[1]
-        plan = self._make_plan(epoch)
-        self._last_plan = (epoch, plan)
+        plan = self._make_plan(epoch, spans)
+        self._last_plan = (key, plan)
         return plan
 
-    def _make_plan(self, epoch: int):
-        return plan_epoch(self.index, self.batch_size, self.granularity, seed=self.seed, epoch=int(epoch),
+    def _make_plan(self, epoch: int, spans=None):
+        plan = plan_epoch(self.index, self.batch_size, self.granularity, seed=self.seed, epoch=int(epoch),
                           rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
                           group_bytes=self.group_bytes, window=self.window, permutation=self.permutation,
                           block=BLOCK)
+        return plan if spans is None else over_spans(plan, spans)
 
     def num_batches(self, epoch: int = 0) -> int:
         return int(self.plan(epoch).num_batches)
@@ -279,48 +308,92 @@ class Loader:
         return dict(self._cfg)
 
     def state_dict(self) -> dict:
-        """``{"epoch", "next_batch", "config"}``: where the consumer is (batches it has received)."""
-        epoch, nxt = self._pos
+        """``{"epoch", "next_batch", "spans", "config"}``: where the consumer is. ``next_batch``:
+        the next batch this loader would deliver (batches before it were received; with a
+        stride, the next of its own sequence); ``spans``: None, or the position ranges of the
+        epoch an elastic resume is walking (a list of ``[lo, hi)``)."""
+        epoch, nxt, spans = self._pos
         if self._resume is not None and epoch is None:
-            epoch, nxt = self._resume
-        return {"epoch": epoch, "next_batch": int(nxt), "config": self._config()}
+            epoch, nxt, spans = self._resume
+        spans = None if spans is None else np.asarray(spans, np.int64).tolist()
+        return {"epoch": epoch, "next_batch": int(nxt), "spans": spans, "config": self._config()}
 
-    def load_state_dict(self, state: dict) -> None:
-        """Make the next ``epoch(state["epoch"])`` start at ``state["next_batch"]``.
+    def load_state_dict(self, state) -> None:
+        """Make the next ``epoch(state["epoch"])`` go on where ``state`` left off.
 
-        Raises UsageError when the state was saved by a loader with another configuration.
+        ``state``: one :meth:`state_dict`, or a list of every old rank's states. The same rank,
+        world size and batch size resume exactly at ``next_batch``; others resume elastically
+        (see the module docstring; one state stands for every old rank). Raises UsageError when
+        a state was saved by a loader that plans another epoch (seed, granularity, dataset, ...).
         """
-        cfg = self._config()
-        diff = {k: (state.get("config", {}).get(k), v) for k, v in cfg.items()
-                if state.get("config", {}).get(k) != v}
-        if diff:
-            what = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
-            raise UsageError(f"cannot resume: the loader's configuration differs ({what})")
-        if state.get("epoch") is None:
+        states = [state] if isinstance(state, dict) else list(state)
+        if not states:
+            raise UsageError("cannot resume from an empty list of states")
+        for st in states:
+            self._check_state(st)
+        if len({st.get("epoch") for st in states}) != 1 or states[0].get("epoch") is None:
+            if any(st.get("epoch") is not None for st in states):
+                raise UsageError("cannot resume: the states were saved in different epochs")
             self._resume = None
             return
-        self._resume = (int(state["epoch"]), int(state["next_batch"]))
-        self._pos = (None, 0)
+        epoch, spans = int(states[0]["epoch"]), states[0].get("spans")
+        if any(st.get("spans") != spans for st in states):
+            raise UsageError("cannot resume: the states walk different parts of the epoch (spans)")
+        old = {k: states[0]["config"][k] for k in _ELASTIC_KEYS}
+        if any({k: st["config"][k] for k in ("batch_size", "world_size")} != {k: old[k] for k in
+               ("batch_size", "world_size")} for st in states):
+            raise UsageError("cannot resume: the states come from loaders of different world or batch sizes")
+        if len(states) == 1 and old == {k: getattr(self, k) for k in _ELASTIC_KEYS}:
+            self._resume = (epoch, int(states[0]["next_batch"]), spans)
+        else:
+            self._resume = (epoch, 0, remainder(self.index.n, spans, old["batch_size"], old["world_size"],
+                                                self.drop_last, self._progress(states, old["world_size"])))
+        self._pos = (None, 0, None)
+
+    def _check_state(self, state: dict) -> None:
+        cfg = self._config()
+        saved = state.get("config", {}) if isinstance(state, dict) else {}
+        diff = {k: (saved.get(k), v) for k, v in cfg.items() if k not in _ELASTIC_KEYS and saved.get(k) != v}
+        missing = [k for k in _ELASTIC_KEYS if k not in saved]
+        if diff or missing:
+            what = ", ".join([f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items()]
+                             + [f"{k}: not saved" for k in missing])
+            raise UsageError(f"cannot resume: the loader's configuration differs ({what})")
+
+    @staticmethod
+    def _progress(states, world: int) -> list:
+        """Batches consumed by every old rank; one state stands for ranks that stepped together."""
+        if len(states) == 1:
+            return [int(states[0]["next_batch"])] * int(world)
+        ranks = sorted(int(st["config"]["rank"]) for st in states)
+        if ranks != list(range(int(world))):
+            raise UsageError(f"elastic resume needs the state of every one of {world} old ranks, once; "
+                             f"got ranks {ranks}")
+        return [int(st["next_batch"]) for st in sorted(states, key=lambda st: int(st["config"]["rank"]))]
 
     # ------------------------------------------------------------------ iteration
-    def epoch(self, epoch: int, start: int | None = None):
-        """Iterate over the batches of ``epoch`` (from batch ``start``, or from a loaded state)."""
-        run = self._begin(epoch, start)
+    def epoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0):
+        """Iterate over the batches of ``epoch``: from batch ``start`` (or where a loaded state
+        left off), plus ``offset``, then every ``stride``-th (``Batch`` objects, or what the
+        transform returns)."""
+        run = self._begin(epoch, start, stride, offset)
         try:
             while (item := run.next()) is not None:
                 bp, parts = item
-                yield self._deliver(run, bp, parts, run.wait(parts))
+                n = 1 if self.transform is not None else len(parts)
+                yield self._deliver(run, bp, parts, run.wait(parts[:n]))
         finally:
             run.abandon()
 
-    async def aepoch(self, epoch: int, start: int | None = None):
+    async def aepoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0):
         """``async for batch in loader.aepoch(e)``: the same batches; the caller's event loop awaits
         the pool's work and stays free meanwhile."""
-        run = self._begin(epoch, start)
+        run = self._begin(epoch, start, stride, offset)
         try:
             while (item := run.next()) is not None:
                 bp, parts = item
-                yield self._deliver(run, bp, parts, await run.await_parts(parts))
+                n = 1 if self.transform is not None else len(parts)
+                yield self._deliver(run, bp, parts, await run.await_parts(parts[:n]))
         finally:
             run.abandon()
 
@@ -328,31 +401,50 @@ class Loader:
         """Iterate over epoch 0 (use :meth:`epoch` for later epochs)."""
         return self.epoch(0)
 
-    def _begin(self, epoch, start):
+    def _begin(self, epoch, start, stride=1, offset=0):
         self._ensure_started()
-        epoch = int(epoch)
+        epoch, stride, offset = int(epoch), int(stride), int(offset)
+        if stride < 1 or offset < 0:
+            raise UsageError(f"stride must be >= 1 and offset >= 0, got stride={stride}, offset={offset}")
+        spans = None
         if start is None:
             start = 0
             if self._resume is not None and self._resume[0] == epoch:
-                start = self._resume[1]
+                start, spans = self._resume[1], self._resume[2]
             elif self._resume is not None:
                 log.warning("resume state is for epoch %d, starting epoch %d from its first batch",
                             self._resume[0], epoch)
         self._resume = None
-        plan = self.plan(epoch)
+        plan = self.plan(epoch, spans)
         nb = int(plan.num_batches)
         if not 0 <= start <= nb:
             raise UsageError(f"start batch {start} outside [0, {nb}] for epoch {epoch}")
-        self._pos = (epoch, int(start))
-        return EpochRun(self._pipeline, plan, epoch, int(start), self.prefetch, self._decoder.empty)
+        first = min(int(start) + offset, nb)
+        self._pos = (epoch, first, spans)
+        self._stride, self._nb = stride, nb
+        finish = None if self.transform is None else self._finisher(epoch)
+        return EpochRun(self._pipeline, plan, epoch, first, self.prefetch, self._decoder.empty,
+                        stride=stride, finish=finish)
 
-    def _deliver(self, run: EpochRun, bp, parts, results) -> Batch:
-        X, y = run.assemble(bp, parts, results)
-        batch = Batch(np.asarray(bp.ids, np.int64), X, y, run.epoch, bp.index)
-        self._pos = (batch.epoch, batch.index + 1)
+    def _finisher(self, epoch: int):
+        """finish(bp, X, y) for the pool: the batch through the transform (EpochRun names its errors)."""
+        transform = self.transform
+
+        def finish(bp, X, y):
+            return transform(Batch(np.asarray(bp.ids, np.int64), X, y, epoch, bp.index))
+        return finish
+
+    def _deliver(self, run: EpochRun, bp, parts, results):
+        if self.transform is not None:
+            run.release(parts)
+            out = results[0]
+        else:
+            X, y = run.assemble(bp, parts, results)
+            out = Batch(np.asarray(bp.ids, np.int64), X, y, run.epoch, bp.index)
+        self._pos = (run.epoch, min(bp.index + self._stride, self._nb), self._pos[2])
         self.stats.batches += 1
-        self.stats.records += len(batch.ids)
-        return batch
+        self.stats.records += len(bp.ids)
+        return out
 
     def __repr__(self):
         return (f"Loader({self.index!r}, batch_size={self.batch_size}, granularity={self.granularity!r}, "

@@ -6,7 +6,10 @@ a pooled aligned buffer and decodes them (numba, no GIL), so reading and decodin
 batches use the other cores while the training step computes. One hand-off to the pool and one
 back per read step. :class:`EpochRun` keeps ``prefetch + 1`` steps in flight; the consumer waits
 on them either blocking (:meth:`EpochRun.wait`) or from an event loop (:meth:`EpochRun.await_parts`)
-— the rest is shared.
+— the rest is shared. With a ``finish`` function (the Loader's transform), a batch is also
+assembled and finished on the pool: in the task that decoded its step when the batch is exactly
+one step, else in a task queued after its steps (FIFO: they have all started by then, so it
+never waits on work queued behind it).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import numpy as np
 from .assemble import batch_of
 from .constants import BLOCK
 from .engines import aligned_empty, open_engine
+from .errors import TransformError
 
 
 class BufferPool:
@@ -70,9 +74,10 @@ class Pipeline:
         self.stats_lock = threading.Lock()
         self.active: set = set()  # futures of steps in flight
 
-    def submit(self, step):
-        """The future of ``step``'s decoded (X, y)."""
-        fut = self.executor.submit(self._read_decode, step)
+    def submit(self, step, then=None):
+        """The future of ``step``'s decoded (X, y), or of ``then((X, y))`` computed in the same task."""
+        fut = self.executor.submit(self._read_decode, step) if then is None else \
+            self.executor.submit(lambda: then(self._read_decode(step)))
         self.active.add(fut)
         fut.add_done_callback(self.active.discard)
         return fut
@@ -132,12 +137,14 @@ class EpochRun:
     current one is consumed), or as many small windows as ``prefetch + 1`` batches span — memory
     stays about two windows whatever ``prefetch``."""
 
-    def __init__(self, pipeline: Pipeline, plan, epoch: int, start: int, prefetch: int, empty):
+    def __init__(self, pipeline: Pipeline, plan, epoch: int, start: int, prefetch: int, empty, *,
+                 stride: int = 1, finish=None):
         self.pipeline = pipeline
         self.epoch = int(epoch)
         self.prefetch = int(prefetch)
         self.empty = empty
-        self.batches = iter(plan.batches(int(start)))
+        self.finish = finish  # finish(bp, X, y) -> what the consumer gets, run on the pool
+        self.batches = iter(plan.batches(int(start), stride=int(stride)))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.pending = collections.deque()          # (BatchPlan, parts) submitted, in order
         # every thread of the pool has a step to work on, whatever ``prefetch``
@@ -154,6 +161,8 @@ class EpochRun:
         return self.pending.popleft() if self.pending else None
 
     def _submit(self, bp) -> list:
+        if self.finish is not None:
+            return self._submit_finished(bp)
         parts = []
         for step, lo, hi, last in bp.parts:
             fut = self.steps.get(step.number)
@@ -161,6 +170,43 @@ class EpochRun:
                 fut = self.steps[step.number] = self.pipeline.submit(step)
             parts.append((fut, lo, hi, last, step))
         return parts
+
+    def _submit_finished(self, bp) -> list:
+        """Parts of a batch finished on the pool: ``[(future of the batch, 0, 0, True, step or None),
+        *parts of its steps]``; the consumer waits on the first only, then :meth:`release` them all.
+        An exception of ``finish`` becomes a TransformError naming the batch and the epoch."""
+        empty, epoch, user = self.empty, self.epoch, self.finish
+
+        def finish(bp, X, y):
+            try:
+                return user(bp, X, y)
+            except Exception as e:
+                raise TransformError(f"transform raised {type(e).__name__} on batch {bp.index} of epoch "
+                                     f"{epoch}: {e}") from e
+        if len(bp.parts) == 1:
+            step, lo, hi, last = bp.parts[0]
+            if lo == 0 and last and step.number not in self.steps:  # the batch is its own step
+                fut = self.pipeline.submit(step, lambda r: finish(bp, *batch_of([(r, lo, hi)], empty)))
+                self.steps[step.number] = fut  # counted in flight until the consumer releases it
+                return [(fut, 0, 0, True, step)]
+        parts = []
+        for step, lo, hi, last in bp.parts:
+            fut = self.steps.get(step.number)
+            if fut is None:
+                fut = self.steps[step.number] = self.pipeline.submit(step)
+            parts.append((fut, lo, hi, last, step))
+
+        def assemble():
+            got = [(f.result(), lo, hi) for f, lo, hi, _, _ in parts]
+            return finish(bp, *batch_of(got, empty))
+
+        return [(self.pipeline.executor.submit(assemble), 0, 0, True, None)] + parts
+
+    def release(self, parts) -> None:
+        """Forget the steps a batch used last."""
+        for _, lo, hi, last, step in parts:
+            if last and step is not None:
+                self.steps.pop(step.number, None)
 
     def wait(self, parts) -> list:
         """Block until the steps of a batch are decoded: ``[(X, y), ...]`` in part order."""
@@ -181,9 +227,7 @@ class EpochRun:
 
     def assemble(self, bp, parts, results):
         """(X, y) of batch ``bp`` from its parts' decoded steps; releases steps it used last."""
-        for _, lo, hi, last, step in parts:
-            if last:
-                self.steps.pop(step.number, None)
+        self.release(parts)
         return batch_of([(r, lo, hi) for r, (_, lo, hi, _, _) in zip(results, parts)], self.empty)
 
     def abandon(self) -> None:

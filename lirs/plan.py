@@ -39,7 +39,13 @@ batches ``num_batches``:
   (a different random set of records every epoch) is not delivered.
 
 Resume: batch ``j`` of an epoch depends only on the configuration, the epoch and ``j``, so
-``plan.batches(start=j)`` reproduces exactly the remaining batches.
+``plan.batches(start=j)`` reproduces exactly the remaining batches; ``plan.batches(j, stride=W)``
+gives every ``W``-th of them (DataLoader workers) without planning the others.
+
+Elastic resume: :func:`lirs.ranges.over_spans` restricts a plan to position ranges of the
+epoch's global order (what a state saved with another world size left undelivered, see
+:func:`lirs.ranges.remainder`), split over the ranks by the rules above. Every granularity
+supports it (see :mod:`lirs.ranges`).
 """
 from __future__ import annotations
 
@@ -55,6 +61,7 @@ from .errors import UsageError
 from .kernels import plan as K
 from .offsets import offset_arrays
 from .permutation import PERMUTATIONS, Permutation
+from .ranges import rank_slice, walk
 from .steps import BatchPlan, ReadStep
 from .windows import window_batches, window_groups
 
@@ -113,7 +120,8 @@ class EpochPlan:
     """The plan of one epoch for one rank (see the module docstring for the rules).
 
     ``num_batches``: batches of every rank; ``first``/``size``: this rank's slice of the global
-    record stream; ``units``: unit count; ``batches(start)`` iterates :class:`BatchPlan` objects.
+    record stream (of the concatenated ``spans`` when the plan covers only those int64 (m, 2)
+    position ranges); ``units``: unit count; ``batches(start)`` iterates :class:`BatchPlan` objects.
     """
 
     index: object
@@ -133,6 +141,7 @@ class EpochPlan:
     first: int
     size: int
     plan_s: float = 0.0
+    spans: np.ndarray | None = None
     _batch_key: int = 0
     _window_key: int = 0
     _stats: dict | None = field(default=None, repr=False)
@@ -224,12 +233,16 @@ class EpochPlan:
             ids, rx, rp, rl = ids[order], rx[order], rp[order], rl[order]
         return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, rl)
 
-    def batches(self, start: int = 0, *, extents: bool = True):
+    def batches(self, start: int = 0, *, extents: bool = True, stride: int = 1):
         """Iterate over the :class:`BatchPlan` of batches ``start .. num_batches - 1``
-        (``extents=False``: record IDs only, the steps carry no extents)."""
+        (``extents=False``: record IDs only, the steps carry no extents); with ``stride``, only
+        batches ``start, start + stride, ...`` (the others are skipped, not planned)."""
         start = int(start)
         if not 0 <= start <= self.num_batches:
             raise UsageError(f"start batch {start} outside [0, {self.num_batches}]")
+        if stride != 1 or self.spans is not None:
+            yield from walk(self, start, int(stride), extents)
+            return
         if self.granularity == "window":
             yield from window_batches(self, start, extents)
             return
@@ -283,22 +296,6 @@ class EpochPlan:
 
 
 # --------------------------------------------------------------------------- the planner
-
-
-def rank_slice(n: int, batch_size: int, rank: int, world_size: int, drop_last: bool) -> tuple[int, int, int]:
-    """(num_batches, first, size): batches per rank and this rank's slice of the record stream."""
-    n, B, W, r = int(n), int(batch_size), int(world_size), int(rank)
-    if drop_last:
-        nb = n // (W * B)
-        return nb, r * nb * B, nb * B
-    if n == 0:
-        return 0, 0, 0
-    nb = -(-n // (W * B))
-    rest = n - (nb - 1) * W * B
-    q, extra = divmod(rest, W)
-    last = q + (1 if r < extra else 0)
-    first = r * (nb - 1) * B + r * q + min(r, extra)
-    return nb, first, (nb - 1) * B + last
 
 
 def check_args(batch_size, granularity, group_bytes, window, rank, world_size, seed, epoch, block=BLOCK,

@@ -1,4 +1,4 @@
-"""PyTorch adapter: lirs batches as torch tensors, sharded over ranks and DataLoader workers.
+"""PyTorch adapter: lirs batches as torch tensors, over ranks and DataLoader workers, resumable.
 
 ::
 
@@ -9,29 +9,75 @@
         dl.dataset.set_epoch(epoch)          # a fresh permutation, the same on every rank
         for b in dl:
             loss = model(b["X"], b["y"]) ...
+        state = dl.state_dict()              # at any batch: {"epoch", "next_batch", ...}
 
-Every rank and every DataLoader worker reads its own disjoint part of the epoch: worker ``w`` of
-``W`` on rank ``r`` of ``R`` is shard ``r * W + w`` of ``R * W`` of the lirs plan, so the union over
-ranks and workers is every record exactly once per epoch (with ``drop_last=False``), and no
-communication is needed to agree on the order (it is a function of seed, epoch and shard). The
-engine and its threads are made lazily, in the process that reads (each worker its own).
+**Ranks.** Rank ``r`` of ``R`` (from ``torch.distributed`` when it is initialized) reads its own
+contiguous slice of the epoch's global order: the union over ranks is every record exactly once
+(``drop_last=False``), with no communication (the order is a function of seed and epoch).
+
+**Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids,
+order, sizes and count) whatever ``num_workers``: worker ``w`` of ``W`` delivers batches
+``w, w + W, ...`` (planning none of the others) and the DataLoader's in-order round robin over
+workers (``in_order=True``, its default) hands them out as ``0, 1, 2, ...``. Each worker opens its
+own engine and pool, and sends each batch packed in one buffer (one pickle or shared-memory
+transfer instead of one per tensor); the main process rebuilds the tensors as views of it. With
+granularity ``window`` a worker reads only the rows of each window its batches take.
+
+**Tensors** are built on the Loader's pool threads right after decoding (``Loader(transform=)``),
+not on the consumer's thread: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices
+int32 as the decoder makes them, int64 when n_features or the batch's values need it), a COO or
+a dense float tensor (k, n_features) for LIBSVM, a dense tensor (k, *record_shape) for npy/fixed,
+a list of ``bytes`` for lines; y (k,) ``label_dtype`` or None. Construction raises no warning:
+torch's one-time notices ("sparse CSR is in beta", "sparse invariant checks are implicitly
+disabled" when a worker's sparse batch is rebuilt) are emitted, silenced, when this module is
+imported.
+
+**Resume.** ``state_dict()`` / ``load_state_dict(sd)`` on the dataset (and on the DataLoader that
+:func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer
+received, so that batches workers prefetched are not counted) resume mid-epoch exactly with any
+``num_workers``. With torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=W)`` the
+dataset's state is taken inside each worker (then it names the worker, and resumes only there).
+A state saved with another world size (same global batch ``batch_size * world_size``, or any)
+resumes *elastically*: the records of the epoch no old rank consumed are split over the new
+ranks, each delivered once (see :mod:`lirs.loader`; pass the list of every old rank's state when
+the ranks did not step together). A state from another seed, granularity or dataset is refused
+with a UsageError.
 
 torch is an optional dependency: it is imported only by this module.
 """
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.utils.data as tud
 
 from .errors import UsageError
 from .loader import Loader
 
+log = logging.getLogger("lirs.torch")
+
 _OUTPUTS = ("dict", "tuple")
 _SPARSE = ("csr", "coo", "dense")
+
+
+def _quiet_torch_notices() -> None:
+    """torch warns once per process that sparse CSR is in beta, and that sparse invariant checks
+    are implicitly off (when a sparse tensor from a DataLoader worker is rebuilt here). Emit both
+    once, silenced, at import on the importing thread: ``catch_warnings`` is not thread-safe and
+    the tensors are built on pool threads."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        z = torch.zeros(1, dtype=torch.int64)
+        torch.sparse_csr_tensor(z, z[:0], torch.zeros(0), size=(0, 1), check_invariants=False)
+        torch.sparse_coo_tensor(torch.zeros((2, 0), dtype=torch.int64), torch.zeros(0), (1, 1))
+
+
+_quiet_torch_notices()
 
 
 def _dist_rank_world() -> tuple[int, int]:
@@ -40,6 +86,108 @@ def _dist_rank_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def _worker() -> tuple[int, int]:
+    info = tud.get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def to_tensors(b, sparse: str = "csr", label_dtype=torch.float32):
+    """(ids int64 (k,), X, y) tensors of a :class:`lirs.loader.Batch` (see the module docstring)."""
+    ids = torch.from_numpy(np.ascontiguousarray(b.ids, np.int64))
+    y = None if b.y is None else torch.as_tensor(np.asarray(b.y), dtype=label_dtype)
+    X = b.X
+    if sp.issparse(X):
+        X = X.tocsr()
+        if sparse == "dense":
+            X = torch.from_numpy(np.asarray(X.toarray()))
+        else:
+            # the decoder's arrays as they are (no copy: int32 indices unless they need int64, as
+            # scipy has them); valid by construction, so torch's O(nnz) checks are skipped
+            indptr, indices = X.indptr, X.indices
+            if indptr.dtype != indices.dtype:
+                indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
+            t = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
+                                        torch.from_numpy(X.data), size=X.shape, check_invariants=False)
+            X = t.to_sparse_coo() if sparse == "coo" else t
+    elif isinstance(X, np.ndarray):
+        X = torch.from_numpy(X)
+    return ids, X, y  # lines data stays a list of bytes
+
+
+class _Convert:
+    """The Loader transform of a dataset: a Batch to its torch output (picklable, stateless). In a
+    DataLoader worker the output travels packed in one buffer (see :class:`_Packed`)."""
+
+    def __init__(self, sparse, output, label_dtype, user):
+        self.sparse, self.output, self.label_dtype, self.user = sparse, output, label_dtype, user
+
+    def __call__(self, b):
+        ids, X, y = to_tensors(b, self.sparse, self.label_dtype)
+        if self.user is not None:
+            return self.user({"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids))
+        if isinstance(X, torch.Tensor) and tud.get_worker_info() is not None:
+            return _Packed(ids, X, y, self.output)
+        return {"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids)
+
+
+_ALIGN = 64                # bytes: every tensor of a packed batch starts aligned
+_INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pickle stream
+
+
+class _Packed:
+    """A batch on its way from a DataLoader worker to the main process: every tensor of it (ids, y,
+    the arrays of X) copied into one uint8 buffer, so that the batch crosses processes in the
+    pickle stream (up to ``_INBAND_BYTES``) or as one shared-memory segment, not as one segment
+    and one file descriptor per tensor (about a millisecond each). The main process rebuilds the
+    output from views of the buffer, without copying (:func:`_unpack`)."""
+
+    __slots__ = ("buf", "meta")
+
+    def __init__(self, ids, X, y, output):
+        if X.layout == torch.sparse_csr:
+            kind, parts = "csr", [X.crow_indices(), X.col_indices(), X.values()]
+        elif X.layout == torch.sparse_coo:
+            kind, parts = "coo", [X._indices(), X._values()]
+        else:
+            kind, parts = "dense", [X]
+        parts = [ids] + ([] if y is None else [y]) + parts
+        spans, o = [], 0
+        for t in parts:
+            nb = t.numel() * t.element_size()
+            spans.append((o, nb, t.dtype, tuple(t.shape)))
+            o += -(-nb // _ALIGN) * _ALIGN
+        self.buf = torch.empty(max(o, 1), dtype=torch.uint8)
+        for t, (a, nb, _, _) in zip(parts, spans):
+            if nb:
+                self.buf[a:a + nb].view(t.dtype).view(t.shape).copy_(t)
+        self.meta = (kind, tuple(X.shape), y is not None, output, spans)
+
+    def __reduce__(self):
+        # a small batch is cheaper in the pickle stream; a large one as one shared-memory segment
+        if self.buf.numel() <= _INBAND_BYTES:
+            return _unpack_array, (self.buf.numpy(), self.meta)
+        return _unpack, (self.buf, self.meta)
+
+
+def _unpack_array(a: np.ndarray, meta):
+    return _unpack(torch.from_numpy(a), meta)
+
+
+def _unpack(buf, meta):
+    """The output of a :class:`_Packed` batch, its tensors views of ``buf``."""
+    kind, shape, has_y, output, spans = meta
+    ts = [buf[a:a + nb].view(dt).view(sh) for a, nb, dt, sh in spans]
+    ids, y = ts[0], (ts[1] if has_y else None)
+    rest = ts[2:] if has_y else ts[1:]
+    if kind == "csr":
+        X = torch.sparse_csr_tensor(*rest, size=shape, check_invariants=False)
+    elif kind == "coo":
+        X = torch.sparse_coo_tensor(*rest, size=shape, is_coalesced=True, check_invariants=False)
+    else:
+        X = rest[0]
+    return {"ids": ids, "X": X, "y": y} if output == "dict" else (X, y, ids)
 
 
 class LirsIterableDataset(tud.IterableDataset):
@@ -51,7 +199,7 @@ class LirsIterableDataset(tud.IterableDataset):
     path_or_index : str or Index
         As :class:`lirs.Loader` takes it.
     batch_size : int
-        Records per batch.
+        Records per batch (per rank).
     sparse : {"csr", "coo", "dense"}
         LIBSVM batches as ``torch.sparse_csr_tensor`` (default), a COO tensor, or a dense tensor
         (k, n_features) (only for small n_features). npy/fixed data is always dense.
@@ -62,6 +210,8 @@ class LirsIterableDataset(tud.IterableDataset):
         None: from ``torch.distributed`` when it is initialized, else 0 and 1.
     epoch : int
         First epoch (change it with :meth:`set_epoch`).
+    transform : callable or None
+        Applied to each output (dict or tuple) on the pool, after the tensors are built.
     **loader_kwargs
         Passed to :class:`lirs.Loader` (granularity, group_bytes, window, seed, engine, prefetch,
         drop_last, dtype, ...).
@@ -71,7 +221,7 @@ class LirsIterableDataset(tud.IterableDataset):
 
     def __init__(self, path_or_index, batch_size: int, *, sparse: str = "csr", output: str = "dict",
                  label_dtype=torch.float32, rank: int | None = None, world_size: int | None = None,
-                 epoch: int = 0, **loader_kwargs):
+                 epoch: int = 0, transform=None, **loader_kwargs):
         super().__init__()
         if sparse not in _SPARSE:
             raise UsageError(f"sparse must be one of {_SPARSE}, got {sparse!r}")
@@ -80,6 +230,8 @@ class LirsIterableDataset(tud.IterableDataset):
         for k in ("rank", "world_size"):
             if k in loader_kwargs:  # pragma: no cover - guarded by the signature
                 raise UsageError(f"pass {k} to LirsIterableDataset itself")
+        if transform is not None and not callable(transform):
+            raise UsageError(f"transform must be callable, got {transform!r}")
         if isinstance(path_or_index, (str, os.PathLike)):
             path_or_index = os.fspath(path_or_index)
         self.source = path_or_index
@@ -87,23 +239,35 @@ class LirsIterableDataset(tud.IterableDataset):
         self.sparse = sparse
         self.output = output
         self.label_dtype = label_dtype
+        self.transform = transform
         self._rank = rank
         self._world = world_size
         self.epoch = int(epoch)
         self.loader_kwargs = dict(loader_kwargs)
         self._loader = None
         self._loader_key = None
+        self._pos = (self.epoch, 0, None)  # (epoch, next batch, spans) of this process's deliveries
+        self._resume: dict | None = None   # an exact Loader state to start the next iteration from
         # DataLoader workers do not see the process group: read it here, in the rank's process
         self._dist = _dist_rank_world()
 
+    # ------------------------------------------------------------------ where and what
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration deliver epoch ``epoch`` (call it before every epoch, as with
-        ``DistributedSampler``; DataLoader workers get the new value when they start)."""
+        ``DistributedSampler``; DataLoader workers get the new value when they start). A loaded
+        state of another epoch is dropped."""
         self.epoch = int(epoch)
         self._dist = _dist_rank_world() if tud.get_worker_info() is None else self._dist
+        if self._resume is not None and self._resume["epoch"] != self.epoch:
+            log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
+                        self._resume["epoch"], self.epoch)
+            self._resume = None
+        if self._resume is None:
+            self._pos = (self.epoch, 0, None)
 
     def shard(self) -> tuple[int, int]:
-        """(shard, shards) this process reads: ``rank * W + worker`` of ``world_size * W``."""
+        """(rank, world_size) this process reads for (its DataLoader workers split the rank's
+        batches among them)."""
         rank, world = _dist_rank_world() if tud.get_worker_info() is None else self._dist
         if (rank, world) == (0, 1):
             rank, world = self._dist  # a worker, or the group was set up after this dataset
@@ -113,21 +277,42 @@ class LirsIterableDataset(tud.IterableDataset):
             world = int(self._world)
         if not 0 <= rank < world:
             raise UsageError(f"rank {rank} outside [0, {world})")
-        info = tud.get_worker_info()
-        wid, nw = (0, 1) if info is None else (info.id, info.num_workers)
-        return rank * nw + wid, world * nw
+        return rank, world
 
-    def loader(self):
-        """The :class:`lirs.Loader` of this process and shard (made on first use)."""
-        shard, shards = self.shard()
-        key = (os.getpid(), shard, shards)
+    def loader(self) -> Loader:
+        """The :class:`lirs.Loader` of this process and rank (made on first use; it starts no
+        thread until it is iterated)."""
+        rank, world = self.shard()
+        key = (os.getpid(), rank, world)
         if self._loader is None or self._loader_key != key:
             if self._loader is not None and self._loader_key[0] == os.getpid():
                 self._loader.close()
-            self._loader = Loader(self.source, self.batch_size, rank=shard, world_size=shards,
+            convert = _Convert(self.sparse, self.output, self.label_dtype, self.transform)
+            self._loader = Loader(self.source, self.batch_size, rank=rank, world_size=world, transform=convert,
                                   **self.loader_kwargs)
             self._loader_key = key
         return self._loader
+
+    @property
+    def n(self) -> int:
+        """Records in the dataset (all ranks)."""
+        return int(self.loader().index.n)
+
+    @property
+    def n_features(self) -> int | None:
+        """Columns of X: LIBSVM from the index (or the ``n_features`` given), npy/fixed the row
+        width, None for lines."""
+        loader = self.loader()
+        return loader.n_features if loader.n_features is not None else loader.index.n_features
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """float64 (n,) labels of every record (by record ID), or None when the format has none."""
+        return self.loader().index.labels
+
+    def num_batches(self, epoch: int | None = None) -> int:
+        """Batches of this rank in ``epoch`` (default: the current one)."""
+        return self.loader().num_batches(self.epoch if epoch is None else epoch)
 
     def close(self) -> None:
         """Close this process's loader (a later iteration makes a new one)."""
@@ -142,45 +327,116 @@ class LirsIterableDataset(tud.IterableDataset):
         d["_loader_key"] = None
         return d
 
-    def __iter__(self):
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """``{"epoch", "next_batch", "spans", "config", "worker"}``. In the main process: the
+        batches this process delivered (with :class:`LirsDataLoader`: the consumer received).
+        In a DataLoader worker (torchdata's ``StatefulDataLoader``): that worker's next batch,
+        and ``worker = [id, num_workers]``."""
+        if self._resume is not None:
+            epoch, nxt, spans = self._resume["epoch"], self._resume["next_batch"], self._resume["spans"]
+        else:
+            epoch, nxt, spans = self._pos
+        w, nw = _worker()
+        return {"epoch": int(epoch), "next_batch": int(nxt), "spans": spans,
+                "config": self.loader().state_dict()["config"], "worker": None if tud.get_worker_info() is None
+                else [w, nw]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Make the next iteration go on where ``state`` left off (also a list of every old rank's
+        main-process states, for an elastic resume). Raises UsageError for a state of another
+        configuration, or a worker's state outside that worker."""
         loader = self.loader()
-        for b in loader.epoch(self.epoch):
-            yield self._convert(b)
+        one = state if isinstance(state, dict) else None
+        if one is not None and one.get("worker") is not None:
+            here = "the main process" if tud.get_worker_info() is None else "worker %d of %d" % _worker()
+            if tud.get_worker_info() is None or tuple(one["worker"]) != _worker():
+                raise UsageError(f"this state was taken in DataLoader worker {one['worker'][0]} of "
+                                 f"{one['worker'][1]}; it resumes only there (through the DataLoader's "
+                                 f"own state), not in {here}")
+        states = [state] if one is not None else list(state)
+        if one is None and any(s.get("worker") is not None for s in states):
+            raise UsageError("an elastic resume takes the main-process states of the old ranks")
+        loader.load_state_dict([{k: v for k, v in s.items() if k != "worker"} for s in states])
+        exact = loader.state_dict()  # the loaded position, elastic remainders resolved
+        if exact["epoch"] is None:
+            self._resume = None
+            return
+        exact["worker"] = None if one is None else one.get("worker")
+        self._resume = exact
+        self.epoch = int(exact["epoch"])
+        self._pos = (self.epoch, int(exact["next_batch"]), exact["spans"])
 
-    def _convert(self, b):
-        import scipy.sparse as sp
+    # ------------------------------------------------------------------ iteration
+    def __iter__(self):
+        # eager (not a generator function): the position is known when the iterator is made, as
+        # StatefulDataLoader reads the state before the first batch
+        loader = self.loader()
+        res, self._resume = self._resume, None
+        w, nw = _worker()
+        if res is not None and res["epoch"] != self.epoch:
+            log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
+                        res["epoch"], self.epoch)
+            res = None
+        if res is None:
+            start, off, spans = 0, w, None
+            it = loader.epoch(self.epoch, 0, stride=nw, offset=w)
+        else:
+            # a worker's own state names its next batch; from the rank's, worker w takes next + w
+            start, off, spans = int(res["next_batch"]), 0 if res["worker"] else w, res["spans"]
+            loader.load_state_dict({k: v for k, v in res.items() if k != "worker"})
+            it = loader.epoch(self.epoch, stride=nw, offset=off)
+        nb = loader.plan(self.epoch, spans).num_batches
+        self._pos = (self.epoch, min(start + off, nb), spans)
+        return self._deliver(it, loader, spans)
 
-        ids = torch.from_numpy(np.ascontiguousarray(b.ids, np.int64))
-        y = None if b.y is None else torch.as_tensor(np.asarray(b.y), dtype=self.label_dtype)
-        X = b.X
-        if sp.issparse(X):
-            X = X.tocsr()
-            if self.sparse == "dense":
-                X = torch.from_numpy(np.asarray(X.toarray()))
-            else:
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
-                    # the decoder's CSR is valid by construction: skip torch's O(nnz) checks
-                    t = torch.sparse_csr_tensor(torch.from_numpy(X.indptr.astype(np.int64)),
-                                                torch.from_numpy(X.indices.astype(np.int64)),
-                                                torch.from_numpy(X.data), size=X.shape,
-                                                check_invariants=False)
-                X = t.to_sparse_coo() if self.sparse == "coo" else t
-        elif isinstance(X, np.ndarray):
-            X = torch.from_numpy(X)
-        # lines data stays a list of bytes
-        if self.output == "dict":
-            return {"ids": ids, "X": X, "y": y}
-        return X, y, ids
+    def _deliver(self, it, loader, spans):
+        for out in it:
+            self._pos = (self.epoch, loader.state_dict()["next_batch"], spans)
+            yield out
+
+
+class LirsDataLoader(tud.DataLoader):
+    """A ``DataLoader(batch_size=None)`` over a :class:`LirsIterableDataset` that knows how many
+    batches the consumer received: ``state_dict()`` / ``load_state_dict()`` resume there exactly,
+    whatever ``num_workers`` (batches workers prefetched are not counted)."""
+
+    def __iter__(self):
+        ds = self.dataset
+        if self.num_workers == 0:  # the dataset iterates in this process and counts itself
+            yield from super().__iter__()
+            return
+        res = ds._resume
+        it = super().__iter__()  # the workers start here, with the loaded state
+        epoch = ds.epoch
+        if res is not None and res["epoch"] == epoch:
+            k, spans = int(res["next_batch"]), res["spans"]
+        else:
+            k, spans = 0, None
+        ds._resume = None
+        ds._pos = (epoch, k, spans)
+        for b in it:
+            k += 1
+            ds._pos = (epoch, k, spans)
+            yield b
+
+    def state_dict(self) -> dict:
+        """The dataset's state: the batch the consumer gets next (see :meth:`LirsIterableDataset.state_dict`)."""
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state) -> None:
+        """Resume the next iteration at ``state`` (see :meth:`LirsIterableDataset.load_state_dict`)."""
+        self.dataset.load_state_dict(state)
 
 
 def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False,
-                    prefetch_factor: int | None = None, multiprocessing_context=None, **dataset_kwargs):
-    """A ready ``torch.utils.data.DataLoader(batch_size=None)`` over a :class:`LirsIterableDataset`.
+                    prefetch_factor: int | None = None, multiprocessing_context=None,
+                    **dataset_kwargs) -> LirsDataLoader:
+    """A ready :class:`LirsDataLoader` (``batch_size=None``) over a :class:`LirsIterableDataset`.
 
     ``dataset_kwargs`` go to :class:`LirsIterableDataset` (and from it to :class:`lirs.Loader`).
     Workers are not persistent, so that each epoch's workers see the epoch given to
-    ``dl.dataset.set_epoch``.
+    ``dl.dataset.set_epoch`` and the state given to ``dl.load_state_dict``.
     """
     ds = LirsIterableDataset(path_or_index, batch_size, **dataset_kwargs)
     kw = {}
@@ -189,5 +445,5 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
             kw["prefetch_factor"] = int(prefetch_factor)
         if multiprocessing_context is not None:
             kw["multiprocessing_context"] = multiprocessing_context
-    return tud.DataLoader(ds, batch_size=None, num_workers=int(num_workers), pin_memory=pin_memory,
+    return LirsDataLoader(ds, batch_size=None, num_workers=int(num_workers), pin_memory=pin_memory,
                           persistent_workers=False, **kw)

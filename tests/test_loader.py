@@ -305,3 +305,83 @@ def test_dropped_loader_is_freed(svm):
     for t in set(threading.enumerate()) - before_threads:
         t.join(timeout=10)
     assert set(t for t in threading.enumerate() if t.is_alive()) - before_threads == set()
+
+
+# --------------------------------------------------------------------------- transforms, strides
+
+
+@pytest.mark.parametrize("granularity", ["group", "window"])
+def test_transform_runs_on_the_pool(svm, granularity):
+    p, idx, X, y = svm
+    kw = dict(granularity=granularity, group_bytes=8192, window=4, seed=6, n_features=300)
+    threads = []
+
+    def fn(b):
+        threads.append(threading.get_ident())
+        return b.index, b.ids.copy(), b.X.sum()
+
+    with Loader(p, 128, **kw) as plain:
+        want = _collect(plain, 1)
+    with Loader(p, 128, transform=fn, **kw) as loader:
+        got = _collect(loader, 1)
+
+        async def collect():
+            return [b async for b in loader.aepoch(1)]
+
+        agot = asyncio.run(collect())
+        assert loader.state_dict()["next_batch"] == len(want)
+    assert threading.get_ident() not in threads, "the transform never runs on the consumer's thread"
+    assert len(threads) == 2 * len(want)
+    for g in (got, agot):
+        assert [i for i, _, _ in g] == [b.index for b in want]
+        for (_, ids, s), b in zip(g, want):
+            assert np.array_equal(ids, b.ids) and s == pytest.approx(b.X.sum())
+
+
+def test_transform_error_reaches_the_consumer_at_its_batch(svm):
+    p, *_ = svm
+    from lirs.errors import TransformError
+
+    def fn(b):
+        if b.index == 3:
+            raise KeyError("no such column")
+        return b.index
+
+    with Loader(p, 100, transform=fn, n_features=300) as loader:
+        it = loader.epoch(0)
+        assert [next(it) for _ in range(3)] == [0, 1, 2]
+        with pytest.raises(TransformError, match="KeyError on batch 3 of epoch 0") as e:
+            next(it)
+        assert isinstance(e.value.__cause__, KeyError)
+    with pytest.raises(UsageError, match="callable"):
+        Loader(p, 100, transform=3, n_features=300)
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_stride_and_offset_give_every_wth_batch(svm, granularity):
+    p, idx, X, y = svm
+    kw = dict(granularity=granularity, group_bytes=8192, window=3, seed=2, n_features=300)
+    with Loader(p, 90, **kw) as loader:
+        whole = _collect(loader, 0)
+        for W in (2, 3):
+            for w in range(W):
+                sub = list(loader.epoch(0, stride=W, offset=w))
+                assert [b.index for b in sub] == [b.index for b in whole[w::W]]
+                for a, b in zip(sub, whole[w::W]):
+                    assert np.array_equal(a.ids, b.ids) and (a.X != b.X).nnz == 0
+                assert loader.state_dict()["next_batch"] == len(whole)
+        tail = list(loader.epoch(0, 5, stride=2, offset=1))
+        assert [b.index for b in tail] == list(range(6, len(whole), 2))
+
+
+def test_transform_keeps_prefetch_bounded(svm):
+    import time
+
+    p, *_ = svm
+    calls = []
+    with Loader(p, 50, prefetch=2, transform=lambda b: calls.append(b.index) or b.index, n_features=300) as loader:
+        it = loader.epoch(0)
+        assert next(it) == 0
+        time.sleep(0.5)  # time enough for the pool to run ahead, were it not bounded
+        assert len(calls) <= 2 + 2, f"{len(calls)} batches transformed ahead of a consumer at batch 0"
+        assert list(it) == list(range(1, loader.num_batches(0)))

@@ -1,9 +1,12 @@
 """lirs.torch: every record exactly once per epoch over ranks and DataLoader workers; tensors equal
-the data; set_epoch changes the order; 2-rank gloo on loopback."""
+the data; set_epoch changes the order; the Loader's batches whatever num_workers; exact resume
+through DataLoader (0, 1, 2 workers) and StatefulDataLoader; no warnings; 2-rank gloo on loopback."""
 from __future__ import annotations
 
 import os
+import pickle
 import socket
+import warnings
 
 import numpy as np
 import pytest
@@ -28,6 +31,18 @@ def higgs_file(tmp_path_factory):
     generate("higgs", p, records=3000, seed=5, progress=False)
     lirs.build_index(p)
     return p
+
+
+@pytest.fixture(scope="module")
+def small_svm(tmp_path_factory):
+    """LIBSVM with 40 features (dense batches stay small)."""
+    p = tmp_path_factory.mktemp("s") / "s.svm"
+    rng = np.random.default_rng(3)
+    p.write_text("".join(f"{rng.choice([-1, 1])} " + " ".join(f"{c}:{rng.integers(1, 9)}" for c in
+                                                               np.sort(rng.choice(40, 5, replace=False)) + 1) + "\n"
+                         for _ in range(700)))
+    lirs.build_index(str(p))
+    return str(p)
 
 
 def _ids(dl):
@@ -131,9 +146,253 @@ def test_two_ranks_gloo_every_record_once(kdd_file, tmp_path):
     import torch.multiprocessing as mp
 
     n = lirs.open_index(kdd_file).n
-    mp.spawn(_rank_main, args=(2, _free_port(), kdd_file, str(tmp_path)), nprocs=2, join=True)
+    mp.start_processes(_rank_main, args=(2, _free_port(), kdd_file, str(tmp_path)), nprocs=2, join=True,
+                       start_method="fork")
     for epoch in (0, 1):
         parts = [np.load(tmp_path / f"r{r}e{epoch}.npy") for r in range(2)]
         assert all(len(p) for p in parts), "every rank gets a share"
         allids = np.concatenate(parts)
         assert len(allids) == n and np.array_equal(np.sort(allids), np.arange(n)), f"epoch {epoch}"
+
+
+# --------------------------------------------------------------------------- the Loader's batches
+
+
+def _loader_batches(path, B, rank=0, world=1, epoch=0, **kw):
+    with lirs.Loader(path, B, rank=rank, world_size=world, **kw) as loader:
+        return list(loader.epoch(epoch))
+
+
+def _same_tensors(a, b):
+    """Two dict batches hold the same ids, labels and CSR bytes."""
+    assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["y"], b["y"])
+    for f in ("crow_indices", "col_indices", "values"):
+        assert torch.equal(getattr(a["X"], f)(), getattr(b["X"], f)()), f
+
+
+@pytest.mark.parametrize("num_workers", [0, 2, 3])
+@pytest.mark.parametrize("granularity", ["group", "window"])
+def test_batches_are_the_loaders_whatever_the_workers(kdd_file, num_workers, granularity):
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity=granularity, group_bytes=8192, window=3, seed=5)
+    for rank in (0, 1):
+        want = _loader_batches(kdd_file, 70, rank, 2, epoch=1, **kw)
+        dl = make_dataloader(kdd_file, 70, num_workers=num_workers, rank=rank, world_size=2, epoch=1, **kw)
+        got = list(dl)
+        assert len(got) == len(want), "as many batches as the Loader"
+        for g, w in zip(got, want):
+            assert np.array_equal(g["ids"].numpy(), w.ids), f"batch {w.index}"
+            assert np.array_equal(g["X"].values().numpy(), w.X.data)
+            assert np.array_equal(g["X"].col_indices().numpy(), w.X.indices)
+            assert np.array_equal(g["y"].numpy(), w.y.astype(np.float32))
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
+def test_resume_at_batch_boundaries_is_exact(kdd_file, num_workers):
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="window", group_bytes=8192, window=3, seed=2, num_workers=num_workers)
+    whole = list(make_dataloader(kdd_file, 100, **kw))
+    nb = len(whole)
+    for k in ((0, 3, nb - 1, nb) if num_workers == 0 else (1, nb // 2, nb - 2)):
+        dl = make_dataloader(kdd_file, 100, **kw)
+        it = iter(dl)
+        head = [next(it) for _ in range(k)]
+        state = pickle.loads(pickle.dumps(dl.state_dict()))
+        del it
+        assert state["epoch"] == 0 and state["next_batch"] == k and state["worker"] is None
+        # the state is the rank's: it resumes with another number of workers as well
+        again = make_dataloader(kdd_file, 100, **dict(kw, num_workers=(num_workers + k) % 4))
+        again.load_state_dict(state)
+        tail = list(again)
+        assert again.state_dict()["next_batch"] == nb
+        assert len(head) + len(tail) == nb, f"resumed at {k}"
+        for a, b in zip(head + tail, whole):
+            _same_tensors(a, b)
+        assert list(again) and len(list(again)) == nb, "the next pass is a whole epoch again"
+
+
+def test_resume_refuses_another_configuration(kdd_file):
+    from lirs.errors import UsageError
+    from lirs.torch import LirsIterableDataset
+
+    a = LirsIterableDataset(kdd_file, 100, seed=1)
+    next(iter(a))
+    state = a.state_dict()
+    with pytest.raises(UsageError, match="seed: saved 1, now 2"):
+        LirsIterableDataset(kdd_file, 100, seed=2).load_state_dict(state)
+    with pytest.raises(UsageError, match="worker 1 of 2"):
+        LirsIterableDataset(kdd_file, 100, seed=1).load_state_dict(dict(state, worker=[1, 2]))
+    a.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_resumes_exactly(kdd_file, num_workers):
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    from lirs.torch import LirsIterableDataset
+
+    def make():
+        ds = LirsIterableDataset(kdd_file, 90, granularity="group", group_bytes=8192, seed=8)
+        return sdl.StatefulDataLoader(ds, batch_size=None, num_workers=num_workers)
+
+    whole = list(make())
+    for k in (1, 4, len(whole) - 1):
+        dl = make()
+        it = iter(dl)
+        head = [next(it) for _ in range(k)]
+        state = pickle.loads(pickle.dumps(dl.state_dict()))
+        del it
+        again = make()
+        again.load_state_dict(state)
+        tail = list(again)
+        assert len(head) + len(tail) == len(whole), f"resumed at {k}"
+        for a, b in zip(head + tail, whole):
+            _same_tensors(a, b)
+
+
+# --------------------------------------------------------------------------- tensors, warnings, sizes
+
+
+@pytest.mark.parametrize("sparse", ["csr", "coo", "dense"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_no_warnings_from_tensor_construction(kdd_file, higgs_file, small_svm, sparse, num_workers):
+    from lirs.torch import make_dataloader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for path in ((kdd_file, higgs_file) if sparse != "dense" else (small_svm, higgs_file)):
+            dl = make_dataloader(path, 256, sparse=sparse, granularity="instance", num_workers=num_workers)
+            n = sum(len(b["ids"]) for b in dl)
+            dl.dataset.close()
+            assert n == lirs.open_index(path).n
+
+
+def test_pin_memory_does_not_crash(kdd_file):
+    from lirs.torch import make_dataloader
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*pin_memory.*no accelerator", UserWarning)
+        dl = make_dataloader(kdd_file, 500, pin_memory=True, sparse="coo")
+        try:
+            got = list(dl)
+        except RuntimeError as e:  # pragma: no cover - depends on the torch build
+            if "accelerator" in str(e) or "CUDA" in str(e):
+                pytest.skip(f"pinning needs an accelerator here: {e}")
+            raise
+    assert sum(len(b["ids"]) for b in got) == lirs.open_index(kdd_file).n
+
+
+def test_sizes_and_labels(kdd_file, higgs_file, tmp_path):
+    from lirs.decode import load_svmlight
+    from lirs.torch import LirsIterableDataset
+
+    X, y = load_svmlight(kdd_file)
+    ds = LirsIterableDataset(kdd_file, 64)
+    idx = lirs.open_index(kdd_file)
+    assert ds.n == idx.n == X.shape[0] and ds.n_features == idx.n_features == X.shape[1]
+    assert np.array_equal(ds.labels, y) and np.array_equal(idx.labels, y)
+    h = LirsIterableDataset(higgs_file, 64)
+    assert h.n_features == np.load(higgs_file).shape[1] and h.n == 3000
+    assert np.array_equal(h.labels, np.load(labels_path(higgs_file)))
+    lines = tmp_path / "d.jsonl"
+    lines.write_text("".join(f'{{"i": {i}}}\n' for i in range(50)))
+    lirs.build_index(str(lines))
+    L = LirsIterableDataset(str(lines), 8)
+    assert L.n == 50 and L.n_features is None and L.labels is None
+    assert lirs.open_index(str(lines)).n_features is None
+    for d in (ds, h, L):
+        d.close()
+
+
+def test_user_transform_runs_on_the_pool(kdd_file):
+    import threading
+
+    from lirs.torch import make_dataloader
+
+    seen = []
+
+    def fn(b):
+        seen.append(threading.get_ident())
+        return b["X"].shape[0]
+
+    dl = make_dataloader(kdd_file, 400, transform=fn)
+    assert sum(dl) == lirs.open_index(kdd_file).n
+    assert seen and threading.get_ident() not in seen
+    dl.dataset.close()
+
+
+def _elastic_rank(rank, world, port, path, out_dir, phase):
+    import torch.distributed as dist
+
+    from lirs.torch import make_dataloader
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        # the same global batch (120) over 2 ranks, then over 3
+        dl = make_dataloader(path, 120 // world, num_workers=phase, granularity="window", group_bytes=8192,
+                             window=3, seed=7, epoch=1)
+        if phase == 0:
+            it = iter(dl)
+            ids = [next(it)["ids"].numpy() for _ in range(3 + rank)]  # ranks need not step together
+            with open(os.path.join(out_dir, f"state{rank}.pkl"), "wb") as f:
+                pickle.dump(dl.state_dict(), f)
+        else:
+            states = []
+            for r in range(2):
+                with open(os.path.join(out_dir, f"state{r}.pkl"), "rb") as f:
+                    states.append(pickle.load(f))
+            dl.load_state_dict(states)
+            ids = [b["ids"].numpy() for b in dl]
+        np.save(os.path.join(out_dir, f"p{phase}r{rank}.npy"), np.concatenate(ids))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_elastic_resume_2_then_3_ranks_gloo(kdd_file, tmp_path):
+    import torch.multiprocessing as mp
+
+    n = lirs.open_index(kdd_file).n
+    # forked ranks start at once (torch and lirs already imported); each makes its own engine
+    for world, phase in ((2, 0), (3, 1)):
+        mp.start_processes(_elastic_rank, args=(world, _free_port(), kdd_file, str(tmp_path), phase), nprocs=world,
+                           join=True, start_method="fork")
+    done = np.concatenate([np.load(tmp_path / f"p0r{r}.npy") for r in range(2)])
+    rest = [np.load(tmp_path / f"p1r{r}.npy") for r in range(3)]
+    assert len(done) == 7 * 60 and all(len(x) for x in rest), "every new rank gets a share"
+    rest = np.concatenate(rest)
+    assert len(np.unique(rest)) == len(rest), "no record twice"
+    assert not np.intersect1d(rest, done).size, "nothing consumed comes back"
+    assert np.array_equal(np.sort(np.concatenate([done, rest])), np.arange(n)), "the rest, each once"
+
+
+@pytest.mark.parametrize("sparse", ["csr", "coo", "dense"])
+@pytest.mark.parametrize("inband", [True, False])
+def test_packed_batches_cross_processes_intact(small_svm, monkeypatch, sparse, inband):
+    """What a DataLoader worker sends: one buffer, rebuilt as the same tensors (pickle stream or
+    shared memory)."""
+    import io
+
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401 - registers the tensor reductions
+
+    import lirs.torch as lt
+
+    monkeypatch.setattr(lt, "_INBAND_BYTES", 1 << 30 if inband else 0)
+    with lirs.Loader(small_svm, 50) as loader:
+        b = next(iter(loader))
+    for output, label in (("dict", True), ("tuple", False)):
+        b.y = b.y if label else None
+        ids, X, y = lt.to_tensors(b, sparse)
+        buf = io.BytesIO()
+        ForkingPickler(buf).dump(lt._Packed(ids, X, y, output))
+        got = pickle.loads(buf.getvalue())
+        if output == "tuple":
+            got = {"X": got[0], "y": got[1], "ids": got[2]}
+        assert torch.equal(got["ids"], ids) and (y is None) == (got["y"] is None)
+        assert y is None or torch.equal(got["y"], y)
+        assert got["X"].layout == X.layout and got["X"].shape == X.shape
+        assert torch.equal(got["X"].to_dense(), X.to_dense())
