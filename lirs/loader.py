@@ -119,12 +119,14 @@ class Loader:
         Reads in flight per batch for the engine (its default when None).
     direct : bool or None
         O_DIRECT: None = when the filesystem allows it.
+    verify : bool
+        TFRecord: check each record's payload CRC-32C as it is read (the length CRC always is).
     """
 
     def __init__(self, paths, batch_size, granularity="group", group_bytes=65536, window=16, seed=0,
                  engine="auto", prefetch=4, rank=0, world_size=1, drop_last=False, dtype=np.float32,
                  permutation="auto", index=None, *, n_features=None, zero_based="auto", depth=None,
-                 direct=None):
+                 direct=None, verify=False):
         src = paths if index is None else index
         self.index = self._open_index(src)
         self._owns_index = self.index is not src  # opened here: released by close()
@@ -148,7 +150,8 @@ class Loader:
         self.engine_name = engine
         self.depth = depth
         self.direct = direct
-        self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype)
+        self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype,
+                                    verify=verify)
         self.n_features, self.zero_based = self._decoder.n_features, self._decoder.zero_based
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, BLOCK, permutation)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..build import labels_for_npy, npy_layout, raw_fixed_count
-from ..inputs import detect_format
+from ..inputs import resolve_format
 from ..errors import DataError, UsageError
-from ..index import FORMATS, VARIABLE_FORMATS
+from ..index import VARIABLE_FORMATS
 
 _SAMPLE = 1 << 20  # bytes of the first text input that estimate the mean record size
 
@@ -95,19 +95,8 @@ class Dataset:
 
 def detect(files, format: str, record_size) -> str:
     """The format of ``files`` (str): ``format`` itself, ``fixed`` with a ``record_size``, else the
-    one format all files are found to have."""
-    if format not in ("auto",) + FORMATS:
-        raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
-    if record_size is not None and format == "auto":
-        format = "fixed"
-    if format != "auto":
-        return format
-    found = {p: detect_format(p) for p in files}
-    kinds = set(found.values())
-    if len(kinds) > 1:
-        detail = ", ".join(f"{os.path.basename(p)}: {k}" for p, k in list(found.items())[:4])
-        raise DataError(f"inputs of one shuffle must share a format; found {detail}")
-    return kinds.pop()
+    one format all files are found to have (:func:`lirs.inputs.resolve_format`)."""
+    return resolve_format(files, format, record_size)[0]
 
 
 def open_dataset(files, format: str = "auto", record_size=None, header_size: int = 0) -> Dataset:
