@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from .errors import DataError
-from .inputs import file_chunks
+from .inputs import read_chunks
 from .kernels import tfrecord as K
 
 __all__ = ["masked_crc32c", "crc32c", "encode", "TFRecordScanner", "payloads", "OVERHEAD", "HEADER"]
@@ -58,12 +58,12 @@ def encode(records) -> np.ndarray:
 def problem(status: int, err, offset: int, size: int | None = None) -> str:
     """What is wrong with the record at byte ``offset`` (one clause, for a DataError)."""
     if status == K.BAD_LENGTH_CRC:
-        return (f"length CRC mismatch: stored masked CRC-32C 0x{int(err[0]):08x}, computed 0x{int(err[1]):08x} "
-                f"over the 8 length bytes (length field reads {int(err[2])}); expected a record header "
-                "(not a TFRecord file, corrupt, or trailing garbage after the last record)")
+        return (f"length CRC mismatch: expected the stored masked CRC-32C 0x{int(err[0]):08x}, computed "
+                f"0x{int(err[1]):08x} over the 8 length bytes (length field reads {int(err[2])}); a record "
+                "header should start here (not a TFRecord file, corrupt, or trailing garbage after the last record)")
     if status == K.BAD_DATA_CRC:
-        return (f"payload CRC mismatch: stored masked CRC-32C 0x{int(err[0]):08x}, computed 0x{int(err[1]):08x} "
-                f"over the {int(err[2])}-byte payload (corrupt data)")
+        return (f"payload CRC mismatch: expected the stored masked CRC-32C 0x{int(err[0]):08x}, computed "
+                f"0x{int(err[1]):08x} over the {int(err[2])}-byte payload (corrupt data)")
     if status == K.BAD_SPAN:
         if int(err[2]) < 0:
             return f"the indexed span holds {int(err[3])} bytes, fewer than a record's 16 framing bytes"
@@ -89,13 +89,17 @@ def record_error(path: str, record: int, offset: int, status: int, err, size: in
 
 class TFRecordScanner:
     """Scan state of one TFRecord dataset (files one after another): record offsets stream into
-    ``writer`` (a sidecar writer's ``append``); ``n`` counts records. ``verify``: check payload CRCs
+    ``writer`` (a sidecar writer's ``append``) or go to ``sink``; ``n`` counts records. ``verify``: check payload CRCs
     too (the length CRCs are always checked: the framing depends on them). The interface is the
     one :func:`lirs.build._build_variable` drives (``labels_file``, ``pool`` unused: no labels, and
     the hardware CRC outruns the disk on one core)."""
 
-    def __init__(self, fmt: str, writer, labels_file, chunk_bytes: int, bar, pool, *, verify: bool = True):
+    def __init__(self, fmt: str, writer, labels_file, chunk_bytes: int, bar, pool, *, verify: bool = True,
+                 sink=None):
         self.w = writer
+        # sink(buf, base, starts, end): the records found in buf (file offsets ``starts`` int64 (k,),
+        # the last one ending at file offset ``end``), while buf is valid; default: offsets to ``writer``
+        self.sink = sink
         self.chunk_bytes = max(int(chunk_bytes), 1)
         self.bar = bar
         self.verify = bool(verify)
@@ -113,7 +117,10 @@ class TFRecordScanner:
         while True:
             k, pos, status = K.walk(K.TABLE, K.HW, self.verify, buf, pos, hi, base, self._starts, 0, self._err)
             if k:
-                self.w.append(self._starts[:k])
+                if self.sink is None:
+                    self.w.append(self._starts[:k])
+                else:
+                    self.sink(buf, base, self._starts[:k], base + pos)
                 self.n += k
             if status == K.OK or status == K.NEED:
                 return pos
@@ -134,10 +141,14 @@ class TFRecordScanner:
         size = os.path.getsize(path)
         if size == 0:
             raise DataError(f"{path}: empty file (0 bytes); nothing to index")
+        return self.scan_range(path, 0, size), -1, size
+
+    def scan_range(self, path: str, start: int, size: int) -> int:
+        """Scan the records of bytes [start, size) of ``path``; returns their count."""
         n0 = self.n
         pending: list = []     # pieces of a record that continues into the next chunk
         have = pend_base = 0
-        for buf, nb, base in file_chunks(path, self.chunk_bytes):
+        for buf, nb, base in read_chunks(path, start, size, self.chunk_bytes):
             lo = 0
             while pending and lo < nb:
                 need = self._need(pending)
@@ -161,7 +172,7 @@ class TFRecordScanner:
             k, pos, status = K.walk(K.TABLE, K.HW, self.verify, joined, 0, have, pend_base, self._starts,
                                     0, self._err)
             raise record_error(path, self.n - n0, pend_base, status, self._err, size)
-        return self.n - n0, -1, size
+        return self.n - n0
 
 
 # --------------------------------------------------------------------------- reading

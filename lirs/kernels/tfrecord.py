@@ -23,6 +23,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from .external import BIG, DONE, FLUSH, draw_pile
 from .libsvm import _load_u64
 
 memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, types.uintp))
@@ -277,3 +278,34 @@ def gather_records(src, offs, i, i_end, out, pos):
 def record_length(buf, p):
     """Bytes of the record at buf[p] (header + payload + footer), from its length field."""
     return _length(buf, p) + OVERHEAD
+
+
+@njit(cache=True, nogil=True)
+def scatter_records(buf, starts, i, k, base, end, key, counter, m, piles, w, wmax, slots, fill, counts, nbytes):
+    """Deal records ``i .. k-1`` of buf (uint8) to ``m`` pile buffers, as
+    :func:`lirs.kernels.external.scatter_lines` deals lines (same ``piles``/``slots``/``fill``/
+    ``counts``/``nbytes`` and pile draws). Record j spans buf[starts[j] - base : starts[j+1] - base]
+    (int64 file offsets; the last one ends at file offset ``end``).
+
+    Returns (i, counter, status, pile): ``DONE``; ``FLUSH`` (pile ``pile`` must be emptied before
+    record ``i`` fits); ``BIG`` (record ``i`` is longer than ``wmax``: the caller streams it to
+    ``pile`` and advances ``counter``).
+    """
+    ptr = np.int64(buf.ctypes.data)
+    pb = np.int64(piles.ctypes.data)
+    while i < k:
+        s = starts[i] - base
+        e = (starts[i + 1] if i + 1 < k else end) - base
+        ln = e - s
+        p = draw_pile(key, counter, m)
+        if ln > wmax:
+            return i, counter, BIG, p
+        if fill[p] + ln > w:
+            return i, counter, FLUSH, p
+        memcpy(pb + slots[p] * w + fill[p], ptr + s, ln)
+        fill[p] += ln
+        counts[p] += 1
+        nbytes[p] += ln
+        counter += 1
+        i += 1
+    return i, counter, DONE, -1
