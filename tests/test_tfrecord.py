@@ -132,7 +132,8 @@ def test_encode_is_the_spec_writer():
 
 @pytest.mark.parametrize("chunk", [1, 13, 4096, 16 << 20])
 def test_index_offsets_any_chunk_size(tmp_path, chunk):
-    recs = make_records(120, seed=3, big=9000)
+    # one-byte chunks: every record is assembled from pieces (a small file keeps it quick)
+    recs = [r[:40] for r in make_records(12, seed=3)] if chunk == 1 else make_records(120, seed=3, big=9000)
     write(tmp_path / "d.tfrecord", recs)
     idx = build_index(tmp_path / "d.tfrecord", progress=False, chunk_bytes=chunk)
     sizes = np.array([len(r) + 16 for r in recs])
