@@ -75,7 +75,8 @@ def problem(status: int, err, offset: int, size: int | None = None) -> str:
         if need == HEADER:
             return (f"truncated record header: expected {HEADER} header bytes{have} "
                     "(truncated file, or trailing garbage after the last record)")
-        return f"truncated record: its length field promises {need} bytes (16 + payload){have}"
+        return (f"truncated record: expected {need} bytes up to byte {offset + need} (16 + the length field's "
+                f"{int(err[2])}){have}")
     raise AssertionError(f"unknown TFRecord status {status}")
 
 
