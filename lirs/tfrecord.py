@@ -197,5 +197,10 @@ def payloads(buf, starts, ends, *, verify: bool = False, source: str = "", file_
         rec = int(record_ids[j]) if record_ids is not None else j
         off = int(file_offsets[j]) if file_offsets is not None else int(starts[j])
         raise record_error(source or "<buffer>", rec, off, int(err[4]), err)
-    mv = memoryview(buf)
-    return [mv[s + HEADER:e - 4].tobytes() for s, e in zip(starts.tolist(), ends.tolist())]
+    if not starts.size:
+        return []
+    # one copy of the spans' bytes, then slices of it: several times faster than a memoryview
+    # slice's tobytes() per record
+    lo, hi = int(starts.min()), int(ends.max())
+    whole = buf[lo:hi].tobytes()
+    return [whole[s:e] for s, e in zip((starts + (HEADER - lo)).tolist(), (ends - (4 + lo)).tolist())]
