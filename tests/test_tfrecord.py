@@ -342,3 +342,19 @@ def test_error_messages_name_the_record_within_its_file():
     msg = str(record_error("f.tfrecord", 3, 99, K.BAD_LENGTH_CRC, err))
     assert re.match(r"f\.tfrecord: record 3 at byte 99: length CRC mismatch: expected the stored masked "
                     r"CRC-32C 0x00001234, computed 0x00005678", msg)
+
+
+def test_torch_dataset_yields_payloads(tmp_path):
+    pytest.importorskip("torch")
+    from lirs.torch import LirsIterableDataset
+
+    recs = make_records(90, seed=12)
+    write(tmp_path / "d.tfrecord", recs)
+    build_index(tmp_path / "d.tfrecord", progress=False)
+    ds = LirsIterableDataset(tmp_path / "d.tfrecord", 16, granularity="window", group_bytes=8192, window=2,
+                             verify=True)
+    got = {}
+    for batch in ds:
+        assert batch["y"] is None and isinstance(batch["X"], list)
+        got.update(zip(batch["ids"].tolist(), batch["X"]))
+    assert got == dict(enumerate(recs))
