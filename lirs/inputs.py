@@ -61,12 +61,20 @@ def expand_paths(paths) -> list[str]:
     return out
 
 
+def _head(path: str) -> bytes:
+    """The first 64 KiB of ``path`` (what detection looks at)."""
+    with open(path, "rb") as f:
+        return f.read(1 << 16)
+
+
 def compressed(path: str, head: bytes = b"") -> str | None:
     """The compression of ``path`` (its extension, e.g. ``".gz"``) from its name or its first bytes
     ``head``; None when it looks uncompressed."""
     ext = os.path.splitext(path)[1].lower()
     if ext in _COMPRESSED_EXT:
         return ext
+    if _tfrecord_head(head):  # a first record's length may begin with 1f 8b: its CRC tells them apart
+        return None
     for magic, kind in _COMPRESSED_MAGIC:
         if head.startswith(magic):
             return kind
@@ -100,8 +108,7 @@ def format_reason(path: str) -> tuple[str, str]:
 
     Raises DataError for an empty or compressed file, or binary data that is no known format."""
     ext = os.path.splitext(path)[1].lower()
-    with open(path, "rb") as f:
-        head = f.read(1 << 16)
+    head = _head(path)
     kind = compressed(path, head)
     if kind is not None:
         raise refuse_compressed(path, kind)
@@ -142,6 +149,12 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
     if format not in ("auto",) + FORMATS:
         raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
     if format != "auto":
+        # an explicit text or TFRecord format still refuses a compressed file (raw fixed records
+        # may begin with any bytes)
+        for p in files if format in ("libsvm", "lines", "tfrecord") else ():
+            kind = compressed(p, _head(p))
+            if kind is not None:
+                raise refuse_compressed(p, kind)
         return format, f"--format {format}"
     if record_size is not None:
         return "fixed", f"--record-size {record_size}"

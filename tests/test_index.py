@@ -476,6 +476,25 @@ def test_compressed_input_is_refused_with_a_hint(tmp_path, name, pack, kind, hin
     assert rc == 1 and err.count("\n") == 1 and want in err and "NUL byte" not in err, err
 
 
+def test_compressed_input_is_refused_with_an_explicit_text_format(tmp_path):
+    p = tmp_path / "data.svm"
+    p.write_bytes(_gz(_SVM))
+    for fmt in ("libsvm", "lines", "tfrecord"):
+        with pytest.raises(DataError, match=r"compressed input \(gzip\) is not supported"):
+            lirs.build_index(str(p), format=fmt, progress=False)
+    # raw fixed records may begin with any bytes
+    assert lirs.build_index(str(p), record_size=1, progress=False).n == p.stat().st_size
+
+
+def test_tfrecord_whose_first_length_looks_like_gzip_magic_is_not_compressed(tmp_path):
+    from lirs.tfrecord import encode
+
+    p = tmp_path / "data.bin"
+    p.write_bytes(encode([bytes(0x8B1F), b"x"]).tobytes())  # length field begins 1f 8b
+    assert p.read_bytes()[:2] == b"\x1f\x8b"
+    assert lirs.build_index(str(p), progress=False).format == "tfrecord"
+
+
 def test_shuffle_refuses_compressed_input(tmp_path):
     from lirs.external.api import shuffle
 
