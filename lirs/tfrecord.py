@@ -90,10 +90,12 @@ def record_error(path: str, record: int, offset: int, status: int, err, size: in
 
 class TFRecordScanner:
     """Scan state of one TFRecord dataset (files one after another): record offsets stream into
-    ``writer`` (a sidecar writer's ``append``) or go to ``sink``; ``n`` counts records. ``verify``: check payload CRCs
-    too (the length CRCs are always checked: the framing depends on them). The interface is the
-    one :func:`lirs.build._build_variable` drives (``labels_file``, ``pool`` unused: no labels, and
-    the hardware CRC outruns the disk on one core)."""
+    ``writer`` (a sidecar writer's ``append``) or go to ``sink``; ``n`` counts records.
+
+    ``verify``: check payload CRCs too (the length CRCs are always checked: the framing depends on
+    them). The interface is the one :func:`lirs.build._build_variable` drives (``labels_file`` and
+    ``pool`` unused: no labels, and the CRC outruns the disk on one core). A record longer than a
+    chunk is assembled from its pieces (memory: about its size)."""
 
     def __init__(self, fmt: str, writer, labels_file, chunk_bytes: int, bar, pool, *, verify: bool = True,
                  sink=None):
@@ -131,7 +133,8 @@ class TFRecordScanner:
     def _need(self, pending) -> int:
         """Bytes the record begun in ``pending`` (list of uint8 pieces) needs: 12 while its header is
         incomplete, else 16 + its length (a bad length CRC shows as needing only the header)."""
-        head = np.concatenate(pending)[:HEADER] if len(pending) > 1 else pending[0][:HEADER]
+        # the header lies in the first 12 bytes: never join a long record's pieces to read it
+        head = np.concatenate([p[:HEADER] for p in pending[:HEADER]])[:HEADER]
         if head.size < HEADER:
             return HEADER
         k, _, status = K.walk(K.TABLE, K.HW, False, head, 0, HEADER, 0, self._starts[:0], 0, self._err)
