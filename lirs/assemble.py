@@ -2,7 +2,8 @@
 
 A read step (:class:`lirs.plan.ReadStep`) is a set of extents read into one aligned buffer and the
 records they hold. :class:`StepDecoder` turns that buffer into the step's rows: a CSR matrix for
-LIBSVM, an ndarray for ``npy``/``fixed``, a list of ``bytes`` for ``lines``; :func:`rows` and
+LIBSVM, an ndarray for ``npy``/``fixed``, a list of ``bytes`` for ``lines`` and ``tfrecord`` (the
+payloads, framing and CRCs checked); :func:`rows` and
 :func:`stack` cut and join steps into batches without copying CSR arrays when one step feeds one
 batch. The decoders themselves (:mod:`lirs.decode`) know buffers, not files or plans.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .decode import _csr, decode_fixed, decode_libsvm, decode_lines, resolve_libsvm_params
+from .decode import _csr, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from .errors import DataError
 
 
@@ -19,12 +20,14 @@ class StepDecoder:
     """Decodes the read steps of one index with fixed options (thread-safe: no mutable state).
 
     ``n_features``/``zero_based``: LIBSVM options (None/"auto": by sklearn's rule from the index);
-    ``dtype``: numpy dtype of LIBSVM values (``npy``/``fixed`` keep the file's dtype).
+    ``dtype``: numpy dtype of LIBSVM values (``npy``/``fixed`` keep the file's dtype); ``verify``:
+    check the payload CRC of every TFRecord record read (the length CRC is always checked).
     """
 
-    def __init__(self, index, *, n_features=None, zero_based="auto", dtype=np.float32):
+    def __init__(self, index, *, n_features=None, zero_based="auto", dtype=np.float32, verify=False):
         self.index = index
         self.dtype = np.dtype(dtype)
+        self.verify = bool(verify)
         if index.format == "libsvm":
             self.n_features, self.zero_based = resolve_libsvm_params(index, zero_based, n_features)
         else:
@@ -48,25 +51,36 @@ class StepDecoder:
         if fmt in ("npy", "fixed"):
             return (decode_fixed(buf, starts, self.index.record_dtype, self.index.record_shape),
                     self.index.labels_of(ids))
+        if fmt == "tfrecord":
+            # errors name the record within its file, as the index scan does
+            files = np.asarray(step.ext_file)[rext]
+            local = ids - np.asarray(self.index.file_starts, np.int64)[files]
+            return self._by_file(decode_tfrecord, step, buf, local, rext, rpos, starts, starts + rlen,
+                                 verify=self.verify), None
         return decode_lines(buf, starts, starts + rlen), self.index.labels_of(ids)
 
     def _libsvm(self, step, buf, ids, rext, rpos, starts, ends):
+        return self._by_file(decode_libsvm, step, buf, ids, rext, rpos, starts, ends, n_features=self.n_features,
+                             zero_based=self.zero_based, dtype=self.dtype)
+
+    def _by_file(self, decode, step, buf, ids, rext, rpos, starts, ends, **opts):
+        """``decode(buf, starts, ends, source=, file_offsets=, record_ids=, **opts)`` of a step whose
+        errors name the file of the bad record."""
         idx = self.index
         file_offsets = np.asarray(step.ext_offset, np.int64)[rext] + rpos
         files = np.asarray(step.ext_file)[rext]
         one = idx.nfiles == 1 or (files == files[0]).all()
         source = idx.paths[int(files[0])] if len(files) and one else ""
-        opts = dict(n_features=self.n_features, zero_based=self.zero_based, dtype=self.dtype)
         try:
-            return decode_libsvm(buf, starts, ends, source=source, file_offsets=file_offsets, record_ids=ids, **opts)
+            return decode(buf, starts, ends, source=source, file_offsets=file_offsets, record_ids=ids, **opts)
         except DataError:
             if one:
                 raise
             # name the right file: decode the records of each file on its own to find the culprit
             for f in np.unique(files):
                 m = files == f
-                decode_libsvm(buf, starts[m], ends[m], source=idx.paths[int(f)], file_offsets=file_offsets[m],
-                              record_ids=ids[m], **opts)
+                decode(buf, starts[m], ends[m], source=idx.paths[int(f)], file_offsets=file_offsets[m],
+                       record_ids=ids[m], **opts)
             raise
 
     def empty(self):

@@ -19,9 +19,10 @@ import numpy as np
 from .svmlight import TokenError, line_number, line_tokens, parse_tokens
 from .cores import usable_cores
 from .errors import DataError, UsageError
-from .inputs import detect_format, expand_paths, file_chunks
-from .index import FORMATS, VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
+from .inputs import expand_paths, file_chunks, resolve_format
+from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .sidecar import SidecarWriter, fingerprint, sidecar_path
+from .tfrecord import TFRecordScanner
 from .kernels import scan as K
 
 log = logging.getLogger("lirs.index")
@@ -235,7 +236,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
         with tqdm(total=total, unit="B", unit_scale=True, desc="lirs index",
                   disable=(None if progress is None else not progress), leave=False) as bar, \
                 ThreadPoolExecutor(_CORES) as pool:
-            sc = VarScanner(fmt, w, lab_tmp, chunk_bytes, bar, pool)
+            sc = (TFRecordScanner if fmt == "tfrecord" else VarScanner)(fmt, w, lab_tmp, chunk_bytes, bar, pool)
             w.begin("offsets", np.int64)
             file_starts = [0]
             data_ends, headers = [], []
@@ -417,17 +418,8 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
           chunk_bytes=16 << 20) -> Index:
     """Index ``paths`` and write the sidecar atomically; return the opened :class:`Index`."""
     files = expand_paths(paths)
-    if format not in ("auto",) + FORMATS:
-        raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
-    if record_size is not None and format == "auto":
-        format = "fixed"
-    if format == "auto":
-        found = {p: detect_format(p) for p in files}
-        kinds = set(found.values())
-        if len(kinds) > 1:
-            detail = ", ".join(f"{os.path.basename(p)}: {k}" for p, k in list(found.items())[:4])
-            raise DataError(f"files of one dataset must share a format; found {detail}")
-        format = kinds.pop()
+    format, why = resolve_format(files, format, record_size)
+    log.info("format: %s (%s)", format, why)
     if out is None:
         if isinstance(paths, (str, os.PathLike)):
             out = sidecar_path(paths)

@@ -6,7 +6,9 @@
 * :func:`load_svmlight` — a whole file, as ``load_svmlight_file`` would load it.
 * :func:`resolve_libsvm_params` — ``n_features`` and ``zero_based`` of an indexed dataset, by
   sklearn's rule, from the index's feature-index range.
-* :func:`decode_fixed` — fixed-size records -> ndarray; :func:`decode_lines` — records -> bytes.
+* :func:`decode_fixed` — fixed-size records -> ndarray; :func:`decode_lines` — records -> bytes;
+  :func:`decode_tfrecord` — whole TFRecord records -> their payloads (bytes), CRCs checked
+  (:mod:`lirs.tfrecord`).
 
 The hot path is two numba passes (``lirs.kernels.libsvm``) that release the GIL. Records or
 tokens the kernels cannot finish exactly (rare: underscores in numbers, ``inf``/``nan``, more than
@@ -27,9 +29,10 @@ import scipy.sparse as sp
 from .errors import DataError, UsageError
 from .kernels import libsvm as K
 from .svmlight import Where, WhereLine, parse_record
+from .tfrecord import payloads as decode_tfrecord
 
-__all__ = ["decode_libsvm", "decode_fixed", "decode_lines", "load_svmlight", "resolve_libsvm_params",
-           "NO_QID"]
+__all__ = ["decode_libsvm", "decode_fixed", "decode_lines", "decode_tfrecord", "load_svmlight",
+           "resolve_libsvm_params", "NO_QID"]
 
 #: ``qid`` given to records without a ``qid:`` token by :func:`decode_libsvm` (``query_id=True``).
 NO_QID = np.iinfo(np.int64).min

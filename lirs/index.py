@@ -2,12 +2,13 @@
 
 An :class:`Index` maps global record IDs ``0 .. n-1`` to byte spans in one or more data files:
 
-* variable-length formats (``libsvm``, ``lines``): one sequential, chunked scan stores the start
+* variable-length formats (``libsvm``, ``lines``, ``tfrecord``): one sequential, chunked scan stores the start
   offset of every record, compactly (:class:`OffsetTable`: a uint32 offset from the smallest start
   of its block of 1024 records, plus one int64 per block: about 4 B/record). Record ``i`` spans
   ``[offsets[i], offsets[i+1])`` in its
   file, or ``[offsets[i], data_ends[f])`` for the last record of file ``f``. A LIBSVM span may carry
-  trailing comment or blank lines; decoders skip them exactly as sklearn does.
+  trailing comment or blank lines; decoders skip them exactly as sklearn does. A TFRecord span is
+  the whole record: its 12-byte header, the payload and the 4-byte payload CRC.
 * fixed-size formats (``npy``, ``fixed``): nothing is scanned; record ``i`` of file ``f`` starts at
   ``header_sizes[f] + (i - file_starts[f]) * record_size`` (the paper's arithmetic case).
 
@@ -24,6 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .offsets import OffsetTable
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, fingerprint_diff, offsets_of, read_arrays,
@@ -31,8 +33,6 @@ from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, fingerprint_di
 
 log = logging.getLogger("lirs.index")
 
-FORMATS = ("libsvm", "lines", "npy", "fixed")
-VARIABLE_FORMATS = ("libsvm", "lines")
 
 
 # --------------------------------------------------------------------------- the Index
@@ -45,7 +45,7 @@ class Index:
     Attributes
     ----------
     format : str
-        ``"libsvm"``, ``"lines"``, ``"npy"`` or ``"fixed"``.
+        ``"libsvm"``, ``"lines"``, ``"tfrecord"``, ``"npy"`` or ``"fixed"``.
     paths : tuple of str
         Absolute paths of the data files, in record-ID order.
     n : int

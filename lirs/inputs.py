@@ -8,13 +8,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .errors import DataError
+from .constants import FORMATS
+from .errors import DataError, UsageError
 
 _EXT_FORMAT = {
     ".svm": "libsvm", ".libsvm": "libsvm", ".svmlight": "libsvm", ".scale": "libsvm", ".t": "libsvm",
     ".jsonl": "lines", ".ndjson": "lines", ".json": "lines", ".csv": "lines", ".tsv": "lines",
-    ".npy": "npy",
+    ".npy": "npy", ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord",
 }
+# compressed files: extension -> the command that decompresses one; magic bytes -> its name
+_COMPRESSED_EXT = {".gz": ("gzip", "gunzip"), ".bz2": ("bzip2", "bunzip2"), ".xz": ("xz", "unxz"),
+                   ".zst": ("zstd", "unzstd"), ".zip": ("zip", "unzip"), ".lz4": ("lz4", "unlz4")}
+_COMPRESSED_MAGIC = ((b"\x1f\x8b", ".gz"), (b"\xfd7zXZ\x00", ".xz"), (b"\x28\xb5\x2f\xfd", ".zst"),
+                     (b"PK\x03\x04", ".zip"), (b"\x04\x22\x4d\x18", ".lz4"))
+_BZIP2 = re.compile(rb"^BZh[1-9]1AY&SY")
 _LIBSVM_LINE = re.compile(rb"^\s*[-+]?[0-9.eEinfa]+(\s+qid:\S+)?(\s+[-+]?\d+:\S+)*\s*(#.*)?$")
 
 
@@ -55,25 +62,108 @@ def expand_paths(paths) -> list[str]:
     return out
 
 
-def detect_format(path: str) -> str:
-    """Guess a file's format from its extension, else from its first lines."""
-    ext = os.path.splitext(path)[1].lower()
-    if ext in _EXT_FORMAT:
-        return _EXT_FORMAT[ext]
+def _head(path: str) -> bytes:
+    """The first 64 KiB of ``path`` (what detection looks at)."""
     with open(path, "rb") as f:
-        head = f.read(1 << 16)
+        return f.read(1 << 16)
+
+
+def compressed(path: str, head: bytes = b"") -> str | None:
+    """The compression of ``path`` (its extension, e.g. ``".gz"``) from its name or its first bytes
+    ``head``; None when it looks uncompressed."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext in _COMPRESSED_EXT:
+        return ext
+    if _tfrecord_head(head):  # a first record's length may begin with 1f 8b: its CRC tells them apart
+        return None
+    for magic, kind in _COMPRESSED_MAGIC:
+        if head.startswith(magic):
+            return kind
+    return ".bz2" if _BZIP2.match(head) else None
+
+
+def refuse_compressed(path: str, kind: str) -> DataError:
+    """The error for a compressed input: lirs reads records at their offsets in the file itself."""
+    name, tool = _COMPRESSED_EXT[kind]
+    base = os.path.basename(path)
+    if base.lower().endswith(kind) and kind != ".zip":
+        hint = f"{tool} {base}"
+    else:  # a name the tool would not recognize: write the bytes out under a new name
+        hint = f"unzip -p {base} > DATA" if kind == ".zip" else f"{tool} -c {base} > DATA"
+    return DataError(f"{path}: compressed input ({name}) is not supported; decompress first (e.g. {hint}): "
+                     "lirs reads records at their byte offsets in the file")
+
+
+def _tfrecord_head(head: bytes) -> bool:
+    """The first 12 bytes are a TFRecord header (length + its masked CRC-32C)."""
+    from .kernels import tfrecord as K  # numba loads only when a file needs it
+
+    if len(head) < K.OVERHEAD:
+        return False
+    a = np.frombuffer(head[:8], np.uint8)
+    return int(K.masked_crc(K.TABLE, K.HW, a, 0, 8)) == int.from_bytes(head[8:12], "little")
+
+
+def format_reason(path: str) -> tuple[str, str]:
+    """``(format, why)`` of one file: from its extension, else from its first bytes.
+
+    Raises DataError for an empty or compressed file, or binary data that is no known format."""
+    ext = os.path.splitext(path)[1].lower()
+    head = _head(path)
+    kind = compressed(path, head)
+    if kind is not None:
+        raise refuse_compressed(path, kind)
+    if ext in _EXT_FORMAT:
+        fmt = _EXT_FORMAT[ext]
+        why = f"from the {ext} extension"
+        if fmt == "lines":
+            what = "CSV" if ext in (".csv", ".tsv") else "JSON"
+            why += f"; {what} is not parsed: records are delivered as raw lines (bytes)"
+        return fmt, why
     if head.startswith(b"\x93NUMPY"):
-        return "npy"
+        return "npy", "NumPy magic bytes at byte 0"
     if not head:
         raise DataError(f"{path}: empty file (0 bytes); nothing to index")
+    if _tfrecord_head(head):
+        return "tfrecord", "the first 12 bytes are a TFRecord header (length and its CRC-32C check out)"
     nul = head.find(b"\0")
     if nul >= 0:
         raise DataError(f"{path}: byte {nul}: NUL byte in what should be text; for binary records use "
-                        "--format fixed --record-size N")
+                        "--format fixed --record-size N (or --format tfrecord, npy)")
     lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip() and not ln.lstrip().startswith(b"#")][:20]
     if lines and all(_LIBSVM_LINE.match(ln) for ln in lines):
-        return "libsvm"
-    return "lines"
+        return "libsvm", f"the first {len(lines)} data lines read as LIBSVM (label index:value ...)"
+    return "lines", "the first lines are not LIBSVM; records are delivered as raw lines (bytes)"
+
+
+def detect_format(path: str) -> str:
+    """Guess a file's format from its extension, else from its first bytes (see :func:`format_reason`)."""
+    return format_reason(path)[0]
+
+
+def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, str]:
+    """``(format, why)`` of the dataset ``files``: ``format`` itself (with a reason naming the
+    option), ``fixed`` with a ``record_size``, else the one format every file is found to have.
+    Raises UsageError for an unknown format, DataError when the files disagree."""
+    if format not in ("auto",) + FORMATS:
+        raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
+    if format != "auto":
+        # an explicit text or TFRecord format still refuses a compressed file (raw fixed records
+        # may begin with any bytes)
+        for p in files if format in ("libsvm", "lines", "tfrecord") else ():
+            kind = compressed(p, _head(p))
+            if kind is not None:
+                raise refuse_compressed(p, kind)
+        return format, f"--format {format}"
+    if record_size is not None:
+        return "fixed", f"--record-size {record_size}"
+    found = {p: format_reason(p) for p in files}
+    kinds = {k for k, _ in found.values()}
+    if len(kinds) > 1:
+        detail = ", ".join(f"{os.path.basename(p)}: {k}" for p, (k, _) in list(found.items())[:4])
+        raise DataError(f"files of one dataset must share a format; found {detail}")
+    fmt, why = next(iter(found.values()))
+    return fmt, why if len(files) == 1 else f"{why} (first of {len(files)} files; all agree)"
 
 
 # --------------------------------------------------------------------------- chunked reading

@@ -155,12 +155,14 @@ class Loader:
     transform : callable or None
         ``transform(batch: Batch) -> anything``, run on the pool right after decoding; the
         iterators then yield its results (see the module docstring for the GIL and errors).
+    verify : bool
+        TFRecord: check each record's payload CRC-32C as it is read (the length CRC always is).
     """
 
     def __init__(self, paths, batch_size, granularity="group", group_bytes=65536, window=None, seed=0,
                  engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1, drop_last=False, dtype=np.float32,
                  permutation="auto", index=None, *, n_features=None, zero_based="auto", depth=None,
-                 direct=None, transform=None):
+                 direct=None, transform=None, verify=False):
         src = paths if index is None else index
         self.index = self._open_index(src)
         self._owns_index = self.index is not src  # opened here: released by close()
@@ -190,7 +192,8 @@ class Loader:
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
         self.transform = transform
-        self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype)
+        self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype,
+                                    verify=verify)
         self.n_features, self.zero_based = self._decoder.n_features, self._decoder.zero_based
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, BLOCK, permutation)

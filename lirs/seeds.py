@@ -57,6 +57,7 @@ PEER_BMF_DEAL = 0xBE03    # order of a BMF block's records in the peer loader
 
 GEN_BASE = 0x6E00         # lirs gen: GEN_BASE + 16 * profile number + use (16 uses per profile)
 GEN_SPAN = 16 * 16        # the purposes GEN_BASE .. GEN_BASE + GEN_SPAN - 1 belong to lirs gen
+GEN_TFRECORD = 0x6F01     # lirs.eval.tfrecords: payload sizes and bytes of a random TFRecord file
 
 
 def seq(seed: int, epoch: int, purpose: int, spawn_key: tuple = ()) -> np.random.SeedSequence:

@@ -12,7 +12,9 @@ fails when the committed doc no longer matches the behaviour.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
+import lzma
 import os
 import re
 from pathlib import Path
@@ -24,6 +26,7 @@ from sklearn.datasets import load_svmlight_file
 from lirs.build import build_index
 from lirs.cli import main
 from lirs.decode import decode_libsvm, load_svmlight, resolve_libsvm_params
+from lirs.tfrecord import encode
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bad-input.md"
 
@@ -125,6 +128,14 @@ def _npy(arr, fortran=False):
     return buf.getvalue()
 
 
+def _tfr(flip=None):
+    """Two TFRecord records (payloads of 20 and 30 bytes), byte ``flip`` of the second one inverted."""
+    data = bytearray(encode([bytes(range(20)), bytes(range(30))]))
+    if flip is not None:
+        data[36 + flip] ^= 0xFF
+    return bytes(data)
+
+
 OTHER = [
     ("npy truncated data", "x.npy", _npy(np.arange(12, dtype=np.float32).reshape(4, 3))[:-5], []),
     ("npy bad header", "x.npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': ??}   \n", []),
@@ -134,6 +145,14 @@ OTHER = [
     ("fixed size not a multiple", "x.bin", b"\x00" * 10, ["--record-size", "4"]),
     ("fixed empty after header", "x.bin", b"\x00" * 8, ["--record-size", "4", "--header-size", "8"]),
     ("lines empty file", "x.jsonl", b"", []),
+    ("tfrecord bad length CRC", "x.tfrecord", _tfr(flip=9), []),
+    ("tfrecord bad payload CRC", "x.tfrecord", _tfr(flip=40), []),
+    ("tfrecord truncated record", "x.tfrecord", _tfr()[:-3], []),
+    ("tfrecord truncated header", "x.tfrecord", _tfr() + _tfr()[:5], []),
+    ("tfrecord trailing garbage", "x.tfrecord", _tfr() + b"garbage at the end\n", []),
+    ("gzip-compressed LIBSVM", "x.svm.gz", gzip.compress(b"1 1:1\n"), []),
+    ("gzip bytes under a .svm name", "x.svm", gzip.compress(b"1 1:1\n"), []),
+    ("xz-compressed lines", "x.jsonl.xz", lzma.compress(b"{}\n"), []),
 ]
 
 

@@ -1,6 +1,7 @@
 """Index building: offsets against a plain-Python reference, sidecar format, staleness, atomicity."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -392,3 +393,112 @@ def test_index_accepts_exactly_what_sklearn_accepts(tmp_path, data, chunk):
             lirs.build_index(str(p), progress=False, chunk_bytes=chunk)
         line, byte = map(int, re.search(r"line (\d+), byte (\d+)", str(ei.value)).groups())
         assert line == data[:byte].count(b"\n") + 1
+
+
+# --------------------------------------------------------------------------- format detection messages
+
+
+def _cli_index(*args):
+    r = subprocess.run([sys.executable, "-m", "lirs.cli", "index", "--quiet", *args], capture_output=True,
+                       text=True)
+    return r.returncode, r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("name,content,extra,line", [
+    ("d.csv", b"a,b\n1,2\n", [], "format: lines (from the .csv extension; CSV is not parsed: records are "
+                                  "delivered as raw lines (bytes))"),
+    ("d.jsonl", b'{"a": 1}\n', [], "format: lines (from the .jsonl extension; JSON is not parsed"),
+    ("d.svm", b"1 1:1\n", [], "format: libsvm (from the .svm extension)"),
+    ("d.txt", b"1 1:1\n# c\n-1 2:3\n", [], "format: libsvm (the first 2 data lines read as LIBSVM"),
+    ("d.txt", b"hello world\n", [], "format: lines (the first lines are not LIBSVM; records are delivered "
+                                    "as raw lines (bytes))"),
+    ("d.txt", b"1 1:1\n", ["--format", "lines"], "format: lines (--format lines)"),
+    ("d.bin", b"\x00" * 8, ["--record-size", "4"], "format: fixed (--record-size 4)"),
+])
+def test_index_says_which_format_and_why(tmp_path, name, content, extra, line):
+    p = tmp_path / name
+    p.write_bytes(content)
+    rc, out, err = _cli_index(*extra, str(p))
+    assert rc == 0, err
+    first = out.splitlines()[0]
+    assert first.startswith(line), out
+    rc, out, err = _cli_index("--json", *extra, str(p))  # JSON on stdout: the reason is a field
+    s = json.loads(out)
+    assert rc == 0 and first == f"format: {s['format']} ({s['format_reason']})"
+
+
+def _gz(b):
+    import gzip
+    return gzip.compress(b)
+
+
+def _bz2(b):
+    import bz2
+    return bz2.compress(b)
+
+
+def _xz(b):
+    import lzma
+    return lzma.compress(b)
+
+
+def _zip(b):
+    import io
+    import zipfile
+    f = io.BytesIO()
+    with zipfile.ZipFile(f, "w") as z:
+        z.writestr("d.svm", b)
+    return f.getvalue()
+
+
+_SVM = b"1 1:1 3:0.5\n-1 2:2\n" * 50
+
+
+@pytest.mark.parametrize("name,pack,kind,hint", [
+    ("data.svm.gz", _gz, "gzip", "gunzip data.svm.gz"),
+    ("data.svm.bz2", _bz2, "bzip2", "bunzip2 data.svm.bz2"),
+    ("data.svm.xz", _xz, "xz", "unxz data.svm.xz"),
+    ("data.svm.zst", lambda b: b"\x28\xb5\x2f\xfd" + b, "zstd", "unzstd data.svm.zst"),
+    ("data.zip", _zip, "zip", "unzip -p data.zip > DATA"),
+    ("data.svm", _gz, "gzip", "gunzip -c data.svm > DATA"),        # the magic bytes, whatever the name
+    ("data.jsonl", _bz2, "bzip2", "bunzip2 -c data.jsonl > DATA"),
+    ("data", _xz, "xz", "unxz -c data > DATA"),
+    ("data.txt", lambda b: b"\x28\xb5\x2f\xfd" + b, "zstd", "unzstd -c data.txt > DATA"),
+])
+def test_compressed_input_is_refused_with_a_hint(tmp_path, name, pack, kind, hint):
+    p = tmp_path / name
+    p.write_bytes(pack(_SVM))
+    want = f"{p}: compressed input ({kind}) is not supported; decompress first (e.g. {hint})"
+    with pytest.raises(DataError) as e:
+        lirs.build_index(str(p), progress=False)
+    assert str(e.value).startswith(want), str(e.value)
+    rc, out, err = _cli_index(str(p))
+    assert rc == 1 and err.count("\n") == 1 and want in err and "NUL byte" not in err, err
+
+
+def test_compressed_input_is_refused_with_an_explicit_text_format(tmp_path):
+    p = tmp_path / "data.svm"
+    p.write_bytes(_gz(_SVM))
+    for fmt in ("libsvm", "lines", "tfrecord"):
+        with pytest.raises(DataError, match=r"compressed input \(gzip\) is not supported"):
+            lirs.build_index(str(p), format=fmt, progress=False)
+    # raw fixed records may begin with any bytes
+    assert lirs.build_index(str(p), record_size=1, progress=False).n == p.stat().st_size
+
+
+def test_tfrecord_whose_first_length_looks_like_gzip_magic_is_not_compressed(tmp_path):
+    from lirs.tfrecord import encode
+
+    p = tmp_path / "data.bin"
+    p.write_bytes(encode([bytes(0x8B1F), b"x"]).tobytes())  # length field begins 1f 8b
+    assert p.read_bytes()[:2] == b"\x1f\x8b"
+    assert lirs.build_index(str(p), progress=False).format == "tfrecord"
+
+
+def test_shuffle_refuses_compressed_input(tmp_path):
+    from lirs.external.api import shuffle
+
+    p = tmp_path / "data.svm.gz"
+    p.write_bytes(_gz(_SVM))
+    with pytest.raises(DataError, match="compressed input"):
+        shuffle(str(p), str(tmp_path / "o.svm"), progress=False)

@@ -15,7 +15,7 @@ def add_parser(sub):
         description="Scan a dataset once and write its sidecar index: record offsets (text formats), "
                     "or header/record size/count (fixed formats), labels, and a fingerprint of the data.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="data file(s) or a directory (one logical dataset)")
-    p.add_argument("--format", default="auto", choices=["auto", "libsvm", "lines", "npy", "fixed"])
+    p.add_argument("--format", default="auto", choices=["auto", "libsvm", "lines", "tfrecord", "npy", "fixed"])
     p.add_argument("--record-size", type=int, default=None, help="bytes per record (raw fixed format)")
     p.add_argument("--header-size", type=int, default=0, help="bytes to skip at the start of each raw fixed file")
     p.add_argument("-o", "--out", default=None, help="sidecar path (default PATH.lirs; required for several files)")
@@ -30,6 +30,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     from ..build import build_index
+    from ..inputs import expand_paths, resolve_format
     from .info import summarize, print_summary
 
     if args.record_size is not None and args.record_size <= 0:
@@ -38,10 +39,16 @@ def run(args) -> int:
     if args.check:
         return _check(args)
     t0 = time.perf_counter()
-    idx = build_index(paths, format=args.format, record_size=args.record_size, header_size=args.header_size,
+    # say which format will be read and why before the scan: a .csv read as raw lines, say, is
+    # better known before it takes minutes
+    fmt, why = resolve_format(expand_paths(paths), args.format, args.record_size)
+    if not args.json:
+        print(f"format: {fmt} ({why})", flush=True)
+    idx = build_index(paths, format=fmt, record_size=args.record_size, header_size=args.header_size,
                       out=args.out, progress=False if args.quiet else None, chunk_bytes=parse_size(args.chunk))
     secs = time.perf_counter() - t0
     s = summarize(idx)
+    s["format_reason"] = why
     s["seconds"] = round(secs, 3)
     s["scan_bytes_per_s"] = round(s["bytes"] / secs) if secs > 0 else None
     if args.json:

@@ -25,7 +25,7 @@ def add_parser(sub):
     p.add_argument("--seed", type=int, default=0, help="same input, seed and --memory: same output (default 0)")
     p.add_argument("--index", action="store_true",
                    help="also write OUT.lirs (one per shard), as `lirs index OUT` would")
-    p.add_argument("--format", default="auto", choices=["auto", "libsvm", "lines", "npy", "fixed"])
+    p.add_argument("--format", default="auto", choices=["auto", "libsvm", "lines", "tfrecord", "npy", "fixed"])
     p.add_argument("--record-size", type=int, default=None, metavar="N", help="bytes per record (raw fixed format)")
     p.add_argument("--header-size", type=int, default=0, metavar="H",
                    help="bytes to skip at the start of each raw fixed input (not copied)")

@@ -1,6 +1,7 @@
 """Inputs of `lirs shuffle`: the format, each file's record range, the record layout; .npy headers.
 
-Text formats (``libsvm``, ``lines``) have records of any length, framed by newlines; fixed formats
+Text formats (``libsvm``, ``lines``) have records of any length, framed by newlines; ``tfrecord``
+records frame themselves (length, CRCs) and go to piles and outputs whole; fixed formats
 (``npy``, ``fixed``) have records of ``record_size`` bytes after a header, and in piles every record
 is followed by its label bytes (``.npy`` labels in ``INPUT.labels.npy``).
 """
@@ -14,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..build import labels_for_npy, npy_layout, raw_fixed_count
-from ..inputs import detect_format
+from ..inputs import resolve_format
 from ..errors import DataError, UsageError
-from ..index import FORMATS, VARIABLE_FORMATS
+from ..index import VARIABLE_FORMATS
 
 _SAMPLE = 1 << 20  # bytes of the first text input that estimate the mean record size
 
@@ -50,6 +51,12 @@ class Dataset:
 
     @property
     def text(self) -> bool:
+        """Records framed by newlines (``libsvm``, ``lines``)."""
+        return self.fmt in VARIABLE_FORMATS and self.fmt != "tfrecord"
+
+    @property
+    def variable(self) -> bool:
+        """Records of any length (text and ``tfrecord``): no record size, no labels."""
         return self.fmt in VARIABLE_FORMATS
 
     @property
@@ -60,7 +67,7 @@ class Dataset:
     @property
     def rr(self) -> int:
         """Bytes per record in a pile: the record and its labels (0 for text)."""
-        return 0 if self.text else self.rs + self.ls
+        return 0 if self.variable else self.rs + self.ls
 
     @property
     def in_bytes(self) -> int:
@@ -70,50 +77,54 @@ class Dataset:
     @property
     def pile_bytes(self) -> int:
         """Bytes the piles hold: text may gain a newline per input; fixed records carry labels."""
-        if self.text:
-            return self.in_bytes + len(self.srcs)
+        if self.variable:
+            return self.in_bytes + (len(self.srcs) if self.text else 0)
         return sum(s.n for s in self.srcs) * self.rr
 
     @property
     def out_bytes(self) -> int:
         """About the bytes of the output: records, labels, newlines or headers."""
         labels = sum(s.n for s in self.srcs) * self.ls
-        return self.in_bytes + labels + (len(self.srcs) if self.text else 1 << 16)
+        extra = len(self.srcs) if self.text else 0 if self.variable else 1 << 16
+        return self.in_bytes + labels + extra
 
     def mean_record(self) -> float:
         """Bytes per pile record: exact for fixed formats, from the first MiB of text."""
-        if not self.text:
+        if not self.variable:
             return float(self.rr)
         s = self.srcs[0]
         with open(s.path, "rb") as f:
             head = f.read(_SAMPLE)
+        if not self.text:
+            return _mean_tfrecord(head)
         lines = head.count(b"\n")
         if lines == 0:  # the whole sample is part of one line
             return float(max(len(head), min(s.end, _SAMPLE)))
         return len(head) / lines
 
 
+def _mean_tfrecord(head: bytes) -> float:
+    """Mean bytes of the TFRecord records that start in ``head`` (framing included), from their
+    length fields; the first record's size when it does not fit ``head``."""
+    pos = count = 0
+    while pos + 8 <= len(head):
+        pos += int.from_bytes(head[pos:pos + 8], "little") + 16
+        count += 1
+        if pos > len(head):
+            break
+    return pos / max(count, 1)
+
+
 def detect(files, format: str, record_size) -> str:
     """The format of ``files`` (str): ``format`` itself, ``fixed`` with a ``record_size``, else the
-    one format all files are found to have."""
-    if format not in ("auto",) + FORMATS:
-        raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
-    if record_size is not None and format == "auto":
-        format = "fixed"
-    if format != "auto":
-        return format
-    found = {p: detect_format(p) for p in files}
-    kinds = set(found.values())
-    if len(kinds) > 1:
-        detail = ", ".join(f"{os.path.basename(p)}: {k}" for p, k in list(found.items())[:4])
-        raise DataError(f"inputs of one shuffle must share a format; found {detail}")
-    return kinds.pop()
+    one format all files are found to have (:func:`lirs.inputs.resolve_format`)."""
+    return resolve_format(files, format, record_size)[0]
 
 
 def open_dataset(files, format: str = "auto", record_size=None, header_size: int = 0) -> Dataset:
     """Detect the format of ``files`` and read every file's record range and layout."""
     ds = Dataset(detect(files, format, record_size), list(files))
-    if ds.text:
+    if ds.variable:
         for p in files:
             size = os.path.getsize(p)
             if size == 0:

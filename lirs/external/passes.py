@@ -22,6 +22,7 @@ from ..constants import BLOCK
 from ..errors import LirsError, UsageError
 from ..kernels import external as K
 from ..kernels import plan as KP
+from ..kernels import tfrecord as KT
 from ..units import format_bytes
 from .disk import alloc, read_all, round_up
 from .formats import Dataset, Source
@@ -51,7 +52,7 @@ def pass1(ds: Dataset, plan: MemoryPlan, pile_dir: str, seed: int, *, direct: bo
             dealer = Dealer(ds.fmt, piles, seeds.key(seed, 0, seeds.SHUFFLE_PILES), plan.chunk,
                             skip_blank=(ds.fmt == "libsvm"), rs=ds.rs, ls=ds.ls,
                             validate=plan.validate_piece if check else 0,
-                            max_record=max_line(plan, index) if ds.text else None,
+                            max_record=max_line(plan, index and ds.text) if ds.variable else None,
                             bar=bar, memory=plan.memory, pool=pool)
             for s in ds.srcs:
                 dealer.deal(s)
@@ -101,9 +102,11 @@ class Pass2:
         name = "p" + ".".join(str(x) for x in path)
         sub = Piles(self.pile_dir, name, m, w, self.direct)
         try:
-            # a pile holds whole lines (blank ones dropped already), or records with their labels
+            # a pile holds whole lines (blank ones dropped already), whole TFRecord records, or
+            # records with their labels
             key = seeds.key(self.seed, 0, seeds.SHUFFLE_PILES, spawn_key=path)
-            d = Dealer(self.fmt if self.rr else "lines", sub, key, self.plan.chunk, rs=self.rr, ls=0)
+            fmt = self.fmt if self.rr or self.fmt == "tfrecord" else "lines"
+            d = Dealer(fmt, sub, key, self.plan.chunk, rs=self.rr, ls=0)
             d.deal(Source(piles.paths[j], 0, int(piles.nbytes[j])))
             sub.finish()
         except BaseException:
@@ -124,6 +127,10 @@ class Pass2:
         offs = np.empty(r, np.int64)
         if self.rr:
             np.multiply(np.arange(r, dtype=np.int64), self.rr, out=offs)
+        elif self.fmt == "tfrecord":
+            k = KT.record_starts(buf, nb, offs)
+            if k != r:
+                raise LirsError(f"{piles.paths[j]}: pile holds {k} records, expected {r}")
         else:
             k = K.line_starts(buf, nb, offs)
             if k != r:

@@ -19,6 +19,8 @@ from ..errors import UsageError
 from ..index import VARIABLE_FORMATS
 from ..kernels import external as K
 from ..kernels import scan as KS
+from ..kernels import tfrecord as KT
+from ..tfrecord import TFRecordScanner
 from ..units import format_bytes
 from .disk import alloc, create, pwrite_all, round_up
 from .formats import Source
@@ -276,9 +278,39 @@ class Dealer:
             P.flush(p)
         self._progress(nb)
 
+    # ---- tfrecord -----------------------------------------------------------------------
+    def deal_tfrecord(self, src: Source) -> None:
+        """Deal whole TFRecord records (framing and both CRCs checked on the way: a corrupt input
+        stops the shuffle with the file, record and byte)."""
+        sc = TFRecordScanner("tfrecord", None, None, self.chunk, self.bar, None,
+                             sink=lambda buf, base, starts, end: self._records(src.path, buf, base, starts, end))
+        sc.scan_range(src.path, src.start, src.end)
+
+    def _records(self, path, buf, base, starts, end):
+        P = self.piles
+        i, k = 0, starts.shape[0]
+        while i < k:
+            i, self.counter, status, p = KT.scatter_records(
+                buf, starts, i, k, base, end, self.key, self.counter, P.m, P.buf, P.w, P.wmax, P.slots,
+                P.fill, P.counts, P.nbytes)
+            if status == K.DONE:
+                return
+            if status == K.FLUSH:
+                P.flush(p)
+                continue
+            s, e = int(starts[i]), int(starts[i + 1]) if i + 1 < k else end
+            if self.max_record and e - s > self.max_record:
+                raise UsageError(f"{path}: the record at byte {s} has {format_bytes(e - s)}, more than --memory "
+                                 f"{format_bytes(self.memory)} can shuffle; raise --memory")
+            P.write_big(p, buf[s - base:e - base], False)
+            self.counter += 1
+            i += 1
+
     def deal(self, src: Source) -> None:
         """Deal every record of ``src`` to the piles (their writes may still be in flight)."""
-        if self.fmt in VARIABLE_FORMATS:
+        if self.fmt == "tfrecord":
+            self.deal_tfrecord(src)
+        elif self.fmt in VARIABLE_FORMATS:
             self.deal_text(src)
         else:
             self.deal_fixed(src)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..constants import BLOCK
 from ..kernels import external as K
+from ..kernels import tfrecord as KT
 from .disk import alloc, create, pwrite_all, round_up, write_all
 from .formats import Dataset, npy_header
 from .indexer import TextIndexer
@@ -216,6 +217,8 @@ class Output:
             buf = w.bufs[w.cur]
             if self.text:
                 i2, w.pos = K.gather_lines(src, offs, i, i_end, buf, w.pos)
+            elif self.ds.fmt == "tfrecord":
+                i2, w.pos = KT.gather_records(src, offs, i, i_end, buf, w.pos)
             else:
                 i2, w.pos, w.lpos = K.gather_fixed(src, offs, i, i_end, self.rs, self.ls, buf, w.pos,
                                                    w.lbufs[w.cur], w.lpos)
@@ -224,8 +227,11 @@ class Output:
                     w.flush()  # room for the next record
                     continue
                 s = int(offs[i])
-                nl = K.find_newline(src, s, src.shape[0])
-                w.long_line(src, s, src.shape[0] if nl < 0 else nl + 1)
+                if self.ds.fmt == "tfrecord":
+                    w.long_line(src, s, s + int(KT.record_length(src, s)))
+                else:
+                    nl = K.find_newline(src, s, src.shape[0])
+                    w.long_line(src, s, src.shape[0] if nl < 0 else nl + 1)
                 i2 = i + 1
             self.left -= i2 - i
             self.records += i2 - i
