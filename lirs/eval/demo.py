@@ -167,12 +167,14 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
 
 def _timeline(r: dict, target) -> None:
     """Seconds since the method began after each epoch (pre-processing first), when it first
-    reached ``target`` (None: never), and its mean bytes read per epoch."""
+    reached ``target`` (None: never), and its mean bytes read and seconds per epoch."""
     pre = r.get("pre_s") or 0.0
     r["elapsed_s"] = (pre + np.cumsum([p["epoch_s"] for p in r["per_epoch"]])).tolist()
     hit = r.get("epochs_to_target")
     r["reached_s"] = None if target is None or hit is None else r["elapsed_s"][hit - 1]
     r["mean_bytes_read"] = float(np.mean([p["bytes_read"] for p in r["per_epoch"]]))
+    # compare_svm sets it only when some baseline sets a target
+    r.setdefault("mean_epoch_s", float(np.mean([p["epoch_s"] for p in r["per_epoch"]])))
 
 
 # (key, what, unit, value of a method's record; None = not reached, ranks last)

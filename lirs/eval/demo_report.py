@@ -3,6 +3,8 @@ objective per epoch, the seconds spent (pre-processing included), a summary, the
 and a two-panel plot. Every figure comes from that dict (and so from the demo's JSON)."""
 from __future__ import annotations
 
+import os
+
 from ..units import format_bytes
 from .demo import explain
 
@@ -102,9 +104,7 @@ def report_lines(res: dict) -> list:
 
 
 def plot(res: dict, png: str) -> bool:
-    """Two panels, (a) objective per epoch and (b) objective against seconds since the method
-    began (pre-processing included), (f - f*)/f* on a log scale. Returns False without
-    matplotlib."""
+    """Write :func:`figure` to ``png``. Returns False without matplotlib."""
     try:
         import matplotlib
 
@@ -112,6 +112,17 @@ def plot(res: dict, png: str) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
+    fig = figure(res)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def figure(res: dict):
+    """Two panels, (a) objective per epoch and (b) objective against seconds since the method
+    began (pre-processing included), (f - f*)/f* on a log scale: a matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     floor = 1e-9  # a method may end below f* (an upper bound of the optimum): keep it on the log axis
     for m, r in res["methods"].items():
@@ -122,13 +133,11 @@ def plot(res: dict, png: str) -> bool:
                    label=m, markevery=list(range(1, len(ys) + 1)))
     a.set_xlabel("epoch")
     b.set_xlabel("seconds since the method began (pre-processing included)")
-    for ax, t in ((a, "(a) objective per epoch"), (b, "(b) objective vs seconds")):
+    for ax, t in ((a, "(a) objective per epoch"), (b, "(b) objective vs seconds, pre-processing included")):
         ax.set_ylabel("(f - f*) / f*")
         ax.set_title(t, fontsize=10, loc="left")
         ax.grid(True, which="both", alpha=0.3)
     a.legend(fontsize=8)
-    fig.suptitle(f"lirs demo: linear SVM on {res['n']:,} label-sorted records", fontsize=10)
+    fig.suptitle(f"lirs demo: linear SVM on {os.path.basename(res['data'])} ({res['n']:,} records)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return True
+    return fig
