@@ -627,6 +627,48 @@ def test_cli(tmp_path, capsys, monkeypatch):
     assert "not enough free disk space" in capsys.readouterr().err
 
 
+def _cli_shuffle(capsys, *args) -> dict:
+    """`lirs shuffle ... --json` in this process: its statistics."""
+    assert cli_main(["shuffle", *map(str, args), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_options_that_do_not_choose_the_order_leave_the_bytes_alone(tmp_path, capsys):
+    """Same input, --seed and --memory: `lirs shuffle` writes the same records in the same order
+    with or without --index, --shards (the parts concatenate to it), --tmpdir, --format, --quiet."""
+    (tmp_path / "in.svm").write_bytes(libsvm_bytes(60_000, seed=8, comments=True))
+    (tmp_path / "piles").mkdir()
+    base = ["--memory", "2M", "--seed", "5"]
+    ref = _cli_shuffle(capsys, tmp_path / "in.svm", "-o", tmp_path / "ref.svm", *base, "--quiet")
+    assert ref["piles"] > 2  # several piles, so the order depends on the pile draws
+    want = open(ref["outputs"][0], "rb").read()
+    variants = {"index": ["--index"], "index-quiet": ["--index", "--quiet"],
+                "tmpdir": ["--tmpdir", tmp_path / "piles", "--index"], "format": ["--format", "libsvm"],
+                "shards": ["--shards", "3"], "shards-index": ["--shards", "3", "--index"]}
+    for name, extra in variants.items():
+        out = tmp_path / (name if "--shards" in extra else f"{name}.svm")
+        st = _cli_shuffle(capsys, tmp_path / "in.svm", "-o", out, *base, *extra)
+        got = b"".join(open(p, "rb").read() for p in st["outputs"])
+        assert (st["piles"], st["splits"]) == (ref["piles"], ref["splits"]), name
+        assert got == want, f"{name}: other bytes than without {extra}"
+        assert ("sidecars" in st) == ("--index" in extra)
+    assert lirs.open_index(tmp_path / "index.svm").n == ref["records"]
+
+
+def test_npy_rows_and_labels_do_not_depend_on_index_or_shards(tmp_path):
+    make_npy(tmp_path / "x.npy", 30_000, seed=2, shape=(8,))
+    got = {}
+    for name, kw in {"plain": {}, "index": {"index": True}, "shards": {"shards": 2, "index": True}}.items():
+        st = E.shuffle(tmp_path / "x.npy", tmp_path / name, memory="2M", seed=6, progress=False, **kw)
+        got[name] = (st["piles"], np.concatenate([np.load(p) for p in st["outputs"]]),
+                     np.concatenate([np.load(p) for p in st["labels"]]))
+    assert got["plain"][0] > 1
+    for name in ("index", "shards"):
+        assert got[name][0] == got["plain"][0]
+        np.testing.assert_array_equal(got[name][1], got["plain"][1])
+        np.testing.assert_array_equal(got[name][2], got["plain"][2])
+
+
 @pytest.mark.slow
 def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path):
     """A real SIGINT during pass 1: exit status 130, no output, no piles. (Pass 1 is slowed down

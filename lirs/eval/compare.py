@@ -51,7 +51,8 @@ def _check_single_libsvm(index):
 def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buffer", "sequential"), *,
                 epochs: int = 5, batch_size: int = 1024, C: float = 1.0, loss: str = "squared_hinge",
                 seed: int = 0, bmf_blocks_n: int = 40, bmf_passes: int = 3, buffer_records: int = 10_000,
-                group_bytes: int = DEFAULT_GROUP_BYTES, window=DEFAULT_WINDOW, prefetch: int = 4, engine: str = "auto",
+                group_bytes: int | None = DEFAULT_GROUP_BYTES, window=DEFAULT_WINDOW, prefetch: int = 4,
+                engine: str = "auto",
                 workdir: str | None = None, f_star: float | None = None, reference_epochs: int = 200,
                 reference_tol: float = 1e-3, data=None, index_s: float | None = None, progress=None,
                 log_fn=None, epoch_budget_s: float | None = None) -> dict:
@@ -132,8 +133,10 @@ def _run_lirs(run: _Run, rec, svm, gran, index_s, group_bytes, window, nf, zb):
     index, n = run.index, run.index.n
     rec["pre_s"] = index_s
     rec["pre_what"] = "lirs index (scan once)"
-    with Loader(index, run.batch_size, granularity=gran, group_bytes=group_bytes, window=window, seed=run.seed,
-                engine=run.engine, prefetch=run.prefetch, n_features=nf, zero_based=zb) as ld:
+    # None: the Loader's own default (what a user who does not set it gets)
+    shape = {k: v for k, v in (("group_bytes", group_bytes), ("window", window)) if v is not None}
+    with Loader(index, run.batch_size, granularity=gran, seed=run.seed, engine=run.engine, prefetch=run.prefetch,
+                n_features=nf, zero_based=zb, **shape) as ld:
         for e in range(run.epochs):
             ld.stats.reset()
             t = time.perf_counter()
@@ -155,15 +158,20 @@ def _run_lirs(run: _Run, rec, svm, gran, index_s, group_bytes, window, nf, zb):
         last_plan = ld.plan(run.epochs - 1)
         plan_bytes = last_plan.nbytes
         in_flight = steps_in_flight(last_plan, run.prefetch)
-        groups = ld.window
+        window_bytes = _window_bytes(ld)
+        rec["loader"] = {"granularity": gran, "group_bytes": int(ld.group_bytes), "window": int(ld.window)}
     idx_bytes = index.index_bytes()  # compact offsets + label codes
     # a window is read once and feeds several batches: it is the unit held in memory
-    step = run.batch_size * run.mean_rec if gran != "window" else max(run.batch_size * run.mean_rec,
-                                                                     groups * group_bytes)
+    step = run.batch_size * run.mean_rec if gran != "window" else max(run.batch_size * run.mean_rec, window_bytes)
     rec["memory_bytes"] = int(idx_bytes + plan_bytes + in_flight * step *
                               (rec["per_epoch"][-1]["amplification"] or 1.0))
     rec["memory_what"] = (f"index ({idx_bytes / n:.1f} B/record) + plan ({plan_bytes / n:.2f} B/record) "
                           f"+ {in_flight} read steps in flight")
+
+
+def _window_bytes(ld) -> int:
+    """Bytes one window of ``ld`` reads: its groups times the group size."""
+    return int(ld.window) * int(ld.group_bytes)
 
 
 def _run_bmf(run: _Run, rec, svm, blocks, passes, workdir):

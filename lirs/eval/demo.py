@@ -1,0 +1,222 @@
+"""The story `lirs demo` tells: one linear SVM trained on a label-sorted file under lirs and under
+the usual alternatives, each reading the file with its own I/O pattern, compared per epoch and
+against the seconds spent, pre-processing included.
+
+:func:`run_demo` does the work and returns a JSON-able dict; :mod:`lirs.eval.demo_report` turns it
+into tables, a verdict and a plot. The training and the baselines are those of
+:func:`lirs.eval.compare.compare_svm` (BMF and the shuffle buffer draw their orders from
+:mod:`lirs.eval.reference`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from ..errors import LirsError, UsageError
+from ..units import parse_size
+
+# compare/train load scipy, numba kernels and the Loader: imported where used, so that building the
+# `lirs` command line (which reads METHODS and DEFAULT_SIZE) stays light
+
+METHODS = ("lirs-instance", "lirs-window", "bmf", "shuffle_buffer", "sequential")
+# 30 MB (~85,000 records) keeps the demo near half a minute with warm kernels on 2 cores, and about
+# a minute when numba compiles them first (a fresh install)
+DEFAULT_SIZE = "30MB"
+BMF_BLOCKS = 40
+BMF_PASSES = 3
+BUFFER_RECORDS = 10_000
+WARMUP_RECORDS = 600  # enough for a few batches of every method: every kernel compiles before timing
+
+
+def default_out() -> str:
+    """Where the demo writes when not told: ``$XDG_CACHE_HOME/lirs/demo`` (``~/.cache/lirs/demo``),
+    else ``$TMPDIR/lirs-demo``; never the current directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):  # no home directory: expanduser left "~" as it was
+        return os.path.join(tempfile.gettempdir(), "lirs-demo")
+    return os.path.join(base, "lirs", "demo")
+
+
+def explain(method: str, res: dict) -> str:
+    """One line saying what ``method`` does, with the settings of this run."""
+    lo = res["methods"].get(method, {}).get("loader") or {}
+    win = (f"{lo['window']} random {lo['group_bytes'] // 1024} KiB groups"
+           if lo else "a few random groups")
+    s = res["settings"]
+    return {
+        "lirs-instance": "a fresh uniform permutation of all records every epoch, one small direct read per "
+                         "record",
+        "lirs-window": f"a fresh permutation every epoch, read {win} at a time (the Loader's default window), "
+                       "their records dealt at random over the next batches",
+        "bmf": f"block minimization (LIBLINEAR cdblock): the file rewritten once into {s['bmf_blocks']} random "
+               f"blocks; each epoch reads the blocks in a fresh order and trains each whole block "
+               f"({s['bmf_passes']} passes)",
+        "shuffle_buffer": f"the file read in order through a buffer of {s['buffer_records']:,} records; each "
+                          "step emits a random record of the buffer (tf.data's shuffle)",
+        "sequential": "the file read front to back every epoch, no shuffling",
+    }.get(method, method)
+
+
+def sample(out: str, size: str, seed: int, say) -> tuple[str, dict]:
+    """The label-sorted kdd-like sample of ``size`` in ``out`` (generated once, then reused).
+    Returns (path, {"generated": bool, "generate_s": float, "records": int or None})."""
+    nbytes = parse_size(size)
+    path = os.path.join(out, f"kdd-sorted-{size}-s{seed}.svm")
+    if os.path.exists(path):
+        say(f"data: reusing {path}")
+        return path, {"generated": False, "generate_s": 0.0, "records": None}
+    from .gen import generate
+
+    say(f"data: generating {size} of label-sorted kdd-like LIBSVM (all -1 labels, then all +1) -> {path}")
+    r = generate("kdd", path, size=nbytes, order="sorted", seed=seed, progress=False)
+    say(f"  {r['records']:,} records in {r['seconds']:.1f} s")
+    return path, {"generated": True, "generate_s": float(r["seconds"]), "records": int(r["records"])}
+
+
+def ensure_index(path: str, say):
+    """The index of ``path``: reused when its sidecar is there and current, else built (one
+    sequential scan). Returns (Index, seconds spent indexing now, reused)."""
+    import lirs
+
+    if os.path.exists(path + ".lirs"):
+        try:
+            index = lirs.open_index(path)
+            say(f"index: reusing {path}.lirs (0 s to index: an earlier run built it)")
+            return index, 0.0, True
+        except (LirsError, OSError) as e:  # stale or unreadable: build it again
+            say(f"index: rebuilding ({e})")
+    t = time.perf_counter()
+    index = lirs.build_index(path, progress=False)
+    s = time.perf_counter() - t
+    say(f"index: {index.n:,} records scanned once in {s:.2f} s -> {path}.lirs")
+    return index, s, False
+
+
+def warm_up(out: str, seed: int, engine: str) -> float:
+    """Run every method for one epoch on a tiny sample, so that no method's timing includes
+    numba compiling (or loading from its cache) the kernels it uses. Returns the seconds taken."""
+    import lirs
+    from .compare import compare_svm
+    from .gen import generate
+
+    t = time.perf_counter()
+    path = os.path.join(out, f"warmup-{WARMUP_RECORDS}-s{seed}.svm")
+    if not os.path.exists(path):
+        generate("kdd", path, records=WARMUP_RECORDS, order="sorted", seed=seed, progress=False)
+    index = lirs.build_index(path, progress=False)
+    compare_svm(index, METHODS, epochs=1, batch_size=128, seed=seed, workdir=out, reference_epochs=2,
+                engine=engine, bmf_blocks_n=4, buffer_records=200, window=None, group_bytes=None)
+    return time.perf_counter() - t
+
+
+def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEFAULT_SIZE, epochs: int = 5,
+             batch_size: int = 1024, C: float = 1.0, seed: int = 0, methods=METHODS, engine: str = "auto",
+             reference_epochs: int = 20, say=print) -> dict:
+    """Generate (or take ``data``), index, warm the kernels, train every method, and return the
+    JSON-able result: :func:`compare_svm`'s dict plus ``settings``, ``data``, ``out``, ``index_s``,
+    ``index_reused``, ``warmup_s``, ``f0`` (objective of w = 0), and per method ``elapsed_s``
+    (seconds since the method began, pre-processing included, after each epoch), ``reached_s``,
+    ``mean_bytes_read`` and the ``verdict`` (:func:`verdict`)."""
+    from .compare import compare_svm, load_all
+    from .train import as_pm1, primal_objective, relative_difference
+
+    if epochs < 1 or batch_size < 1:
+        raise UsageError("--epochs and --batch-size must be >= 1")
+    methods = list(methods)
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise UsageError(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}")
+    out = os.path.abspath(out or default_out())
+    os.makedirs(out, exist_ok=True)
+    t_all = time.perf_counter()
+    if data:
+        path = os.path.abspath(data)
+        if not os.path.isfile(path):
+            raise UsageError(f"--data {data}: no such file")
+        say(f"data: {path}")
+        gen = {"generated": False, "generate_s": 0.0, "records": None}
+    else:
+        path, gen = sample(out, size, seed, say)
+    warm = warm_up(out, seed, engine)
+    say(f"kernels: ready in {warm:.1f} s (numba compiles them on first use and caches them; not counted below)")
+    index, index_s, reused = ensure_index(path, say)
+    if index.format != "libsvm":
+        raise UsageError(f"{path} is {index.format} data; the demo trains an SVM on LIBSVM text")
+    X, y = load_all(index, engine=engine)
+    y = as_pm1(y, path)
+    f0 = primal_objective(np.zeros(X.shape[1]), X, y, C)
+    say(f"training {len(methods)} methods x {epochs} epochs (linear SVM, batch {batch_size}, C={C:g})")
+    res = compare_svm(index, methods, epochs=epochs, batch_size=batch_size, C=C, seed=seed, workdir=out,
+                      reference_epochs=reference_epochs, reference_tol=1e-4, index_s=index_s, engine=engine,
+                      data=(X, y), bmf_blocks_n=BMF_BLOCKS, bmf_passes=BMF_PASSES, buffer_records=BUFFER_RECORDS,
+                      window=None, group_bytes=None, log_fn=lambda m: say("  " + m))
+    res.update(data=path, out=out, generated=gen, index_s=index_s, index_reused=reused, warmup_s=warm,
+               f0=float(f0), f0_rel_diff=float(relative_difference(f0, res["f_star"])), epochs=epochs,
+               settings={"bmf_blocks": BMF_BLOCKS, "bmf_passes": BMF_PASSES, "buffer_records": BUFFER_RECORDS,
+                         "reference_epochs": reference_epochs, "engine": engine})
+    for r in res["methods"].values():
+        _timeline(r, res.get("target_objective"))
+    res["verdict"] = verdict(res)
+    res["total_s"] = time.perf_counter() - t_all
+    return res
+
+
+def _timeline(r: dict, target) -> None:
+    """Seconds since the method began after each epoch (pre-processing first), when it first
+    reached ``target`` (None: never), and its mean bytes read and seconds per epoch."""
+    pre = r.get("pre_s") or 0.0
+    r["elapsed_s"] = (pre + np.cumsum([p["epoch_s"] for p in r["per_epoch"]])).tolist()
+    hit = r.get("epochs_to_target")
+    r["reached_s"] = None if target is None or hit is None else r["elapsed_s"][hit - 1]
+    r["mean_bytes_read"] = float(np.mean([p["bytes_read"] for p in r["per_epoch"]]))
+    # compare_svm sets it only when some baseline sets a target
+    r.setdefault("mean_epoch_s", float(np.mean([p["epoch_s"] for p in r["per_epoch"]])))
+
+
+# (key, what, unit, value of a method's record; None = not reached, ranks last)
+AXES = (
+    ("objective", "objective after the last epoch, (f-f*)/f*", "", lambda r: r["per_epoch"][-1]["rel_diff"]),
+    ("epochs_to_target", "epochs to reach the target objective", " epochs", lambda r: r.get("epochs_to_target")),
+    ("seconds_to_target", "seconds to reach the target, pre-processing included", " s",
+     lambda r: r.get("reached_s")),
+    ("epoch_s", "seconds per epoch", " s", lambda r: r["mean_epoch_s"]),
+    ("pre_s", "pre-processing seconds", " s", lambda r: r.get("pre_s") or 0.0),
+    ("memory", "memory held while training", " B", lambda r: r.get("memory_bytes")),
+    ("bytes_read", "bytes read per epoch", " B", lambda r: r["mean_bytes_read"]),
+)
+
+
+def _best(ms: dict, names, fn):
+    """(name, value) of the smallest value among ``names`` (None ranks last); (None, None) if empty."""
+    cand = [(m, fn(ms[m])) for m in names]
+    if not cand:
+        return None, None
+    return min(cand, key=lambda mv: math.inf if mv[1] is None else mv[1])
+
+
+def verdict(res: dict) -> list:
+    """Per axis of :data:`AXES`, lirs's best method against the best other method (smaller is
+    better on every axis): a list of dicts ``{"axis", "what", "lirs", "lirs_value", "other",
+    "other_value", "outcome" ("wins"|"ties"|"loses"), "other_reaches_target"}``. Axes that need a
+    target are left out when no baseline set one, and every axis when either side is absent."""
+    ms = res["methods"]
+    lirs_m = [m for m in ms if m.startswith("lirs-")]
+    other = [m for m in ms if not m.startswith("lirs-")]
+    out = []
+    for key, what, unit, fn in AXES:
+        if key in ("epochs_to_target", "seconds_to_target") and res.get("target_method") is None:
+            continue
+        lm, lv = _best(ms, lirs_m, fn)
+        om, ov = _best(ms, other, fn)
+        if lm is None or om is None:
+            continue
+        lk, ok = (math.inf if lv is None else lv), (math.inf if ov is None else ov)
+        outcome = "ties" if lk == ok else ("wins" if lk < ok else "loses")
+        out.append({"axis": key, "what": what, "unit": unit, "lirs": lm, "lirs_value": lv, "other": om,
+                    "other_value": ov, "outcome": outcome,
+                    "other_reaches_target": ms[om].get("epochs_to_target") is not None})
+    return out

@@ -1,0 +1,143 @@
+"""What `lirs demo` prints and draws from the dict of :func:`lirs.eval.demo.run_demo`: the
+objective per epoch, the seconds spent (pre-processing included), a summary, the verdict per axis,
+and a two-panel plot. Every figure comes from that dict (and so from the demo's JSON)."""
+from __future__ import annotations
+
+import os
+
+from ..units import format_bytes
+from .demo import explain
+
+
+def _grid(head: list, rows: list) -> list:
+    """Lines of a left-aligned text table."""
+    w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    return ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in [head] + rows]
+
+
+def value(v, unit: str) -> str:
+    """A verdict value in its unit; None reads "never" (a target not reached)."""
+    if v is None:
+        return "never"
+    if unit == " B":
+        return format_bytes(v)
+    if unit == " s":
+        return f"{v:.2f} s"
+    if unit == " epochs":
+        return f"{v} epoch" + ("s" if v != 1 else "")
+    return f"{v:.3g}"
+
+
+def explanations(res: dict) -> list:
+    """One line per method: what it does."""
+    w = max(len(m) for m in res["methods"])
+    return [f"  {m.ljust(w)}  {explain(m, res)}" for m in res["methods"]]
+
+
+def objective_table(res: dict) -> list:
+    """(a) (f - f*)/f* after each epoch, per method."""
+    ms = res["methods"]
+    head = ["method", "start"] + [f"ep {i + 1}" for i in range(res["epochs"])]
+    rows = [[m, f"{res['f0_rel_diff']:.3g}"] + [f"{p['rel_diff']:.3g}" for p in r["per_epoch"]]
+            for m, r in ms.items()]
+    return [f"(a) training objective per epoch, as (f - f*)/f* (0 = the optimum; f* = {res['f_star']:.6g}, "
+            f"from {res['reference_s']:.1f} s of in-memory training; start = untrained model)"] + _grid(head, rows)
+
+
+def time_table(res: dict) -> list:
+    """(b) seconds since each method began, pre-processing included, after each epoch."""
+    ms = res["methods"]
+    head = ["method", "pre-proc"] + [f"ep {i + 1}" for i in range(res["epochs"])]
+    rows = [[m, f"{r.get('pre_s') or 0.0:.2f}"] + [f"{t:.2f}" for t in r["elapsed_s"]] for m, r in ms.items()]
+    pre = "; ".join(f"{m}: {r['pre_what']}" for m, r in ms.items() if (r.get("pre_s") or 0) > 0)
+    if res.get("index_reused"):
+        pre = (pre + "; " if pre else "") + "lirs: index reused (0 s)"
+    return ["(b) seconds since the method began, pre-processing included, after each epoch"
+            + (f" (pre-processing: {pre})" if pre else "")] + _grid(head, rows)
+
+
+def summary_table(res: dict) -> list:
+    """Per method: epoch time, loading not hidden, bytes read, memory, target reached."""
+    ms = res["methods"]
+    head = ["method", "s/epoch", "wait s", "read/epoch", "ampl.", "memory", "to target"]
+    rows = []
+    for m, r in ms.items():
+        wait = sum(p["wait_s"] for p in r["per_epoch"]) / len(r["per_epoch"])
+        amp = r["mean_bytes_read"] / max(res["payload_bytes"], 1)
+        hit = r.get("epochs_to_target")
+        rows.append([m, f"{r['mean_epoch_s']:.2f}", f"{wait:.2f}", format_bytes(r["mean_bytes_read"]), f"{amp:.2f}x",
+                     format_bytes(r.get("memory_bytes")),
+                     "-" if res.get("target_method") is None else
+                     ("never" if hit is None else f"{hit} ep, {r['reached_s']:.2f} s")])
+    tgt = res.get("target_method")
+    note = (f"target: the best objective {tgt} reached in {res['epochs']} epochs, (f - f*)/f* = "
+            f"{res['target_rel_diff']:.3g}. " if tgt else "")
+    return _grid(head, rows) + [note + "wait: loading not hidden behind training. ampl.: bytes read / record "
+                                "bytes. memory: index, plan and read buffers (lirs), one block (BMF), the "
+                                "buffer's records (shuffle buffer)."]
+
+
+def verdict_lines(res: dict) -> list:
+    """The verdict per axis, and a closing line naming every axis lirs does not win."""
+    v = res["verdict"]
+    if not v:
+        return []
+    out = ["verdict: lirs's best method against the best other method, per axis (smaller is better):"]
+    w = max(len(x["what"]) for x in v)
+    for x in v:
+        tag = {"wins": "lirs wins ", "ties": "lirs ties ", "loses": "lirs loses"}[x["outcome"]]
+        note = ""
+        if x["outcome"] != "wins" and not x["other_reaches_target"] and res.get("target_method"):
+            note = f"  ({x['other']} never reaches the target)"
+        out.append(f"  {tag}  {x['what'].ljust(w)}  {x['lirs']} {value(x['lirs_value'], x['unit'])}"
+                   f" vs {x['other']} {value(x['other_value'], x['unit'])}{note}")
+    lost = [x["what"] for x in v if x["outcome"] != "wins"]
+    out.append("lirs does not win on: " + "; ".join(lost) + "." if lost else "lirs wins on every axis above.")
+    return out
+
+
+def report_lines(res: dict) -> list:
+    """Everything `lirs demo` prints after training, in order."""
+    lines = ["", "what each method does:"] + explanations(res) + [""]
+    lines += objective_table(res) + [""] + time_table(res) + [""] + summary_table(res) + [""]
+    return lines + verdict_lines(res)
+
+
+def plot(res: dict, png: str) -> bool:
+    """Write :func:`figure` to ``png``. Returns False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig = figure(res)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def figure(res: dict):
+    """Two panels, (a) objective per epoch and (b) objective against seconds since the method
+    began (pre-processing included), (f - f*)/f* on a log scale: a matplotlib Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    floor = 1e-9  # a method may end below f* (an upper bound of the optimum): keep it on the log axis
+    for m, r in res["methods"].items():
+        ys = [max(res["f0_rel_diff"], floor)] + [max(p["rel_diff"], floor) for p in r["per_epoch"]]
+        line, = a.semilogy(range(len(ys)), ys, marker="o", ms=3, label=m)
+        pre = r.get("pre_s") or 0.0
+        b.semilogy([0.0, pre] + list(r["elapsed_s"]), [ys[0]] + ys, marker="o", ms=3, color=line.get_color(),
+                   label=m, markevery=list(range(1, len(ys) + 1)))
+    a.set_xlabel("epoch")
+    b.set_xlabel("seconds since the method began (pre-processing included)")
+    for ax, t in ((a, "(a) objective per epoch"), (b, "(b) objective vs seconds, pre-processing included")):
+        ax.set_ylabel("(f - f*) / f*")
+        ax.set_title(t, fontsize=10, loc="left")
+        ax.grid(True, which="both", alpha=0.3)
+    a.legend(fontsize=8)
+    fig.suptitle(f"lirs demo: linear SVM on {os.path.basename(res['data'])} ({res['n']:,} records)", fontsize=10)
+    fig.tight_layout()
+    return fig
