@@ -34,7 +34,7 @@ def add_parser(sub):
     p.add_argument("--seed", type=int, default=0, metavar="S")
     p.add_argument("--memory", default="5%", metavar="SIZE[,SIZE...]",
                    help="memory budget M of the buffer/block/shard strategies and of the lirs window "
-                        "(max(1, M // group bytes) groups): bytes (64M, 1G) or a share of the data (5%%, the "
+                        "(the groups M spans, rounded up): bytes (64M, 1G) or a share of the data (5%%, the "
                         "default); several, comma-separated (1M,16M,5%%,100%%), or 'sweep' (1M, 4M, 16M, ... "
                         "below the data, 5%%, 100%%) measure the frontier")
     p.add_argument("--group-bytes", default="64K", metavar="G",
@@ -178,7 +178,7 @@ def run(args) -> int:
     sweep = len(budgets) > 1 or str(args.memory).strip().lower() == "sweep"
     if sweep and args.window is not None:
         raise UsageError("--window: with several memory budgets the lirs window follows each budget "
-                         "(max(1, M // group bytes) groups); leave --window out")
+                         "(the groups M spans, rounded up); leave --window out")
     if args.epochs < 10:
         print(f"note: {args.epochs} epochs is too few for the uniformity test to mean much (use >= 10)",
               file=sys.stderr)

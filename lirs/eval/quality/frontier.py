@@ -18,8 +18,8 @@ FRONTIER_STRATEGIES = ("window", "shuffle_buffer", "streaming_py1e", "streaming_
 """The memory-bounded strategies a frontier compares by default."""
 
 MEMORY_MEANING = {
-    "window": "one lirs window: window = max(1, M // group_bytes) random groups read as one step and dealt "
-              "over the batches they feed (the Loader keeps up to 5 steps in flight)",
+    "window": "one lirs window: ceil(M / group_bytes) random groups read as one step and dealt over the "
+              "batches they feed (the Loader holds two windows: the one consumed and the next one)",
     "shuffle_buffer": "the shuffle buffer: M / (mean record bytes) records",
     "streaming_py1e": "Streaming's shuffle block: M / (mean record bytes) samples; shards a tenth of it",
     "streaming_py1br": "Streaming's shuffle block: M / (mean record bytes) samples; shards a tenth of it",
@@ -57,6 +57,12 @@ def _dedup(budgets) -> list:
     return out
 
 
+def budget_groups(memory_bytes: int, group_bytes: int) -> int:
+    """The lirs window at a budget: the groups ``memory_bytes`` spans, rounded up (as the Loader
+    rounds a share of the data), so that a budget of the whole data is one window."""
+    return max(1, -(-int(memory_bytes) // int(group_bytes)))
+
+
 def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_size: int = 1024,
              seed: int = 0, params: dict | None = None, segments: int = DEFAULT_SEGMENTS,
              group_bytes: int = DEFAULT_GROUP_BYTES, classes: int = DEFAULT_CLASSES,
@@ -65,7 +71,7 @@ def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, 
     ``budgets`` (``(label, bytes)`` pairs, e.g. ``("5%", 25_000_000)``) for ``epochs`` epochs.
 
     At budget M every strategy gets ``memory_bytes = M`` and lirs ``window`` gets
-    ``max(1, M // group_bytes)`` groups. Other arguments as :func:`lirs.eval.quality.evaluate`.
+    :func:`budget_groups` groups. Other arguments as :func:`lirs.eval.quality.evaluate`.
     Returns a JSON-ready dict: ``config`` (with ``budgets`` and ``memory_meaning``), ``ideal``
     (a uniform permutation's values), ``rows`` (one flat dict per strategy and budget: see
     :func:`summary_rows`) and ``budgets`` (per budget, every strategy's full metrics without
@@ -85,7 +91,7 @@ def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, 
     out = None
     try:
         for label, m in budgets:
-            p = dict(params, memory_bytes=int(m), window=max(1, int(m) // gb))
+            p = dict(params, memory_bytes=int(m), window=budget_groups(m, gb))
             res = evaluate(source, names, epochs=epochs, batch_size=batch_size, seed=seed, params=p, segments=segments,
                            group_bytes=gb, classes=classes, record_bytes=record_bytes, progress=bar, label=label)
             if out is None:
@@ -106,7 +112,7 @@ def _start(res: dict, names, budgets, group_bytes: int) -> dict:
     cfg["params"] = {k: v for k, v in cfg["params"].items() if k not in ("memory_bytes", "window")}
     cfg.update(strategies=names, group_bytes=group_bytes,
                budgets=[{"memory": label, "memory_bytes": int(m), "share": int(m) / max(1, cfg["payload_bytes"]),
-                         "window": max(1, int(m) // group_bytes)} for label, m in budgets],
+                         "window": budget_groups(m, group_bytes)} for label, m in budgets],
                memory_meaning={s: MEMORY_MEANING.get(s, "memory_bytes = M (see lirs.eval.strategies)") for s in names})
     ideal = {k: v for k, v in res["ideal"].items() if not k.startswith("curve_")}
     return {"config": cfg, "ideal": ideal, "budgets": []}
