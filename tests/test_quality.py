@@ -294,7 +294,7 @@ def test_frontier_on_synthetic_records():
     rows = res["rows"]
     assert len(rows) == len(names) * len(budgets)
     by = {(r["strategy"], r["memory"]): r for r in rows}
-    assert by[("window", "5%")]["params"]["window"] == P // 20 // 8192
+    assert by[("window", "5%")]["params"]["window"] == -(-(P // 20) // 8192)
     assert by[("shuffle_buffer", "5%")]["params"]["buffer_records"] == n // 20
     assert by[("corgipile", "100%")]["params"]["buffer_blocks"] == P // 8192
     assert by[("shuffle_buffer", "16K")]["large_read_share"] == 1.0  # one sequential stream
