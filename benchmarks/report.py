@@ -404,8 +404,81 @@ def sec_quality():
     return "\n\n".join(out)
 
 
-SECTIONS = [sec_summary, sec_index, sec_decode, sec_engines, sec_plan, sec_bench, sec_shuffle, sec_quality, sec_train_svm,
-            sec_train_dnn]
+_FRONTIER_NAMES = {"window": "lirs window", "shuffle_buffer": "shuffle buffer", "streaming_py1e": "Streaming py1e",
+                   "streaming_py1br": "Streaming py1br", "deeplake": "Deep Lake", "ffcv_quasi_random": "FFCV quasi-random",
+                   "corgipile": "CorgiPile", "corgi2": "Corgi²"}
+
+
+def frontier_at(d, strategy: str, memory: str) -> dict | None:
+    """The frontier row of ``strategy`` at budget label ``memory``."""
+    return next((r for r in d["rows"] if r["strategy"] == strategy and r["memory"] == memory), None)
+
+
+def sec_frontier():
+    d = load("quality_frontier")
+    if not d:
+        return None
+    fl, c = d["file"], d["config"]
+    labels = [b["memory"] for b in c["budgets"]]
+    rows = []
+    for st in c["strategies"]:
+        cells = []
+        for m in labels:
+            r = frontier_at(d, st, m)
+            cells.append("–" if r is None else f"{r['pairs_again_x']:.3g} / {r['same_group_x']:.3g}")
+        rows.append([_FRONTIER_NAMES.get(st, st)] + cells)
+    w = frontier_at(d, "window", "5%")
+    t = d.get("targets", {})
+    out = [f"### Randomness against memory (`lirs quality --memory ...`)\n\nA label-sorted kdd-like file "
+           f"({fl['records']:,} records, {fl['bytes'] / 1e6:.0f} MB), batch {c['batch_size']}, {c['epochs']} "
+           f"epochs, the same memory budget M for every strategy ({source(d)}). Each cell: batch pairs that meet "
+           f"again next epoch / neighbours in a batch from one 64 KiB group, both × a uniform order (1 = uniform). "
+           f"A lirs window of M bytes deals each group's records over about M / batch bytes batches, so pairs "
+           f"again fall as 1 + group bytes × data / M² and same-group as data / M.",
+           table(["strategy"] + labels, rows)]
+    if w:
+        ok = "meets" if t.get("all_met") else "misses"
+        out.append(f"At M = 5% of the data ({w['memory_bytes'] / 1e6:.0f} MB) lirs window {ok} the project's "
+                   f"targets: pairs again {w['pairs_again_x']:.3f}× (≤ 1.1), same group {w['same_group_x']:.1f}× "
+                   f"(≤ 25), label entropy per batch {w['batch_entropy']:.3f} bits (uniform "
+                   f"{d['ideal']['batch_entropy']:.3f}; ≥ 0.99), reading {w['read_x']:.3f}× the data (≤ 1.08) with "
+                   f"{100 * w['large_read_share']:.2f}% of the bytes in reads of at least 64 KiB. "
+                   f"What memory means for each strategy is in the JSON (`config.memory_meaning`).")
+    p = png("quality_frontier")
+    if p:
+        out.append(f"![randomness against memory]({p})")
+    return "\n\n".join(out)
+
+
+def sec_window():
+    d = load("window")
+    if not d:
+        return None
+    rows = [[r["config"], f(r["epoch_s"]), f(r["vs_group"]), f"{r['rss_over_baseline'] / 2**20:.0f}",
+             "–" if not r.get("window_bytes") else f"{r['rss_over_baseline'] / r['window_bytes']:.1f}"]
+            for r in d["rows"]]
+    return (f"### What a window's memory costs\n\nOne epoch with CSR decoding of a {d['data']['bytes'] / 1e6:.0f} MB "
+            f"kdd-like file, warm cache, batch {d['batch_size']} ({source(d)}). `× group`: the group epoch's time "
+            f"over this one's, same run; memory: peak RSS above a process that planned without reading. A window "
+            f"epoch holds two windows (the one consumed, the next one read meanwhile), raw bytes while they "
+            f"decode and their decoded rows.\n\n"
+            + table(["configuration", "epoch s", "× group", "MiB held", "÷ window bytes"], rows))
+
+
+def sec_cores():
+    d = load("cores")
+    if not d:
+        return None
+    rows = [[r["granularity"], r["cores"], r["workers"], f(r["epoch_s"]), f"{r['records_per_s'] / 1e3:.0f}k",
+             f(r["speedup_vs_1_core"]), f"{100 * r['stall_share']:.0f}%"] for r in d["rows"]]
+    return (f"### The pool on 1, 2, ... cores\n\nAn epoch with CSR decoding and no training step under `taskset`, "
+            f"{d['data']['bytes'] / 1e6:.0f} MB kdd-like, warm cache ({source(d)}). The pool has a thread per "
+            f"usable core and one more; the stall is the share of the epoch the consumer waited.\n\n"
+            + table(["granularity", "cores", "threads", "epoch s", "records/s", "× 1 core", "stall"], rows))
+
+
+SECTIONS = [sec_summary, sec_index, sec_decode, sec_engines, sec_plan, sec_window, sec_cores, sec_bench, sec_shuffle,
+            sec_quality, sec_frontier, sec_train_svm, sec_train_dnn]
 
 
 def render() -> str:
