@@ -86,6 +86,8 @@ def test_user_data_and_errors(tmp_path):
     assert bad.returncode == 2 and "no such file" in bad.stderr
     bad = _lirs("demo", "--methods", "lirs-window,magic", "--out", str(tmp_path / "d"))
     assert bad.returncode == 2 and "magic" in bad.stderr
+    bad = _lirs("demo", "--out", str(p))
+    assert bad.returncode == 2 and "is a file" in bad.stderr
     h = tmp_path / "h.npy"
     generate("higgs", str(h), records=100, seed=1, progress=False)
     bad = _lirs("demo", "--data", str(h), "--out", str(tmp_path / "d"))

@@ -34,6 +34,18 @@ def test_quickstart_is_what_the_fresh_venv_check_runs():
         assert re.search(rf"^{re.escape(c)}$", script, re.M), f"tools/fresh_venv_check.sh does not run {c!r}"
 
 
+def test_quickstart_figures_are_those_of_the_demo_json():
+    import json
+
+    quick = open(README).read().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    res = json.load(open(os.path.join(ROOT, "benchmarks", "results", "demo.json")))
+    m = re.search(r"showcase: (\d+) s on 2 cores the first\s+time, (\d+) s of it numba", quick)
+    assert m, "the quickstart states the demo's time as the JSON has it"
+    assert (int(m[1]), int(m[2])) == (round(res["total_s"]), round(res["warmup_s"]))
+    assert f"({res['n']:,} records)" in quick and f"for {res['epochs']} epochs" in quick
+    assert set(res["methods"]) == {"lirs-instance", "lirs-window", "bmf", "shuffle_buffer", "sequential"}
+
+
 @pytest.fixture(scope="module")
 def kdd(tmp_path_factory):
     """A small kdd-like file, indexed: 4,000 records over kdd's 29.9M features, half of each label."""

@@ -7,6 +7,7 @@ seconds spent, pre-processing included. The work is in :mod:`lirs.eval.demo`.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shlex
@@ -49,6 +50,8 @@ def run(args) -> int:
                    C=args.C, seed=args.seed, methods=methods, engine=args.engine,
                    reference_epochs=args.reference_epochs, say=lambda m: print(m, flush=True))
     res["command"] = "lirs " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    res["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    res["cpus"] = os.cpu_count()
     for line in report_lines(res):
         print(line)
     out_json = os.path.join(res["out"], "demo.json")

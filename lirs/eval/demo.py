@@ -131,6 +131,8 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
     if bad or not methods:
         raise UsageError(f"unknown method(s) {bad}; choose from {', '.join(METHODS)}")
     out = os.path.abspath(out or default_out())
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out} is a file; name a directory for the sample, demo.json and demo.png")
     os.makedirs(out, exist_ok=True)
     t_all = time.perf_counter()
     if data:
