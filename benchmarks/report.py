@@ -57,6 +57,22 @@ def png(name: str) -> str:
 # --------------------------------------------------------------------------- sections
 
 
+def demo_glance(d) -> str:
+    """The `lirs demo` bullet: what it measured, axis by axis, wins and losses alike."""
+    def val(v, unit):
+        if unit == " B":
+            return f"{v / 1e6:.1f} MB"
+        return f"{v:.3g}{unit}"
+
+    wins = [f"{v['what']} ({v['lirs']} {val(v['lirs_value'], v['unit'])} vs {v['other']} "
+            f"{val(v['other_value'], v['unit'])})" for v in d["verdict"] if v["outcome"] == "wins"]
+    loses = [f"{v['what']} ({v['lirs']} {val(v['lirs_value'], v['unit'])} vs {v['other']} "
+             f"{val(v['other_value'], v['unit'])})" for v in d["verdict"] if v["outcome"] != "wins"]
+    return (f"`lirs demo` (linear SVM, {d['n']:,} label-sorted kdd-like records, {d['epochs']} epochs, "
+            f"`benchmarks/results/demo.json`): lirs wins on " + "; ".join(wins) + ". It does not win on "
+            + ("; ".join(loses) if loses else "any axis measured") + ".")
+
+
 def sec_summary():
     """A few headline figures, each from its result file (subsections below give the detail)."""
     out = []
@@ -101,6 +117,9 @@ def sec_summary():
                    f"{sh['ratios']['lirs_vs_device_limit']:.2f}× the time of two sequential reads and two "
                    f"writes at fio's rates"
                    + (f", {1 / sh['ratios']['lirs_vs_shuf']:.1f}× faster than GNU `shuf`." if sh['ratios'].get('lirs_vs_shuf') else "."))
+    demo = load("demo")
+    if demo and demo.get("verdict"):
+        out.insert(0, demo_glance(demo))
     if not out:
         return None
     return "### At a glance\n\n" + "\n".join(f"* {x}" for x in out)
