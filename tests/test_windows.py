@@ -2,6 +2,8 @@
 number of windows the loader holds at once."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -152,3 +154,22 @@ def test_whole_data_window_is_uniform_in_batch(kdd):
         t = t[t % 128 != 0]
         rates.append((g[o[t]] == g[o[t - 1]]).mean() / ideal)
     assert 0.7 < np.mean(rates) < 1.3
+
+
+def test_auto_granularity_takes_the_memory_budget(kdd):
+    # a saved `lirs bench --auto` choice of window: the window a caller gives (its memory budget)
+    # wins over the saved one; without one the saved window is used
+    from lirs.recommendation import save_recommendation
+
+    idx = lirs.open_index(kdd)
+    rec = {"granularity": "window", "group_bytes": 16384, "window": 40, "config": "lirs-window-16Kx40",
+           "epoch_s": 1.0, "extrapolated": False}
+    saved = save_recommendation({"recommendation": {"nvme": rec}, "settings": {"devices": ["nvme"], "batch_size": 64}},
+                                idx)
+    try:
+        with lirs.Loader(kdd, 64, granularity="auto") as ld:
+            assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 16384, 40)
+        with lirs.Loader(kdd, 64, granularity="auto", window="160K") as ld:
+            assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 16384, 10)
+    finally:
+        os.remove(saved)  # the module's other tests use this file without a recommendation
