@@ -94,3 +94,19 @@ def test_readme_example_runs(kdd, monkeypatch, i):
     acc = _accuracy(ns, str(kdd / "train.svm"))
     if acc is not None:  # a training example: its model beats a constant guess (0.5 here)
         assert acc > 0.6, f"README block {i}: training accuracy {acc:.3f}"
+
+
+def test_pitch_figures_are_those_of_the_frontier_json():
+    # the opening paragraph quotes lirs window at 5% of the data from the measured frontier
+    import json
+
+    head = open(README).read().split("## Quickstart", 1)[0]
+    res = json.load(open(os.path.join(ROOT, "benchmarks", "results", "quality_frontier.json")))
+    row = next(r for r in res["rows"] if r["strategy"] == "window" and r["memory"] == "5%")
+    text = " ".join(head.split())
+    m = re.search(r"batch pairs meet again ([\d.]+)× as often.*share a group (\d+)× as often.*reads ([\d.]+)× "
+                  r"the data", text)
+    assert m, "the pitch states the frontier's figures at 5%"
+    assert float(m[1]) == round(row["pairs_again_x"], 2)
+    assert int(m[2]) == round(row["same_group_x"])
+    assert float(m[3]) == round(row["read_x"], 2)
