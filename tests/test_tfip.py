@@ -102,3 +102,27 @@ def test_bad_arguments(tmp_path):
         BufferStream(idx, 10, buffer_records=0)
     with pytest.raises(UsageError, match="own input|output"):
         pre_shuffle(path, path)
+
+
+@pytest.mark.slow
+def test_bench_paper_smoke(tmp_path):
+    """benchmarks/bench_paper.py on tiny files: both parts, a total per method, and the reductions."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "paper.json"
+    r = subprocess.run([sys.executable, os.path.join(repo, "benchmarks", "bench_paper.py"), "--smoke", "--dir",
+                        str(tmp_path), "--json", str(out), "--envelopes", "nvme"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    for part, base in (("svm", "bmf"), ("dnn", "tfip")):
+        rows = res[part]["devices"]["nvme"]
+        assert rows[base]["epochs_to_target"] and rows[base]["total_to_target_s"] > rows[base]["pre_s"] > 0
+        assert all(k in rows for k in ("lirs-instance", "lirs-window"))
+        assert set(res["reductions"][part]) >= {"lirs-instance", "lirs-window"}
+    assert res["dnn"]["dataset"]["methods"]["tfip"]["pre_stats"]["bytes_written"] > 0
+    assert (tmp_path / "paper.png").exists()
