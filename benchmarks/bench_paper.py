@@ -141,7 +141,8 @@ def svm_part(a, res):
             return compare_svm(idx, list(SVM_METHODS), epochs=1, index_s=time.perf_counter() - t,
                                epoch_budget_s=a.envelope_budget, **{**kw, "test": None})
         dev[env] = device_rows(env, d, throttled, train)
-    res["svm"] = {"dataset": d, "devices": dev, "target": f"BMF's best objective in {a.bmf_epochs} epochs"}
+    res["svm"] = {"dataset": d, "devices": dev, "target": f"BMF's best objective in {a.bmf_epochs} epochs",
+                  "command": res["command"]}
     if not a.keep:
         for p in (train, train[:-10] + "-test.svm", lirs.sidecar_path(train)):
             if os.path.exists(p):
@@ -174,7 +175,8 @@ def dnn_part(a, res):
                                                          index_s=time.perf_counter() - t, **kw)
             return out
         dev[env] = device_rows(env, d, throttled, train)
-    res["dnn"] = {"dataset": d, "devices": dev, "target": "TFIP's best validation loss"}
+    res["dnn"] = {"dataset": d, "devices": dev, "target": "TFIP's best validation loss", "command": res["command"],
+                  "relaxed_target": f"TFIP's best validation loss + {100 * train_dnn.RELAXED:g}%"}
     if not a.keep:
         for p in files + [lirs.sidecar_path(train)]:
             if os.path.exists(p):
@@ -191,24 +193,36 @@ def envelopes(a):
 
 
 def rows(d, measured, env):
-    """Per method: pre-processing, epochs to target (from the nvme run ``d``), epoch time, total."""
+    """Per method: pre-processing, epochs to target (from the nvme run ``d``), epoch time, total.
+
+    The machine's CPU is shared, so epoch times drift with the load of other work: the nvme epoch
+    time is each method's least disturbed (minimum) epoch; a device envelope adds what it measured
+    beyond the nvme run's first epoch (its own first epoch minus that one, at least 0: a throttle
+    only slows a disk down)."""
     out = {}
     for m, r in measured.items():
         base = d["methods"][m]
-        e = r["per_epoch"][0] if env else None
-        epoch_s = e["epoch_s"] if env else base["mean_epoch_s"]
-        hit = base.get("epochs_to_target")
-        pre = r.get("pre_s") or 0.0
-        row = {"pre_s": pre, "epochs_to_target": hit, "epoch_s": epoch_s,
-               "total_to_target_s": None if hit is None else pre + hit * epoch_s,
-               "extrapolated": bool(e and e.get("extrapolated")),
+        nv = [p["epoch_s"] for p in base["per_epoch"]]
+        row = {"pre_s": r.get("pre_s") or 0.0, "epoch_s": min(nv), "mean_epoch_s": float(np.mean(nv)),
+               "extrapolated": False,
                "test_acc": base.get("test_accuracy", base.get("test_acc_at_best"))}
+        if env:
+            e = r["per_epoch"][0]
+            row["epoch0_s"], row["extrapolated"] = e["epoch_s"], bool(e.get("extrapolated"))
+            row["device_extra_s"] = max(0.0, e["epoch_s"] - nv[0])
+            row["epoch_s"] += row["device_extra_s"]
+        for key in ("", "_relaxed"):
+            hit = base.get("epochs_to_target" + key)
+            if key and "epochs_to_target" + key not in base:
+                continue
+            row["epochs_to_target" + key] = hit
+            row["total_to_target" + key + "_s"] = None if hit is None else row["pre_s"] + hit * row["epoch_s"]
         if env in WRITE_BPS and m in ("bmf", "tfip"):
             written = r.get("pre_stats", {}).get("bytes_written") or d.get("file", {}).get("bytes") or 0
             row["bytes_written"] = int(written)
-            row["pre_s_writes_at_device"] = pre + written / WRITE_BPS[env]
-            row["total_writes_at_device_s"] = (None if hit is None else
-                                               row["pre_s_writes_at_device"] + hit * epoch_s)
+            row["pre_s_writes_at_device"] = row["pre_s"] + written / WRITE_BPS[env]
+            hit = row["epochs_to_target"]
+            row["total_writes_at_device_s"] = None if hit is None else row["pre_s_writes_at_device"] + hit * row["epoch_s"]
         out[m] = row
     return out
 
@@ -230,14 +244,18 @@ def reductions(res):
         dev = res[part]["devices"]
         o = out[part] = {}
         for m in next(iter(dev.values())):
-            if m in ("envelope", "budget_s", "seconds") or not m.startswith("lirs-"):
+            if not m.startswith("lirs-"):
                 continue
-            for env, rw in dev.items():
-                a, b = rw[m]["total_to_target_s"], rw[base]["total_to_target_s"]
-                o.setdefault(m, {})[f"{env}_vs_{base}_{env}_pct"] = None if not (a and b) else 100 * (1 - a / b)
-            if "hdd" in dev and "nvme" in dev:
-                a, b = dev["nvme"][m]["total_to_target_s"], dev["hdd"][base]["total_to_target_s"]
-                o[m][f"nvme_vs_{base}_hdd_pct (paper's form)"] = None if not (a and b) else 100 * (1 - a / b)
+            for key in ("", "_relaxed"):
+                k = "total_to_target" + key + "_s"
+                if k not in dev["nvme"][m]:
+                    continue
+                for env, rw in dev.items():
+                    a, b = rw[m][k], rw[base][k]
+                    o.setdefault(m, {})[f"{env}_vs_{base}_{env}{key}_pct"] = None if not (a and b) else 100 * (1 - a / b)
+                if "hdd" in dev and "nvme" in dev:
+                    a, b = dev["nvme"][m][k], dev["hdd"][base][k]
+                    o[m][f"nvme_vs_{base}_hdd{key}_pct (paper's form)"] = None if not (a and b) else 100 * (1 - a / b)
         if part == "dnn":
             ms = res["dnn"]["dataset"]["methods"]
             o["test_acc_gain_pct"] = {m: 100 * (ms[m]["test_acc_at_best"] - ms[base]["test_acc_at_best"])
@@ -251,25 +269,40 @@ def table(res) -> str:
         if part not in res:
             continue
         p = PAPER[part]
-        lines.append(f"\n{part.upper()} (target: {res[part]['target']}; paper: {p['avg_total_reduction_pct']}% "
-                     f"less total time, {p['form']})")
+        relaxed = res[part].get("relaxed_target")
+        lines.append(f"\n{part.upper()} (target: {res[part]['target']}" + (f"; ~: {relaxed}" if relaxed else "") +
+                     f"; paper: {p['avg_total_reduction_pct']}% less total time, {p['form']})")
         lines.append("paper: " + json.dumps({k: v for k, v in p.items() if k not in ("form",)}))
         lines.append(f"{'device':6} {'method':15} {'pre s':>8} {'epochs':>7} {'epoch s':>9} {'total s':>9} "
-                     f"{'vs ' + base:>9} {'test acc':>9}")
+                     f"{'vs ' + base:>9}" + (f" {'epochs~':>7} {'total~ s':>9} {'vs~':>8}" if relaxed else "")
+                     + f" {'test acc':>9}")
         for env, rw in res[part]["devices"].items():
             for m, r in rw.items():
                 if not isinstance(r, dict) or "pre_s" not in r:
                     continue
-                tot, b = r["total_to_target_s"], rw[base]["total_to_target_s"]
-                rel = "-" if not (tot and b) else f"{100 * (tot / b - 1):+.1f}%"
+                cells = []
+                for key in ("", "_relaxed") if relaxed else ("",):
+                    hit, tot = r["epochs_to_target" + key], r["total_to_target" + key + "_s"]
+                    b = rw[base]["total_to_target" + key + "_s"]
+                    cells += [f"{'-' if hit is None else f'{hit:.3g}':>7}", f"{'-' if tot is None else f'{tot:.1f}':>9}",
+                              f"{'-' if not (tot and b) else f'{100 * (tot / b - 1):+.1f}%':>8}"]
                 acc = "-" if r["test_acc"] is None else f"{r['test_acc']:.4f}"
-                hit = r["epochs_to_target"]
-                lines.append(f"{env:6} {m:15} {r['pre_s']:8.2f} {'-' if hit is None else f'{hit:.3g}':>7} "
-                             f"{r['epoch_s']:8.2f}{'*' if r['extrapolated'] else ' '} "
-                             f"{'-' if tot is None else f'{tot:.1f}':>9} {rel:>9} {acc:>9}")
-    lines.append("\n* epoch cut at the budget, time extrapolated; epochs to target from the nvme run")
+                lines.append(f"{env:6} {m:15} {r['pre_s']:8.2f} {cells[0]} {r['epoch_s']:8.2f}"
+                             f"{'*' if r['extrapolated'] else ' '} {cells[1]} {cells[2]:>9} "
+                             + " ".join(cells[3:]) + f" {acc:>9}")
+    lines.append("\n* epoch cut at the budget, time extrapolated; epochs to target from the nvme run; epoch s: "
+                 "nvme's least disturbed epoch (+ what the envelope added to the first epoch)")
     lines.append("reductions: " + json.dumps(res.get("reductions", {}), indent=None, default=lambda x: None))
     return "\n".join(lines)
+
+
+def plot_key(res, part) -> str:
+    """The total plotted for ``part``: the strict target where every method that reached the relaxed
+    one reached it too, else the relaxed one (named in the panel's title)."""
+    rows = res[part]["devices"]["nvme"]
+    strict = all(r.get("total_to_target_s") is not None for r in rows.values()
+                 if r.get("total_to_target_relaxed_s") is not None)
+    return "total_to_target_s" if strict else "total_to_target_relaxed_s"
 
 
 def plot(res, png) -> bool:
@@ -281,14 +314,15 @@ def plot(res, png) -> bool:
     except ImportError:
         return False
     parts = [p for p in ("svm", "dnn") if p in res]
-    fig, axes = plt.subplots(1, len(parts), figsize=(6.2 * len(parts), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(parts), figsize=(6.2 * len(parts), 4.4), squeeze=False)
     for k, (ax, part) in enumerate(zip(axes[0], parts)):
         dev = res[part]["devices"]
         envs = list(dev)
-        ms = [m for m, r in dev["nvme"].items() if r.get("total_to_target_s") is not None]
+        key = plot_key(res, part)
+        ms = [m for m, r in dev["nvme"].items() if r.get(key) is not None]
         w = 0.8 / max(len(ms), 1)
         for j, m in enumerate(ms):
-            vals = [dev[e][m]["total_to_target_s"] or np.nan for e in envs]
+            vals = [dev[e][m][key] or np.nan for e in envs]
             bars = ax.bar(np.arange(len(envs)) + (j - (len(ms) - 1) / 2) * w, vals, w, label=m)
             for b, e in zip(bars, envs):
                 if dev[e][m]["extrapolated"]:
@@ -299,7 +333,8 @@ def plot(res, png) -> bool:
         ds = res[part]["dataset"]
         what = (f"SVM, kdd-like {ds['file']['bytes'] / 1e9:.2f} GB" if part == "svm" else
                 f"MLP, {ds['profile']}-like {ds['train_bytes'] / 1e9:.2f} GB")
-        ax.set_title(f"({'ab'[k]}) {what}: target {res[part]['target']}", fontsize=9, loc="left")
+        tgt = res[part]["target"] if key == "total_to_target_s" else res[part]["relaxed_target"]
+        ax.set_title(f"({'ab'[k]}) {what}\ntarget: {tgt}", fontsize=9, loc="left")
         ax.grid(axis="y", which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.text(0.01, 0.01, "hatched: an epoch cut at the time budget, extrapolated; pre-processing included",
@@ -316,11 +351,11 @@ ARGS = None
 def main(argv=None) -> int:
     global ARGS
     ap = train_dnn.parser(__doc__)
-    ap.set_defaults(profile="epsilon", size="1GB", epochs=6, holdout=10_000, dir="/work/scratch/paper")
+    ap.set_defaults(profile="epsilon", size="2GB", epochs=6, holdout=10_000, dir="/work/scratch/paper")
     ap.add_argument("--svm-size", default="1GB", help="kdd-like LIBSVM file (default 1GB)")
     ap.add_argument("--bmf-epochs", type=int, default=15)
     ap.add_argument("--lirs-epochs", type=int, default=10, help="most epochs a lirs method trains (SVM)")
-    ap.add_argument("--reference-epochs", type=int, default=40)
+    ap.add_argument("--reference-epochs", type=int, default=25)
     ap.add_argument("--dnn-methods", default=",".join(train_dnn.DEFAULT_METHODS))
     ap.add_argument("--parts", default="svm,dnn")
     ap.add_argument("--envelopes", default="nvme,ssd,hdd")
@@ -338,6 +373,10 @@ def main(argv=None) -> int:
                                "compute); epochs to target from the nvme run, epoch time per device",
            "write_model": "envelopes throttle reads only; pre_s_writes_at_device adds bytes written / "
                           f"{WRITE_BPS} B/s as an upper bound of the baselines' pre-processing"}
+    old = json.load(open(a.json)) if os.path.exists(a.json) else {}
+    for part in ("svm", "dnn"):  # a part not run now is kept from the earlier result, with its command
+        if part not in a.parts and part in old:
+            res[part] = {**old[part], "command": old[part].get("command", old.get("command"))}
     if "svm" in a.parts:
         svm_part(a, res)
     if "dnn" in a.parts:
