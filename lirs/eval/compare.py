@@ -55,7 +55,8 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
                 engine: str = "auto",
                 workdir: str | None = None, f_star: float | None = None, reference_epochs: int = 200,
                 reference_tol: float = 1e-3, data=None, index_s: float | None = None, progress=None,
-                log_fn=None, epoch_budget_s: float | None = None) -> dict:
+                log_fn=None, epoch_budget_s: float | None = None, stop_objective: float | None = None,
+                test=None) -> dict:
     """Train the same SVM under several record orders, each read from the file with its own I/O
     pattern, and record the objective after every epoch.
 
@@ -72,6 +73,9 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
     None). ``index_s``: time the index took (lirs's pre-processing). ``epoch_budget_s``: stop an
     epoch after that many seconds and extrapolate its time from the records it trained on (entries
     then say ``"extrapolated": true``; for slow device envelopes, where only the time is wanted).
+    ``stop_objective``: a lirs method stops after the first epoch whose objective is at or below it
+    (the target is known from an earlier BMF run: the epochs past it cost time and tell nothing).
+    ``test``: (X csr, y) held out; each method's ``test_accuracy`` is taken after its last epoch.
     Returns a JSON-able dict.
     """
     _check_single_libsvm(index)
@@ -95,7 +99,8 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
            "batch_size": batch_size, "seed": seed, "f_star": f_star, "reference_s": ref_s,
            "load_all_s": load_all_s, "methods": {}}
     run = _Run(index=index, X=X, y=y, f_star=f_star, epochs=epochs, batch_size=batch_size, seed=seed,
-               engine=engine, prefetch=prefetch, budget=epoch_budget_s, mean_rec=index.payload_bytes / max(n, 1))
+               engine=engine, prefetch=prefetch, budget=epoch_budget_s, mean_rec=index.payload_bytes / max(n, 1),
+               stop=stop_objective)
     for m in methods:
         svm = LinearSVM(nf, n, C, loss)
         rec = {"per_epoch": [], "pre_s": 0.0}
@@ -108,6 +113,8 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
             _run_sequential(run, rec, svm, buffer_records if m == "shuffle_buffer" else None)
         rec["final_objective"] = rec["per_epoch"][-1]["objective"]
         rec["train_accuracy"] = svm.score(X, y)
+        if test is not None:
+            rec["test_accuracy"] = svm.score(test[0], as_pm1(test[1], "the test set"))
         out["methods"][m] = rec
         say(f"{m}: objective {rec['final_objective']:.6g}, rel. diff {rec['per_epoch'][-1]['rel_diff']:.3g}")
     _summarize(out)
@@ -155,6 +162,8 @@ def _run_lirs(run: _Run, rec, svm, gran, index_s, group_bytes, window, nf, zb):
                                      "bytes_read": st["bytes_read"], "amplification": st["amplification"]})
             _extrapolate(rec["per_epoch"][-1], done, n)
             run.objective(rec, svm)
+            if run.stop is not None and rec["per_epoch"][-1]["objective"] <= run.stop * (1 + 1e-12):
+                break
         last_plan = ld.plan(run.epochs - 1)
         plan_bytes = last_plan.nbytes
         in_flight = steps_in_flight(last_plan, run.prefetch)
