@@ -74,12 +74,11 @@ def compressed(path: str, head: bytes = b"") -> str | None:
     ext = os.path.splitext(path)[1].lower()
     if ext in _COMPRESSED_EXT:
         return ext
-    if _tfrecord_head(head):  # a first record's length may begin with 1f 8b: its CRC tells them apart
-        return None
-    for magic, kind in _COMPRESSED_MAGIC:
-        if head.startswith(magic):
-            return kind
-    return ".bz2" if _BZIP2.match(head) else None
+    kind = next((k for magic, k in _COMPRESSED_MAGIC if head.startswith(magic)), None)
+    if kind is None and _BZIP2.match(head):
+        kind = ".bz2"
+    # a TFRecord file's first length may begin with 1f 8b, say: its header CRC tells them apart
+    return None if kind is None or _tfrecord_head(head) else kind
 
 
 def refuse_compressed(path: str, kind: str) -> DataError:
