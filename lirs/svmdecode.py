@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .kernels import libsvm as K
+from .kernels import libsvm_plain as KP
 from .svmlight import parse_record
 
 _FB_CAP = 1 << 16       # fallback tokens per kernel call; past it, records go to Python whole
@@ -48,10 +49,14 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
     qid = np.zeros(k, np.int64)
     has_qid = np.zeros(k, np.uint8)
     indptr = np.empty(k + 1, np.int64)
-    status = np.empty(k, np.int8)
-    fb = _fallbacks(cap + k)
-    nnz, nfb = K.libsvm_spans(buf, starts, ends, 0 if zero_based else 1, np.int64(n_features),
-                              bool(query_id), indices, data, y, qid, has_qid, indptr, status, *fb)
+    status = np.zeros(k, np.int8)  # OK
+    shift = 0 if zero_based else 1
+    j0 = KP.libsvm_spans_plain(buf, starts, ends, shift, np.int64(n_features), indices, data, y, indptr)
+    nnz, nfb, fb = int(indptr[j0]), 0, None
+    if j0 < k:  # the full kernel, from the first record that is not plain
+        fb = _fallbacks(cap + k)
+        nnz, nfb = K.libsvm_spans(buf, starts, ends, j0, shift, np.int64(n_features), bool(query_id),
+                                  indices, data, y, qid, has_qid, indptr, status, *fb)
     out = [indptr, indices[:nnz], data[:nnz], y, qid, has_qid]
     return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, nfb,
                    zero_based, query_id, n_features, where)
@@ -88,21 +93,29 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
         n_rec, n_feat = int(rofs[-1]), int(kofs[-1])
         indices = np.empty(n_feat, np.int32)
         data = np.empty(n_feat, _work_dtype(dtype))
-        rec = [np.empty(n_rec, t) for t in (np.float64, np.int64, np.uint8, np.int64, np.int64, np.int8)]
+        rec = [np.zeros(n_rec, t) for t in (np.float64, np.int64, np.uint8, np.int64, np.int64, np.int8)]
+        y, _, _, rec_nnz, rec_pos, _ = rec
         shift = 0 if zero_based else 1
-        fbs = [_fallbacks(int(kcap[i] + rcap[i])) for i in range(len(regions))]
+        bound = np.int64(_INT32_MAX) + 1
 
         def run(i):
             a, b = regions[i]
-            return K.libsvm_lines(buf, a, b, shift, np.int64(_INT32_MAX) + 1, bool(query_id),
-                                  indices, data, int(kofs[i]), *rec, int(rofs[i]), *fbs[i])
+            p, nr, nk, lo, hi = KP.libsvm_lines_plain(buf, a, b, shift, bound, indices, data, int(kofs[i]),
+                                                      y, rec_nnz, rec_pos, int(rofs[i]))
+            if p >= b:
+                return nr, nk, 0, lo, hi, p, None
+            # the full kernel from the first line that is not plain
+            fb = _fallbacks(int(kcap[i] + rcap[i]))
+            nr2, nk2, nfb, lo2, hi2, end = K.libsvm_lines(buf, p, b, shift, bound, bool(query_id), indices,
+                                                          data, int(kofs[i]) + nk, *rec, int(rofs[i]) + nr, *fb)
+            return nr + nr2, nk + nk2, nfb, min(lo, lo2), max(hi, hi2), end, fb
 
         res = list(pool.map(run, range(len(regions))))
     if any(r[5] < b for r, (_, b) in zip(res, regions)):
         raise AssertionError("LIBSVM region ran out of record slots")  # census bounds them
     nr = np.array([r[0] for r in res], np.int64)
     nk = np.array([r[1] for r in res], np.int64)
-    fb = _merge_fallbacks(fbs, res, kofs, rofs, nk, nr)
+    fb = _merge_fallbacks(res, kofs, rofs, nk, nr)
     y, qid, has_qid, rec_nnz, rec_pos, status = (_compact(a, rofs, nr) for a in rec)
     indices, data = _compact(indices, kofs, nk), _compact(data, kofs, nk)
     indptr = np.zeros(len(y) + 1, np.int64)
@@ -119,13 +132,16 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
     return (*out, (lo, hi))
 
 
-def _merge_fallbacks(fbs, res, kofs, rofs, nk, nr):
+def _merge_fallbacks(res, kofs, rofs, nk, nr):
     """Fallback tokens of all regions, their slots moved to the compacted arrays."""
     new_k = np.concatenate([[0], np.cumsum(nk)])
     new_r = np.concatenate([[0], np.cumsum(nr)])
-    slots, los, his = [], [], []
-    for i, ((s, lo, hi), r) in enumerate(zip(fbs, res)):
+    slots, los, his = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for i, r in enumerate(res):
         n = r[2]
+        if not n:
+            continue
+        s, lo, hi = r[6]
         s = s[:n].copy()
         feat = s >= 0
         s[feat] += new_k[i] - kofs[i]
@@ -150,8 +166,8 @@ def _finish(buf, span, status, out, fb, nfb, zero_based, query_id, n_features, w
     of record j in buf. ``bounds`` (lists of min and max index), when given, take in the
     indices of the re-parsed records."""
     indptr, indices, data, y, qid, has_qid = out
-    fb_slot, fb_lo, fb_hi = fb
     fb_err = None
+    fb_slot, fb_lo, fb_hi = fb if nfb else (None, None, None)
     for i in range(nfb):
         slot, lo, hi = int(fb_slot[i]), int(fb_lo[i]), int(fb_hi[i])
         try:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
+from .libsvm_plain import _is_space, plain_pair
 from .numbers import (_HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10,  # noqa: F401 - re-exported
-                      POW10_U64, _at, load_u64, scan_float, trailing_zeros)
+                      _at, load_u64, scan_float, trailing_zeros)
 
 _load_u64 = load_u64  # the name the index scanner imports
 
@@ -85,12 +86,6 @@ def parse_float(buf, p, q, pow10):
         return 0.0, False
     v, ok, end = scan_float(buf, buf.ctypes.data, p, q)
     return v, ok and end == q
-
-
-@njit(cache=True, nogil=True)
-def _is_space(c):
-    # bytes.split() whitespace: space, \t \n \v \f \r
-    return c == 32 or (9 <= c <= 13)
 
 
 @njit(cache=True, nogil=True)
@@ -171,52 +166,6 @@ def _qid(buf, t, p, query_id):
 
 
 @njit(cache=True, nogil=True)
-def _swar_digits(x):
-    """(count, value) of the leading ASCII digits of the 8 bytes in x (little-endian)."""
-    bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
-    k = 8 if bad == 0 else np.int64(trailing_zeros(bad)) >> 3
-    if k == 0:
-        return 0, np.uint64(0)
-    z = (x & _LO4) << np.uint64(8 * (8 - k))
-    z = (z * np.uint64(2561)) >> np.uint64(8)
-    z = ((z & _M16) * np.uint64(6553601)) >> np.uint64(16)
-    z = ((z & _M32) * np.uint64(42949672960001)) >> np.uint64(32)
-    return k, z
-
-
-@njit(cache=True, nogil=True)
-def _plain_pair(buf, base, p, hi):
-    """``INDEX:VALUE`` at p in its plainest form: 1-8 index digits, ':', 1-8 digits, optionally
-    '.' and more digits (15 in all), then a space or newline before hi. Needs p + 32 <= len(buf).
-    Returns (end, index, value): end == p when the token is not of that form. The value is
-    w / 10**f with w < 2**53: one correctly rounded division (Clinger), as ``float()`` gives."""
-    k1, idx = _swar_digits(load_u64(base + np.uint64(p)))
-    q = p + k1
-    if k1 == 0 or q >= hi or _at(buf, q) != 58:
-        return p, np.int64(0), 0.0
-    q += 1
-    k2, w = _swar_digits(load_u64(base + np.uint64(q)))
-    q += k2
-    if k2 == 0 or q >= hi:
-        return p, np.int64(0), 0.0
-    c = _at(buf, q)
-    if c == 32 or c == 10:
-        return q, np.int64(idx), np.float64(np.int64(w))
-    if c != 46:
-        return p, np.int64(0), 0.0
-    q += 1
-    k3, f = _swar_digits(load_u64(base + np.uint64(q)))
-    q += k3
-    if k3 == 0 or k2 + k3 > 15 or q >= hi:
-        return p, np.int64(0), 0.0
-    c = _at(buf, q)
-    if c != 32 and c != 10:
-        return p, np.int64(0), 0.0
-    w = w * POW10_U64[k3] + f
-    return q, np.int64(idx), np.float64(np.int64(w)) / POW10[k3]
-
-
-@njit(cache=True, nogil=True)
 def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
             fb_slot, fb_lo, fb_hi, nfb, j):
     """Parse the data line starting at buf[p] (its first non-space byte) up to its newline or hi.
@@ -228,7 +177,6 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
     k0 = k
     nfb0 = nfb
     kcap = indices.shape[0]
-    m = buf.shape[0]
     t = p
     label, ok, p = scan_float(buf, base, p, hi)
     if not (ok and (p >= hi or _ends_token(_at(buf, p)))):
@@ -258,17 +206,15 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
         if k >= kcap:
             good = False
             break
-        if p + 32 <= m:
-            # the common token, branch-light: 1-8 index digits ':' 1-8 digits [. digits]
-            # then a space or newline, all inside the span (the word loads may read past it)
-            q, idx, v = _plain_pair(buf, base, p, hi)
-            if q > p and idx > prev and idx >= shift and idx - shift < n_features:
-                prev = idx
-                indices[k] = idx - shift
-                data[k] = v
-                k += 1
-                p = q
-                continue
+        # the common token first, eight bytes a step (libsvm_plain)
+        q, idx, v = plain_pair(buf, base, p, hi)
+        if q > p and idx > prev and idx >= shift and idx - shift < n_features:
+            prev = idx
+            indices[k] = idx - shift
+            data[k] = v
+            k += 1
+            p = q
+            continue
         ineg = False
         if c == 43 or c == 45:
             ineg = c == 45
@@ -301,7 +247,7 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
 
 
 @njit(cache=True, nogil=True)
-def libsvm_spans(buf, starts, ends, shift, n_features, query_id, indices, data, y, qid, has_qid,
+def libsvm_spans(buf, starts, ends, j0, shift, n_features, query_id, indices, data, y, qid, has_qid,
                  indptr, status, fb_slot, fb_lo, fb_hi):
     """Decode record spans: record j is buf[starts[j]:ends[j]], one data line (blank and comment
     lines around it allowed).
@@ -311,13 +257,15 @@ def libsvm_spans(buf, starts, ends, shift, n_features, query_id, indices, data, 
     number of features), y float64 (k,), qid int64 (k,) (0 where absent or not asked),
     has_qid uint8 (k,), indptr int64 (k+1,), status int8 (k,) (OK, NOT_ONE_DATA_LINE or
     NEEDS_PYTHON: such a record holds no feature here). Fallback tokens for ``float()`` go to
-    fb_slot/fb_lo/fb_hi int64 (slot -1 - j is the label of record j). Returns (nnz, fallbacks).
+    fb_slot/fb_lo/fb_hi int64 (slot -1 - j is the label of record j). Starts at record j0, whose
+    features begin at indptr[j0] (records before it were decoded by libsvm_spans_plain).
+    Returns (nnz, fallbacks).
     """
     base = buf.ctypes.data
-    k = 0
-    nfb = 0
-    indptr[0] = 0
-    for j in range(starts.shape[0]):
+    # np.int64, not a literal 0: a literal would compile the callees once more for Literal[int]
+    k = np.int64(indptr[j0])
+    nfb = np.int64(0)
+    for j in range(j0, starts.shape[0]):
         e = ends[j]
         p = _skip_blank(buf, base, starts[j], e)
         st = NOT_ONE_DATA_LINE
@@ -353,7 +301,7 @@ def libsvm_lines(buf, a, b, shift, n_features, query_id, indices, data, k0, y, q
     k = k0
     r = r0
     rcap = y.shape[0]
-    nfb = 0
+    nfb = np.int64(0)
     imin = np.int64(np.iinfo(np.int64).max)
     imax = np.int64(-1)
     p = a
