@@ -129,6 +129,21 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     return (X, y, qid) if query_id else (X, y)
 
 
+def _map_file(path) -> np.ndarray:
+    """The file's bytes, mapped read-only and pre-faulted (no copy out of the page cache, which
+    costs a sixth of a whole-file decode); a plain read where mapping is not possible."""
+    import mmap
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0 or not hasattr(mmap, "MAP_POPULATE"):
+            return np.fromfile(f, np.uint8)
+        try:
+            mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
+        except (OSError, ValueError):  # not mappable (a pipe, some FUSE filesystems)
+            return np.fromfile(f, np.uint8)
+    return np.frombuffer(mm, np.uint8)
+
+
 def _read_file(path) -> np.ndarray:
     path = os.fspath(path)
     ext = os.path.splitext(path)[1]
@@ -141,7 +156,7 @@ def _read_file(path) -> np.ndarray:
             import bz2
             with bz2.open(path, "rb") as f:
                 return np.frombuffer(f.read(), np.uint8)
-        return np.fromfile(path, np.uint8)
+        return _map_file(path)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except IsADirectoryError:
