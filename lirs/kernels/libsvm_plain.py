@@ -80,7 +80,9 @@ def plain_number(buf, base, p, hi):
         c = _at(buf, q)
     if not _is_space(c):
         return p, 0.0
-    v = np.float64(np.int64(w)) / POW10[f]
+    v = np.float64(np.int64(w))
+    if f:
+        v = v / POW10[f]
     return q, (-v if neg else v)
 
 
