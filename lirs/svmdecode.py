@@ -43,6 +43,12 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
     qid int64 (k,), has_qid uint8 (k,)). ``where(j, pos)`` names a position for errors."""
     k = len(starts)
     cap = _feature_bound(buf, starts, ends)
+    if k and int(ends.max()) + KP.PAD > len(buf):
+        # room for the plain kernel's word loads, so that a batch's last record is plain too
+        padded = np.zeros(len(buf) + KP.PAD, np.uint8)
+        padded[:len(buf)] = buf
+        padded.flags.writeable = False
+        buf = padded
     indices = np.empty(cap, index_dtype)
     data = np.empty(cap, _work_dtype(dtype))
     y = np.empty(k, np.float64)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from .libsvm_plain import _is_space, plain_pair
+from .libsvm_plain import PAD, _is_space, plain_pair
 from .numbers import (_HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10,  # noqa: F401 - re-exported
                       _at, load_u64, scan_float, trailing_zeros)
 
@@ -177,6 +177,7 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
     k0 = k
     nfb0 = nfb
     kcap = indices.shape[0]
+    m = buf.shape[0]
     t = p
     label, ok, p = scan_float(buf, base, p, hi)
     if not (ok and (p >= hi or _ends_token(_at(buf, p)))):
@@ -206,15 +207,15 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
         if k >= kcap:
             good = False
             break
-        # the common token first, eight bytes a step (libsvm_plain)
-        q, idx, v = plain_pair(buf, base, p, hi)
-        if q > p and idx > prev and idx >= shift and idx - shift < n_features:
-            prev = idx
-            indices[k] = idx - shift
-            data[k] = v
-            k += 1
-            p = q
-            continue
+        if p + PAD <= m:  # the common token first, eight bytes a step (libsvm_plain)
+            q, idx, v = plain_pair(buf, base, p, hi)
+            if q > p and idx > prev and idx >= shift and idx - shift < n_features:
+                prev = idx
+                indices[k] = idx - shift
+                data[k] = v
+                k += 1
+                p = q
+                continue
         ineg = False
         if c == 43 or c == 45:
             ineg = c == 45

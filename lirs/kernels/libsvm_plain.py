@@ -17,6 +17,11 @@ from numba import njit
 
 from .numbers import _HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, POW10_U64, _at, load_u64, trailing_zeros
 
+# plain tokens are read with 8-byte word loads up to 27 bytes past a token's start: a record
+# closer than this to the end of the buffer is left to the full kernels (or the buffer padded)
+PAD = 32
+
+
 @njit(cache=True, nogil=True)
 def _is_space(c):
     # bytes.split() whitespace: space, \t \n \v \f \r
@@ -38,32 +43,17 @@ def _swar_digits(x):
 
 
 @njit(cache=True, nogil=True)
-def _digits8(buf, base, q):
-    """(count, value) of the ASCII digits starting at q, at most 8: one word load, or byte by byte
-    within the last 8 bytes of buf."""
-    m = buf.shape[0]
-    if q + 8 <= m:
-        return _swar_digits(load_u64(base + np.uint64(q)))
-    n = 0
-    v = np.uint64(0)
-    while q + n < m and n < 8 and 48 <= _at(buf, q + n) <= 57:
-        v = v * np.uint64(10) + np.uint64(_at(buf, q + n) - 48)
-        n += 1
-    return n, v
-
-
-@njit(cache=True, nogil=True)
 def plain_number(buf, base, p, hi):
     """``[+-]? D{1,8} (. D+)?`` (15 digits at most) at p, ended by whitespace before hi.
 
-    Returns (end, value float64); end == p when the token is not of that form. Word loads may
-    read past hi (never past buf); the result never depends on those bytes."""
+    Returns (end, value float64); end == p when the token is not of that form. Needs
+    p + PAD <= len(buf): word loads may read past hi, and the result never depends on those bytes."""
     q = p
     c = _at(buf, q)
     neg = c == 45
     if c == 45 or c == 43:
         q += 1
-    k2, w = _digits8(buf, base, q)
+    k2, w = _swar_digits(load_u64(base + np.uint64(q)))
     q += k2
     if k2 == 0 or q >= hi:
         return p, 0.0
@@ -71,7 +61,7 @@ def plain_number(buf, base, p, hi):
     f = 0
     if c == 46:
         q += 1
-        k3, d = _digits8(buf, base, q)
+        k3, d = _swar_digits(load_u64(base + np.uint64(q)))
         q += k3
         if k3 == 0 or k2 + k3 > 15 or q >= hi:
             return p, 0.0
@@ -91,7 +81,7 @@ def plain_pair(buf, base, p, hi):
     """``INDEX:VALUE`` at p: 1-8 index digits, ':', a :func:`plain_number`.
 
     Returns (end, index int64, value); end == p when the token is not of that form."""
-    k1, idx = _digits8(buf, base, p)
+    k1, idx = _swar_digits(load_u64(base + np.uint64(p)))
     q = p + k1
     if k1 == 0 or q >= hi or _at(buf, q) != 58:
         return p, np.int64(0), 0.0
@@ -106,7 +96,10 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
     """A plain data line from its first byte p: (end past its newline or hi, k, label, ok).
     ok False: not plain (nothing is kept; the full kernels take the record)."""
     kcap = indices.shape[0]
+    m = buf.shape[0]
     k0 = k
+    if p + PAD > m:
+        return p, k0, 0.0, False
     p, label = plain_number(buf, base, p, hi)
     if p == hi or not _is_space(_at(buf, p)):  # plain_number refused the label (p unchanged)
         return p, k0, 0.0, False
@@ -118,7 +111,7 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
             return p, k, label, True
         if _at(buf, p) == 10:
             return p + 1, k, label, True
-        if k >= kcap:
+        if k >= kcap or p + PAD > m:
             return p, k0, 0.0, False
         q, idx, v = plain_pair(buf, base, p, hi)
         if q == p or idx <= prev or idx < shift or idx - shift >= n_features:
