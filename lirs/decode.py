@@ -10,10 +10,12 @@
   :func:`decode_tfrecord` — whole TFRecord records -> their payloads (bytes), CRCs checked
   (:mod:`lirs.tfrecord`).
 
-The hot path is two numba passes (``lirs.kernels.libsvm``) that release the GIL. Records or
-tokens the kernels cannot finish exactly (rare: underscores in numbers, ``inf``/``nan``, more than
-2**53 in a mantissa, errors) are parsed here in Python, token by token as sklearn does, so results
-are bit-identical and every error names the file, the byte offset, the record and the token.
+The hot path is one numba pass per record (``lirs.kernels.libsvm``, driven by ``lirs.svmdecode``)
+that releases the GIL; a whole file is decoded by every core at once. Numbers are rounded exactly
+(Clinger / Eisel-Lemire). Records or tokens the kernels cannot finish exactly (rare: underscores
+in numbers, ``inf``/``nan``, more than 19 significant digits, errors) are parsed in Python, token
+by token as sklearn does, so results are bit-identical and every error names the file, the byte
+offset, the record and the token.
 
 One deliberate extension: sklearn stores feature indices in a C ``int`` and fails with
 ``OverflowError`` beyond 2**31 - 1; lirs accepts any index below ``n_features`` and returns int64
@@ -28,7 +30,8 @@ import scipy.sparse as sp
 
 from .errors import DataError, UsageError
 from .kernels import libsvm as K
-from .svmlight import Where, WhereLine, parse_record
+from .svmdecode import decode_file, decode_spans
+from .svmlight import Where, WhereLine
 from .tfrecord import payloads as decode_tfrecord
 
 __all__ = ["decode_libsvm", "decode_fixed", "decode_lines", "decode_tfrecord", "load_svmlight",
@@ -38,7 +41,6 @@ __all__ = ["decode_libsvm", "decode_fixed", "decode_lines", "decode_tfrecord", "
 NO_QID = np.iinfo(np.int64).min
 
 _INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
 
 
 def _as_u8(buf) -> np.ndarray:
@@ -53,78 +55,6 @@ def _ro(a: np.ndarray) -> np.ndarray:
     a = a.view()
     a.flags.writeable = False
     return a
-
-
-def _decode(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype):
-    """Shared body of decode_libsvm / load_svmlight. Returns (indptr, indices, data, y, qid, has_qid)."""
-    k = len(starts)
-    work_dtype = np.float32 if np.dtype(dtype) == np.float32 else np.float64
-    line_lo = np.empty(k, np.int64)
-    line_hi = np.empty(k, np.int64)
-    nnz = np.empty(k, np.int64)
-    status = np.empty(k, np.int8)
-    nbad = K.libsvm_count(buf, _ro(starts), _ro(ends), line_lo, line_hi, nnz, status)
-    slow = {}
-    if nbad:
-        for j in np.flatnonzero(status != K.OK):
-            r = parse_record(buf, int(j), int(starts[j]), int(ends[j]), zero_based, query_id,
-                                 n_features, where)
-            slow[int(j)] = r
-            nnz[j] = len(r[2])
-    indptr = np.zeros(k + 1, np.int64)
-    np.cumsum(nnz, out=indptr[1:])
-    total = int(indptr[-1])
-    indices = np.empty(total, index_dtype)
-    data = np.empty(total, work_dtype)
-    y = np.empty(k, np.float64)
-    qid = np.full(k, NO_QID, np.int64)
-    has_qid = np.zeros(k, np.uint8)
-    cap = total + k
-    fb_slot = np.empty(cap, np.int64)
-    fb_lo = np.empty(cap, np.int64)
-    fb_hi = np.empty(cap, np.int64)
-    nfb = K.libsvm_fill(buf, line_lo, line_hi, status, indptr, bool(zero_based), bool(query_id),
-                        np.int64(n_features), K.POW10, indices, data, y, qid, has_qid,
-                        fb_slot, fb_lo, fb_hi)
-    # Python's float() for the tokens the fast path could not round exactly; remember the first
-    # failure so that errors come out in record order together with re-parsed records.
-    fb_err = None
-    for i in range(nfb):
-        slot, lo, hi = int(fb_slot[i]), int(fb_lo[i]), int(fb_hi[i])
-        j = -1 - slot if slot < 0 else int(np.searchsorted(indptr, slot, side="right")) - 1
-        if status[j] != K.OK:
-            continue
-        try:
-            v = float(bytes(buf[lo:hi]))
-        except ValueError:
-            fb_err = j
-            break
-        if slot < 0:
-            y[j] = v
-        else:
-            with np.errstate(over="ignore"):  # to float32: overflow gives inf, as in sklearn
-                data[slot] = v
-    redo = np.flatnonzero(status == K.NEEDS_PYTHON)
-    if fb_err is not None:
-        redo = np.union1d(redo, [fb_err]).astype(np.int64)
-    for j in redo:
-        j = int(j)
-        slow[j] = parse_record(buf, j, int(starts[j]), int(ends[j]), zero_based, query_id,
-                                   n_features, where)
-    if fb_err is not None:  # the re-parse must have raised; never accept a token float() refused
-        raise AssertionError(f"token of record {fb_err} was refused by float() but re-parsed fine")
-    for j, (label, q, cols, vals) in slow.items():
-        a, b = indptr[j], indptr[j + 1]
-        if b - a != len(cols):
-            raise AssertionError(f"record {j}: counted {b - a} features, parsed {len(cols)}")
-        y[j] = label
-        indices[a:b] = cols
-        with np.errstate(over="ignore"):
-            data[a:b] = vals
-        has_qid[j] = q is not None
-        if q is not None:
-            qid[j] = q
-    return indptr, indices, data, y, qid, has_qid
 
 
 def _csr(data, indices, indptr, shape):
@@ -176,8 +106,8 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     DataError (a ValueError) naming ``source``, the file byte offset, the record and the token.
     """
     buf = _as_u8(buf)
-    starts = np.ascontiguousarray(starts, np.int64)
-    ends = np.ascontiguousarray(ends, np.int64)
+    starts = _ro(np.ascontiguousarray(starts, np.int64))  # read-only: one compiled variant
+    ends = _ro(np.ascontiguousarray(ends, np.int64))
     if starts.ndim != 1 or starts.shape != ends.shape:
         raise UsageError(f"starts and ends must be 1-D of the same length, got {starts.shape} and "
                          f"{ends.shape}")
@@ -192,12 +122,29 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
             raise UsageError("file_offsets must have the shape of starts")
     index_dtype = np.int32 if n_features <= _INT32_MAX else np.int64
     where = Where(source, starts, file_offsets, record_ids)
-    indptr, indices, data, y, qid, _ = _decode(buf, starts, ends, n_features, bool(zero_based), dtype,
-                                               query_id, where, index_dtype)
+    indptr, indices, data, y, qid, has_qid = decode_spans(buf, starts, ends, n_features, bool(zero_based),
+                                                          dtype, query_id, where, index_dtype)
+    if query_id:
+        qid[has_qid == 0] = NO_QID
     with np.errstate(over="ignore"):
         data = np.asarray(data, dtype=dtype)
     X = _csr(data, indices, indptr, (len(starts), n_features))
     return (X, y, qid) if query_id else (X, y)
+
+
+def _map_file(path) -> np.ndarray:
+    """The file's bytes, mapped read-only and pre-faulted (no copy out of the page cache, which
+    costs a sixth of a whole-file decode); a plain read where mapping is not possible."""
+    import mmap
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0 or not hasattr(mmap, "MAP_POPULATE"):
+            return np.fromfile(f, np.uint8)
+        try:
+            mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
+        except (OSError, ValueError):  # not mappable (a pipe, some FUSE filesystems)
+            return np.fromfile(f, np.uint8)
+    return np.frombuffer(mm, np.uint8)
 
 
 def _read_file(path) -> np.ndarray:
@@ -212,24 +159,26 @@ def _read_file(path) -> np.ndarray:
             import bz2
             with bz2.open(path, "rb") as f:
                 return np.frombuffer(f.read(), np.uint8)
-        return np.fromfile(path, np.uint8)
+        return _map_file(path)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a directory, expected a LIBSVM file") from None
 
 
-def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto", query_id=False):
+def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto", query_id=False,
+                  threads=None):
     """Load a whole LIBSVM/SVMlight file exactly as ``sklearn.datasets.load_svmlight_file`` does.
 
     Parameters mirror sklearn's: ``n_features`` None (inferred: max index + 1 after the shift, or
     1 when there is no feature) or an int >= that; ``zero_based`` True, False or "auto" (one-based
     iff there is at least one feature and no index 0); ``.gz``/``.bz2`` are decompressed.
+    ``threads``: parts of the file decoded at once (default: every CPU this process may use).
 
     Returns
     -------
-    X : scipy.sparse.csr_matrix (n, n_features), indptr int64, indices int32 (int64 if needed),
-        data ``dtype``
+    X : scipy.sparse.csr_matrix (n, n_features), indptr and indices int32 (int64 if needed, as
+        scipy chooses), data ``dtype``
     y : float64 (n,)
     qid : int64 (number of records with a qid,), only when ``query_id`` (as sklearn: the qids of
         the records that have one, in file order)
@@ -240,28 +189,25 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
         raise UsageError(f"n_features must be >= 1, got {n_features}")
     path = os.fspath(path)
     buf = _as_u8(_read_file(path))
-    lo = np.empty(int(np.count_nonzero(buf == 10)) + 1, np.int64)
-    hi = np.empty_like(lo)
-    k = K.libsvm_data_lines(buf, lo, hi)
-    lo, hi = lo[:k], hi[:k]
-    one_based_strict = zero_based is False
     # "auto" parses as zero-based (0 allowed) and shifts afterwards when every index is > 0
-    indptr, indices, data, y, qid, has_qid = _decode(
-        buf, lo, hi, _INT64_MAX, not one_based_strict, dtype, query_id, WhereLine(path, buf), np.int64)
-    if zero_based == "auto" and len(indices) and indices.min() > 0:
-        indices -= 1
-    n_f = int(indices.max()) + 1 if len(indices) else 1
+    indptr, indices, data, y, qid, has_qid, (lo, hi) = decode_file(
+        buf, zero_based=zero_based, dtype=dtype, query_id=query_id, where=WhereLine(path, buf),
+        threads=threads)
+    if zero_based == "auto" and lo > 0:
+        np.subtract(indices, 1, out=indices)
+        hi -= 1
+    n_f = hi + 1 if hi >= 0 else 1
     if n_features is None:
         n_features = n_f
     elif int(n_features) < n_f:
         raise DataError(f"{path}: n_features was set to {n_features}, but the file contains "
                         f"{n_f} features")
     n_features = int(n_features)
-    if n_features <= _INT32_MAX:
-        indices = indices.astype(np.int32)
+    if n_features > _INT32_MAX:
+        indices = indices.astype(np.int64)
     with np.errstate(over="ignore"):
         data = np.asarray(data, dtype=dtype)
-    X = _csr(data, indices, indptr, (k, n_features))
+    X = _csr(data, indices, indptr, (len(y), n_features))
     if query_id:
         return X, y, qid[has_qid.astype(bool)]
     return X, y

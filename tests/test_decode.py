@@ -517,3 +517,185 @@ def test_decode_lines():
     starts, ends = np.array([0, 9, 19]), np.array([9, 19, 23])
     assert decode_lines(buf, starts, ends) == [b'{"a": 1}', b'{"b": 2}', b"last"]
     assert decode_lines(buf, starts[[1, 0]], ends[[1, 0]], keep_newline=True) == [b'{"b": 2}\r\n', b'{"a": 1}\n']
+
+
+# --------------------------------------------------------------------------- correctly rounded floats
+
+
+def _exact_decimal(x: float) -> str:
+    """The exact decimal expansion of a finite double (or of a dyadic fraction)."""
+    from fractions import Fraction
+    f = Fraction(x)
+    j = f.denominator.bit_length() - 1  # a power of two
+    return f"{f.numerator * 5 ** j}e-{j}" if j else str(f.numerator)
+
+
+def _midpoint(x: float) -> str:
+    """The exact decimal of the point halfway between x > 0 and the next double up."""
+    from fractions import Fraction
+    mid = (Fraction(x) + Fraction(float(np.nextafter(x, np.inf)))) / 2
+    j = mid.denominator.bit_length() - 1
+    return f"{mid.numerator * 5 ** j}e-{j}" if j else str(mid.numerator)
+
+
+def _hard_tokens(rng):
+    toks = []
+    for _ in range(3000):  # 1..19 significant digits over the whole exponent range
+        nd = int(rng.integers(1, 20))
+        m = "".join(map(str, rng.integers(0, 10, nd)))
+        e = int(rng.integers(-360, 330))
+        dot = int(rng.integers(0, nd + 1))
+        toks.append(f"{rng.choice(['', '-', '+'])}{m[:dot]}.{m[dot:]}e{e}")
+    bits = rng.integers(1, 0x7FF0000000000000, 1500, dtype=np.int64)
+    doubles = bits.view(np.float64).tolist() + rng.uniform(2**53, 2**64, 300).tolist()
+    for x in doubles:
+        toks.append(repr(x))                         # shortest round-trip (17 digits at most)
+        toks.append("%.16e" % x)
+        d = _midpoint(x)                             # exactly halfway: ties to even
+        toks.append(d)
+        digits, _, exp = d.partition("e")
+        exp = int(exp or 0)
+        if len(digits) > 19:                         # near halfway, truncated to 19 digits
+            cut = len(digits) - 19
+            toks.append(f"{digits[:19]}e{exp + cut}")
+            toks.append(f"{int(digits[:19]) + 1}e{exp + cut}")
+    toks += [_exact_decimal(5e-324), "4.9406564584124654e-324", "2.4703282292062327e-324",
+             "2.4703282292062328e-324", "2.2250738585072011e-308", "2.2250738585072014e-308",
+             "1.7976931348623157e308", "1.7976931348623158e308", "1.7976931348623159e308",
+             "9007199254740993", "9007199254740992", "9007199254740995", "18446744073709551615",
+             "1e23", "1e22", "1e-22", "1e-23", "1e400", "-1e400", "1e-400", "-1e-400", "0e999",
+             "1e99999", "1e100000", "0.000001e-300", "123456789012345678e-340", "nan", "-nan",
+             "inf", "-Infinity", "1_000", "0x10", "1e", "1e+", ".", "-", "", "1.5e3.", "00000000000000000000001"]
+    return toks
+
+
+def test_float_kernel_is_bit_identical_to_python_float_on_hard_cases():
+    """Eisel-Lemire with Clinger's fast path: where the kernel answers, it is float()'s answer;
+    and it answers for (nearly) every number of at most 19 significant digits."""
+    toks = _hard_tokens(np.random.default_rng(11))
+    answered = short = 0
+    for tok in toks:
+        b = np.frombuffer(tok.encode(), np.uint8)
+        v, ok = K.parse_float(b, 0, len(b), K.POW10)
+        try:
+            ref = float(tok)
+        except ValueError:
+            assert not ok, tok
+            continue
+        sig = len(tok.lower().split("e")[0].lstrip("+-").replace(".", "").lstrip("0"))
+        if sig <= 19 and "n" not in tok.lower() and "_" not in tok:
+            short += 1
+            answered += ok
+        if ok:
+            assert struct.pack("<d", v) == struct.pack("<d", ref), tok
+    assert answered >= 0.999 * short  # the exact fallback is for the rare undecided cases only
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_hard_numbers_in_a_file_match_sklearn(tmp_path, dtype):
+    rng = np.random.default_rng(5)
+    toks = [t for t in _hard_tokens(rng) if t and _float_or_none(t) is not None]
+    lines = []
+    for i in range(0, len(toks) - 3, 3):
+        lines.append(f"{toks[i]} 1:{toks[i + 1]} 7:{toks[i + 2]}")
+    path = tmp_path / "hard.svm"
+    path.write_text("\n".join(lines) + "\n")
+    assert compare_file(path, dtype=dtype) is not None
+    raw = path.read_bytes()
+    s, e = split_records(raw)
+    X, y = decode_libsvm(np.frombuffer(raw, np.uint8), s, e, n_features=7, zero_based=False, dtype=dtype)
+    assert_same((X, y), load_svmlight_file(str(path), dtype=dtype, n_features=7, zero_based=False), dtype)
+
+
+def _float_or_none(t):
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- plain fast path
+
+
+def _plain_like_file(rng, n, nl=b"\n"):
+    """Records at the edges of the plain grammar: 8-digit indices and values, signs, 15 and 16
+    digit decimals, tabs, CRs; now and then a record that only the full kernels take."""
+    out = []
+    for i in range(n):
+        label = rng.choice([b"+1", b"-1", b"1", b"0", b"2.5", b"-0", b"12345678", b"123456789"])
+        idx = np.unique(rng.integers(1, 10 ** int(rng.integers(1, 9)), int(rng.integers(0, 12))))
+        toks = [label]
+        for a in idx.tolist():
+            kind = rng.integers(0, 9)
+            v = [b"1", b"-1", b"0.5", b"-0.25", b"12345678", b"1234567.12345678",
+                 b"123456789012.345", b"1234567890123.456", b"1e-5"][kind]
+            toks.append(b"%d:%s" % (a, v))
+        if rng.random() < 0.03:
+            toks.insert(1, b"qid:%d" % rng.integers(-5, 5))
+        line = rng.choice([b" ", b"\t", b"  "]).join(toks)
+        if rng.random() < 0.02:
+            line += b" # a comment"
+        out.append(line)
+    return nl.join(out)
+
+
+@pytest.mark.parametrize("nl", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("tail", [b"", b"\n"])
+def test_plain_and_full_kernels_agree_with_sklearn(tmp_path, nl, tail):
+    raw = _plain_like_file(np.random.default_rng(3), 400, nl) + tail
+    path = tmp_path / "plain.svm"
+    path.write_bytes(raw)
+    for zb in ["auto", False]:
+        assert compare_file(path, zero_based=zb) is not None  # a valid file: both load it
+        assert compare_file(path, zero_based=zb, dtype=np.float32, query_id=True) is not None
+    ref = load_svmlight_file(str(path), zero_based=False, n_features=10 ** 8)
+    s, e = split_records(raw)
+    for lo in range(0, len(s), 97):  # batches, so that plain runs stop and resume
+        X, y = decode_libsvm(raw, s[lo:lo + 97], e[lo:lo + 97], n_features=10 ** 8, zero_based=False,
+                             dtype=np.float64)
+        assert_same((X, y), (ref[0][lo:lo + 97], ref[1][lo:lo + 97]))
+
+
+def test_spans_never_read_past_their_end():
+    """Adjacent records without a separator between them: word loads see the next record's digits,
+    which must not join the number (and a record at the very end of the buffer is read too)."""
+    recs = [b"1 3:5", b"7 2:1", b"2 1:12.5", b"34 4:1.", b"5 8:-2"]
+    buf = b"".join(recs)
+    ends = np.cumsum([len(r) for r in recs])
+    starts = ends - [len(r) for r in recs]
+    for pad in [b"", b"9" * 40]:
+        X, y = decode_libsvm(buf + pad, starts, ends, n_features=9, zero_based=False, dtype=np.float64)
+        ref = [load_svmlight_file(__import__("io").BytesIO(r), n_features=9, zero_based=False) for r in recs]
+        np.testing.assert_array_equal(y, [r[1][0] for r in ref])
+        np.testing.assert_array_equal(X.toarray(), np.vstack([r[0].toarray() for r in ref]))
+
+
+def test_whole_file_in_regions_matches_one_thread_and_sklearn(tmp_path, monkeypatch):
+    """Regions decoded by several threads: blank and comment lines (fewer records than lines),
+    qid tokens (fewer features than ':'), fallback tokens and re-parsed records in every region."""
+    from lirs import svmdecode
+    rng = np.random.default_rng(9)
+    lines = _plain_like_file(rng, 600).split(b"\n")
+    for i in range(0, len(lines), 37):
+        lines[i] = lines[i] + b"\n\n# note: 1:2\n"
+        lines[i + 1] = lines[i + 1].replace(b":1 ", b":1.00000000000000000000001 ", 1)
+        lines[i + 2] = lines[i + 2].replace(b":1 ", b":inf ", 1)
+    path = tmp_path / "regions.svm"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 2000)
+    for q in [False, True]:
+        one = load_svmlight(path, threads=1, query_id=q)
+        for threads in [2, 3, 7]:
+            assert_same(load_svmlight(path, threads=threads, query_id=q), one)
+        assert_same(one, load_svmlight_file(str(path), query_id=q))
+
+
+def test_first_error_in_file_order_across_regions(tmp_path, monkeypatch):
+    from lirs import svmdecode
+    good = b"1 1:1 2:0.5\n" * 400
+    path = tmp_path / "bad.svm"
+    path.write_bytes(good + b"1 3:x\n" + good + b"1 2:1 1:1\n" + good)
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 1000)
+    with pytest.raises(DataError, match="line 401") as ei:
+        load_svmlight(path, threads=4)
+    assert "3:x" in str(ei.value)

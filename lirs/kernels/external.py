@@ -33,7 +33,7 @@ INFO_SKIPPED_BYTES = 1
 INFO_ADDED_NEWLINES = 2  # last lines of files without a trailing newline
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _is_ws(c):
     # the whitespace of lirs.kernels.scan (bytes.split() whitespace other than the newline)
     return c == 32 or c == 9 or c == 13 or c == 11 or c == 12

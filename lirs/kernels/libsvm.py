@@ -1,21 +1,27 @@
-"""LIBSVM decoding kernels: record spans of text -> CSR arrays, with sklearn's exact semantics.
+"""LIBSVM decoding kernels: LIBSVM text -> CSR arrays, with sklearn's exact semantics.
 
-Two passes over each batch. ``libsvm_count`` finds the one data line of every record and counts
-its features; the caller allocates exact-size outputs; ``libsvm_fill`` parses labels, ``qid`` and
-``INDEX:VALUE`` pairs into them. The kernels only take the common, provably exact path; anything
-else (a record that is not exactly one data line, an odd token, an invalid or unsorted index, a
-number Clinger's fast path cannot round exactly) is flagged and handed back to Python, which
-parses it with Python's own ``int``/``float`` and raises the precise error. So the fast path is
-bit-identical to ``sklearn.datasets.load_svmlight_file`` and the rare cases are too.
+One pass per record: :func:`_record` parses a data line (label, optional ``qid``, ``INDEX:VALUE``
+pairs) straight into the output arrays. Two drivers share it: :func:`libsvm_spans` (record spans
+of a batch, as the loader reads them) and :func:`libsvm_lines` (a region of a whole file, every
+data line a record; a file is cut into regions that threads decode at once).
+
+The kernels only take the common, provably exact path; anything else (a record that is not
+exactly one data line, an odd token, an invalid or unsorted index) marks the record for Python,
+which parses it with Python's own ``int``/``float`` and raises the precise error. Numbers go
+through :mod:`lirs.kernels.numbers` (Clinger / Eisel-Lemire, correctly rounded); the few it
+cannot decide are listed as fallback tokens for ``float()``. So results are bit-identical to
+``sklearn.datasets.load_svmlight_file``.
 """
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, types
-from numba.core import cgutils  # noqa: F401 - keeps numba's lowering helpers loaded for the intrinsic
-from numba.cpython.unsafe.numbers import trailing_zeros
-from numba.extending import intrinsic
+
+from .libsvm_plain import PAD, _is_space, plain_pair
+from .numbers import (_HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10,  # noqa: F401 - re-exported
+                      _at, load_u64, scan_float, trailing_zeros)
+
+_load_u64 = load_u64  # the name the index scanner imports
 
 # libc's SIMD memchr finds line ends several times faster than a byte loop; declared by symbol
 # name so that kernels calling it can still be cached. NULL comes back as 0.
@@ -23,41 +29,14 @@ memchr = types.ExternalFunction("memchr", types.uintp(types.uintp, types.intc, t
 
 # status codes of a record after a pass
 OK = 0
-NOT_ONE_DATA_LINE = 1   # zero or several data lines in the span: nnz unknown, Python parses it
-NEEDS_PYTHON = 2        # the fill pass met something it does not handle: Python re-parses the record
+NOT_ONE_DATA_LINE = 1   # zero or several data lines in the span: Python parses it
+NEEDS_PYTHON = 2        # the kernel met something it does not handle: Python re-parses the record
 
-# a value slot that Python must parse with float(); labels use slot -1 - record
-POW10 = np.array([1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14,
-                  1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22])
-
-_TWO53 = 1 << 53
 _MAX_DIGITS = 18        # int64 holds any 18-digit decimal
 _POW10_INT = np.array([10 ** i for i in range(19)], np.int64)
 
-# SWAR constants: eight ASCII bytes tested and converted at once
-_HI4 = np.uint64(0xF0F0F0F0F0F0F0F0)
-_LO4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_THREES = np.uint64(0x3030303030303030)
-_SIXES = np.uint64(0x0606060606060606)
-_M16 = np.uint64(0x00FF00FF00FF00FF)
-_M32 = np.uint64(0x0000FFFF0000FFFF)
 
-
-@intrinsic
-def _load_u64(typingctx, addr):
-    """Unaligned little-endian 8-byte load at integer address ``addr``."""
-    if not isinstance(addr, types.Integer):
-        return None
-
-    def codegen(context, builder, sig, args):
-        a = context.cast(builder, args[0], sig.args[0], types.uint64)
-        ptr = builder.inttoptr(a, ir.IntType(64).as_pointer())
-        return builder.load(ptr, align=1)
-
-    return types.uint64(addr), codegen
-
-
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _digit_run(buf, base, p, hi):
     """Value and length of the run of ASCII digits at buf[p:hi] (stops at the first other byte).
 
@@ -87,7 +66,7 @@ def _digit_run(buf, base, p, hi):
             if k < 8 or n > _MAX_DIGITS:
                 return v, n
         else:
-            d = np.int64(buf[p]) - 48
+            d = np.int64(_at(buf, p)) - 48
             if d < 0 or d > 9:
                 return v, n
             if n < _MAX_DIGITS:
@@ -97,393 +76,282 @@ def _digit_run(buf, base, p, hi):
     return v, n
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _is_space(c):
-    # bytes.split() whitespace: space, \t \n \v \f \r
-    return c == 32 or (9 <= c <= 13)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _content_end(buf, a, b):
-    """End of the non-comment part of line buf[a:b] (no newline inside).
-
-    sklearn cuts at the first '#' found by C ``strchr``, which stops at a NUL byte: a '#' behind a
-    NUL is not a comment."""
-    for p in range(a, b):
-        c = buf[p]
-        if c == 35:
-            return p
-        if c == 0:
-            return b
-    return b
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _exponent(buf, p, hi):
-    """An optional ``[eE][+-]?D+`` at buf[p:hi]: (exponent, ok, end). No exponent: (0, True, p);
-    "1e" with no digit: ok False ("1e" is not a number for float())."""
-    if p < hi and (buf[p] == 101 or buf[p] == 69):
-        q = p + 1
-        eneg = False
-        if q < hi and (buf[q] == 43 or buf[q] == 45):
-            eneg = buf[q] == 45
-            q += 1
-        e = 0
-        ne = 0
-        while q < hi:
-            d = np.int64(buf[q]) - 48
-            if d < 0 or d > 9:
-                break
-            if e < 100000:
-                e = e * 10 + d
-            ne += 1
-            q += 1
-        if ne == 0:
-            return 0, False, q
-        return (-e if eneg else e), True, q
-    return 0, True, p
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _round_exact(mant, exp10, neg, p, pow10):
-    """``mant * 10**exp10`` (signed) as (value, exact, p): exact when Clinger's fast path applies."""
-    if mant == 0:
-        return (-0.0 if neg else 0.0), True, p
-    while mant > _TWO53 and mant % 10 == 0:
-        mant //= 10
-        exp10 += 1
-    if mant > _TWO53:
-        return 0.0, False, p
-    while exp10 > 22 and mant * 10 <= _TWO53:
-        # an exact integer times 10**22 is still a single rounding
-        mant *= 10
-        exp10 -= 1
-    if exp10 > 22 or exp10 < -22:
-        return 0.0, False, p
-    v = float(mant)
-    if exp10 >= 0:
-        v = v * pow10[exp10]
-    else:
-        v = v / pow10[-exp10]
-    return (-v if neg else v), True, p
-
-
-@njit(cache=True, nogil=True)
-def _scan_number_slow(buf, p, hi, pow10):
-    """Parse the longest prefix of buf[p:hi] that follows ``[+-]? (D+ [. D*] | . D+) ([eE] [+-]? D+)?``.
-
-    Returns (value float64, exact bool, end int64). ``exact`` is True when the prefix is a number
-    whose value Clinger's fast path rounds exactly as Python's ``float()`` does: the decimal
-    mantissa (trailing zeros folded into the exponent) is at most 2**53 and the power of ten is
-    within [-22, 22], so one IEEE multiply or divide gives the correctly rounded result.
-    """
-    neg = False
-    if p < hi:
-        c = buf[p]
-        if c == 45:
-            neg = True
-            p += 1
-        elif c == 43:
-            p += 1
-    nd = 0
-    while p < hi and buf[p] == 48:  # leading zeros carry no significance
-        p += 1
-        nd += 1
-    mant = np.int64(0)
-    sig = 0
-    while p < hi:
-        d = np.int64(buf[p]) - 48
-        if d < 0 or d > 9:
-            break
-        mant = mant * 10 + d  # may wrap past 18 digits; then sig says "not exact"
-        sig += 1
-        p += 1
-    nd += sig
-    exp10 = 0
-    if p < hi and buf[p] == 46:
-        p += 1
-        if sig == 0:
-            f0 = p
-            while p < hi and buf[p] == 48:
-                p += 1
-            nd += p - f0
-            exp10 -= p - f0
-        while p < hi:
-            d = np.int64(buf[p]) - 48
-            if d < 0 or d > 9:
-                break
-            mant = mant * 10 + d
-            sig += 1
-            nd += 1
-            exp10 -= 1
-            p += 1
-    if nd == 0:
-        return 0.0, False, p
-    e, ok, p = _exponent(buf, p, hi)
-    if not ok:
-        return 0.0, False, p
-    exp10 += e
-    if sig > _MAX_DIGITS:
-        return 0.0, False, p
-    return _round_exact(mant, exp10, neg, p, pow10)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _scan_number(buf, base, p, hi, pow10):
-    """:func:`_scan_number_slow` with digit runs read eight bytes at a time. Numbers of more than
-    18 digits (leading zeros included) go to the slow scanner, so results are identical."""
-    t = p
-    neg = False
-    if p < hi:
-        c = buf[p]
-        if c == 45:
-            neg = True
-            p += 1
-        elif c == 43:
-            p += 1
-    mant, nd = _digit_run(buf, base, p, hi)
-    if nd > _MAX_DIGITS:
-        return _scan_number_slow(buf, t, hi, pow10)
-    p += nd
-    exp10 = 0
-    if p < hi and buf[p] == 46:
-        p += 1
-        f, nf = _digit_run(buf, base, p, hi)
-        if nd + nf > _MAX_DIGITS:
-            return _scan_number_slow(buf, t, hi, pow10)
-        if nf:
-            mant = mant * _POW10_INT[nf] + f
-        nd += nf
-        exp10 = -nf
-        p += nf
-    if nd == 0:
-        return 0.0, False, p
-    e, ok, p = _exponent(buf, p, hi)
-    if not ok:
-        return 0.0, False, p
-    exp10 += e
-    return _round_exact(mant, exp10, neg, p, pow10)
-
-
 @njit(cache=True, nogil=True)
 def parse_float(buf, p, q, pow10):
     """Parse the whole token buf[p:q] as Python ``float()`` would, when provably exact.
 
-    Returns (value float64, ok bool); ok False means "let Python's float() parse this token"."""
+    Returns (value float64, ok bool); ok False means "let Python's float() parse this token".
+    ``pow10`` is unused (kept for callers of the former signature)."""
     if p >= q:
         return 0.0, False
-    v, ok, end = _scan_number(buf, buf.ctypes.data, p, q, pow10)
+    v, ok, end = scan_float(buf, buf.ctypes.data, p, q)
     return v, ok and end == q
 
 
 @njit(cache=True, nogil=True)
-def libsvm_count(buf, starts, ends, line_lo, line_hi, nnz, status):
-    """Pass 1: locate the data line of every record and count its features.
+def _ends_token(c):
+    # a token ends at whitespace or where a comment starts
+    return c == 32 or (9 <= c <= 13) or c == 35
 
-    buf uint8 (m,); starts, ends int64 (k,): record j is buf[starts[j]:ends[j]].
-    Fills line_lo, line_hi int64 (k,) (the data line without its comment and newline),
-    nnz int64 (k,) and status int8 (k,) (OK or NOT_ONE_DATA_LINE). Returns the number of records
-    not OK. The count is that of ':' on the data line less those of a leading ``qid*`` token:
-    exact for every valid record; for an invalid one the fill pass notices the mismatch.
-    """
-    bad = 0
-    for j in range(starts.shape[0]):
-        s = starts[j]
-        e = ends[j]
-        # common case, one vectorizable sweep: a single line without '#' or NUL
-        ncolon = 0
-        nnl = 0
-        nodd = 0
-        for p in range(s, e):
-            c = buf[p]
-            ncolon += c == 58
-            nnl += c == 10
-            nodd += (c == 35) | (c == 0)
-        if nodd == 0 and (nnl == 0 or (nnl == 1 and buf[e - 1] == 10)):
-            lo = s
-            hi = e - nnl
-            while lo < hi and _is_space(buf[lo]):
-                lo += 1
-            ndata = 1 if lo < hi else 0
+
+@njit(cache=True, nogil=True)
+def _line_end(buf, base, p, hi):
+    """Position just past the next newline at or after p, or hi."""
+    if p >= hi:
+        return hi
+    r = memchr(base + np.uintp(p), 10, np.uintp(hi - p))
+    return hi if r == 0 else np.int64(r - base) + 1
+
+
+@njit(cache=True, nogil=True)
+def _skip_blank(buf, base, p, hi):
+    """First data byte at or after p (whitespace, blank and comment-only lines skipped), or hi.
+
+    A '#' met here is the first non-space byte of its line: a comment-only line. A NUL is data
+    (sklearn's ``strchr`` stops there before any '#')."""
+    while p < hi:
+        c = _at(buf, p)
+        if _is_space(c):
+            p += 1
+        elif c == 35:
+            p = _line_end(buf, base, p, hi)
         else:
-            ndata = 0
-            lo = s
-            hi = s
-            a = s
-            while a < e:
-                b = a
-                while b < e and buf[b] != 10:
-                    b += 1
-                ce = _content_end(buf, a, b)
-                p = a
-                while p < ce and _is_space(buf[p]):
-                    p += 1
-                if p < ce:
-                    ndata += 1
-                    lo = p
-                    hi = ce
-                a = b + 1
-            if ndata == 1:
-                ncolon = 0
-                for p in range(lo, hi):
-                    ncolon += buf[p] == 58
-        line_lo[j] = lo
-        line_hi[j] = hi
-        if ndata != 1:
-            status[j] = NOT_ONE_DATA_LINE
-            nnz[j] = 0
-            bad += 1
-            continue
-        status[j] = OK
-        # sklearn treats a first feature token starting with b"qid" apart
-        p = lo
-        while p < hi and not _is_space(buf[p]):
-            p += 1
-        while p < hi and _is_space(buf[p]):
-            p += 1
-        if p + 3 <= hi and buf[p] == 113 and buf[p + 1] == 105 and buf[p + 2] == 100:
-            while p < hi and not _is_space(buf[p]):
-                ncolon -= buf[p] == 58
-                p += 1
-        nnz[j] = ncolon
-    return bad
+            return p
+    return hi
 
 
 @njit(cache=True, nogil=True)
-def libsvm_fill(buf, line_lo, line_hi, status, indptr, zero_based, query_id, n_features, pow10,
-                indices, data, y, qid, has_qid, fb_slot, fb_lo, fb_hi):
-    """Pass 2: parse the data lines located by ``libsvm_count`` into preallocated CSR arrays.
-
-    indptr int64 (k+1,) (cumulative nnz). Outputs: indices (int32/int64, (nnz,)), data
-    (float32/float64, (nnz,)), y float64 (k,), qid int64 (k,), has_qid uint8 (k,). Records whose
-    status is not OK are skipped; a record that cannot be finished exactly gets status
-    NEEDS_PYTHON. Tokens that are well-formed but not fast-path floats are listed in
-    fb_slot/fb_lo/fb_hi (int64, capacity nnz + k; slot -1 - j is the label of record j) for
-    Python's ``float()``. Returns the number of fallback tokens.
-    """
-    nfb = 0
-    shift = 0 if zero_based else 1
-    base = buf.ctypes.data
-    for j in range(line_lo.shape[0]):
-        if status[j] != OK:
-            continue
-        p = line_lo[j]
-        hi = line_hi[j]
-        t = p
-        v, ok, p = _scan_number(buf, base, p, hi, pow10)
-        if not (ok and (p == hi or _is_space(buf[p]))):
-            while p < hi and not _is_space(buf[p]):
-                p += 1
-            fb_slot[nfb] = -1 - j
-            fb_lo[nfb] = t
-            fb_hi[nfb] = p
-            nfb += 1
-        y[j] = v
-        has_qid[j] = 0
-        k = indptr[j]
-        kend = indptr[j + 1]
-        prev = np.int64(-1)
-        first = True
-        bad = False
-        while True:
-            while p < hi and _is_space(buf[p]):
-                p += 1
-            if p >= hi:
-                break
-            t = p
-            if first and p + 3 <= hi and buf[p] == 113 and buf[p + 1] == 105 and buf[p + 2] == 100:
-                first = False
-                while p < hi and not _is_space(buf[p]):
-                    p += 1
-                c = t + 3
-                while c < p and buf[c] != 58:
-                    c += 1
-                if c >= p:
-                    bad = True
-                    break
-                has_qid[j] = 1
-                if query_id:
-                    r = c + 1
-                    qneg = False
-                    if r < p and (buf[r] == 43 or buf[r] == 45):
-                        qneg = buf[r] == 45
-                        r += 1
-                    qv = np.int64(0)
-                    nd = 0
-                    while r < p and 48 <= buf[r] <= 57 and nd < _MAX_DIGITS:
-                        qv = qv * 10 + (np.int64(buf[r]) - 48)
-                        nd += 1
-                        r += 1
-                    if nd == 0 or r != p:
-                        bad = True
-                        break
-                    qid[j] = -qv if qneg else qv
-                continue
-            first = False
-            if k >= kend:
-                bad = True
-                break
-            ineg = False
-            if buf[p] == 43 or buf[p] == 45:
-                ineg = buf[p] == 45
-                p += 1
-            idx, nd = _digit_run(buf, base, p, hi)
-            p += nd
-            if nd == 0 or nd > _MAX_DIGITS or p >= hi or buf[p] != 58:
-                bad = True
-                break
-            if ineg:
-                idx = -idx
-            if idx < shift or idx <= prev or idx - shift >= n_features:
-                bad = True  # negative, 0 when one-based, unsorted, duplicate or out of range
-                break
-            prev = idx
-            indices[k] = idx - shift
-            p += 1
-            t = p
-            v, ok, p = _scan_number(buf, base, p, hi, pow10)
-            if not (ok and (p == hi or _is_space(buf[p]))):
-                while p < hi and not _is_space(buf[p]):
-                    p += 1
-                fb_slot[nfb] = k
-                fb_lo[nfb] = t
-                fb_hi[nfb] = p
-                nfb += 1
-            data[k] = v
-            k += 1
-        if bad or k != kend:
-            status[j] = NEEDS_PYTHON
-    return nfb
+def _fallback(fb_slot, fb_lo, fb_hi, nfb, slot, lo, hi):
+    """List token buf[lo:hi] for Python's float(); returns the new count, -1 when full."""
+    if nfb >= fb_slot.shape[0]:
+        return -1
+    fb_slot[nfb] = slot
+    fb_lo[nfb] = lo
+    fb_hi[nfb] = hi
+    return nfb + 1
 
 
 @njit(cache=True, nogil=True)
-def libsvm_data_lines(buf, out_lo, out_hi):
-    """Spans of the lines of buf (uint8 (m,)) that hold data, as sklearn's loader sees them.
+def _token_end(buf, p, hi):
+    while p < hi and not _ends_token(_at(buf, p)):
+        p += 1
+    return p
 
-    out_lo, out_hi int64 (capacity >= number of lines): line start and end (just past its
-    newline, or m). Blank and comment-only lines are left out. Returns the number of spans.
+
+@njit(cache=True, nogil=True)
+def _qid(buf, t, p, query_id):
+    """The ``qid*`` token buf[t:p]: (ok, value). sklearn needs a ':'; the value is an integer
+    only checked (here: up to 18 digits, else Python) with ``query_id``."""
+    c = t + 3
+    while c < p and _at(buf, c) != 58:
+        c += 1
+    if c >= p:
+        return False, 0
+    if not query_id:
+        return True, 0
+    r = c + 1
+    neg = False
+    if r < p and (_at(buf, r) == 43 or _at(buf, r) == 45):
+        neg = _at(buf, r) == 45
+        r += 1
+    v = np.int64(0)
+    nd = 0
+    while r < p and 48 <= _at(buf, r) <= 57 and nd < _MAX_DIGITS:
+        v = v * 10 + (np.int64(_at(buf, r)) - 48)
+        nd += 1
+        r += 1
+    if nd == 0 or r != p:
+        return False, 0
+    return True, (-v if neg else v)
+
+
+@njit(cache=True, nogil=True)
+def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
+            fb_slot, fb_lo, fb_hi, nfb, j):
+    """Parse the data line starting at buf[p] (its first non-space byte) up to its newline or hi.
+
+    Features go to indices[k:], data[k:]; a value or label (slot -1 - j) that only ``float()``
+    can round is listed in fb_*. Returns (status, end, k, nfb, label, qid, has_qid) with ``end``
+    just past the line; on NEEDS_PYTHON, k and nfb are those given (nothing kept).
     """
+    k0 = k
+    nfb0 = nfb
+    kcap = indices.shape[0]
     m = buf.shape[0]
-    base = buf.ctypes.data
-    n = 0
-    a = 0
-    while a < m:
-        # a line holds data iff its first non-space byte is neither '#' nor the newline
-        # (a NUL counts as data: strchr would stop there before any '#')
-        p = a
-        while p < m and buf[p] != 10 and _is_space(buf[p]):
+    t = p
+    label, ok, p = scan_float(buf, base, p, hi)
+    if not (ok and (p >= hi or _ends_token(_at(buf, p)))):
+        p = _token_end(buf, p, hi)
+        nfb = _fallback(fb_slot, fb_lo, fb_hi, nfb, -1 - j, t, p)
+    qv = np.int64(0)
+    hq = 0
+    prev = np.int64(-1)
+    first = True
+    good = nfb >= 0
+    while good:
+        while p < hi and (_at(buf, p) == 32 or _at(buf, p) == 9 or 11 <= _at(buf, p) <= 13):
             p += 1
-        nxt = m
-        if p < m:
-            hit = memchr(base + np.uintp(p), 10, np.uintp(m - p))
-            if hit != 0:
-                nxt = np.int64(hit - base) + 1
-        if p < m and buf[p] != 10 and buf[p] != 35:
-            out_lo[n] = a
-            out_hi[n] = nxt
-            n += 1
-        a = nxt
+        if p >= hi:
+            break
+        c = _at(buf, p)
+        if c == 10 or c == 35:
+            break
+        t = p
+        if first and c == 113 and p + 3 <= hi and _at(buf, p + 1) == 105 and _at(buf, p + 2) == 100:
+            first = False
+            p = _token_end(buf, p, hi)
+            good, qv = _qid(buf, t, p, query_id)
+            hq = 1
+            continue
+        first = False
+        if k >= kcap:
+            good = False
+            break
+        if p + PAD <= m:  # the common token first, eight bytes a step (libsvm_plain)
+            q, idx, v = plain_pair(buf, base, p, hi)
+            if q > p and idx > prev and idx >= shift and idx - shift < n_features:
+                prev = idx
+                indices[k] = idx - shift
+                data[k] = v
+                k += 1
+                p = q
+                continue
+        ineg = False
+        if c == 43 or c == 45:
+            ineg = c == 45
+            p += 1
+        idx, nd = _digit_run(buf, base, p, hi)
+        p += nd
+        if nd == 0 or nd > _MAX_DIGITS or p >= hi or _at(buf, p) != 58:
+            good = False
+            break
+        if ineg:
+            idx = -idx
+        if idx < shift or idx <= prev or idx - shift >= n_features:
+            good = False  # negative, 0 when one-based, unsorted, duplicate or out of range
+            break
+        prev = idx
+        indices[k] = idx - shift
+        p += 1
+        t = p
+        v, ok, p = scan_float(buf, base, p, hi)
+        if not (ok and (p >= hi or _ends_token(_at(buf, p)))):
+            p = _token_end(buf, p, hi)
+            nfb = _fallback(fb_slot, fb_lo, fb_hi, nfb, k, t, p)
+            good = nfb >= 0
+        data[k] = v
+        k += 1
+    end = _line_end(buf, base, p, hi)
+    if not good:
+        return NEEDS_PYTHON, end, k0, nfb0, 0.0, np.int64(0), 0
+    return OK, end, k, nfb, label, qv, hq
+
+
+@njit(cache=True, nogil=True)
+def libsvm_spans(buf, starts, ends, j0, shift, n_features, query_id, indices, data, y, qid, has_qid,
+                 indptr, status, fb_slot, fb_lo, fb_hi):
+    """Decode record spans: record j is buf[starts[j]:ends[j]], one data line (blank and comment
+    lines around it allowed).
+
+    buf uint8 (m,); starts, ends int64 (k,); shift 0 or 1 (one-based indices); n_features: bound
+    of the shifted indices. Outputs: indices int32/int64 and data float32/float64 (capacity >= the
+    number of features), y float64 (k,), qid int64 (k,) (0 where absent or not asked),
+    has_qid uint8 (k,), indptr int64 (k+1,), status int8 (k,) (OK, NOT_ONE_DATA_LINE or
+    NEEDS_PYTHON: such a record holds no feature here). Fallback tokens for ``float()`` go to
+    fb_slot/fb_lo/fb_hi int64 (slot -1 - j is the label of record j). Starts at record j0, whose
+    features begin at indptr[j0] (records before it were decoded by libsvm_spans_plain).
+    Returns (nnz, fallbacks).
+    """
+    base = buf.ctypes.data
+    # np.int64, not a literal 0: a literal would compile the callees once more for Literal[int]
+    k = np.int64(indptr[j0])
+    nfb = np.int64(0)
+    for j in range(j0, starts.shape[0]):
+        e = ends[j]
+        p = _skip_blank(buf, base, starts[j], e)
+        st = NOT_ONE_DATA_LINE
+        if p < e:
+            st, p, k2, nfb2, label, qv, hq = _record(buf, base, p, e, shift, n_features, query_id,
+                                                     indices, data, k, fb_slot, fb_lo, fb_hi, nfb, j)
+            if st == OK and _skip_blank(buf, base, p, e) < e:
+                st = NOT_ONE_DATA_LINE  # a second data line
+            if st == OK:
+                k = k2
+                nfb = nfb2
+                y[j] = label
+                qid[j] = qv
+                has_qid[j] = hq
+        status[j] = st
+        indptr[j + 1] = k
+    return k, nfb
+
+
+@njit(cache=True, nogil=True)
+def libsvm_lines(buf, a, b, shift, n_features, query_id, indices, data, k0, y, qid, has_qid,
+                 rec_nnz, rec_pos, status, r0, fb_slot, fb_lo, fb_hi):
+    """Decode every data line of buf[a:b] (whole lines) as one record, as a file load does.
+
+    Records are written from r0 (y, qid, has_qid, rec_nnz int64 = features of the record,
+    rec_pos int64 = offset of its first byte, status int8), features from k0 (indices, data: the
+    region's capacity, e.g. its ':' count). Fallback tokens: slots are global positions in
+    data (or -1 - record). A record that is NEEDS_PYTHON holds no feature here.
+    Returns (records, features, fallbacks, min index, max index, end); ``end`` < b only if the
+    record arrays ran full.
+    """
+    base = buf.ctypes.data
+    k = k0
+    r = r0
+    rcap = y.shape[0]
+    nfb = np.int64(0)
+    imin = np.int64(np.iinfo(np.int64).max)
+    imax = np.int64(-1)
+    p = a
+    while True:
+        p = _skip_blank(buf, base, p, b)
+        if p >= b or r >= rcap:
+            break
+        rec_pos[r] = p
+        st, p, k2, nfb, label, qv, hq = _record(buf, base, p, b, shift, n_features, query_id,
+                                                indices, data, k, fb_slot, fb_lo, fb_hi, nfb, r)
+        status[r] = st
+        y[r] = label
+        qid[r] = qv
+        has_qid[r] = hq
+        rec_nnz[r] = k2 - k
+        if k2 > k:
+            imin = min(imin, np.int64(indices[k]))
+            imax = max(imax, np.int64(indices[k2 - 1]))
+        k = k2
+        r += 1
+    return r - r0, k - k0, nfb, imin, imax, p
+
+
+@njit(cache=True, nogil=True)
+def libsvm_census(buf, a, b):
+    """(':' count, '\\n' count) of buf[a:b]: capacities of a region's features and records."""
+    nc = 0
+    nl = 0
+    for p in range(a, b):
+        c = _at(buf, p)
+        nc += c == 58
+        nl += c == 10
+    return nc, nl
+
+
+@njit(cache=True, nogil=True)
+def span_colons(buf, starts, ends):
+    """Number of ':' in all spans buf[starts[j]:ends[j]] (a bound on their features)."""
+    n = 0
+    for j in range(starts.shape[0]):
+        for p in range(starts[j], ends[j]):
+            n += _at(buf, p) == 58
     return n
+
+
+@njit(cache=True, nogil=True)
+def next_line(buf, p, hi):
+    """Position just past the first newline at or after p in buf[:hi], or hi."""
+    return _line_end(buf, buf.ctypes.data, p, hi)
 
 
 @njit(cache=True, nogil=True)
@@ -492,4 +360,4 @@ def gather_fixed(buf, starts, record_size, out):
     for j in range(starts.shape[0]):
         s = starts[j]
         for i in range(record_size):
-            out[j, i] = buf[s + i]
+            out[j, i] = _at(buf, s + i)

@@ -17,7 +17,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _U32 = np.uint64(0xFFFFFFFF)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def mix64(z):
     """splitmix64's finalizer: a bijective avalanche of a uint64."""
     z = (z ^ (z >> np.uint64(30))) * _M1
@@ -25,18 +25,18 @@ def mix64(z):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def stream_start(key, counter):
     return mix64(np.uint64(key) ^ mix64(np.uint64(counter) + _GOLDEN))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _next(state):
     state = state + _GOLDEN
     return state, mix64(state)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _bounded(state, m):
     """A uniform integer in [0, m) (m >= 1, uint64) without modulo bias; returns (state, value)."""
     if m <= _U32 + np.uint64(1):
@@ -79,7 +79,7 @@ def shuffle_inplace(a, key, counter):
         a[j] = t
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _feistel(x, keys, half, mask):
     left = x >> half
     right = x & mask
@@ -154,7 +154,7 @@ _SHIFT = 10  # records per offset block (lirs.index.OFFSET_SHIFT)
 _MASK = (1 << _SHIFT) - 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def offset_at(base, rel, wide, i):
     """Start of record i in a compact offset table (see lirs.offsets.OffsetTable)."""
     b = base[i >> _SHIFT]

@@ -20,7 +20,7 @@ LINE_PYTHON = 2    # something outside the fast grammar: Python must check the w
 _POW10 = POW10  # float64 powers of ten 1e0..1e22 (the label's exact fast path)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _is_ws(c):
     # bytes.split() whitespace other than the newline, which ends a line
     return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
@@ -35,26 +35,26 @@ _2E = np.uint64(0x2E2E2E2E2E2E2E2E)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _le20(x):
     """High bit of each byte of u64 ``x`` set exactly when the byte is <= 0x20 (space, controls)."""
     return ~(((x & _L7F) + _5F) | x) & _H80
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _nondigit(x):
     """High bit of each byte of u64 ``x`` set exactly when the byte is not an ASCII digit."""
     t = x & _L7F
     return ((t + _46) | ~(t + _50) | x) & _H80
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _zero(x):
     """High bit of each byte of u64 ``x`` set exactly when the byte is 0."""
     return ~(((x & _L7F) + _L7F) | x) & _H80
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _digit_len(buf, addr, p, hi):
     """Length of the run of ASCII digits at buf[p:hi], eight bytes at a time (SWAR) while the load
     stays inside ``buf`` (``addr`` is the address of buf[0])."""

@@ -1,0 +1,184 @@
+"""The plain-LIBSVM kernels: the common case, small and quick to compile.
+
+Most LIBSVM files hold nothing but ``LABEL INDEX:VALUE ...`` lines with short numbers: a label and
+values of at most 15 digits with an optional sign and decimal point, indices of at most 8 digits.
+:func:`libsvm_spans_plain` and :func:`libsvm_lines_plain` decode exactly that (SWAR: eight bytes
+per step) and stop at the first record that is anything else. The caller then hands the rest of
+the batch (or region) to the full kernels of :mod:`lirs.kernels.libsvm`, which numba compiles
+only when some data needs them: a first batch of plain data compiles this module alone.
+
+Values are ``w / 10**f`` with ``w < 2**53`` and ``f <= 15``: one correctly rounded IEEE division
+(Clinger's fast path), hence bit-identical to Python's ``float()``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .numbers import _HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, POW10_U64, _at, load_u64, trailing_zeros
+
+# plain tokens are read with 8-byte word loads up to 27 bytes past a token's start: a record
+# closer than this to the end of the buffer is left to the full kernels (or the buffer padded)
+PAD = 32
+
+
+@njit(cache=True, nogil=True)
+def _is_space(c):
+    # bytes.split() whitespace: space, \t \n \v \f \r
+    return c == 32 or (9 <= c <= 13)
+
+
+@njit(cache=True, nogil=True)
+def _swar_digits(x):
+    """(count, value) of the leading ASCII digits of the 8 bytes in x (little-endian)."""
+    bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
+    k = 8 if bad == 0 else np.int64(trailing_zeros(bad)) >> 3
+    if k == 0:
+        return 0, np.uint64(0)
+    z = (x & _LO4) << np.uint64(8 * (8 - k))
+    z = (z * np.uint64(2561)) >> np.uint64(8)
+    z = ((z & _M16) * np.uint64(6553601)) >> np.uint64(16)
+    z = ((z & _M32) * np.uint64(42949672960001)) >> np.uint64(32)
+    return k, z
+
+
+@njit(cache=True, nogil=True)
+def plain_number(buf, base, p, hi):
+    """``[+-]? D{1,8} (. D+)?`` (15 digits at most) at p, ended by whitespace before hi.
+
+    Returns (end, value float64); end == p when the token is not of that form. Needs
+    p + PAD <= len(buf): word loads may read past hi, and the result never depends on those bytes."""
+    q = p
+    c = _at(buf, q)
+    neg = c == 45
+    if c == 45 or c == 43:
+        q += 1
+    k2, w = _swar_digits(load_u64(base + np.uint64(q)))
+    q += k2
+    if k2 == 0 or q >= hi:
+        return p, 0.0
+    c = _at(buf, q)
+    f = 0
+    if c == 46:
+        q += 1
+        k3, d = _swar_digits(load_u64(base + np.uint64(q)))
+        q += k3
+        if k3 == 0 or k2 + k3 > 15 or q >= hi:
+            return p, 0.0
+        w = w * POW10_U64[k3] + d
+        f = k3
+        c = _at(buf, q)
+    if not _is_space(c):
+        return p, 0.0
+    v = np.float64(np.int64(w))
+    if f:
+        v = v / POW10[f]
+    return q, (-v if neg else v)
+
+
+@njit(cache=True, nogil=True)
+def plain_pair(buf, base, p, hi):
+    """``INDEX:VALUE`` at p: 1-8 index digits, ':', a :func:`plain_number`.
+
+    Returns (end, index int64, value); end == p when the token is not of that form."""
+    k1, idx = _swar_digits(load_u64(base + np.uint64(p)))
+    q = p + k1
+    if k1 == 0 or q >= hi or _at(buf, q) != 58:
+        return p, np.int64(0), 0.0
+    e, v = plain_number(buf, base, q + 1, hi)
+    if e == q + 1:
+        return p, np.int64(0), 0.0
+    return e, np.int64(idx), v
+
+
+@njit(cache=True, nogil=True)
+def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
+    """A plain data line from its first byte p: (end past its newline or hi, k, label, ok).
+    ok False: not plain (nothing is kept; the full kernels take the record)."""
+    kcap = indices.shape[0]
+    m = buf.shape[0]
+    k0 = k
+    if p + PAD > m:
+        return p, k0, 0.0, False
+    p, label = plain_number(buf, base, p, hi)
+    if p == hi or not _is_space(_at(buf, p)):  # plain_number refused the label (p unchanged)
+        return p, k0, 0.0, False
+    prev = np.int64(-1)
+    while True:
+        while p < hi and (_at(buf, p) == 32 or _at(buf, p) == 9 or _at(buf, p) == 13):
+            p += 1
+        if p >= hi:
+            return p, k, label, True
+        if _at(buf, p) == 10:
+            return p + 1, k, label, True
+        if k >= kcap or p + PAD > m:
+            return p, k0, 0.0, False
+        q, idx, v = plain_pair(buf, base, p, hi)
+        if q == p or idx <= prev or idx < shift or idx - shift >= n_features:
+            return p, k0, 0.0, False
+        prev = idx
+        indices[k] = idx - shift
+        data[k] = v
+        k += 1
+        p = q
+
+
+@njit(cache=True, nogil=True)
+def libsvm_spans_plain(buf, starts, ends, shift, n_features, indices, data, y, indptr):
+    """Decode record spans (see :func:`lirs.kernels.libsvm.libsvm_spans`) while they are plain.
+
+    Returns j: records [0, j) are decoded (indptr[:j+1], y[:j] set); record j is not plain and
+    the full kernel must go on from it (at features indptr[j]). j == len(starts) when all were."""
+    base = buf.ctypes.data
+    k = np.int64(0)
+    indptr[0] = 0
+    for j in range(starts.shape[0]):
+        p = starts[j]
+        e = ends[j]
+        while p < e and _is_space(_at(buf, p)):
+            p += 1
+        if p >= e:
+            return j
+        p, k2, label, ok = _plain_line(buf, base, p, e, shift, n_features, indices, data, k)
+        if not ok:
+            return j
+        while p < e and _is_space(_at(buf, p)):
+            p += 1
+        if p < e:
+            return j  # more than one data line (or a comment): the full kernel decides
+        k = k2
+        y[j] = label
+        indptr[j + 1] = k
+    return starts.shape[0]
+
+
+@njit(cache=True, nogil=True)
+def libsvm_lines_plain(buf, a, b, shift, n_features, indices, data, k0, y, rec_nnz, rec_pos, r0):
+    """Decode the data lines of buf[a:b] (see :func:`lirs.kernels.libsvm.libsvm_lines`) while
+    they are plain. Returns (end, records, features, min index, max index): lines before ``end``
+    are done; the line at ``end`` (< b) is not plain and the full kernel must go on from it."""
+    base = buf.ctypes.data
+    k = k0
+    r = r0
+    rcap = y.shape[0]
+    imin = np.int64(np.iinfo(np.int64).max)
+    imax = np.int64(-1)
+    p = a
+    while True:
+        while p < b and _is_space(_at(buf, p)):
+            p += 1
+        if p >= b or r >= rcap:
+            break
+        e, k2, label, ok = _plain_line(buf, base, p, b, shift, n_features, indices, data, k)
+        if not ok:
+            break
+        rec_pos[r] = p
+        y[r] = label
+        rec_nnz[r] = k2 - k
+        if k2 > k:
+            imin = min(imin, np.int64(indices[k]))
+            imax = max(imax, np.int64(indices[k2 - 1]))
+        k = k2
+        r += 1
+        p = e
+    return p, r - r0, k - k0, imin, imax

@@ -1,0 +1,249 @@
+"""LIBSVM text -> CSR arrays: the drivers around :mod:`lirs.kernels.libsvm`.
+
+* :func:`decode_spans` — record spans of a batch (one kernel call, the loader's path);
+* :func:`decode_file` — a whole file in memory, cut at line ends into regions that threads decode
+  at once (the kernels release the GIL), each writing straight into its slice of the output.
+
+Both end in :func:`_finish`: Python's ``float()`` for the few tokens the kernels could not round
+exactly, and sklearn's own grammar (:func:`lirs.svmlight.parse_record`) for the records they left
+(comments inside spans, odd tokens, errors), spliced back in record order. Errors come out for
+the first bad record in file order, as sklearn would raise them.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .kernels import libsvm as K
+from .kernels import libsvm_plain as KP
+from .svmlight import parse_record
+
+_FB_CAP = 1 << 16       # fallback tokens per kernel call; past it, records go to Python whole
+_MIN_REGION = 4 << 20   # bytes of a region below which another thread costs more than it saves
+_INT32_MAX = 2**31 - 1
+
+
+def cores() -> int:
+    """CPUs this process may run on (``taskset`` and cgroup cpusets respected)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _work_dtype(dtype):
+    return np.float32 if np.dtype(dtype) == np.float32 else np.float64
+
+
+def _fallbacks(n):
+    return [np.empty(max(1, min(_FB_CAP, n)), np.int64) for _ in range(3)]
+
+
+def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype):
+    """Records buf[starts[j]:ends[j]] -> (indptr int64 (k+1,), indices, data, y float64 (k,),
+    qid int64 (k,), has_qid uint8 (k,)). ``where(j, pos)`` names a position for errors."""
+    k = len(starts)
+    cap = _feature_bound(buf, starts, ends)
+    if k and int(ends.max()) + KP.PAD > len(buf):
+        # room for the plain kernel's word loads, so that a batch's last record is plain too
+        padded = np.zeros(len(buf) + KP.PAD, np.uint8)
+        padded[:len(buf)] = buf
+        padded.flags.writeable = False
+        buf = padded
+    indices = np.empty(cap, index_dtype)
+    data = np.empty(cap, _work_dtype(dtype))
+    y = np.empty(k, np.float64)
+    qid = np.zeros(k, np.int64)
+    has_qid = np.zeros(k, np.uint8)
+    indptr = np.empty(k + 1, np.int64)
+    status = np.zeros(k, np.int8)  # OK
+    shift = 0 if zero_based else 1
+    j0 = KP.libsvm_spans_plain(buf, starts, ends, shift, np.int64(n_features), indices, data, y, indptr)
+    nnz, nfb, fb = int(indptr[j0]), 0, None
+    if j0 < k:  # the full kernel, from the first record that is not plain
+        fb = _fallbacks(cap + k)
+        nnz, nfb = K.libsvm_spans(buf, starts, ends, j0, shift, np.int64(n_features), bool(query_id),
+                                  indices, data, y, qid, has_qid, indptr, status, *fb)
+    out = [indptr, indices[:nnz], data[:nnz], y, qid, has_qid]
+    return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, nfb,
+                   zero_based, query_id, n_features, where)
+
+
+def _feature_bound(buf, starts, ends):
+    """The number of ':' in the spans: no record has more features. Disjoint spans covering most
+    of buf (a loader's batch) are counted by numpy over all of buf; others by a kernel, which is
+    then compiled (so a first batch compiles one kernel less)."""
+    if len(starts) and 2 * int((ends - starts).sum()) >= len(buf):
+        order = np.argsort(starts, kind="stable")
+        if np.all(ends[order[:-1]] <= starts[order[1:]]):
+            return int(np.count_nonzero(buf == 58))
+    return int(K.span_colons(buf, starts, ends))
+
+
+def _regions(buf, parts):
+    """[0, len(buf)) cut into ``parts`` regions of whole lines, of about equal size."""
+    m = len(buf)
+    cuts = [0]
+    for q in range(1, parts):
+        c = int(K.next_line(buf, max(cuts[-1], m * q // parts), m))
+        if c >= m:
+            break
+        cuts.append(c)
+    cuts.append(m)
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
+def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
+    """A whole LIBSVM file in ``buf`` -> (indptr, indices, data, y, qid, has_qid, (min, max) index).
+
+    ``zero_based`` True or "auto": indices stored as written; False: shifted down by one (0
+    refused). Indices are int32 when every stored one fits, else int64. ``threads``: regions
+    decoded at once (default: the CPUs this process may use).
+    """
+    threads = cores() if threads is None else max(1, int(threads))
+    regions = _regions(buf, max(1, min(threads, len(buf) // _MIN_REGION)))
+    with ThreadPoolExecutor(len(regions)) as pool:
+        census = list(pool.map(lambda r: K.libsvm_census(buf, r[0], r[1]), regions))
+        kcap = np.array([c[0] for c in census], np.int64)
+        rcap = np.array([c[1] + 1 for c in census], np.int64)
+        kofs = np.concatenate([[0], np.cumsum(kcap)])
+        rofs = np.concatenate([[0], np.cumsum(rcap)])
+        n_rec, n_feat = int(rofs[-1]), int(kofs[-1])
+        indices = np.empty(n_feat, np.int32)
+        data = np.empty(n_feat, _work_dtype(dtype))
+        rec = [np.zeros(n_rec, t) for t in (np.float64, np.int64, np.uint8, np.int64, np.int64, np.int8)]
+        y, _, _, rec_nnz, rec_pos, _ = rec
+        shift = 0 if zero_based else 1
+        bound = np.int64(_INT32_MAX) + 1
+
+        def run(i):
+            a, b = regions[i]
+            p, nr, nk, lo, hi = KP.libsvm_lines_plain(buf, a, b, shift, bound, indices, data, int(kofs[i]),
+                                                      y, rec_nnz, rec_pos, int(rofs[i]))
+            if p >= b:
+                return nr, nk, 0, lo, hi, p, None
+            # the full kernel from the first line that is not plain
+            fb = _fallbacks(int(kcap[i] + rcap[i]))
+            nr2, nk2, nfb, lo2, hi2, end = K.libsvm_lines(buf, p, b, shift, bound, bool(query_id), indices,
+                                                          data, int(kofs[i]) + nk, *rec, int(rofs[i]) + nr, *fb)
+            return nr + nr2, nk + nk2, nfb, min(lo, lo2), max(hi, hi2), end, fb
+
+        res = list(pool.map(run, range(len(regions))))
+    if any(r[5] < b for r, (_, b) in zip(res, regions)):
+        raise AssertionError("LIBSVM region ran out of record slots")  # census bounds them
+    nr = np.array([r[0] for r in res], np.int64)
+    nk = np.array([r[1] for r in res], np.int64)
+    fb = _merge_fallbacks(res, kofs, rofs, nk, nr)
+    y, qid, has_qid, rec_nnz, rec_pos, status = (_compact(a, rofs, nr) for a in rec)
+    indices, data = _compact(indices, kofs, nk), _compact(data, kofs, nk)
+    indptr = np.zeros(len(y) + 1, np.int64)
+    np.cumsum(rec_nnz, out=indptr[1:])
+    mins = [r[3] for r in res if r[1]]
+    maxs = [r[4] for r in res if r[1]]
+    m = len(buf)
+    out = [indptr, indices, data, y, qid, has_qid]
+    out = _finish(buf, lambda j: (int(rec_pos[j]), int(K.next_line(buf, int(rec_pos[j]), m))),
+                  status, out, fb, len(fb[0]), zero_based is not False, query_id, None, where,
+                  bounds=(mins, maxs))
+    lo = min(mins) if mins else -1
+    hi = max(maxs) if maxs else -1
+    return (*out, (lo, hi))
+
+
+def _merge_fallbacks(res, kofs, rofs, nk, nr):
+    """Fallback tokens of all regions, their slots moved to the compacted arrays."""
+    new_k = np.concatenate([[0], np.cumsum(nk)])
+    new_r = np.concatenate([[0], np.cumsum(nr)])
+    slots, los, his = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for i, r in enumerate(res):
+        n = r[2]
+        if not n:
+            continue
+        s, lo, hi = r[6]
+        s = s[:n].copy()
+        feat = s >= 0
+        s[feat] += new_k[i] - kofs[i]
+        s[~feat] -= new_r[i] - rofs[i]  # label slot -1 - r
+        slots.append(s)
+        los.append(lo[:n])
+        his.append(hi[:n])
+    return [np.concatenate(x) for x in (slots, los, his)]
+
+
+def _compact(a, ofs, counts):
+    """Region i's items a[ofs[i]:ofs[i]+counts[i]], one after another (a view when they are)."""
+    total = int(counts.sum())
+    if np.array_equal(ofs[:-1][1:], (ofs[:-1] + counts)[:-1]):
+        return a[:total]
+    return np.concatenate([a[o:o + c] for o, c in zip(ofs[:-1].tolist(), counts.tolist())])
+
+
+def _finish(buf, span, status, out, fb, nfb, zero_based, query_id, n_features, where, bounds=None):
+    """Python's ``float()`` for the fallback tokens, sklearn's parser for the records left, in
+    record order (the first error raised is the first in the data). ``span(j)`` -> (start, end)
+    of record j in buf. ``bounds`` (lists of min and max index), when given, take in the
+    indices of the re-parsed records."""
+    indptr, indices, data, y, qid, has_qid = out
+    fb_err = None
+    fb_slot, fb_lo, fb_hi = fb if nfb else (None, None, None)
+    for i in range(nfb):
+        slot, lo, hi = int(fb_slot[i]), int(fb_lo[i]), int(fb_hi[i])
+        try:
+            v = float(bytes(buf[lo:hi]))
+        except ValueError:
+            fb_err = -1 - slot if slot < 0 else int(np.searchsorted(indptr, slot, side="right")) - 1
+            break
+        if slot < 0:
+            y[-1 - slot] = v
+        else:
+            with np.errstate(over="ignore"):  # to float32: overflow gives inf, as in sklearn
+                data[slot] = v
+    redo = np.flatnonzero(status != K.OK)
+    if fb_err is not None:
+        redo = np.union1d(redo, [fb_err]).astype(np.int64)
+    slow = {}
+    for j in redo.tolist():
+        s, e = span(j)
+        slow[j] = parse_record(buf, j, s, e, zero_based, query_id, n_features, where)
+    if fb_err is not None:  # the re-parse must have raised; never accept a token float() refused
+        raise AssertionError(f"token of record {fb_err} was refused by float() but re-parsed fine")
+    if not slow:
+        return out
+    if indices.dtype == np.int32 and any(c and c[-1] > _INT32_MAX for _, _, c, _ in slow.values()):
+        indices = indices.astype(np.int64)  # whole-file loads: an index past int32 widens them all
+    for j, (label, q, cols, vals) in slow.items():
+        y[j] = label
+        has_qid[j] = q is not None
+        if q is not None:
+            qid[j] = q
+        if cols and bounds is not None:
+            bounds[0].append(cols[0])
+            bounds[1].append(cols[-1])
+    indptr, indices, data = _splice(indptr, indices, data, slow)
+    return [indptr, indices, data, y, qid, has_qid]
+
+
+def _splice(indptr, indices, data, slow):
+    """Insert the features of re-parsed records (``slow``: {j: (label, qid, cols, vals)}; they
+    hold none yet) into the CSR arrays. Returns new (indptr, indices, data)."""
+    add = np.zeros(len(indptr) - 1, np.int64)
+    for j, r in slow.items():
+        add[j] = len(r[2])
+    if not add.any():
+        return indptr, indices, data
+    new_ptr = indptr.copy()
+    np.cumsum(add, out=add)
+    new_ptr[1:] += add
+    new_ind = np.empty(int(new_ptr[-1]), indices.dtype)
+    new_dat = np.empty(int(new_ptr[-1]), data.dtype)
+    prev = 0
+    for j in sorted(slow) + [len(indptr) - 1]:
+        a, b, na = indptr[prev], indptr[j], new_ptr[prev]
+        new_ind[na:na + b - a] = indices[a:b]
+        new_dat[na:na + b - a] = data[a:b]
+        if j < len(indptr) - 1:
+            cols, vals = slow[j][2], slow[j][3]
+            new_ind[new_ptr[j]:new_ptr[j + 1]] = cols
+            with np.errstate(over="ignore"):
+                new_dat[new_ptr[j]:new_ptr[j + 1]] = vals
+        prev = j + 1
+    return new_ptr, new_ind, new_dat
