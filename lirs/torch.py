@@ -48,6 +48,7 @@ torch is an optional dependency: it is imported only by this module.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import warnings
 
@@ -285,10 +286,15 @@ class LirsIterableDataset(tud.IterableDataset):
         rank, world = self.shard()
         key = (os.getpid(), rank, world)
         if self._loader is None or self._loader_key != key:
+            source = self.source
             if self._loader is not None and self._loader_key[0] == os.getpid():
                 self._loader.close()
+            elif self._loader is not None and self._loader.index is not None:
+                # a forked worker: the parent's index (memory maps, cached unit tables) serves here
+                # as well, so a worker that starts every epoch does not open and scan it again
+                source = self._loader.index
             convert = _Convert(self.sparse, self.output, self.label_dtype, self.transform)
-            self._loader = Loader(self.source, self.batch_size, rank=rank, world_size=world, transform=convert,
+            self._loader = Loader(source, self.batch_size, rank=rank, world_size=world, transform=convert,
                                   **self.loader_kwargs)
             self._loader_key = key
         return self._loader
@@ -407,6 +413,9 @@ class LirsDataLoader(tud.DataLoader):
             yield from super().__iter__()
             return
         res = ds._resume
+        ctx = self.multiprocessing_context or multiprocessing.get_context()
+        if ctx.get_start_method() == "fork":
+            ds.loader().plan(ds.epoch)  # forked workers inherit the index and its unit tables
         it = super().__iter__()  # the workers start here, with the loaded state
         epoch = ds.epoch
         if res is not None and res["epoch"] == epoch:
