@@ -57,3 +57,18 @@ def write_result(name: str, res: dict) -> str:
         json.dump(res, f, indent=2)
         f.write("\n")
     return path
+
+
+def kdd_file(directory: str, size: str) -> str:
+    """``DIRECTORY/kdd.svm``: a kdd-like LIBSVM file of about ``size`` (``lirs gen``), indexed; made
+    once and reused by later runs. Returns its path."""
+    import subprocess
+    import sys
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "kdd.svm")
+    if not os.path.exists(path + ".lirs"):
+        subprocess.run([sys.executable, "-m", "lirs.cli", "gen", "--profile", "kdd", "--size", size,
+                        "-o", path, "--quiet"], check=True)
+        subprocess.run([sys.executable, "-m", "lirs.cli", "index", path], check=True, capture_output=True)
+    return path

@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine, write_result  # noqa: E402
+from _common import kdd_file, machine, write_result  # noqa: E402
 
 WINDOWS = ("1M", "4M", "16M", "64M", "256M")
 
@@ -57,12 +57,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--windows", default=",".join(WINDOWS))
     args = ap.parse_args()
-    os.makedirs(args.dir, exist_ok=True)
-    path = os.path.join(args.dir, "kdd.svm")
-    if not os.path.exists(path + ".lirs"):
-        subprocess.run([sys.executable, "-m", "lirs.cli", "gen", "--profile", "kdd", "--size", args.size,
-                        "-o", path, "--quiet"], check=True)
-        subprocess.run([sys.executable, "-m", "lirs.cli", "index", path], check=True, capture_output=True)
+    path = kdd_file(args.dir, args.size)
     subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     base = run_child(path, "window", "64M", args.batch_size, 0, read=False)
     rows = []

@@ -163,6 +163,11 @@ class EpochRun:
     def _submit(self, bp) -> list:
         if self.finish is not None:
             return self._submit_finished(bp)
+        return self._step_parts(bp)
+
+    def _step_parts(self, bp) -> list:
+        """``[(future, lo, hi, last, step), ...]`` of a batch's parts; a step other batches share is
+        submitted once."""
         parts = []
         for step, lo, hi, last in bp.parts:
             fut = self.steps.get(step.number)
@@ -189,12 +194,7 @@ class EpochRun:
                 fut = self.pipeline.submit(step, lambda r: finish(bp, *batch_of([(r, lo, hi)], empty)))
                 self.steps[step.number] = fut  # counted in flight until the consumer releases it
                 return [(fut, 0, 0, True, step)]
-        parts = []
-        for step, lo, hi, last in bp.parts:
-            fut = self.steps.get(step.number)
-            if fut is None:
-                fut = self.steps[step.number] = self.pipeline.submit(step)
-            parts.append((fut, lo, hi, last, step))
+        parts = self._step_parts(bp)
 
         def assemble():
             got = [(f.result(), lo, hi) for f, lo, hi, _, _ in parts]
