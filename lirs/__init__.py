@@ -27,6 +27,7 @@ _LAZY = {
     "IndexFormatError": "lirs.errors",
     "LirsError": "lirs.errors",
     "UsageError": "lirs.errors",
+    "TransformError": "lirs.errors",
     "plan_epoch": "lirs.plan",
     "EpochPlan": "lirs.plan",
     "Loader": "lirs.loader",
