@@ -9,10 +9,11 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import lirs
+from lirs.inputs import compressed
 from lirs.errors import DataError, IndexFormatError, StaleIndexError, UsageError
 from lirs.index import Index, open_index, write_index
 
@@ -104,6 +105,8 @@ def test_lines_offsets_match_reference(tmp_path, lines, trailing, chunk):
     data = b"\n".join(lines) + (b"\n" if trailing else b"")
     if not data:
         return
+    # a file that begins with a compression magic (gzip, zip, ...) is refused: tested elsewhere
+    assume(compressed("d.jsonl", data[:64]) is None)
     p = tmp_path / "d.jsonl"
     p.write_bytes(data)
     idx = lirs.build_index(str(p), progress=False, chunk_bytes=chunk)

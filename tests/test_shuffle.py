@@ -686,7 +686,10 @@ def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path):
             "from lirs.cli import main; sys.exit(main(sys.argv[1:]))\n")
     p = subprocess.Popen([sys.executable, "-c", code, "shuffle", str(tmp_path / "in.svm"), "-o",
                           str(tmp_path / "o.svm"), "--memory", "2M", "--quiet"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                         # a test run in the background inherits SIGINT ignored, and Python then
+                         # installs no KeyboardInterrupt handler: give the child the default
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout.readline().strip() == b"started"
     time.sleep(0.2)
     p.send_signal(signal.SIGINT)
