@@ -72,3 +72,25 @@ def kdd_file(directory: str, size: str) -> str:
                         "-o", path, "--quiet"], check=True)
         subprocess.run([sys.executable, "-m", "lirs.cli", "index", path], check=True, capture_output=True)
     return path
+
+
+def sorted_kdd(directory: str, size: str, seed: int):
+    """A label-sorted kdd-like LIBSVM file of about ``size`` in ``directory`` (made once), indexed.
+    Returns ``(path, made, gen_s, index, index_s)``: whether it was generated now, and the seconds
+    generating and indexing took."""
+    import time
+
+    import lirs
+    from lirs.eval.gen import generate
+    from lirs.units import parse_size
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"quality-kdd-sorted-{size}-s{seed}.svm")
+    t = time.perf_counter()
+    made = not os.path.exists(path)
+    if made:
+        generate("kdd", path, size=parse_size(size), order="sorted", seed=seed, progress=False)
+    gen_s = time.perf_counter() - t
+    t = time.perf_counter()
+    index = lirs.build_index(path, progress=False)
+    return path, made, gen_s, index, time.perf_counter() - t

@@ -1,7 +1,7 @@
 """The randomness/memory frontier on a label-sorted kdd-like file, and lirs window's targets.
 
 Generates a label-sorted kdd-like LIBSVM file (all -1 records, then all +1), indexes it, and runs
-`lirs.eval.quality.frontier`: every memory-bounded strategy (lirs window at max(1, M // 64 KiB)
+`lirs.eval.quality.frontier`: every memory-bounded strategy (lirs window at ceil(M / 64 KiB)
 groups, shuffle buffer, Streaming py1e/py1br, Deep Lake, FFCV quasi-random, CorgiPile, Corgi²) at
 every memory budget M, for a number of epochs, measuring batch pairs that meet again next epoch
 and in-batch neighbours from one 64 KiB group (both x a uniform order), label entropy per batch,
@@ -29,7 +29,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import RESULTS, machine, write_result  # noqa: E402
+from _common import RESULTS, machine, sorted_kdd, write_result  # noqa: E402
 
 TARGETS = {"pairs_again_x": 1.1, "same_group_x": 25.0, "batch_entropy": 0.99, "read_x": 1.08,
            "large_read_share": 0.99}
@@ -109,21 +109,10 @@ def main(argv=None) -> int:
     import lirs
     from lirs.commands.quality import memory_budgets
     from lirs.constants import DEFAULT_GROUP_BYTES
-    from lirs.eval.gen import generate
     from lirs.eval.quality import format_summary, frontier, plot_frontier
-    from lirs.units import parse_size
 
     names = [s for s in a.strategies.split(",") if s] if a.strategies else None
-    os.makedirs(a.dir, exist_ok=True)
-    path = os.path.join(a.dir, f"quality-kdd-sorted-{a.size}-s{a.seed}.svm")
-    t = time.perf_counter()
-    made = not os.path.exists(path)
-    if made:
-        generate("kdd", path, size=parse_size(a.size), order="sorted", seed=a.seed, progress=False)
-    gen_s = time.perf_counter() - t
-    t = time.perf_counter()
-    index = lirs.build_index(path, progress=False)
-    index_s = time.perf_counter() - t
+    path, made, gen_s, index, index_s = sorted_kdd(a.dir, a.size, a.seed)
     budgets = memory_budgets(a.memory, index.payload_bytes)
     print(f"{path}: {index.n:,} records, {index.payload_bytes / 1e6:.0f} MB (generated in {gen_s:.1f}s, indexed in "
           f"{index_s:.1f}s); budgets {', '.join(f'{lab} = {m:,} B' for lab, m in budgets)}; {a.epochs} epochs",

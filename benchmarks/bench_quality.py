@@ -25,7 +25,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import RESULTS, machine, write_result  # noqa: E402
+from _common import RESULTS, machine, sorted_kdd, write_result  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -48,21 +48,10 @@ def main(argv=None) -> int:
 
     import lirs
     from lirs.commands.quality import memory_budget
-    from lirs.eval.gen import generate
     from lirs.eval.quality import evaluate, format_markdown, format_table, plot
-    from lirs.units import parse_size
 
     names = [s for s in a.strategies.split(",") if s] if a.strategies else None
-    os.makedirs(a.dir, exist_ok=True)
-    path = os.path.join(a.dir, f"quality-kdd-sorted-{a.size}-s{a.seed}.svm")
-    t = time.perf_counter()
-    made = not os.path.exists(path)
-    if made:
-        generate("kdd", path, size=parse_size(a.size), order="sorted", seed=a.seed, progress=False)
-    gen_s = time.perf_counter() - t
-    t = time.perf_counter()
-    index = lirs.build_index(path, progress=False)
-    index_s = time.perf_counter() - t
+    path, made, gen_s, index, index_s = sorted_kdd(a.dir, a.size, a.seed)
     mem = memory_budget(a.memory, index.payload_bytes)
     print(f"{path}: {index.n:,} records, {index.payload_bytes / 1e6:.0f} MB (generated in {gen_s:.1f}s, "
           f"indexed in {index_s:.1f}s); memory budget {mem:,} B; {a.epochs} epochs per strategy", flush=True)

@@ -173,3 +173,10 @@ def test_auto_granularity_takes_the_memory_budget(kdd):
             assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 16384, 10)
     finally:
         os.remove(saved)  # the module's other tests use this file without a recommendation
+
+
+def test_quality_and_bench_refuse_a_bad_window_before_any_work(kdd, capsys):
+    assert cli_main(["quality", "--records", "1000", "--window", "0M"]) == 2
+    assert "window must be a group count" in capsys.readouterr().err
+    assert cli_main(["bench", kdd, "--window=-5%", "--granularity", "window", "--peers", "none"]) == 2
+    assert "window must be a group count" in capsys.readouterr().err
