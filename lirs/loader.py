@@ -55,6 +55,7 @@ from .plan import check_args, plan_epoch
 from .ranges import over_spans, remainder
 from .recommendation import auto_settings
 from .windows import window_groups
+from . import warmup
 
 log = logging.getLogger("lirs.loader")
 
@@ -207,6 +208,9 @@ class Loader:
         self._pipeline: Pipeline | None = None
         self._closed = False
         self._last_plan = None
+        # on an empty numba cache, read and decode kernels compile in a helper process meanwhile
+        self._warm = warmup.start({"engine": engine, "depth": depth, "format": self.index.format,
+                                   "dtype": self.dtype.str})
 
     # ------------------------------------------------------------------ setup / teardown
     @staticmethod
@@ -240,7 +244,8 @@ class Loader:
             # decoding (affinity, not the machine's count: taskset and containers set it)
             workers = usable_cores() + 1
             self._pipeline = Pipeline(self.index.paths, engine=self.engine_name, direct=self.direct,
-                                      depth=self.depth, decode=self._decoder, workers=workers, stats=self.stats)
+                                      depth=self.depth, decode=self._decoder, workers=workers, stats=self.stats,
+                                      warm=self._warm)
             self._pid = pid
 
     def close(self) -> None:
@@ -405,7 +410,8 @@ class Loader:
         return self.epoch(0)
 
     def _begin(self, epoch, start, stride=1, offset=0):
-        self._ensure_started()
+        if self._closed:
+            raise ValueError("this Loader is closed")
         epoch, stride, offset = int(epoch), int(stride), int(offset)
         if stride < 1 or offset < 0:
             raise UsageError(f"stride must be >= 1 and offset >= 0, got stride={stride}, offset={offset}")
@@ -419,6 +425,9 @@ class Loader:
                             self._resume[0], epoch)
         self._resume = None
         plan = self.plan(epoch, spans)
+        # the pipeline (engine, pool) starts after planning: on a cold numba cache the planning
+        # kernels compile here while the warm-up helper compiles the read and decode ones
+        self._ensure_started()
         nb = int(plan.num_batches)
         if not 0 <= start <= nb:
             raise UsageError(f"start batch {start} outside [0, {nb}] for epoch {epoch}")

@@ -25,6 +25,7 @@ from .assemble import batch_of
 from .constants import BLOCK
 from .engines import aligned_empty, open_engine
 from .errors import TransformError
+from .warmup import Warmup
 
 
 class BufferPool:
@@ -62,9 +63,13 @@ class Pipeline:
 
     ``decode(step, buf, buf_pos, got) -> (X, y)`` turns a read step's bytes into rows (see
     :class:`lirs.assemble.StepDecoder`); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
+    ``warm`` (:class:`lirs.warmup.Warmup`): the engine opens, and the first decode runs, once the
+    warm-up helper has compiled their kernels (when there is one).
     """
 
-    def __init__(self, paths, *, engine: str, direct, depth, decode, workers: int, stats):
+    def __init__(self, paths, *, engine: str, direct, depth, decode, workers: int, stats, warm=None):
+        self.warm = warm if warm is not None else Warmup(())
+        self.warm.wait("read")
         self.engine = open_engine(list(paths), engine, direct=direct, depth=depth)
         self.workers = int(workers)
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-loader")
@@ -97,6 +102,7 @@ class Pipeline:
         try:
             t0 = time.perf_counter()
             got = self.engine.read(step.ext_file, step.ext_offset, ext_nbytes, buf, buf_pos)
+            self.warm.wait("decode")
             t1 = time.perf_counter()
             out = self.decode(step, buf, buf_pos, got)
             t2 = time.perf_counter()

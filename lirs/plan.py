@@ -227,7 +227,10 @@ class EpochPlan:
         rx = np.empty(k, np.int32)
         rp = np.empty(k, np.int64)
         rl = np.empty(k, np.int64)
-        ne = K.extents(ids, *self._offs, self._fs, self._de, self._hs, self._rs, self.block, ef, eo, en, rx, rp, rl)
+        heads = np.flatnonzero(np.diff(ids, prepend=ids[:1] - 2) != 1) if k else ids[:0]
+        runs = np.argsort(ids[heads]) if len(heads) > 1 else np.zeros(len(heads), np.int64)
+        ne = K.extents(ids, heads, runs, *self._offs, self._fs, self._de, self._hs, self._rs, self.block,
+                       ef, eo, en, rx, rp, rl) if k else 0
         if order is not None:
             # extents are found on the unit-ordered records (runs sort fast), then all move together
             ids, rx, rp, rl = ids[order], rx[order], rp[order], rl[order]

@@ -28,7 +28,7 @@ import numpy as np
 from .errors import UsageError
 from .kernels import plan as K
 from .steps import BatchPlan
-from .windows import window_bounds, window_of, window_step
+from .windows import records_of, window_bounds, window_of, window_step
 
 
 # --------------------------------------------------------------------------- span arithmetic
@@ -217,9 +217,7 @@ class _Windows:
             if p.ufirst is None:
                 self.sizes = {w: len(units)}
             else:
-                counts = np.empty(len(units), np.int64)
-                K.unit_counts(units, p.ufirst, counts)
-                self.sizes = {w: int(counts.sum())}
+                self.sizes = {w: records_of(p.ufirst, units)}
         return self.sizes[w]
 
     def row_of(self, upos: int, within: int) -> tuple[int, int]:
@@ -230,9 +228,7 @@ class _Windows:
         if p.ufirst is None:
             return w, upos - lo
         before = p.perm.take(lo, upos)
-        counts = np.empty(len(before), np.int64)
-        K.unit_counts(before, p.ufirst, counts)
-        return w, int(counts.sum()) + within
+        return w, records_of(p.ufirst, before) + within
 
     def batch(self, j: int, pieces: np.ndarray, cursor: _Cursor) -> BatchPlan:
         parts, ids = [], []

@@ -18,6 +18,13 @@ from .steps import BatchPlan
 from .units import parse_size
 
 
+
+def records_of(ufirst: np.ndarray, units: np.ndarray) -> int:
+    """Records in ``units`` (unsigned or int64 (k,)): unit u holds records ``ufirst[u] ..
+    ufirst[u + 1] - 1`` (``ufirst`` int64 (units + 1,))."""
+    u = np.asarray(units).astype(np.int64)
+    return int((ufirst[u + 1] - ufirst[u]).sum())
+
 def window_groups(window, group_bytes: int, data_bytes: int) -> int:
     """The number of groups a window holds, from its spec: an int (a group count), a size such as
     ``"64M"`` or ``"1.5GB"`` (a memory budget: ``size // group_bytes`` groups, at least one), a
@@ -91,9 +98,7 @@ def window_records(plan, w: int):
     if plan.ufirst is None:
         ids = np.asarray(units, np.int64).copy()
     else:
-        counts = np.empty(len(units), np.int64)
-        K.unit_counts(units, plan.ufirst, counts)
-        ids = np.empty(int(counts.sum()), np.int64)
+        ids = np.empty(records_of(plan.ufirst, units), np.int64)
         K.fill_records(units, plan.ufirst, 0, 0, ids, 0)
     o = np.arange(len(ids), dtype=np.int64)
     K.shuffle_inplace(o, np.uint64(plan._window_key), np.uint64(w))
@@ -124,9 +129,7 @@ def window_batches(plan, start: int, extents: bool):
         q = upos - window_bounds(plan, w)[0]
     else:
         before = plan.perm.take(window_bounds(plan, w)[0], upos)
-        counts = np.empty(len(before), np.int64)
-        K.unit_counts(before, plan.ufirst, counts)
-        q = int(counts.sum()) + within
+        q = records_of(plan.ufirst, before) + within
     step_no = 0
     step = window_step(plan, step_no, w, q, q + (end - pos), extents)
     row = 0  # next row of `step`

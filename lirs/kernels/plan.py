@@ -122,14 +122,6 @@ def locate(units, ufirst, remaining):
 
 
 @njit(cache=True, nogil=True)
-def unit_counts(units, ufirst, out):
-    """Records of each unit: ``out[i] = size of units[i]``."""
-    for i in range(units.shape[0]):
-        u = units[i]
-        out[i] = ufirst[u + 1] - ufirst[u]
-
-
-@njit(cache=True, nogil=True)
 def fill_records(units, ufirst, i, within, out, o):
     """Append records of ``units[i:]`` (from record ``within`` of unit ``units[i]``) to ``out[o:]``
     until it is full or the chunk ends. Returns (i, within, o) after the last record taken."""
@@ -206,12 +198,15 @@ def units_fixed(file_starts, header_sizes, record_size, unit_bytes, out):
 
 
 @njit(cache=True, nogil=True)
-def extents(ids, base, rel, wide, file_starts, data_ends, header_sizes, record_size, block,
+def extents(ids, heads, order, base, rel, wide, file_starts, data_ends, header_sizes, record_size, block,
             ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len):
-    """Aligned, coalesced read extents covering the records ``ids`` (int64 (k,), distinct).
+    """Aligned, coalesced read extents covering the records ``ids`` (int64 (k,), distinct, k >= 1).
 
     Record IDs follow file order (file by file, offsets increasing), so records are visited in
-    ID order: runs of consecutive IDs (a page or group unit) are sorted as runs, not one by one.
+    ID order: runs of consecutive IDs (a page or group unit) are visited as runs, not one by one.
+    ``heads`` (int64 (nruns,)) are the runs' starts and ``order`` (int64
+    (nruns,)) the runs sorted by first ID — sorted by the caller with numpy, because numba's sort
+    costs seconds of compilation on every fresh machine.
     Each record covers [start rounded down, end rounded up) to ``block``; overlapping or touching
     spans of one file merge into one extent. Offsets (``base``, ``rel``, ``wide``: a compact offset table) are empty for fixed
     formats (``record_size`` > 0), else ``record_size`` is 0. Fills the extent arrays
@@ -219,23 +214,7 @@ def extents(ids, base, rel, wide, file_starts, data_ends, header_sizes, record_s
     there and its length. Returns the number of extents.
     """
     k = ids.shape[0]
-    if k == 0:
-        return 0
-    nruns = 1
-    for j in range(1, k):
-        if ids[j] != ids[j - 1] + 1:
-            nruns += 1
-    heads = np.empty(nruns, np.int64)
-    heads[0] = 0
-    r = 1
-    for j in range(1, k):
-        if ids[j] != ids[j - 1] + 1:
-            heads[r] = j
-            r += 1
-    if nruns > 1:
-        order = np.argsort(ids[heads])
-    else:
-        order = np.zeros(1, np.int64)
+    nruns = heads.shape[0]
     nf = file_starts.shape[0] - 1
     e = -1
     cur_f = -1

@@ -1,0 +1,180 @@
+"""Cold start: compile the read and decode kernels in a helper process while this one plans.
+
+A fresh install, container or CI job starts with an empty numba cache, and the first batch waits
+for every kernel on its path to compile: planning, reading, decoding, one after the other. Threads
+cannot overlap them (numba compiles under one global lock), processes can: when a Loader's read or
+decode kernels are not in numba's cache, it starts ``python -m lirs.warmup``, which compiles them
+into the same cache (read first, then decode: the order the pipeline needs them) while this
+process compiles its planning kernels. The pipeline waits for a group before its first use, then
+loads it from the cache in milliseconds.
+
+Best effort: when the helper cannot start, fails, or compiled for other argument types, the
+pipeline compiles in-process as it would have (a debug log says why). ``LIRS_WARMUP=0`` turns it
+off; a process the helper starts never starts another.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+
+import numpy as np
+
+from .constants import BLOCK
+
+log = logging.getLogger(__name__)
+
+ENV = "LIRS_WARMUP"
+#: Longest wait for one group (seconds): past it the pipeline compiles in-process.
+WAIT_S = 120.0
+
+
+# ---------------------------------------------------------------- groups: what each compiles
+
+def _engine_name(requested: str) -> str:
+    from .engines import AUTO_ORDER, ENV as ENGINE_ENV
+    if requested in (None, "", "auto"):
+        requested = os.environ.get(ENGINE_ENV, "").strip() or AUTO_ORDER[0]
+    return requested
+
+
+def _read_kernels(opts: dict) -> list:
+    """The numba dispatchers the engine ``opts["engine"]`` calls to read."""
+    from .kernels import io
+    return {"uring": [io.uring_read, io.uring_init_array], "threads": [io.pread_worker]}.get(
+        _engine_name(opts.get("engine")), [])
+
+
+def _compile_read(opts: dict) -> None:
+    """Open the loader's engine on a scratch file (opening reads its first block) through the page
+    cache: the kernels take ``direct`` as an argument, so their types do not depend on it."""
+    from .engines import open_engine
+    with tempfile.TemporaryDirectory(prefix="lirs-warmup-") as d:
+        path = os.path.join(d, "block")
+        with open(path, "wb") as f:
+            f.write(b"\0" * BLOCK)
+        open_engine([path], opts.get("engine") or "auto", direct=False, depth=opts.get("depth")).close()
+
+
+def _decode_kernels(opts: dict) -> list:
+    if opts.get("format") != "libsvm":
+        return []
+    from .kernels import libsvm_plain
+    return [libsvm_plain.libsvm_spans_plain]
+
+
+def _compile_decode(opts: dict) -> None:
+    """Decode two plain LIBSVM lines with the loader's dtype (the kernels' types do not depend on
+    the data, only on the arrays the decoder passes)."""
+    from .decode import decode_libsvm
+    buf = np.frombuffer(b"1 1:1 3:0.5\n-1 2:2.25\n", np.uint8)
+    decode_libsvm(buf, np.array([0, 12], np.int64), np.array([12, 22], np.int64), n_features=3,
+                  zero_based=False, dtype=np.dtype(opts.get("dtype", "float32")))
+
+
+#: group -> (kernels it compiles (opts -> dispatchers), how to compile them (opts -> None));
+#: in the order the pipeline first needs them.
+GROUPS = {
+    "read": (_read_kernels, _compile_read),
+    "decode": (_decode_kernels, _compile_decode),
+}
+
+
+# ---------------------------------------------------------------- parent side
+
+def cached(dispatcher) -> bool:
+    """True when ``dispatcher`` (a numba ``cache=True`` function) is compiled in this process or
+    has an entry in numba's cache for its current source; errors count as cached (start nothing)."""
+    try:
+        if dispatcher.overloads:
+            return True
+        return bool(dispatcher._cache._cache_file._load_index())
+    except Exception as e:  # numba internals: if they change, warm-up only stops happening
+        log.debug("cannot inspect numba's cache of %r: %s", dispatcher, e)
+        return True
+
+
+def cold_groups(opts: dict) -> list[str]:
+    """Groups of :data:`GROUPS` with a kernel that would compile on first use, in order."""
+    return [g for g, (kernels, _) in GROUPS.items() if not all(cached(k) for k in kernels(opts))]
+
+
+class Warmup:
+    """The helper process and one event per group it is compiling (set when done or when the
+    helper is gone). ``wait(group)`` returns at once in another process (after a fork)."""
+
+    def __init__(self, groups, proc=None):
+        self.pid = os.getpid()
+        self.proc = proc
+        self.events = {g: threading.Event() for g in groups}
+        if proc is None:
+            for e in self.events.values():
+                e.set()
+            return
+        threading.Thread(target=self._follow, name="lirs-warmup", daemon=True).start()
+
+    def _follow(self):
+        try:
+            for line in self.proc.stdout:
+                ev = self.events.get(line.strip())
+                if ev is not None:
+                    ev.set()
+        finally:
+            rc = self.proc.wait()
+            if rc:
+                log.debug("warm-up helper exited with %s: kernels compile in-process", rc)
+            for e in self.events.values():
+                e.set()
+
+    def wait(self, group: str) -> None:
+        """Block until ``group`` is compiled into the cache (or the helper is gone)."""
+        ev = self.events.get(group)
+        if ev is None or ev.is_set() or os.getpid() != self.pid:
+            return
+        if not ev.wait(WAIT_S):
+            log.debug("warm-up of %s still running after %.0f s: compiling in-process", group, WAIT_S)
+
+
+def start(opts: dict) -> Warmup:
+    """Start the helper for the cold groups of a loader with ``opts`` (``engine``, ``depth``,
+    ``format``, ``dtype``); a :class:`Warmup` that waits for nothing when all are cached."""
+    if os.environ.get(ENV, "1").strip() in ("0", "false", "no") or not sys.executable:
+        return Warmup(())
+    groups = cold_groups(opts)
+    if not groups:
+        return Warmup(())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, **{ENV: "0"})
+    # the helper must import this very lirs, or its cache entries are for other source files
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "lirs.warmup", json.dumps(opts), *groups], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, start_new_session=True)
+    except OSError as e:
+        log.debug("warm-up helper not started: %s", e)
+        return Warmup(())
+    return Warmup(groups, proc)
+
+
+# ---------------------------------------------------------------- helper side
+
+def main(argv=None) -> int:
+    """``python -m lirs.warmup OPTS_JSON GROUP...``: compile each group, print its name when done."""
+    argv = sys.argv[1:] if argv is None else argv
+    opts = json.loads(argv[0])
+    for group in argv[1:]:
+        try:
+            GROUPS[group][1](opts)
+        except Exception as e:  # the parent compiles what failed here
+            print(f"# {group}: {type(e).__name__}: {e}", file=sys.stderr)
+        print(group, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
