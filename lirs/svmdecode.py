@@ -38,45 +38,105 @@ def _fallbacks(n):
     return [np.empty(max(1, min(_FB_CAP, n)), np.int64) for _ in range(3)]
 
 
-def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype):
+def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype, threads=None):
     """Records buf[starts[j]:ends[j]] -> (indptr int64 (k+1,), indices, data, y float64 (k,),
-    qid int64 (k,), has_qid uint8 (k,)). ``where(j, pos)`` names a position for errors."""
+    qid int64 (k,), has_qid uint8 (k,)). ``where(j, pos)`` names a position for errors.
+
+    Spans of many bytes (a window of the loader) are cut into runs of consecutive records that
+    ``threads`` threads (default: the CPUs this process may use) decode at once, each into its
+    slice of the output; a batch-sized input is one run, decoded on the calling thread."""
     k = len(starts)
-    cap = _feature_bound(buf, starts, ends)
-    if k and int(ends.max()) + KP.PAD > len(buf):
-        # room for the plain kernel's word loads, so that a batch's last record is plain too
-        padded = np.zeros(len(buf) + KP.PAD, np.uint8)
-        padded[:len(buf)] = buf
-        padded.flags.writeable = False
-        buf = padded
+    nbytes = int((ends - starts).sum()) if k else 0
+    threads = cores() if threads is None else max(1, int(threads))
+    parts = max(1, min(threads, nbytes // _MIN_REGION, k))
+    if parts > 1:
+        return _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, query_id, where,
+                                      index_dtype, parts)
+    cap = int(K.span_colons(buf, starts, ends))
+    y, qid, has_qid, status = _record_arrays(k)
     indices = np.empty(cap, index_dtype)
     data = np.empty(cap, _work_dtype(dtype))
-    y = np.empty(k, np.float64)
-    qid = np.zeros(k, np.int64)
-    has_qid = np.zeros(k, np.uint8)
-    indptr = np.empty(k + 1, np.int64)
-    status = np.zeros(k, np.int8)  # OK
-    shift = 0 if zero_based else 1
-    j0 = KP.libsvm_spans_plain(buf, starts, ends, shift, np.int64(n_features), indices, data, y, indptr)
-    nnz, nfb, fb = int(indptr[j0]), 0, None
-    if j0 < k:  # the full kernel, from the first record that is not plain
-        fb = _fallbacks(cap + k)
-        nnz, nfb = K.libsvm_spans(buf, starts, ends, j0, shift, np.int64(n_features), bool(query_id),
-                                  indices, data, y, qid, has_qid, indptr, status, *fb)
+    indptr, nnz, nfb, fb = _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data,
+                                      y, qid, has_qid, status)
     out = [indptr, indices[:nnz], data[:nnz], y, qid, has_qid]
     return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, nfb,
                    zero_based, query_id, n_features, where)
 
 
-def _feature_bound(buf, starts, ends):
-    """The number of ':' in the spans: no record has more features. Disjoint spans covering most
-    of buf (a loader's batch) are counted by numpy over all of buf; others by a kernel, which is
-    then compiled (so a first batch compiles one kernel less)."""
-    if len(starts) and 2 * int((ends - starts).sum()) >= len(buf):
-        order = np.argsort(starts, kind="stable")
-        if np.all(ends[order[:-1]] <= starts[order[1:]]):
-            return int(np.count_nonzero(buf == 58))
-    return int(K.span_colons(buf, starts, ends))
+def _record_arrays(k):
+    """y float64, qid int64, has_qid uint8, status int8 (all (k,)) of k records."""
+    return np.empty(k, np.float64), np.zeros(k, np.int64), np.zeros(k, np.uint8), np.zeros(k, np.int8)
+
+
+def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, qid, has_qid, status):
+    """Both kernels over one run of spans, writing from indices[0], data[0] and y[0] etc. (views
+    of the caller's arrays). Returns (indptr int64 (k+1,), nnz, fallbacks, fallback arrays)."""
+    k = len(starts)
+    shift = 0 if zero_based else 1
+    indptr = np.empty(k + 1, np.int64)
+    j0 = KP.libsvm_spans_plain(buf, starts, ends, shift, np.int64(n_features), indices, data, y, indptr)
+    nnz, nfb, fb = int(indptr[j0]), 0, None
+    if j0 < k:  # the full kernel, from the first record that is not plain
+        fb = _fallbacks(len(indices) + k)
+        nnz, nfb = K.libsvm_spans(buf, starts, ends, j0, shift, np.int64(n_features), bool(query_id),
+                                  indices, data, y, qid, has_qid, indptr, status, *fb)
+    return indptr, int(nnz), int(nfb), fb
+
+
+def _span_runs(starts, ends, parts):
+    """[0, k) cut into ``parts`` runs of consecutive records holding about equal bytes: [(j0, j1)]."""
+    csum = np.cumsum(ends - starts)
+    cuts = np.searchsorted(csum, csum[-1] * np.arange(1, parts) / parts, side="right")
+    cuts = np.unique(np.concatenate([[0], cuts, [len(starts)]]))
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+
+
+def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype,
+                           parts):
+    """:func:`decode_spans` by runs of records on threads: ':' counts size each run's slice of
+    one output; the slices are then joined (no copy when every ':' was a feature)."""
+    runs = _span_runs(starts, ends, parts)
+    k = len(starts)
+    y, qid, has_qid, status = _record_arrays(k)
+    with ThreadPoolExecutor(len(runs)) as pool:
+        caps = list(pool.map(lambda r: int(K.span_colons(buf, starts[r[0]:r[1]], ends[r[0]:r[1]])), runs))
+        kofs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
+        indices = np.empty(int(kofs[-1]), index_dtype)
+        data = np.empty(int(kofs[-1]), _work_dtype(dtype))
+
+        def run(i):
+            (a, b), ka, kb = runs[i], int(kofs[i]), int(kofs[i + 1])
+            return _spans_run(buf, starts[a:b], ends[a:b], zero_based, n_features, query_id, indices[ka:kb],
+                              data[ka:kb], y[a:b], qid[a:b], has_qid[a:b], status[a:b])
+
+        res = list(pool.map(run, range(len(runs))))
+    nk = np.array([r[1] for r in res], np.int64)
+    new_k = np.concatenate([[0], np.cumsum(nk)])
+    indptr = np.concatenate([[0]] + [r[0][1:b - a + 1] + new_k[i] for i, (r, (a, b)) in enumerate(zip(res, runs))])
+    fb = _run_fallbacks(res, runs, new_k)
+    out = [indptr.astype(np.int64, copy=False), _compact(indices, kofs, nk), _compact(data, kofs, nk),
+           y, qid, has_qid]
+    return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, len(fb[0]),
+                   zero_based, query_id, n_features, where)
+
+
+def _run_fallbacks(res, runs, new_k):
+    """Fallback tokens of all runs, their slots made global: a feature slot moves by the features
+    of the runs before it, a label slot -1 - j by the records before it."""
+    slots, los, his = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for i, r in enumerate(res):
+        n = r[2]
+        if not n:
+            continue
+        s, lo, hi = r[3]
+        s = s[:n].copy()
+        feat = s >= 0
+        s[feat] += new_k[i]
+        s[~feat] -= runs[i][0]
+        slots.append(s)
+        los.append(lo[:n])
+        his.append(hi[:n])
+    return [np.concatenate(x) for x in (slots, los, his)]
 
 
 def _regions(buf, parts):

@@ -17,18 +17,27 @@ from numba import njit
 
 from .numbers import _HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, POW10_U64, _at, load_u64, trailing_zeros
 
-# plain tokens are read with 8-byte word loads up to 27 bytes past a token's start: a record
-# closer than this to the end of the buffer is left to the full kernels (or the buffer padded)
-PAD = 32
 
-
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _is_space(c):
     # bytes.split() whitespace: space, \t \n \v \f \r
     return c == 32 or (9 <= c <= 13)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _word(buf, base, p):
+    """The 8 bytes at p as a little-endian uint64, zeros for those past the end of buf (a zero
+    byte ends every plain token, as the end of the span does)."""
+    m = buf.shape[0]
+    if p + 8 <= m:
+        return load_u64(base + np.uint64(p))
+    x = np.uint64(0)
+    for i in range(min(m, p + 8) - 1, p - 1, -1):
+        x = (x << np.uint64(8)) | np.uint64(_at(buf, i))
+    return x
+
+
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _swar_digits(x):
     """(count, value) of the leading ASCII digits of the 8 bytes in x (little-endian)."""
     bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
@@ -42,18 +51,20 @@ def _swar_digits(x):
     return k, z
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def plain_number(buf, base, p, hi):
     """``[+-]? D{1,8} (. D+)?`` (15 digits at most) at p, ended by whitespace before hi.
 
-    Returns (end, value float64); end == p when the token is not of that form. Needs
-    p + PAD <= len(buf): word loads may read past hi, and the result never depends on those bytes."""
+    Returns (end, value float64); end == p when the token is not of that form. Word loads may
+    read past hi (within buf): the result never depends on those bytes."""
+    if p >= hi:
+        return p, 0.0
     q = p
     c = _at(buf, q)
     neg = c == 45
     if c == 45 or c == 43:
         q += 1
-    k2, w = _swar_digits(load_u64(base + np.uint64(q)))
+    k2, w = _swar_digits(_word(buf, base, q))
     q += k2
     if k2 == 0 or q >= hi:
         return p, 0.0
@@ -61,7 +72,7 @@ def plain_number(buf, base, p, hi):
     f = 0
     if c == 46:
         q += 1
-        k3, d = _swar_digits(load_u64(base + np.uint64(q)))
+        k3, d = _swar_digits(_word(buf, base, q))
         q += k3
         if k3 == 0 or k2 + k3 > 15 or q >= hi:
             return p, 0.0
@@ -76,12 +87,12 @@ def plain_number(buf, base, p, hi):
     return q, (-v if neg else v)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def plain_pair(buf, base, p, hi):
     """``INDEX:VALUE`` at p: 1-8 index digits, ':', a :func:`plain_number`.
 
     Returns (end, index int64, value); end == p when the token is not of that form."""
-    k1, idx = _swar_digits(load_u64(base + np.uint64(p)))
+    k1, idx = _swar_digits(_word(buf, base, p))
     q = p + k1
     if k1 == 0 or q >= hi or _at(buf, q) != 58:
         return p, np.int64(0), 0.0
@@ -91,15 +102,12 @@ def plain_pair(buf, base, p, hi):
     return e, np.int64(idx), v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
     """A plain data line from its first byte p: (end past its newline or hi, k, label, ok).
     ok False: not plain (nothing is kept; the full kernels take the record)."""
     kcap = indices.shape[0]
-    m = buf.shape[0]
     k0 = k
-    if p + PAD > m:
-        return p, k0, 0.0, False
     p, label = plain_number(buf, base, p, hi)
     if p == hi or not _is_space(_at(buf, p)):  # plain_number refused the label (p unchanged)
         return p, k0, 0.0, False
@@ -111,7 +119,7 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
             return p, k, label, True
         if _at(buf, p) == 10:
             return p + 1, k, label, True
-        if k >= kcap or p + PAD > m:
+        if k >= kcap:
             return p, k0, 0.0, False
         q, idx, v = plain_pair(buf, base, p, hi)
         if q == p or idx <= prev or idx < shift or idx - shift >= n_features:
@@ -123,7 +131,7 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
         p = q
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def libsvm_spans_plain(buf, starts, ends, shift, n_features, indices, data, y, indptr):
     """Decode record spans (see :func:`lirs.kernels.libsvm.libsvm_spans`) while they are plain.
 
@@ -152,7 +160,7 @@ def libsvm_spans_plain(buf, starts, ends, shift, n_features, indices, data, y, i
     return starts.shape[0]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def libsvm_lines_plain(buf, a, b, shift, n_features, indices, data, k0, y, rec_nnz, rec_pos, r0):
     """Decode the data lines of buf[a:b] (see :func:`lirs.kernels.libsvm.libsvm_lines`) while
     they are plain. Returns (end, records, features, min index, max index): lines before ``end``
