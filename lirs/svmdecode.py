@@ -1,6 +1,8 @@
 """LIBSVM text -> CSR arrays: the drivers around :mod:`lirs.kernels.libsvm`.
 
-* :func:`decode_spans` — record spans of a batch (one kernel call, the loader's path);
+* :func:`decode_spans` — record spans (the loader's path): a batch in one kernel call on the
+  calling thread; a window (many megabytes) cut into runs of consecutive records that threads
+  decode at once, as regions of a file;
 * :func:`decode_file` — a whole file in memory, cut at line ends into regions that threads decode
   at once (the kernels release the GIL), each writing straight into its slice of the output.
 
