@@ -24,6 +24,9 @@ from .svmlight import parse_record
 
 _FB_CAP = 1 << 16       # fallback tokens per kernel call; past it, records go to Python whole
 _MIN_REGION = 4 << 20   # bytes of a region below which another thread costs more than it saves
+# the full kernel's first stretch after a record that is not plain (then the plain kernel goes on)
+_STRETCH_RECORDS = 64
+_STRETCH_BYTES = 16 << 10
 _INT32_MAX = 2**31 - 1
 
 
@@ -72,17 +75,55 @@ def _record_arrays(k):
 
 def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, qid, has_qid, status):
     """Both kernels over one run of spans, writing from indices[0], data[0] and y[0] etc. (views
-    of the caller's arrays). Returns (indptr int64 (k+1,), nnz, fallbacks, fallback arrays)."""
+    of the caller's arrays). Returns (indptr int64 (k+1,), nnz, fallbacks, fallback arrays).
+
+    The plain kernel goes as far as it can; the full kernel takes a stretch of records from the
+    one it stopped at, then the plain kernel goes on. A stretch doubles while the plain kernel
+    stops at once after it (data that is never plain costs a few calls, not one per record)."""
     k = len(starts)
     shift = 0 if zero_based else 1
+    nf = np.int64(n_features)
     indptr = np.empty(k + 1, np.int64)
-    j0 = KP.libsvm_spans_plain(buf, starts, ends, shift, np.int64(n_features), indices, data, y, indptr)
-    nnz, nfb, fb = int(indptr[j0]), 0, None
-    if j0 < k:  # the full kernel, from the first record that is not plain
-        fb = _fallbacks(len(indices) + k)
-        nnz, nfb = K.libsvm_spans(buf, starts, ends, j0, shift, np.int64(n_features), bool(query_id),
-                                  indices, data, y, qid, has_qid, indptr, status, *fb)
-    return indptr, int(nnz), int(nfb), fb
+    j, nfb, fb, stretch = 0, 0, None, _STRETCH_RECORDS
+    while True:
+        j2 = KP.libsvm_spans_plain(buf, starts, ends, j, shift, nf, indices, data, y, indptr)
+        if j2 >= k:
+            break
+        stretch = stretch * 2 if j2 == j and j else _STRETCH_RECORDS
+        j = min(k, j2 + stretch)
+        if fb is None:
+            fb = _fallbacks(len(indices) + k)
+        _, n = K.libsvm_spans(buf, starts[:j], ends[:j], j2, shift, nf, bool(query_id), indices, data, y, qid,
+                              has_qid, indptr, status, *(f[nfb:] for f in fb))
+        nfb += int(n)
+        if j >= k:
+            break
+    return indptr, int(indptr[k]), nfb, fb
+
+
+def _lines_run(buf, a, b, shift, bound, query_id, indices, data, k0, rec, r0, fb_cap):
+    """Both kernels over the region buf[a:b], writing features from k0 and records from r0, as
+    :func:`_spans_run` alternates them (stretches of bytes here). Returns (records, features,
+    fallbacks, min index, max index, end, fallback arrays or None); end < b: record slots ran out."""
+    y, _, _, rec_nnz, rec_pos, _ = rec
+    p, nr, nk, nfb, lo, hi = a, 0, 0, 0, np.iinfo(np.int64).max, -1
+    fb, stretch, full_end = None, _STRETCH_BYTES, -1
+    while True:
+        p, r1, k1, lo1, hi1 = KP.libsvm_lines_plain(buf, p, b, shift, bound, indices, data, k0 + nk, y, rec_nnz,
+                                                    rec_pos, r0 + nr)
+        nr, nk, lo, hi = nr + r1, nk + k1, min(lo, lo1), max(hi, hi1)
+        if p >= b:
+            break
+        stretch = stretch * 2 if p == full_end else _STRETCH_BYTES
+        q = int(K.next_line(buf, min(b, p + stretch), b))
+        if fb is None:
+            fb = _fallbacks(fb_cap)
+        r2, k2, n, lo2, hi2, full_end = K.libsvm_lines(buf, p, q, shift, bound, bool(query_id), indices, data,
+                                                       k0 + nk, *rec, r0 + nr, *(f[nfb:] for f in fb))
+        nr, nk, nfb, lo, hi, p = nr + r2, nk + k2, nfb + int(n), min(lo, lo2), max(hi, hi2), int(full_end)
+        if p < q or p >= b:
+            break
+    return nr, nk, nfb, lo, hi, p, fb
 
 
 def _span_runs(starts, ends, parts):
@@ -179,15 +220,8 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
 
         def run(i):
             a, b = regions[i]
-            p, nr, nk, lo, hi = KP.libsvm_lines_plain(buf, a, b, shift, bound, indices, data, int(kofs[i]),
-                                                      y, rec_nnz, rec_pos, int(rofs[i]))
-            if p >= b:
-                return nr, nk, 0, lo, hi, p, None
-            # the full kernel from the first line that is not plain
-            fb = _fallbacks(int(kcap[i] + rcap[i]))
-            nr2, nk2, nfb, lo2, hi2, end = K.libsvm_lines(buf, p, b, shift, bound, bool(query_id), indices,
-                                                          data, int(kofs[i]) + nk, *rec, int(rofs[i]) + nr, *fb)
-            return nr + nr2, nk + nk2, nfb, min(lo, lo2), max(hi, hi2), end, fb
+            return _lines_run(buf, a, b, shift, bound, query_id, indices, data, int(kofs[i]), rec, int(rofs[i]),
+                              int(kcap[i] + rcap[i]))
 
         res = list(pool.map(run, range(len(regions))))
     if any(r[5] < b for r, (_, b) in zip(res, regions)):

@@ -91,3 +91,54 @@ def test_kernels_compile_without_reference_counting(module):
     assert kernels
     for f in kernels:
         assert f.targetoptions.get("_nrt") is False, f.py_func.__name__
+
+
+def _counting(monkeypatch, name):
+    """Wrap the full kernel ``name`` of lirs.kernels.libsvm: a list that gets one entry per call."""
+    calls = []
+    kernel = getattr(libsvm, name)
+
+    def wrapped(*args):
+        calls.append(args)
+        return kernel(*args)
+    monkeypatch.setattr(libsvm, name, wrapped)
+    return calls
+
+
+@pytest.mark.parametrize("stretch", [1, 2, 64])
+def test_plain_kernel_goes_on_after_an_odd_record(tmp_path, monkeypatch, stretch):
+    """A record the plain kernels refuse costs a stretch of the full kernel, not the rest of the
+    file or batch; with stretches of one record the kernels alternate at every odd record."""
+    from lirs.decode import load_svmlight
+    rng = np.random.default_rng(11)
+    recs = [b"%d %s\n" % (rng.integers(0, 2), b" ".join(b"%d:%d" % (i, rng.integers(1, 9)) for i in
+                                                        np.unique(rng.integers(1, 900, 12)).tolist()))
+            for _ in range(3000)]
+    for i in range(17, 3000, 400):
+        recs[i] = recs[i].replace(b"\n", b" 999:1e-5\n")  # not plain: an exponent
+    raw = b"".join(recs)
+    path = tmp_path / "mixed.svm"
+    path.write_bytes(raw)
+    ref = load_svmlight_file(str(path), zero_based=False, n_features=1000)
+    monkeypatch.setattr(svmdecode, "_STRETCH_RECORDS", stretch)
+    monkeypatch.setattr(svmdecode, "_STRETCH_BYTES", 30 * stretch)
+    spans = _counting(monkeypatch, "libsvm_spans")
+    lines = _counting(monkeypatch, "libsvm_lines")
+    s, e = split_records(raw)
+    assert_same(decode_libsvm(raw, s, e, n_features=1000, zero_based=False, dtype=np.float64, threads=1), ref)
+    assert_same(load_svmlight(path, zero_based=False, n_features=1000, threads=1), ref)
+    assert len(spans) == len(lines) == 8  # once per odd record
+    full_records = sum(len(a[1]) - a[3] for a in spans)  # a[1]: the spans up to its end, a[3]: its first
+    assert full_records <= 8 * stretch
+    full_bytes = sum(a[2] - a[1] for a in lines)
+    assert full_bytes < 8 * (30 * stretch + 200)
+
+
+def test_data_that_is_never_plain_costs_few_calls(monkeypatch):
+    recs = [b"1 1:%de-3 5:2.5e1\n" % i for i in range(1, 5000)]
+    raw = b"".join(recs)
+    ref = load_svmlight_file(io.BytesIO(raw), zero_based=False, n_features=9)
+    spans = _counting(monkeypatch, "libsvm_spans")
+    s, e = split_records(raw)
+    assert_same(decode_libsvm(raw, s, e, n_features=9, zero_based=False, dtype=np.float64, threads=1), ref)
+    assert len(spans) <= 8  # stretches double: 64, 128, ... records

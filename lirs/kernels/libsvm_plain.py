@@ -3,9 +3,10 @@
 Most LIBSVM files hold nothing but ``LABEL INDEX:VALUE ...`` lines with short numbers: a label and
 values of at most 15 digits with an optional sign and decimal point, indices of at most 8 digits.
 :func:`libsvm_spans_plain` and :func:`libsvm_lines_plain` decode exactly that (SWAR: eight bytes
-per step) and stop at the first record that is anything else. The caller then hands the rest of
-the batch (or region) to the full kernels of :mod:`lirs.kernels.libsvm`, which numba compiles
-only when some data needs them: a first batch of plain data compiles this module alone.
+per step) and stop at the first record that is anything else. The caller then hands a stretch of
+records from there to the full kernels of :mod:`lirs.kernels.libsvm` (which numba compiles only
+when some data needs them: a first batch of plain data compiles this module alone), and goes on
+with the plain kernels after it.
 
 Values are ``w / 10**f`` with ``w < 2**53`` and ``f <= 15``: one correctly rounded IEEE division
 (Clinger's fast path), hence bit-identical to Python's ``float()``.
@@ -139,15 +140,17 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def libsvm_spans_plain(buf, starts, ends, shift, n_features, indices, data, y, indptr):
-    """Decode record spans (see :func:`lirs.kernels.libsvm.libsvm_spans`) while they are plain.
+def libsvm_spans_plain(buf, starts, ends, j0, shift, n_features, indices, data, y, indptr):
+    """Decode record spans (see :func:`lirs.kernels.libsvm.libsvm_spans`) from record j0 (its
+    features from indptr[j0]; indptr[0] is set when j0 == 0) while they are plain.
 
-    Returns j: records [0, j) are decoded (indptr[:j+1], y[:j] set); record j is not plain and
+    Returns j: records [j0, j) are decoded (indptr[:j+1], y[:j] set); record j is not plain and
     the full kernel must go on from it (at features indptr[j]). j == len(starts) when all were."""
     base = buf.ctypes.data
-    k = np.int64(0)
-    indptr[0] = 0
-    for j in range(starts.shape[0]):
+    if j0 == 0:
+        indptr[0] = 0
+    k = np.int64(indptr[j0])
+    for j in range(j0, starts.shape[0]):
         p = starts[j]
         e = ends[j]
         while p < e and _is_space(_at(buf, p)):
