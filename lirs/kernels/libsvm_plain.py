@@ -68,11 +68,13 @@ def plain_number(buf, base, p, hi):
     if p >= hi:
         return p, 0.0
     q = p
-    c = _at(buf, q)
+    x = _word(buf, base, q)
+    c = x & np.uint64(0xFF)
     neg = c == 45
-    if c == 45 or c == 43:
+    if c == 45 or c == 43:  # both words load at once: the sign test does not delay the digits
         q += 1
-    k2, w = _swar_digits(_word(buf, base, q))
+        x = _word(buf, base, q)
+    k2, w = _swar_digits(x)
     q += k2
     if k2 == 0 or q >= hi:
         return p, 0.0
