@@ -15,8 +15,8 @@ Compile options (these kernels, :mod:`lirs.kernels.libsvm` and :mod:`lirs.kernel
 ``_nrt=False`` — they allocate nothing, and without numba's runtime an array passed to a callee
 costs no atomic reference-count updates (with them, every token paid several, and threads
 decoding one output fought over the array's count: 1.5x slower on one core, worse on several);
-``inline="always"`` for the per-token parsers — a numba call passes each array as a 7-field
-struct and checks an error status, 1.4x slower. Leaves on scalars are left to LLVM to inline.
+``inline="always"`` for the per-token parser (:func:`plain_pair`) — a numba call passes each
+array as a 7-field struct and checks an error status: 1.4x slower as a call. Leaves on scalars are left to LLVM to inline.
 """
 from __future__ import annotations
 
@@ -26,13 +26,13 @@ from numba import njit
 from .numbers import _HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, POW10_U64, _at, load_u64, trailing_zeros
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@njit(cache=True, nogil=True, _nrt=False)
 def _is_space(c):
     # bytes.split() whitespace: space, \t \n \v \f \r
     return c == 32 or (9 <= c <= 13)
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@njit(cache=True, nogil=True, _nrt=False)
 def _word(buf, base, p):
     """The 8 bytes at p as a little-endian uint64, zeros for those past the end of buf (a zero
     byte ends every plain token, as the end of the span does)."""
@@ -45,7 +45,7 @@ def _word(buf, base, p):
     return x
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
+@njit(cache=True, nogil=True, _nrt=False)
 def _swar_digits(x):
     """(count, value) of the leading ASCII digits of the 8 bytes in x (little-endian)."""
     bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
@@ -59,8 +59,7 @@ def _swar_digits(x):
     return k, z
 
 
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
-def plain_number(buf, base, p, hi):
+def _number_at(buf, base, p, hi):
     """``[+-]? D{1,8} (. D+)?`` (15 digits at most) at p, ended by whitespace before hi.
 
     Returns (end, value float64); end == p when the token is not of that form. Word loads may
@@ -97,6 +96,15 @@ def plain_number(buf, base, p, hi):
     return q, (-v if neg else v)
 
 
+# numba inlines (inline="always") by copying a function's IR, and copies of copies (a number
+# inlined into a pair inlined into a line, each with its word loads...) doubled the time to
+# compile the kernel a first batch needs; so the scalar leaves are left to LLVM, which inlines
+# them anyway, a label (once a line) is a call, and only a pair's number and a line's pairs are
+# inlined
+plain_number = njit(cache=True, nogil=True, _nrt=False)(_number_at)
+_number_inlined = njit(cache=True, nogil=True, _nrt=False, inline="always")(_number_at)
+
+
 @njit(cache=True, nogil=True, _nrt=False, inline="always")
 def plain_pair(buf, base, p, hi):
     """``INDEX:VALUE`` at p: 1-8 index digits, ':', a :func:`plain_number`.
@@ -106,7 +114,7 @@ def plain_pair(buf, base, p, hi):
     q = p + k1
     if k1 == 0 or q >= hi or _at(buf, q) != 58:
         return p, np.int64(0), 0.0
-    e, v = plain_number(buf, base, q + 1, hi)
+    e, v = _number_inlined(buf, base, q + 1, hi)
     if e == q + 1:
         return p, np.int64(0), 0.0
     return e, np.int64(idx), v
