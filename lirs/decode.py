@@ -68,7 +68,7 @@ def _csr(data, indices, indptr, shape):
 
 
 def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype=np.float32,
-                  source: str = "", file_offsets=None, query_id: bool = False, record_ids=None):
+                  source: str = "", file_offsets=None, query_id: bool = False, record_ids=None, threads=None):
     """Decode LIBSVM records into a CSR matrix, with ``load_svmlight_file``'s semantics.
 
     Parameters
@@ -91,6 +91,9 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
         Also return the ``qid`` of every record (int64 (k,), ``NO_QID`` where absent).
     record_ids : int64 (k,) or None
         Global record IDs, for error messages (default: the position j in this call).
+    threads : int or None
+        Threads that decode runs of records at once when the spans hold many bytes (a loader
+        window); default: the CPUs this process may use. Batch-sized inputs use the calling thread.
 
     Returns
     -------
@@ -123,7 +126,7 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     index_dtype = np.int32 if n_features <= _INT32_MAX else np.int64
     where = Where(source, starts, file_offsets, record_ids)
     indptr, indices, data, y, qid, has_qid = decode_spans(buf, starts, ends, n_features, bool(zero_based),
-                                                          dtype, query_id, where, index_dtype)
+                                                          dtype, query_id, where, index_dtype, threads)
     if query_id:
         qid[has_qid == 0] = NO_QID
     with np.errstate(over="ignore"):

@@ -1,6 +1,8 @@
 """LIBSVM text -> CSR arrays: the drivers around :mod:`lirs.kernels.libsvm`.
 
-* :func:`decode_spans` — record spans of a batch (one kernel call, the loader's path);
+* :func:`decode_spans` — record spans (the loader's path): a batch in one kernel call on the
+  calling thread; a window (many megabytes) cut into runs of consecutive records that threads
+  decode at once, as regions of a file;
 * :func:`decode_file` — a whole file in memory, cut at line ends into regions that threads decode
   at once (the kernels release the GIL), each writing straight into its slice of the output.
 
@@ -22,6 +24,9 @@ from .svmlight import parse_record
 
 _FB_CAP = 1 << 16       # fallback tokens per kernel call; past it, records go to Python whole
 _MIN_REGION = 4 << 20   # bytes of a region below which another thread costs more than it saves
+# the full kernel's first stretch after a record that is not plain (then the plain kernel goes on)
+_STRETCH_RECORDS = 64
+_STRETCH_BYTES = 16 << 10
 _INT32_MAX = 2**31 - 1
 
 
@@ -38,45 +43,143 @@ def _fallbacks(n):
     return [np.empty(max(1, min(_FB_CAP, n)), np.int64) for _ in range(3)]
 
 
-def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype):
+def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype, threads=None):
     """Records buf[starts[j]:ends[j]] -> (indptr int64 (k+1,), indices, data, y float64 (k,),
-    qid int64 (k,), has_qid uint8 (k,)). ``where(j, pos)`` names a position for errors."""
+    qid int64 (k,), has_qid uint8 (k,)). ``where(j, pos)`` names a position for errors.
+
+    Spans of many bytes (a window of the loader) are cut into runs of consecutive records that
+    ``threads`` threads (default: the CPUs this process may use) decode at once, each into its
+    slice of the output; a batch-sized input is one run, decoded on the calling thread."""
     k = len(starts)
-    cap = _feature_bound(buf, starts, ends)
-    if k and int(ends.max()) + KP.PAD > len(buf):
-        # room for the plain kernel's word loads, so that a batch's last record is plain too
-        padded = np.zeros(len(buf) + KP.PAD, np.uint8)
-        padded[:len(buf)] = buf
-        padded.flags.writeable = False
-        buf = padded
+    nbytes = int((ends - starts).sum()) if k else 0
+    threads = cores() if threads is None else max(1, int(threads))
+    parts = max(1, min(threads, nbytes // _MIN_REGION, k))
+    if parts > 1:
+        return _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, query_id, where,
+                                      index_dtype, parts)
+    cap = int(K.span_colons(buf, starts, ends))
+    y, qid, has_qid, status = _record_arrays(k)
     indices = np.empty(cap, index_dtype)
     data = np.empty(cap, _work_dtype(dtype))
-    y = np.empty(k, np.float64)
-    qid = np.zeros(k, np.int64)
-    has_qid = np.zeros(k, np.uint8)
-    indptr = np.empty(k + 1, np.int64)
-    status = np.zeros(k, np.int8)  # OK
-    shift = 0 if zero_based else 1
-    j0 = KP.libsvm_spans_plain(buf, starts, ends, shift, np.int64(n_features), indices, data, y, indptr)
-    nnz, nfb, fb = int(indptr[j0]), 0, None
-    if j0 < k:  # the full kernel, from the first record that is not plain
-        fb = _fallbacks(cap + k)
-        nnz, nfb = K.libsvm_spans(buf, starts, ends, j0, shift, np.int64(n_features), bool(query_id),
-                                  indices, data, y, qid, has_qid, indptr, status, *fb)
+    indptr, nnz, nfb, fb = _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data,
+                                      y, qid, has_qid, status)
     out = [indptr, indices[:nnz], data[:nnz], y, qid, has_qid]
     return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, nfb,
                    zero_based, query_id, n_features, where)
 
 
-def _feature_bound(buf, starts, ends):
-    """The number of ':' in the spans: no record has more features. Disjoint spans covering most
-    of buf (a loader's batch) are counted by numpy over all of buf; others by a kernel, which is
-    then compiled (so a first batch compiles one kernel less)."""
-    if len(starts) and 2 * int((ends - starts).sum()) >= len(buf):
-        order = np.argsort(starts, kind="stable")
-        if np.all(ends[order[:-1]] <= starts[order[1:]]):
-            return int(np.count_nonzero(buf == 58))
-    return int(K.span_colons(buf, starts, ends))
+def _record_arrays(k):
+    """y float64, qid int64, has_qid uint8, status int8 (all (k,)) of k records."""
+    return np.empty(k, np.float64), np.zeros(k, np.int64), np.zeros(k, np.uint8), np.zeros(k, np.int8)
+
+
+def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, qid, has_qid, status):
+    """Both kernels over one run of spans, writing from indices[0], data[0] and y[0] etc. (views
+    of the caller's arrays). Returns (indptr int64 (k+1,), nnz, fallbacks, fallback arrays).
+
+    The plain kernel goes as far as it can; the full kernel takes a stretch of records from the
+    one it stopped at, then the plain kernel goes on. A stretch doubles while the plain kernel
+    stops at once after it (data that is never plain costs a few calls, not one per record)."""
+    k = len(starts)
+    shift = 0 if zero_based else 1
+    nf = np.int64(n_features)
+    indptr = np.empty(k + 1, np.int64)
+    j, nfb, fb, stretch = 0, 0, None, _STRETCH_RECORDS
+    while True:
+        j2 = KP.libsvm_spans_plain(buf, starts, ends, j, shift, nf, indices, data, y, indptr)
+        if j2 >= k:
+            break
+        stretch = stretch * 2 if j2 == j and j else _STRETCH_RECORDS
+        j = min(k, j2 + stretch)
+        if fb is None:
+            fb = _fallbacks(len(indices) + k)
+        _, n = K.libsvm_spans(buf, starts[:j], ends[:j], j2, shift, nf, bool(query_id), indices, data, y, qid,
+                              has_qid, indptr, status, *(f[nfb:] for f in fb))
+        nfb += int(n)
+        if j >= k:
+            break
+    return indptr, int(indptr[k]), nfb, fb
+
+
+def _lines_run(buf, a, b, shift, bound, query_id, indices, data, k0, rec, r0, fb_cap):
+    """Both kernels over the region buf[a:b], writing features from k0 and records from r0, as
+    :func:`_spans_run` alternates them (stretches of bytes here). Returns (records, features,
+    fallbacks, min index, max index, end, fallback arrays or None); end < b: record slots ran out."""
+    y, _, _, rec_nnz, rec_pos, _ = rec
+    p, nr, nk, nfb, lo, hi = a, 0, 0, 0, np.iinfo(np.int64).max, -1
+    fb, stretch, full_end = None, _STRETCH_BYTES, -1
+    while True:
+        p, r1, k1, lo1, hi1 = KP.libsvm_lines_plain(buf, p, b, shift, bound, indices, data, k0 + nk, y, rec_nnz,
+                                                    rec_pos, r0 + nr)
+        nr, nk, lo, hi = nr + r1, nk + k1, min(lo, lo1), max(hi, hi1)
+        if p >= b:
+            break
+        stretch = stretch * 2 if p == full_end else _STRETCH_BYTES
+        q = int(K.next_line(buf, min(b, p + stretch), b))
+        if fb is None:
+            fb = _fallbacks(fb_cap)
+        r2, k2, n, lo2, hi2, full_end = K.libsvm_lines(buf, p, q, shift, bound, bool(query_id), indices, data,
+                                                       k0 + nk, *rec, r0 + nr, *(f[nfb:] for f in fb))
+        nr, nk, nfb, lo, hi, p = nr + r2, nk + k2, nfb + int(n), min(lo, lo2), max(hi, hi2), int(full_end)
+        if p < q or p >= b:
+            break
+    return nr, nk, nfb, lo, hi, p, fb
+
+
+def _span_runs(starts, ends, parts):
+    """[0, k) cut into ``parts`` runs of consecutive records holding about equal bytes: [(j0, j1)]."""
+    csum = np.cumsum(ends - starts)
+    cuts = np.searchsorted(csum, csum[-1] * np.arange(1, parts) / parts, side="right")
+    cuts = np.unique(np.concatenate([[0], cuts, [len(starts)]]))
+    return list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+
+
+def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype,
+                           parts):
+    """:func:`decode_spans` by runs of records on threads: ':' counts size each run's slice of
+    one output; the slices are then joined (no copy when every ':' was a feature)."""
+    runs = _span_runs(starts, ends, parts)
+    k = len(starts)
+    y, qid, has_qid, status = _record_arrays(k)
+    with ThreadPoolExecutor(len(runs)) as pool:
+        caps = list(pool.map(lambda r: int(K.span_colons(buf, starts[r[0]:r[1]], ends[r[0]:r[1]])), runs))
+        kofs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
+        indices = np.empty(int(kofs[-1]), index_dtype)
+        data = np.empty(int(kofs[-1]), _work_dtype(dtype))
+
+        def run(i):
+            (a, b), ka, kb = runs[i], int(kofs[i]), int(kofs[i + 1])
+            return _spans_run(buf, starts[a:b], ends[a:b], zero_based, n_features, query_id, indices[ka:kb],
+                              data[ka:kb], y[a:b], qid[a:b], has_qid[a:b], status[a:b])
+
+        res = list(pool.map(run, range(len(runs))))
+    nk = np.array([r[1] for r in res], np.int64)
+    new_k = np.concatenate([[0], np.cumsum(nk)])
+    indptr = np.concatenate([[0]] + [r[0][1:b - a + 1] + new_k[i] for i, (r, (a, b)) in enumerate(zip(res, runs))])
+    fb = _run_fallbacks(res, runs, new_k)
+    out = [indptr.astype(np.int64, copy=False), _compact(indices, kofs, nk), _compact(data, kofs, nk),
+           y, qid, has_qid]
+    return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, len(fb[0]),
+                   zero_based, query_id, n_features, where)
+
+
+def _run_fallbacks(res, runs, new_k):
+    """Fallback tokens of all runs, their slots made global: a feature slot moves by the features
+    of the runs before it, a label slot -1 - j by the records before it."""
+    slots, los, his = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for i, r in enumerate(res):
+        n = r[2]
+        if not n:
+            continue
+        s, lo, hi = r[3]
+        s = s[:n].copy()
+        feat = s >= 0
+        s[feat] += new_k[i]
+        s[~feat] -= runs[i][0]
+        slots.append(s)
+        los.append(lo[:n])
+        his.append(hi[:n])
+    return [np.concatenate(x) for x in (slots, los, his)]
 
 
 def _regions(buf, parts):
@@ -117,15 +220,8 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
 
         def run(i):
             a, b = regions[i]
-            p, nr, nk, lo, hi = KP.libsvm_lines_plain(buf, a, b, shift, bound, indices, data, int(kofs[i]),
-                                                      y, rec_nnz, rec_pos, int(rofs[i]))
-            if p >= b:
-                return nr, nk, 0, lo, hi, p, None
-            # the full kernel from the first line that is not plain
-            fb = _fallbacks(int(kcap[i] + rcap[i]))
-            nr2, nk2, nfb, lo2, hi2, end = K.libsvm_lines(buf, p, b, shift, bound, bool(query_id), indices,
-                                                          data, int(kofs[i]) + nk, *rec, int(rofs[i]) + nr, *fb)
-            return nr + nr2, nk + nk2, nfb, min(lo, lo2), max(hi, hi2), end, fb
+            return _lines_run(buf, a, b, shift, bound, query_id, indices, data, int(kofs[i]), rec, int(rofs[i]),
+                              int(kcap[i] + rcap[i]))
 
         res = list(pool.map(run, range(len(regions))))
     if any(r[5] < b for r, (_, b) in zip(res, regions)):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from .libsvm_plain import PAD, _is_space, plain_pair
+from .libsvm_plain import _is_space, plain_pair
 from .numbers import (_HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10,  # noqa: F401 - re-exported
                       _at, load_u64, scan_float, trailing_zeros)
 
@@ -36,7 +36,7 @@ _MAX_DIGITS = 18        # int64 holds any 18-digit decimal
 _POW10_INT = np.array([10 ** i for i in range(19)], np.int64)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _digit_run(buf, base, p, hi):
     """Value and length of the run of ASCII digits at buf[p:hi] (stops at the first other byte).
 
@@ -76,7 +76,7 @@ def _digit_run(buf, base, p, hi):
     return v, n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def parse_float(buf, p, q, pow10):
     """Parse the whole token buf[p:q] as Python ``float()`` would, when provably exact.
 
@@ -88,13 +88,13 @@ def parse_float(buf, p, q, pow10):
     return v, ok and end == q
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _ends_token(c):
     # a token ends at whitespace or where a comment starts
     return c == 32 or (9 <= c <= 13) or c == 35
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _line_end(buf, base, p, hi):
     """Position just past the next newline at or after p, or hi."""
     if p >= hi:
@@ -103,7 +103,7 @@ def _line_end(buf, base, p, hi):
     return hi if r == 0 else np.int64(r - base) + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _skip_blank(buf, base, p, hi):
     """First data byte at or after p (whitespace, blank and comment-only lines skipped), or hi.
 
@@ -120,7 +120,7 @@ def _skip_blank(buf, base, p, hi):
     return hi
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _fallback(fb_slot, fb_lo, fb_hi, nfb, slot, lo, hi):
     """List token buf[lo:hi] for Python's float(); returns the new count, -1 when full."""
     if nfb >= fb_slot.shape[0]:
@@ -131,14 +131,14 @@ def _fallback(fb_slot, fb_lo, fb_hi, nfb, slot, lo, hi):
     return nfb + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _token_end(buf, p, hi):
     while p < hi and not _ends_token(_at(buf, p)):
         p += 1
     return p
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _qid(buf, t, p, query_id):
     """The ``qid*`` token buf[t:p]: (ok, value). sklearn needs a ':'; the value is an integer
     only checked (here: up to 18 digits, else Python) with ``query_id``."""
@@ -165,7 +165,7 @@ def _qid(buf, t, p, query_id):
     return True, (-v if neg else v)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
             fb_slot, fb_lo, fb_hi, nfb, j):
     """Parse the data line starting at buf[p] (its first non-space byte) up to its newline or hi.
@@ -177,7 +177,6 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
     k0 = k
     nfb0 = nfb
     kcap = indices.shape[0]
-    m = buf.shape[0]
     t = p
     label, ok, p = scan_float(buf, base, p, hi)
     if not (ok and (p >= hi or _ends_token(_at(buf, p)))):
@@ -207,15 +206,14 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
         if k >= kcap:
             good = False
             break
-        if p + PAD <= m:  # the common token first, eight bytes a step (libsvm_plain)
-            q, idx, v = plain_pair(buf, base, p, hi)
-            if q > p and idx > prev and idx >= shift and idx - shift < n_features:
-                prev = idx
-                indices[k] = idx - shift
-                data[k] = v
-                k += 1
-                p = q
-                continue
+        q, idx, v = plain_pair(buf, base, p, hi)  # the common token first (libsvm_plain)
+        if q > p and idx > prev and idx >= shift and idx - shift < n_features:
+            prev = idx
+            indices[k] = idx - shift
+            data[k] = v
+            k += 1
+            p = q
+            continue
         ineg = False
         if c == 43 or c == 45:
             ineg = c == 45
@@ -247,7 +245,7 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
     return OK, end, k, nfb, label, qv, hq
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def libsvm_spans(buf, starts, ends, j0, shift, n_features, query_id, indices, data, y, qid, has_qid,
                  indptr, status, fb_slot, fb_lo, fb_hi):
     """Decode record spans: record j is buf[starts[j]:ends[j]], one data line (blank and comment
@@ -286,7 +284,7 @@ def libsvm_spans(buf, starts, ends, j0, shift, n_features, query_id, indices, da
     return k, nfb
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def libsvm_lines(buf, a, b, shift, n_features, query_id, indices, data, k0, y, qid, has_qid,
                  rec_nnz, rec_pos, status, r0, fb_slot, fb_lo, fb_hi):
     """Decode every data line of buf[a:b] (whole lines) as one record, as a file load does.
@@ -326,7 +324,7 @@ def libsvm_lines(buf, a, b, shift, n_features, query_id, indices, data, k0, y, q
     return r - r0, k - k0, nfb, imin, imax, p
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def libsvm_census(buf, a, b):
     """(':' count, '\\n' count) of buf[a:b]: capacities of a region's features and records."""
     nc = 0
@@ -338,7 +336,7 @@ def libsvm_census(buf, a, b):
     return nc, nl
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def span_colons(buf, starts, ends):
     """Number of ':' in all spans buf[starts[j]:ends[j]] (a bound on their features)."""
     n = 0
@@ -348,13 +346,13 @@ def span_colons(buf, starts, ends):
     return n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def next_line(buf, p, hi):
     """Position just past the first newline at or after p in buf[:hi], or hi."""
     return _line_end(buf, buf.ctypes.data, p, hi)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def gather_fixed(buf, starts, record_size, out):
     """Copy buf[starts[j] : starts[j] + record_size] into out[j] (uint8 (k, record_size))."""
     for j in range(starts.shape[0]):

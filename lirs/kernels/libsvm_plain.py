@@ -3,12 +3,20 @@
 Most LIBSVM files hold nothing but ``LABEL INDEX:VALUE ...`` lines with short numbers: a label and
 values of at most 15 digits with an optional sign and decimal point, indices of at most 8 digits.
 :func:`libsvm_spans_plain` and :func:`libsvm_lines_plain` decode exactly that (SWAR: eight bytes
-per step) and stop at the first record that is anything else. The caller then hands the rest of
-the batch (or region) to the full kernels of :mod:`lirs.kernels.libsvm`, which numba compiles
-only when some data needs them: a first batch of plain data compiles this module alone.
+per step) and stop at the first record that is anything else. The caller then hands a stretch of
+records from there to the full kernels of :mod:`lirs.kernels.libsvm` (which numba compiles only
+when some data needs them: a first batch of plain data compiles this module alone), and goes on
+with the plain kernels after it.
 
 Values are ``w / 10**f`` with ``w < 2**53`` and ``f <= 15``: one correctly rounded IEEE division
 (Clinger's fast path), hence bit-identical to Python's ``float()``.
+
+Compile options (these kernels, :mod:`lirs.kernels.libsvm` and :mod:`lirs.kernels.numbers`):
+``_nrt=False`` — they allocate nothing, and without numba's runtime an array passed to a callee
+costs no atomic reference-count updates (with them, every token paid several, and threads
+decoding one output fought over the array's count: 1.5x slower on one core, worse on several);
+``inline="always"`` for the per-token parser (:func:`plain_pair`) — a numba call passes each
+array as a 7-field struct and checks an error status: 1.4x slower as a call. Leaves on scalars are left to LLVM to inline.
 """
 from __future__ import annotations
 
@@ -17,18 +25,27 @@ from numba import njit
 
 from .numbers import _HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, POW10_U64, _at, load_u64, trailing_zeros
 
-# plain tokens are read with 8-byte word loads up to 27 bytes past a token's start: a record
-# closer than this to the end of the buffer is left to the full kernels (or the buffer padded)
-PAD = 32
 
-
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _is_space(c):
     # bytes.split() whitespace: space, \t \n \v \f \r
     return c == 32 or (9 <= c <= 13)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
+def _word(buf, base, p):
+    """The 8 bytes at p as a little-endian uint64, zeros for those past the end of buf (a zero
+    byte ends every plain token, as the end of the span does)."""
+    m = buf.shape[0]
+    if p + 8 <= m:
+        return load_u64(base + np.uint64(p))
+    x = np.uint64(0)
+    for i in range(min(m, p + 8) - 1, p - 1, -1):
+        x = (x << np.uint64(8)) | np.uint64(_at(buf, i))
+    return x
+
+
+@njit(cache=True, nogil=True, _nrt=False)
 def _swar_digits(x):
     """(count, value) of the leading ASCII digits of the 8 bytes in x (little-endian)."""
     bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
@@ -42,18 +59,21 @@ def _swar_digits(x):
     return k, z
 
 
-@njit(cache=True, nogil=True)
-def plain_number(buf, base, p, hi):
+def _number_at(buf, base, p, hi):
     """``[+-]? D{1,8} (. D+)?`` (15 digits at most) at p, ended by whitespace before hi.
 
-    Returns (end, value float64); end == p when the token is not of that form. Needs
-    p + PAD <= len(buf): word loads may read past hi, and the result never depends on those bytes."""
+    Returns (end, value float64); end == p when the token is not of that form. Word loads may
+    read past hi (within buf): the result never depends on those bytes."""
+    if p >= hi:
+        return p, 0.0
     q = p
-    c = _at(buf, q)
+    x = _word(buf, base, q)
+    c = x & np.uint64(0xFF)
     neg = c == 45
-    if c == 45 or c == 43:
+    if c == 45 or c == 43:  # both words load at once: the sign test does not delay the digits
         q += 1
-    k2, w = _swar_digits(load_u64(base + np.uint64(q)))
+        x = _word(buf, base, q)
+    k2, w = _swar_digits(x)
     q += k2
     if k2 == 0 or q >= hi:
         return p, 0.0
@@ -61,7 +81,7 @@ def plain_number(buf, base, p, hi):
     f = 0
     if c == 46:
         q += 1
-        k3, d = _swar_digits(load_u64(base + np.uint64(q)))
+        k3, d = _swar_digits(_word(buf, base, q))
         q += k3
         if k3 == 0 or k2 + k3 > 15 or q >= hi:
             return p, 0.0
@@ -76,30 +96,36 @@ def plain_number(buf, base, p, hi):
     return q, (-v if neg else v)
 
 
-@njit(cache=True, nogil=True)
+# numba inlines (inline="always") by copying a function's IR, and copies of copies (a number
+# inlined into a pair inlined into a line, each with its word loads...) doubled the time to
+# compile the kernel a first batch needs; so the scalar leaves are left to LLVM, which inlines
+# them anyway, a label (once a line) is a call, and only a pair's number and a line's pairs are
+# inlined
+plain_number = njit(cache=True, nogil=True, _nrt=False)(_number_at)
+_number_inlined = njit(cache=True, nogil=True, _nrt=False, inline="always")(_number_at)
+
+
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def plain_pair(buf, base, p, hi):
     """``INDEX:VALUE`` at p: 1-8 index digits, ':', a :func:`plain_number`.
 
     Returns (end, index int64, value); end == p when the token is not of that form."""
-    k1, idx = _swar_digits(load_u64(base + np.uint64(p)))
+    k1, idx = _swar_digits(_word(buf, base, p))
     q = p + k1
     if k1 == 0 or q >= hi or _at(buf, q) != 58:
         return p, np.int64(0), 0.0
-    e, v = plain_number(buf, base, q + 1, hi)
+    e, v = _number_inlined(buf, base, q + 1, hi)
     if e == q + 1:
         return p, np.int64(0), 0.0
     return e, np.int64(idx), v
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
     """A plain data line from its first byte p: (end past its newline or hi, k, label, ok).
     ok False: not plain (nothing is kept; the full kernels take the record)."""
     kcap = indices.shape[0]
-    m = buf.shape[0]
     k0 = k
-    if p + PAD > m:
-        return p, k0, 0.0, False
     p, label = plain_number(buf, base, p, hi)
     if p == hi or not _is_space(_at(buf, p)):  # plain_number refused the label (p unchanged)
         return p, k0, 0.0, False
@@ -111,7 +137,7 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
             return p, k, label, True
         if _at(buf, p) == 10:
             return p + 1, k, label, True
-        if k >= kcap or p + PAD > m:
+        if k >= kcap:
             return p, k0, 0.0, False
         q, idx, v = plain_pair(buf, base, p, hi)
         if q == p or idx <= prev or idx < shift or idx - shift >= n_features:
@@ -123,16 +149,18 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
         p = q
 
 
-@njit(cache=True, nogil=True)
-def libsvm_spans_plain(buf, starts, ends, shift, n_features, indices, data, y, indptr):
-    """Decode record spans (see :func:`lirs.kernels.libsvm.libsvm_spans`) while they are plain.
+@njit(cache=True, nogil=True, _nrt=False)
+def libsvm_spans_plain(buf, starts, ends, j0, shift, n_features, indices, data, y, indptr):
+    """Decode record spans (see :func:`lirs.kernels.libsvm.libsvm_spans`) from record j0 (its
+    features from indptr[j0]; indptr[0] is set when j0 == 0) while they are plain.
 
-    Returns j: records [0, j) are decoded (indptr[:j+1], y[:j] set); record j is not plain and
+    Returns j: records [j0, j) are decoded (indptr[:j+1], y[:j] set); record j is not plain and
     the full kernel must go on from it (at features indptr[j]). j == len(starts) when all were."""
     base = buf.ctypes.data
-    k = np.int64(0)
-    indptr[0] = 0
-    for j in range(starts.shape[0]):
+    if j0 == 0:
+        indptr[0] = 0
+    k = np.int64(indptr[j0])
+    for j in range(j0, starts.shape[0]):
         p = starts[j]
         e = ends[j]
         while p < e and _is_space(_at(buf, p)):
@@ -152,7 +180,7 @@ def libsvm_spans_plain(buf, starts, ends, shift, n_features, indices, data, y, i
     return starts.shape[0]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def libsvm_lines_plain(buf, a, b, shift, n_features, indices, data, k0, y, rec_nnz, rec_pos, r0):
     """Decode the data lines of buf[a:b] (see :func:`lirs.kernels.libsvm.libsvm_lines`) while
     they are plain. Returns (end, records, features, min index, max index): lines before ``end``

@@ -82,7 +82,7 @@ _M16 = np.uint64(0x00FF00FF00FF00FF)
 _M32 = np.uint64(0x0000FFFF0000FFFF)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _at(buf, p):
     """buf[p] for p >= 0. An unsigned index spares numba's negative-index wraparound, which
     otherwise costs every byte read and keeps byte loops from vectorizing."""
@@ -135,7 +135,7 @@ def _bits_to_f64(typingctx, u):
     return types.float64(u), codegen
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def digit_run_u64(buf, base, p, hi):
     """(value uint64, count) of the ASCII digits at buf[p:hi] (up to the first other byte).
 
@@ -174,7 +174,7 @@ def digit_run_u64(buf, base, p, hi):
     return v, n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _exponent(buf, p, hi):
     """An optional ``[eE][+-]?D+`` at buf[p:hi]: (exponent, kind, end). No exponent: (0, EXACT, p);
     "1e" without a digit: NOT_NUMBER; |exponent| >= 100000: TOO_LONG."""
@@ -202,7 +202,7 @@ def _exponent(buf, p, hi):
     return 0, EXACT, p
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def scan_decimal(buf, base, p, hi):
     """Read the longest number prefix of buf[p:hi] (``base``: address of buf[0]).
 
@@ -251,7 +251,7 @@ def scan_decimal(buf, base, p, hi):
     return w, q + e, neg, EXACT, p
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def decimal_to_f64(w, q, neg):
     """The float64 nearest to (-1)**neg * w * 10**q (ties to even), as Python's ``float()``.
 
@@ -300,7 +300,7 @@ def decimal_to_f64(w, q, neg):
     return _bits_to_f64(sign | (np.uint64(power2) << np.uint64(52)) | (mant & _MANT_MASK)), True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def scan_float(buf, base, p, hi):
     """Read a number at buf[p:hi] and round it: (value float64, exact bool, end int64).
 
