@@ -4,9 +4,10 @@ A fresh install, container or CI job starts with an empty numba cache, and the f
 for every kernel on its path to compile: planning, reading, decoding, one after the other. Threads
 cannot overlap them (numba compiles under one global lock), processes can: when a Loader's read or
 decode kernels are not in numba's cache, it starts ``python -m lirs.warmup``, which compiles them
-into the same cache (read first, then decode: the order the pipeline needs them) while this
-process compiles its planning kernels. The pipeline waits for a group before its first use, then
-loads it from the cache in milliseconds.
+into the same cache while this process compiles its planning kernels: decode first (the largest
+kernels, needed last), then read. Before its first read and first decode, the pipeline waits for
+the helper to finish a group it has begun, then loads it from the cache in milliseconds; a group
+the helper has not begun yet is compiled here, so neither process sits idle while the other works.
 
 Best effort: when the helper cannot start, fails, or compiled for other argument types, the
 pipeline compiles in-process as it would have (a debug log says why). ``LIRS_WARMUP=0`` turns it
@@ -76,11 +77,11 @@ def _compile_decode(opts: dict) -> None:
                   zero_based=False, dtype=np.dtype(opts.get("dtype", "float32")))
 
 
-#: group -> (kernels it compiles (opts -> dispatchers), how to compile them (opts -> None));
-#: in the order the pipeline first needs them.
+#: group -> (kernels it compiles (opts -> dispatchers), how to compile them (opts -> None)), in the
+#: order the helper compiles them: the one the pipeline needs last first.
 GROUPS = {
-    "read": (_read_kernels, _compile_read),
     "decode": (_decode_kernels, _compile_decode),
+    "read": (_read_kernels, _compile_read),
 }
 
 
@@ -104,36 +105,42 @@ def cold_groups(opts: dict) -> list[str]:
 
 
 class Warmup:
-    """The helper process and one event per group it is compiling (set when done or when the
-    helper is gone). ``wait(group)`` returns at once in another process (after a fork)."""
+    """The helper process and, per group it was given, whether it has started and finished
+    compiling it (both set when the helper is gone). ``wait(group)`` returns at once in another
+    process (after a fork)."""
 
     def __init__(self, groups, proc=None):
         self.pid = os.getpid()
         self.proc = proc
-        self.events = {g: threading.Event() for g in groups}
+        self.started = {g: threading.Event() for g in groups}
+        self.done = {g: threading.Event() for g in groups}
         if proc is None:
-            for e in self.events.values():
-                e.set()
+            self._release()
             return
         threading.Thread(target=self._follow, name="lirs-warmup", daemon=True).start()
+
+    def _release(self):
+        for e in (*self.started.values(), *self.done.values()):
+            e.set()
 
     def _follow(self):
         try:
             for line in self.proc.stdout:
-                ev = self.events.get(line.strip())
+                what, _, group = line.strip().partition(" ")
+                ev = {"start": self.started, "done": self.done}.get(what, {}).get(group)
                 if ev is not None:
                     ev.set()
         finally:
             rc = self.proc.wait()
             if rc:
                 log.debug("warm-up helper exited with %s: kernels compile in-process", rc)
-            for e in self.events.values():
-                e.set()
+            self._release()
 
     def wait(self, group: str) -> None:
-        """Block until ``group`` is compiled into the cache (or the helper is gone)."""
-        ev = self.events.get(group)
-        if ev is None or ev.is_set() or os.getpid() != self.pid:
+        """Block until ``group`` is compiled into the cache, when the helper has begun it; a group
+        the helper has not begun yet is compiled here (not waiting for the groups before it)."""
+        ev = self.done.get(group)
+        if ev is None or ev.is_set() or os.getpid() != self.pid or not self.started[group].is_set():
             return
         if not ev.wait(WAIT_S):
             log.debug("warm-up of %s still running after %.0f s: compiling in-process", group, WAIT_S)
@@ -164,15 +171,17 @@ def start(opts: dict) -> Warmup:
 # ---------------------------------------------------------------- helper side
 
 def main(argv=None) -> int:
-    """``python -m lirs.warmup OPTS_JSON GROUP...``: compile each group, print its name when done."""
+    """``python -m lirs.warmup OPTS_JSON GROUP...``: compile each group between lines ``start G`` and
+    ``done G`` on standard output."""
     argv = sys.argv[1:] if argv is None else argv
     opts = json.loads(argv[0])
     for group in argv[1:]:
+        print("start", group, flush=True)
         try:
             GROUPS[group][1](opts)
         except Exception as e:  # the parent compiles what failed here
             print(f"# {group}: {type(e).__name__}: {e}", file=sys.stderr)
-        print(group, flush=True)
+        print("done", group, flush=True)
     return 0
 
 

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -66,8 +67,9 @@ def test_cold_loader_compiles_read_and_decode_in_the_helper(tmp_path):
     # without the helper this process compiles its read and decode kernels (the check can fail) ...
     assert any(k in alone["compiled"] for k in WARMED[:2])
     assert WARMED[2] in alone["compiled"]
-    # ... with it, it loads them from the cache the helper filled: same types, nothing compiled twice
-    assert not set(WARMED) & set(helped["compiled"]), helped["compiled"]
+    # ... with it, it loads the decode kernels from the cache the helper filled (same types); the
+    # read kernels come from the helper or from here, whichever began them first
+    assert WARMED[2] not in helped["compiled"], helped["compiled"]
     assert any(k.startswith("lirs.kernels.plan.") for k in helped["compiled"])  # planning stays here
     assert {k: helped[k] for k in ("rows", "nnz", "sum", "y")} == {k: alone[k] for k in ("rows", "nnz", "sum", "y")}
 
@@ -92,28 +94,53 @@ def test_off_switch_and_other_formats(monkeypatch):
     assert warmup._decode_kernels({"format": "npy"}) == []
 
 
-def test_a_failing_helper_releases_every_wait(monkeypatch):
-    # a helper that dies at once: the pipeline must not hang, it compiles in-process
-    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], stdout=subprocess.PIPE, text=True)
+def test_wait_follows_the_helper(monkeypatch):
+    # a group the helper has begun is waited for; one it has not begun is not
+    r, w_ = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; print('start decode', flush=True); "
+                             "sys.stdin.readline(); print('done decode', flush=True)"],
+                            stdin=r, stdout=subprocess.PIPE, text=True)
+    os.close(r)
+    try:
+        w = warmup.Warmup(["decode", "read"], proc)
+        assert w.started["decode"].wait(30)
+        t0 = time.monotonic()
+        w.wait("read")  # not begun: returns at once
+        assert time.monotonic() - t0 < 5 and not w.done["decode"].is_set()
+        threading.Timer(0.5, os.write, (w_, b"go\n")).start()
+        w.wait("decode")  # begun: returns when done
+        assert w.done["decode"].is_set()
+    finally:
+        os.close(w_)
+        proc.wait()
+
+
+def test_a_failing_helper_releases_every_wait():
+    # a helper that dies after beginning a group: the wait ends, the pipeline compiles in-process
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; print('start read', flush=True); sys.exit(3)"],
+                            stdout=subprocess.PIPE, text=True)
     w = warmup.Warmup(["read", "decode"], proc)
+    assert w.started["read"].wait(30)
+    t0 = time.monotonic()
     w.wait("read")
-    w.wait("decode")
-    assert proc.returncode == 3
+    assert time.monotonic() - t0 < 30
+    assert w.done["read"].is_set() and w.done["decode"].is_set() and proc.returncode == 3
 
 
 def test_helper_reports_each_group_even_when_one_fails(capsys):
     assert warmup.main([json.dumps({"engine": "no-such-engine", "format": "libsvm", "dtype": "<f8"}),
                         "read", "decode"]) == 0
     out, err = capsys.readouterr()
-    assert out.split() == ["read", "decode"]
+    assert out.splitlines() == ["start read", "done read", "start decode", "done decode"]
     assert "read: UsageError" in err
 
 
 def test_wait_after_fork_returns_at_once():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('start decode', flush=True); time.sleep(30)"],
+                            stdout=subprocess.PIPE, text=True)
     try:
         w = warmup.Warmup(["decode"], proc)
+        assert w.started["decode"].wait(30)  # in this process, wait("decode") would block
         pid = os.fork()
         if pid == 0:  # the helper belongs to the parent: a forked child never waits for it
             t0 = time.monotonic()
