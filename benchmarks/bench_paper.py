@@ -7,13 +7,22 @@ averages compare LIRS on an Optane SSD with the baseline on an HDD (Figures 10 a
 71.9, 32.2, 18.4% -> 49.9%; 46.15, 36.90, 47.56% -> 43.5%); both forms are reported here: the
 baseline and lirs on the same device, and lirs on nvme against the baseline on hdd.
 
-SVM: a kdd-like LIBSVM file, label-sorted (as stored), one record in 50 held out as the test set;
-LIBLINEAR dual coordinate descent (:mod:`lirs.eval.compare`). BMF: 40 random blocks written once
-(pre-processing), block order shuffled per epoch. lirs instance / page / window: the index scan is
-the pre-processing. Target: BMF's best objective in ``--bmf-epochs`` epochs (the paper's Table 3).
-DNN: benchmarks/train_dnn.py on a label-sorted dense file: TFIP (exact external shuffle once,
-then a 10,000-record buffer), the buffer alone, and lirs; target: TFIP's best validation loss
-(Table 6), test accuracy at each method's best validation checkpoint (Table 7).
+SVM: a 2.1 GB kdd-like LIBSVM file, label-sorted (as stored), one record in 50 held out as the test
+set (2.06 GB left to train on); LIBLINEAR dual coordinate descent (:mod:`lirs.eval.compare`). BMF:
+40 random blocks written once (pre-processing), block order shuffled per epoch. lirs instance /
+page / window: the index scan is the pre-processing. Target: BMF's best objective in
+``--bmf-epochs`` epochs (the paper's Table 3). DNN: benchmarks/train_dnn.py on a 2 GB label-sorted
+dense file: TFIP (exact external shuffle once, then a 10,000-record buffer), the buffer alone, and
+lirs; target: TFIP's best validation loss (Table 6), test accuracy at each method's best
+validation checkpoint (Table 7).
+
+Sizes and epochs (``SIZE_CHOICE``, also in the JSON): both training files hold at least 2 GB, the
+issue's bound. Compute on 2 cores bounds the run, not the disk: BMF trains each block with 3 inner
+passes, and lirs instance reads record by record. BMF trains 10 epochs (the 1 GB run: 15; the
+paper: 30): a shorter BMF run sets an easier target, which lirs also reaches in fewer epochs, so
+the cut narrows lirs's lead rather than widening it. The DNN trains 3 epochs: TFIP's best
+validation loss came in its first epoch of a 6-epoch run (the MLP overfits after), so later epochs
+decide nothing.
 
 Devices: nvme is this disk; ssd and hdd are the blkio envelopes of `lirs bench`
 (:mod:`lirs.eval.envelope`). Epochs to the target are taken from the nvme run (the order a method
@@ -25,11 +34,15 @@ speed there: their measured pre-processing is a lower bound, which favours the b
 ``pre_s_writes_at_device`` adds the bytes they write at the device's sequential write rate (paper
 Table 2 for hdd) as an upper bound. Total time = pre-processing + epochs to target x epoch time.
 
+The figures `lirs demo` quotes (paper_summary.headline) go to lirs/eval/data/paper_summary.json,
+package data (a pip install has no benchmarks/ folder); ``--from-json`` writes them again.
+
     flock /tmp/lirs-bench.lock python benchmarks/bench_paper.py     # results/paper.json + paper.png
     python benchmarks/bench_paper.py --smoke --dir /tmp/x --json /tmp/x/paper.json
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shlex
@@ -41,6 +54,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import RESULTS, machine  # noqa: E402
+from paper_summary import SUMMARY, headline  # noqa: E402
 from train_svm import envelope_unavailable, on_envelope  # noqa: E402
 import train_dnn  # noqa: E402
 
@@ -69,6 +83,15 @@ PAPER = {
             "avg_test_acc_gain_pct": 1.01,
             "test_acc_gain_pct": {"AlexNet": 0.65, "OverFeat": 0.86, "VGG16": 1.51}},
 }
+
+
+SIZE_CHOICE = ("At least 2 GB trained on, the issue's lower bound: SVM 2.1 GB of kdd-like LIBSVM generated, 2.06 "
+               "GB once 1 record in 50 is held out as the test set; DNN 2 GB of training records. Compute on 2 "
+               "cores bounds the run, not the disk: BMF trains each block with 3 inner passes and lirs instance "
+               "reads record by record. BMF trains 10 "
+               "epochs, not the paper's 30 (its best objective in them is the target): an easier target that lirs "
+               "also reaches in fewer epochs, so the cut narrows lirs's lead. The DNN trains 3 epochs: TFIP's best "
+               "validation loss came in its first epoch of a 6-epoch run (the MLP overfits after).")
 
 
 def split_holdout(src: str, train: str, every: int) -> bytes:
@@ -263,6 +286,22 @@ def reductions(res):
     return out
 
 
+def write_outputs(res, a) -> None:
+    """paper.json (``a.json``), its plot, and the summary `lirs demo` quotes: the packaged one for
+    the default result path, else next to ``a.json`` (a smoke run never replaces the package's)."""
+    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump(res, f, indent=1, default=float)
+    summary = a.summary or (SUMMARY if os.path.abspath(a.json) == os.path.join(RESULTS, "paper.json")
+                            else os.path.splitext(a.json)[0] + "_summary.json")
+    os.makedirs(os.path.dirname(summary), exist_ok=True)
+    with open(summary, "w") as f:
+        json.dump(headline(res), f, indent=1, default=float)
+        f.write("\n")
+    png = os.path.splitext(a.json)[0] + ".png"
+    print(f"wrote {a.json}, {summary}" + (f" and {png}" if plot(res, png) else " (no plot)"))
+
+
 def table(res) -> str:
     lines = []
     for part, base in (("svm", "bmf"), ("dnn", "tfip")):
@@ -348,11 +387,11 @@ def plot(res, png) -> bool:
 ARGS = None
 
 
-def recompute(path: str) -> int:
-    """Targets, per-device rows, reductions, table and plot again from the measurements stored in
-    ``path`` (the per-epoch records of the nvme runs, and each envelope's pre-processing and first
-    epoch), so a change of analysis needs no new run."""
-    with open(path) as f:
+def recompute(a) -> int:
+    """Targets, per-device rows, reductions, table, plot and summary again from the measurements
+    stored in ``a.json`` (the per-epoch records of the nvme runs, and each envelope's
+    pre-processing and first epoch), so a change of analysis needs no new run."""
+    with open(a.json) as f:
         res = json.load(f)
     if "dnn" in res:
         train_dnn.summarize(res["dnn"]["dataset"])
@@ -373,19 +412,20 @@ def recompute(path: str) -> int:
     res["reductions"] = reductions(res)
     res["table"] = table(res)
     res["recomputed"] = "python benchmarks/bench_paper.py --from-json"
+    if "svm" in res and res["svm"]["dataset"]["file"]["bytes"] >= 2e9:
+        res["size_choice"] = SIZE_CHOICE
     print(res["table"])
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1, default=float)
-    plot(res, os.path.splitext(path)[0] + ".png")
+    write_outputs(res, a)
     return 0
 
 
 def main(argv=None) -> int:
     global ARGS
     ap = train_dnn.parser(__doc__)
-    ap.set_defaults(profile="epsilon", size="2GB", epochs=6, holdout=10_000, dir="/work/scratch/paper")
-    ap.add_argument("--svm-size", default="1GB", help="kdd-like LIBSVM file (default 1GB)")
-    ap.add_argument("--bmf-epochs", type=int, default=15)
+    ap.set_defaults(profile="epsilon", size="2GB", epochs=3, holdout=10_000, dir="/work/scratch/paper")
+    ap.add_argument("--svm-size", default="2.1GB",
+                    help="kdd-like LIBSVM file generated (default 2.1GB: 2.06 GB to train once 1 in 50 is held out)")
+    ap.add_argument("--bmf-epochs", type=int, default=10)
     ap.add_argument("--lirs-epochs", type=int, default=10, help="most epochs a lirs method trains (SVM)")
     ap.add_argument("--reference-epochs", type=int, default=25)
     ap.add_argument("--dnn-methods", default=",".join(train_dnn.DEFAULT_METHODS))
@@ -393,18 +433,24 @@ def main(argv=None) -> int:
     ap.add_argument("--envelopes", default="nvme,ssd,hdd")
     ap.add_argument("--envelope-budget", type=float, default=30.0)
     ap.add_argument("--json", default=os.path.join(RESULTS, "paper.json"))
+    ap.add_argument("--summary", default=None,
+                    help="the summary `lirs demo` quotes (default: lirs/eval/data/paper_summary.json for the "
+                         "default --json, else next to --json)")
     ap.add_argument("--from-json", action="store_true",
                     help="run nothing: recompute targets, totals, table and plot from the measurements in --json")
     a = ARGS = ap.parse_args(argv)
     if a.from_json:
-        return recompute(a.json)
+        return recompute(a)
     if a.smoke:
         a.svm_size, a.records, a.size, a.holdout, a.epochs, a.memory = "2MB", 20_000, None, 2_000, 2, "2M"
         a.profile, a.bmf_epochs, a.lirs_epochs, a.reference_epochs, a.envelope_budget = "higgs", 3, 3, 20, 2.0
     os.makedirs(a.dir, exist_ok=True)
     t0 = time.perf_counter()
     res = {"command": "python benchmarks/bench_paper.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:])),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "machine": machine(), "paper": PAPER,
+           "size_choice": SIZE_CHOICE if (a.svm_size, a.bmf_epochs, a.epochs) == ("2.1GB", 10, 3) else
+           "sizes and epochs as in the command",
            "total_time_model": "T_total = T_pre + epochs_to_target x epoch wall time (loading overlapped with "
                                "compute); epochs to target from the nvme run, epoch time per device",
            "write_model": "envelopes throttle reads only; pre_s_writes_at_device adds bytes written / "
@@ -421,11 +467,8 @@ def main(argv=None) -> int:
     res["seconds"] = time.perf_counter() - t0
     res["table"] = table(res)
     print(res["table"])
-    os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(res, f, indent=1, default=float)
-    png = os.path.splitext(a.json)[0] + ".png"
-    print(f"wrote {a.json}" + (f" and {png}" if plot(res, png) else " (no plot)") + f" in {res['seconds']:.0f}s")
+    write_outputs(res, a)
+    print(f"in {res['seconds']:.0f}s")
     return 0
 
 

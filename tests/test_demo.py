@@ -1,5 +1,6 @@
 """`lirs demo`: the default run (the README's first command) end to end, its reuse of the sample
-and the index, where it writes, the computed verdict, the two-panel plot, argument errors."""
+and the index, where it writes, the computed verdict, the two-panel plot, argument errors, and the
+paper's headline it quotes from the packaged summary of benchmarks/bench_paper.py."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import sys
 import pytest
 
 from lirs.eval.demo import AXES, default_out, verdict
-from lirs.eval.demo_report import figure, verdict_lines
+from lirs.eval.demo_report import figure, headline_lines, verdict_lines
 
 LIRS = [sys.executable, "-m", "lirs.cli"]
 FIVE = {"lirs-instance", "lirs-window", "bmf", "shuffle_buffer", "sequential"}
@@ -60,6 +61,9 @@ def test_default_demo_then_a_second_run_reuses_sample_and_index(tmp_path):
     lost = [x["what"] for x in v if x["outcome"] != "wins"]
     assert (("lirs does not win on: " + "; ".join(lost)) if lost else "lirs wins on every axis") in out
     assert "lirs bench" in out and "lirs quality" in out
+    # the paper's headline at full size, quoted from the packaged summary (terminal and demo.json)
+    assert res["paper_headline"] == _packaged_summary()
+    assert "\n".join(headline_lines(res["paper_headline"])) in out
 
     r2 = _lirs("demo", "--epochs", "1", "--methods", "lirs-window,sequential", cwd=cwd, env=env)
     assert r2.returncode == 0, r2.stderr[-3000:]
@@ -162,3 +166,130 @@ def test_plot_has_two_lettered_panels():
     # panel (b) starts every method at 0 s and shifts its first epoch by its pre-processing
     x = b.get_lines()[1].get_xdata()
     assert list(x) == pytest.approx([0.0, 0.3, 1.1, 1.9])
+
+
+# ------------------------------------------------------------ the paper's headline, packaged
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _packaged_summary() -> dict:
+    from lirs.eval.demo import PAPER_SUMMARY, paper_headline
+
+    h = paper_headline()
+    assert h is not None, f"{PAPER_SUMMARY} is missing: benchmarks/bench_paper.py writes it"
+    return h
+
+
+def test_packaged_summary_holds_paper_json_figures():
+    """lirs/eval/data/paper_summary.json is what benchmarks/paper_summary.headline makes of the
+    committed benchmarks/results/paper.json, and its figures are paper.json's own."""
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    try:
+        from paper_summary import headline
+    finally:
+        sys.path.remove(os.path.join(REPO, "benchmarks"))
+    with open(os.path.join(REPO, "benchmarks", "results", "paper.json")) as f:
+        paper = json.load(f)
+    h = _packaged_summary()
+    assert json.loads(json.dumps(headline(paper), default=float)) == h
+    red = paper["reductions"]
+    assert h["svm"]["file_bytes"] == paper["svm"]["dataset"]["file"]["bytes"]
+    assert h["svm"]["records"] == paper["svm"]["dataset"]["n"]
+    assert h["dnn"]["file_bytes"] == paper["dnn"]["dataset"]["train_bytes"]
+    for part, base in (("svm", "bmf"), ("dnn", "tfip")):
+        assert h[part]["target"] == paper[part]["target"]
+        assert set(h[part]["total_reduction_pct"]) == {m for m in red[part] if m.startswith("lirs-")}
+        for m, per in h[part]["total_reduction_pct"].items():
+            for env in paper[part]["devices"]:
+                assert per[env] == red[part][m][f"{env}_vs_{base}_{env}_pct"], (part, m, env)
+            assert per["paper_form"] == red[part][m][f"nvme_vs_{base}_hdd_pct (paper's form)"]
+        for m, r in paper[part]["devices"]["nvme"].items():
+            assert h[part]["epochs_to_target"][m] == r["epochs_to_target"]
+    assert h["dnn"]["test_acc_gain_points"] == {m: v for m, v in red["dnn"]["test_acc_gain_pct"].items()
+                                               if m.startswith("lirs-")}
+    assert h["paper"] == {"svm_total_reduction_pct": 49.9, "dnn_total_reduction_pct": 43.5,
+                          "dnn_test_acc_gain_pct": 1.01}
+    assert paper["svm"]["dataset"]["file"]["bytes"] >= 2e9, "the issue asks for SVM files of at least 2 GB"
+
+
+def _block_rows(lines, header_start):
+    """{method: [cells]} of the table that follows the line starting with ``header_start``."""
+    i = next(k for k, x in enumerate(lines) if x.startswith(header_start))
+    assert lines[i + 1].split()[0] == "method"
+    rows = {}
+    for x in lines[i + 2:]:
+        if not x.startswith("    lirs-"):
+            break
+        cells = x.split()
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_demo_report_quotes_the_packaged_headline(monkeypatch):
+    """The block's every figure is the packaged summary's, rounded; every loss is named."""
+    from lirs.eval import demo_report
+    from lirs.eval.demo_report import change, report_lines
+
+    h = _packaged_summary()
+    lines = headline_lines(h)
+    text = "\n".join(lines)
+    assert lines[0].startswith("the paper's headline on this machine")
+    assert "Paper: LIRS on Optane vs BMF on HDD -49.9%" in text and "vs TFIP on HDD -43.5%" in text
+    assert "Paper: +1.01%" in text
+    for part, head in (("svm", "  SVM: "), ("dnn", "  DNN: ")):
+        p = h[part]
+        assert f"{p['file_bytes'] / 1e9:.2f} GB ({p['records']:,} records)" in text
+        rows = _block_rows(lines, head)
+        assert rows == {m: [change(v) for v in per.values()] for m, per in p["total_reduction_pct"].items()}
+    assert _block_rows(lines, "  DNN, target: ") == {
+        m: [change(v) for v in per.values()] for m, per in h["dnn"]["total_reduction_relaxed_pct"].items()}
+    for m, v in h["dnn"]["test_acc_gain_points"].items():
+        assert f"{m} {v:+.2f} points" in text
+    # every loss is named on the last line, and only losses
+    last = lines[-1]
+    for part in ("svm", "dnn"):
+        for m, per in h[part]["total_reduction_pct"].items():
+            lost = any(v is None or v < 0 for v in per.values())
+            assert (f"{part.upper()} {m} (" in last) == lost, (part, m)
+    # report_lines ends with the block, after the verdict
+    res = {"methods": {}, "verdict": [], "paper_headline": h}
+    for fn in ("objective_table", "time_table", "summary_table", "explanations"):
+        monkeypatch.setattr(demo_report, fn, lambda r: [])
+    assert report_lines(res)[-len(lines):] == lines
+
+
+def test_headline_block_when_lirs_wins_or_nothing_is_packaged(tmp_path):
+    from lirs.errors import LirsError
+    from lirs.eval.demo import paper_headline
+    from lirs.eval.demo_report import change
+
+    assert [change(v) for v in (81.4, -30.9, 0.0, None)] == ["-81%", "+31%", "-0%", "never"]
+    h = _packaged_summary()
+    win = json.loads(json.dumps(h))
+    for part in ("svm", "dnn"):
+        for key in ("total_reduction_pct", "total_reduction_relaxed_pct"):
+            for per in win[part].get(key, {}).values():
+                for e in per:
+                    per[e] = 12.0
+    win["dnn"]["test_acc_gain_points"] = {m: 0.5 for m in win["dnn"]["test_acc_gain_points"]}
+    assert headline_lines(win)[-1] == "  lirs loses on none of these."
+    win["svm"]["total_reduction_pct"]["lirs-window"]["hdd"] = None
+    assert headline_lines(win)[-1] == "  lirs loses on: SVM lirs-window (hdd)."
+    assert paper_headline(str(tmp_path / "none.json")) is None
+    assert "not packaged" in headline_lines(None)[0]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(LirsError, match="bad.json"):
+        paper_headline(str(bad))
+
+
+def test_pyproject_ships_the_summary_as_package_data():
+    import glob
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+        pats = tomllib.load(f)["tool"]["setuptools"]["package-data"]["lirs.eval"]
+    shipped = {p for pat in pats for p in glob.glob(os.path.join(REPO, "lirs", "eval", pat))}
+    assert os.path.join(REPO, "lirs", "eval", "data", "paper_summary.json") in shipped

@@ -9,6 +9,7 @@ into tables, a verdict and a plot. The training and the baselines are those of
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -30,6 +31,9 @@ BMF_BLOCKS = 40
 BMF_PASSES = 3
 BUFFER_RECORDS = 10_000
 WARMUP_RECORDS = 600  # enough for a few batches of every method: every kernel compiles before timing
+# the paper's comparison at full size, measured once by benchmarks/bench_paper.py and shipped as
+# package data: the demo's 30 MB cannot show it, and a pip install has no benchmarks/ folder
+PAPER_SUMMARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "paper_summary.json")
 
 
 def default_out() -> str:
@@ -59,6 +63,21 @@ def explain(method: str, res: dict) -> str:
                           "step emits a random record of the buffer (tf.data's shuffle)",
         "sequential": "the file read front to back every epoch, no shuffling",
     }.get(method, method)
+
+
+def paper_headline(path: str = PAPER_SUMMARY) -> dict | None:
+    """The packaged summary of benchmarks/bench_paper.py (its ``headline``): per part (``svm``,
+    ``dnn``) the file, the target and each lirs method's reduction of total time against the
+    baseline in % per device; ``paper``: the paper's own figures. None when the file is missing
+    (a source tree where the benchmark never ran)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise LirsError(f"{path}: unreadable packaged results of benchmarks/bench_paper.py ({e}); "
+                        "expected the JSON that script writes") from e
 
 
 def sample(out: str, size: str, seed: int, say) -> tuple[str, dict]:
@@ -120,7 +139,8 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
     JSON-able result: :func:`compare_svm`'s dict plus ``settings``, ``data``, ``out``, ``index_s``,
     ``index_reused``, ``warmup_s``, ``f0`` (objective of w = 0), and per method ``elapsed_s``
     (seconds since the method began, pre-processing included, after each epoch), ``reached_s``,
-    ``mean_bytes_read`` and the ``verdict`` (:func:`verdict`)."""
+    ``mean_bytes_read``, the ``verdict`` (:func:`verdict`) and ``paper_headline`` (the packaged
+    full-size comparison, :func:`paper_headline`)."""
     from .compare import compare_svm, load_all
     from .train import as_pm1, primal_objective, relative_difference
 
@@ -163,6 +183,7 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
     for r in res["methods"].values():
         _timeline(r, res.get("target_objective"))
     res["verdict"] = verdict(res)
+    res["paper_headline"] = paper_headline()
     res["total_s"] = time.perf_counter() - t_all
     return res
 

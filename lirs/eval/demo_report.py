@@ -1,6 +1,6 @@
 """What `lirs demo` prints and draws from the dict of :func:`lirs.eval.demo.run_demo`: the
 objective per epoch, the seconds spent (pre-processing included), a summary, the verdict per axis,
-and a two-panel plot. Every figure comes from that dict (and so from the demo's JSON)."""
+the paper's headline at full size (packaged, not measured by the demo), and a two-panel plot. Every figure comes from that dict (and so from the demo's JSON)."""
 from __future__ import annotations
 
 import os
@@ -96,11 +96,64 @@ def verdict_lines(res: dict) -> list:
     return out
 
 
+def change(v) -> str:
+    """A reduction of total time ``v`` (%) printed as the change lirs makes: "-81%" saves 81%,
+    "+31%" takes 31% longer (a loss), "never" never reaches the target."""
+    return "never" if v is None else f"{-v:+.0f}%"
+
+
+def _change_table(per_method: dict, base: str, losses: list, tag: str) -> list:
+    """Rows of lirs methods x devices; every loss (slower, or never) is added to ``losses``."""
+    cols = list(next(iter(per_method.values())))
+    names = {"paper_form": f"nvme vs {base} on hdd"}
+    rows = [[m] + [change(per[c]) for c in cols] for m, per in per_method.items()]
+    for m, per in per_method.items():
+        lost = [names.get(c, c) for c in cols if per[c] is None or per[c] < 0]
+        if lost:
+            losses.append(f"{tag} {m} ({', '.join(lost)})")
+    return ["    " + x for x in _grid(["method"] + [names.get(c, c) for c in cols], rows)]
+
+
+def headline_lines(h) -> list:
+    """The block "the paper's headline on this machine": the packaged full-size comparison of
+    benchmarks/bench_paper.py (``res["paper_headline"]``, see :func:`lirs.eval.demo.paper_headline`)
+    beside the paper's -49.9% / -43.5% / +1.01%, every case where lirs loses named at the end."""
+    head = "the paper's headline on this machine"
+    if not h:
+        return [f"{head}: not packaged with this copy of lirs (benchmarks/bench_paper.py writes it)"]
+    pp, losses = h["paper"], []
+    out = [f"{head} (benchmarks/bench_paper.py, {(h.get('date') or '')[:10] or 'undated'}, shipped with lirs; "
+           "not measured by this demo). Total time to the target = pre-processing + epochs x epoch time, lirs "
+           "against the baseline: -x% saves x%, +x% takes x% longer (lirs loses), never: never reaches it."]
+    names = {"bmf": "BMF", "tfip": "TFIP"}
+    paper = {"svm": f"LIRS on Optane vs BMF on HDD {-pp['svm_total_reduction_pct']:+}%",
+             "dnn": f"LIRS on Optane vs TFIP on HDD {-pp['dnn_total_reduction_pct']:+}%"}
+    for part in ("svm", "dnn"):
+        p = h.get(part)
+        if not p:
+            continue
+        base, tag = names.get(p["baseline"], p["baseline"]), part.upper()
+        out.append(f"  {tag}: {p['what']}, {p['file_bytes'] / 1e9:.2f} GB ({p['records']:,} records), against "
+                   f"{base}; target: {p['target']}. Paper: {paper[part]}")
+        out += _change_table(p["total_reduction_pct"], base, losses, tag)
+        if "total_reduction_relaxed_pct" in p:
+            out.append(f"  {tag}, target: {p['relaxed_target']}")
+            out += _change_table(p["total_reduction_relaxed_pct"], base, losses, tag + " (common target)")
+        if "test_acc_gain_points" in p:
+            g = p["test_acc_gain_points"]
+            out.append(f"  {tag} test accuracy against {base}: " + ", ".join(f"{m} {v:+.2f} points" for m, v in g.items())
+                       + f". Paper: +{pp['dnn_test_acc_gain_pct']}%")
+            losses += [f"{tag} test accuracy {m} ({v:+.2f} points)" for m, v in g.items() if v < 0]
+    out.append("  lirs loses on: " + "; ".join(losses) + "." if losses else "  lirs loses on none of these.")
+    return out
+
+
 def report_lines(res: dict) -> list:
     """Everything `lirs demo` prints after training, in order."""
     lines = ["", "what each method does:"] + explanations(res) + [""]
     lines += objective_table(res) + [""] + time_table(res) + [""] + summary_table(res) + [""]
-    return lines + verdict_lines(res)
+    lines += verdict_lines(res)
+    return lines + ([""] + headline_lines(res["paper_headline"]) if "paper_headline" in res else [])
 
 
 def plot(res: dict, png: str) -> bool:
