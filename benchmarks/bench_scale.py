@@ -68,7 +68,7 @@ def target_bytes(spec: str, ram: int) -> int:
     """``"1.5xRAM"`` -> 1.5 * ram; ``"36GB"`` -> 36e9 (see :func:`lirs.units.parse_size`)."""
     from lirs.units import parse_size
 
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*[xX]\s*RAM\s*", str(spec))
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*x\s*RAM\s*", str(spec), re.IGNORECASE)
     if m:
         return int(float(m.group(1)) * ram)
     return parse_size(spec)
@@ -102,18 +102,20 @@ def reusable(path: str, size: int, reuse: bool) -> bool:
 def make_prefix(src: str, dst: str, nbytes: int, chunk: int = 64 << 20) -> int:
     """Copy the first ``nbytes`` of ``src`` to ``dst``, cut after the last line end: the same
     records as the start of ``src``. Returns the bytes written."""
-    written = 0
+    written = consumed = 0
     tail = b""
     with open(src, "rb") as fi, open(dst + ".tmp", "wb") as fo:
-        while written < nbytes:
-            buf = fi.read(min(chunk, nbytes - written))
+        while consumed < nbytes:
+            buf = fi.read(min(chunk, nbytes - consumed))
             if not buf:
                 break
-            cut = buf.rfind(b"\n")
-            # hold back what follows the last line end until a later chunk ends the line
-            data, tail = (tail + buf[:cut + 1], buf[cut + 1:]) if cut >= 0 else (b"", tail + buf)
-            fo.write(data)
-            written += len(data)
+            consumed += len(buf)
+            # what follows the last line end waits for a later chunk to end its line
+            buf = tail + buf
+            cut = buf.rfind(b"\n") + 1
+            fo.write(buf[:cut])
+            written += cut
+            tail = buf[cut:]
     if written == 0:
         os.unlink(dst + ".tmp")
         raise UsageError(f"{src}: no line end in its first {nbytes} bytes; expected LIBSVM lines")
@@ -124,8 +126,11 @@ def make_prefix(src: str, dst: str, nbytes: int, chunk: int = 64 << 20) -> int:
 # ------------------------------------------------------------------ the measurements
 
 
-def cold(label: str) -> bool:
-    """Drop the page cache before ``label``; False (with a warning, once per run) when not root."""
+def cold(label: str, drop: bool = True) -> bool:
+    """Drop the page cache before ``label``; False (with a line saying so) when not root, or
+    when ``drop`` is False (``--no-drop``: leave the machine's page cache alone)."""
+    if not drop:
+        return False
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         ok = drop_caches()
@@ -193,7 +198,7 @@ def measure_epochs(label: str, index, fio: dict, args, tmp: str, budget_s: float
             continue
         b = args.peer_budget if cfg.kind == "peer" else budget_s
         say(f"{label}: {name} (budget {b:.0f}s)")
-        cold(name)
+        cold(name, not args.no_drop)
         row = {**cfg.as_dict(), "name": name}
         row.update(run_child("config", epoch_task(cfg, index.sidecar, args, tmp, b), tmp, timeout_s=3 * b + 300))
         add_ratios(row, fio)
@@ -211,12 +216,12 @@ def _line(row: dict) -> str:
             f"pss peak {row['sampled']['pss'] / 2**20:,.0f} MiB")
 
 
-def measure_index(label: str, path: str, tmp: str, fio: dict | None) -> dict:
+def measure_index(label: str, path: str, tmp: str, fio: dict | None, drop: bool = True) -> dict:
     """Index ``path`` cold in a fresh child; ratio to fio's sequential read."""
     from lirs.eval.fio import figure
 
     say(f"{label}: lirs index (cold)")
-    dropped = cold("lirs index")
+    dropped = cold("lirs index", drop)
     res = run_child("index", {"path": path}, tmp, timeout_s=3600)
     res["cache_dropped"] = dropped
     seq = figure(fio, "seq1m_qd16", "bw_bytes")
@@ -343,6 +348,8 @@ def parse_args(argv=None):
     ap.add_argument("--plan-record-bytes", type=int, default=512)
     ap.add_argument("--plan-batches", type=int, default=200, help="batches timed per plan (start and middle)")
     ap.add_argument("--peers", default="torch,shuffle_buffer,inmemory")
+    ap.add_argument("--no-drop", action="store_true",
+                    help="never drop the page cache (the figures are then not cold-cache figures)")
     ap.add_argument("--out", default=None, help="result file (default benchmarks/results/scale.json)")
     return ap.parse_args(argv)
 
@@ -389,16 +396,17 @@ def run(args) -> dict:
     ram = mem_total()
     files = prepare_files(args, ram)
     res = {"benchmark": "scale", "command": "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:]),
-           "files": files, "caches_dropped": cold("the run"), "batch_size": args.batch_size,
+           "files": files, "caches_dropped": cold("the run", not args.no_drop), "batch_size": args.batch_size,
            "window": args.window, "prefetch": args.prefetch, "fio": {}, "index": {}, "epochs": {}}
     tmp = tempfile.mkdtemp(prefix=".scale-", dir=args.dir)
     try:
         say("small: fio")
         res["fio"]["small"] = fio_figures(files["small_path"], args.fio_runtime, FIO_JOBS[:2])
-        res["index"]["small"] = measure_index("small", files["small_path"], tmp, res["fio"]["small"])
+        res["index"]["small"] = measure_index("small", files["small_path"], tmp, res["fio"]["small"],
+                                             not args.no_drop)
         say("big: fio")
         fio_big = fio_figures(files["big_path"], args.fio_runtime)
-        res["index"]["big"] = measure_index("big", files["big_path"], tmp, fio_big)
+        res["index"]["big"] = measure_index("big", files["big_path"], tmp, fio_big, not args.no_drop)
         small_ix, big_ix = open_index(files["small_path"]), open_index(files["big_path"])
         files.update(small_records=int(small_ix.n), big_records=int(big_ix.n))
         res["epochs"]["small"] = measure_epochs("small", small_ix, res["fio"]["small"], args, tmp, args.small_budget)
