@@ -287,6 +287,9 @@ def where_time_goes(row: dict, goal: float) -> dict | None:
     return {"goal": goal, "needed_payload_MBps": need / 1e6, "needed_decode_MBps_per_core": need / 1e6 / cores,
             "delivered_payload_MBps": row["payload_per_s"] / 1e6, "cpu_util_cores": row.get("cpu_util"),
             "cores": cores, "io_s": ls.get("io_s"), "decode_s": ls.get("decode_s"), "wait_s": ls.get("wait_s"),
+            # the decoder's own rate: payload over the seconds its threads spent decoding (summed)
+            "decode_MBps_per_thread": (ls["payload_bytes"] / ls["decode_s"] / 1e6
+                                       if ls.get("decode_s") and ls.get("payload_bytes") else None),
             "decode_bound": bool(row.get("cpu_util") and row["cpu_util"] > 0.8 * cores)}
 
 
