@@ -34,7 +34,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from _common import drop_caches, machine, write_result
+from _common import drop_caches, machine
 
 from lirs.errors import UsageError
 from lirs.eval.isolated import run_child
@@ -244,7 +244,8 @@ def measure_plan(args, tmp: str) -> dict:
     res = run_child("plan", task, tmp, timeout_s=1800)
     for g, row in (res.get("rows") or {}).items():
         r = row["rank0_of_1"]
-        say(f"plan: {g}: setup {r['setup_s']:.3f}s, {max(r['per_batch_s'].values()) * 1e6:,.0f} us/batch")
+        say(f"plan: {g}: setup {r['setup_s']:.3f}s, first batch {r['first_batch_s']['start'] * 1e3:.2f} ms, then "
+            f"{max(r['per_batch_s'].values()) * 1e6:,.0f} us/batch")
     return res
 
 
@@ -323,8 +324,6 @@ def print_summary(res: dict) -> None:
     for name, r in s["rss"].items():
         print(f"{name:28s} PSS {r['pss']['small'] / 2**20:,.0f} MiB (small) -> {r['pss']['big'] / 2**20:,.0f} MiB "
               f"(big), private {r['anon']['small'] / 2**20:,.0f} -> {r['anon']['big'] / 2**20:,.0f} MiB")
-    for name, r in s["peers"].items():
-        print(f"{name:28s} {r}")
 
 
 # ------------------------------------------------------------------ main
@@ -353,6 +352,8 @@ def parse_args(argv=None):
     ap.add_argument("--peers", default="torch,shuffle_buffer,inmemory")
     ap.add_argument("--no-drop", action="store_true",
                     help="never drop the page cache (the figures are then not cold-cache figures)")
+    ap.add_argument("--plan-only", action="store_true", help="only plan the epoch of --plan-records; replace "
+                    "the plan of the result file (--out or benchmarks/results/scale.json)")
     ap.add_argument("--recheck", action="store_true",
                     help="only the decoding epochs on the kept big file, between two fio runs (scale_recheck.json)")
     ap.add_argument("--out", default=None, help="result file (default benchmarks/results/scale.json)")
@@ -468,24 +469,30 @@ def recheck(args) -> dict:
     return res
 
 
+def _write(path: str, res: dict) -> None:
+    res.setdefault("date", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    with open(path, "w") as f:
+        json.dump(res, f, indent=2)
+    say(f"wrote {path}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.recheck:
-        path = args.out or os.path.join(HERE, "results", "scale_recheck.json")
-        with open(path, "w") as f:
-            json.dump({**recheck(args), "machine": machine()}, f, indent=2)
-        say(f"wrote {path}")
-        return 0
-    res = run(args)
-    res.setdefault("machine", machine())
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=2)
-        path = args.out
+    default = os.path.join(HERE, "results", "scale_recheck.json" if args.recheck else "scale.json")
+    path = args.out or default
+    if args.plan_only:  # the plan of an existing result file, measured again
+        with open(path) as f:
+            res = json.load(f)
+        with tempfile.TemporaryDirectory() as tmp:
+            res["plan"] = measure_plan(args, tmp)
+        res["plan_command"] = "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:])
+    elif args.recheck:
+        res = {**recheck(args), "machine": machine()}
     else:
-        path = write_result("scale", res)
-    print_summary(res)
-    say(f"wrote {path}")
+        res = run(args)
+        res.setdefault("machine", machine())
+        print_summary(res)
+    _write(path, res)
     return 0
 
 

@@ -14,8 +14,8 @@ config  a task of :func:`lirs.eval.bench.measure.run_config` (a lirs configurati
         its row, plus ``loader_stats`` (``io_s``, ``decode_s``, ...) for Loader rows
 plan    ``{"records", "record_bytes", "batch_size", "batches", "granularities", "world", "window"}``:
         plan an epoch of dense fixed-size records (an in-memory index, no file) with the stateless
-        permutation, for rank 0 of 1 and the last rank of ``world``; setup seconds and seconds per
-        batch at the start and the middle of the epoch
+        permutation, for rank 0 of 1 and the last rank of ``world``; setup seconds, seconds to the
+        first batch and per batch after it, at the start and the middle of the epoch
 ======  ==========================================================================================
 
 Every result has ``status`` ("ok" or "error" with ``note``), ``vm_hwm_bytes`` (the child's own
@@ -125,15 +125,21 @@ def child_config(task: dict) -> dict:
     return row
 
 
-def _time_batches(plan, start: int, k: int) -> float:
-    """Seconds per batch of ``k`` batches of ``plan`` from batch ``start`` (ids and extents made)."""
+def _time_batches(plan, start: int, k: int) -> tuple[float, float]:
+    """``(first, per)``: seconds to the first batch of ``plan`` from batch ``start`` (it finds where
+    that batch starts in the epoch's order: a resume's or a rank's one-off cost), then seconds per
+    batch of the next ``k`` batches (ids and extents made)."""
+    it = plan.batches(start)
+    t = time.perf_counter()
+    next(it, None)
+    first = time.perf_counter() - t
     t = time.perf_counter()
     done = 0
-    for b in plan.batches(start):
+    for _ in it:
         done += 1
         if done >= k:
             break
-    return (time.perf_counter() - t) / max(done, 1)
+    return first, (time.perf_counter() - t) / max(done, 1)
 
 
 def child_plan(task: dict) -> dict:
@@ -153,10 +159,12 @@ def child_plan(task: dict) -> dict:
             t = time.perf_counter()
             p = plan_epoch(idx, bs, gran, seed=0, epoch=1, rank=rank, world_size=ws, **kw)
             setup = time.perf_counter() - t
-            per = {"start": _time_batches(p, 0, k), "middle": _time_batches(p, p.num_batches // 2, k)}
+            at = {"start": _time_batches(p, 0, k), "middle": _time_batches(p, p.num_batches // 2, k)}
+            per = {w: v[1] for w, v in at.items()}
             mean = sum(per.values()) / len(per)
-            row[f"rank{rank}_of_{ws}"] = {"setup_s": setup, "per_batch_s": per, "batches": int(p.num_batches),
-                                          "epoch_plan_s_extrapolated": setup + mean * p.num_batches,
+            row[f"rank{rank}_of_{ws}"] = {"setup_s": setup, "first_batch_s": {w: v[0] for w, v in at.items()},
+                                          "per_batch_s": per, "batches": int(p.num_batches),
+                                          "epoch_plan_s_extrapolated": setup + at["start"][0] + mean * p.num_batches,
                                           "plan_nbytes": int(p.nbytes)}
         out["rows"][gran] = row
     return out
