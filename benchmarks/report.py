@@ -187,12 +187,18 @@ def sec_decode():
                      ("lirs_decode_libsvm_batches_1thread", "lirs `decode_libsvm`, batches of 4096, 1 thread")):
         if d.get(k):
             rows.append([label, f(d[k]["MB_per_s"], ".0f")])
+    w = d.get("lirs_decode_libsvm_window")
+    if w:
+        rows.append([f"lirs `decode_libsvm`, one {w['bytes'] / 1e6:.0f} MB window (a Loader's), 1 thread",
+                     f(w["1thread_MB_per_s"], ".0f")])
+        rows.append([f"lirs `decode_libsvm`, the same window, {w['threads_all_cores']} threads",
+                     f(w["all_cores_MB_per_s"], ".0f")])
     g1, ga = r.get("lirs_1core_vs_xgboost_1core"), r.get("lirs_all_cores_vs_xgboost_all_cores")
     out = (f"### LIBSVM decoding\n\nWarm cache, {d['file']['bytes'] / 1e6:.0f} MB kdd-like text, median of "
            f"{d['rounds']} rounds; results equal sklearn's bit for bit: {d.get('results_equal_sklearn')} "
            f"({source(d)}). Numbers are rounded exactly as Python's `float()` (Clinger's fast path, then "
-           f"Eisel–Lemire, then `float()` for what they cannot settle); a whole file is split across every "
-           f"core. lirs on 1 core: {f(r['lirs_1core_vs_sklearn'], '.1f')}× sklearn and {f(g1)}× xgboost's "
+           f"Eisel–Lemire, then `float()` for what they cannot settle); a whole file, and a Loader's "
+           f"window, is split across every core. lirs on 1 core: {f(r['lirs_1core_vs_sklearn'], '.1f')}× sklearn and {f(g1)}× xgboost's "
            f"1-core parser (goal ≥ 2: {goal(bool(g1 and g1 >= 2))}); on all cores {f(ga)}× xgboost on all cores "
            f"(goal ≥ 3: {goal(bool(ga and ga >= 3))}); lirs gains {f(r['lirs_all_cores_speedup_over_1core'])}× "
            f"from the second core, xgboost {f(r['xgboost_all_cores_speedup_over_1core'])}×.\n\n"
