@@ -14,3 +14,6 @@ DEFAULT_WINDOW = "auto"     # window granularity: the memory its random groups a
 WINDOW_AUTO_SHARE = 0.05
 WINDOW_AUTO_MIN = 16 << 20
 WINDOW_AUTO_MAX = 256 << 20
+# uring engine: while its ring is full, one io_uring_enter waits for this share of the depth in
+# completions (at least one). Measured by benchmarks/bench_engines.py against fio on 4 KiB reads.
+URING_WAIT_SHARE = 0.0
