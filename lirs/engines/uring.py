@@ -103,7 +103,7 @@ class _Ring:
             r[RK.R_FIXED] = int(fds is not None and self._register_files(fds))
             r[RK.R_WAIT] = max(1, min(int(wait), int(r[K.R_ENTRIES])))
             self.desc = r
-            K.uring_init_array(r, sq + sq_off["array"])
+            RK.init_array(r, sq + sq_off["array"])
         except BaseException:
             self.close()
             raise

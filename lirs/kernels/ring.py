@@ -40,6 +40,14 @@ _MAX_LEN = 1 << 30  # a single SQE carries a 32-bit length; longer extents go in
 
 
 @njit(cache=True, nogil=True)
+def init_array(ring, sq_array):
+    """Identity map of the submission array at address ``sq_array``: SQE slot i is entry i (set once
+    per ring)."""
+    for i in range(ring[R_ENTRIES]):
+        store_u32(sq_array + 4 * i, i)
+
+
+@njit(cache=True, nogil=True)
 def _push(ring, tail, fd, sqe_flags, addr, nbytes, offset, user_data):
     """Write one read SQE at ring position ``tail`` (not yet published)."""
     sqe = ring[R_SQES] + 64 * (tail & ring[R_SQ_MASK])
