@@ -126,29 +126,6 @@ def test_batched_waits_read_everything(data, monkeypatch, share, depth):
         _read_and_check(eng, d, 5)
 
 
-@pytest.mark.parametrize("spread", [False, True])
-@pytest.mark.parametrize("depth", [1, 3, 8, 512])
-def test_spread_order_reads_every_extent_once(data, monkeypatch, spread, depth):
-    import lirs.engines.uring as U
-
-    path, d = data
-    monkeypatch.setattr(U, "rotational", lambda p: not spread)
-    with open_engine([path], "uring", depth=depth) as eng:
-        assert eng.spread is spread
-        for count in (1, 5, 300):  # fewer extents than lanes, and a last lane that is shorter
-            _read_and_check(eng, d, count, count=count)
-
-
-def test_rotational_reads_sysfs():
-    import lirs.engines.uring as U
-
-    assert U.rotational("/proc/self/stat") is False  # no block device: unknown counts as not rotating
-    dev = os.stat(__file__).st_dev
-    q = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/queue/rotational"
-    if os.path.exists(q):
-        assert U.rotational(__file__) is (open(q).read().strip() == "1")
-
-
 def _loop(eng, d, seed):
     for k in range(4):
         _read_and_check(eng, d, 100 * seed + k, count=64)

@@ -57,31 +57,16 @@ def _setup(lc, entries: int, flag_sets) -> tuple[int, int, list]:
     raise AssertionError("unreachable")
 
 
-def rotational(path: str) -> bool:
-    """True when ``path`` lies on a rotating disk (sysfs ``queue/rotational`` of its block device,
-    or of the whole disk for a partition); False when not, or when unknown (FUSE, tmpfs, overlays)."""
-    dev = os.stat(path).st_dev
-    base = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
-    for q in (os.path.join(base, "queue", "rotational"), os.path.join(base, "..", "queue", "rotational")):
-        try:
-            with open(q) as f:
-                return f.read().strip() == "1"
-        except OSError:
-            continue
-    return False
-
-
 class _Ring:
     """One io_uring instance: its fd, its three mappings and the int64 descriptor for the kernel.
 
     ``flag_sets``: setup flags to try in order (None: :data:`SETUP_FLAGS`). ``fds`` int32
     (files,): descriptors to register (in file order) so reads name them by index;
     None or a refused registration leaves plain descriptors. ``wait``: completions one wait asks
-    for while reads are still queued (:data:`lirs.kernels.ring.R_WAIT`). ``spread``: submit a
-    batch's extents spread over its span (:data:`lirs.kernels.ring.R_SPREAD`).
+    for while reads are still queued (:data:`lirs.kernels.ring.R_WAIT`).
     """
 
-    def __init__(self, entries: int, flag_sets=None, fds=None, wait: int = 1, spread: bool = False):
+    def __init__(self, entries: int, flag_sets=None, fds=None, wait: int = 1):
         lc = _Libc.get()
         self._lc = lc
         self.maps: list[tuple[int, int]] = []
@@ -117,7 +102,6 @@ class _Ring:
             r[K.R_ERRNO] = lc.errno_location
             r[RK.R_FIXED] = int(fds is not None and self._register_files(fds))
             r[RK.R_WAIT] = max(1, min(int(wait), int(r[K.R_ENTRIES])))
-            r[RK.R_SPREAD] = int(bool(spread))
             self.desc = r
             RK.init_array(r, sq + sq_off["array"])
         except BaseException:
@@ -168,8 +152,6 @@ class UringEngine(Engine):
         self._lock = threading.Lock()
         # while the ring is full, wait for this many completions per io_uring_enter
         self._wait = max(1, int(self.depth * URING_WAIT_SHARE))
-        # sorted batches are read spread over their span, except on rotating disks (seek order)
-        self.spread = not any(rotational(p) for p in self.paths)
         try:
             self._take()
         except BaseException:
@@ -188,7 +170,7 @@ class UringEngine(Engine):
             ring = self._rings.get(me.ident)
         if ring is not None and ring.owner is me:
             return ring
-        ring = _Ring(self.depth, fds=self.fds, wait=self._wait, spread=self.spread)
+        ring = _Ring(self.depth, fds=self.fds, wait=self._wait)
         with self._lock:
             if self.closed:
                 ring.close()

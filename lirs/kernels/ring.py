@@ -33,8 +33,7 @@ IORING_REGISTER_FILES = 2
 # descriptor (R_FD .. R_ERRNO), then these two (filled by lirs.engines.uring).
 R_FIXED = 12   # 1: the data files are registered in file order (read i names file ext_file[i])
 R_WAIT = 13    # completions one io_uring_enter waits for while reads are still queued (>= 1)
-R_SPREAD = 14  # 1: submit a batch's extents spread over its span (see ring_read), 0: in their order
-RING_FIELDS = 15
+RING_FIELDS = 14
 
 _BLOCK = 4096
 _MAX_LEN = 1 << 30  # a single SQE carries a 32-bit length; longer extents go in pieces
@@ -70,24 +69,18 @@ def _push(ring, tail, fd, sqe_flags, addr, nbytes, offset, user_data):
 def _fill(ring, tail, fds, cfds, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos, direct, got, stall,
           pending, state):
     """Queue reads until the ring holds ``ring[R_ENTRIES]``: first the extents waiting in ``pending``
-    (short reads, retries), then the next new ones. ``state`` int64 (6,): ``[next new submission,
-    pending head, pending tail, in flight, lanes, lane length]``, updated. Submission k is extent
-    ``(k % lanes) * lane_length + k // lanes`` (lanes 1: extent k). Returns the new SQ tail."""
+    (short reads, retries), then the next new ones, in their order. ``state`` int64 (4,): ``[next
+    new extent, pending head, pending tail, in flight]``, updated. Returns the new SQ tail."""
     e = ext_file.shape[0]
     depth = ring[R_ENTRIES]
     fixed = ring[R_FIXED] != 0
-    lanes = state[4]
-    lane_len = state[5]
-    while state[3] < depth and (state[1] < state[2] or state[0] < lanes * lane_len):
+    while state[3] < depth and (state[1] < state[2] or state[0] < e):
         if state[1] < state[2]:
             i = pending[state[1] % e]
             state[1] += 1
         else:
-            k = state[0]
+            i = state[0]
             state[0] += 1
-            i = (k % lanes) * lane_len + k // lanes
-            if i >= e:
-                continue  # the last lane is shorter
         n = ext_nbytes[i] - got[i]
         if n <= 0:
             continue
@@ -163,18 +156,9 @@ def ring_read(ring, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf_addr
     resubmitted for the rest; EINTR/EAGAIN completions are resubmitted; a zero-byte read, or a short
     read that reached the file's size, is the end of the file. Returns the number of
     ``io_uring_enter`` calls made.
-
-    Spread order (``ring[R_SPREAD]``): a planner's batch comes sorted by offset, so in order the
-    reads in flight at any time lie close together on the device; some SSDs and virtual disks
-    serve that slower than reads spread over the device (the backing store stripes, and close
-    reads queue on one stripe). Spread, the batch is cut into one lane per ring entry and the
-    lanes are read round robin, so the reads in flight span the whole batch. Not for rotating
-    disks, where the sorted order is the seek order (the engine decides).
     """
     e = ext_file.shape[0]
-    st = np.zeros(6, np.int64)  # next new submission, pending head, pending tail, in flight, lanes, lane length
-    st[4] = min(ring[R_ENTRIES], e) if ring[R_SPREAD] != 0 and e > 0 else 1
-    st[5] = (e + st[4] - 1) // st[4] if e > 0 else 0
+    st = np.zeros(4, np.int64)  # next new extent, pending head, pending tail, in flight
     enters = 0
     tail = load_u32_acquire(ring[R_SQ_TAIL])
     err[0] = 0
@@ -188,7 +172,7 @@ def ring_read(ring, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf_addr
         if st[3] == 0:
             break
         # with reads still queued wait for R_WAIT of them; with none left, for all in flight
-        more = err[0] == 0 and (st[1] < st[2] or st[0] < st[4] * st[5])
+        more = err[0] == 0 and (st[1] < st[2] or st[0] < e)
         wait = min(ring[R_WAIT], st[3]) if more else st[3]
         head = load_u32_acquire(ring[R_SQ_HEAD])
         r = call_syscall6(ring[R_SYSCALL], NR_IO_URING_ENTER, ring[R_FD], (tail - head) & 0xFFFFFFFF, wait,
