@@ -5,16 +5,16 @@ Same conventions as :mod:`lirs.kernels.io` (whose intrinsics it uses): extents `
 output array, short reads continued (an ``O_DIRECT`` one that stops off a block boundary through
 the page-cache descriptor ``cfds[file]``, or ``stall[i] = 1`` while that is not open).
 
-What makes it cheap per read (each measured against fio on 4 KiB random reads, see
-benchmarks/bench_engines.py):
+What keeps it cheap per read (benchmarks/bench_engines.py reports CPU time per read next to fio's
+on 4 KiB random reads):
 
 * registered files (``R_FIXED``): the data files are registered with the ring once
   (``IORING_REGISTER_FILES``, in file order), so a read names its file by index
   (``IOSQE_FIXED_FILE``) and the kernel skips the per-read file reference count;
-* batched waits (``R_WAIT``): with the ring full, one ``io_uring_enter`` waits for ``R_WAIT``
-  completions, not one; when nothing is left to submit it waits for all that are in flight. With
-  ``IORING_SETUP_DEFER_TASKRUN`` (set up by the engine where the kernel has it) the kernel then
-  wakes the thread once per wait instead of once per completion.
+* batched waits: with the ring full, one ``io_uring_enter`` waits for ``R_WAIT`` completions
+  (:data:`lirs.constants.URING_WAIT_SHARE` of the depth, at least one); when nothing is left to
+  submit it waits for all that are in flight. With ``IORING_SETUP_DEFER_TASKRUN`` (set up by the
+  engine where the kernel has it) the kernel wakes the thread once per wait, not per completion.
 """
 from __future__ import annotations
 
