@@ -14,3 +14,7 @@ DEFAULT_WINDOW = "auto"     # window granularity: the memory its random groups a
 WINDOW_AUTO_SHARE = 0.05
 WINDOW_AUTO_MIN = 16 << 20
 WINDOW_AUTO_MAX = 256 << 20
+# uring engine: while its ring is full, one io_uring_enter waits for this share of the depth in
+# completions (at least one; 0 = one, as fio does). 1/8 was measured at QD 32 within the run-to-run
+# spread of benchmarks/bench_engines.py on this shared 2-core machine, so fio's choice stays.
+URING_WAIT_SHARE = 0.0

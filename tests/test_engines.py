@@ -123,9 +123,20 @@ def test_failed_read_names_file_and_offset(tmp_path, engine_name):
     eng.fds[1] = 1 << 20  # not an open descriptor: every read of file 1 fails with EBADF
     try:
         buf = aligned_empty(2 * BLOCK)
-        with pytest.raises(ReadError) as ei:
-            eng.read([0, 1], [0, BLOCK], [BLOCK, BLOCK], buf, [0, BLOCK])
-        err = ei.value
+        # read from a thread that has not read yet: the uring engine sets up a ring per thread and
+        # registers the descriptors it finds then (here the bad one: registration is refused too)
+        caught = []
+
+        def work():
+            try:
+                eng.read([0, 1], [0, BLOCK], [BLOCK, BLOCK], buf, [0, BLOCK])
+            except ReadError as e:
+                caught.append(e)
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        assert caught, "the read of a bad descriptor did not raise ReadError"
+        err = caught[0]
         assert err.errno == errno.EBADF
         assert err.filename == paths[1]
         assert f"offset {BLOCK}" in str(err) and paths[1] in str(err)

@@ -1,24 +1,39 @@
 """``uring`` engine: io_uring through raw syscalls, a whole batch submitted and reaped in native code.
 
 The rings are set up and mapped here with ctypes; the submit/reap loop is the nogil kernel
-:func:`lirs.kernels.io.uring_read`. One ring serves one read call at a time; concurrent callers
-(the loader keeps several batches in flight) each take a ring from a small pool.
+:func:`lirs.kernels.ring.ring_read`. Each thread that reads gets its own ring (the loader's pool
+threads each keep one): a ring owned by one thread can be set up with
+``IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN`` (as fio does), so completions are
+processed when the thread waits for them rather than by interrupting it, and no lock is taken per
+read. The data files are registered with every ring (``IORING_REGISTER_FILES``). Older kernels
+refuse these flags with EINVAL: the ring is then set up with fewer (see :data:`SETUP_FLAGS`), and
+a kernel that refuses file registration gets plain descriptors.
 """
 from __future__ import annotations
 
 import ctypes
+import errno as _errno
 import os
 import threading
 
 import numpy as np
 
+from ..constants import URING_WAIT_SHARE
 from ..kernels import io as K
-from .base import Engine, ReadError, _Libc
+from ..kernels import ring as RK
+from .base import Engine, ReadError, _Libc, log
 
 IORING_OFF_SQ_RING = 0
 IORING_OFF_CQ_RING = 0x8000000
 IORING_OFF_SQES = 0x10000000
 IORING_FEAT_SINGLE_MMAP = 1
+IORING_SETUP_COOP_TASKRUN = 1 << 8
+IORING_SETUP_SINGLE_ISSUER = 1 << 12
+IORING_SETUP_DEFER_TASKRUN = 1 << 13
+# setup flags tried in order until the kernel accepts one (EINVAL: too old for them), as fio does:
+# DEFER_TASKRUN (6.1) needs SINGLE_ISSUER (6.0); COOP_TASKRUN (5.19) alone spares the interrupts
+SETUP_FLAGS = (IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+               IORING_SETUP_COOP_TASKRUN, 0)
 _PROT_RW = 0x1 | 0x2
 _MAP_SHARED_POPULATE = 0x01 | 0x8000
 _MAP_FAILED = ctypes.c_void_p(-1).value
@@ -28,23 +43,36 @@ class UringSetupError(OSError):
     """io_uring is not available here (EPERM under seccomp, ENOSYS, io_uring_disabled, ...)."""
 
 
-class _Ring:
-    """One io_uring instance: its fd, its three mappings and the int64 descriptor for the kernel."""
-
-    def __init__(self, entries: int, flags: int = 0):
-        lc = _Libc.get()
-        self._lc = lc
-        self.maps: list[tuple[int, int]] = []
+def _setup(lc, entries: int, flag_sets) -> tuple[int, int, list]:
+    """``io_uring_setup`` with the first of ``flag_sets`` the kernel accepts: (fd, flags, params)."""
+    for flags in flag_sets:
         params = (ctypes.c_uint32 * 30)()  # struct io_uring_params, 120 bytes
         params[2] = flags
         fd = lc.lib.syscall(ctypes.c_long(K.NR_IO_URING_SETUP), ctypes.c_long(entries), ctypes.byref(params))
-        if fd < 0:
-            en = ctypes.get_errno()
+        if fd >= 0:
+            return int(fd), flags, list(params)
+        en = ctypes.get_errno()
+        if en != _errno.EINVAL or flags == flag_sets[-1]:
             raise UringSetupError(en, f"io_uring_setup failed: {os.strerror(en)}")
-        self.flags = flags
-        self.fd = int(fd)
+    raise AssertionError("unreachable")
+
+
+class _Ring:
+    """One io_uring instance: its fd, its three mappings and the int64 descriptor for the kernel.
+
+    ``flag_sets``: setup flags to try in order (None: :data:`SETUP_FLAGS`). ``fds`` int32
+    (files,): descriptors to register (in file order) so reads name them by index;
+    None or a refused registration leaves plain descriptors. ``wait``: completions one wait asks
+    for while reads are still queued (:data:`lirs.kernels.ring.R_WAIT`).
+    """
+
+    def __init__(self, entries: int, flag_sets=None, fds=None, wait: int = 1):
+        lc = _Libc.get()
+        self._lc = lc
+        self.maps: list[tuple[int, int]] = []
+        self.fd, self.flags, p = _setup(lc, entries, tuple(SETUP_FLAGS if flag_sets is None else flag_sets))
+        self.owner = threading.current_thread()  # SINGLE_ISSUER: only this thread may submit
         try:
-            p = list(params)
             sq_entries, cq_entries, features = p[0], p[1], p[5]
             sq_off = dict(zip(("head", "tail", "mask", "entries", "flags", "dropped", "array"), p[10:17]))
             cq_off = dict(zip(("head", "tail", "mask", "entries", "overflow", "cqes"), p[20:26]))
@@ -58,7 +86,7 @@ class _Ring:
                 cq = self._map(cq_size, IORING_OFF_CQ_RING)
             sqes = self._map(sq_entries * 64, IORING_OFF_SQES)
             u32 = lambda a: ctypes.c_uint32.from_address(a).value  # noqa: E731
-            r = np.zeros(K.RING_FIELDS, np.int64)
+            r = np.zeros(RK.RING_FIELDS, np.int64)
             r[K.R_FD] = self.fd
             r[K.R_SQ_HEAD] = sq + sq_off["head"]
             r[K.R_SQ_TAIL] = sq + sq_off["tail"]
@@ -72,11 +100,24 @@ class _Ring:
             r[K.R_ENTRIES] = min(sq_entries, cq_entries)
             r[K.R_SYSCALL] = lc.syscall
             r[K.R_ERRNO] = lc.errno_location
+            r[RK.R_FIXED] = int(fds is not None and self._register_files(fds))
+            r[RK.R_WAIT] = max(1, min(int(wait), int(r[K.R_ENTRIES])))
             self.desc = r
-            K.uring_init_array(r, sq + sq_off["array"])
+            RK.init_array(r, sq + sq_off["array"])
         except BaseException:
             self.close()
             raise
+
+    def _register_files(self, fds) -> bool:
+        fds = np.ascontiguousarray(fds, np.int32)
+        res = self._lc.lib.syscall(ctypes.c_long(K.NR_IO_URING_REGISTER), ctypes.c_long(self.fd),
+                                   ctypes.c_long(RK.IORING_REGISTER_FILES), ctypes.c_void_p(fds.ctypes.data),
+                                   ctypes.c_long(fds.shape[0]))
+        if res < 0:
+            en = ctypes.get_errno()
+            log.info("io_uring file registration refused (%s); reads name plain descriptors", os.strerror(en))
+            return False
+        return True
 
     def _map(self, size: int, offset: int) -> int:
         addr = self._lc.lib.mmap(None, size, _PROT_RW, _MAP_SHARED_POPULATE, self.fd, offset)
@@ -96,41 +137,56 @@ class _Ring:
 
 
 class UringEngine(Engine):
-    """io_uring reads, up to ``depth`` in flight per call (O_DIRECT unless ``direct=False``)."""
+    """io_uring reads, up to ``depth`` in flight per call (O_DIRECT unless ``direct=False``).
+
+    One ring per reading thread, made at the thread's first read (the constructing thread's at
+    construction, so that an unavailable io_uring fails here and not at the first batch).
+    """
 
     name = "uring"
     default_depth = 128
 
     def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
         super().__init__(paths, direct=direct, depth=depth)
-        self._free: list[_Ring] = []
-        self._all: list[_Ring] = []
+        self._rings: dict[int, _Ring] = {}  # thread ident -> the ring that thread owns
         self._lock = threading.Lock()
+        # while the ring is full, wait for this many completions per io_uring_enter
+        self._wait = max(1, int(self.depth * URING_WAIT_SHARE))
         try:
-            self._give(self._new_ring())  # fail here, not at the first batch, when io_uring is off
+            self._take()
         except BaseException:
             super().close()
             raise
 
-    def _new_ring(self) -> _Ring:
-        ring = _Ring(self.depth)
+    @property
+    def setup_flags(self) -> int:
+        """The io_uring setup flags the constructing thread's ring got (for reports)."""
         with self._lock:
-            self._all.append(ring)
-        return ring
+            return next(iter(self._rings.values())).flags if self._rings else 0
 
     def _take(self) -> _Ring:
+        me = threading.current_thread()
         with self._lock:
-            if self._free:
-                return self._free.pop()
-        return self._new_ring()
-
-    def _give(self, ring: _Ring):
+            ring = self._rings.get(me.ident)
+        if ring is not None and ring.owner is me:
+            return ring
+        ring = _Ring(self.depth, fds=self.fds, wait=self._wait)
         with self._lock:
-            self._free.append(ring)
+            if self.closed:
+                ring.close()
+                raise ValueError(f"{self.name} engine is closed")
+            # rings of threads that have ended (their ident may come back for a new thread)
+            dead = [k for k, r in self._rings.items() if not r.owner.is_alive() or k == me.ident]
+            old = [self._rings.pop(k) for k in dead]
+            self._rings[me.ident] = ring
+        for r in old:
+            r.close()
+        return ring
 
     def _drop(self, ring: _Ring):
         with self._lock:
-            self._all.remove(ring)
+            if self._rings.get(ring.owner.ident) is ring:
+                del self._rings[ring.owner.ident]
         ring.close()
 
     def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
@@ -139,7 +195,7 @@ class UringEngine(Engine):
         pending = np.empty(e, np.int64)
         ring = self._take()
         try:
-            K.uring_read(ring.desc, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
+            RK.ring_read(ring.desc, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
                          buf.ctypes.data, buf_pos, self.direct, got, err, stall, pending)
         except BaseException:
             self._drop(ring)
@@ -150,13 +206,12 @@ class UringEngine(Engine):
             raise ReadError(int(-err[0]), f"io_uring_enter failed: {os.strerror(int(-err[0]))} "
                                           f"(reading {e} extents of {self.paths[int(ext_file[0])]})",
                             self.paths[int(ext_file[0])])
-        self._give(ring)
         if err[0] > 0:
             i = int(err[1])
             raise self._error(int(err[0]), i, int(err[2]), ext_file, ext_nbytes)
 
     def _close(self):
         with self._lock:
-            rings, self._all, self._free = self._all, [], []
+            rings, self._rings = list(self._rings.values()), {}
         for r in rings:
             r.close()

@@ -1,0 +1,138 @@
+"""The uring engine's own choices: setup flags with fallback, a ring per thread, registered files,
+batched waits. The engine contract itself (exact bytes, errors, short reads) is tested for every
+engine in test_engines.py and, through FUSE, in test_faults.py."""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import engines_here
+from lirs.engines import BLOCK, aligned_empty, open_engine
+
+pytestmark = pytest.mark.skipif("uring" not in engines_here(), reason="io_uring is not available here")
+
+SIZE = 200 * BLOCK + 777
+
+
+@pytest.fixture
+def data(tmp_path):
+    d = np.random.default_rng(3).integers(0, 256, SIZE, dtype=np.uint8)
+    p = tmp_path / "data.bin"
+    d.tofile(p)
+    return str(p), d
+
+
+def _read_and_check(eng, d, seed, count=300):
+    rng = np.random.default_rng(seed)
+    nblk = -(-SIZE // BLOCK)
+    off = rng.integers(0, nblk, count).astype(np.int64) * BLOCK
+    off[:5] = (nblk - 1) * BLOCK  # a few extents run past the end of the file
+    nb = rng.integers(1, 4, count).astype(np.int64) * BLOCK
+    pos = np.concatenate([[0], np.cumsum(nb)[:-1]]).astype(np.int64)
+    buf = aligned_empty(int(nb.sum()))
+    got = eng.read(np.zeros(count, np.int32), off, nb, buf, pos)
+    for i in range(count):
+        want = d[off[i]:off[i] + nb[i]]
+        assert got[i] == len(want), f"extent {i}: {got[i]} bytes, expected {len(want)}"
+        assert bytes(buf[pos[i]:pos[i] + got[i]]) == want.tobytes(), f"extent {i} differs"
+
+
+def _uring_fds() -> int:
+    n = 0
+    for x in os.listdir("/proc/self/fd"):
+        try:
+            n += "io_uring" in os.readlink(f"/proc/self/fd/{x}")
+        except OSError:
+            pass
+    return n
+
+
+def test_refused_setup_flags_fall_back(data, monkeypatch):
+    import lirs.engines.uring as U
+
+    path, d = data
+    # an unknown flag bit: the kernel answers EINVAL, as an older kernel does for DEFER_TASKRUN
+    monkeypatch.setattr(U, "SETUP_FLAGS", (1 << 30, U.IORING_SETUP_COOP_TASKRUN, 0))
+    with open_engine([path], "uring", depth=16) as eng:
+        assert eng.setup_flags in (U.IORING_SETUP_COOP_TASKRUN, 0)
+        _read_and_check(eng, d, 1)
+
+
+def test_other_setup_errors_are_not_retried(data, monkeypatch):
+    import lirs.engines.uring as U
+
+    monkeypatch.setattr(U, "SETUP_FLAGS", (1 << 30,))  # the last choice refused: a clear error
+    with pytest.raises(U.UringSetupError, match="io_uring_setup failed"):
+        U.UringEngine([data[0]], depth=8)
+
+
+def test_a_ring_per_thread_and_ended_threads_give_theirs_back(data):
+    path, d = data
+    before = _uring_fds()
+    with open_engine([path], "uring", depth=8) as eng:
+        for seed in range(5):  # one thread after another: each ends before the next starts
+            errors = []
+            t = threading.Thread(target=lambda s=seed: _catch(errors, _read_and_check, eng, d, s))
+            t.start()
+            t.join()
+            assert not errors, errors[0]
+        t = threading.Thread(target=lambda: _catch(errors, _read_and_check, eng, d, 9))
+        t.start()
+        t.join()
+        assert not errors, errors[0]
+        # the constructing thread's ring and the last thread's: ended threads' rings were closed
+        assert len(eng._rings) <= 2
+        assert _uring_fds() - before <= 2
+    assert _uring_fds() == before
+
+
+def test_threads_read_at_once_through_their_own_rings(data):
+    path, d = data
+    errors = []
+    with open_engine([path], "uring", depth=4) as eng:
+        ts = [threading.Thread(target=lambda s=s: _catch(errors, _loop, eng, d, s)) for s in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errors, errors[0]
+        owners = {r.owner for r in eng._rings.values()}
+        assert len(owners) == len(eng._rings)
+
+
+def test_files_are_registered_with_the_ring(data):
+    from lirs.kernels import ring as RK
+
+    path, d = data
+    with open_engine([path], "uring") as eng:
+        assert eng._take().desc[RK.R_FIXED] == 1
+        _read_and_check(eng, d, 4)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.25, 1.0])
+@pytest.mark.parametrize("depth", [1, 7, 64])
+def test_batched_waits_read_everything(data, monkeypatch, share, depth):
+    import lirs.engines.uring as U
+    from lirs.kernels import ring as RK
+
+    path, d = data
+    monkeypatch.setattr(U, "URING_WAIT_SHARE", share)
+    with open_engine([path], "uring", depth=depth) as eng:
+        wait = eng._take().desc[RK.R_WAIT]
+        assert 1 <= wait <= depth and wait == max(1, min(depth, int(depth * share)))
+        _read_and_check(eng, d, 5)
+
+
+def _loop(eng, d, seed):
+    for k in range(4):
+        _read_and_check(eng, d, 100 * seed + k, count=64)
+
+
+def _catch(errors, fn, *args):
+    try:
+        fn(*args)
+    except BaseException as e:  # noqa: BLE001
+        errors.append(e)
