@@ -45,8 +45,8 @@ def _engine_name(requested: str) -> str:
 
 def _read_kernels(opts: dict) -> list:
     """The numba dispatchers the engine ``opts["engine"]`` calls to read."""
-    from .kernels import io
-    return {"uring": [io.uring_read, io.uring_init_array], "threads": [io.pread_worker]}.get(
+    from .kernels import io, ring
+    return {"uring": [ring.ring_read, ring.init_array], "threads": [io.pread_worker]}.get(
         _engine_name(opts.get("engine")), [])
 
 

@@ -36,7 +36,7 @@ json.dump({"compiled": compiled, "rows": int(b.X.shape[0]), "nnz": int(b.X.nnz),
            "sum": float(b.X.sum()), "y": b.y.tolist()}, sys.stdout)
 """
 
-WARMED = ("lirs.kernels.io.uring_read", "lirs.kernels.io.pread_worker",
+WARMED = ("lirs.kernels.ring.ring_read", "lirs.kernels.io.pread_worker",
           "lirs.kernels.libsvm_plain.libsvm_spans_plain")
 
 

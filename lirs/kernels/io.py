@@ -25,10 +25,9 @@ file, so the common end-of-file case costs no extra read); a short read is never
 """
 from __future__ import annotations
 
-import numba
 from llvmlite import ir
 from numba import njit
-from numba.core import cgutils, types
+from numba.core import types
 from numba.extending import intrinsic
 
 # errno values (Linux, identical on x86-64 and aarch64)
@@ -42,7 +41,7 @@ NR_IO_URING_REGISTER = 427
 IORING_OP_READ = 22
 IORING_ENTER_GETEVENTS = 1
 
-# Layout of the int64 ring descriptor handed to uring_read (filled by lirs.engines.uring).
+# Layout of the int64 ring descriptor handed to lirs.kernels.ring (filled by lirs.engines.uring).
 R_FD, R_SQ_HEAD, R_SQ_TAIL, R_SQ_MASK, R_SQES, R_CQ_HEAD, R_CQ_TAIL, R_CQ_MASK, R_CQES, R_ENTRIES, \
     R_SYSCALL, R_ERRNO = range(12)
 RING_FIELDS = 12
@@ -248,135 +247,3 @@ def pread_worker(fn_pread, fn_errno, fds, cfds, sizes, ext_file, ext_offset, ext
                 break  # the usual O_DIRECT end of file: short, off a block boundary, at the size
     return mine
 
-
-# --------------------------------------------------------------------------- io_uring
-
-
-@njit(cache=True, nogil=True)
-def uring_init_array(ring, sq_array):
-    """Identity map of the submission array: SQE slot i is entry i (set once per ring)."""
-    n = ring[R_ENTRIES]
-    for i in range(n):
-        store_u32(sq_array + 4 * i, i)
-
-
-@njit(cache=True, nogil=True)
-def _uring_push(ring, tail, fd, addr, nbytes, offset, user_data):
-    slot = tail & ring[R_SQ_MASK]
-    sqe = ring[R_SQES] + 64 * slot
-    store_u8(sqe + 0, IORING_OP_READ)  # opcode
-    store_u8(sqe + 1, 0)               # flags
-    store_u16(sqe + 2, 0)              # ioprio
-    store_u32(sqe + 4, fd)             # fd
-    store_i64(sqe + 8, offset)         # off
-    store_i64(sqe + 16, addr)          # addr
-    store_u32(sqe + 24, nbytes)        # len
-    store_u32(sqe + 28, 0)             # rw_flags
-    store_i64(sqe + 32, user_data)     # user_data
-    store_i64(sqe + 40, 0)             # buf_index, personality, splice_fd_in
-    store_i64(sqe + 48, 0)             # addr3
-    store_i64(sqe + 56, 0)
-
-
-@njit(cache=True, nogil=True)
-def uring_read(ring, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos, direct, got, err,
-               stall, pending):
-    """Read a batch of extents through one io_uring: keep up to ``ring[R_ENTRIES]`` reads in flight.
-
-    ``ring`` int64 (12,): the ring descriptor (see ``R_*``). ``fds``/``cfds`` int32 (files,): the
-    descriptors and the page-cache continuation descriptors (-1: not open), ``sizes`` int64
-    (files,). ``pending`` int64 (e,) scratch. ``err`` int64 (3,) output: ``[errno, extent, file
-    offset]`` of the first failure (errno 0 = none). A negative errno in ``err[0]`` means
-    ``io_uring_enter`` itself failed. ``stall`` uint8 (e,) output: extents that need a continuation
-    descriptor not yet open. Short reads are resubmitted for the rest (see the module doc for
-    short ``O_DIRECT`` reads); EINTR/EAGAIN completions are resubmitted; a zero-byte read, or a
-    short read that reached the file's size, is the end of the file.
-    Returns the number of ``io_uring_enter`` calls made.
-    """
-    e = ext_file.shape[0]
-    depth = ring[R_ENTRIES]
-    max_len = 1 << 30  # a single SQE carries a 32-bit length; long extents go in pieces
-    nxt = 0            # next extent never submitted
-    p_head = 0         # pending: extents with bytes still to read (short read or retry)
-    p_tail = 0
-    inflight = 0
-    enters = 0
-    failed = False
-    tail = load_u32_acquire(ring[R_SQ_TAIL])
-    err[0] = 0
-    while True:
-        # fill the submission ring
-        added = 0
-        while not failed and inflight < depth and (p_head < p_tail or nxt < e):
-            if p_head < p_tail:
-                i = pending[p_head % e]
-                p_head += 1
-            else:
-                i = nxt
-                nxt += 1
-            n = ext_nbytes[i] - got[i]
-            if n <= 0:
-                continue
-            if n > max_len:
-                n = max_len
-            fd = fds[ext_file[i]]
-            if direct and got[i] % _BLOCK != 0:
-                # a short O_DIRECT read stopped mid-block: the rest of the block through the page cache
-                fd = cfds[ext_file[i]]
-                if fd < 0:
-                    stall[i] = 1
-                    continue
-                room = _BLOCK - got[i] % _BLOCK
-                if n > room:
-                    n = room
-            _uring_push(ring, tail, fd, buf_addr + buf_pos[i] + got[i], n, ext_offset[i] + got[i], i)
-            tail = (tail + 1) & 0xFFFFFFFF
-            added += 1
-            inflight += 1
-        if added:
-            store_u32_release(ring[R_SQ_TAIL], tail)
-        if inflight == 0:
-            break
-        # submit what the kernel has not consumed yet and wait for at least one completion
-        head = load_u32_acquire(ring[R_SQ_HEAD])
-        to_submit = (tail - head) & 0xFFFFFFFF
-        r = call_syscall6(ring[R_SYSCALL], NR_IO_URING_ENTER, ring[R_FD], to_submit, 1,
-                          IORING_ENTER_GETEVENTS, 0, 0)
-        enters += 1
-        if r < 0:
-            en = call_errno(ring[R_ERRNO])
-            if en != EINTR and en != EAGAIN and en != EBUSY:
-                # the ring itself is broken: nothing more will complete
-                err[0] = -en
-                return enters
-        # reap every completion available
-        ch = load_u32_acquire(ring[R_CQ_HEAD])
-        ct = load_u32_acquire(ring[R_CQ_TAIL])
-        while ch != ct:
-            cqe = ring[R_CQES] + 16 * (ch & ring[R_CQ_MASK])
-            i = load_i64(cqe)
-            res = load_i32(cqe + 8)
-            ch = (ch + 1) & 0xFFFFFFFF
-            inflight -= 1
-            if res < 0:
-                if (-res == EINTR or -res == EAGAIN) and not failed:
-                    pending[p_tail % e] = i
-                    p_tail += 1
-                elif not failed:
-                    failed = True
-                    err[0] = -res
-                    err[1] = i
-                    err[2] = ext_offset[i] + got[i]
-                continue
-            if res == 0:
-                continue  # end of file
-            got[i] += res
-            if got[i] < ext_nbytes[i] and not failed:
-                if direct and got[i] % _BLOCK != 0 and ext_offset[i] + got[i] >= sizes[ext_file[i]]:
-                    continue  # the usual O_DIRECT end of file: short, off a block boundary, at the size
-                pending[p_tail % e] = i
-                p_tail += 1
-            if ch == ct:
-                ct = load_u32_acquire(ring[R_CQ_TAIL])
-        store_u32_release(ring[R_CQ_HEAD], ch)
-    return enters
