@@ -627,14 +627,16 @@ def sec_scale():
     fio = d["fio"]["big"]["jobs"]
     label = {"lirs-group-64K": "group 64 KiB, CSR decode", "lirs-window-64Kx4096": f"window {d['window']}, CSR decode",
              "lirs-group-64K/reads": "group 64 KiB, reads only", "lirs-window-64Kx4096/reads": f"window {d['window']}, reads only"}
-    rows = [["`lirs index`, cold", mb(d["index"]["big"]["Bps"]), f"{mb(fio['seq1m_qd16']['bw_bytes'])} (sequential 1 MiB)",
+    ix = d["index"]["big"]
+    rows = [["`lirs index`, cold", mb(ix["Bps"]), f"{mb(ix.get('fio_seq_Bps') or fio['seq1m_qd16']['bw_bytes'])} (sequential 1 MiB)",
              f(sm["ratios"]["index"]["vs_fio_seq"]), f"≥ {sm['ratios']['index']['goal']}: {goal(sm['ratios']['index']['met'])}",
              f"{d['index']['big']['vm_hwm_bytes'] / 2**20:,.0f} MiB"]]
     for name, what in label.items():
         r, g = big.get(name), sm["ratios"].get(name)
         if not r or not g:
             continue
-        rows.append([what, f"{mb(r['payload_per_s'])} of records", f"{mb(fio['rand64k_qd32']['bw_bytes'])} (random 64 KiB)",
+        rows.append([what, f"{mb(r['mb_per_s'] * 1e6)} ({mb(r['payload_per_s'])} of records)",
+                     f"{mb(fio['rand64k_qd32']['bw_bytes'])} (random 64 KiB)",
                      f(g["vs_fio64k"]), f"≥ {g['goal']}: {goal(g['met'])}",
                      f"{r['sampled']['anon'] / 2**20:,.0f} MiB"])
     for name in ("torch", "shuffle_buffer", "inmemory"):
@@ -655,7 +657,11 @@ def sec_scale():
             f"dropped before each measurement, every measurement in a fresh process, fio on the same file in the "
             f"same run ({source(d)}). The virtual disk's speed moves by up to 2× within a run here; the ratios use "
             f"the fio figure taken in the run. Memory is the process tree's private (anonymous) peak:\n\n"
-            + table(["what", "lirs", "fio", "× fio", "goal", "private memory"], rows)
+            + table(["what", "lirs (MB/s read)", "fio (MB/s)", "× fio", "goal", "private memory"], rows)
+            + "".join(f"\n\nWith decoding, the {n.split('-')[1]} epoch kept {w['cpu_util_cores']:.2f} of {w['cores']} "
+                      f"cores busy, its decoder running at {w['decode_MBps_per_thread']:.0f} MB/s per thread: the "
+                      f"pool's threads wait on reads: the cores are not full."
+                      for n, w in list(sm.get("where_time_goes", {}).items())[:1])
             + f"\n\nPrivate memory barely follows the data (the file grows {fl['big_bytes'] / fl['small_bytes']:.0f}×): on a {fl['small_bytes'] / 1e9:.0f} GB prefix of "
               f"the same records and on the whole file (MiB); the file-backed part, which does grow, is the memory-mapped index "
               f"(about 5 bytes per record), pages the kernel may drop:\n\n"
