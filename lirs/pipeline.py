@@ -68,7 +68,7 @@ class Pipeline:
     """
 
     def __init__(self, paths, *, engine: str, direct, depth, decode, workers: int, stats, warm=None):
-        self.warm = warm if warm is not None else Warmup(())
+        self.warm = warm if warm is not None else Warmup()
         self.warm.wait("read")
         self.engine = open_engine(list(paths), engine, direct=direct, depth=depth)
         self.workers = int(workers)

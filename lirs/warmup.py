@@ -3,11 +3,10 @@
 A fresh install, container or CI job starts with an empty numba cache, and the first batch waits
 for every kernel on its path to compile: planning, reading, decoding, one after the other. Threads
 cannot overlap them (numba compiles under one global lock), processes can: when a Loader's read or
-decode kernels are not in numba's cache, it starts ``python -m lirs.warmup``, which compiles them
-into the same cache while this process compiles its planning kernels: decode first (the largest
-kernels, needed last), then read. Before its first read and first decode, the pipeline waits for
-the helper to finish a group it has begun, then loads it from the cache in milliseconds; a group
-the helper has not begun yet is compiled here, so neither process sits idle while the other works.
+decode kernels are not in numba's cache, it starts ``python -m lirs.warmup`` for each group (read,
+decode), which compiles it into the same cache while this process compiles its planning kernels.
+Before its first read and first decode, the pipeline waits for the helper to finish the group,
+then loads it from the cache in milliseconds; a group no helper has begun is compiled here.
 
 Best effort: when the helper cannot start, fails, or compiled for other argument types, the
 pipeline compiles in-process as it would have (a debug log says why). ``LIRS_WARMUP=0`` turns it
@@ -105,40 +104,36 @@ def cold_groups(opts: dict) -> list[str]:
 
 
 class Warmup:
-    """The helper process and, per group it was given, whether it has started and finished
-    compiling it (both set when the helper is gone). ``wait(group)`` returns at once in another
-    process (after a fork)."""
+    """Helper processes, each compiling some groups, and per group whether its helper has started
+    and finished it (both set when that helper is gone). ``helpers``: ``[(groups, Popen), ...]``.
+    ``wait(group)`` returns at once in another process (after a fork)."""
 
-    def __init__(self, groups, proc=None):
+    def __init__(self, helpers=()):
         self.pid = os.getpid()
-        self.proc = proc
-        self.started = {g: threading.Event() for g in groups}
-        self.done = {g: threading.Event() for g in groups}
-        if proc is None:
-            self._release()
-            return
-        threading.Thread(target=self._follow, name="lirs-warmup", daemon=True).start()
+        self.procs = [proc for _, proc in helpers]
+        self.started = {g: threading.Event() for groups, _ in helpers for g in groups}
+        self.done = {g: threading.Event() for groups, _ in helpers for g in groups}
+        for groups, proc in helpers:
+            threading.Thread(target=self._follow, args=(proc, groups), name="lirs-warmup", daemon=True).start()
 
-    def _release(self):
-        for e in (*self.started.values(), *self.done.values()):
-            e.set()
-
-    def _follow(self):
+    def _follow(self, proc, groups):
         try:
-            for line in self.proc.stdout:
+            for line in proc.stdout:
                 what, _, group = line.strip().partition(" ")
                 ev = {"start": self.started, "done": self.done}.get(what, {}).get(group)
                 if ev is not None:
                     ev.set()
         finally:
-            rc = self.proc.wait()
+            rc = proc.wait()
             if rc:
                 log.debug("warm-up helper exited with %s: kernels compile in-process", rc)
-            self._release()
+            for g in groups:
+                self.started[g].set()
+                self.done[g].set()
 
     def wait(self, group: str) -> None:
-        """Block until ``group`` is compiled into the cache, when the helper has begun it; a group
-        the helper has not begun yet is compiled here (not waiting for the groups before it)."""
+        """Block until ``group`` is compiled into the cache, when a helper has begun it; a group no
+        helper has begun yet is compiled here (not waiting for the groups before it)."""
         ev = self.done.get(group)
         if ev is None or ev.is_set() or os.getpid() != self.pid or not self.started[group].is_set():
             return
@@ -146,26 +141,29 @@ class Warmup:
             log.debug("warm-up of %s still running after %.0f s: compiling in-process", group, WAIT_S)
 
 
-def start(opts: dict) -> Warmup:
-    """Start the helper for the cold groups of a loader with ``opts`` (``engine``, ``depth``,
-    ``format``, ``dtype``); a :class:`Warmup` that waits for nothing when all are cached."""
-    if os.environ.get(ENV, "1").strip() in ("0", "false", "no") or not sys.executable:
-        return Warmup(())
-    groups = cold_groups(opts)
-    if not groups:
-        return Warmup(())
+def _spawn(opts: dict, groups: list[str]):
+    """A helper process compiling ``groups`` (None when it cannot start)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, **{ENV: "0"})
     # the helper must import this very lirs, or its cache entries are for other source files
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "lirs.warmup", json.dumps(opts), *groups], env=env,
+        return subprocess.Popen([sys.executable, "-m", "lirs.warmup", json.dumps(opts), *groups], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True, start_new_session=True)
     except OSError as e:
         log.debug("warm-up helper not started: %s", e)
-        return Warmup(())
-    return Warmup(groups, proc)
+        return None
+
+
+def start(opts: dict) -> Warmup:
+    """Start helpers for the cold groups of a loader with ``opts`` (``engine``, ``depth``,
+    ``format``, ``dtype``): one process per group, so that they compile side by side with this
+    process's planning; a :class:`Warmup` that waits for nothing when all are cached."""
+    if os.environ.get(ENV, "1").strip() in ("0", "false", "no") or not sys.executable:
+        return Warmup()
+    helpers = [([g], proc) for g in cold_groups(opts) if (proc := _spawn(opts, [g])) is not None]
+    return Warmup(helpers)
 
 
 # ---------------------------------------------------------------- helper side

@@ -83,14 +83,14 @@ def test_warm_cache_starts_no_helper(tmp_path):
     opts = {"engine": "threads", "format": "libsvm", "dtype": "<f4"}
     assert warmup.cold_groups(opts) == []
     w = warmup.start(opts)
-    assert w.proc is None
+    assert w.procs == []
     w.wait("read")
     w.wait("decode")
 
 
 def test_off_switch_and_other_formats(monkeypatch):
     monkeypatch.setenv(warmup.ENV, "0")
-    assert warmup.start({"engine": "uring", "format": "libsvm"}).proc is None
+    assert warmup.start({"engine": "uring", "format": "libsvm"}).procs == []
     assert warmup._decode_kernels({"format": "npy"}) == []
 
 
@@ -102,7 +102,7 @@ def test_wait_follows_the_helper(monkeypatch):
                             stdin=r, stdout=subprocess.PIPE, text=True)
     os.close(r)
     try:
-        w = warmup.Warmup(["decode", "read"], proc)
+        w = warmup.Warmup([(["decode", "read"], proc)])
         assert w.started["decode"].wait(30)
         t0 = time.monotonic()
         w.wait("read")  # not begun: returns at once
@@ -119,7 +119,7 @@ def test_a_failing_helper_releases_every_wait():
     # a helper that dies after beginning a group: the wait ends, the pipeline compiles in-process
     proc = subprocess.Popen([sys.executable, "-c", "import sys; print('start read', flush=True); sys.exit(3)"],
                             stdout=subprocess.PIPE, text=True)
-    w = warmup.Warmup(["read", "decode"], proc)
+    w = warmup.Warmup([(["read", "decode"], proc)])
     assert w.started["read"].wait(30)
     t0 = time.monotonic()
     w.wait("read")
@@ -139,7 +139,7 @@ def test_wait_after_fork_returns_at_once():
     proc = subprocess.Popen([sys.executable, "-c", "import time; print('start decode', flush=True); time.sleep(30)"],
                             stdout=subprocess.PIPE, text=True)
     try:
-        w = warmup.Warmup(["decode"], proc)
+        w = warmup.Warmup([(["decode"], proc)])
         assert w.started["decode"].wait(30)  # in this process, wait("decode") would block
         pid = os.fork()
         if pid == 0:  # the helper belongs to the parent: a forked child never waits for it
