@@ -284,8 +284,10 @@ def main(argv=None):
         for key in ("engines", "file_bytes", "loader"):
             if key not in res and key in prev:
                 res[key] = prev[key]
-                res.setdefault("kept_from_previous_run", []).append(
-                    {"section": key, "command": prev.get("command"), "date": prev.get("date")})
+                # a section kept again keeps the run that measured it
+                origin = next((k for k in prev.get("kept_from_previous_run", []) if k.get("section") == key),
+                              {"section": key, "command": prev.get("command"), "date": prev.get("date")})
+                res.setdefault("kept_from_previous_run", []).append(origin)
     out = write_result("engines", res)
     print(out)
 

@@ -211,8 +211,8 @@ def sec_decode():
                 f"cache arrives after {cold['first_batch_s']:.1f} s (warm: {warm['first_batch_s']:.1f} s; goal ≤ 5 s: "
                 f"{goal(bool(c.get('goal_met')))}); a first `lirs epoch` takes {c['lirs_epoch']['cold_s']:.1f} s "
                 f"(warm {c['lirs_epoch']['warm_s']:.1f} s). While the loader compiles its planning kernels "
-                f"({cold['compile_s']:.1f} s for {cold['kernels_compiled']}, the slowest {slow}), a helper process "
-                f"compiles the read and decode kernels into the same cache; without it (`LIRS_WARMUP=0`) the first "
+                f"({cold['compile_s']:.1f} s for {cold['kernels_compiled']}, the slowest {slow}), helper processes "
+                f"(one for the read kernels, one for the decode kernels) compile the rest into the same cache; without them (`LIRS_WARMUP=0`) the first "
                 f"batch took {c['first_batch']['cold_without_helper']['first_batch_s']:.1f} s in the same run. "
                 f"Plain LIBSVM compiles only the small plain kernels.")
     return out
