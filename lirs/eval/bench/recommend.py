@@ -1,4 +1,4 @@
-"""The recommendation rule of ``lirs bench`` (:func:`recommend`) and the issue's goals (:func:`goals`)."""
+"""The recommendation rule of ``lirs bench`` (:func:`recommend`) and the project's goals for it (:func:`goals`)."""
 from __future__ import annotations
 
 from ..peers import CAVEATS
@@ -73,7 +73,7 @@ def recommend(rows: list[dict], *, tolerance: float = TIE_TOLERANCE, epochs: int
 
 
 def goals(rows: list[dict]) -> dict:
-    """Per device, the issue's goals: instance >= 0.9x fio IOPS, group >= 0.85x fio bandwidth (for
+    """Per device, the project's goals: instance >= 0.9x fio IOPS, group >= 0.85x fio bandwidth (for
     the Loader, and as ``*_reads_only_*`` for the reads-only rows), lirs group/window >= 10x the
     torch DataLoader (records/s). Each ``{"value", "goal", "met", "rows"}``; a goal whose rows did
     not run is left out."""
