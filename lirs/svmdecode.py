@@ -166,16 +166,21 @@ def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, que
 def _run_fallbacks(res, runs, new_k):
     """Fallback tokens of all runs, their slots made global: a feature slot moves by the features
     of the runs before it, a label slot -1 - j by the records before it."""
+    return _shift_fallbacks([(r[2], r[3]) for r in res], new_k[:len(res)], [run[0] for run in runs])
+
+
+def _shift_fallbacks(parts, kshift, rshift):
+    """Concatenated (slots, lo, hi) of the fallback tokens of ``parts`` ([(count, (slots, lo, hi)), ...]):
+    part i's feature slots (>= 0) move up by ``kshift[i]``, its label slots (-1 - record) down by
+    ``rshift[i]`` (records before it)."""
     slots, los, his = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
-    for i, r in enumerate(res):
-        n = r[2]
+    for i, (n, (s, lo, hi)) in enumerate(parts):
         if not n:
             continue
-        s, lo, hi = r[3]
         s = s[:n].copy()
         feat = s >= 0
-        s[feat] += new_k[i]
-        s[~feat] -= runs[i][0]
+        s[feat] += kshift[i]
+        s[~feat] -= rshift[i]
         slots.append(s)
         los.append(lo[:n])
         his.append(hi[:n])
@@ -249,20 +254,8 @@ def _merge_fallbacks(res, kofs, rofs, nk, nr):
     """Fallback tokens of all regions, their slots moved to the compacted arrays."""
     new_k = np.concatenate([[0], np.cumsum(nk)])
     new_r = np.concatenate([[0], np.cumsum(nr)])
-    slots, los, his = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
-    for i, r in enumerate(res):
-        n = r[2]
-        if not n:
-            continue
-        s, lo, hi = r[6]
-        s = s[:n].copy()
-        feat = s >= 0
-        s[feat] += new_k[i] - kofs[i]
-        s[~feat] -= new_r[i] - rofs[i]  # label slot -1 - r
-        slots.append(s)
-        los.append(lo[:n])
-        his.append(hi[:n])
-    return [np.concatenate(x) for x in (slots, los, his)]
+    return _shift_fallbacks([(r[2], r[6]) for r in res], [new_k[i] - kofs[i] for i in range(len(res))],
+                            [new_r[i] - rofs[i] for i in range(len(res))])
 
 
 def _compact(a, ofs, counts):
