@@ -174,9 +174,10 @@ def _shift_fallbacks(parts, kshift, rshift):
     part i's feature slots (>= 0) move up by ``kshift[i]``, its label slots (-1 - record) down by
     ``rshift[i]`` (records before it)."""
     slots, los, his = [np.empty(0, np.int64)], [np.empty(0, np.int64)], [np.empty(0, np.int64)]
-    for i, (n, (s, lo, hi)) in enumerate(parts):
+    for i, (n, tokens) in enumerate(parts):
         if not n:
             continue
+        s, lo, hi = tokens
         s = s[:n].copy()
         feat = s >= 0
         s[feat] += kshift[i]
