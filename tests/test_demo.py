@@ -234,7 +234,7 @@ def test_demo_report_quotes_the_packaged_headline(monkeypatch):
     h = _packaged_summary()
     lines = headline_lines(h)
     text = "\n".join(lines)
-    assert lines[0].startswith("the paper's headline on this machine")
+    assert lines[0].startswith("the paper's headline on lirs's reference machine")
     assert "Paper: LIRS on Optane vs BMF on HDD -49.9%" in text and "vs TFIP on HDD -43.5%" in text
     assert "Paper: +1.01%" in text
     for part, head in (("svm", "  SVM: "), ("dnn", "  DNN: ")):

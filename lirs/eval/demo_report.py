@@ -115,10 +115,10 @@ def _change_table(per_method: dict, base: str, losses: list, tag: str) -> list:
 
 
 def headline_lines(h) -> list:
-    """The block "the paper's headline on this machine": the packaged full-size comparison of
+    """The block "the paper's headline on lirs's reference machine": the packaged full-size comparison of
     benchmarks/bench_paper.py (``res["paper_headline"]``, see :func:`lirs.eval.demo.paper_headline`)
     beside the paper's -49.9% / -43.5% / +1.01%, every case where lirs loses named at the end."""
-    head = "the paper's headline on this machine"
+    head = "the paper's headline on lirs's reference machine (2 cores, NVMe)"
     if not h:
         return [f"{head}: not packaged with this copy of lirs (benchmarks/bench_paper.py writes it)"]
     pp, losses = h["paper"], []
