@@ -19,7 +19,7 @@ from numba import njit, types
 
 from .libsvm_plain import _is_space, plain_pair
 from .numbers import (_HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10,  # noqa: F401 - re-exported
-                      _at, load_u64, scan_float, trailing_zeros)
+                      _at, digit_run_u64, load_u64, scan_float, trailing_zeros)
 
 _load_u64 = load_u64  # the name the index scanner imports
 
@@ -33,47 +33,15 @@ NOT_ONE_DATA_LINE = 1   # zero or several data lines in the span: Python parses 
 NEEDS_PYTHON = 2        # the kernel met something it does not handle: Python re-parses the record
 
 _MAX_DIGITS = 18        # int64 holds any 18-digit decimal
-_POW10_INT = np.array([10 ** i for i in range(19)], np.int64)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _digit_run(buf, base, p, hi):
-    """Value and length of the run of ASCII digits at buf[p:hi] (stops at the first other byte).
-
-    Eight bytes at a time (SWAR) while they lie inside ``buf``; a length above 18 means "too long
-    for int64 here" (the value is then meaningless). ``base`` is the address of buf[0].
-    """
-    m = buf.shape[0]
-    v = np.int64(0)
-    n = 0
-    while p < hi:
-        if p + 8 <= m:
-            x = _load_u64(base + np.uint64(p))
-            bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
-            k = 8 if bad == 0 else np.int64(trailing_zeros(bad)) >> 3
-            if k > hi - p:
-                k = hi - p
-            if k == 0:
-                return v, n
-            z = (x & _LO4) << np.uint64(8 * (8 - k))
-            z = (z * np.uint64(2561)) >> np.uint64(8)
-            z = ((z & _M16) * np.uint64(6553601)) >> np.uint64(16)
-            z = ((z & _M32) * np.uint64(42949672960001)) >> np.uint64(32)
-            if n + k <= _MAX_DIGITS:
-                v = v * _POW10_INT[k] + np.int64(z)
-            n += k
-            p += k
-            if k < 8 or n > _MAX_DIGITS:
-                return v, n
-        else:
-            d = np.int64(_at(buf, p)) - 48
-            if d < 0 or d > 9:
-                return v, n
-            if n < _MAX_DIGITS:
-                v = v * 10 + d
-            n += 1
-            p += 1
-    return v, n
+    """Value (int64) and length of the run of ASCII digits at buf[p:hi] (stops at the first other
+    byte); a length above 18 means "too long for int64 here" (the value is then 0): callers hand
+    such a token to Python. ``base`` is the address of buf[0]."""
+    v, n = digit_run_u64(buf, base, p, hi)
+    return (np.int64(v) if n <= _MAX_DIGITS else np.int64(0)), n
 
 
 @njit(cache=True, nogil=True, _nrt=False)
