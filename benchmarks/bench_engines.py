@@ -39,7 +39,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import fio_json, write_result  # noqa: E402
+from _common import ensure_file, fio_json, write_result  # noqa: E402
 
 BLOCK = 4096
 # fio's io_uring engine as the reference runs use it (fio 3.33 defaults; the flags seen with
@@ -185,8 +185,7 @@ def loader_stall(args) -> dict:
         return {"skipped": f"planner not available ({e})"}
     path = os.path.join(args.dir, "loader-kdd.svm")
     size = parse_size(args.loader_size)
-    if not os.path.exists(path) or abs(os.path.getsize(path) - size) > 0.1 * size:
-        generate("kdd", path, size=size, order="shuffled", seed=1, progress=False)
+    ensure_file(path, size, lambda: generate("kdd", path, size=size, order="shuffled", seed=1, progress=False))
     lirs.build_index(path, progress=False)
     common = ["--granularity", "group", "--batch-size", str(args.batch_size), "--max-batches",
               str(args.loader_batches)]

@@ -13,15 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shutil
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import drop_caches, fio_seq_read_bps, write_result  # noqa: E402
+from _common import ensure_file, drop_caches, fio_seq_read_bps, write_result  # noqa: E402
 
 
 def main(argv=None):
@@ -39,9 +36,8 @@ def main(argv=None):
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, "index-kdd.svm")
     size = parse_size(args.size)
-    if not os.path.exists(path) or abs(os.path.getsize(path) - size) > 0.1 * size:
-        generate("kdd", path, size=size, order="shuffled", seed=1, progress=False)
-    nbytes = os.path.getsize(path)
+    nbytes = ensure_file(path, size, lambda: generate("kdd", path, size=size, order="shuffled", seed=1,
+                                                      progress=False))
 
     fio_bps = fio_seq_read_bps(path)
     lirs.build_index(path, progress=False)  # compile/load kernels once, outside the timings

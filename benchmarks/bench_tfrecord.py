@@ -22,7 +22,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import drop_caches, fio_seq_read_bps, write_result  # noqa: E402
+from _common import ensure_file, drop_caches, fio_seq_read_bps, write_result  # noqa: E402
 
 
 def _cold(path) -> bool:
@@ -93,9 +93,7 @@ def main(argv=None):
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, "bench.tfrecord")
     size = parse_size(args.size)
-    if not os.path.exists(path) or abs(os.path.getsize(path) - size) > 0.1 * size:
-        write_random(path, size, mean=2048, spread=512, seed=1)
-    nbytes = os.path.getsize(path)
+    nbytes = ensure_file(path, size, lambda: write_random(path, size, mean=2048, spread=512, seed=1))
 
     idx = lirs.build_index(path, progress=False)  # compile/load the kernels outside the timings
     # fio and the cold scans alternate, so that both see the same moments of a shared disk
