@@ -18,7 +18,6 @@ from .steps import BatchPlan
 from .units import parse_size
 
 
-
 def records_of(ufirst: np.ndarray, units: np.ndarray) -> int:
     """Records in ``units`` (unsigned or int64 (k,)): unit u holds records ``ufirst[u] ..
     ufirst[u + 1] - 1`` (``ufirst`` int64 (units + 1,))."""
