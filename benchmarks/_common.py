@@ -54,13 +54,13 @@ def machine() -> dict:
     return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
 
 
-def write_result(name: str, res: dict) -> str:
-    """Write ``benchmarks/results/NAME.json`` with the machine and date added."""
-    os.makedirs(RESULTS, exist_ok=True)
+def write_result(name: str, res: dict, path: str | None = None) -> str:
+    """Write ``benchmarks/results/NAME.json`` (or ``path``) with the machine and date added."""
     res = dict(res)
     res.setdefault("machine", machine())
     res.setdefault("date", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    path = os.path.join(RESULTS, f"{name}.json")
+    path = os.path.abspath(path or os.path.join(RESULTS, f"{name}.json"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(res, f, indent=2)
         f.write("\n")

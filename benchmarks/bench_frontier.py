@@ -29,7 +29,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import RESULTS, machine, sorted_kdd, write_result  # noqa: E402
+from _common import RESULTS, sorted_kdd, write_result  # noqa: E402
 
 TARGETS = {"pairs_again_x": 1.1, "same_group_x": 25.0, "batch_entropy": 0.99, "read_x": 1.08,
            "large_read_share": 0.99}
@@ -137,16 +137,7 @@ def main(argv=None) -> int:
     res["table_markdown"] = format_summary(res, rows, markdown=True)
     print(format_summary(res, rows))
     print(json.dumps({"targets": res["targets"], "what_if_equal_windows": res["what_if_equal_windows"]}, indent=1))
-    default = os.path.abspath(a.json) == os.path.abspath(os.path.join(RESULTS, "quality_frontier.json"))
-    if default:
-        out = write_result("quality_frontier", res)
-    else:
-        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        res.setdefault("machine", machine())
-        out = a.json
-        with open(out, "w") as f:
-            json.dump(res, f, indent=2)
-            f.write("\n")
+    out = write_result("quality_frontier", res, a.json)
     png = os.path.splitext(out)[0] + ".png"
     drawn = plot_frontier(res, png, title=_title(res))
     print(f"wrote {out}" + (f" and {png}" if drawn else " (no plot: matplotlib missing)"))

@@ -17,7 +17,6 @@ effective parameters of every strategy are recorded in the JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -25,7 +24,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import RESULTS, machine, sorted_kdd, write_result  # noqa: E402
+from _common import RESULTS, sorted_kdd, write_result  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -70,16 +69,7 @@ def main(argv=None) -> int:
     txt = format_table(res)
     print(txt)
     print(f"evaluated in {eval_s:.0f}s")
-    default = os.path.abspath(a.json) == os.path.abspath(os.path.join(RESULTS, "quality.json"))
-    if default:
-        out = write_result("quality", res)
-    else:
-        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        res.setdefault("machine", machine())
-        out = a.json
-        with open(out, "w") as f:
-            json.dump(res, f, indent=2)
-            f.write("\n")
+    out = write_result("quality", res, a.json)
     png = os.path.splitext(out)[0] + ".png"
     drawn = plot(res, png, title=f"lirs quality: label-sorted kdd-like file, {index.n:,} records, "
                                  f"batch {a.batch_size}, {a.epochs} epochs, memory budget {a.memory}")

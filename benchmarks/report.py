@@ -608,7 +608,7 @@ def sec_paper():
             f"`{d['command']}`: SVM on a label-sorted kdd-like file ({svm_ds['file']['bytes'] / 1e9:.2f} GB, "
             f"{svm_ds['n']:,} records), DNN ({dnn_ds['model']}) on a label-sorted epsilon-like file "
             f"({dnn_ds['train_bytes'] / 1e9:.0f} GB). " + (d.get("size_choice") or "") +
-            f" TFIP is the paper's TensorFlow input pipeline: one exact "
+            " TFIP is the paper's TensorFlow input pipeline: one exact "
             f"shuffle of the file (`lirs shuffle`, timed as pre-processing), then the shuffled copy through a "
             f"10,000-record buffer every epoch. Total = pre-processing + epochs to the target × epoch time, "
             f"on the nvme, ssd and hdd envelopes of `lirs bench`; one seed; writes are not throttled on the "
