@@ -29,7 +29,7 @@ from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .offsets import OffsetTable
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, fingerprint_diff, offsets_of, read_arrays,
-                      read_header, relpath, sidecar_path, verify_arrays)
+                      read_header, relpath, release_pages, sidecar_path, verify_arrays)
 
 log = logging.getLogger("lirs.index")
 
@@ -149,6 +149,14 @@ class Index:
     def offset_table(self) -> "OffsetTable | None":
         """The compact offsets of a variable-length format (None for fixed formats)."""
         return self._offsets
+
+    def release_pages(self) -> int:
+        """Drop this process's resident pages of the memory-mapped sidecar arrays (offsets,
+        labels): they stay in the page cache and map again when next touched (see
+        :func:`lirs.sidecar.release_pages`). Returns the number of maps released."""
+        t = self._offsets
+        tables = () if t is None else (t.base, t.rel, t.wide)
+        return release_pages(*tables, self.label_codes, self.label_values)
 
     @property
     def offsets(self) -> np.ndarray:

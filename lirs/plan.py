@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import seeds
-from .constants import BLOCK, DEFAULT_WINDOW, GRANULARITIES
+from .constants import BLOCK, DEFAULT_WINDOW, GRANULARITIES, INDEX_RELEASE_BATCHES
 from .errors import UsageError
 from .kernels import plan as K
 from .offsets import offset_arrays
@@ -111,6 +111,7 @@ def unit_table(index, unit_bytes: int) -> np.ndarray | None:
             table = np.empty(count + 1, np.int64)
             K.units_variable(*offs, fs, int(unit_bytes), table)
             table[count] = index.n
+        index.release_pages()  # the scan walked every offset: none need stay mapped
     cache[unit_bytes] = table
     return table
 
@@ -243,8 +244,14 @@ class EpochPlan:
         start = int(start)
         if not 0 <= start <= self.num_batches:
             raise UsageError(f"start batch {start} outside [0, {self.num_batches}]")
+        for j, bp in enumerate(self._batches(start, extents, int(stride)), 1):
+            if j % INDEX_RELEASE_BATCHES == 0:
+                self.index.release_pages()  # the offsets walked so far leave this process's RSS
+            yield bp
+
+    def _batches(self, start: int, extents: bool, stride: int):
         if stride != 1 or self.spans is not None:
-            yield from walk(self, start, int(stride), extents)
+            yield from walk(self, start, stride, extents)
             return
         if self.granularity == "window":
             yield from window_batches(self, start, extents)

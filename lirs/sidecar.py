@@ -13,6 +13,7 @@ import errno
 import hashlib
 import json
 import logging
+import mmap
 import os
 import struct
 import zlib
@@ -312,6 +313,27 @@ def _map_or_read(sidecar: str, dt: np.dtype, spec: dict, mmap: bool) -> np.ndarr
                 raise
             log.info("%s: cannot memory-map (%s); reading the index into memory", sidecar, e.strerror)
     return np.fromfile(sidecar, dtype=dt, count=spec["count"], offset=spec["offset"])
+
+
+def release_pages(*arrays) -> int:
+    """Unmap this process's resident pages of those ``arrays`` that are memory maps of a sidecar
+    (``MADV_DONTNEED``); other arrays are ignored. Returns the number of maps released.
+
+    A read-only shared file map keeps every page a process touched in its RSS, and RSS is what
+    memory limits and the OOM killer look at: an epoch that walks the offsets of 10^8 records would
+    hold the whole table (~4 B/record). The pages stay in the page cache (the kernel reclaims them
+    as it needs), the data is unchanged, and the next touch maps a page again (a minor fault)."""
+    released = 0
+    for a in arrays:
+        m = getattr(a, "_mmap", None)
+        if m is None or m.closed:
+            continue
+        try:
+            m.madvise(mmap.MADV_DONTNEED)
+        except (AttributeError, OSError, ValueError):  # no madvise here: the pages simply stay
+            continue
+        released += 1
+    return released
 
 
 def verify_arrays(sidecar: str, header: dict, arrays: dict) -> list[str]:

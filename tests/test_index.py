@@ -505,3 +505,50 @@ def test_shuffle_refuses_compressed_input(tmp_path):
     p.write_bytes(_gz(_SVM))
     with pytest.raises(DataError, match="compressed input"):
         shuffle(str(p), str(tmp_path / "o.svm"), progress=False)
+
+
+def _mapped_rss(path: str) -> int:
+    """Bytes of ``path``'s memory maps resident in this process (/proc/self/smaps)."""
+    total, ours = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:  # a map's first line: range perms offset dev inode [path]
+                ours = len(head) >= 6 and head[-1] == path
+            elif ours and head and head[0] == "Rss:":
+                total += int(head[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps (Linux)")
+def test_release_pages_unmaps_the_sidecar_but_keeps_its_data(tmp_path):
+    # an epoch walks every offset; the pages it mapped must leave the process's RSS on release
+    p = tmp_path / "d.svm"
+    rng = np.random.default_rng(0)
+    p.write_bytes(b"".join(b"%d 1:%d\n" % (int(rng.integers(0, 3)), i) for i in range(200_000)))
+    lirs.build_index(str(p), progress=False)
+    idx = open_index(str(p))
+    side = os.path.realpath(idx.sidecar)
+    before = idx.offsets.copy(), idx.labels.copy()
+    assert _mapped_rss(side) >= 500_000  # the offsets (~4 B/record) and labels were touched
+    assert idx.release_pages() >= 2
+    assert _mapped_rss(side) < 64 << 10
+    assert np.array_equal(idx.offsets, before[0]) and np.array_equal(idx.labels, before[1])
+    # an index read into memory has no map to release
+    assert open_index(str(p), mmap=False).release_pages() == 0
+
+
+def test_an_epoch_plan_releases_the_index_pages_it_walks(tmp_path, monkeypatch):
+    from lirs import plan as P
+
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"".join(b"1 3:%d\n" % i for i in range(40_000)))
+    lirs.build_index(str(p), progress=False)
+    idx = open_index(str(p))
+    calls = []
+    monkeypatch.setattr(type(idx), "release_pages", lambda self: calls.append(1) or 0)
+    monkeypatch.setattr(P, "INDEX_RELEASE_BATCHES", 4)
+    plan = P.plan_epoch(idx, 32, granularity="group", group_bytes=4096, seed=0, epoch=0)
+    assert len(calls) == 1  # the unit table's scan of every offset
+    n = sum(1 for _ in plan.batches())
+    assert n == plan.num_batches and len(calls) == 1 + n // 4
