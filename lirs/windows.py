@@ -24,6 +24,7 @@ def records_of(ufirst: np.ndarray, units: np.ndarray) -> int:
     u = np.asarray(units).astype(np.int64)
     return int((ufirst[u + 1] - ufirst[u]).sum())
 
+
 def window_groups(window, group_bytes: int, data_bytes: int) -> int:
     """The number of groups a window holds, from its spec: an int (a group count), a size such as
     ``"64M"`` or ``"1.5GB"`` (a memory budget: ``size // group_bytes`` groups, at least one), a
