@@ -170,3 +170,20 @@ def test_bench_scale_end_to_end_tiny(tmp_path):
     assert set(res["summary"]["rss"]) == names
     assert set(res["plan"]["rows"]) == {"instance", "group", "window"}
     assert "stderr" not in r.stdout and "lirs-group-64K" in r.stdout
+
+
+def test_memory_growth_beyond_the_plan_tables(bs):
+    # the plan's per-unit tables are the only state that should grow with the data: growth made of
+    # them counts as independent of the size, growth beyond them does not
+    def row(anon):
+        return {"status": "ok", "sampled": {"pss": anon + 10, "anon": anon, "file": 10, "rss": anon + 10},
+                "vm_hwm_bytes": anon + 10}
+    small, big = {"g": row(100), "w": row(100)}, {"g": row(130), "w": row(145)}
+    tables = {"g": {"small": 2, "big": 32}, "w": {"small": 2, "big": 32}}
+    r = bs.rss_growth(small, big, tables)
+    assert r["g"]["plan_tables"]["growth"] == 30
+    assert r["g"]["anon"]["big_over_small_beyond_plan"] == pytest.approx(1.0)
+    assert r["g"]["independent_of_size"] is True
+    assert r["w"]["anon"]["big_over_small_beyond_plan"] == pytest.approx(1.15)
+    assert r["w"]["independent_of_size"] is False
+    assert bs.rss_growth(small, big)["g"]["independent_of_size"] is False  # without the tables: 1.3x
