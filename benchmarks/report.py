@@ -647,28 +647,41 @@ def sec_scale():
         elif r:
             rows.append([f"peer: {name}", f"skipped: {r.get('note') or r.get('reason') or r.get('status')}", "", "", "", ""])
     mem = [[label.get(n, n), f"{v['anon']['small'] / 2**20:,.0f}", f"{v['anon']['big'] / 2**20:,.0f}",
-            f(v["anon"]["big_over_small"]), f"{v['file']['small'] / 2**20:,.0f} → {v['file']['big'] / 2**20:,.0f}"]
+            f(v["anon"]["big_over_small"]),
+            f"{v['plan_tables']['growth'] / 2**20:,.1f}" if "plan_tables" in v else "–",
+            f(v["anon"].get("big_over_small_beyond_plan")),
+            f"{v['file']['small'] / 2**20:,.0f} → {v['file']['big'] / 2**20:,.0f}"]
            for n, v in sm["rss"].items()]
+    independent = [n for n, v in sm["rss"].items() if v.get("independent_of_size")]
     pl = d.get("plan", {}).get("rows", {})
     plan = ", ".join(f"{g} {pl[g]['rank0_of_1']['per_batch_s']['middle'] * 1e6:.0f} µs"
                      for g in ("instance", "group", "window") if g in pl)
+    busy = "".join(
+        f"\n\nWith decoding, the {n.split('-')[1]} epoch kept {w['cpu_util_cores']:.2f} of {w['cores']} cores busy, "
+        f"its decoder running at {w['decode_MBps_per_thread']:.0f} MB/s per thread"
+        + (": the cores are not full, the pool's threads wait on reads." if w["cpu_util_cores"] < 0.85 * w["cores"]
+           else ".")
+        for n, w in list(sm.get("where_time_goes", {}).items())[:1] if w)
     return (f"### Out of core: a file 1.5× the RAM\n\nA {fl['big_bytes'] / 1e9:.1f} GB kdd-like LIBSVM file "
             f"({fl['big_records']:,} records) on a machine with {fl['ram_bytes'] / 2**30:.1f} GiB of RAM, page cache "
             f"dropped before each measurement, every measurement in a fresh process, fio on the same file in the "
             f"same run ({source(d)}). The virtual disk's speed moves by up to 2× within a run here; the ratios use "
             f"the fio figure taken in the run. Memory is the process tree's private (anonymous) peak:\n\n"
             + table(["what", "lirs (MB/s read)", "fio (MB/s)", "× fio", "goal", "private memory"], rows)
-            + "".join(f"\n\nWith decoding, the {n.split('-')[1]} epoch kept {w['cpu_util_cores']:.2f} of {w['cores']} "
-                      f"cores busy, its decoder running at {w['decode_MBps_per_thread']:.0f} MB/s per thread: the "
-                      f"pool's threads wait on reads: the cores are not full."
-                      for n, w in list(sm.get("where_time_goes", {}).items())[:1])
-            + f"\n\nPrivate memory barely follows the data (the file grows {fl['big_bytes'] / fl['small_bytes']:.0f}×): on a {fl['small_bytes'] / 1e9:.0f} GB prefix of "
-              f"the same records and on the whole file (MiB); the file-backed part, which does grow, is the memory-mapped index "
-              f"(about 5 bytes per record), pages the kernel may drop:\n\n"
-            + table(["configuration", "private, small", "private, big", "big / small", "file-backed (MiB)"], mem)
+            + busy
+            + f"\n\nMemory on a {fl['small_bytes'] / 1e9:.0f} GB prefix of the same records and on the whole file "
+              f"(it is {fl['big_bytes'] / fl['small_bytes']:.0f}× larger), MiB. A full shuffle keeps one entry per "
+              f"unit in its plan (unit boundaries and permutation, 12 bytes per 64 KiB group): that growth is "
+              f"shown apart, and \"beyond plan\" is the private peak on the big file less it, over the small one. "
+              f"File-backed pages are the memory-mapped index; the plan unmaps the pages it walked every "
+              f"256 batches, so they stay in the page cache, not in the process:\n\n"
+            + table(["configuration", "private, small", "private, big", "big / small", "plan tables +",
+                     "beyond plan", "file-backed"], mem)
+            + (f"\n\nIndependent of the file size (within {sm['goals']['rss_big_over_small']}× beyond the plan "
+               f"tables): {', '.join(label.get(n, n) for n in independent) or 'none'}." if "plan_tables" in
+               next(iter(sm["rss"].values()), {}) else "")
             + (f"\n\nPlanning an epoch of 10⁹ records (dense, stateless permutation, batch 1024), per batch: {plan}; "
                f"nothing in memory grows with the record count but group's unit table." if plan else ""))
-
 
 SECTIONS = [sec_summary, sec_index, sec_decode, sec_engines, sec_plan, sec_window, sec_cores, sec_torch, sec_tfrecord,
             sec_bench, sec_scale, sec_shuffle,
