@@ -690,6 +690,22 @@ def test_whole_file_in_regions_matches_one_thread_and_sklearn(tmp_path, monkeypa
         assert_same(one, load_svmlight_file(str(path), query_id=q))
 
 
+@pytest.mark.parametrize("tail", [b"\n", b"", b"\r\n", b"\n\n"])
+def test_plain_file_in_regions_matches_sklearn(tmp_path, monkeypatch, tail):
+    """Only plain data lines: the regions' records and features follow one another, the CSR
+    arrays are those the kernels wrote (the last line with or without its newline)."""
+    from lirs import svmdecode
+    rng = np.random.default_rng(11)
+    lines = [b"%d " % rng.integers(0, 3) + b" ".join(b"%d:%d" % (a, rng.integers(1, 9)) for a in
+             np.unique(rng.integers(1, 10 ** 6, int(rng.integers(1, 30)))).tolist()) for _ in range(700)]
+    path = tmp_path / "plain.svm"
+    path.write_bytes(tail.join(lines) + tail if tail else b"\n".join(lines))
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 1500)
+    ref = load_svmlight_file(str(path), dtype=np.float32)
+    for threads in [1, 2, 5]:
+        assert_same(load_svmlight(path, threads=threads, dtype=np.float32), ref, np.float32)
+
+
 def test_first_error_in_file_order_across_regions(tmp_path, monkeypatch):
     from lirs import svmdecode
     good = b"1 1:1 2:0.5\n" * 400

@@ -181,10 +181,14 @@ def libsvm_spans_plain(buf, starts, ends, j0, shift, n_features, indices, data, 
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def libsvm_lines_plain(buf, a, b, shift, n_features, indices, data, k0, y, rec_nnz, rec_pos, r0):
+def libsvm_lines_plain(buf, a, b, shift, n_features, indices, data, k0, y, rec_end, r0):
     """Decode the data lines of buf[a:b] (see :func:`lirs.kernels.libsvm.libsvm_lines`) while
     they are plain. Returns (end, records, features, min index, max index): lines before ``end``
-    are done; the line at ``end`` (< b) is not plain and the full kernel must go on from it."""
+    are done; the line at ``end`` (< b) is not plain and the full kernel must go on from it.
+
+    A plain record's first byte is not stored (the full kernel's ``rec_pos``): only a record left
+    to Python needs it, and these never are plain; a whole file of plain records thus leaves
+    that array untouched (never faulted in)."""
     base = buf.ctypes.data
     k = k0
     r = r0
@@ -200,9 +204,8 @@ def libsvm_lines_plain(buf, a, b, shift, n_features, indices, data, k0, y, rec_n
         e, k2, label, ok = _plain_line(buf, base, p, b, shift, n_features, indices, data, k)
         if not ok:
             break
-        rec_pos[r] = p
         y[r] = label
-        rec_nnz[r] = k2 - k
+        rec_end[r] = k2
         if k2 > k:
             imin = min(imin, np.int64(indices[k]))
             imax = max(imax, np.int64(indices[k2 - 1]))
