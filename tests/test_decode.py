@@ -670,6 +670,28 @@ def test_spans_never_read_past_their_end():
         np.testing.assert_array_equal(X.toarray(), np.vstack([r[0].toarray() for r in ref]))
 
 
+@pytest.mark.parametrize("end", [b" ", b"\t", b"\x0b", b"\x0c", b"\r", b"", b"x", b"_1", b".", b".5", b"0",
+                                 b"e1", b":", b"3:1", b"4"])
+def test_single_digit_values_and_what_follows(tmp_path, end):
+    """A one-digit value is decoded by two byte tests when whitespace follows; anything else
+    after the digit takes the general path (or Python, or an error), as sklearn decides."""
+    lines = [b"1 2:%d%s 5:1 7:0" % (d, end) for d in range(10)] + [b"0 3:0%s" % end, b"1 4:9%s" % end]
+    path = tmp_path / "digits.svm"
+    path.write_bytes(b"\n".join(lines))
+    try:
+        ref = load_svmlight_file(str(path), zero_based=False, n_features=9)
+    except ValueError:
+        with pytest.raises(DataError, match="line 1, "):  # the first line is already refused
+            load_svmlight(path, zero_based=False, n_features=9)
+        return
+    assert_same(load_svmlight(path, zero_based=False, n_features=9), ref)
+    raw = path.read_bytes()
+    nl = [i for i, c in enumerate(raw) if c == 10]
+    starts = np.array([0] + [i + 1 for i in nl], np.int64)
+    ends = np.array(nl + [len(raw)], np.int64)
+    assert_same(decode_libsvm(raw, starts, ends, n_features=9, zero_based=False, dtype=np.float64), ref)
+
+
 def test_whole_file_in_regions_matches_one_thread_and_sklearn(tmp_path, monkeypatch):
     """Regions decoded by several threads: blank and comment lines (fewer records than lines),
     qid tokens (fewer features than ':'), fallback tokens and re-parsed records in every region."""
