@@ -150,8 +150,9 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
         if q == p or idx <= prev or idx < shift or idx - shift >= n_features:
             return p, k0, 0.0, False
         prev = idx
-        indices[k] = idx - shift
-        data[k] = v
+        # unsigned positions, as in _at: no negative-index wraparound test on every store
+        indices[np.uintp(k)] = idx - shift
+        data[np.uintp(k)] = v
         k += 1
         p = q
 
