@@ -115,7 +115,7 @@ def plain_pair(buf, base, p, hi):
     if k1 == 0 or q >= hi or _at(buf, q) != 58:
         return p, np.int64(0), 0.0
     # a single digit (a binary feature's "1", the most common value of many datasets) is two
-    # byte tests: no word load, no sign, no digit-run arithmetic (a quarter of a plain file's
+    # byte tests: no word load, no sign, no digit-run arithmetic (a fifth of a plain file's
     # decode time when most values are "1")
     if q + 2 < hi:
         d = np.int64(_at(buf, q + 1)) - 48
