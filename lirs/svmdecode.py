@@ -105,12 +105,12 @@ def _lines_run(buf, a, b, shift, bound, query_id, indices, data, k0, rec, r0, fb
     """Both kernels over the region buf[a:b], writing features from k0 and records from r0, as
     :func:`_spans_run` alternates them (stretches of bytes here). Returns (records, features,
     fallbacks, min index, max index, end, fallback arrays or None); end < b: record slots ran out."""
-    y, _, _, rec_nnz, rec_pos, _ = rec
+    y, _, _, rec_end, _, _ = rec
     p, nr, nk, nfb, lo, hi = a, 0, 0, 0, np.iinfo(np.int64).max, -1
     fb, stretch, full_end = None, _STRETCH_BYTES, -1
     while True:
-        p, r1, k1, lo1, hi1 = KP.libsvm_lines_plain(buf, p, b, shift, bound, indices, data, k0 + nk, y, rec_nnz,
-                                                    rec_pos, r0 + nr)
+        p, r1, k1, lo1, hi1 = KP.libsvm_lines_plain(buf, p, b, shift, bound, indices, data, k0 + nk, y, rec_end,
+                                                    r0 + nr)
         nr, nk, lo, hi = nr + r1, nk + k1, min(lo, lo1), max(hi, hi1)
         if p >= b:
             break
@@ -213,14 +213,13 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
     with ThreadPoolExecutor(len(regions)) as pool:
         census = list(pool.map(lambda r: K.libsvm_census(buf, r[0], r[1]), regions))
         kcap = np.array([c[0] for c in census], np.int64)
-        rcap = np.array([c[1] + 1 for c in census], np.int64)
+        rcap = _record_caps(buf, regions, census)
         kofs = np.concatenate([[0], np.cumsum(kcap)])
         rofs = np.concatenate([[0], np.cumsum(rcap)])
         n_rec, n_feat = int(rofs[-1]), int(kofs[-1])
         indices = np.empty(n_feat, np.int32)
         data = np.empty(n_feat, _work_dtype(dtype))
-        rec = [np.zeros(n_rec, t) for t in (np.float64, np.int64, np.uint8, np.int64, np.int64, np.int8)]
-        y, _, _, rec_nnz, rec_pos, _ = rec
+        ends, rec = _record_outputs(n_rec)
         shift = 0 if zero_based else 1
         bound = np.int64(_INT32_MAX) + 1
 
@@ -235,10 +234,9 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
     nr = np.array([r[0] for r in res], np.int64)
     nk = np.array([r[1] for r in res], np.int64)
     fb = _merge_fallbacks(res, kofs, rofs, nk, nr)
-    y, qid, has_qid, rec_nnz, rec_pos, status = (_compact(a, rofs, nr) for a in rec)
+    indptr = _indptr(ends, rofs, nr, kofs, nk)
+    y, qid, has_qid, rec_pos, status = (_compact(rec[i], rofs, nr) for i in (0, 1, 2, 4, 5))
     indices, data = _compact(indices, kofs, nk), _compact(data, kofs, nk)
-    indptr = np.zeros(len(y) + 1, np.int64)
-    np.cumsum(rec_nnz, out=indptr[1:])
     mins = [r[3] for r in res if r[1]]
     maxs = [r[4] for r in res if r[1]]
     m = len(buf)
@@ -249,6 +247,41 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
     lo = min(mins) if mins else -1
     hi = max(maxs) if maxs else -1
     return (*out, (lo, hi))
+
+
+def _record_caps(buf, regions, census):
+    """Records each region may hold (int64 (regions,)): its newlines, one more where it ends in a
+    line without one (only the file's last region can). Exact for a file of data lines, so that
+    the regions' records then lie one after another and nothing is compacted."""
+    return np.array([nl + int(b > a and buf[b - 1] != 10) for (_, nl), (a, b) in zip(census, regions)], np.int64)
+
+
+def _record_outputs(n_rec):
+    """(ends int64 (n_rec + 1,), [y, qid, has_qid, rec_end, rec_pos, status] (n_rec,) each).
+
+    ``rec_end`` is ``ends[1:]`` with ends[0] = 0: the record kernels write each record's end in
+    the features, so that ``ends`` is the CSR indptr as written when nothing is compacted (no
+    count-and-cumsum pass). y is written for every record and rec_pos only for records the full
+    kernel decodes (the only ones Python may re-parse), so both stay unfilled (np.empty: pages
+    never touched stay unmapped)."""
+    ends = np.empty(n_rec + 1, np.int64)
+    ends[0] = 0
+    return ends, [np.empty(n_rec, np.float64), np.zeros(n_rec, np.int64), np.zeros(n_rec, np.uint8), ends[1:],
+                  np.empty(n_rec, np.int64), np.zeros(n_rec, np.int8)]
+
+
+def _indptr(ends, rofs, nr, kofs, nk):
+    """CSR indptr int64 (records + 1,) from ``ends`` (:func:`_record_outputs`) of regions whose
+    records start at rofs[i] (nr[i] of them) and features at kofs[i] (nk[i] of them): a view of
+    ends when both lie one after another; else each region's ends moved down by the gaps before
+    it, joined."""
+    total = int(nr.sum())
+    if np.array_equal(rofs[1:-1], (rofs[:-1] + nr)[:-1]) and np.array_equal(kofs[1:-1], (kofs[:-1] + nk)[:-1]):
+        return ends[:total + 1]
+    new_k = np.concatenate([[0], np.cumsum(nk)])
+    parts = [ends[1 + o:1 + o + c] - (k - nkk) for o, c, k, nkk in
+             zip(rofs[:-1].tolist(), nr.tolist(), kofs[:-1].tolist(), new_k[:-1].tolist())]
+    return np.concatenate([np.zeros(1, np.int64)] + parts)
 
 
 def _merge_fallbacks(res, kofs, rofs, nk, nr):

@@ -670,6 +670,28 @@ def test_spans_never_read_past_their_end():
         np.testing.assert_array_equal(X.toarray(), np.vstack([r[0].toarray() for r in ref]))
 
 
+@pytest.mark.parametrize("end", [b" ", b"\t", b"\x0b", b"\x0c", b"\r", b"", b"x", b"_1", b".", b".5", b"0",
+                                 b"e1", b":", b"3:1", b"4"])
+def test_single_digit_values_and_what_follows(tmp_path, end):
+    """A one-digit value is decoded by two byte tests when whitespace follows; anything else
+    after the digit takes the general path (or Python, or an error), as sklearn decides."""
+    lines = [b"1 2:%d%s 5:1 7:0" % (d, end) for d in range(10)] + [b"0 3:0%s" % end, b"1 4:9%s" % end]
+    path = tmp_path / "digits.svm"
+    path.write_bytes(b"\n".join(lines))
+    try:
+        ref = load_svmlight_file(str(path), zero_based=False, n_features=9)
+    except ValueError:
+        with pytest.raises(DataError, match="line 1, "):  # the first line is already refused
+            load_svmlight(path, zero_based=False, n_features=9)
+        return
+    assert_same(load_svmlight(path, zero_based=False, n_features=9), ref)
+    raw = path.read_bytes()
+    nl = [i for i, c in enumerate(raw) if c == 10]
+    starts = np.array([0] + [i + 1 for i in nl], np.int64)
+    ends = np.array(nl + [len(raw)], np.int64)
+    assert_same(decode_libsvm(raw, starts, ends, n_features=9, zero_based=False, dtype=np.float64), ref)
+
+
 def test_whole_file_in_regions_matches_one_thread_and_sklearn(tmp_path, monkeypatch):
     """Regions decoded by several threads: blank and comment lines (fewer records than lines),
     qid tokens (fewer features than ':'), fallback tokens and re-parsed records in every region."""
@@ -688,6 +710,22 @@ def test_whole_file_in_regions_matches_one_thread_and_sklearn(tmp_path, monkeypa
         for threads in [2, 3, 7]:
             assert_same(load_svmlight(path, threads=threads, query_id=q), one)
         assert_same(one, load_svmlight_file(str(path), query_id=q))
+
+
+@pytest.mark.parametrize("tail", [b"\n", b"", b"\r\n", b"\n\n"])
+def test_plain_file_in_regions_matches_sklearn(tmp_path, monkeypatch, tail):
+    """Only plain data lines: the regions' records and features follow one another, the CSR
+    arrays are those the kernels wrote (the last line with or without its newline)."""
+    from lirs import svmdecode
+    rng = np.random.default_rng(11)
+    lines = [b"%d " % rng.integers(0, 3) + b" ".join(b"%d:%d" % (a, rng.integers(1, 9)) for a in
+             np.unique(rng.integers(1, 10 ** 6, int(rng.integers(1, 30)))).tolist()) for _ in range(700)]
+    path = tmp_path / "plain.svm"
+    path.write_bytes(tail.join(lines) + tail if tail else b"\n".join(lines))
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 1500)
+    ref = load_svmlight_file(str(path), dtype=np.float32)
+    for threads in [1, 2, 5]:
+        assert_same(load_svmlight(path, threads=threads, dtype=np.float32), ref, np.float32)
 
 
 def test_first_error_in_file_order_across_regions(tmp_path, monkeypatch):

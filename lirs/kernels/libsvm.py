@@ -254,13 +254,13 @@ def libsvm_spans(buf, starts, ends, j0, shift, n_features, query_id, indices, da
 
 @njit(cache=True, nogil=True, _nrt=False)
 def libsvm_lines(buf, a, b, shift, n_features, query_id, indices, data, k0, y, qid, has_qid,
-                 rec_nnz, rec_pos, status, r0, fb_slot, fb_lo, fb_hi):
+                 rec_end, rec_pos, status, r0, fb_slot, fb_lo, fb_hi):
     """Decode every data line of buf[a:b] (whole lines) as one record, as a file load does.
 
-    Records are written from r0 (y, qid, has_qid, rec_nnz int64 = features of the record,
-    rec_pos int64 = offset of its first byte, status int8), features from k0 (indices, data: the
-    region's capacity, e.g. its ':' count). Fallback tokens: slots are global positions in
-    data (or -1 - record). A record that is NEEDS_PYTHON holds no feature here.
+    Records are written from r0 (y, qid, has_qid, rec_end int64 = position in indices just past
+    the record's features, rec_pos int64 = offset of its first byte, status int8), features from
+    k0 (indices, data: the region's capacity, e.g. its ':' count). Fallback tokens: slots are
+    global positions in data (or -1 - record). A record that is NEEDS_PYTHON holds no feature here.
     Returns (records, features, fallbacks, min index, max index, end); ``end`` < b only if the
     record arrays ran full.
     """
@@ -283,7 +283,7 @@ def libsvm_lines(buf, a, b, shift, n_features, query_id, indices, data, k0, y, q
         y[r] = label
         qid[r] = qv
         has_qid[r] = hq
-        rec_nnz[r] = k2 - k
+        rec_end[r] = k2
         if k2 > k:
             imin = min(imin, np.int64(indices[k]))
             imax = max(imax, np.int64(indices[k2 - 1]))
