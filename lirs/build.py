@@ -195,7 +195,7 @@ class VarScanner:
             raise DataError(f"{path}: empty file (0 bytes); nothing to index")
         carry = np.empty(0, np.uint8)
         carry_base = 0
-        for buf, nb, base in file_chunks(path, self.chunk_bytes):
+        for buf, nb, base in file_chunks(path, self.chunk_bytes, direct=True):
             lo = 0
             if carry.size:
                 f = K.find_byte(buf, 0, nb, 10)
