@@ -23,3 +23,4 @@ URING_WAIT_SHARE = 0.0
 # reads skip the page cache, whose copy and reclaim (kswapd) cost CPU the scan needs on 2 cores.
 SCAN_READ_BYTES = 1 << 20
 SCAN_READ_DEPTH = 16
+SCAN_CHUNKS_AHEAD = 2  # chunks read while one is scanned: the queue stays full across chunk ends

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .constants import BLOCK, FORMATS, SCAN_READ_BYTES, SCAN_READ_DEPTH
+from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
 
 log = logging.getLogger("lirs.inputs")
@@ -172,8 +172,8 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
 
 
 def read_chunks(path: str, start: int, end: int, chunk: int, *, direct: bool = False):
-    """Yield (buf uint8, nbytes, file offset) over [start, end) of ``path``, the next read in flight
-    on a thread. Two buffers of ``chunk`` bytes alternate: a yielded buffer stays valid until the
+    """Yield (buf uint8, nbytes, file offset) over [start, end) of ``path``, the next reads in flight
+    on threads. A few buffers of ``chunk`` bytes take turns: a yielded buffer stays valid until the
     next one is asked for. A file that ends before ``end`` raises DataError; a failed read raises
     OSError naming the file and the byte offset.
 
@@ -215,20 +215,22 @@ def _direct_chunks(engine, path: str, start: int, end: int, chunk: int):
 
     A chunk [off, off + chunk) is read as the 4096-aligned span around it, in pieces of
     SCAN_READ_BYTES, into an aligned buffer; the yielded view starts at ``off``. Neighbouring
-    chunks may both read the block they share (one block per chunk: nothing next to 16 MiB)."""
+    chunks may both read the block they share (one block per chunk: nothing next to 16 MiB).
+    SCAN_CHUNKS_AHEAD chunks are read while the caller scans one, so the device's queue never
+    drains at a chunk's end (one chunk's last pieces complete one by one)."""
     from .engines import aligned_empty
 
     size = (chunk + 2 * BLOCK + BLOCK - 1) // BLOCK * BLOCK
-    bufs = [aligned_empty(size), aligned_empty(size)]
+    bufs = [aligned_empty(size) for _ in range(SCAN_CHUNKS_AHEAD + 1)]
     files = np.zeros((size + SCAN_READ_BYTES - 1) // SCAN_READ_BYTES + 1, np.int32)
 
-    def read(i, off):
+    def read(buf, off):
         want = min(chunk, end - off)
         lo = off // BLOCK * BLOCK
         hi = (off + want + BLOCK - 1) // BLOCK * BLOCK
         pos = np.arange(0, hi - lo, SCAN_READ_BYTES, dtype=np.int64)
         nbytes = np.minimum(SCAN_READ_BYTES, hi - lo - pos)
-        got = engine.read(files[:pos.size], lo + pos, nbytes, bufs[i], pos)
+        got = engine.read(files[:pos.size], lo + pos, nbytes, buf, pos)
         short = np.flatnonzero(got < nbytes)  # engines answer short only where the file ends
         reached = lo + (int(pos[short[0]] + got[short[0]]) if short.size else hi - lo)
         if reached < off + want:
@@ -236,16 +238,16 @@ def _direct_chunks(engine, path: str, start: int, end: int, chunk: int):
                             "did it change while being read?")
         return want
 
-    off, i = start, 0
-    with ThreadPoolExecutor(1) as ex:
-        fut = ex.submit(read, 0, off)
-        while fut is not None:
-            n = fut.result()
-            nxt = off + n
-            fut = ex.submit(read, 1 - i, nxt) if nxt < end else None
+    offs = range(start, end, chunk)
+    with ThreadPoolExecutor(SCAN_CHUNKS_AHEAD) as ex:
+        submit = lambda c: ex.submit(read, bufs[c % len(bufs)], offs[c])  # noqa: E731
+        futs = {c: submit(c) for c in range(min(SCAN_CHUNKS_AHEAD, len(offs)))}
+        for c, off in enumerate(offs):
+            n = futs.pop(c).result()
+            if c + SCAN_CHUNKS_AHEAD < len(offs):  # into the buffer the caller has just given back
+                futs[c + SCAN_CHUNKS_AHEAD] = submit(c + SCAN_CHUNKS_AHEAD)
             skip = off % BLOCK
-            yield bufs[i][skip:skip + chunk], n, off
-            off, i = nxt, 1 - i
+            yield bufs[c % len(bufs)][skip:skip + chunk], n, off
 
 
 def _buffered_chunks(path: str, start: int, end: int, chunk: int):
