@@ -567,3 +567,28 @@ def test_index_without_o_direct_is_identical_and_says_so_once(tmp_path, monkeypa
             assert np.array_equal(cached.offsets, offsets) and np.array_equal(cached.label_codes, codes)
     said = [r for r in caplog.records if "refuses O_DIRECT (test); scanning through the page cache" in r.message]
     assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG]
+
+
+def test_regions_split_over_the_pool_give_the_same_index_and_first_error(tmp_path, monkeypatch):
+    from lirs import build as B
+
+    rng = np.random.default_rng(8)
+    lines = [b"%d %s" % (rng.integers(-2, 3), b" ".join(b"%d:%d" % (c, rng.integers(1, 9)) for c in
+                                                        np.sort(rng.choice(500, rng.integers(0, 12), replace=False))))
+             for _ in range(4000)]
+    data = b"\n".join(lines) + b"\n"
+    p = tmp_path / "x.svm"
+    p.write_bytes(data)
+    monkeypatch.setattr(B, "_MIN_PART", 256)  # every chunk cut in one part per core, scanned on the pool
+    idx = lirs.build_index(str(p), progress=False, chunk_bytes=20000)
+    starts, labels = ref_libsvm(data)
+    assert np.array_equal(idx.offsets, starts)
+    assert np.array_equal(idx.label_values[idx.label_codes], labels)
+    # two bad lines in different parts of one chunk: the first in the file is the one reported
+    for wrong, first in (((2600,), 2601), ((1500, 2600), 1501)):
+        bad = list(lines)
+        for i in wrong:
+            bad[i] = b"1 3:x"
+        p.write_bytes(b"\n".join(bad) + b"\n")
+        with pytest.raises(DataError, match=rf"line {first}, byte \d+"):
+            lirs.build_index(str(p), progress=False, chunk_bytes=1 << 20)
