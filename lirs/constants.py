@@ -21,3 +21,9 @@ WINDOW_AUTO_MAX = 256 << 20
 # completions (at least one; 0 = one, as fio does). 1/8 was measured at QD 32 within the run-to-run
 # spread of benchmarks/bench_engines.py on this shared 2-core machine, so fio's choice stays.
 URING_WAIT_SHARE = 0.0
+# sequential scans (`lirs index`): each chunk is read with O_DIRECT in pieces of SCAN_READ_BYTES,
+# SCAN_READ_DEPTH of them in flight: the shape of fio's sequential reference (1 MiB, QD 16). Direct
+# reads skip the page cache, whose copy and reclaim (kswapd) cost CPU the scan needs on 2 cores.
+SCAN_READ_BYTES = 1 << 20
+SCAN_READ_DEPTH = 16
+SCAN_CHUNKS_AHEAD = 2  # chunks read while one is scanned: the queue stays full across chunk ends

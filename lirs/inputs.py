@@ -2,14 +2,17 @@
 sequentially in chunks with the next read in flight."""
 from __future__ import annotations
 
+import logging
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .constants import FORMATS
+from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
+
+log = logging.getLogger("lirs.inputs")
 
 _EXT_FORMAT = {
     ".svm": "libsvm", ".libsvm": "libsvm", ".svmlight": "libsvm", ".scale": "libsvm", ".t": "libsvm",
@@ -168,10 +171,88 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
 # --------------------------------------------------------------------------- chunked reading
 
 
-def read_chunks(path: str, start: int, end: int, chunk: int):
-    """Yield (buf uint8, nbytes, file offset) over [start, end) of ``path``, the next read in flight
-    on a thread. Two buffers of ``chunk`` bytes alternate: a yielded buffer stays valid until the
-    next one is asked for. A file that ends before ``end`` raises DataError."""
+def read_chunks(path: str, start: int, end: int, chunk: int, *, direct: bool = False):
+    """Yield (buf uint8, nbytes, file offset) over [start, end) of ``path``, the next reads in flight
+    on threads. A few buffers of ``chunk`` bytes take turns: a yielded buffer stays valid until the
+    next one is asked for. A file that ends before ``end`` raises DataError; a failed read raises
+    OSError naming the file and the byte offset.
+
+    ``direct``: read each chunk with O_DIRECT (:func:`_direct_chunks`) where the filesystem allows
+    it, else (tmpfs, some FUSE mounts; said once per filesystem) through the page cache.
+    """
+    engine = _scan_engine(path) if direct and end > start else None
+    if engine is None:
+        yield from _buffered_chunks(path, start, end, chunk)
+        return
+    with engine:
+        yield from _direct_chunks(engine, path, start, end, chunk)
+
+
+_WARNED_DEVICES: set = set()
+
+
+def _scan_engine(path: str):
+    """An engine reading ``path`` with O_DIRECT, SCAN_READ_DEPTH reads in flight; None (logged)
+    where the filesystem refuses O_DIRECT or no engine works."""
+    from .engines import open_engine, probe_direct  # engines load numba kernels: only when reading
+
+    why = probe_direct(path)
+    if why is None:
+        try:
+            return open_engine([path], direct=True, depth=SCAN_READ_DEPTH)
+        except (OSError, UsageError) as e:
+            why = f"no engine reads {path} with O_DIRECT ({e})"
+    dev = os.stat(path).st_dev
+    # a dataset of many files on tmpfs would repeat the same line per file: warn once per filesystem
+    level = logging.DEBUG if dev in _WARNED_DEVICES else logging.WARNING
+    _WARNED_DEVICES.add(dev)
+    log.log(level, "%s; scanning through the page cache", why)
+    return None
+
+
+def _direct_chunks(engine, path: str, start: int, end: int, chunk: int):
+    """:func:`read_chunks` through ``engine`` (opened on ``path`` with O_DIRECT).
+
+    A chunk [off, off + chunk) is read as the 4096-aligned span around it, in pieces of
+    SCAN_READ_BYTES, into an aligned buffer; the yielded view starts at ``off``. Neighbouring
+    chunks may both read the block they share (one block per chunk: nothing next to 16 MiB).
+    SCAN_CHUNKS_AHEAD chunks are read while the caller scans one, so the device's queue never
+    drains at a chunk's end (one chunk's last pieces complete one by one)."""
+    from .engines import aligned_empty
+
+    size = (chunk + 2 * BLOCK + BLOCK - 1) // BLOCK * BLOCK
+    bufs = [aligned_empty(size) for _ in range(SCAN_CHUNKS_AHEAD + 1)]
+    files = np.zeros((size + SCAN_READ_BYTES - 1) // SCAN_READ_BYTES + 1, np.int32)
+
+    def read(buf, off):
+        want = min(chunk, end - off)
+        lo = off // BLOCK * BLOCK
+        hi = (off + want + BLOCK - 1) // BLOCK * BLOCK
+        pos = np.arange(0, hi - lo, SCAN_READ_BYTES, dtype=np.int64)
+        nbytes = np.minimum(SCAN_READ_BYTES, hi - lo - pos)
+        got = engine.read(files[:pos.size], lo + pos, nbytes, buf, pos)
+        short = np.flatnonzero(got < nbytes)  # engines answer short only where the file ends
+        reached = lo + (int(pos[short[0]] + got[short[0]]) if short.size else hi - lo)
+        if reached < off + want:
+            raise DataError(f"{path}: byte {reached}: file ended early (expected {end} bytes); "
+                            "did it change while being read?")
+        return want
+
+    offs = range(start, end, chunk)
+    with ThreadPoolExecutor(SCAN_CHUNKS_AHEAD) as ex:
+        submit = lambda c: ex.submit(read, bufs[c % len(bufs)], offs[c])  # noqa: E731
+        futs = {c: submit(c) for c in range(min(SCAN_CHUNKS_AHEAD, len(offs)))}
+        for c, off in enumerate(offs):
+            n = futs.pop(c).result()
+            if c + SCAN_CHUNKS_AHEAD < len(offs):  # into the buffer the caller has just given back
+                futs[c + SCAN_CHUNKS_AHEAD] = submit(c + SCAN_CHUNKS_AHEAD)
+            skip = off % BLOCK
+            yield bufs[c % len(bufs)][skip:skip + chunk], n, off
+
+
+def _buffered_chunks(path: str, start: int, end: int, chunk: int):
+    """:func:`read_chunks` through the page cache: one ``preadv`` of a whole chunk in flight, the
+    kernel's readahead (POSIX_FADV_SEQUENTIAL) filling ahead of it."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         try:
@@ -209,6 +290,6 @@ def read_chunks(path: str, start: int, end: int, chunk: int):
         os.close(fd)
 
 
-def file_chunks(path: str, chunk_bytes: int):
+def file_chunks(path: str, chunk_bytes: int, *, direct: bool = False):
     """The whole file in chunks (see :func:`read_chunks`)."""
-    return read_chunks(path, 0, os.path.getsize(path), chunk_bytes)
+    return read_chunks(path, 0, os.path.getsize(path), chunk_bytes, direct=direct)

@@ -41,12 +41,17 @@ _CHECK_BLOCKS = 256  # re-validation when only the mtime moved: 1 MiB read
 # --------------------------------------------------------------------------- fingerprint
 
 
-def pread_full(fd: int, nbytes: int, offset: int) -> bytes:
+def pread_full(fd: int, nbytes: int, offset: int, path: str | None = None) -> bytes:
     """``nbytes`` from ``offset``, continuing short reads (FUSE and network filesystems return
-    them mid-file); shorter only at end of file."""
+    them mid-file); shorter only at end of file. A failed read's OSError names ``path`` and the
+    byte (``lirs_offset``, which the CLI prints)."""
     parts, got = [], 0
     while got < nbytes:
-        b = os.pread(fd, nbytes - got, offset + got)
+        try:
+            b = os.pread(fd, nbytes - got, offset + got)
+        except OSError as e:
+            e.filename, e.lirs_offset = path, offset + got
+            raise
         if not b:
             break  # end of file
         parts.append(b)
@@ -54,14 +59,14 @@ def pread_full(fd: int, nbytes: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
-def _sample_hash(fd: int, size: int, blocks: int) -> str:
-    """BLAKE2b of the size and of ``blocks`` 4 KiB blocks spread evenly over the file."""
+def _sample_hash(fd: int, size: int, blocks: int, path: str | None = None) -> str:
+    """BLAKE2b of the size and of ``blocks`` 4 KiB blocks spread evenly over the file ``path``."""
     h = hashlib.blake2b(digest_size=16)
     h.update(size.to_bytes(8, "little"))
     if size:
         last = max(0, size - _SAMPLE_BLOCK)
         for off in sorted(set(int(x) for x in np.linspace(0, last, blocks))):
-            h.update(pread_full(fd, _SAMPLE_BLOCK, off))
+            h.update(pread_full(fd, _SAMPLE_BLOCK, off, path))
     return h.hexdigest()
 
 
@@ -75,8 +80,8 @@ def fingerprint(path: str) -> dict:
         st = os.fstat(f.fileno())
         size = int(st.st_size)
         return {"size": size, "mtime_ns": int(st.st_mtime_ns),
-                "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS),
-                "check_hash": _sample_hash(f.fileno(), size, _CHECK_BLOCKS)}
+                "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path),
+                "check_hash": _sample_hash(f.fileno(), size, _CHECK_BLOCKS, path)}
 
 
 def fingerprint_diff(path: str, expected: dict) -> str | None:

@@ -152,7 +152,7 @@ class TFRecordScanner:
         n0 = self.n
         pending: list = []     # pieces of a record that continues into the next chunk
         have = pend_base = 0
-        for buf, nb, base in read_chunks(path, start, size, self.chunk_bytes):
+        for buf, nb, base in read_chunks(path, start, size, self.chunk_bytes, direct=True):
             lo = 0
             while pending and lo < nb:
                 need = self._need(pending)

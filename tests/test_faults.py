@@ -201,6 +201,83 @@ def test_engine_read_error_names_file_and_offset(fs, mounted, engine, direct):
     assert m and 18 * BLOCK <= int(m.group(1)) <= bad, str(err)
 
 
+# --------------------------------------------------------------------------- index level
+
+
+SCANS = ["direct", "cached"]  # how `lirs index` reads: O_DIRECT pieces, or the page-cache fallback
+
+
+def _scan_mode(monkeypatch, scan):
+    if scan == "cached":
+        import lirs.inputs as I
+
+        monkeypatch.setattr(I, "_scan_engine", lambda path: None)
+
+
+@pytest.mark.parametrize("scan", SCANS)
+def test_index_through_short_reads_is_identical(fs, mounted, tmp_path, monkeypatch, scan):
+    from lirs.index import open_index
+
+    _, files = mounted
+    plain, path = files["train.svm"]
+    _scan_mode(monkeypatch, scan)
+    fs.set_rules(_short_rules("train.svm", os.path.getsize(plain)))
+    got = lirs.build_index(path, progress=False, out=str(tmp_path / "m.lirs"), chunk_bytes=50000)
+    want = open_index(plain + ".lirs")
+    assert got.n == want.n and np.array_equal(got.offsets, want.offsets)
+    assert np.array_equal(got.label_values[got.label_codes], want.label_values[want.label_codes])
+    assert fs.counts()["short"] > 0
+
+
+def _failed_at(err) -> int:
+    """The byte offset a read error names: ``lirs_offset`` (page-cache reads), else the engine's
+    message ("... at offset N")."""
+    off = getattr(err, "lirs_offset", None)
+    if off is not None:
+        return int(off)
+    m = re.search(r"at offset (\d+)", str(err))
+    assert m, str(err)
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("scan", SCANS)
+def test_eio_during_a_scan_names_file_and_offset(fs, mounted, monkeypatch, scan):
+    from lirs.inputs import read_chunks
+
+    _, files = mounted
+    plain, path = files["train.svm"]
+    size = os.path.getsize(plain)
+    bad = size // 2 + 77
+    _scan_mode(monkeypatch, scan)
+    fs.set_rules([{"file": "train.svm", "start": 0, "end": END, "kind": "short", "n": 2000},
+                  {"file": "train.svm", "start": bad, "end": bad + 1, "kind": "eio"}])
+    seen = 0
+    with pytest.raises(OSError) as ei:
+        for _, nb, off in read_chunks(path, 0, size, 1 << 16, direct=scan == "direct"):
+            seen = off + nb
+    err = ei.value
+    assert err.errno == errno.EIO and err.filename == path and seen <= bad
+    assert bad - (1 << 20) <= _failed_at(err) <= bad, str(err)
+
+
+@pytest.mark.parametrize("scan", SCANS)
+def test_eio_during_index_names_file_and_offset(fs, mounted, tmp_path, monkeypatch, capsys, scan):
+    from lirs.cli import main
+
+    _, files = mounted
+    plain, path = files["train.svm"]
+    bad = os.path.getsize(plain) // 2 + 77
+    _scan_mode(monkeypatch, scan)
+    fs.set_rules([{"file": "train.svm", "start": 0, "end": END, "kind": "short", "n": 2000},
+                  {"file": "train.svm", "start": bad, "end": bad + 1, "kind": "eio"}])
+    assert main(["index", path, "-o", str(tmp_path / "m.lirs"), "--quiet", "--chunk", "64K"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert path in err and "Input/output error" in err and "Traceback" not in err, err
+    m = re.search(r"(?:byte|at offset) (\d+)", err)
+    assert m and bad - (1 << 20) <= int(m.group(1)) <= bad, err
+    assert len(err.splitlines()) == 1 and not os.path.exists(tmp_path / "m.lirs")
+
+
 # --------------------------------------------------------------------------- loader level
 
 

@@ -552,3 +552,90 @@ def test_an_epoch_plan_releases_the_index_pages_it_walks(tmp_path, monkeypatch):
     assert len(calls) == 1  # the unit table's scan of every offset
     n = sum(1 for _ in plan.batches())
     assert n == plan.num_batches and len(calls) == 1 + n // 4
+
+
+# --------------------------------------------------------------------------- chunked reading
+
+
+def _refuse_direct(monkeypatch):
+    """Make every file look like one on a filesystem that refuses O_DIRECT (tmpfs, some FUSE)."""
+    import lirs.engines as E
+
+    monkeypatch.setattr(E, "probe_direct", lambda path: f"the filesystem of {path} refuses O_DIRECT (test)")
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("start,end,chunk", [(0, None, 4096), (1, None, 5000), (4095, 70001, 1 << 16),
+                                             (12345, None, (1 << 20) + 7), (0, 100, 1 << 20), (9000, 9001, 64)])
+def test_read_chunks_yield_the_file_bytes(tmp_path, start, end, chunk, direct):
+    from lirs.inputs import read_chunks
+
+    p = tmp_path / "x.bin"
+    data = np.random.default_rng(1).integers(0, 256, 3 * (1 << 20) + 1234, dtype=np.uint8)
+    data.tofile(p)
+    end = data.size if end is None else end
+    pieces, want_off = [], start
+    for buf, nb, off in read_chunks(str(p), start, end, chunk, direct=direct):
+        assert off == want_off and 0 < nb <= chunk and buf.size >= nb
+        pieces.append(buf[:nb].copy())
+        want_off += nb
+    assert want_off == end
+    assert np.concatenate(pieces).tobytes() == data[start:end].tobytes()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_read_chunks_of_a_file_that_ends_early(tmp_path, direct):
+    from lirs.inputs import read_chunks
+
+    p = tmp_path / "x.bin"
+    p.write_bytes(b"a" * 10000)
+    with pytest.raises(DataError, match=rf"{re.escape(str(p))}: byte 10000: file ended early"):
+        list(read_chunks(str(p), 0, 20000, 4096, direct=direct))
+
+
+def test_index_without_o_direct_is_identical_and_says_so_once(tmp_path, monkeypatch, caplog):
+    import logging
+
+    import lirs.inputs as I
+
+    rng = np.random.default_rng(4)
+    lines = [f"{rng.integers(-1, 2)} " + " ".join(f"{c}:{rng.integers(1, 9)}" for c in
+                                                  np.sort(rng.choice(99, rng.integers(0, 9), replace=False)) + 1)
+             for _ in range(3000)]
+    p = tmp_path / "x.svm"
+    p.write_text("\n".join(lines) + "\n")
+    direct = lirs.build_index(str(p), progress=False, chunk_bytes=5000)
+    offsets, codes = np.array(direct.offsets), np.array(direct.label_codes)
+    _refuse_direct(monkeypatch)
+    monkeypatch.setattr(I, "_WARNED_DEVICES", set())
+    with caplog.at_level(logging.DEBUG, logger="lirs.inputs"):
+        for _ in range(2):
+            cached = lirs.build_index(str(p), progress=False, chunk_bytes=5000)
+            assert np.array_equal(cached.offsets, offsets) and np.array_equal(cached.label_codes, codes)
+    said = [r for r in caplog.records if "refuses O_DIRECT (test); scanning through the page cache" in r.message]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG]
+
+
+def test_regions_split_over_the_pool_give_the_same_index_and_first_error(tmp_path, monkeypatch):
+    from lirs import build as B
+
+    rng = np.random.default_rng(8)
+    lines = [b"%d %s" % (rng.integers(-2, 3), b" ".join(b"%d:%d" % (c, rng.integers(1, 9)) for c in
+                                                        np.sort(rng.choice(500, rng.integers(0, 12), replace=False))))
+             for _ in range(4000)]
+    data = b"\n".join(lines) + b"\n"
+    p = tmp_path / "x.svm"
+    p.write_bytes(data)
+    monkeypatch.setattr(B, "_MIN_PART", 256)  # every chunk cut in one part per core, scanned on the pool
+    idx = lirs.build_index(str(p), progress=False, chunk_bytes=20000)
+    starts, labels = ref_libsvm(data)
+    assert np.array_equal(idx.offsets, starts)
+    assert np.array_equal(idx.label_values[idx.label_codes], labels)
+    # two bad lines in different parts of one chunk: the first in the file is the one reported
+    for wrong, first in (((2600,), 2601), ((1500, 2600), 1501)):
+        bad = list(lines)
+        for i in wrong:
+            bad[i] = b"1 3:x"
+        p.write_bytes(b"\n".join(bad) + b"\n")
+        with pytest.raises(DataError, match=rf"line {first}, byte \d+"):
+            lirs.build_index(str(p), progress=False, chunk_bytes=1 << 20)

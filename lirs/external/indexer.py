@@ -6,39 +6,10 @@ import tempfile
 
 import numpy as np
 
-from ..build import VarScanner
+from ..build import Tap, VarScanner
 from ..index import Index, header_for
 from ..kernels import scan as KS
 from ..sidecar import SidecarWriter, fingerprint
-
-
-class Tap:
-    """Sidecar-writer proxy: streams record starts to the sidecar and accumulates their size
-    statistics exactly as :mod:`lirs.build` does (record i ends where record i+1 starts)."""
-
-    def __init__(self, w):
-        self.w = w
-        self.n = 0
-        self.prev = -1
-        self.st = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])
-
-    def append(self, starts) -> None:
-        """Stream ``starts`` (int64 (k,), increasing record starts in the output) to the sidecar."""
-        starts = np.asarray(starts, np.int64)
-        if starts.size == 0:
-            return
-        self.w.append(starts)
-        if self.prev >= 0:
-            KS.span_stats(np.array([self.prev], np.int64), int(starts[0]), self.st)
-        KS.span_stats(starts[:-1], int(starts[-1]), self.st)
-        self.prev = int(starts[-1])
-        self.n += int(starts.size)
-
-    def finish(self, data_end: int) -> None:
-        """Count the last record, which ends at ``data_end``."""
-        if self.prev >= 0:
-            KS.span_stats(np.array([self.prev], np.int64), int(data_end), self.st)
-            self.prev = -1
 
 
 class TextIndexer:
