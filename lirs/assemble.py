@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from .decode import _csr, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from .errors import DataError
+from .svmdecode import span_parts
 
 
 class StepDecoder:
@@ -58,6 +59,10 @@ class StepDecoder:
             return self._by_file(decode_tfrecord, step, buf, local, rext, rpos, starts, starts + rlen,
                                  verify=self.verify), None
         return decode_lines(buf, starts, starts + rlen), self.index.labels_of(ids)
+
+    def wide(self, step) -> bool:
+        """Whether decoding ``step`` spreads over several cores by itself (a LIBSVM window)."""
+        return self.index.format == "libsvm" and span_parts(step.payload_bytes, len(step.ids)) > 1
 
     def _libsvm(self, step, buf, ids, rext, rpos, starts, ends):
         return self._by_file(decode_libsvm, step, buf, ids, rext, rpos, starts, ends, n_features=self.n_features,

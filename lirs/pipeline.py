@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -62,7 +63,8 @@ class Pipeline:
     """The engine, the pool of threads and the buffers of one process.
 
     ``decode(step, buf, buf_pos, got) -> (X, y)`` turns a read step's bytes into rows (see
-    :class:`lirs.assemble.StepDecoder`); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
+    :class:`lirs.assemble.StepDecoder`; its ``wide(step)``, when it has one, says whether decoding
+    ``step`` spreads over every core by itself); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
     ``warm`` (:class:`lirs.warmup.Warmup`): the engine opens, and the first decode runs, once the
     warm-up helper has compiled their kernels (when there is one).
     """
@@ -73,6 +75,10 @@ class Pipeline:
         self.engine = open_engine(list(paths), engine, direct=direct, depth=depth)
         self.workers = int(workers)
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-loader")
+        # a wide step (a window) is decoded by every core at once: one at a time, so that the next
+        # window is read while this one is decoded (two windows decoded together finish together,
+        # and the two after them are then read together while the cores idle)
+        self.wide = threading.Lock()
         self.buffers = BufferPool()
         self.decode = decode
         self.stats = stats
@@ -103,9 +109,11 @@ class Pipeline:
             t0 = time.perf_counter()
             got = self.engine.read(step.ext_file, step.ext_offset, ext_nbytes, buf, buf_pos)
             self.warm.wait("decode")
-            t1 = time.perf_counter()
-            out = self.decode(step, buf, buf_pos, got)
-            t2 = time.perf_counter()
+            wide = getattr(self.decode, "wide", None)
+            with self.wide if wide is not None and wide(step) else contextlib.nullcontext():
+                t1 = time.perf_counter()
+                out = self.decode(step, buf, buf_pos, got)
+                t2 = time.perf_counter()
         finally:
             self.buffers.give(buf)
         with self.stats_lock:

@@ -3,6 +3,8 @@ number of windows the loader holds at once."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -180,3 +182,36 @@ def test_quality_and_bench_refuse_a_bad_window_before_any_work(kdd, capsys):
     assert "window must be a group count" in capsys.readouterr().err
     assert cli_main(["bench", kdd, "--window=-5%", "--granularity", "window", "--peers", "none"]) == 2
     assert "window must be a group count" in capsys.readouterr().err
+
+
+
+def test_wide_steps_are_decoded_one_at_a_time(kdd, monkeypatch):
+    # a window decoded by every core at once waits for the one before it: two windows decoded
+    # together would finish together and leave the cores idle while the next two are read
+    from lirs import assemble, svmdecode
+
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 16)
+    monkeypatch.setattr(svmdecode, "cores", lambda: 2)
+    real = assemble.StepDecoder.__call__
+    lock, now, most, wide = threading.Lock(), [0], [0], [0]
+
+    def call(self, step, *args):
+        if not self.wide(step):
+            return real(self, step, *args)
+        with lock:
+            now[0] += 1
+            most[0], wide[0] = max(most[0], now[0]), wide[0] + 1
+        try:
+            time.sleep(0.05)  # long enough for a second window to be read meanwhile
+            return real(self, step, *args)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(assemble.StepDecoder, "__call__", call)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K") as ld:
+        assert ld._decoder.wide(next(iter(ld.plan(0).batches())).parts[0][0])
+        ids = np.concatenate([b.ids for b in ld.epoch(0)])
+    assert wide[0] >= 3 and most[0] == 1
+    assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+
