@@ -124,6 +124,15 @@ def rows(X, lo: int, hi: int):
     return X[lo:hi]
 
 
+def detached(step_rows, lo: int, hi: int):
+    """(X, y) of rows lo:hi of a decoded step ``step_rows`` = (X, y), sharing no array with it
+    (the step's memory can go while these rows wait for the rest of their batch)."""
+    X, y = step_rows
+    X = rows(X, lo, hi)
+    X = X.copy() if sp.issparse(X) or isinstance(X, np.ndarray) else list(X)
+    return X, None if y is None else y[lo:hi].copy()
+
+
 def stack(Xs: list, ys):
     """Rows of several decoded steps as one batch: (X, y)."""
     first = Xs[0]

@@ -18,11 +18,11 @@ import collections
 import contextlib
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from .assemble import batch_of
+from .assemble import batch_of, detached
 from .constants import BLOCK
 from .engines import aligned_empty, open_engine
 from .errors import TransformError
@@ -149,7 +149,9 @@ class EpochRun:
     A window step feeds many batches and holds a whole window, so for granularity ``window`` the
     count follows the bytes: two windows (the one being consumed and the next one, read while the
     current one is consumed), or as many small windows as ``prefetch + 1`` batches span — memory
-    stays about two windows whatever ``prefetch``."""
+    stays about two windows whatever ``prefetch``. The batch that ends a window also needs the next
+    one: once it is taken, the ended window's rows in it are copied out and the window let go, so
+    the window after is read while the next one is still being read or decoded."""
 
     def __init__(self, pipeline: Pipeline, plan, epoch: int, start: int, prefetch: int, empty, *,
                  stride: int = 1, finish=None):
@@ -167,12 +169,37 @@ class EpochRun:
     def next(self):
         """The oldest submitted batch ``(BatchPlan, parts)``, after topping up so that ``prefetch``
         batches are in flight while it is waited for and consumed; None at the end of the epoch."""
+        self._top_up()
+        if not self.pending:
+            return None
+        bp, parts = self.pending.popleft()
+        if self.finish is None and len(parts) > 1 and self._detach_ended(parts):
+            self._top_up()  # a step it ended is no longer held: the next one can be read already
+        return bp, parts
+
+    def _top_up(self) -> None:
         while len(self.steps) < self.max_steps or not self.pending:
             bp = next(self.batches, None)
             if bp is None:
                 break
             self.pending.append((bp, self._submit(bp)))
-        return self.pending.popleft() if self.pending else None
+
+    def _detach_ended(self, parts: list) -> bool:
+        """In a batch that spans steps, copy out the rows of each step it ends that is already
+        decoded, and forget that step (replacing its part in ``parts``): when a window ends in
+        this batch, the window after the next one is then read while the next one is still
+        being read or decoded, instead of after it (the batch waits for it). Only rows of one
+        batch are copied. True when a step was forgotten."""
+        freed = False
+        for i, (fut, lo, hi, last, step) in enumerate(parts[:-1]):
+            if not (last and step is not None and fut.done()) or fut.cancelled() or fut.exception() is not None:
+                continue
+            own = Future()
+            own.set_result(detached(fut.result(), lo, hi))
+            parts[i] = (own, 0, hi - lo, True, None)
+            self.steps.pop(step.number, None)
+            freed = True
+        return freed
 
     def _submit(self, bp) -> list:
         if self.finish is not None:

@@ -185,6 +185,42 @@ def test_quality_and_bench_refuse_a_bad_window_before_any_work(kdd, capsys):
 
 
 
+def test_next_window_is_read_while_the_batch_ending_one_waits(kdd, monkeypatch):
+    # a batch that ends window k also needs window k + 1: window k's rows are copied out as soon
+    # as that batch is taken, so window k + 2 is submitted before that batch is delivered (not
+    # once window k + 1 is decoded); two windows are still held at most, and rows stay exact
+    X, y = lirs.load_svmlight(kdd, dtype=np.float32)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K",
+                     n_features=X.shape[1]) as ld:
+        ends = {bp.parts[0][0].number: bp.index for bp in ld.plan(0).batches(extents=False)
+                if len(bp.parts) > 1}
+        assert len(ends) >= 3
+        delivered, submitted_at, most = [0], {}, [0]
+        real_submit, real_next = pipeline.Pipeline.submit, pipeline.EpochRun.next
+
+        def submit(self, step, then=None):
+            submitted_at[step.number] = delivered[0]
+            return real_submit(self, step, then)
+
+        def next_(self):
+            out = real_next(self)
+            most[0] = max(most[0], len(self.steps))
+            return out
+
+        monkeypatch.setattr(pipeline.Pipeline, "submit", submit)
+        monkeypatch.setattr(pipeline.EpochRun, "next", next_)
+        ids = []
+        for b in ld.epoch(0):
+            assert (b.X != X[b.ids]).nnz == 0 and np.array_equal(b.y, y[b.ids])
+            ids.append(b.ids)
+            delivered[0] += 1
+    assert most[0] == 2
+    assert all(submitted_at[k + 2] <= b for k, b in ends.items() if k + 2 in submitted_at)
+    assert sum(k + 2 in submitted_at for k in ends) >= 2
+    ids = np.concatenate(ids)
+    assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+
+
 def test_wide_steps_are_decoded_one_at_a_time(kdd, monkeypatch):
     # a window decoded by every core at once waits for the one before it: two windows decoded
     # together would finish together and leave the cores idle while the next two are read
@@ -215,3 +251,12 @@ def test_wide_steps_are_decoded_one_at_a_time(kdd, monkeypatch):
     assert wide[0] >= 3 and most[0] == 1
     assert np.array_equal(np.sort(ids), np.arange(len(ids)))
 
+
+def test_detached_rows_share_nothing_with_their_step(kdd):
+    from lirs.assemble import detached
+
+    X, y = lirs.load_svmlight(kdd, dtype=np.float32)
+    dX, dy = detached((X, y), 5, 9)
+    assert (dX != X[5:9]).nnz == 0 and np.array_equal(dy, y[5:9])
+    assert not any(np.shares_memory(a, b) for a, b in [(dX.data, X.data), (dX.indices, X.indices),
+                                                       (dX.indptr, X.indptr), (dy, y)])
