@@ -173,7 +173,7 @@ class EpochRun:
         if not self.pending:
             return None
         bp, parts = self.pending.popleft()
-        if self.finish is None and len(parts) > 1 and self._detach_ended(parts):
+        if len(parts) > 1 and self._detach_ended(parts):
             self._top_up()  # a step it ended is no longer held: the next one can be read already
         return bp, parts
 
@@ -235,13 +235,18 @@ class EpochRun:
                 fut = self.pipeline.submit(step, lambda r: finish(bp, *batch_of([(r, lo, hi)], empty)))
                 self.steps[step.number] = fut  # counted in flight until the consumer releases it
                 return [(fut, 0, 0, True, step)]
-        parts = self._step_parts(bp)
+        parts = [None] + self._step_parts(bp)  # the head, set below, is the batch's own future
 
         def assemble():
-            got = [(f.result(), lo, hi) for f, lo, hi, _, _ in parts]
+            # parts are read only once all are done, one by one from the list: a step that
+            # :meth:`_detach_ended` replaced meanwhile is read from its copy, and let go
+            for i in range(1, len(parts)):
+                parts[i][0].exception()
+            got = [(f.result(), lo, hi) for f, lo, hi, _, _ in parts[1:]]
             return finish(bp, *batch_of(got, empty))
 
-        return [(self.pipeline.executor.submit(assemble), 0, 0, True, None)] + parts
+        parts[0] = (self.pipeline.executor.submit(assemble), 0, 0, True, None)
+        return parts
 
     def release(self, parts) -> None:
         """Forget the steps a batch used last."""

@@ -185,13 +185,14 @@ def test_quality_and_bench_refuse_a_bad_window_before_any_work(kdd, capsys):
 
 
 
-def test_next_window_is_read_while_the_batch_ending_one_waits(kdd, monkeypatch):
+@pytest.mark.parametrize("transform", [None, lambda b: b])
+def test_next_window_is_read_while_the_batch_ending_one_waits(kdd, monkeypatch, transform):
     # a batch that ends window k also needs window k + 1: window k's rows are copied out as soon
     # as that batch is taken, so window k + 2 is submitted before that batch is delivered (not
     # once window k + 1 is decoded); two windows are still held at most, and rows stay exact
     X, y = lirs.load_svmlight(kdd, dtype=np.float32)
     with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K",
-                     n_features=X.shape[1]) as ld:
+                     n_features=X.shape[1], transform=transform) as ld:
         ends = {bp.parts[0][0].number: bp.index for bp in ld.plan(0).batches(extents=False)
                 if len(bp.parts) > 1}
         assert len(ends) >= 3
