@@ -8,8 +8,8 @@ back per read step. :class:`EpochRun` keeps ``prefetch + 1`` steps in flight; th
 on them either blocking (:meth:`EpochRun.wait`) or from an event loop (:meth:`EpochRun.await_parts`)
 — the rest is shared. With a ``finish`` function (the Loader's transform), a batch is also
 assembled and finished on the pool: in the task that decoded its step when the batch is exactly
-one step, else in a task queued after its steps (FIFO: they have all started by then, so it
-never waits on work queued behind it).
+one step, else in a task queued once its steps are decoded (:meth:`Pipeline.after`; no pool
+thread waits for them meanwhile).
 """
 from __future__ import annotations
 
@@ -92,6 +92,35 @@ class Pipeline:
         self.active.add(fut)
         fut.add_done_callback(self.active.discard)
         return fut
+
+    def after(self, futures: list, fn) -> Future:
+        """The future of ``fn()``, run on the pool once every one of ``futures`` is done: no thread
+        of the pool waits for them meanwhile (a step queued behind such a wait could not start)."""
+        out = Future()
+        self.active.add(out)
+        out.add_done_callback(self.active.discard)
+        left, lock = [len(futures)], threading.Lock()
+
+        def run():
+            if out.set_running_or_notify_cancel():
+                try:
+                    out.set_result(fn())
+                except BaseException as e:  # noqa: BLE001 - delivered to the consumer
+                    out.set_exception(e)
+
+        def one_done(_):
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            try:
+                self.executor.submit(run)
+            except RuntimeError:  # the pool was closed meanwhile: nobody waits for this batch
+                out.cancel()
+
+        for f in futures:
+            f.add_done_callback(one_done)
+        return out
 
     def _read_decode(self, step):
         """Read one step's extents into a pooled buffer and decode its records: (X, y). Runs on the
@@ -238,14 +267,13 @@ class EpochRun:
         parts = [None] + self._step_parts(bp)  # the head, set below, is the batch's own future
 
         def assemble():
-            # parts are read only once all are done, one by one from the list: a step that
-            # :meth:`_detach_ended` replaced meanwhile is read from its copy, and let go
-            for i in range(1, len(parts)):
-                parts[i][0].exception()
+            # read from the list: a step that :meth:`_detach_ended` replaced is read from its copy
             got = [(f.result(), lo, hi) for f, lo, hi, _, _ in parts[1:]]
             return finish(bp, *batch_of(got, empty))
 
-        parts[0] = (self.pipeline.executor.submit(assemble), 0, 0, True, None)
+        # once its steps are decoded: a pool thread waiting for them would keep the steps queued
+        # behind it (the next window) from being read meanwhile
+        parts[0] = (self.pipeline.after([f for f, *_ in parts[1:]], assemble), 0, 0, True, None)
         return parts
 
     def release(self, parts) -> None:

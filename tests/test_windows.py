@@ -261,3 +261,31 @@ def test_detached_rows_share_nothing_with_their_step(kdd):
     assert (dX != X[5:9]).nnz == 0 and np.array_equal(dy, y[5:9])
     assert not any(np.shares_memory(a, b) for a, b in [(dX.data, X.data), (dX.indices, X.indices),
                                                        (dX.indptr, X.indptr), (dy, y)])
+
+
+def test_a_transform_does_not_keep_the_next_window_waiting(kdd, monkeypatch):
+    # with a transform, batches are assembled on the pool once their windows are decoded: no pool
+    # thread waits for them meanwhile, so window k + 2 is read while window k + 1 is decoded
+    from lirs import assemble
+
+    real_call, real_read = assemble.StepDecoder.__call__, pipeline.Pipeline._read_decode
+    read_start, decode_end = {}, {}
+
+    def call(self, step, *args):
+        time.sleep(0.05)  # a decode long enough to read the next window meanwhile
+        out = real_call(self, step, *args)
+        decode_end[step.number] = time.perf_counter()
+        return out
+
+    def read_decode(self, step):
+        read_start[step.number] = time.perf_counter()
+        return real_read(self, step)
+
+    monkeypatch.setattr(assemble.StepDecoder, "__call__", call)
+    monkeypatch.setattr(pipeline.Pipeline, "_read_decode", read_decode)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K",
+                     transform=lambda b: b) as ld:
+        ids = np.concatenate([b.ids for b in ld.epoch(0)])
+    assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+    overlapped = [k for k in decode_end if k + 2 in read_start and read_start[k + 2] < decode_end[k + 1]]
+    assert len(overlapped) >= 2, (read_start, decode_end)
