@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from .decode import _csr, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from .errors import DataError
+from .svmdecode import span_parts
 
 
 class StepDecoder:
@@ -58,6 +59,10 @@ class StepDecoder:
             return self._by_file(decode_tfrecord, step, buf, local, rext, rpos, starts, starts + rlen,
                                  verify=self.verify), None
         return decode_lines(buf, starts, starts + rlen), self.index.labels_of(ids)
+
+    def wide(self, step) -> bool:
+        """Whether decoding ``step`` spreads over several cores by itself (a LIBSVM window)."""
+        return self.index.format == "libsvm" and span_parts(step.payload_bytes, len(step.ids)) > 1
 
     def _libsvm(self, step, buf, ids, rext, rpos, starts, ends):
         return self._by_file(decode_libsvm, step, buf, ids, rext, rpos, starts, ends, n_features=self.n_features,
@@ -117,6 +122,15 @@ def rows(X, lo: int, hi: int):
         indptr = X.indptr[lo:hi + 1] - a if a else X.indptr[lo:hi + 1]
         return _csr(X.data[a:b], X.indices[a:b], indptr, (hi - lo, X.shape[1]))
     return X[lo:hi]
+
+
+def detached(step_rows, lo: int, hi: int):
+    """(X, y) of rows lo:hi of a decoded step ``step_rows`` = (X, y), sharing no array with it
+    (the step's memory can go while these rows wait for the rest of their batch)."""
+    X, y = step_rows
+    X = rows(X, lo, hi)
+    X = X.copy() if sp.issparse(X) or isinstance(X, np.ndarray) else list(X)
+    return X, None if y is None else y[lo:hi].copy()
 
 
 def stack(Xs: list, ys):

@@ -8,20 +8,21 @@ back per read step. :class:`EpochRun` keeps ``prefetch + 1`` steps in flight; th
 on them either blocking (:meth:`EpochRun.wait`) or from an event loop (:meth:`EpochRun.await_parts`)
 — the rest is shared. With a ``finish`` function (the Loader's transform), a batch is also
 assembled and finished on the pool: in the task that decoded its step when the batch is exactly
-one step, else in a task queued after its steps (FIFO: they have all started by then, so it
-never waits on work queued behind it).
+one step, else in a task queued once its steps are decoded (:meth:`Pipeline.after`; no pool
+thread waits for them meanwhile).
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from .assemble import batch_of
+from .assemble import batch_of, detached
 from .constants import BLOCK
 from .engines import aligned_empty, open_engine
 from .errors import TransformError
@@ -62,7 +63,8 @@ class Pipeline:
     """The engine, the pool of threads and the buffers of one process.
 
     ``decode(step, buf, buf_pos, got) -> (X, y)`` turns a read step's bytes into rows (see
-    :class:`lirs.assemble.StepDecoder`); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
+    :class:`lirs.assemble.StepDecoder`; its ``wide(step)``, when it has one, says whether decoding
+    ``step`` spreads over every core by itself); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
     ``warm`` (:class:`lirs.warmup.Warmup`): the engine opens, and the first decode runs, once the
     warm-up helper has compiled their kernels (when there is one).
     """
@@ -73,6 +75,10 @@ class Pipeline:
         self.engine = open_engine(list(paths), engine, direct=direct, depth=depth)
         self.workers = int(workers)
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-loader")
+        # a wide step (a window) is decoded by every core at once: one at a time, so that the next
+        # window is read while this one is decoded (two windows decoded together finish together,
+        # and the two after them are then read together while the cores idle)
+        self.wide = threading.Lock()
         self.buffers = BufferPool()
         self.decode = decode
         self.stats = stats
@@ -86,6 +92,35 @@ class Pipeline:
         self.active.add(fut)
         fut.add_done_callback(self.active.discard)
         return fut
+
+    def after(self, futures: list, fn) -> Future:
+        """The future of ``fn()``, run on the pool once every one of ``futures`` is done: no thread
+        of the pool waits for them meanwhile (a step queued behind such a wait could not start)."""
+        out = Future()
+        self.active.add(out)
+        out.add_done_callback(self.active.discard)
+        left, lock = [len(futures)], threading.Lock()
+
+        def run():
+            if out.set_running_or_notify_cancel():
+                try:
+                    out.set_result(fn())
+                except BaseException as e:  # noqa: BLE001 - delivered to the consumer
+                    out.set_exception(e)
+
+        def one_done(_):
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            try:
+                self.executor.submit(run)
+            except RuntimeError:  # the pool was closed meanwhile: nobody waits for this batch
+                out.cancel()
+
+        for f in futures:
+            f.add_done_callback(one_done)
+        return out
 
     def _read_decode(self, step):
         """Read one step's extents into a pooled buffer and decode its records: (X, y). Runs on the
@@ -103,9 +138,11 @@ class Pipeline:
             t0 = time.perf_counter()
             got = self.engine.read(step.ext_file, step.ext_offset, ext_nbytes, buf, buf_pos)
             self.warm.wait("decode")
-            t1 = time.perf_counter()
-            out = self.decode(step, buf, buf_pos, got)
-            t2 = time.perf_counter()
+            wide = getattr(self.decode, "wide", None)
+            with self.wide if wide is not None and wide(step) else contextlib.nullcontext():
+                t1 = time.perf_counter()
+                out = self.decode(step, buf, buf_pos, got)
+                t2 = time.perf_counter()
         finally:
             self.buffers.give(buf)
         with self.stats_lock:
@@ -141,7 +178,9 @@ class EpochRun:
     A window step feeds many batches and holds a whole window, so for granularity ``window`` the
     count follows the bytes: two windows (the one being consumed and the next one, read while the
     current one is consumed), or as many small windows as ``prefetch + 1`` batches span — memory
-    stays about two windows whatever ``prefetch``."""
+    stays about two windows whatever ``prefetch``. The batch that ends a window also needs the next
+    one: once it is taken, the ended window's rows in it are copied out and the window let go, so
+    the window after is read while the next one is still being read or decoded."""
 
     def __init__(self, pipeline: Pipeline, plan, epoch: int, start: int, prefetch: int, empty, *,
                  stride: int = 1, finish=None):
@@ -159,12 +198,37 @@ class EpochRun:
     def next(self):
         """The oldest submitted batch ``(BatchPlan, parts)``, after topping up so that ``prefetch``
         batches are in flight while it is waited for and consumed; None at the end of the epoch."""
+        self._top_up()
+        if not self.pending:
+            return None
+        bp, parts = self.pending.popleft()
+        if len(parts) > 1 and self._detach_ended(parts):
+            self._top_up()  # a step it ended is no longer held: the next one can be read already
+        return bp, parts
+
+    def _top_up(self) -> None:
         while len(self.steps) < self.max_steps or not self.pending:
             bp = next(self.batches, None)
             if bp is None:
                 break
             self.pending.append((bp, self._submit(bp)))
-        return self.pending.popleft() if self.pending else None
+
+    def _detach_ended(self, parts: list) -> bool:
+        """In a batch that spans steps, copy out the rows of each step it ends that is already
+        decoded, and forget that step (replacing its part in ``parts``): when a window ends in
+        this batch, the window after the next one is then read while the next one is still
+        being read or decoded, instead of after it (the batch waits for it). Only rows of one
+        batch are copied. True when a step was forgotten."""
+        freed = False
+        for i, (fut, lo, hi, last, step) in enumerate(parts[:-1]):
+            if not (last and step is not None and fut.done()) or fut.cancelled() or fut.exception() is not None:
+                continue
+            own = Future()
+            own.set_result(detached(fut.result(), lo, hi))
+            parts[i] = (own, 0, hi - lo, True, None)
+            self.steps.pop(step.number, None)
+            freed = True
+        return freed
 
     def _submit(self, bp) -> list:
         if self.finish is not None:
@@ -200,13 +264,17 @@ class EpochRun:
                 fut = self.pipeline.submit(step, lambda r: finish(bp, *batch_of([(r, lo, hi)], empty)))
                 self.steps[step.number] = fut  # counted in flight until the consumer releases it
                 return [(fut, 0, 0, True, step)]
-        parts = self._step_parts(bp)
+        parts = [None] + self._step_parts(bp)  # the head, set below, is the batch's own future
 
         def assemble():
-            got = [(f.result(), lo, hi) for f, lo, hi, _, _ in parts]
+            # read from the list: a step that :meth:`_detach_ended` replaced is read from its copy
+            got = [(f.result(), lo, hi) for f, lo, hi, _, _ in parts[1:]]
             return finish(bp, *batch_of(got, empty))
 
-        return [(self.pipeline.executor.submit(assemble), 0, 0, True, None)] + parts
+        # once its steps are decoded: a pool thread waiting for them would keep the steps queued
+        # behind it (the next window) from being read meanwhile
+        parts[0] = (self.pipeline.after([f for f, *_ in parts[1:]], assemble), 0, 0, True, None)
+        return parts
 
     def release(self, parts) -> None:
         """Forget the steps a batch used last."""

@@ -51,9 +51,7 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
     ``threads`` threads (default: the CPUs this process may use) decode at once, each into its
     slice of the output; a batch-sized input is one run, decoded on the calling thread."""
     k = len(starts)
-    nbytes = int((ends - starts).sum()) if k else 0
-    threads = cores() if threads is None else max(1, int(threads))
-    parts = max(1, min(threads, nbytes // _MIN_REGION, k))
+    parts = span_parts(int((ends - starts).sum()) if k else 0, k, threads)
     if parts > 1:
         return _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, query_id, where,
                                       index_dtype, parts)
@@ -66,6 +64,13 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
     out = [indptr, indices[:nnz], data[:nnz], y, qid, has_qid]
     return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, nfb,
                    zero_based, query_id, n_features, where)
+
+
+def span_parts(nbytes: int, k: int, threads=None) -> int:
+    """Runs of records :func:`decode_spans` cuts ``k`` records of ``nbytes`` bytes into (one per
+    thread, default: the CPUs this process may use); 1: decoded on the calling thread."""
+    threads = cores() if threads is None else max(1, int(threads))
+    return max(1, min(threads, int(nbytes) // _MIN_REGION, int(k)))
 
 
 def _record_arrays(k):

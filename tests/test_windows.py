@@ -3,6 +3,8 @@ number of windows the loader holds at once."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -180,3 +182,110 @@ def test_quality_and_bench_refuse_a_bad_window_before_any_work(kdd, capsys):
     assert "window must be a group count" in capsys.readouterr().err
     assert cli_main(["bench", kdd, "--window=-5%", "--granularity", "window", "--peers", "none"]) == 2
     assert "window must be a group count" in capsys.readouterr().err
+
+
+
+@pytest.mark.parametrize("transform", [None, lambda b: b])
+def test_next_window_is_read_while_the_batch_ending_one_waits(kdd, monkeypatch, transform):
+    # a batch that ends window k also needs window k + 1: window k's rows are copied out as soon
+    # as that batch is taken, so window k + 2 is submitted before that batch is delivered (not
+    # once window k + 1 is decoded); two windows are still held at most, and rows stay exact
+    X, y = lirs.load_svmlight(kdd, dtype=np.float32)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K",
+                     n_features=X.shape[1], transform=transform) as ld:
+        ends = {bp.parts[0][0].number: bp.index for bp in ld.plan(0).batches(extents=False)
+                if len(bp.parts) > 1}
+        assert len(ends) >= 3
+        delivered, submitted_at, most = [0], {}, [0]
+        real_submit, real_next = pipeline.Pipeline.submit, pipeline.EpochRun.next
+
+        def submit(self, step, then=None):
+            submitted_at[step.number] = delivered[0]
+            return real_submit(self, step, then)
+
+        def next_(self):
+            out = real_next(self)
+            most[0] = max(most[0], len(self.steps))
+            return out
+
+        monkeypatch.setattr(pipeline.Pipeline, "submit", submit)
+        monkeypatch.setattr(pipeline.EpochRun, "next", next_)
+        ids = []
+        for b in ld.epoch(0):
+            assert (b.X != X[b.ids]).nnz == 0 and np.array_equal(b.y, y[b.ids])
+            ids.append(b.ids)
+            delivered[0] += 1
+    assert most[0] == 2
+    assert all(submitted_at[k + 2] <= b for k, b in ends.items() if k + 2 in submitted_at)
+    assert sum(k + 2 in submitted_at for k in ends) >= 2
+    ids = np.concatenate(ids)
+    assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+
+
+def test_wide_steps_are_decoded_one_at_a_time(kdd, monkeypatch):
+    # a window decoded by every core at once waits for the one before it: two windows decoded
+    # together would finish together and leave the cores idle while the next two are read
+    from lirs import assemble, svmdecode
+
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 16)
+    monkeypatch.setattr(svmdecode, "cores", lambda: 2)
+    real = assemble.StepDecoder.__call__
+    lock, now, most, wide = threading.Lock(), [0], [0], [0]
+
+    def call(self, step, *args):
+        if not self.wide(step):
+            return real(self, step, *args)
+        with lock:
+            now[0] += 1
+            most[0], wide[0] = max(most[0], now[0]), wide[0] + 1
+        try:
+            time.sleep(0.05)  # long enough for a second window to be read meanwhile
+            return real(self, step, *args)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(assemble.StepDecoder, "__call__", call)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K") as ld:
+        assert ld._decoder.wide(next(iter(ld.plan(0).batches())).parts[0][0])
+        ids = np.concatenate([b.ids for b in ld.epoch(0)])
+    assert wide[0] >= 3 and most[0] == 1
+    assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+
+
+def test_detached_rows_share_nothing_with_their_step(kdd):
+    from lirs.assemble import detached
+
+    X, y = lirs.load_svmlight(kdd, dtype=np.float32)
+    dX, dy = detached((X, y), 5, 9)
+    assert (dX != X[5:9]).nnz == 0 and np.array_equal(dy, y[5:9])
+    assert not any(np.shares_memory(a, b) for a, b in [(dX.data, X.data), (dX.indices, X.indices),
+                                                       (dX.indptr, X.indptr), (dy, y)])
+
+
+def test_a_transform_does_not_keep_the_next_window_waiting(kdd, monkeypatch):
+    # with a transform, batches are assembled on the pool once their windows are decoded: no pool
+    # thread waits for them meanwhile, so window k + 2 is read while window k + 1 is decoded
+    from lirs import assemble
+
+    real_call, real_read = assemble.StepDecoder.__call__, pipeline.Pipeline._read_decode
+    read_start, decode_end = {}, {}
+
+    def call(self, step, *args):
+        time.sleep(0.05)  # a decode long enough to read the next window meanwhile
+        out = real_call(self, step, *args)
+        decode_end[step.number] = time.perf_counter()
+        return out
+
+    def read_decode(self, step):
+        read_start[step.number] = time.perf_counter()
+        return real_read(self, step)
+
+    monkeypatch.setattr(assemble.StepDecoder, "__call__", call)
+    monkeypatch.setattr(pipeline.Pipeline, "_read_decode", read_decode)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K",
+                     transform=lambda b: b) as ld:
+        ids = np.concatenate([b.ids for b in ld.epoch(0)])
+    assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+    overlapped = [k for k in decode_end if k + 2 in read_start and read_start[k + 2] < decode_end[k + 1]]
+    assert len(overlapped) >= 2, (read_start, decode_end)
