@@ -139,7 +139,7 @@ def main(argv=None):
     from sklearn.datasets import load_svmlight_file
 
     from lirs.decode import decode_libsvm, load_svmlight
-    from lirs.svmdecode import cores
+    from lirs.cores import usable_cores as cores
 
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, "decode-kdd.svm")

@@ -259,27 +259,28 @@ class Tap:
 _LABEL_STEP = 1 << 22  # labels converted per step (32 MiB of float64)
 
 
-def _write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool) -> None:
+def _write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int = _LABEL_STEP) -> None:
     """Write the ``n`` float64 labels of the scratch file ``lab_tmp`` to the sidecar: as codes into
     the sorted ``distinct`` values (uint8/uint16), or whole when ``distinct`` is None (too many).
-    Steps are converted on ``pool``, one per core at a time (searchsorted releases the GIL; memory
-    stays a few steps), and written in order."""
+    Steps of ``step`` labels are converted on ``pool`` (None: this thread), one per core at a time
+    (searchsorted releases the GIL; memory stays a few steps), and written in order."""
     lab_tmp.flush()
     labels = np.memmap(lab_tmp, dtype=np.float64, mode="r", shape=(n,))
-    steps = range(0, n, _LABEL_STEP)
+    steps = range(0, n, step)
     if distinct is not None:
         values = np.unique(np.array(list(distinct), np.float64))  # one NaN at the end
         dt = np.uint8 if len(values) <= 256 else np.uint16
         w.add("label_values", values)
         w.begin("label_codes", dt)
-        code = lambda c0: np.searchsorted(values, labels[c0:c0 + _LABEL_STEP]).astype(dt)  # noqa: E731
+        code = lambda c0: np.searchsorted(values, labels[c0:c0 + step]).astype(dt)  # noqa: E731
+        run = map if pool is None else pool.map
         for g in range(0, len(steps), _CORES):
-            for codes in pool.map(code, steps[g:g + _CORES]):
+            for codes in run(code, steps[g:g + _CORES]):
                 w.append(codes)
     else:
         w.begin("label_values", np.float64)
         for c0 in steps:
-            w.append(np.asarray(labels[c0:c0 + _LABEL_STEP]))
+            w.append(np.asarray(labels[c0:c0 + step]))
     w._open = None
     del labels
 

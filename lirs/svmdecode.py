@@ -13,11 +13,11 @@ the first bad record in file order, as sklearn would raise them.
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .cores import usable_cores
 from .kernels import libsvm as K
 from .kernels import libsvm_plain as KP
 from .svmlight import parse_record
@@ -28,11 +28,6 @@ _MIN_REGION = 4 << 20   # bytes of a region below which another thread costs mor
 _STRETCH_RECORDS = 64
 _STRETCH_BYTES = 16 << 10
 _INT32_MAX = 2**31 - 1
-
-
-def cores() -> int:
-    """CPUs this process may run on (``taskset`` and cgroup cpusets respected)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _work_dtype(dtype):
@@ -69,7 +64,7 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
 def span_parts(nbytes: int, k: int, threads=None) -> int:
     """Runs of records :func:`decode_spans` cuts ``k`` records of ``nbytes`` bytes into (one per
     thread, default: the CPUs this process may use); 1: decoded on the calling thread."""
-    threads = cores() if threads is None else max(1, int(threads))
+    threads = usable_cores() if threads is None else max(1, int(threads))
     return max(1, min(threads, int(nbytes) // _MIN_REGION, int(k)))
 
 
@@ -213,7 +208,7 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
     refused). Indices are int32 when every stored one fits, else int64. ``threads``: regions
     decoded at once (default: the CPUs this process may use).
     """
-    threads = cores() if threads is None else max(1, int(threads))
+    threads = usable_cores() if threads is None else max(1, int(threads))
     regions = _regions(buf, max(1, min(threads, len(buf) // _MIN_REGION)))
     with ThreadPoolExecutor(len(regions)) as pool:
         census = list(pool.map(lambda r: K.libsvm_census(buf, r[0], r[1]), regions))

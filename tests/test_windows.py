@@ -228,7 +228,7 @@ def test_wide_steps_are_decoded_one_at_a_time(kdd, monkeypatch):
     from lirs import assemble, svmdecode
 
     monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 16)
-    monkeypatch.setattr(svmdecode, "cores", lambda: 2)
+    monkeypatch.setattr(svmdecode, "usable_cores", lambda: 2)
     real = assemble.StepDecoder.__call__
     lock, now, most, wide = threading.Lock(), [0], [0], [0]
 

@@ -6,7 +6,7 @@ import tempfile
 
 import numpy as np
 
-from ..build import Tap, VarScanner
+from ..build import Tap, VarScanner, _write_labels
 from ..index import Index, header_for
 from ..kernels import scan as KS
 from ..sidecar import SidecarWriter, fingerprint
@@ -79,7 +79,7 @@ class TextIndexer:
             meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
                         max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
                         qid_records=sc._qid)
-            self._write_labels(n)
+            _write_labels(self.w, self.lab, n, self.sc.distinct, self.sc._pool, self.label_block)
         shell = Index(format=self.fmt, paths=(self.final_path,), n=n, file_starts=np.asarray([0, n], np.int64),
                       data_ends=np.asarray([data_end], np.int64), header_sizes=np.asarray([0], np.int64),
                       fingerprints=(fingerprint(data_path),), meta=meta)
@@ -88,25 +88,6 @@ class TextIndexer:
         finally:
             self._close_labels()
         return dest
-
-    def _write_labels(self, n: int) -> None:
-        """The LIBSVM labels the scan collected (float64 (n,)), as ``lirs index`` stores them: codes
-        into the distinct values when there are few, else the values."""
-        w, sc, blk = self.w, self.sc, self.label_block
-        self.lab.flush()
-        labels = np.memmap(self.lab, dtype=np.float64, mode="r", shape=(n,))
-        if sc.distinct is not None:
-            values = np.unique(np.array(list(sc.distinct), np.float64))
-            dt = np.uint8 if len(values) <= 256 else np.uint16
-            w.add("label_values", values)
-            w.begin("label_codes", dt)
-            for c0 in range(0, n, blk):
-                w.append(np.searchsorted(values, labels[c0:c0 + blk]).astype(dt))
-        else:
-            w.begin("label_values", np.float64)
-            for c0 in range(0, n, blk):
-                w.append(np.asarray(labels[c0:c0 + blk]))
-        del labels
 
     def _close_labels(self) -> None:
         if self.lab is not None:
