@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import seeds
-from .constants import BLOCK, DEFAULT_WINDOW, GRANULARITIES, INDEX_RELEASE_BATCHES
+from .constants import BLOCK, DEFAULT_WINDOW, GRANULARITIES, INDEX_RELEASE_BATCHES, UNIT_SCAN_RECORDS
 from .errors import UsageError
 from .kernels import plan as K
 from .offsets import offset_arrays
@@ -103,17 +103,37 @@ def unit_table(index, unit_bytes: int) -> np.ndarray | None:
             K.units_fixed(fs, hs, int(index.record_size), int(unit_bytes), table)
             table[count] = index.n
     else:
-        offs = offset_arrays(index.offset_table)
-        count = K.units_variable(*offs, fs, int(unit_bytes), np.empty(0, np.int64))
-        if count == index.n:
+        firsts = _unit_firsts(index, fs, int(unit_bytes))
+        if len(firsts) == index.n:
             table = None
         else:
-            table = np.empty(count + 1, np.int64)
-            K.units_variable(*offs, fs, int(unit_bytes), table)
-            table[count] = index.n
-        index.release_pages()  # the scan walked every offset: none need stay mapped
+            table = np.empty(len(firsts) + 1, np.int64)
+            table[:-1] = firsts
+            table[-1] = index.n
     cache[unit_bytes] = table
     return table
+
+
+def _unit_firsts(index, fs: np.ndarray, unit_bytes: int) -> np.ndarray:
+    """int64 (units,): the first record of every unit of a variable-length index, scanned
+    UNIT_SCAN_RECORDS offsets at a time with the index pages released after each piece: the scan
+    reads every offset, and a memory-mapped index would otherwise stay whole in the RSS."""
+    offs = offset_arrays(index.offset_table)
+    table = index.offset_table
+    parts = []
+    for f in range(len(fs) - 1):
+        prev = None  # unit key (start // unit_bytes) of the file's record before this piece
+        for lo in range(int(fs[f]), int(fs[f + 1]), UNIT_SCAN_RECORDS):
+            hi = min(lo + UNIT_SCAN_RECORDS, int(fs[f + 1]))
+            span = np.array([lo, hi], np.int64)
+            out = np.empty(K.units_variable(*offs, span, unit_bytes, np.empty(0, np.int64)), np.int64)
+            K.units_variable(*offs, span, unit_bytes, out)
+            if prev is not None and table[lo] // unit_bytes == prev:
+                out = out[1:]  # the piece starts inside the previous piece's last unit
+            prev = table[hi - 1] // unit_bytes
+            parts.append(out)
+            index.release_pages()
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
 @dataclass(eq=False)

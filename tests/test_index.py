@@ -639,3 +639,24 @@ def test_regions_split_over_the_pool_give_the_same_index_and_first_error(tmp_pat
         p.write_bytes(b"\n".join(bad) + b"\n")
         with pytest.raises(DataError, match=rf"line {first}, byte \d+"):
             lirs.build_index(str(p), progress=False, chunk_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("piece", [1, 7, 1000, 1 << 23])
+def test_unit_table_scanned_in_pieces_is_the_whole_scan(tmp_path, monkeypatch, piece):
+    # the unit scan goes piece by piece (releasing index pages between): a unit cut by a piece's
+    # edge stays one unit, and each file still starts its own
+    from lirs import plan as P
+
+    rng = np.random.default_rng(3)
+    for name in ("a.svm", "b.svm"):
+        (tmp_path / name).write_bytes(b"".join(b"1 %d:1%s\n" % (i + 1, b"0" * int(rng.integers(0, 300)))
+                                               for i in range(3000)))
+    lirs.build_index(str(tmp_path), format="libsvm", progress=False)
+    idx = open_index(str(tmp_path))
+    offs = idx.offsets
+    fs = idx.file_starts
+    want = [i for f in range(2) for i in range(fs[f], fs[f + 1])
+            if i == fs[f] or offs[i] // 4096 != offs[i - 1] // 4096]
+    monkeypatch.setattr(P, "UNIT_SCAN_RECORDS", piece)
+    table = P.unit_table(idx, 4096)
+    assert table.tolist() == want + [idx.n]
