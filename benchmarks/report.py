@@ -627,6 +627,8 @@ def sec_paper():
 
 
 def sec_scale():
+    from lirs.constants import INDEX_RELEASE_BATCHES
+
     d = load("scale")
     if not d:
         return None
@@ -672,7 +674,7 @@ def sec_scale():
     return (f"### Out of core: a file 1.5× the RAM\n\nA {fl['big_bytes'] / 1e9:.1f} GB kdd-like LIBSVM file "
             f"({fl['big_records']:,} records) on a machine with {fl['ram_bytes'] / 2**30:.1f} GiB of RAM, page cache "
             f"dropped before each measurement, every measurement in a fresh process, fio on the same file in the "
-            f"same run ({source(d)}). The virtual disk's speed moves by up to 2× within a run here; the ratios use "
+            f"same run ({source(d)}). The virtual disk's speed moves by 2–3× from one minute to the next here; the ratios use "
             f"the fio figure taken in the run. Memory is the process tree's private (anonymous) peak:\n\n"
             + table(["what", "lirs (MB/s read)", "fio (MB/s)", "× fio", "goal", "private memory"], rows)
             + busy
@@ -680,8 +682,9 @@ def sec_scale():
               f"(it is {fl['big_bytes'] / fl['small_bytes']:.0f}× larger), MiB. A full shuffle keeps one entry per "
               f"unit in its plan (unit boundaries and permutation, 12 bytes per 64 KiB group): that growth is "
               f"shown apart, and \"beyond plan\" is the private peak on the big file less it, over the small one. "
-              f"File-backed pages are the memory-mapped index; the plan unmaps the pages it walked every "
-              f"256 batches, so they stay in the page cache, not in the process:\n\n"
+              f"File-backed pages are mostly the memory-mapped index; the plan unmaps the index pages it walked "
+              f"every {INDEX_RELEASE_BATCHES} batches and after each piece of its unit scan, so they stay in the "
+              f"page cache, not in the process:\n\n"
             + table(["configuration", "private, small", "private, big", "big / small", "plan tables +",
                      "beyond plan", "file-backed"], mem)
             + (f"\n\nIndependent of the file size (within {sm['goals']['rss_big_over_small']}× beyond the plan "
