@@ -426,13 +426,15 @@ def cleanup(files: dict, keep: bool) -> None:
 
 def run(args) -> dict:
     """The whole measurement; returns the result dict (also written to the result file)."""
+    from lirs.constants import INDEX_RELEASE_BATCHES
     from lirs.index import open_index
 
     ram = mem_total()
     files = prepare_files(args, ram)
     res = {"benchmark": "scale", "command": "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:]),
            "files": files, "caches_dropped": cold("the run", not args.no_drop), "batch_size": args.batch_size,
-           "window": args.window, "prefetch": args.prefetch, "fio": {}, "index": {}, "epochs": {}}
+           "window": args.window, "prefetch": args.prefetch, "index_release_batches": INDEX_RELEASE_BATCHES,
+           "fio": {}, "index": {}, "epochs": {}}
     tmp = tempfile.mkdtemp(prefix=".scale-", dir=args.dir)
     try:
         say("small: fio")

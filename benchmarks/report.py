@@ -627,8 +627,6 @@ def sec_paper():
 
 
 def sec_scale():
-    from lirs.constants import INDEX_RELEASE_BATCHES
-
     d = load("scale")
     if not d:
         return None
@@ -683,7 +681,7 @@ def sec_scale():
               f"unit in its plan (unit boundaries and permutation, 12 bytes per 64 KiB group): that growth is "
               f"shown apart, and \"beyond plan\" is the private peak on the big file less it, over the small one. "
               f"File-backed pages are mostly the memory-mapped index; the plan unmaps the index pages it walked "
-              f"every {INDEX_RELEASE_BATCHES} batches and after each piece of its unit scan, so they stay in the "
+              f"every {d['index_release_batches'] if d.get('index_release_batches') else 'few'} batches and after each piece of its unit scan, so they stay in the "
               f"page cache, not in the process:\n\n"
             + table(["configuration", "private, small", "private, big", "big / small", "plan tables +",
                      "beyond plan", "file-backed"], mem)
