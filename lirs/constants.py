@@ -19,6 +19,11 @@ INDEX_RELEASE_BATCHES = 16
 # the unit table's scan of every offset goes this many records at a time, releasing the index pages
 # after each (32 MiB of offsets): the whole index of a large dataset is never mapped at once
 UNIT_SCAN_RECORDS = 1 << 23
+# decoder outputs of at least this many bytes are mapped with their pages populated in one call:
+# numpy asks for transparent huge pages from 4 MiB on, and where the kernel compacts memory on that
+# first touch (THP defrag "madvise", the default) a 300 MB decode's kernel time swung 0.03-0.48 s;
+# populated 4 KiB pages cost a steady ~0.08 s (lirs.memory)
+POPULATE_MIN_BYTES = 4 << 20
 WINDOW_AUTO_SHARE = 0.05
 WINDOW_AUTO_MIN = 16 << 20
 WINDOW_AUTO_MAX = 256 << 20

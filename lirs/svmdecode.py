@@ -20,6 +20,7 @@ import numpy as np
 from .cores import usable_cores
 from .kernels import libsvm as K
 from .kernels import libsvm_plain as KP
+from .memory import output_empty
 from .svmlight import parse_record
 
 _FB_CAP = 1 << 16       # fallback tokens per kernel call; past it, records go to Python whole
@@ -52,8 +53,8 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
                                       index_dtype, parts)
     cap = int(K.span_colons(buf, starts, ends))
     y, qid, has_qid, status = _record_arrays(k)
-    indices = np.empty(cap, index_dtype)
-    data = np.empty(cap, _work_dtype(dtype))
+    indices = output_empty(cap, index_dtype)
+    data = output_empty(cap, _work_dtype(dtype))
     indptr, nnz, nfb, fb = _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data,
                                       y, qid, has_qid, status)
     out = [indptr, indices[:nnz], data[:nnz], y, qid, has_qid]
@@ -70,7 +71,7 @@ def span_parts(nbytes: int, k: int, threads=None) -> int:
 
 def _record_arrays(k):
     """y float64, qid int64, has_qid uint8, status int8 (all (k,)) of k records."""
-    return np.empty(k, np.float64), np.zeros(k, np.int64), np.zeros(k, np.uint8), np.zeros(k, np.int8)
+    return output_empty(k, np.float64), np.zeros(k, np.int64), np.zeros(k, np.uint8), np.zeros(k, np.int8)
 
 
 def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, qid, has_qid, status):
@@ -83,7 +84,7 @@ def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, dat
     k = len(starts)
     shift = 0 if zero_based else 1
     nf = np.int64(n_features)
-    indptr = np.empty(k + 1, np.int64)
+    indptr = output_empty(k + 1, np.int64)
     j, nfb, fb, stretch = 0, 0, None, _STRETCH_RECORDS
     while True:
         j2 = KP.libsvm_spans_plain(buf, starts, ends, j, shift, nf, indices, data, y, indptr)
@@ -144,8 +145,8 @@ def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, que
     with ThreadPoolExecutor(len(runs)) as pool:
         caps = list(pool.map(lambda r: int(K.span_colons(buf, starts[r[0]:r[1]], ends[r[0]:r[1]])), runs))
         kofs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
-        indices = np.empty(int(kofs[-1]), index_dtype)
-        data = np.empty(int(kofs[-1]), _work_dtype(dtype))
+        indices = output_empty(int(kofs[-1]), index_dtype)
+        data = output_empty(int(kofs[-1]), _work_dtype(dtype))
 
         def run(i):
             (a, b), ka, kb = runs[i], int(kofs[i]), int(kofs[i + 1])
@@ -217,8 +218,8 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
         kofs = np.concatenate([[0], np.cumsum(kcap)])
         rofs = np.concatenate([[0], np.cumsum(rcap)])
         n_rec, n_feat = int(rofs[-1]), int(kofs[-1])
-        indices = np.empty(n_feat, np.int32)
-        data = np.empty(n_feat, _work_dtype(dtype))
+        indices = output_empty(n_feat, np.int32)
+        data = output_empty(n_feat, _work_dtype(dtype))
         ends, rec = _record_outputs(n_rec)
         shift = 0 if zero_based else 1
         bound = np.int64(_INT32_MAX) + 1
@@ -264,9 +265,9 @@ def _record_outputs(n_rec):
     count-and-cumsum pass). y is written for every record and rec_pos only for records the full
     kernel decodes (the only ones Python may re-parse), so both stay unfilled (np.empty: pages
     never touched stay unmapped)."""
-    ends = np.empty(n_rec + 1, np.int64)
+    ends = output_empty(n_rec + 1, np.int64)
     ends[0] = 0
-    return ends, [np.empty(n_rec, np.float64), np.zeros(n_rec, np.int64), np.zeros(n_rec, np.uint8), ends[1:],
+    return ends, [output_empty(n_rec, np.float64), np.zeros(n_rec, np.int64), np.zeros(n_rec, np.uint8), ends[1:],
                   np.empty(n_rec, np.int64), np.zeros(n_rec, np.int8)]
 
 

@@ -3,6 +3,7 @@ compile options that keep the LIBSVM kernels free of reference counting."""
 from __future__ import annotations
 
 import io
+import mmap
 import re
 
 import numpy as np
@@ -142,3 +143,49 @@ def test_data_that_is_never_plain_costs_few_calls(monkeypatch):
     s, e = split_records(raw)
     assert_same(decode_libsvm(raw, s, e, n_features=9, zero_based=False, dtype=np.float64, threads=1), ref)
     assert len(spans) <= 8  # stretches double: 64, 128, ... records
+
+
+def _in_mapping(a) -> bool:
+    """Whether array ``a`` (or the array it views) lies in an mmap of its own."""
+    while a is not None:
+        if isinstance(a, memoryview):
+            a = a.obj
+        if isinstance(a, mmap.mmap):
+            return True
+        a = getattr(a, "base", None)
+    return False
+
+
+def test_populated_outputs_match_sklearn(tmp_path, monkeypatch):
+    """Outputs in their own populated mappings (every array, here) decode as numpy's do, on the
+    whole-file path and the spans path, on one thread and several (plain records: odd ones are
+    spliced into new arrays)."""
+    from lirs import memory
+    from lirs.decode import load_svmlight
+    rng = np.random.default_rng(11)
+    raw = _plain_like_file(rng, 400) + b"\n"
+    path = tmp_path / "p.svm"
+    path.write_bytes(raw)
+    ref = load_svmlight_file(str(path), zero_based=False, n_features=10 ** 8)
+    monkeypatch.setattr(memory, "POPULATE_MIN_BYTES", 1)
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 500)
+    for threads in [1, 3]:
+        X, y = load_svmlight(path, n_features=10 ** 8, zero_based=False, threads=threads)
+        assert_same((X, y), ref, np.float64)
+        # one region: no compaction, so the outputs are the mapped arrays themselves
+        assert threads > 1 or (_in_mapping(X.data) and _in_mapping(X.indices))
+        s, e = split_records(raw)
+        assert_same(decode_libsvm(raw, s, e, n_features=10 ** 8, zero_based=False, dtype=np.float64,
+                                  threads=threads), ref, np.float64)
+
+
+def test_output_empty():
+    from lirs import memory
+    big = memory.output_empty((memory.POPULATE_MIN_BYTES >> 2) + 3, np.int32)
+    assert big.shape == ((memory.POPULATE_MIN_BYTES >> 2) + 3,) and big.dtype == np.int32
+    assert big.flags.writeable and big.flags.c_contiguous and _in_mapping(big)
+    big[:] = 7
+    assert int(big.sum()) == 7 * len(big)
+    small = memory.output_empty(10, np.float32)
+    assert small.shape == (10,) and small.dtype == np.float32 and small.base is None
+    assert memory.output_empty(0, np.int64).shape == (0,)
