@@ -19,7 +19,7 @@ from numba import njit, types
 
 from .libsvm_plain import _is_space, plain_pair
 from .numbers import (_HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10,  # noqa: F401 - re-exported
-                      _at, digit_run_u64, load_u64, scan_float, trailing_zeros)
+                      PREFETCH_AHEAD, _at, digit_run_u64, load_u64, prefetch_span, scan_float, trailing_zeros)
 
 _load_u64 = load_u64  # the name the index scanner imports
 
@@ -233,6 +233,7 @@ def libsvm_spans(buf, starts, ends, j0, shift, n_features, query_id, indices, da
     k = np.int64(indptr[j0])
     nfb = np.int64(0)
     for j in range(j0, starts.shape[0]):
+        prefetch_span(base, starts, ends, j + PREFETCH_AHEAD)
         e = ends[j]
         p = _skip_blank(buf, base, starts[j], e)
         st = NOT_ONE_DATA_LINE
@@ -308,7 +309,9 @@ def libsvm_census(buf, a, b):
 def span_colons(buf, starts, ends):
     """Number of ':' in all spans buf[starts[j]:ends[j]] (a bound on their features)."""
     n = 0
+    base = buf.ctypes.data
     for j in range(starts.shape[0]):
+        prefetch_span(base, starts, ends, j + PREFETCH_AHEAD)
         for p in range(starts[j], ends[j]):
             n += _at(buf, p) == 58
     return n

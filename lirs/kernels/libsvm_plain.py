@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .numbers import _HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, POW10_U64, _at, load_u64, trailing_zeros
+from .numbers import (_HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, POW10_U64, PREFETCH_AHEAD, _at, load_u64,
+                      prefetch_span, trailing_zeros)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
@@ -169,6 +170,7 @@ def libsvm_spans_plain(buf, starts, ends, j0, shift, n_features, indices, data, 
         indptr[0] = 0
     k = np.int64(indptr[j0])
     for j in range(j0, starts.shape[0]):
+        prefetch_span(base, starts, ends, j + PREFETCH_AHEAD)
         p = starts[j]
         e = ends[j]
         while p < e and _is_space(_at(buf, p)):
