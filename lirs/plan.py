@@ -229,10 +229,12 @@ class EpochPlan:
         return out, upos, within
 
     def step(self, number: int, ids: np.ndarray, extents: bool = True, shuffle_at: int = -1,
-              order: np.ndarray | None = None) -> ReadStep:
+              order: np.ndarray | None = None, piece_runs: int = 0) -> ReadStep:
         """The read step of records ``ids``, delivered in the order ``ids[order]`` (a window) or,
         with ``shuffle_at`` >= 0, in a random order drawn from the batch stream at that counter
-        (page/group batches); else as given."""
+        (page/group batches); else as given. ``piece_runs`` > 0: the extents are found that many
+        runs of consecutive records at a time, the index pages released after each piece (a
+        window's runs lie all over the index); 0: in one pass (small batches)."""
         k = len(ids)
         if order is None and shuffle_at >= 0 and k > 1:
             order = np.arange(k, dtype=np.int64)
@@ -248,14 +250,29 @@ class EpochPlan:
         rx = np.empty(k, np.int32)
         rp = np.empty(k, np.int64)
         rl = np.empty(k, np.int64)
-        heads = np.flatnonzero(np.diff(ids, prepend=ids[:1] - 2) != 1) if k else ids[:0]
-        runs = np.argsort(ids[heads]) if len(heads) > 1 else np.zeros(len(heads), np.int64)
-        ne = K.extents(ids, heads, runs, *self._offs, self._fs, self._de, self._hs, self._rs, self.block,
-                       ef, eo, en, rx, rp, rl) if k else 0
+        ne = self._extents(ids, (ef, eo, en, rx, rp, rl), piece_runs) if k else 0
         if order is not None:
             # extents are found on the unit-ordered records (runs sort fast), then all move together
             ids, rx, rp, rl = ids[order], rx[order], rp[order], rl[order]
         return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, rl)
+
+    def _extents(self, ids: np.ndarray, out: tuple, piece_runs: int) -> int:
+        """Fill ``out`` (the extent and record arrays of :func:`lirs.kernels.plan.extents`) for
+        ``ids`` int64 (k >= 1,); returns the number of extents. The runs are visited in ID order,
+        ``piece_runs`` of them per kernel call (all in one call when 0), releasing the index pages
+        after each piece: every run faults in the index pages around its offsets, and the runs of a
+        whole window would otherwise map most of a large index at once."""
+        heads = np.flatnonzero(np.diff(ids, prepend=ids[:1] - 2) != 1)
+        runs = np.argsort(ids[heads]) if len(heads) > 1 else np.zeros(len(heads), np.int64)
+        state = np.full(3, -1, np.int64)  # last extent, its file, its end: carried over the pieces
+        step = len(runs) if piece_runs <= 0 else int(piece_runs)
+        ne = 0
+        for lo in range(0, len(runs), step):
+            ne = K.extents(ids, heads, runs[lo:lo + step], *self._offs, self._fs, self._de, self._hs, self._rs,
+                           self.block, *out, state)
+            if piece_runs > 0:
+                self.index.release_pages()
+        return ne
 
     def batches(self, start: int = 0, *, extents: bool = True, stride: int = 1):
         """Iterate over the :class:`BatchPlan` of batches ``start .. num_batches - 1``

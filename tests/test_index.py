@@ -554,6 +554,34 @@ def test_an_epoch_plan_releases_the_index_pages_it_walks(tmp_path, monkeypatch):
     assert n == plan.num_batches and len(calls) == 1 + n // 4
 
 
+def test_a_window_step_releases_the_index_pages_between_its_pieces(tmp_path, monkeypatch):
+    from lirs import plan as P
+    from lirs import windows as W
+    from lirs.kernels import plan as K
+
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"".join(b"1 3:%d\n" % i for i in range(40_000)))
+    lirs.build_index(str(p), progress=False)
+    idx = open_index(str(p))
+    plan = P.plan_epoch(idx, 32, granularity="window", group_bytes=4096, window=30, seed=0, epoch=0)
+    calls = []
+    kernel = K.extents
+    monkeypatch.setattr(type(idx), "release_pages", lambda self: calls.append("release") or 0)
+    monkeypatch.setattr(K, "extents", lambda *a: calls.append("extents") or kernel(*a))
+    monkeypatch.setattr(W, "WINDOW_PIECE_RUNS", 4)
+    ids, _ = W.window_records(plan, 0)
+    runs = int(np.count_nonzero(np.diff(ids, prepend=ids[0] - 2) != 1))
+    step = W.window_step(plan, 0, 0, 0, None, True)
+    assert runs >= 20 and calls == ["extents", "release"] * -(-runs // 4)
+    calls.clear()
+    part = W.window_step(plan, 1, 0, 5, 105, True)  # a part of a window: its rows in unit order
+    assert 2 <= len(calls) // 2 <= 25 and calls == ["extents", "release"] * (len(calls) // 2)
+    assert np.array_equal(part.ids, step.ids[5:105])
+    calls.clear()
+    one = W.window_step(plan, 2, 0, 5, 37, True)  # one batch's rows: one pass, released with the batches
+    assert calls == ["extents"] and np.array_equal(one.ids, step.ids[5:37])
+
+
 # --------------------------------------------------------------------------- chunked reading
 
 

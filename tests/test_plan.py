@@ -141,6 +141,33 @@ def test_extents_cover_exactly_the_needed_blocks(n, B, seed, g, big, fixed_size,
     assert st_["bytes_read"] >= st_["payload_bytes"]
 
 
+def _delivered(step):
+    """Per record of a step, in delivery order: (id, extent file, absolute offset, length)."""
+    x = step.rec_extent
+    return step.ids, step.ext_file[x], step.ext_offset[x] + step.rec_pos, step.rec_len
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+@pytest.mark.parametrize("pieces", [1, 7, 10**9])
+def test_a_step_found_in_pieces_of_runs_equals_the_one_pass_step(fixed, pieces):
+    from lirs.windows import window_records
+
+    idx = _fixed_index(4000, 50, files=3) if fixed else _variable_index(4000, 5, files=3, big=0.05)
+    p = plan_epoch(idx, 64, "window", seed=2, group_bytes=8192, window=9)
+    ids, o = window_records(p, 1)
+    rng = np.random.default_rng(0)
+    cases = [(ids, o), (ids[o[:300]], None), (rng.permutation(idx.n)[:500], None)]  # whole window, parts
+    for case_ids, order in cases:
+        one = p.step(0, case_ids, order=order)
+        got = p.step(0, case_ids, order=order, piece_runs=pieces)
+        assert len(np.unique(one.rec_extent)) > 2 and len(np.unique(one.ext_file)) == 3
+        for a, b in zip(_delivered(one), _delivered(got)):
+            assert np.array_equal(a, b)
+        # a run continues the previous piece's extent: the pieces read exactly the one pass's bytes
+        assert np.array_equal(one.ext_offset, got.ext_offset) and np.array_equal(one.ext_nbytes, got.ext_nbytes)
+        _check_step_extents(idx, got)
+
+
 # --------------------------------------------------------------------------- units and granularity
 
 

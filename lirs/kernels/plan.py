@@ -199,27 +199,31 @@ def units_fixed(file_starts, header_sizes, record_size, unit_bytes, out):
 
 @njit(cache=True, nogil=True)
 def extents(ids, heads, order, base, rel, wide, file_starts, data_ends, header_sizes, record_size, block,
-            ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len):
+            ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, state):
     """Aligned, coalesced read extents covering the records ``ids`` (int64 (k,), distinct, k >= 1).
 
     Record IDs follow file order (file by file, offsets increasing), so records are visited in
     ID order: runs of consecutive IDs (a page or group unit) are visited as runs, not one by one.
-    ``heads`` (int64 (nruns,)) are the runs' starts and ``order`` (int64
-    (nruns,)) the runs sorted by first ID — sorted by the caller with numpy, because numba's sort
-    costs seconds of compilation on every fresh machine.
+    ``heads`` (int64 (nruns,)) are the runs' starts and ``order`` (int64 (m,)) the runs to visit,
+    sorted by first ID — sorted by the caller with numpy, because numba's sort costs seconds of
+    compilation on every fresh machine. ``order`` may be a slice of the sorted runs: a caller that
+    visits them in pieces (releasing the index pages between calls) passes the same outputs and
+    ``state`` to every call, and gets the extents of one call over all the runs.
+    ``state`` int64 (3,): the last extent, its file and its end, updated in place; (-1, -1, -1)
+    before the first piece.
     Each record covers [start rounded down, end rounded up) to ``block``; overlapping or touching
     spans of one file merge into one extent. Offsets (``base``, ``rel``, ``wide``: a compact offset table) are empty for fixed
     formats (``record_size`` > 0), else ``record_size`` is 0. Fills the extent arrays
-    (capacity >= k) and, per record (in the order of ``ids``), the extent holding it, its position
-    there and its length. Returns the number of extents.
+    (capacity >= k) and, per record (in the order of ``ids``) of the visited runs, the extent holding
+    it, its position there and its length. Returns the number of extents so far.
     """
     k = ids.shape[0]
     nruns = heads.shape[0]
     nf = file_starts.shape[0] - 1
-    e = -1
-    cur_f = -1
-    cur_end = np.int64(-1)
-    for t in range(nruns):
+    e = state[0]
+    cur_f = state[1]
+    cur_end = state[2]
+    for t in range(order.shape[0]):
         h = heads[order[t]]
         stop = k if order[t] == nruns - 1 else heads[order[t] + 1]
         rid = ids[h]
@@ -256,4 +260,7 @@ def extents(ids, heads, order, base, rel, wide, file_starts, data_ends, header_s
             rec_ext[j] = e
             rec_pos[j] = a0 - ext_off[e]
             rec_len[j] = b0 - a0
+    state[0] = e
+    state[1] = cur_f
+    state[2] = cur_end
     return e + 1
