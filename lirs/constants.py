@@ -27,7 +27,8 @@ UNIT_SCAN_RECORDS = 1 << 23
 # 32.6 MiB to 16.2 / 5.2 / 3.2 MiB with pieces of 1024 / 256 / 64 runs; planning time per batch
 # stayed within the run-to-run spread (~0.05-0.07 ms)
 WINDOW_PIECE_RUNS = 256
-# decoder outputs of at least this many bytes are mapped with their pages populated in one call:
+# outputs of a whole-file decode (load_svmlight) of at least this many bytes are mapped with their
+# pages populated in one call:
 # numpy asks for transparent huge pages from 4 MiB on, and where the kernel compacts memory on that
 # first touch (THP defrag "madvise", the default) a 300 MB decode's kernel time swung 0.03-0.48 s;
 # populated 4 KiB pages cost a steady ~0.08 s (lirs.memory)

@@ -157,9 +157,8 @@ def _in_mapping(a) -> bool:
 
 
 def test_populated_outputs_match_sklearn(tmp_path, monkeypatch):
-    """Outputs in their own populated mappings (every array, here) decode as numpy's do, on the
-    whole-file path and the spans path, on one thread and several (plain records: odd ones are
-    spliced into new arrays)."""
+    """A whole-file decode into populated mappings (every array, here) equals sklearn, on one
+    thread and several (plain records: odd ones are spliced into new arrays); spans too."""
     from lirs import memory
     from lirs.decode import load_svmlight
     rng = np.random.default_rng(11)
