@@ -27,6 +27,11 @@ UNIT_SCAN_RECORDS = 1 << 23
 # 32.6 MiB to 16.2 / 5.2 / 3.2 MiB with pieces of 1024 / 256 / 64 runs; planning time per batch
 # stayed within the run-to-run spread (~0.05-0.07 ms)
 WINDOW_PIECE_RUNS = 256
+# a group read step covers consecutive batches holding at least this many bytes: every
+# step costs the pool's threads Python work under the GIL (a read call, a decode call, building the
+# CSR matrix), which at 1024-record kdd-like batches (~370 KB) bounded the epoch, not the cores or the
+# device; a batch is then a slice of its step, as a window's batches are
+STEP_MIN_BYTES = 4 << 20
 # outputs of a whole-file decode (load_svmlight) of at least this many bytes are mapped with their
 # pages populated in one call:
 # numpy asks for transparent huge pages from 4 MiB on, and where the kernel compacts memory on that

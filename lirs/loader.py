@@ -7,7 +7,10 @@ reading and decoding of the next batches run on the other cores while the traini
 One hand-off to the pool and one back per read step: no event loop sits between the consumer and
 the reads. Batches arrive in plan order; an error in any stage is raised in the consumer at that
 batch. ``aepoch`` serves asyncio code with the same pipeline (the caller's loop awaits the pool's
-futures). Memory stays about index + plan + (prefetch + 1) read steps.
+futures). Consecutive group batches share a read step of at least STEP_MIN_BYTES
+(each batch a slice of it): a step costs the pool Python work under the GIL, which bounded epochs
+of small batches. Memory stays about index + plan + the read steps that ``prefetch + 1`` batches
+span (at least one per thread of the pool, plus the one being consumed).
 
 ``transform=fn`` runs ``fn(batch)`` on the pool thread right after the batch is decoded, and the
 consumer receives what it returns (the torch adapter builds its tensors there). numba kernels

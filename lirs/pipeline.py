@@ -192,8 +192,12 @@ class EpochRun:
         self.batches = iter(plan.batches(int(start), stride=int(stride)))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.pending = collections.deque()          # (BatchPlan, parts) submitted, in order
-        # every thread of the pool has a step to work on, whatever ``prefetch``
+        self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1
+        # every thread of the pool has a step to work on, whatever ``prefetch``; a step that feeds
+        # several batches is also held while they are consumed
         self.max_steps = steps_in_flight(plan, max(self.prefetch, pipeline.workers - 1))
+        if getattr(plan, "granularity", None) != "window" and getattr(plan, "batches_per_step", 1) > 1:
+            self.max_steps = max(self.max_steps, pipeline.workers + 1)
 
     def next(self):
         """The oldest submitted batch ``(BatchPlan, parts)``, after topping up so that ``prefetch``
@@ -202,6 +206,7 @@ class EpochRun:
         if not self.pending:
             return None
         bp, parts = self.pending.popleft()
+        self.heads = max(0, self.heads - 1)
         if len(parts) > 1 and self._detach_ended(parts):
             self._top_up()  # a step it ended is no longer held: the next one can be read already
         return bp, parts
@@ -212,6 +217,19 @@ class EpochRun:
             if bp is None:
                 break
             self.pending.append((bp, self._submit(bp)))
+        self._finish_ahead()
+
+    def _finish_ahead(self) -> None:
+        """Queue the finish task of the first ``prefetch + 1`` pending batches (transform path): the
+        steps of later batches are read and decoded ahead, but a batch is transformed only once
+        it is that close to the consumer, so that ``prefetch`` bounds the transformed batches
+        held, even when one step feeds many batches."""
+        while self.heads < min(len(self.pending), self.prefetch + 1):
+            bp, parts = self.pending[self.heads]
+            if parts[0] is None:
+                parts[0] = (self.pipeline.after([f for f, *_ in parts[1:]], self._assembler(bp, parts)),
+                            0, 0, True, None)
+            self.heads += 1
 
     def _detach_ended(self, parts: list) -> bool:
         """In a batch that spans steps, copy out the rows of each step it ends that is already
@@ -250,31 +268,33 @@ class EpochRun:
         """Parts of a batch finished on the pool: ``[(future of the batch, 0, 0, True, step or None),
         *parts of its steps]``; the consumer waits on the first only, then :meth:`release` them all.
         An exception of ``finish`` becomes a TransformError naming the batch and the epoch."""
-        empty, epoch, user = self.empty, self.epoch, self.finish
-
-        def finish(bp, X, y):
-            try:
-                return user(bp, X, y)
-            except Exception as e:
-                raise TransformError(f"transform raised {type(e).__name__} on batch {bp.index} of epoch "
-                                     f"{epoch}: {e}") from e
+        empty, finish = self.empty, self._finish
         if len(bp.parts) == 1:
             step, lo, hi, last = bp.parts[0]
             if lo == 0 and last and step.number not in self.steps:  # the batch is its own step
                 fut = self.pipeline.submit(step, lambda r: finish(bp, *batch_of([(r, lo, hi)], empty)))
                 self.steps[step.number] = fut  # counted in flight until the consumer releases it
                 return [(fut, 0, 0, True, step)]
-        parts = [None] + self._step_parts(bp)  # the head, set below, is the batch's own future
+        # the head, the batch's own future, is queued by _finish_ahead once the batch is near
+        return [None] + self._step_parts(bp)
+
+    def _finish(self, bp, X, y):
+        """The user's finish of batch ``bp``; its exception becomes a TransformError naming the batch."""
+        try:
+            return self.finish(bp, X, y)
+        except Exception as e:
+            raise TransformError(f"transform raised {type(e).__name__} on batch {bp.index} of epoch "
+                                 f"{self.epoch}: {e}") from e
+
+    def _assembler(self, bp, parts):
+        """fn() that assembles batch ``bp`` from its decoded steps and finishes it."""
+        empty, finish = self.empty, self._finish
 
         def assemble():
             # read from the list: a step that :meth:`_detach_ended` replaced is read from its copy
             got = [(f.result(), lo, hi) for f, lo, hi, _, _ in parts[1:]]
             return finish(bp, *batch_of(got, empty))
-
-        # once its steps are decoded: a pool thread waiting for them would keep the steps queued
-        # behind it (the next window) from being read meanwhile
-        parts[0] = (self.pipeline.after([f for f, *_ in parts[1:]], assemble), 0, 0, True, None)
-        return parts
+        return assemble
 
     def release(self, parts) -> None:
         """Forget the steps a batch used last."""
@@ -307,19 +327,23 @@ class EpochRun:
     def abandon(self) -> None:
         """The consumer left the epoch: cancel what has not started (started steps run to the end)."""
         for _, parts in self.pending:
-            for f, *_ in parts:
-                f.cancel()
+            for part in parts:
+                if part is not None:  # a head not queued yet
+                    part[0].cancel()
         self.pending.clear()
+        self.heads = 0
         for f in self.steps.values():
             f.cancel()
         self.steps.clear()
 
 
 def steps_in_flight(plan, prefetch: int) -> int:
-    """Read steps an epoch keeps in flight: ``prefetch + 1`` (one per batch), or for granularity
-    ``window`` two windows, or the windows that ``prefetch + 1`` batches span if more."""
+    """Read steps an epoch keeps in flight: the steps that ``prefetch + 1`` batches span, and one
+    more when a step feeds several batches (the one being consumed); for granularity ``window``
+    at least two windows."""
     if getattr(plan, "granularity", None) != "window":
-        return prefetch + 1
+        per = int(getattr(plan, "batches_per_step", 1))
+        return prefetch + 1 if per == 1 else -(-(prefetch + 1) // per) + 1
     index = plan.index
     batch_bytes = plan.batch_size * index.payload_bytes / max(index.n, 1)
     window_bytes = plan.window * plan.group_bytes

@@ -56,7 +56,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import seeds
-from .constants import BLOCK, DEFAULT_WINDOW, GRANULARITIES, INDEX_RELEASE_BATCHES, UNIT_SCAN_RECORDS
+from .constants import (BLOCK, DEFAULT_WINDOW, GRANULARITIES, INDEX_RELEASE_BATCHES, STEP_MIN_BYTES,
+                        UNIT_SCAN_RECORDS)
 from .errors import UsageError
 from .kernels import plan as K
 from .offsets import offset_arrays
@@ -237,8 +238,7 @@ class EpochPlan:
         window's runs lie all over the index); 0: in one pass (small batches)."""
         k = len(ids)
         if order is None and shuffle_at >= 0 and k > 1:
-            order = np.arange(k, dtype=np.int64)
-            K.shuffle_inplace(order, np.uint64(self._batch_key), np.uint64(shuffle_at))
+            order = self._batch_order(k, shuffle_at)
         if not extents:
             if order is not None:
                 ids = ids[order]
@@ -296,13 +296,44 @@ class EpochPlan:
         pos = self.first + start * self.batch_size
         upos, within = self._locate(pos)
         shuffle = self.granularity in ("page", "group")
-        for j in range(start, self.num_batches):
-            k = self.batch_size_of(j)
-            ids, upos, within = self._records(upos, within, k)
-            step = self.step(j, ids, extents, pos if shuffle else -1)
-            ids = step.ids
-            yield BatchPlan(j, ids, ((step, 0, k, True),))
-            pos += k
+        per = self.batches_per_step
+        for j0 in range(start, self.num_batches, per):
+            js = range(j0, min(j0 + per, self.num_batches))
+            ids, orders, cuts = [], [], [0]
+            for j in js:
+                k = self.batch_size_of(j)
+                b_ids, upos, within = self._records(upos, within, k)
+                ids.append(b_ids)
+                orders.append(self._batch_order(k, pos) + cuts[-1] if shuffle else None)
+                cuts.append(cuts[-1] + k)
+                pos += k
+            # one step for the batches: their records in unit order (runs), each batch then dealt
+            # in its own order, exactly as a step of its own would deal it
+            order = np.concatenate(orders) if shuffle else None
+            step = self.step(j0, ids[0] if len(ids) == 1 else np.concatenate(ids), extents, order=order)
+            for i, j in enumerate(js):
+                lo, hi = cuts[i], cuts[i + 1]
+                yield BatchPlan(j, step.ids[lo:hi], ((step, lo, hi, j == js[-1]),))
+
+    @property
+    def batches_per_step(self) -> int:
+        """Consecutive batches one group read step covers: enough for STEP_MIN_BYTES (by the
+        dataset's mean record size), at least one. Page and instance batches keep a step each: they
+        are the paper's baselines, measured as reads of their own units (batches of adjacent steps
+        would share pages)."""
+        if self.granularity != "group":
+            return 1
+        idx = self.index
+        batch_bytes = self.batch_size * idx.payload_bytes / max(int(idx.n), 1)
+        return max(1, min(self.num_batches, -int(-STEP_MIN_BYTES // max(batch_bytes, 1.0))))
+
+    def _batch_order(self, k: int, pos: int) -> np.ndarray:
+        """int64 (k,): the random order in which the batch starting at stream position ``pos``
+        deals its k records (drawn from the batch stream at that counter)."""
+        order = np.arange(k, dtype=np.int64)
+        if k > 1:
+            K.shuffle_inplace(order, np.uint64(self._batch_key), np.uint64(pos))
+        return order
 
     # ---- whole-epoch views -----------------------------------------------------------------
     def order(self) -> np.ndarray:

@@ -385,3 +385,41 @@ def test_transform_keeps_prefetch_bounded(svm):
         time.sleep(0.5)  # time enough for the pool to run ahead, were it not bounded
         assert len(calls) <= 2 + 2, f"{len(calls)} batches transformed ahead of a consumer at batch 0"
         assert list(it) == list(range(1, loader.num_batches(0)))
+
+
+@pytest.mark.parametrize("transform", [False, True])
+def test_batches_of_a_step_shared_by_several_batches(svm, monkeypatch, transform):
+    """Read steps feeding 1, a few, or all batches: the same batches, matching sklearn, with and
+    without a transform; every decoding thread has a step, and a transform stays prefetch-bounded."""
+    from lirs import pipeline as pipeline_mod
+    from lirs import plan as plan_mod
+
+    p, idx, X, y = svm
+    batch_bytes = 100 * idx.payload_bytes / idx.n
+    ref, most = None, [0]
+    real_next = pipeline_mod.EpochRun.next
+
+    def next_(self):
+        out = real_next(self)
+        most[0] = max(most[0], len(self.steps))
+        return out
+    monkeypatch.setattr(pipeline_mod.EpochRun, "next", next_)
+    for step_bytes in (1, int(3.5 * batch_bytes), 10**12):
+        monkeypatch.setattr(plan_mod, "STEP_MIN_BYTES", step_bytes)
+        done = []
+        most[0] = 0
+        fn = (lambda b: done.append(b.index) or b) if transform else None
+        with Loader(p, 100, granularity="group", group_bytes=8192, seed=2, prefetch=2, transform=fn,
+                    n_features=300) as loader:
+            per = loader.plan(0).batches_per_step
+            batches = _collect(loader, 0)
+            workers = loader._pipeline.workers
+        _assert_libsvm_batches(batches, X, y, idx.n)
+        ids = [b.ids for b in batches]
+        if ref is None:
+            ref = ids
+        assert all(np.array_equal(a, b) for a, b in zip(ref, ids)) and len(ref) == len(ids)
+        assert (per > 1) == (step_bytes > 1)
+        if 1 < per < len(batches):
+            assert most[0] >= min(workers + 1, -(-len(batches) // per))
+        assert sorted(done) == (list(range(len(batches))) if transform else [])

@@ -210,8 +210,10 @@ def test_page_and_group_units_stay_together_in_a_batch():
         assert len(split) <= p.num_batches - 1
 
 
-def test_window_deals_a_group_over_several_batches():
+def test_window_deals_a_group_over_several_batches(monkeypatch):
     """Window mode keeps group-sized reads but records of a group rarely share a batch."""
+    from lirs import plan as plan_mod
+    monkeypatch.setattr(plan_mod, "STEP_MIN_BYTES", 1)  # group mode with a read step per batch
     idx = _variable_index(20000, 8)
     table = unit_table(idx, 16384)
     unit_of = np.searchsorted(table, np.arange(idx.n), side="right") - 1
@@ -413,3 +415,43 @@ def test_order_command(tmp_path, capsys):
     assert main(["order", p, "-o", str(tmp_path / "o.txt")]) == 2
     assert main(["order", p, "--group-bytes", "5000"]) == 2
     assert main(["order", str(tmp_path / "missing.svm")]) == 1
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_batches_sharing_a_read_step_equal_a_step_per_batch(monkeypatch, fixed):
+    """Consecutive batches read as one step (STEP_MIN_BYTES) hold the same records, dealt in the
+    same order, at the same bytes, as batches each read as a step of their own; from any start."""
+    from lirs import plan as plan_mod
+
+    idx = _fixed_index(3000, 50, files=2) if fixed else _variable_index(3000, 3, files=2, big=0.02)
+
+    def walk(step_bytes, start=0):
+        monkeypatch.setattr(plan_mod, "STEP_MIN_BYTES", step_bytes)
+        p = plan_epoch(idx, 70, "group", seed=4, group_bytes=8192)
+        out = []
+        for bp in p.batches(start):
+            ((step, lo, hi, last),) = bp.parts
+            out.append((bp.index, [a[lo:hi] for a in _delivered(step)], last, step.number))
+            if last:
+                _check_step_extents(idx, step)
+        return p, out
+
+    p1, one = walk(1)
+    assert p1.batches_per_step == 1 and all(last for *_, last, _ in one)
+    batch_bytes = 70 * idx.payload_bytes / idx.n
+    for step_bytes in (int(2.5 * batch_bytes), int(7 * batch_bytes), 10**12):  # 3, 7 batches; all
+        for start in (0, 5):
+            p, many = walk(step_bytes, start)
+            assert p.batches_per_step > 1
+            assert [b[0] for b in many] == [b[0] for b in one[start:]]
+            for (_, a, _, _), (_, b, _, _) in zip(one[start:], many):
+                for x, y in zip(a, b):
+                    assert np.array_equal(x, y)
+            # a step feeds batches_per_step consecutive batches, the last of them marked
+            numbers = [b[3] for b in many]
+            runs = np.unique(numbers, return_counts=True)[1]
+            assert runs.max() == min(p.batches_per_step, len(many)) and runs.sum() == len(many)
+            assert [b[2] for b in many] == [i == len(many) - 1 or numbers[i + 1] != numbers[i]
+                                            for i in range(len(many))]
+    for g in ("page", "instance", "window"):  # the paper's baselines keep a step per batch
+        assert plan_epoch(idx, 70, g, seed=4, group_bytes=8192, window=3).batches_per_step == 1

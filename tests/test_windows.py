@@ -118,7 +118,9 @@ def test_cli_takes_window_sizes(kdd, capsys):
 def test_pool_follows_the_usable_cores(kdd, monkeypatch):
     # the pool sizes itself by the affinity mask (what taskset sets), not by prefetch
     from lirs import loader as loader_mod
+    from lirs import plan as plan_mod
 
+    monkeypatch.setattr(plan_mod, "STEP_MIN_BYTES", 1)  # a step per batch
     for cores in (1, 7):
         monkeypatch.setattr(loader_mod, "usable_cores", lambda c=cores: c)
         with lirs.Loader(kdd, 64, granularity="group", prefetch=2) as ld:
