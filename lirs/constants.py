@@ -19,14 +19,16 @@ INDEX_RELEASE_BATCHES = 16
 # the unit table's scan of every offset goes this many records at a time, releasing the index pages
 # after each (32 MiB of offsets): the whole index of a large dataset is never mapped at once
 UNIT_SCAN_RECORDS = 1 << 23
-# a window's read step finds its extents this many runs (groups) at a time, releasing the index
+# a window's read step (and a group step of several batches) finds its extents this many runs
+# (groups) at a time, releasing the index
 # pages after each piece: each run faults in the index around its offsets (fault-around, up to
 # ~250 KiB with large folios), so the ~4096 groups of a 256 MiB window mapped a large index whole.
-# A piece spans about WINDOW_PIECE_RUNS / window groups of the records' range. Measured on a 3 GB
+# A piece spans about STEP_PIECE_RUNS / window groups of the records' range. Measured on a 3 GB
 # kdd-like file (32.6 MiB of offsets, 2300-group windows): the walk's peak of mapped index fell from
 # 32.6 MiB to 16.2 / 5.2 / 3.2 MiB with pieces of 1024 / 256 / 64 runs; planning time per batch
-# stayed within the run-to-run spread (~0.05-0.07 ms)
-WINDOW_PIECE_RUNS = 256
+# stayed within the run-to-run spread (~0.05-0.07 ms). A 4 MiB group step (~250 groups) is one
+# piece: its pages are released once per step (38 GB file: a group epoch held 264 MiB of index without)
+STEP_PIECE_RUNS = 256
 # a group read step covers consecutive batches holding at least this many bytes: every
 # step costs the pool's threads Python work under the GIL (a read call, a decode call, building the
 # CSR matrix), which at 1024-record kdd-like batches (~370 KB) bounded the epoch, not the cores or the

@@ -57,7 +57,7 @@ import numpy as np
 
 from . import seeds
 from .constants import (BLOCK, DEFAULT_WINDOW, GRANULARITIES, INDEX_RELEASE_BATCHES, STEP_MIN_BYTES,
-                        UNIT_SCAN_RECORDS)
+                        STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
 from .errors import UsageError
 from .kernels import plan as K
 from .offsets import offset_arrays
@@ -310,7 +310,8 @@ class EpochPlan:
             # one step for the batches: their records in unit order (runs), each batch then dealt
             # in its own order, exactly as a step of its own would deal it
             order = np.concatenate(orders) if shuffle else None
-            step = self.step(j0, ids[0] if len(ids) == 1 else np.concatenate(ids), extents, order=order)
+            step = self.step(j0, ids[0] if len(ids) == 1 else np.concatenate(ids), extents, order=order,
+                             piece_runs=STEP_PIECE_RUNS if per > 1 else 0)
             for i, j in enumerate(js):
                 lo, hi = cuts[i], cuts[i + 1]
                 yield BatchPlan(j, step.ids[lo:hi], ((step, lo, hi, j == js[-1]),))

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from .constants import WINDOW_AUTO_MAX, WINDOW_AUTO_MIN, WINDOW_AUTO_SHARE, WINDOW_PIECE_RUNS
+from .constants import WINDOW_AUTO_MAX, WINDOW_AUTO_MIN, WINDOW_AUTO_SHARE, STEP_PIECE_RUNS
 from .errors import UsageError
 from .kernels import plan as K
 from .steps import BatchPlan
@@ -107,7 +107,7 @@ def window_records(plan, w: int):
 
 def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool):
     """The read step of rows a:b of window ``w``'s stream. Rows of more than one batch find their
-    extents in unit order (runs of consecutive records, visited WINDOW_PIECE_RUNS at a time with
+    extents in unit order (runs of consecutive records, visited STEP_PIECE_RUNS at a time with
     the index pages released in between), then are dealt: a whole window in the order ``o``, a
     part of one in its rows' order."""
     ids, o = window_records(plan, w)
@@ -118,9 +118,9 @@ def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool)
         # made each batch fault all its pages again (+25-40% planning time per batch)
         return plan.step(number, ids[o[a:b]], extents)
     if a == 0 and b == len(ids):
-        return plan.step(number, ids, extents, order=o, piece_runs=WINDOW_PIECE_RUNS)
+        return plan.step(number, ids, extents, order=o, piece_runs=STEP_PIECE_RUNS)
     rows = np.sort(o[a:b])  # the part's records in unit order: runs again, not scattered single records
-    return plan.step(number, ids[rows], extents, order=np.searchsorted(rows, o[a:b]), piece_runs=WINDOW_PIECE_RUNS)
+    return plan.step(number, ids[rows], extents, order=np.searchsorted(rows, o[a:b]), piece_runs=STEP_PIECE_RUNS)
 
 
 def window_batches(plan, start: int, extents: bool):

@@ -548,10 +548,18 @@ def test_an_epoch_plan_releases_the_index_pages_it_walks(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(type(idx), "release_pages", lambda self: calls.append(1) or 0)
     monkeypatch.setattr(P, "INDEX_RELEASE_BATCHES", 4)
+    monkeypatch.setattr(P, "STEP_MIN_BYTES", 1)  # a read step per batch
     plan = P.plan_epoch(idx, 32, granularity="group", group_bytes=4096, seed=0, epoch=0)
     assert len(calls) == 1  # the unit table's scan of every offset
     n = sum(1 for _ in plan.batches())
     assert n == plan.num_batches and len(calls) == 1 + n // 4
+    # a step of several batches also releases them once it is planned (its groups lie all over)
+    monkeypatch.setattr(P, "STEP_MIN_BYTES", 5 * 32 * idx.payload_bytes // idx.n)
+    calls.clear()
+    plan = P.plan_epoch(idx, 32, granularity="group", group_bytes=4096, seed=0, epoch=0)
+    assert plan.batches_per_step == 5
+    n = sum(1 for _ in plan.batches())
+    assert len(calls) == n // 4 + -(-n // 5)  # (the unit table is the first plan's)
 
 
 def test_a_window_step_releases_the_index_pages_between_its_pieces(tmp_path, monkeypatch):
@@ -568,7 +576,7 @@ def test_a_window_step_releases_the_index_pages_between_its_pieces(tmp_path, mon
     kernel = K.extents
     monkeypatch.setattr(type(idx), "release_pages", lambda self: calls.append("release") or 0)
     monkeypatch.setattr(K, "extents", lambda *a: calls.append("extents") or kernel(*a))
-    monkeypatch.setattr(W, "WINDOW_PIECE_RUNS", 4)
+    monkeypatch.setattr(W, "STEP_PIECE_RUNS", 4)
     ids, _ = W.window_records(plan, 0)
     runs = int(np.count_nonzero(np.diff(ids, prepend=ids[0] - 2) != 1))
     step = W.window_step(plan, 0, 0, 0, None, True)

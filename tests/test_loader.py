@@ -391,29 +391,24 @@ def test_transform_keeps_prefetch_bounded(svm):
 def test_batches_of_a_step_shared_by_several_batches(svm, monkeypatch, transform):
     """Read steps feeding 1, a few, or all batches: the same batches, matching sklearn, with and
     without a transform; every decoding thread has a step, and a transform stays prefetch-bounded."""
-    from lirs import pipeline as pipeline_mod
+    from test_windows import _max_steps_in_flight
+
     from lirs import plan as plan_mod
 
     p, idx, X, y = svm
     batch_bytes = 100 * idx.payload_bytes / idx.n
-    ref, most = None, [0]
-    real_next = pipeline_mod.EpochRun.next
-
-    def next_(self):
-        out = real_next(self)
-        most[0] = max(most[0], len(self.steps))
-        return out
-    monkeypatch.setattr(pipeline_mod.EpochRun, "next", next_)
+    ref = None
     for step_bytes in (1, int(3.5 * batch_bytes), 10**12):
         monkeypatch.setattr(plan_mod, "STEP_MIN_BYTES", step_bytes)
         done = []
-        most[0] = 0
         fn = (lambda b: done.append(b.index) or b) if transform else None
         with Loader(p, 100, granularity="group", group_bytes=8192, seed=2, prefetch=2, transform=fn,
                     n_features=300) as loader:
             per = loader.plan(0).batches_per_step
             batches = _collect(loader, 0)
+            transformed = sorted(done)
             workers = loader._pipeline.workers
+            most = _max_steps_in_flight(monkeypatch, loader, epoch=1)[0]
         _assert_libsvm_batches(batches, X, y, idx.n)
         ids = [b.ids for b in batches]
         if ref is None:
@@ -421,5 +416,5 @@ def test_batches_of_a_step_shared_by_several_batches(svm, monkeypatch, transform
         assert all(np.array_equal(a, b) for a, b in zip(ref, ids)) and len(ref) == len(ids)
         assert (per > 1) == (step_bytes > 1)
         if 1 < per < len(batches):
-            assert most[0] >= min(workers + 1, -(-len(batches) // per))
-        assert sorted(done) == (list(range(len(batches))) if transform else [])
+            assert most >= min(workers + 1, -(-len(batches) // per))
+        assert transformed == (list(range(len(batches))) if transform else [])
