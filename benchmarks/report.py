@@ -666,8 +666,9 @@ def sec_scale():
     busy = "".join(
         f"\n\nWith decoding, the {n.split('-')[1]} epoch kept {w['cpu_util_cores']:.2f} of {w['cores']} cores busy, "
         f"its decoder running at {w['decode_MBps_per_thread']:.0f} MB/s per thread"
-        + (": the cores are not full, the pool's threads wait on reads." if w["cpu_util_cores"] < 0.85 * w["cores"]
-           else ".")
+        + (": the cores are not full; the pool's threads wait on reads and on each other for the GIL (each read "
+           "step costs some Python work, which is why a group step spans several batches)."
+           if w["cpu_util_cores"] < 0.85 * w["cores"] else ".")
         for n, w in list(sm.get("where_time_goes", {}).items())[:1] if w)
     return (f"### Out of core: a file 1.5× the RAM\n\nA {fl['big_bytes'] / 1e9:.1f} GB kdd-like LIBSVM file "
             f"({fl['big_records']:,} records) on a machine with {fl['ram_bytes'] / 2**30:.1f} GiB of RAM, page cache "
