@@ -233,8 +233,12 @@ def sec_torch():
     return (f"### PyTorch adapter against the Loader\n\nOne epoch of a {d['data']['bytes'] / 1e6:.0f} MB kdd-like "
             f"file, {d['granularity']} granularity, batch {d['batch_size']}, warm cache, median of {d['repeats']} "
             f"in the same run ({source(d)}): `make_dataloader` with `num_workers=0` runs at "
-            f"{f(r['torch_w0'])}× the Loader's epoch rate (goal ≥ 0.9: {goal(r['torch_w0'] >= 0.9)}) — the CSR "
-            f"tensors are built on the Loader's pool. With `num_workers=2` on this 2-core machine it is "
+            f"{f(r['torch_w0'])}× the Loader's epoch rate (goal ≥ 0.9: {goal(r['torch_w0'] >= 0.9)}; "
+            f"{d['records_per_s']['torch_w0'] / 1e6:.2f} M records/s against the Loader's "
+            f"{d['records_per_s']['loader'] / 1e6:.2f} M, {1e6 / d['records_per_s']['loader'] * d['batch_size']:.0f} µs "
+            f"per batch) — the CSR tensors are built on the Loader's pool; what remains is a fixed cost per batch "
+            f"(torch's DataLoader iterator and the finishing task), which shows as the Loader's own cost per batch "
+            f"gets smaller. With `num_workers=2` on this 2-core machine it is "
             f"{f(r['torch_w2'])}×: two worker processes, each with its own pool, and the batches pickled to the "
             f"main process, compete for the same two cores.")
 
