@@ -193,11 +193,8 @@ class EpochRun:
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.pending = collections.deque()          # (BatchPlan, parts) submitted, in order
         self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1
-        # every thread of the pool has a step to work on, whatever ``prefetch``; a step that feeds
-        # several batches is also held while they are consumed
-        self.max_steps = steps_in_flight(plan, max(self.prefetch, pipeline.workers - 1))
-        if getattr(plan, "granularity", None) != "window" and getattr(plan, "batches_per_step", 1) > 1:
-            self.max_steps = max(self.max_steps, pipeline.workers + 1)
+        # every thread of the pool has a step to work on, whatever ``prefetch``
+        self.max_steps = steps_in_flight(plan, max(self.prefetch, pipeline.workers - 1), pipeline.workers)
 
     def next(self):
         """The oldest submitted batch ``(BatchPlan, parts)``, after topping up so that ``prefetch``
@@ -337,13 +334,14 @@ class EpochRun:
         self.steps.clear()
 
 
-def steps_in_flight(plan, prefetch: int) -> int:
-    """Read steps an epoch keeps in flight: the steps that ``prefetch + 1`` batches span, and one
-    more when a step feeds several batches (the one being consumed); for granularity ``window``
-    at least two windows."""
+def steps_in_flight(plan, prefetch: int, workers: int = 0) -> int:
+    """Read steps an epoch keeps in flight: ``prefetch + 1`` (one per batch); when a group step
+    feeds several batches, the steps that ``prefetch + 1`` batches span or one per thread of a pool
+    of ``workers``, and the one being consumed; for granularity ``window`` two windows, or the
+    windows that ``prefetch + 1`` batches span if more."""
     if getattr(plan, "granularity", None) != "window":
         per = int(getattr(plan, "batches_per_step", 1))
-        return prefetch + 1 if per == 1 else -(-(prefetch + 1) // per) + 1
+        return prefetch + 1 if per == 1 else max(-(-(prefetch + 1) // per), int(workers)) + 1
     index = plan.index
     batch_bytes = plan.batch_size * index.payload_bytes / max(index.n, 1)
     window_bytes = plan.window * plan.group_bytes

@@ -188,3 +188,16 @@ def test_output_empty():
     small = memory.output_empty(10, np.float32)
     assert small.shape == (10,) and small.dtype == np.float32 and small.base is None
     assert memory.output_empty(0, np.int64).shape == (0,)
+
+
+def test_output_empty_falls_back_to_numpy_where_mapping_fails(monkeypatch):
+    # a locked-memory or address-space limit refuses the mapping: numpy's memory then, same array
+    from lirs import memory
+
+    def refuse(*a, **k):
+        raise OSError(12, "Cannot allocate memory")
+    import types
+    monkeypatch.setattr(memory, "mmap", types.SimpleNamespace(mmap=refuse, MAP_PRIVATE=mmap.MAP_PRIVATE,
+                                                              MAP_POPULATE=mmap.MAP_POPULATE))
+    a = memory.output_empty(memory.POPULATE_MIN_BYTES, np.uint8)
+    assert a.shape == (memory.POPULATE_MIN_BYTES,) and a.flags.writeable and not _in_mapping(a)
