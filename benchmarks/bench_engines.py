@@ -124,7 +124,8 @@ def engine_setup(eng) -> dict | None:
     names = [n for n in ("COOP_TASKRUN", "SINGLE_ISSUER", "DEFER_TASKRUN")
              if ring.flags & getattr(U, f"IORING_SETUP_{n}")]
     return {"setup_flags": names, "registered_files": bool(ring.desc[RK.R_FIXED]),
-            "wait_completions": int(ring.desc[RK.R_WAIT]), "ring_entries": int(ring.desc[R_ENTRIES])}
+            "wait_completions": int(ring.desc[RK.R_WAIT]), "reads_per_submit_call": int(ring.desc[RK.R_SUBMIT]),
+            "ring_entries": int(ring.desc[R_ENTRIES])}
 
 
 def compare(path, label, *, fio_kw, eng_kw, metric, repeats, runtime, goal=None):

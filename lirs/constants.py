@@ -47,6 +47,12 @@ WINDOW_AUTO_MAX = 256 << 20
 # completions (at least one; 0 = one, as fio does). 1/8 was measured at QD 32 within the run-to-run
 # spread of benchmarks/bench_engines.py on this shared 2-core machine, so fio's choice stays.
 URING_WAIT_SHARE = 0.0
+# uring engine: reads handed to the kernel per io_uring_enter. More than two in one call and the
+# kernel plugs the block queue and dispatches them as one batch; on this virtio disk that kept 4 KiB
+# QD 32 reads at 0.78-0.85x fio's rate (device latency 0.40 ms against fio's 0.29 ms, at a fuller
+# queue), while two per call gave 0.97-1.05x and one per call 0.91-1.0x (ad-hoc A/B against fio in
+# the same run; benchmarks/bench_engines.py records it). Bigger reads are not hurt (64 KiB QD 32).
+URING_SUBMIT_CHUNK = 2
 # sequential scans (`lirs index`): each chunk is read with O_DIRECT in pieces of SCAN_READ_BYTES,
 # SCAN_READ_DEPTH of them in flight: the shape of fio's sequential reference (1 MiB, QD 16). Direct
 # reads skip the page cache, whose copy and reclaim (kswapd) cost CPU the scan needs on 2 cores.

@@ -136,3 +136,37 @@ def _catch(errors, fn, *args):
         fn(*args)
     except BaseException as e:  # noqa: BLE001
         errors.append(e)
+
+
+@pytest.mark.parametrize("submit", [1, 2, 5, 64])
+@pytest.mark.parametrize("depth", [7, 64])
+def test_reads_are_handed_over_a_few_per_call(data, monkeypatch, submit, depth):
+    """At most ``URING_SUBMIT_CHUNK`` reads per io_uring_enter (the block layer plugs bigger
+    submissions), and still every byte read."""
+    import lirs.engines.uring as U
+    from lirs.kernels import ring as RK
+
+    path, d = data
+    monkeypatch.setattr(U, "URING_SUBMIT_CHUNK", submit)
+    # each wait asks for a whole ring of completions: calls then count submissions, not completions
+    monkeypatch.setattr(U, "URING_WAIT_SHARE", 1.0)
+    with open_engine([path], "uring", depth=depth) as eng:
+        ring = eng._take()
+        assert ring.desc[RK.R_SUBMIT] == submit
+        _read_and_check(eng, d, 6)
+        count = 400
+        off = np.random.default_rng(7).integers(0, SIZE // BLOCK, count).astype(np.int64) * BLOCK
+        nb = np.full(count, BLOCK, np.int64)
+        pos = np.arange(count, dtype=np.int64) * BLOCK
+        buf = aligned_empty(count * BLOCK)
+        got = np.zeros(count, np.int64)
+        err = np.zeros(3, np.int64)
+        enters = RK.ring_read(ring.desc, eng.fds, eng.cfds, eng.sizes, np.zeros(count, np.int32), off, nb,
+                              buf.ctypes.data, pos, eng.direct, got, err, np.zeros(count, np.uint8),
+                              np.empty(count, np.int64))
+        assert err[0] == 0 and (got == BLOCK).all()
+        assert all(bytes(buf[pos[i]:pos[i] + BLOCK]) == d[off[i]:off[i] + BLOCK].tobytes() for i in range(count))
+        if submit < depth:  # every call hands over at most `submit` reads
+            assert enters >= count / submit
+        else:  # a whole ring per call (the kernel rounds it up to a power of two): far fewer calls
+            assert enters < count / 2

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from ..constants import URING_WAIT_SHARE
+from ..constants import URING_SUBMIT_CHUNK, URING_WAIT_SHARE
 from ..kernels import io as K
 from ..kernels import ring as RK
 from .base import Engine, ReadError, _Libc, log
@@ -63,10 +63,11 @@ class _Ring:
     ``flag_sets``: setup flags to try in order (None: :data:`SETUP_FLAGS`). ``fds`` int32
     (files,): descriptors to register (in file order) so reads name them by index;
     None or a refused registration leaves plain descriptors. ``wait``: completions one wait asks
-    for while reads are still queued (:data:`lirs.kernels.ring.R_WAIT`).
+    for while reads are still queued (:data:`lirs.kernels.ring.R_WAIT`). ``submit``: reads handed to
+    the kernel per ``io_uring_enter`` (:data:`lirs.kernels.ring.R_SUBMIT`).
     """
 
-    def __init__(self, entries: int, flag_sets=None, fds=None, wait: int = 1):
+    def __init__(self, entries: int, flag_sets=None, fds=None, wait: int = 1, submit: int = URING_SUBMIT_CHUNK):
         lc = _Libc.get()
         self._lc = lc
         self.maps: list[tuple[int, int]] = []
@@ -102,6 +103,7 @@ class _Ring:
             r[K.R_ERRNO] = lc.errno_location
             r[RK.R_FIXED] = int(fds is not None and self._register_files(fds))
             r[RK.R_WAIT] = max(1, min(int(wait), int(r[K.R_ENTRIES])))
+            r[RK.R_SUBMIT] = max(1, int(submit))
             self.desc = r
             RK.init_array(r, sq + sq_off["array"])
         except BaseException:
@@ -170,7 +172,7 @@ class UringEngine(Engine):
             ring = self._rings.get(me.ident)
         if ring is not None and ring.owner is me:
             return ring
-        ring = _Ring(self.depth, fds=self.fds, wait=self._wait)
+        ring = _Ring(self.depth, fds=self.fds, wait=self._wait, submit=URING_SUBMIT_CHUNK)
         with self._lock:
             if self.closed:
                 ring.close()

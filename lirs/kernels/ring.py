@@ -14,7 +14,11 @@ on 4 KiB random reads):
 * batched waits: with the ring full, one ``io_uring_enter`` waits for ``R_WAIT`` completions
   (:data:`lirs.constants.URING_WAIT_SHARE` of the depth, at least one); when nothing is left to
   submit it waits for all that are in flight. With ``IORING_SETUP_DEFER_TASKRUN`` (set up by the
-  engine where the kernel has it) the kernel wakes the thread once per wait, not per completion.
+  engine where the kernel has it) the kernel wakes the thread once per wait, not per completion;
+* small submissions (``R_SUBMIT``): the kernel plugs the block queue for a submission of more
+  than two reads and dispatches them together, which on the virtio disk measured here lowered 4 KiB
+  QD 32 reads to ~0.8x fio's (which submits one read per call); at most two per call keep each read
+  going to the device as soon as its slot frees, for less CPU than one call per read.
 """
 from __future__ import annotations
 
@@ -33,7 +37,8 @@ IORING_REGISTER_FILES = 2
 # descriptor (R_FD .. R_ERRNO), then these two (filled by lirs.engines.uring).
 R_FIXED = 12   # 1: the data files are registered in file order (read i names file ext_file[i])
 R_WAIT = 13    # completions one io_uring_enter waits for while reads are still queued (>= 1)
-RING_FIELDS = 14
+R_SUBMIT = 14  # reads handed to the kernel per io_uring_enter (>= 1; lirs.constants.URING_SUBMIT_CHUNK)
+RING_FIELDS = 15
 
 _BLOCK = 4096
 _MAX_LEN = 1 << 30  # a single SQE carries a 32-bit length; longer extents go in pieces
@@ -176,15 +181,22 @@ def ring_read(ring, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf_addr
         # with reads still queued wait for R_WAIT of them; with none left, for all in flight
         more = err[0] == 0 and (st[1] < st[2] or st[0] < e)
         wait = min(ring[R_WAIT], st[3]) if more else st[3]
-        head = load_u32_acquire(ring[R_SQ_HEAD])
-        r = call_syscall6(ring[R_SYSCALL], NR_IO_URING_ENTER, ring[R_FD], (tail - head) & 0xFFFFFFFF, wait,
-                          IORING_ENTER_GETEVENTS, 0, 0)
-        enters += 1
-        if r < 0:
-            en = call_errno(ring[R_ERRNO])
-            if en != EINTR and en != EAGAIN and en != EBUSY:
-                err[0] = -en  # the ring itself is broken: nothing more will complete
-                return enters
+        # the new reads go R_SUBMIT per call; the last call also waits
+        unsent = (tail - load_u32_acquire(ring[R_SQ_HEAD])) & 0xFFFFFFFF
+        while True:
+            n = min(unsent, ring[R_SUBMIT])
+            last = n == unsent
+            r = call_syscall6(ring[R_SYSCALL], NR_IO_URING_ENTER, ring[R_FD], n, wait if last else 0,
+                              IORING_ENTER_GETEVENTS if last else 0, 0, 0)
+            enters += 1
+            if r < 0:
+                en = call_errno(ring[R_ERRNO])
+                if en != EINTR and en != EAGAIN and en != EBUSY:
+                    err[0] = -en  # the ring itself is broken: nothing more will complete
+                    return enters
+            unsent = (tail - load_u32_acquire(ring[R_SQ_HEAD])) & 0xFFFFFFFF
+            if last or r < 0:
+                break
         _reap(ring, sizes, ext_file, ext_offset, ext_nbytes, direct, got, err, pending, st)
     return enters
 
