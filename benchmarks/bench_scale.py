@@ -3,7 +3,8 @@
     flock /tmp/lirs-bench.lock python benchmarks/bench_scale.py --size 1.5xRAM [--reuse] [--keep]
 
 On a generated kdd-like file of ``--size`` (``NxRAM``: N times MemTotal; or a size like 36GB) in
-``--dir`` and a ``--small`` prefix of it (the same records, cut at a line end), measures:
+``--dir`` and a ``--small`` prefix of it (the same records, cut at a line end; its size rounded to
+whole ``--window`` budgets, so both files read windows of the same size), measures:
 
 * ``lirs index`` with a cold page cache (drop_caches, root) against fio sequential read (1 MiB, QD 16);
 * one epoch of granularity group and window, with CSR decoding and reads-only (the plan's extents
@@ -363,7 +364,8 @@ def parse_args(argv=None):
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="1.5xRAM", help="the big file: NxRAM (MemTotal) or a size such as 36GB")
-    ap.add_argument("--small", default="2GB", help="the prefix file compared with it (default 2GB)")
+    ap.add_argument("--small", default="2GB", help="the prefix file compared with it (default 2GB, rounded to "
+                                                   "a whole number of --window budgets)")
     ap.add_argument("--dir", default="/work/scratch/scale")
     ap.add_argument("--reuse", action="store_true", help="keep files in --dir within 5%% of their target size")
     ap.add_argument("--keep", action="store_true", help="do not delete the generated files at the end")
@@ -394,7 +396,7 @@ def prepare_files(args, ram: int) -> dict:
     from lirs.eval.gen import generate
     from lirs.units import parse_size
 
-    size, small = target_bytes(args.size, ram), parse_size(args.small)
+    size, small = target_bytes(args.size, ram), small_bytes(args.small, args.window)
     if small >= size:
         raise UsageError(f"--small {args.small} must be smaller than --size {args.size} ({size:,} bytes)")
     os.makedirs(args.dir, exist_ok=True)
@@ -413,6 +415,22 @@ def prepare_files(args, ram: int) -> dict:
         make_prefix(big_path, small_path, small)
     out["big_bytes"], out["small_bytes"] = os.path.getsize(big_path), os.path.getsize(small_path)
     return out
+
+
+def small_bytes(spec: str, window: str) -> int:
+    """The small file's size: ``spec`` rounded to a whole number of ``window`` byte budgets. Windows
+    are balanced (units / ceil(units / window) each), so a 2 GB prefix would read 256 MiB windows of
+    ~3,800 groups, not 4,096, and its window epoch would hold ~7% less than the big file's for
+    reasons that have nothing to do with the file size."""
+    from lirs.constants import DEFAULT_GROUP_BYTES
+    from lirs.units import parse_size
+    from lirs.windows import window_groups
+
+    nbytes = parse_size(spec)
+    wbytes = window_groups(window, DEFAULT_GROUP_BYTES, nbytes) * DEFAULT_GROUP_BYTES
+    if "%" in str(window) or str(window).strip() == "auto":
+        return nbytes  # a share of the data: the windows scale with the file anyway
+    return max(1, round(nbytes / wbytes)) * wbytes
 
 
 def cleanup(files: dict, keep: bool) -> None:

@@ -20,15 +20,15 @@ INDEX_RELEASE_BATCHES = 16
 # after each (32 MiB of offsets): the whole index of a large dataset is never mapped at once
 UNIT_SCAN_RECORDS = 1 << 23
 # a window's read step (and a group step of several batches) finds its extents this many runs
-# (groups) at a time, releasing the index
-# pages after each piece: each run faults in the index around its offsets (fault-around, up to
-# ~250 KiB with large folios), so the ~4096 groups of a 256 MiB window mapped a large index whole.
-# A piece spans about STEP_PIECE_RUNS / window groups of the records' range. Measured on a 3 GB
-# kdd-like file (32.6 MiB of offsets, 2300-group windows): the walk's peak of mapped index fell from
-# 32.6 MiB to 16.2 / 5.2 / 3.2 MiB with pieces of 1024 / 256 / 64 runs; planning time per batch
-# stayed within the run-to-run spread (~0.05-0.07 ms). A 4 MiB group step (~250 groups) is one
-# piece: its pages are released once per step (38 GB file: a group epoch held 264 MiB of index without)
-STEP_PIECE_RUNS = 256
+# (groups) at a time, releasing the index pages after each piece. A fault maps the index around the
+# offsets it needs, and where the page cache holds the index in large folios (ext4 on recent kernels)
+# it maps the whole folio, up to 2 MiB: a piece of runs scattered over a large index maps up to
+# STEP_PIECE_RUNS x 2 MiB of it. Measured on an 8 GB kdd-like file (90 MiB of offsets; ad-hoc walk
+# of 3,000 planned batches): a group step (~64 runs spread over the whole index) mapped 53 MiB of it
+# with pieces of 256 or 64 runs, 22 MiB with 16, 8 MiB with 4; planning 0.049 / 0.051 / 0.053 /
+# 0.070 ms per batch. A window's runs are sorted, so its pieces map less (8 / 4 / 4 / 4 MiB).
+# 16 keeps the mapped index within ~32 MiB whatever the dataset's size, for ~5% more planning time.
+STEP_PIECE_RUNS = 16
 # a group read step covers consecutive batches holding at least this many bytes: every
 # step costs the pool's threads Python work under the GIL (a read call, a decode call, building the
 # CSR matrix), which at 1024-record kdd-like batches (~370 KB) bounded the epoch, not the cores or the

@@ -43,6 +43,14 @@ def test_target_bytes(bs):
         bs.target_bytes("lots", 1000)
 
 
+def test_small_file_is_whole_windows(bs):
+    # 2 GB is 7.45 windows of 256 MiB: 7 whole ones, so every window of both files holds 4,096 groups
+    assert bs.small_bytes("2GB", "256M") == 7 * (256 << 20)
+    assert bs.small_bytes("3MB", "1M") == 3 << 20
+    assert bs.small_bytes("100MB", "256M") == 256 << 20  # at least one window
+    assert bs.small_bytes("2GB", "5%") == 2_000_000_000  # a share: windows scale with the file
+
+
 def test_mem_total_is_the_meminfo_figure(bs):
     with open("/proc/meminfo") as f:
         kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
@@ -159,7 +167,7 @@ def test_bench_scale_end_to_end_tiny(tmp_path):
     res = json.loads(out.read_text())
     assert res["caches_dropped"] is False and res["files"]["kept"] is False
     assert not [p for p in os.listdir(d) if not p.startswith(".")]  # data files and sidecars deleted
-    assert 0.95 * 12e6 < res["files"]["big_bytes"] < 1.05 * 12e6 and res["files"]["small_bytes"] <= 3e6
+    assert 0.95 * 12e6 < res["files"]["big_bytes"] < 1.05 * 12e6 and res["files"]["small_bytes"] <= 3 << 20
     assert res["index"]["big"]["records"] == res["files"]["big_records"] > res["files"]["small_records"]
     names = {"lirs-group-64K", "lirs-window-64Kx16", "lirs-group-64K/reads", "lirs-window-64Kx16/reads"}
     assert set(res["epochs"]["small"]) == names

@@ -560,6 +560,20 @@ def test_an_epoch_plan_releases_the_index_pages_it_walks(tmp_path, monkeypatch):
     assert plan.batches_per_step == 5
     n = sum(1 for _ in plan.batches())
     assert len(calls) == n // 4 + -(-n // 5)  # (the unit table is the first plan's)
+    # its runs (groups) are visited STEP_PIECE_RUNS at a time, released after each piece: a run
+    # maps a whole large folio of the index (up to 2 MiB), wherever it lies
+    whole = [(b.ids, [(s.ext_file, s.ext_offset, s.ext_nbytes) for s, *_ in b.parts]) for b in plan.batches()]
+    monkeypatch.setattr(P, "STEP_PIECE_RUNS", 1)
+    calls.clear()
+    batches = list(plan.batches())
+    pieces = [(b.ids, [(s.ext_file, s.ext_offset, s.ext_nbytes) for s, *_ in b.parts]) for b in batches]
+    steps = {id(s): s for b in batches for s, *_ in b.parts}
+    # (runs of consecutive records over the steps, at least: adjacent groups may join one run)
+    runs = sum(int(np.count_nonzero(np.diff(np.sort(s.ids), prepend=-2) != 1)) for s in steps.values())
+    assert runs > len(steps) and len(calls) >= n // 4 + runs
+    for (i1, e1), (i2, e2) in zip(whole, pieces, strict=True):
+        assert np.array_equal(i1, i2)
+        assert all(np.array_equal(x, y) for a, b in zip(e1, e2) for x, y in zip(a, b))
 
 
 def test_a_window_step_releases_the_index_pages_between_its_pieces(tmp_path, monkeypatch):
