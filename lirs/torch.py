@@ -23,10 +23,11 @@ own engine and pool, and sends each batch packed in one buffer (one pickle or sh
 transfer instead of one per tensor); the main process rebuilds the tensors as views of it. With
 granularity ``window`` a worker reads only the rows of each window its batches take.
 
-**Tensors** are built on the Loader's pool threads right after decoding (``Loader(transform=)``),
-not on the consumer's thread: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices
-int32 as the decoder makes them, int64 when n_features or the batch's values need it), a COO or
-a dense float tensor (k, n_features) for LIBSVM, a dense tensor (k, *record_shape) for npy/fixed,
+**Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
+consumes the batch: about 15 us a batch, less than a task of its own on the Loader's pool costs in
+hand-offs. A user ``transform`` runs with them on the pool (``Loader(transform=)``). They are: ids
+int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder makes them,
+int64 when n_features or the batch's values need it), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense tensor (k, *record_shape) for npy/fixed,
 a list of ``bytes`` for lines; y (k,) ``label_dtype`` or None. Construction raises no warning:
 torch's one-time notices ("sparse CSR is in beta", "sparse invariant checks are implicitly
 disabled" when a worker's sparse batch is rebuilt) are emitted, silenced, when this module is
@@ -247,6 +248,7 @@ class LirsIterableDataset(tud.IterableDataset):
         self.loader_kwargs = dict(loader_kwargs)
         self._loader = None
         self._loader_key = None
+        self._convert = None  # the tensor conversion run on the consumer's thread (no user transform)
         self._pos = (self.epoch, 0, None)  # (epoch, next batch, spans) of this process's deliveries
         self._resume: dict | None = None   # an exact Loader state to start the next iteration from
         # DataLoader workers do not see the process group: read it here, in the rank's process
@@ -294,8 +296,12 @@ class LirsIterableDataset(tud.IterableDataset):
                 # as well, so a worker that starts every epoch does not open and scan it again
                 source = self._loader.index
             convert = _Convert(self.sparse, self.output, self.label_dtype, self.transform)
-            self._loader = Loader(source, self.batch_size, rank=rank, world_size=world, transform=convert,
-                                  **self.loader_kwargs)
+            # the tensors alone (~15 us a batch) are built where the batch is consumed: as a task of
+            # their own on the pool they cost more in hand-offs between threads than they take; a
+            # user transform runs on the pool, beside the decoding (it may be heavy)
+            self._convert = convert if self.transform is None else None
+            self._loader = Loader(source, self.batch_size, rank=rank, world_size=world,
+                                  transform=None if self.transform is None else convert, **self.loader_kwargs)
             self._loader_key = key
         return self._loader
 
@@ -331,6 +337,7 @@ class LirsIterableDataset(tud.IterableDataset):
         d = dict(self.__dict__)
         d["_loader"] = None
         d["_loader_key"] = None
+        d["_convert"] = None
         return d
 
     # ------------------------------------------------------------------ state
@@ -397,20 +404,33 @@ class LirsIterableDataset(tud.IterableDataset):
         return self._deliver(it, loader, spans)
 
     def _deliver(self, it, loader, spans):
+        convert = self._convert
         for out in it:
             self._pos = (self.epoch, loader.state_dict()["next_batch"], spans)
-            yield out
+            yield out if convert is None else convert(out)
 
 
 class LirsDataLoader(tud.DataLoader):
     """A ``DataLoader(batch_size=None)`` over a :class:`LirsIterableDataset` that knows how many
     batches the consumer received: ``state_dict()`` / ``load_state_dict()`` resume there exactly,
-    whatever ``num_workers`` (batches workers prefetched are not counted)."""
+    whatever ``num_workers`` (batches workers prefetched are not counted). With ``num_workers=0``
+    (and no ``pin_memory``) it steps the dataset itself, each batch through ``collate_fn``, without
+    torch's per-batch iterator (so no ``enumerate(DataLoader)`` profiler range per batch)."""
 
     def __iter__(self):
         ds = self.dataset
         if self.num_workers == 0:  # the dataset iterates in this process and counts itself
-            yield from super().__iter__()
+            if self.pin_memory:  # torch pins each batch
+                yield from super().__iter__()
+                return
+            # The batches are tensors already: torch's single-process iterator would only add its
+            # fixed cost per batch (a profiler range, the fetcher, the conversion walk), a sizeable
+            # share of a lirs batch's cost (benchmarks/bench_torch.py). Its one draw from the torch
+            # RNG per epoch is kept, so a training's random stream is what it would be with it.
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+            convert = self.collate_fn
+            for b in ds:
+                yield convert(b)
             return
         res = ds._resume
         ctx = self.multiprocessing_context or multiprocessing.get_context()

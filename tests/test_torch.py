@@ -188,6 +188,30 @@ def test_batches_are_the_loaders_whatever_the_workers(kdd_file, num_workers, gra
             assert np.array_equal(g["y"].numpy(), w.y.astype(np.float32))
 
 
+def test_single_process_iteration_is_torchs(kdd_file):
+    """num_workers=0 steps the dataset without torch's per-batch iterator: the batches a plain
+    DataLoader gives, the same draw from torch's RNG per epoch, a collate_fn still applied."""
+    import torch.utils.data as tud
+
+    from lirs.torch import LirsDataLoader, LirsIterableDataset
+
+    ds = LirsIterableDataset(kdd_file, 300, seed=2)
+    torch.manual_seed(0)
+    want = list(tud.DataLoader(ds, batch_size=None))
+    rng_after = torch.get_rng_state()
+    torch.manual_seed(0)
+    got = list(LirsDataLoader(ds, batch_size=None))
+    assert torch.equal(torch.get_rng_state(), rng_after)
+    assert len(got) == len(want) == ds.num_batches()
+    for g, w in zip(got, want):
+        assert torch.equal(g["ids"], w["ids"]) and torch.equal(g["y"], w["y"])
+        assert torch.equal(g["X"].values(), w["X"].values())
+        assert torch.equal(g["X"].col_indices(), w["X"].col_indices())
+    sizes = list(LirsDataLoader(ds, batch_size=None, collate_fn=lambda b: b["ids"].shape[0]))
+    assert sizes == [len(w["ids"]) for w in want]
+    ds.close()
+
+
 @pytest.mark.parametrize("num_workers", [0, 1, 2])
 def test_resume_at_batch_boundaries_is_exact(kdd_file, num_workers):
     from lirs.torch import make_dataloader
@@ -320,6 +344,10 @@ def test_user_transform_runs_on_the_pool(kdd_file):
     assert sum(dl) == lirs.open_index(kdd_file).n
     assert seen and threading.get_ident() not in seen
     dl.dataset.close()
+    # without one, the tensors are built as the batch is consumed (no pool task per batch)
+    ds = make_dataloader(kdd_file, 400).dataset
+    assert ds.loader().transform is None and all(isinstance(b["X"], torch.Tensor) for b in ds)
+    ds.close()
 
 
 def _elastic_rank(rank, world, port, path, out_dir, phase):
