@@ -188,8 +188,9 @@ def loader_stall(args) -> dict:
     size = parse_size(args.loader_size)
     ensure_file(path, size, lambda: generate("kdd", path, size=size, order="shuffled", seed=1, progress=False))
     lirs.build_index(path, progress=False)
-    common = ["--granularity", "group", "--batch-size", str(args.batch_size), "--max-batches",
-              str(args.loader_batches)]
+    common = ["--granularity", "group", "--batch-size", str(args.batch_size)]
+    if args.loader_batches > 0:
+        common += ["--max-batches", str(args.loader_batches)]
     base, cmd0 = lirs_epoch(path, common + ["--compute-ms", "0"])
     per_batch_ms = 1000 * base["wall_s"] / base["batches"]
     runs = [{"command": " ".join(cmd0), **base}]
@@ -237,7 +238,9 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--loader-size", default="512MB")
     ap.add_argument("--batch-size", type=int, default=1024)
-    ap.add_argument("--loader-batches", type=int, default=300)
+    ap.add_argument("--loader-batches", type=int, default=0,
+                    help="batches per loader run (default 0: the whole epoch; a few hundred batches of a fast "
+                         "loader are mostly the pipeline's fill, not its steady state)")
     ap.add_argument("--skip-engines", action="store_true")
     ap.add_argument("--skip-loader", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the generated files")

@@ -444,7 +444,7 @@ def cleanup(files: dict, keep: bool) -> None:
 
 def run(args) -> dict:
     """The whole measurement; returns the result dict (also written to the result file)."""
-    from lirs.constants import INDEX_RELEASE_BATCHES
+    from lirs.constants import INDEX_RELEASE_BATCHES, STEP_PIECE_RUNS
     from lirs.index import open_index
 
     ram = mem_total()
@@ -452,7 +452,7 @@ def run(args) -> dict:
     res = {"benchmark": "scale", "command": "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:]),
            "files": files, "caches_dropped": cold("the run", not args.no_drop), "batch_size": args.batch_size,
            "window": args.window, "prefetch": args.prefetch, "index_release_batches": INDEX_RELEASE_BATCHES,
-           "fio": {}, "index": {}, "epochs": {}}
+           "step_piece_runs": STEP_PIECE_RUNS, "fio": {}, "index": {}, "epochs": {}}
     tmp = tempfile.mkdtemp(prefix=".scale-", dir=args.dir)
     try:
         say("small: fio")

@@ -681,13 +681,17 @@ def sec_scale():
             f"the fio figure taken in the run. Memory is the process tree's private (anonymous) peak:\n\n"
             + table(["what", "lirs (MB/s read)", "fio (MB/s)", "× fio", "goal", "private memory"], rows)
             + busy
-            + f"\n\nMemory on a {fl['small_bytes'] / 1e9:.0f} GB prefix of the same records and on the whole file "
+            + f"\n\nMemory on a {fl['small_bytes'] / 1e9:.2f} GB prefix of the same records (whole windows, so both "
+              f"files read windows of one size) and on the whole file "
               f"(it is {fl['big_bytes'] / fl['small_bytes']:.0f}× larger), MiB. A full shuffle keeps one entry per "
               f"unit in its plan (unit boundaries and permutation, 12 bytes per 64 KiB group): that growth is "
               f"shown apart, and \"beyond plan\" is the private peak on the big file less it, over the small one. "
               f"File-backed pages are mostly the memory-mapped index; the plan unmaps the index pages it walked "
-              f"every {d['index_release_batches'] if d.get('index_release_batches') else 'few'} batches and after each piece of its unit scan, so they stay in the "
-              f"page cache, not in the process:\n\n"
+              f"every {d['index_release_batches'] if d.get('index_release_batches') else 'few'} batches, after each "
+              f"piece of its unit scan and every {d.get('step_piece_runs') or 'few'} runs (groups) of a read step, so "
+              f"they stay in the page cache, not in the process. A touched page maps its whole large folio of the "
+              f"index here (up to 2 MiB), so that many runs can map up to that many times 2 MiB of it whatever the "
+              f"file's size; a small file's index is smaller than that:\n\n"
             + table(["configuration", "private, small", "private, big", "big / small", "plan tables +",
                      "beyond plan", "file-backed"], mem)
             + (f"\n\nIndependent of the file size (within {sm['goals']['rss_big_over_small']}× beyond the plan "
