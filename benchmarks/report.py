@@ -131,11 +131,20 @@ def sec_summary():
     if kdd:
         g = kdd.get("goals", {}).get("nvme", {})
         gi, gt = g.get("instance_vs_fio_iops", {}).get("value"), g.get("group_window_vs_torch", {}).get("value")
-        out.append(f"Reading kdd-like LIBSVM (2.2 GB, cold): lirs instance at {f(gi)}× fio's 4 KiB IOPS; lirs "
+        out.append(f"Reading kdd-like LIBSVM (2.2 GB, cold, {(kdd.get('date') or '?')[:10]}): lirs instance at "
+                   f"{f(gi)}× fio's 4 KiB IOPS; lirs "
                    f"group/window {f(gt, '.1f')}× the records/s of a hand-written torch DataLoader; group "
-                   f"granularity is bound by decoding text on 2 cores "
+                   f"granularity was then bound by decoding text on 2 cores "
                    f"({f(g.get('group_vs_fio_bandwidth', {}).get('value'))}× fio bandwidth with decoding, "
                    f"{f(g.get('group_reads_only_vs_fio_bandwidth', {}).get('value'))}× reading alone).")
+    scale = load("scale")
+    if scale and scale.get("summary", {}).get("ratios"):
+        sr = scale["summary"]["ratios"]
+        x = lambda n: f(sr.get(n, {}).get("vs_fio64k"))  # noqa: E731
+        out.append(f"Out of core ({scale['files']['big_bytes'] / 1e9:.0f} GB of kdd-like LIBSVM, 1.5× the RAM, "
+                   f"{(scale.get('date') or '?')[:10]}): an epoch with CSR decoding at {x('lirs-group-64K')}× "
+                   f"(group) and {x('lirs-window-64Kx4096')}× (window) fio's 64 KiB random bandwidth on 2 cores; "
+                   f"reading alone {x('lirs-group-64K/reads')}× and {x('lirs-window-64Kx4096/reads')}×.")
     sh = load("shuffle")
     if sh and sh["ratios"].get("lirs_vs_device_limit"):
         out.append(f"`lirs shuffle` of a {sh['file_bytes'] / 1e9:.0f} GB file: "

@@ -291,9 +291,11 @@ class Loader:
         """The :class:`~lirs.plan.EpochPlan` of ``epoch`` for this loader's rank (the last one is
         cached); ``spans``: only those position ranges of the epoch (an elastic resume)."""
         key = (int(epoch), None if spans is None else np.asarray(spans, np.int64).tobytes())
-        cached = self._last_plan
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        if self._last_plan is not None and self._last_plan[0] == key:
+            return self._last_plan[1]
+        # the cache lets go of the last epoch's plan first: two epochs' unit permutations (4 B a unit
+        # each) need not be held at once (an epoch still running keeps its own)
+        self._last_plan = None
         plan = self._make_plan(epoch, spans)
         self._last_plan = (key, plan)
         return plan

@@ -418,3 +418,18 @@ def test_batches_of_a_step_shared_by_several_batches(svm, monkeypatch, transform
         if 1 < per < len(batches):
             assert most >= min(workers + 1, -(-len(batches) // per))
         assert transformed == (list(range(len(batches))) if transform else [])
+
+
+def test_the_last_plan_is_let_go_before_the_next_is_made(svm):
+    """Two epochs' permutations (4 B a unit each) are never held at once by the Loader's cache."""
+    import weakref
+
+    p, idx, X, y = svm
+    with lirs.Loader(idx, 64, granularity="group", group_bytes=4096) as L:
+        first = weakref.ref(L.plan(1))
+        alive = []
+        make = L._make_plan
+        L._make_plan = lambda epoch, spans=None: (alive.append(first() is not None), make(epoch, spans))[1]
+        assert L.plan(1) is first()  # cached
+        L.plan(2)
+        assert alive == [False]
