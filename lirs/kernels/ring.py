@@ -195,7 +195,7 @@ def ring_read(ring, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf_addr
                     err[0] = -en  # the ring itself is broken: nothing more will complete
                     return enters
             unsent = (tail - load_u32_acquire(ring[R_SQ_HEAD])) & 0xFFFFFFFF
-            if last or r < 0:
+            if last or r <= 0:  # (nothing taken: reap, then try again)
                 break
         _reap(ring, sizes, ext_file, ext_offset, ext_nbytes, direct, got, err, pending, st)
     return enters
