@@ -435,6 +435,15 @@ def small_bytes(spec: str, window: str) -> int:
     return max(1, round(nbytes / wbytes)) * wbytes
 
 
+def work_dir(directory: str) -> str:
+    """A fresh ``.scale-PID-XXXX`` directory in ``directory`` for the run's scratch files; those a
+    killed run left behind (its process gone) are removed first."""
+    from lirs.litter import clean_dead
+
+    clean_dead(directory, r"\.scale-(?P<pid>\d+)-.*")
+    return tempfile.mkdtemp(prefix=f".scale-{os.getpid()}-", dir=directory)
+
+
 def cleanup(files: dict, keep: bool) -> None:
     if keep:
         return
@@ -455,7 +464,7 @@ def run(args) -> dict:
            "files": files, "caches_dropped": cold("the run", not args.no_drop), "batch_size": args.batch_size,
            "window": args.window, "prefetch": args.prefetch, "index_release_batches": INDEX_RELEASE_BATCHES,
            "step_piece_runs": STEP_PIECE_RUNS, "fio": {}, "index": {}, "epochs": {}}
-    tmp = tempfile.mkdtemp(prefix=".scale-", dir=args.dir)
+    tmp = work_dir(args.dir)
     try:
         say("small: fio")
         res["fio"]["small"] = fio_figures(files["small_path"], args.fio_runtime, FIO_JOBS[:2])
@@ -502,7 +511,7 @@ def recheck(args) -> dict:
     ix = open_index(path)
     res = {"benchmark": "scale-recheck", "command": "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:]),
            "file_bytes": os.path.getsize(path), "records": int(ix.n), "load_before": os.getloadavg()}
-    tmp = tempfile.mkdtemp(prefix=".scale-", dir=args.dir)
+    tmp = work_dir(args.dir)
     try:
         fio = fio_figures(path, args.fio_runtime, ("rand64k_qd32",))
         rows = {}

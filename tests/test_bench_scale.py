@@ -195,3 +195,13 @@ def test_memory_growth_beyond_the_plan_tables(bs):
     assert r["w"]["anon"]["big_over_small_beyond_plan"] == pytest.approx(1.15)
     assert r["w"]["independent_of_size"] is False
     assert bs.rss_growth(small, big)["g"]["independent_of_size"] is False  # without the tables: 1.3x
+
+
+def test_work_dir_removes_what_a_killed_run_left(bs, tmp_path):
+    dead = tmp_path / ".scale-999999999-abcd"  # no such process
+    dead.mkdir()
+    (dead / "x").write_text("left")
+    mine = bs.work_dir(str(tmp_path))
+    assert not dead.exists() and os.path.isdir(mine)
+    assert os.path.basename(mine).startswith(f".scale-{os.getpid()}-")
+    assert bs.work_dir(str(tmp_path)) != mine and os.path.isdir(mine)  # a live run's is left alone
