@@ -673,6 +673,9 @@ def sec_scale():
             f"{v['file']['small'] / 2**20:,.0f} → {v['file']['big'] / 2**20:,.0f}"]
            for n, v in sm["rss"].items()]
     independent = [n for n, v in sm["rss"].items() if v.get("independent_of_size")]
+    lim = sm["goals"]["rss_big_over_small"]
+    private_ok = [n for n, v in sm["rss"].items()
+                  if (v["anon"].get("big_over_small_beyond_plan") or v["anon"]["big_over_small"]) <= lim]
     pl = d.get("plan", {}).get("rows", {})
     plan = ", ".join(f"{g} {pl[g]['rank0_of_1']['per_batch_s']['middle'] * 1e6:.0f} µs"
                      for g in ("instance", "group", "window") if g in pl)
@@ -703,8 +706,9 @@ def sec_scale():
               f"file's size; a small file's index is smaller than that:\n\n"
             + table(["configuration", "private, small", "private, big", "big / small", "plan tables +",
                      "beyond plan", "file-backed"], mem)
-            + (f"\n\nIndependent of the file size (within {sm['goals']['rss_big_over_small']}× beyond the plan "
-               f"tables): {', '.join(label.get(n, n) for n in independent) or 'none'}." if "plan_tables" in
+            + (f"\n\nPrivate memory independent of the file size (within {lim}× beyond the plan tables): "
+               f"{'; '.join(label.get(n, n) for n in private_ok) or 'none'}. With the file-backed pages too (PSS "
+               f"within {lim}×): {'; '.join(label.get(n, n) for n in independent) or 'none'}." if "plan_tables" in
                next(iter(sm["rss"].values()), {}) else "")
             + (f"\n\nPlanning an epoch of 10⁹ records (dense, stateless permutation, batch 1024), per batch: {plan}; "
                f"nothing in memory grows with the record count but group's unit table." if plan else ""))
