@@ -370,6 +370,31 @@ def test_reads_only_runner_reads_the_plan_once(kdd_tiny):
             r.close()
 
 
+def test_reads_only_runner_keeps_two_calls_in_flight(kdd_tiny):
+    import threading
+
+    import lirs
+
+    idx = lirs.open_index(kdd_tiny)
+    r = B._LirsReadsRunner(B.Config("lirs", "instance", reads_only=True), idx,
+                           {"batch_size": 50, "seed": 5, "engine": "auto"})
+    r.CALL_BYTES = 1  # a call per batch (an instance batch is a read step of its own)
+    threads, read = set(), r._read
+    def slow_read(steps):  # a call still reading when the next is handed over
+        threads.add(threading.get_ident())
+        time.sleep(0.02)
+        return read(steps)
+
+    r._read = slow_read
+    try:
+        ids = np.concatenate([i for i, X, y in r.epoch(0)])
+        plan = r._plan(0)
+        assert np.array_equal(ids, plan.order()) and r.reads == plan.stats()["reads"]
+        assert len(threads) == 2 and threading.get_ident() not in threads
+    finally:
+        r.close()
+
+
 def test_goals_from_rows():
     rows = [_row("nvme", "lirs-instance", 10.0, ratio=0.93),
             _row("nvme", "lirs-group-64K", 3.0, group_bytes=65536, ratio=0.8, records_per_s=2e6),

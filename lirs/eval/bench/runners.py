@@ -2,6 +2,10 @@
 and the plan's reads alone."""
 from __future__ import annotations
 
+import collections
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from ...constants import BLOCK, DEFAULT_GROUP_BYTES
@@ -58,19 +62,24 @@ class _LirsRunner:
 class _LirsReadsRunner:
     """The read pattern of a lirs granularity alone: the epoch's planned extents read with the
     engine, gathered into calls of at least ``engine depth`` extents (or 8 MiB), no decode. What
-    the device gives lirs when decoding is not the bound."""
+    the device gives lirs when decoding is not the bound. Two calls are in flight, each on its own
+    thread (and ring), as the Loader keeps steps in flight on its pool: one call at a time would
+    let the queue drain at the end of every call (its last reads complete at a falling depth), which
+    cost ~10% of a 1.4 GB/s device's bandwidth at 9 MB calls."""
 
     buffered = False
     sample_fraction = 1.0
     pre_what = None
     note = None
     CALL_BYTES = 8 << 20
+    IN_FLIGHT = 2
 
     def __init__(self, cfg: Config, index, task: dict):
         self.cfg, self.index, self.task = cfg, index, task
         self.engine = open_engine(list(index.paths), task["engine"])
         self.reads = self.bytes_read = self.payload = 0
-        self._buf = None
+        self._local = threading.local()  # a buffer per reading thread
+        self._pool = ThreadPoolExecutor(self.IN_FLIGHT, thread_name_prefix="lirs-reads")
         self.what = f"the {cfg.granularity} plan's extents read by the {self.engine.name} engine, no decode"
 
     def _plan(self, e):
@@ -79,18 +88,25 @@ class _LirsReadsRunner:
                           group_bytes=c.group_bytes or DEFAULT_GROUP_BYTES, window=c.window or 16)
 
     def _read(self, steps):
+        """Read ``steps``' extents in one engine call (on the calling thread, into its buffer);
+        returns (reads, bytes read, payload bytes)."""
         ef = np.concatenate([np.asarray(s.ext_file, np.int32) for s in steps])
         eo = np.concatenate([np.asarray(s.ext_offset, np.int64) for s in steps])
         en = np.concatenate([np.asarray(s.ext_nbytes, np.int64) for s in steps])
         pos = np.zeros(len(en), np.int64)
         np.cumsum(en[:-1], out=pos[1:])
         total = int(en.sum())
-        if self._buf is None or len(self._buf) < total:
-            self._buf = aligned_empty(max(total, BLOCK))
-        got = self.engine.read(ef, eo, en, self._buf, pos)
-        self.reads += len(en)
-        self.bytes_read += int(got.sum())
-        self.payload += sum(s.payload_bytes for s in steps)
+        buf = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < total:
+            buf = self._local.buf = aligned_empty(max(total, BLOCK))
+        got = self.engine.read(ef, eo, en, buf, pos)
+        return len(en), int(got.sum()), sum(s.payload_bytes for s in steps)
+
+    def _count(self, fut):
+        r, b, p = fut.result()
+        self.reads += r
+        self.bytes_read += b
+        self.payload += p
 
     def warm(self):
         for b in self._plan(WARM_EPOCH).batches():
@@ -103,6 +119,7 @@ class _LirsReadsRunner:
         pass
 
     def epoch(self, e):
+        flight = collections.deque()  # (the call's future or None, the ids of the batches it holds)
         steps, ids, n_ext, nbytes = [], [], 0, 0
         for b in self._plan(e).batches():
             for st in b.new_steps:
@@ -111,12 +128,20 @@ class _LirsReadsRunner:
                 nbytes += st.bytes_read
             ids.append(b.ids)
             if n_ext >= self.engine.depth or nbytes >= self.CALL_BYTES:
-                self._read(steps)
-                yield from ((i, None, None) for i in ids)
+                flight.append((self._pool.submit(self._read, steps), ids))
                 steps, ids, n_ext, nbytes = [], [], 0, 0
-        if steps:
-            self._read(steps)
-        yield from ((i, None, None) for i in ids)
+                if len(flight) >= self.IN_FLIGHT:
+                    yield from self._deliver(flight.popleft())
+        flight.append((self._pool.submit(self._read, steps) if steps else None, ids))
+        while flight:
+            yield from self._deliver(flight.popleft())
+
+    def _deliver(self, call):
+        fut, ids = call
+        if fut is not None:
+            self._count(fut)
+        return ((i, None, None) for i in ids)
 
     def close(self):
+        self._pool.shutdown(wait=True)  # no read may still be going into a buffer
         self.engine.close()
