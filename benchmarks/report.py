@@ -690,7 +690,10 @@ def sec_scale():
             f"({fl['big_records']:,} records) on a machine with {fl['ram_bytes'] / 2**30:.1f} GiB of RAM, page cache "
             f"dropped before each measurement, every measurement in a fresh process, fio on the same file in the "
             f"same run ({source(d)}). The virtual disk's speed moves by 2–3× from one minute to the next here; the ratios use "
-            f"the fio figure taken in the run. Memory is the process tree's private (anonymous) peak:\n\n"
+            f"the fio figure taken in the run. \"Reads only\" reads the plan's extents with the engine, no decode, "
+            f"in calls of at least its depth (or 8 MiB), two calls in flight on their own threads as the Loader keeps "
+            f"steps in flight (each with its buffer: a window's call is the whole window). Memory is the process "
+            f"tree's private (anonymous) peak:\n\n"
             + table(["what", "lirs (MB/s read)", "fio (MB/s)", "× fio", "goal", "private memory"], rows)
             + busy
             + f"\n\nMemory on a {fl['small_bytes'] / 1e9:.2f} GB prefix of the same records (whole windows, so both "
