@@ -245,7 +245,7 @@ def sec_torch():
             f"{f(r['torch_w0'])}× the Loader's epoch rate (goal ≥ 0.9: {goal(r['torch_w0'] >= 0.9)}; "
             f"{d['records_per_s']['torch_w0'] / 1e6:.2f} M records/s against the Loader's "
             f"{d['records_per_s']['loader'] / 1e6:.2f} M, {1e6 / d['records_per_s']['loader'] * d['batch_size']:.0f} µs "
-            f"per batch) — the CSR tensors (about 15 µs a batch) are built on the consumer's thread, and with one "
+            f"per batch) — the CSR tensors are built on the consumer's thread, and with one "
             f"process the DataLoader steps the dataset without torch's per-batch iterator: what remains is the cost "
             f"of the tensors themselves. With `num_workers=2` on this 2-core machine it is "
             f"{f(r['torch_w2'])}×: two worker processes, each with its own pool, and the batches pickled to the "

@@ -24,14 +24,14 @@ transfer instead of one per tensor); the main process rebuilds the tensors as vi
 granularity ``window`` a worker reads only the rows of each window its batches take.
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
-consumes the batch: about 15 us a batch, less than a task of its own on the Loader's pool costs in
-hand-offs. A user ``transform`` runs with them on the pool (``Loader(transform=)``). They are: ids
-int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder makes them,
-int64 when n_features or the batch's values need it), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense tensor (k, *record_shape) for npy/fixed,
-a list of ``bytes`` for lines; y (k,) ``label_dtype`` or None. Construction raises no warning:
-torch's one-time notices ("sparse CSR is in beta", "sparse invariant checks are implicitly
-disabled" when a worker's sparse batch is rebuilt) are emitted, silenced, when this module is
-imported.
+consumes the batch: a few ``from_numpy`` calls, cheaper than a task of their own on the Loader's
+pool. A user ``transform`` runs with them on the pool (``Loader(transform=)``). They are: ids int64
+(k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder makes them, int64 when
+n_features or the batch's values need it), a COO or a dense float tensor (k, n_features) for
+LIBSVM, a dense tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines; y (k,)
+``label_dtype`` or None. Construction raises no warning: torch's one-time notices ("sparse CSR is
+in beta", "sparse invariant checks are implicitly disabled" when a worker's sparse batch is
+rebuilt) are emitted, silenced, when this module is imported.
 
 **Resume.** ``state_dict()`` / ``load_state_dict(sd)`` on the dataset (and on the DataLoader that
 :func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer
@@ -248,7 +248,6 @@ class LirsIterableDataset(tud.IterableDataset):
         self.loader_kwargs = dict(loader_kwargs)
         self._loader = None
         self._loader_key = None
-        self._convert = None  # the tensor conversion run on the consumer's thread (no user transform)
         self._pos = (self.epoch, 0, None)  # (epoch, next batch, spans) of this process's deliveries
         self._resume: dict | None = None   # an exact Loader state to start the next iteration from
         # DataLoader workers do not see the process group: read it here, in the rank's process
@@ -295,13 +294,11 @@ class LirsIterableDataset(tud.IterableDataset):
                 # a forked worker: the parent's index (memory maps, cached unit tables) serves here
                 # as well, so a worker that starts every epoch does not open and scan it again
                 source = self._loader.index
-            convert = _Convert(self.sparse, self.output, self.label_dtype, self.transform)
-            # the tensors alone (~15 us a batch) are built where the batch is consumed: as a task of
-            # their own on the pool they cost more in hand-offs between threads than they take; a
-            # user transform runs on the pool, beside the decoding (it may be heavy)
-            self._convert = convert if self.transform is None else None
+            # a user transform runs on the pool with the tensors, beside the decoding (it may be
+            # heavy); the tensors alone are built where the batch is consumed (see _deliver)
             self._loader = Loader(source, self.batch_size, rank=rank, world_size=world,
-                                  transform=None if self.transform is None else convert, **self.loader_kwargs)
+                                  transform=None if self.transform is None else self._converter(),
+                                  **self.loader_kwargs)
             self._loader_key = key
         return self._loader
 
@@ -337,7 +334,6 @@ class LirsIterableDataset(tud.IterableDataset):
         d = dict(self.__dict__)
         d["_loader"] = None
         d["_loader_key"] = None
-        d["_convert"] = None
         return d
 
     # ------------------------------------------------------------------ state
@@ -403,8 +399,13 @@ class LirsIterableDataset(tud.IterableDataset):
         self._pos = (self.epoch, min(start + off, nb), spans)
         return self._deliver(it, loader, spans)
 
+    def _converter(self) -> "_Convert":
+        return _Convert(self.sparse, self.output, self.label_dtype, self.transform)
+
     def _deliver(self, it, loader, spans):
-        convert = self._convert
+        # without a user transform the tensors (a few from_numpy calls) are built here: as a task of
+        # their own on the Loader's pool they cost more in hand-offs between threads than they take
+        convert = self._converter() if self.transform is None else None
         for out in it:
             self._pos = (self.epoch, loader.state_dict()["next_batch"], spans)
             yield out if convert is None else convert(out)
