@@ -1,7 +1,6 @@
 """What every engine shares: file opening, argument checks, read errors, aligned buffers."""
 from __future__ import annotations
 
-import ctypes
 import errno as _errno
 import logging
 import os
@@ -36,34 +35,6 @@ def aligned_empty(nbytes: int, align: int = BLOCK) -> np.ndarray:
     raw = np.empty(nbytes + align, np.uint8)
     skip = (-raw.ctypes.data) % align
     return raw[skip:skip + nbytes]
-
-
-class _Libc:
-    """Addresses of the libc functions the native kernels call (resolved once per process)."""
-
-    _lock = threading.Lock()
-    _inst = None
-
-    def __init__(self):
-        lib = ctypes.CDLL(None, use_errno=True)
-        self.lib = lib
-        addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
-        self.syscall = addr(lib.syscall)
-        self.pread = addr(lib.pread)
-        self.errno_location = addr(getattr(lib, "__errno_location"))  # getattr: no name mangling
-        lib.syscall.restype = ctypes.c_long
-        lib.mmap.restype = ctypes.c_void_p
-        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                             ctypes.c_long]
-        lib.munmap.restype = ctypes.c_int
-        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-
-    @classmethod
-    def get(cls) -> "_Libc":
-        with cls._lock:
-            if cls._inst is None:
-                cls._inst = cls()
-            return cls._inst
 
 
 def open_files(paths, direct: bool) -> list[int]:

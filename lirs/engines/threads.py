@@ -12,7 +12,8 @@ import threading
 import numpy as np
 
 from ..kernels.io import pread_worker
-from .base import Engine, _Libc
+from ..libc import Libc
+from .base import Engine
 
 
 class _Job:
@@ -46,7 +47,7 @@ class ThreadsEngine(Engine):
 
     def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
         super().__init__(paths, direct=direct, depth=depth)
-        self._libc = _Libc.get()
+        self._libc = Libc.get()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
         self._start_lock = threading.Lock()

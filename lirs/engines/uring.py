@@ -21,7 +21,8 @@ import numpy as np
 from ..constants import URING_SUBMIT_CHUNK, URING_WAIT_SHARE
 from ..kernels import io as K
 from ..kernels import ring as RK
-from .base import Engine, ReadError, _Libc, log
+from ..libc import Libc
+from .base import Engine, ReadError, log
 
 IORING_OFF_SQ_RING = 0
 IORING_OFF_CQ_RING = 0x8000000
@@ -68,7 +69,7 @@ class _Ring:
     """
 
     def __init__(self, entries: int, flag_sets=None, fds=None, wait: int = 1, submit: int = URING_SUBMIT_CHUNK):
-        lc = _Libc.get()
+        lc = Libc.get()
         self._lc = lc
         self.maps: list[tuple[int, int]] = []
         self.fd, self.flags, p = _setup(lc, entries, tuple(SETUP_FLAGS if flag_sets is None else flag_sets))
