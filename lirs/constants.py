@@ -29,6 +29,11 @@ UNIT_SCAN_RECORDS = 1 << 23
 # 0.070 ms per batch. A window's runs are sorted, so its pieces map less (8 / 4 / 4 / 4 MiB).
 # 16 keeps the mapped index within ~32 MiB whatever the dataset's size, for ~5% more planning time.
 STEP_PIECE_RUNS = 16
+# ...where the index is a memory map of its sidecar, such a step reads its offsets with pread
+# instead (no page of the table is mapped): runs whose offsets lie within INDEX_READ_GAP records
+# (4 KiB of offsets) of each other share one read of at most INDEX_READ_SPAN records (256 KiB).
+INDEX_READ_GAP = 1024
+INDEX_READ_SPAN = 1 << 16
 # a group read step covers consecutive batches holding at least this many bytes: every
 # step costs the pool's threads Python work under the GIL (a read call, a decode call, building the
 # CSR matrix), which at 1024-record kdd-like batches (~370 KB) bounded the epoch, not the cores or the

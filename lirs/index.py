@@ -346,7 +346,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
             raise FileNotFoundError(2, "No such file or directory", path)
         raise IndexFormatError(f"{path} has no index ({sidecar} not found); run `lirs index {path}` first")
     header, size = read_header(sidecar)
-    arrays = read_arrays(sidecar, header, size, mmap=mmap)
+    arrays, mapped = read_arrays(sidecar, header, size, mmap=mmap)
     if verify:
         bad = verify_arrays(sidecar, header, arrays)
         if bad:
@@ -362,7 +362,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         record_dtype=None if rd is None else np.lib.format.descr_to_dtype(
             [tuple(x) for x in rd] if isinstance(rd, list) else rd),
         record_shape=None if header.get("record_shape") is None else tuple(header["record_shape"]),
-        _offsets=offsets_of(arrays), label_values=arrays.get("label_values"),
+        _offsets=offsets_of(arrays, header, mapped), label_values=arrays.get("label_values"),
         label_codes=arrays.get("label_codes"), fingerprints=tuple(fps), meta=header.get("meta", {}),
         sidecar=sidecar,
     )

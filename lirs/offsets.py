@@ -18,14 +18,26 @@ class OffsetTable:
 
     Indexing with an int gives an int; with a slice or an integer array, int64 offsets.
     ``base`` int64 (ceil(n/1024),), ``rel`` uint32 (n,), ``wide`` int64 (1024 * wide blocks,).
+    ``rel_file``: where ``rel`` lies when it is a memory map of a sidecar, ``(file, byte offset)``
+    with ``file`` a :class:`lirs.sidecar.ArrayFile` of the same file: the planner reads the few
+    offsets a read step needs from it with pread instead of touching the map (None otherwise;
+    not pickled).
     """
 
-    __slots__ = ("base", "rel", "wide")
+    __slots__ = ("base", "rel", "wide", "rel_file")
 
-    def __init__(self, base, rel, wide=None):
+    def __init__(self, base, rel, wide=None, rel_file=None):
         self.base = base
         self.rel = rel
         self.wide = np.empty(0, np.int64) if wide is None else wide
+        self.rel_file = rel_file
+
+    def __getstate__(self):
+        return self.base, self.rel, self.wide
+
+    def __setstate__(self, state):
+        self.base, self.rel, self.wide = state
+        self.rel_file = None
 
     @classmethod
     def from_array(cls, offsets) -> "OffsetTable":

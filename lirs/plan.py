@@ -49,6 +49,7 @@ supports it (see :mod:`lirs.ranges`).
 """
 from __future__ import annotations
 
+import os
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -56,10 +57,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import seeds
-from .constants import (BLOCK, DEFAULT_WINDOW, GRANULARITIES, INDEX_RELEASE_BATCHES, STEP_MIN_BYTES,
-                        STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
-from .errors import UsageError
+from .constants import (BLOCK, DEFAULT_WINDOW, GRANULARITIES, INDEX_READ_GAP, INDEX_READ_SPAN,
+                        INDEX_RELEASE_BATCHES, STEP_MIN_BYTES, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
+from .errors import IndexFormatError, UsageError
 from .kernels import plan as K
+from .libc import Libc
 from .offsets import offset_arrays
 from .permutation import PERMUTATIONS, Permutation
 from .ranges import rank_slice, walk
@@ -171,12 +173,14 @@ class EpochPlan:
 
     def __post_init__(self):
         idx = self.index
+        self._rel_file = None
         if idx.is_fixed:
             self._offs = (np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
             self._rs = int(idx.record_size)
         else:
             self._offs = offset_arrays(idx.offset_table)
             self._rs = 0
+            self._rel_file = idx.offset_table.rel_file
         self._fs = np.ascontiguousarray(idx.file_starts, np.int64)
         self._de = np.ascontiguousarray(idx.data_ends, np.int64)
         self._hs = np.ascontiguousarray(idx.header_sizes, np.int64)
@@ -258,18 +262,28 @@ class EpochPlan:
 
     def _extents(self, ids: np.ndarray, out: tuple, piece_runs: int) -> int:
         """Fill ``out`` (the extent and record arrays of :func:`lirs.kernels.plan.extents`) for
-        ``ids`` int64 (k >= 1,); returns the number of extents. The runs are visited in ID order,
-        ``piece_runs`` of them per kernel call (all in one call when 0), releasing the index pages
-        after each piece: every run faults in the index pages around its offsets, and the runs of a
-        whole window would otherwise map most of a large index at once."""
+        ``ids`` int64 (k >= 1,); returns the number of extents. The runs are visited in ID order.
+
+        A step of many batches (``piece_runs`` > 0: a window, a group step) has runs all over the
+        index, and every offset it touches in a memory-mapped table maps the pages (or the whole
+        large folio) around it: its offsets are read with pread from the sidecar instead, in one
+        kernel call, when the table is a map of one; else the runs go ``piece_runs`` per call, the
+        index pages released after each. 0: one pass through the table (a batch's step)."""
         heads = np.flatnonzero(np.diff(ids, prepend=ids[:1] - 2) != 1)
         runs = np.argsort(ids[heads]) if len(heads) > 1 else np.zeros(len(heads), np.int64)
-        state = np.full(3, -1, np.int64)  # last extent, its file, its end: carried over the pieces
+        state = np.array([-1, -1, -1, 0], np.int64)  # last extent, its file, its end; error
+        fd, rel_off, libc = -1, 0, (0, 0)
+        if piece_runs > 0 and self._rel_file is not None:
+            (file, rel_off), lc = self._rel_file, Libc.get()
+            fd, libc, piece_runs = file.fd, (lc.pread, lc.errno_location), 0
         step = len(runs) if piece_runs <= 0 else int(piece_runs)
         ne = 0
+        base, rel, wide = self._offs
         for lo in range(0, len(runs), step):
-            ne = K.extents(ids, heads, runs[lo:lo + step], *self._offs, self._fs, self._de, self._hs, self._rs,
-                           self.block, *out, state)
+            ne = K.extents(ids, heads, runs[lo:lo + step], base, rel, wide, *libc, fd, rel_off, INDEX_READ_GAP,
+                           INDEX_READ_SPAN, self._fs, self._de, self._hs, self._rs, self.block, *out, state)
+            if state[3]:
+                raise _index_read_error(self._rel_file[0].path, int(state[3]))
             if piece_runs > 0:
                 self.index.release_pages()
         return ne
@@ -372,6 +386,15 @@ class EpochPlan:
                 "permutation": self.perm.mode, "plan_table_bytes": self.nbytes, "plan_s": self.plan_s,
             }
         return dict(self._stats)
+
+
+def _index_read_error(path: str, err: int) -> Exception:
+    """The error of a failed read of the offset table in sidecar ``path``: ``err`` an errno, or -1
+    when the file ended before the table (it was truncated after it was opened)."""
+    if err < 0:
+        return IndexFormatError(f"{path}: the index ends before its offset table does (truncated after it was "
+                                f"opened?); re-run `lirs index`")
+    return OSError(err, f"reading the offset table of the index failed: {os.strerror(err)}", path)
 
 
 # --------------------------------------------------------------------------- the planner

@@ -16,6 +16,7 @@ import logging
 import mmap
 import os
 import struct
+import weakref
 import zlib
 
 import numpy as np
@@ -281,9 +282,31 @@ def read_header(sidecar: str) -> tuple[dict, int]:
     return json.loads(blob), size
 
 
-def offsets_of(arrays: dict) -> OffsetTable | None:
+class ArrayFile:
+    """A read-only descriptor of the sidecar whose arrays were mapped through it (the same file,
+    even if the path is renamed over meanwhile): a few elements of an array can be read with
+    pread instead of through its map. A page of a shared map that a process touched stays in its
+    RSS until released, and recent kernels map a whole large page-cache folio (up to 2 MiB) per
+    fault. The descriptor is closed when the last reference goes."""
+
+    def __init__(self, path: str, fd: int):
+        self.path = path
+        self.fd = int(fd)
+        self._close = weakref.finalize(self, os.close, self.fd)
+
+    def close(self) -> None:
+        self._close()
+
+
+def offsets_of(arrays: dict, header: dict | None = None, file: ArrayFile | None = None) -> OffsetTable | None:
+    """The offset table of a sidecar's arrays; with the ``header`` and the :class:`ArrayFile` they
+    were mapped through, the table knows where its ``rel`` lies in that file."""
     if "offsets_rel" in arrays:
-        return OffsetTable(arrays["offsets_base"], arrays["offsets_rel"], arrays.get("offsets_wide"))
+        rel = arrays["offsets_rel"]
+        where = None
+        if file is not None and isinstance(rel, np.memmap) and len(rel):
+            where = (file, int(header["arrays"]["offsets_rel"]["offset"]))
+        return OffsetTable(arrays["offsets_base"], rel, arrays.get("offsets_wide"), where)
     if "offsets" in arrays:  # plain int64 offsets (an index written before the compact form)
         return OffsetTable.from_array(np.asarray(arrays["offsets"]))
     return None
@@ -291,33 +314,40 @@ def offsets_of(arrays: dict) -> OffsetTable | None:
 
 
 
-def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> dict:
+def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> tuple[dict, ArrayFile | None]:
     """The arrays a sidecar's header names, by name: read-only memory maps (or read into memory
-    with ``mmap=False``). Raises IndexFormatError when one lies past the end of the file."""
+    with ``mmap=False``), and the :class:`ArrayFile` they were mapped through (None when nothing
+    is mapped). Raises IndexFormatError when one lies past the end of the file."""
     arrays = {}
-    for name, spec in header["arrays"].items():
-        dt = np.dtype(spec["dtype"])
-        end = spec["offset"] + spec["count"] * dt.itemsize
-        if end > size:
-            raise IndexFormatError(f"{sidecar}: truncated index (array {name} ends at {end}, file has {size})")
-        if spec["count"] == 0:
-            arrays[name] = np.empty(0, dt)
-        else:
-            arrays[name] = _map_or_read(sidecar, dt, spec, mmap)
-    return arrays
+    with open(sidecar, "rb") as f:
+        if os.fstat(f.fileno()).st_size != size:
+            raise IndexFormatError(f"{sidecar}: the index changed while it was opened; open it again")
+        for name, spec in header["arrays"].items():
+            dt = np.dtype(spec["dtype"])
+            end = spec["offset"] + spec["count"] * dt.itemsize
+            if end > size:
+                raise IndexFormatError(f"{sidecar}: truncated index (array {name} ends at {end}, file has {size})")
+            if spec["count"] == 0:
+                arrays[name] = np.empty(0, dt)
+            else:
+                arrays[name] = _map_or_read(sidecar, f, dt, spec, mmap)
+        mapped = any(isinstance(a, np.memmap) for a in arrays.values())
+        return arrays, ArrayFile(sidecar, os.dup(f.fileno())) if mapped else None
 
 
-def _map_or_read(sidecar: str, dt: np.dtype, spec: dict, mmap: bool) -> np.ndarray:
-    """A read-only memory map of one array, or the array read into memory where the filesystem
-    cannot map files (ENODEV, EINVAL, EACCES: some FUSE and network filesystems)."""
+def _map_or_read(sidecar: str, f, dt: np.dtype, spec: dict, mmap: bool) -> np.ndarray:
+    """A read-only memory map of one array through the open file ``f``, or the array read into
+    memory where the filesystem cannot map files (ENODEV, EINVAL, EACCES: some FUSE and network
+    filesystems)."""
     if mmap:
         try:
-            return np.memmap(sidecar, dtype=dt, mode="r", offset=spec["offset"], shape=(spec["count"],))
+            return np.memmap(f, dtype=dt, mode="r", offset=spec["offset"], shape=(spec["count"],))
         except OSError as e:
             if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
                 raise
             log.info("%s: cannot memory-map (%s); reading the index into memory", sidecar, e.strerror)
-    return np.fromfile(sidecar, dtype=dt, count=spec["count"], offset=spec["offset"])
+    f.seek(spec["offset"])
+    return np.fromfile(f, dtype=dt, count=spec["count"])
 
 
 def release_pages(*arrays) -> int:

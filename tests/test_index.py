@@ -553,10 +553,16 @@ def test_an_epoch_plan_releases_the_index_pages_it_walks(tmp_path, monkeypatch):
     assert len(calls) == 1  # the unit table's scan of every offset
     n = sum(1 for _ in plan.batches())
     assert n == plan.num_batches and len(calls) == 1 + n // 4
-    # a step of several batches also releases them once it is planned (its groups lie all over)
+    # a step of several batches reads its offsets with pread (see below); where the index cannot be
+    # read so (no map of a sidecar), it releases the pages once it is planned (its groups lie all over)
     monkeypatch.setattr(P, "STEP_MIN_BYTES", 5 * 32 * idx.payload_bytes // idx.n)
     calls.clear()
     plan = P.plan_epoch(idx, 32, granularity="group", group_bytes=4096, seed=0, epoch=0)
+    assert plan._rel_file is not None
+    n = sum(1 for _ in plan.batches())
+    assert len(calls) == n // 4  # no release for the steps: they mapped nothing
+    plan._rel_file = None
+    calls.clear()
     assert plan.batches_per_step == 5
     n = sum(1 for _ in plan.batches())
     assert len(calls) == n // 4 + -(-n // 5)  # (the unit table is the first plan's)
@@ -586,6 +592,7 @@ def test_a_window_step_releases_the_index_pages_between_its_pieces(tmp_path, mon
     lirs.build_index(str(p), progress=False)
     idx = open_index(str(p))
     plan = P.plan_epoch(idx, 32, granularity="window", group_bytes=4096, window=30, seed=0, epoch=0)
+    plan._rel_file = None  # an index that is not a map of its sidecar (else the offsets come by pread)
     calls = []
     kernel = K.extents
     monkeypatch.setattr(type(idx), "release_pages", lambda self: calls.append("release") or 0)
@@ -602,6 +609,32 @@ def test_a_window_step_releases_the_index_pages_between_its_pieces(tmp_path, mon
     calls.clear()
     one = W.window_step(plan, 2, 0, 5, 37, True)  # one batch's rows: one pass, released with the batches
     assert calls == ["extents"] and np.array_equal(one.ids, step.ids[5:37])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps (Linux)")
+def test_a_window_epoch_maps_no_page_of_the_offset_table(tmp_path, monkeypatch):
+    # a window's runs lie all over the index; their offsets come by pread, so walking a whole epoch
+    # without a single release leaves (almost) nothing of the sidecar mapped in this process
+    from lirs import plan as P
+
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"".join(b"1 3:%d\n" % i for i in range(400_000)))  # offsets: 1.6 MB
+    lirs.build_index(str(p), progress=False)
+    idx = open_index(str(p))
+    side = os.path.realpath(idx.sidecar)
+
+    def walk(plan):
+        idx.release_pages()
+        monkeypatch.setattr(type(idx), "release_pages", lambda self: 0)
+        for _ in plan.batches():
+            pass
+        monkeypatch.undo()
+        return _mapped_rss(side)
+
+    plan = P.plan_epoch(idx, 256, granularity="window", group_bytes=4096, window=64, seed=0, epoch=0)
+    assert walk(plan) < 64 << 10
+    plan._rel_file = None  # the same walk through the map
+    assert walk(plan) > 1 << 20
 
 
 # --------------------------------------------------------------------------- chunked reading

@@ -455,3 +455,88 @@ def test_batches_sharing_a_read_step_equal_a_step_per_batch(monkeypatch, fixed):
                                             for i in range(len(many))]
     for g in ("page", "instance", "window"):  # the paper's baselines keep a step per batch
         assert plan_epoch(idx, 70, g, seed=4, group_bytes=8192, window=3).batches_per_step == 1
+
+
+# --------------------------------------------------------------------------- offsets read with pread
+
+
+def _sidecar_index(tmp_path):
+    """A three-file LIBSVM-like index written to a sidecar beside sparse data files: small records,
+    then records of ~4.5 MB (a block of 1024 of them spans over 4 GiB: a wide block), then small ones."""
+    rng = np.random.default_rng(11)
+    lens = [rng.integers(20, 600, 3000), rng.integers(4_400_000, 4_600_000, 1100), rng.integers(20, 600, 5000)]
+    offsets, ends, paths = [], [], []
+    for i, ln in enumerate(lens):
+        head = int(rng.integers(0, 5000))
+        offsets.append(head + np.concatenate([[0], np.cumsum(ln[:-1])]))
+        ends.append(head + int(ln.sum()))
+        paths.append(str(tmp_path / f"part{i}.svm"))
+        with open(paths[-1], "wb") as f:
+            f.truncate(ends[-1])  # sparse: only the index is read here
+    starts = np.concatenate([[0], np.cumsum([len(x) for x in lens])])
+    idx = Index.from_arrays(paths, "libsvm", offsets=np.concatenate(offsets), data_ends=ends, file_starts=starts)
+    from lirs.index import write_index
+
+    side = write_index(idx, str(tmp_path / "set.lirs"))
+    assert (np.asarray(idx.offset_table.base) < 0).any()  # the wide block is there
+    return side
+
+
+@pytest.mark.parametrize("gap,span", [(1024, 1 << 16), (0, 1), (3, 40)])
+def test_offsets_read_with_pread_plan_the_steps_of_the_index_in_memory(tmp_path, monkeypatch, gap, span):
+    from lirs import plan as P
+    from lirs.index import open_index
+    from lirs.windows import window_records
+
+    side = _sidecar_index(tmp_path)
+    monkeypatch.setattr(P, "INDEX_READ_GAP", gap)
+    monkeypatch.setattr(P, "INDEX_READ_SPAN", span)
+    mapped = plan_epoch(open_index(side, check=False), 64, "window", seed=3, group_bytes=8192, window=40)
+    memory = plan_epoch(open_index(side, check=False, mmap=False), 64, "window", seed=3, group_bytes=8192, window=40)
+    assert mapped._rel_file is not None and memory._rel_file is None
+    rng = np.random.default_rng(0)
+    for w in range(3):
+        ids, o = window_records(mapped, w)
+        cases = [(ids, o), (np.sort(rng.permutation(mapped.n)[:700]), None), (np.arange(2990, 3010), None),
+                 (np.arange(mapped.n), None)]
+        for case_ids, order in cases:
+            a = memory.step(0, case_ids, order=order, piece_runs=16)
+            b = mapped.step(0, case_ids, order=order, piece_runs=16)
+            for x, y in zip(_delivered(a), _delivered(b)):
+                assert np.array_equal(x, y)
+            assert np.array_equal(a.ext_offset, b.ext_offset) and np.array_equal(a.ext_nbytes, b.ext_nbytes)
+
+
+def test_a_failed_offset_read_names_the_index(tmp_path):
+    import os
+
+    from lirs.errors import IndexFormatError
+    from lirs.index import open_index
+    from lirs.sidecar import ArrayFile
+
+    side = _sidecar_index(tmp_path)
+    plan = plan_epoch(open_index(side, check=False), 64, "group", seed=3, group_bytes=8192)
+    ids = np.arange(100, 400)
+    r, w = os.pipe()
+    os.close(w)
+    plan._rel_file = (ArrayFile("/somewhere/set.lirs", r), 0)  # pread on a pipe: ESPIPE
+    with pytest.raises(OSError, match="offset table") as e:
+        plan.step(0, ids, piece_runs=16)
+    assert e.value.filename == "/somewhere/set.lirs"
+    empty = tmp_path / "empty.lirs"
+    empty.write_bytes(b"")
+    plan._rel_file = (ArrayFile(str(empty), os.open(empty, os.O_RDONLY)), 0)  # the file ends at once
+    with pytest.raises(IndexFormatError, match=f"{empty}: the index ends before its offset table"):
+        plan.step(0, ids, piece_runs=16)
+    assert plan.step(0, ids).reads >= 1  # a batch's step reads the map itself
+
+
+def test_an_offset_table_pickles_without_its_file(tmp_path):
+    import pickle
+
+    from lirs.index import open_index
+
+    t = open_index(_sidecar_index(tmp_path), check=False).offset_table
+    assert t.rel_file is not None
+    back = pickle.loads(pickle.dumps(t))
+    assert back.rel_file is None and np.array_equal(back[np.arange(len(t))], t[np.arange(len(t))])

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .io import EINTR, call_errno, call_pread
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -197,9 +199,86 @@ def units_fixed(file_starts, header_sizes, record_size, unit_bytes, out):
     return c
 
 
+@njit(cache=True, nogil=True, inline='always')
+def _offset(base, src, shift, wide, i):
+    """:func:`offset_at` with the table's ``rel`` values of records ``shift ..`` held in ``src``."""
+    b = base[i >> _SHIFT]
+    if b >= 0:
+        return b + np.int64(src[i - shift])
+    return wide[(-b - 1) * (_MASK + 1) + (i & _MASK)]
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _run_stop(heads, order, t, k):
+    """End (exclusive, in ``ids``) of run ``order[t]``."""
+    r = order[t]
+    return k if r == heads.shape[0] - 1 else heads[r + 1]
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _pread_rel(fn_pread, fn_errno, fd, rel_off, lo, hi, scratch):
+    """Read ``rel[lo:hi]`` (uint32) from ``fd`` at byte ``rel_off`` into ``scratch[:hi - lo]``:
+    0, an errno, or -1 when the file ends first."""
+    want = (hi - lo) * 4
+    done = 0
+    addr = scratch.ctypes.data
+    while done < want:
+        r = call_pread(fn_pread, fd, addr + done, want - done, rel_off + lo * 4 + done)
+        if r < 0:
+            en = call_errno(fn_errno)
+            if en == EINTR:
+                continue
+            return np.int64(en)
+        if r == 0:
+            return np.int64(-1)
+        done += r
+    return np.int64(0)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _run_extents(ids, h, stop, src, shift, base, wide, file_starts, data_ends, header_sizes, record_size, block,
+                 ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, e, cur_f, cur_end):
+    """The records ``ids[h:stop]`` (one run) into the extents; returns (e, cur_f, cur_end)."""
+    rid = ids[h]
+    lo = 0
+    hi = file_starts.shape[0] - 2
+    while lo < hi:  # last file whose first record <= rid
+        mid = (lo + hi + 1) // 2
+        if file_starts[mid] <= rid:
+            lo = mid
+        else:
+            hi = mid - 1
+    f = lo
+    for j in range(h, stop):
+        rid = ids[j]
+        while file_starts[f + 1] <= rid:  # a run may cross into the next (non-empty) file
+            f += 1
+        if record_size > 0:
+            a0 = header_sizes[f] + (rid - file_starts[f]) * record_size
+            b0 = a0 + record_size
+        else:
+            a0 = _offset(base, src, shift, wide, rid)
+            b0 = _offset(base, src, shift, wide, rid + 1) if rid + 1 < file_starts[f + 1] else data_ends[f]
+        a = a0 - a0 % block
+        b = b0 + (block - b0 % block) % block
+        if f != cur_f or a > cur_end:
+            e += 1
+            ext_file[e] = f
+            ext_off[e] = a
+            cur_f = f
+            cur_end = b
+        elif b > cur_end:
+            cur_end = b
+        ext_nb[e] = cur_end - ext_off[e]
+        rec_ext[j] = e
+        rec_pos[j] = a0 - ext_off[e]
+        rec_len[j] = b0 - a0
+    return e, cur_f, cur_end
+
+
 @njit(cache=True, nogil=True)
-def extents(ids, heads, order, base, rel, wide, file_starts, data_ends, header_sizes, record_size, block,
-            ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, state):
+def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off, gap, span, file_starts, data_ends,
+            header_sizes, record_size, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, state):
     """Aligned, coalesced read extents covering the records ``ids`` (int64 (k,), distinct, k >= 1).
 
     Record IDs follow file order (file by file, offsets increasing), so records are visited in
@@ -209,57 +288,59 @@ def extents(ids, heads, order, base, rel, wide, file_starts, data_ends, header_s
     compilation on every fresh machine. ``order`` may be a slice of the sorted runs: a caller that
     visits them in pieces (releasing the index pages between calls) passes the same outputs and
     ``state`` to every call, and gets the extents of one call over all the runs.
-    ``state`` int64 (3,): the last extent, its file and its end, updated in place; (-1, -1, -1)
-    before the first piece.
+    ``state`` int64 (4,): the last extent, its file and its end, updated in place ((-1, -1, -1)
+    before the first piece), then an error: 0, the errno of a failed offset read, or -1 when the
+    index file ended early (the extents are then incomplete).
     Each record covers [start rounded down, end rounded up) to ``block``; overlapping or touching
-    spans of one file merge into one extent. Offsets (``base``, ``rel``, ``wide``: a compact offset table) are empty for fixed
-    formats (``record_size`` > 0), else ``record_size`` is 0. Fills the extent arrays
-    (capacity >= k) and, per record (in the order of ``ids``) of the visited runs, the extent holding
-    it, its position there and its length. Returns the number of extents so far.
+    spans of one file merge into one extent. Offsets (``base``, ``rel``, ``wide``: a compact offset
+    table) are empty for fixed formats (``record_size`` > 0), else ``record_size`` is 0. With
+    ``fd`` >= 0 the ``rel`` values are not touched in ``rel`` (a memory map) but read with pread
+    (libc's at address ``fn_pread``, ``errno`` through ``fn_errno``) from ``fd`` at byte ``rel_off``
+    (``rel``'s position in that file): no page of the table is mapped. Runs whose offsets lie within
+    ``gap`` records of each other share one read of at most ``span`` records (a longer run is read whole).
+    Fills the extent arrays (capacity >= k) and, per record (in the order of ``ids``) of the visited
+    runs, the extent holding it, its position there and its length. Returns the number of extents so far.
     """
     k = ids.shape[0]
-    nruns = heads.shape[0]
-    nf = file_starts.shape[0] - 1
+    nrel = rel.shape[0]
+    m = order.shape[0]
     e = state[0]
     cur_f = state[1]
     cur_end = state[2]
-    for t in range(order.shape[0]):
+    scratch = np.empty(0, np.uint32)
+    t = 0
+    while t < m:
         h = heads[order[t]]
-        stop = k if order[t] == nruns - 1 else heads[order[t] + 1]
-        rid = ids[h]
-        lo = 0
-        hi = nf - 1
-        while lo < hi:  # last file whose first record <= rid
-            mid = (lo + hi + 1) // 2
-            if file_starts[mid] <= rid:
-                lo = mid
-            else:
-                hi = mid - 1
-        f = lo
-        for j in range(h, stop):
-            rid = ids[j]
-            while file_starts[f + 1] <= rid:  # a run may cross into the next (non-empty) file
-                f += 1
-            if record_size > 0:
-                a0 = header_sizes[f] + (rid - file_starts[f]) * record_size
-                b0 = a0 + record_size
-            else:
-                a0 = offset_at(base, rel, wide, rid)
-                b0 = offset_at(base, rel, wide, rid + 1) if rid + 1 < file_starts[f + 1] else data_ends[f]
-            a = a0 - a0 % block
-            b = b0 + (block - b0 % block) % block
-            if f != cur_f or a > cur_end:
-                e += 1
-                ext_file[e] = f
-                ext_off[e] = a
-                cur_f = f
-                cur_end = b
-            elif b > cur_end:
-                cur_end = b
-            ext_nb[e] = cur_end - ext_off[e]
-            rec_ext[j] = e
-            rec_pos[j] = a0 - ext_off[e]
-            rec_len[j] = b0 - a0
+        stop = _run_stop(heads, order, t, k)
+        if fd < 0 or record_size > 0:
+            e, cur_f, cur_end = _run_extents(ids, h, stop, rel, 0, base, wide, file_starts, data_ends, header_sizes,
+                                             record_size, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos,
+                                             rec_len, e, cur_f, cur_end)
+            t += 1
+            continue
+        # runs t .. t1 - 1 share one read of rel[lo:hi] (a run needs the start of the record after it)
+        lo = ids[h]
+        hi = min(ids[stop - 1] + 2, nrel)
+        t1 = t + 1
+        while t1 < m:
+            a2 = ids[heads[order[t1]]]
+            b2 = min(ids[_run_stop(heads, order, t1, k) - 1] + 2, nrel)
+            if a2 > hi + gap or b2 - lo > span:
+                break
+            hi = max(hi, b2)
+            t1 += 1
+        if scratch.shape[0] < hi - lo:
+            scratch = np.empty(max(hi - lo, span), np.uint32)
+        err = _pread_rel(fn_pread, fn_errno, fd, rel_off, lo, hi, scratch)
+        if err != 0:
+            state[3] = err
+            break
+        for tt in range(t, t1):
+            e, cur_f, cur_end = _run_extents(ids, heads[order[tt]], _run_stop(heads, order, tt, k), scratch, lo,
+                                             base, wide, file_starts, data_ends, header_sizes, record_size, block,
+                                             ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, e, cur_f,
+                                             cur_end)
+        t = t1
     state[0] = e
     state[1] = cur_f
     state[2] = cur_end
