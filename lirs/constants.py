@@ -45,6 +45,12 @@ STEP_MIN_BYTES = 4 << 20
 # first touch (THP defrag "madvise", the default) a 300 MB decode's kernel time swung 0.03-0.48 s;
 # populated 4 KiB pages cost a steady ~0.08 s (lirs.memory)
 POPULATE_MIN_BYTES = 4 << 20
+# arrays the loader allocates again and again (a window's read buffer and decoded arrays) from this
+# size on lie in blocks that are reused once the arrays are gone, at most RECYCLE_KEEP_BLOCKS of
+# them kept waiting (lirs.memory.Recycler): memory given back and touched again costs ~17x more
+# than reused memory on the virtual machines measured here (free pages reported to the host)
+RECYCLE_MIN_BYTES = 8 << 20
+RECYCLE_KEEP_BLOCKS = 6
 WINDOW_AUTO_SHARE = 0.05
 WINDOW_AUTO_MIN = 16 << 20
 WINDOW_AUTO_MAX = 256 << 20

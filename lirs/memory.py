@@ -1,4 +1,6 @@
-"""Fresh memory for the outputs of a whole-file decode (``load_svmlight``).
+"""Memory for large arrays: fresh memory for the outputs of a whole-file decode
+(``load_svmlight``), and recycled memory for what the loader allocates again and again (a window's
+read buffer and decoded arrays).
 
 A decoder writes every byte of its output arrays once, right after allocating them, so the cost
 of the first touch is part of decoding. numpy maps arrays of 4 MiB and more with a request for
@@ -12,11 +14,14 @@ populated small pages made window epochs ~15% slower.
 """
 from __future__ import annotations
 
+import collections
 import mmap
+import threading
+import weakref
 
 import numpy as np
 
-from .constants import POPULATE_MIN_BYTES
+from .constants import POPULATE_MIN_BYTES, RECYCLE_KEEP_BLOCKS, RECYCLE_MIN_BYTES
 
 
 def output_empty(n: int, dtype) -> np.ndarray:
@@ -36,3 +41,95 @@ def output_empty(n: int, dtype) -> np.ndarray:
     except OSError:  # address space or a locked-memory limit: numpy's allocator then
         return np.empty(n, dtype)
     return np.frombuffer(m, dtype, n)
+
+
+class Recycler:
+    """Large arrays whose memory is used again once they are gone.
+
+    A window epoch reads and decodes a few hundred megabytes per window and lets the last window's
+    arrays go. Memory handed back to the system and asked for again is not free: every page is
+    zeroed on its first touch, and on a virtual machine whose free pages are reported to the host
+    (virtio-balloon free page reporting, as on the machines measured here) the host backs each
+    page again too — about 1.7 ms per MiB there, against 0.1 ms for memory reused at once, which
+    made a third of a window epoch's CPU time. So an array of ``RECYCLE_MIN_BYTES`` or more
+    (:meth:`empty`) lies in a block of anonymous memory that goes back to this pool when the last
+    view of it is gone, and the next array of about its size takes it, its pages already there.
+    At most ``keep`` blocks wait in the pool; the pool is emptied by :meth:`trim`.
+    """
+
+    def __init__(self, keep: int = RECYCLE_KEEP_BLOCKS, min_bytes: int = RECYCLE_MIN_BYTES):
+        self.keep = int(keep)
+        self.min_bytes = int(min_bytes)
+        self._free: list = []           # mmap blocks no array uses, smallest first
+        # blocks come back from a finalizer, which may run on any thread at any moment (even inside
+        # _take, through the garbage collector): it only appends here; the others drain it
+        self._back: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self.made = 0                   # blocks mapped (for tests and benchmarks)
+        self.reused = 0
+
+    def empty(self, n: int, dtype) -> np.ndarray:
+        """An uninitialised, writable 1-D array of ``n`` items of ``dtype``, page-aligned when it
+        is at least ``min_bytes`` (then in a recycled block), else from numpy."""
+        dtype = np.dtype(dtype)
+        nbytes = int(n) * dtype.itemsize
+        if nbytes < self.min_bytes:
+            return np.empty(int(n), dtype)
+        block = self._take(nbytes)
+        holder = np.frombuffer(block, np.uint8, nbytes)
+        # views of `holder` keep it as their base (it does not own its memory): it goes when the
+        # last view of the array does, and only then is the block given back
+        weakref.finalize(holder, self._back.append, block)
+        return holder.view(dtype)
+
+    def _take(self, nbytes: int) -> mmap.mmap:
+        with self._lock:
+            self._drain()
+            for i, block in enumerate(self._free):
+                if nbytes <= len(block) <= 2 * nbytes:
+                    self.reused += 1
+                    return self._free.pop(i)
+        self.made += 1
+        # a little headroom: the next window is about as large, rarely exactly
+        block = mmap.mmap(-1, -(-(nbytes + (nbytes >> 3)) // mmap.PAGESIZE) * mmap.PAGESIZE,
+                          flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            # huge pages, as numpy asks for its large arrays: a window's records are decoded in
+            # their dealt (random) order, and with 4 KiB pages every record cost a TLB miss (one
+            # thread decoded a window at 410 MB/s, 590 with huge pages; ad hoc)
+            block.madvise(mmap.MADV_HUGEPAGE)
+        except (AttributeError, OSError):
+            pass
+        return block
+
+    def _drain(self) -> None:
+        """Move the blocks that came back into the pool, keeping the ``keep`` largest (lock held)."""
+        while self._back:
+            self._free.append(self._back.popleft())
+        self._free.sort(key=len)
+        while len(self._free) > self.keep:
+            self._free.pop(0).close()  # the smallest: the large ones are the costly ones
+
+    def trim(self) -> int:
+        """Unmap every block waiting in the pool; returns how many."""
+        with self._lock:
+            self._drain()
+            blocks, self._free = self._free, []
+        for b in blocks:
+            b.close()
+        return len(blocks)
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes of the blocks waiting in the pool."""
+        with self._lock:
+            self._drain()
+            return sum(len(b) for b in self._free)
+
+
+RECYCLER = Recycler()
+
+
+def recycled_empty(n: int, dtype) -> np.ndarray:
+    """:meth:`Recycler.empty` of the process's pool."""
+    return RECYCLER.empty(n, dtype)

@@ -25,6 +25,7 @@ import numpy as np
 from .assemble import batch_of, detached
 from .constants import BLOCK
 from .engines import aligned_empty, open_engine
+from .memory import RECYCLER
 from .errors import TransformError
 from .warmup import Warmup
 
@@ -32,29 +33,31 @@ from .warmup import Warmup
 class BufferPool:
     """Aligned read buffers, reused; grown when a step needs more. Shared by the pool's threads.
 
-    Buffers over ``keep_bytes`` (a window step's) are not kept: a window is read once per window
-    and is then decoded, so holding its raw bytes until the next window would double the memory
-    of a window epoch for an allocation that costs little next to reading it."""
+    Buffers of ``keep_bytes`` or more (default: the recycler's ``min_bytes``; a window's) come from
+    the process's :class:`lirs.memory.Recycler`: a window is read once and then decoded, so its buffer goes back
+    there when the decode is done, for the next window to take with its pages in place."""
 
-    def __init__(self, keep_bytes: int = 8 << 20):
+    def __init__(self, keep_bytes: int | None = None):
         self.free: list[np.ndarray] = []
         self.lock = threading.Lock()
-        self.keep_bytes = int(keep_bytes)
+        self.keep_bytes = int(RECYCLER.min_bytes if keep_bytes is None else keep_bytes)
 
     def take(self, nbytes: int) -> np.ndarray:
         """A 4096-aligned uint8 buffer of at least ``nbytes``."""
+        if nbytes >= self.keep_bytes:
+            return RECYCLER.empty(-(-int(nbytes) // BLOCK) * BLOCK, np.uint8)
         with self.lock:
             while self.free:
                 buf = self.free.pop()
                 if buf.shape[0] >= nbytes:
                     return buf
         # grow with headroom so that slightly larger batches do not reallocate every time
-        cap = -(-int(nbytes * 1.25 if nbytes * 1.25 <= self.keep_bytes else nbytes) // BLOCK) * BLOCK
+        cap = -(-int(min(nbytes * 1.25, self.keep_bytes)) // BLOCK) * BLOCK
         return aligned_empty(max(cap, BLOCK))
 
     def give(self, buf: np.ndarray) -> None:
-        if buf.shape[0] > self.keep_bytes:
-            return
+        if buf.shape[0] >= self.keep_bytes:
+            return  # a recycled buffer: its block goes back once the last reference does
         with self.lock:
             self.free.append(buf)
 
@@ -159,7 +162,8 @@ class Pipeline:
 
     def close(self) -> None:
         """Cancel what has not started, wait for started steps (they write into pooled buffers),
-        close the files. Called from a pool thread, it cannot wait for itself: it only stops."""
+        close the files, unmap the recycled blocks waiting for reuse. Called from a pool thread, it
+        cannot wait for itself: it only stops."""
         if threading.current_thread() in self.threads():
             # no other step runs: each holds a reference to the loader that was just dropped
             self.executor.shutdown(wait=False)
@@ -170,6 +174,7 @@ class Pipeline:
         self.active.clear()
         self.executor.shutdown(wait=True)
         self.engine.close()
+        RECYCLER.trim()  # the blocks kept for the next window: a closed loader reads none
 
 
 class EpochRun:

@@ -20,7 +20,7 @@ import numpy as np
 from .cores import usable_cores
 from .kernels import libsvm as K
 from .kernels import libsvm_plain as KP
-from .memory import output_empty
+from .memory import output_empty, recycled_empty
 from .svmlight import parse_record
 
 _FB_CAP = 1 << 16       # fallback tokens per kernel call; past it, records go to Python whole
@@ -145,10 +145,10 @@ def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, que
     with ThreadPoolExecutor(len(runs)) as pool:
         caps = list(pool.map(lambda r: int(K.span_colons(buf, starts[r[0]:r[1]], ends[r[0]:r[1]])), runs))
         kofs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
-        # numpy's memory (huge pages) here: a loader allocates a window like the one it just let
-        # go, which the kernel hands back without compacting (populated small pages: -15% MB/s)
-        indices = np.empty(int(kofs[-1]), index_dtype)
-        data = np.empty(int(kofs[-1]), _work_dtype(dtype))
+        # a loader decodes a window like the one it just let go: the memory of that one's arrays
+        # is taken again (lirs.memory.Recycler), its pages in place
+        indices = recycled_empty(int(kofs[-1]), index_dtype)
+        data = recycled_empty(int(kofs[-1]), _work_dtype(dtype))
 
         def run(i):
             (a, b), ka, kb = runs[i], int(kofs[i]), int(kofs[i + 1])

@@ -1,0 +1,105 @@
+"""Recycled memory (lirs.memory.Recycler): a block goes back only when its last view is gone,
+is taken again by the next array of about its size, and a window epoch whose batches are all
+kept still hands out the right rows."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import lirs
+from lirs import memory, svmdecode
+from lirs.loader import Loader
+from lirs.memory import Recycler
+
+
+def test_a_block_comes_back_only_when_its_last_view_is_gone():
+    r = Recycler(keep=4, min_bytes=1 << 16)
+    a = r.empty(1 << 16, np.float32)
+    assert a.flags.writeable and a.flags.c_contiguous and a.ctypes.data % 4096 == 0 and a.dtype == np.float32
+    addr = a.ctypes.data
+    a[:] = 7
+    view = a[100:200][10:20].view(np.int32)  # a view of a view, reinterpreted
+    del a
+    gc.collect()
+    assert r.free_bytes == 0  # the view still holds the block
+    b = r.empty(1 << 16, np.float32)
+    assert b.ctypes.data != addr and r.reused == 0
+    assert (view.view(np.float32) == 7).all()
+    del view
+    assert r.free_bytes >= (1 << 18)
+    c = r.empty((1 << 16) - 5, np.float32)  # about the same size: the same block, pages in place
+    assert c.ctypes.data == addr and r.reused == 1 and r.made == 2
+
+
+def test_small_arrays_are_numpys_and_the_pool_keeps_the_largest_blocks():
+    r = Recycler(keep=2, min_bytes=1 << 20)
+    small = r.empty(100, np.int64)
+    assert small.base is None and r.made == 0
+    arrays = [r.empty(n << 18, np.uint8) for n in (4, 5, 6, 8)]
+    del arrays
+    assert r.free_bytes >= (6 + 8) << 18 and len(r._free) == 2  # the two largest stayed
+    held = r.empty(1 << 21, np.uint8)
+    assert held.size == 1 << 21 and r.reused == 1  # the 8-unit block (2 MiB and headroom)
+    assert r.trim() == 1 and r.free_bytes == 0
+
+
+def test_a_huge_request_never_takes_a_block_twice_its_size():
+    r = Recycler(keep=4, min_bytes=1 << 16)
+    big = r.empty(1 << 22, np.uint8)
+    del big
+    small = r.empty(1 << 17, np.uint8)  # would waste 4 MiB: a new block
+    assert r.reused == 0 and r.made == 2 and small.size == 1 << 17
+
+
+@pytest.fixture()
+def recycled_everything(monkeypatch):
+    """Every loader buffer and every window's decoded arrays recycled, and windows decoded by
+    several threads, on small data."""
+    rec = Recycler(keep=4, min_bytes=1 << 14)
+    monkeypatch.setattr(memory, "RECYCLER", rec)
+    monkeypatch.setattr(svmdecode, "recycled_empty", rec.empty)
+    monkeypatch.setattr("lirs.pipeline.RECYCLER", rec)
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 12)
+    monkeypatch.setattr(svmdecode, "usable_cores", lambda: 2)
+    return rec
+
+
+def _write(path, n, seed):
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        for _ in range(n):
+            k = int(rng.integers(1, 40))
+            cols = np.sort(rng.choice(500, k, replace=False)) + 1
+            f.write(f"{rng.choice([-1, 1])}" + "".join(f" {c}:{v}" for c, v in zip(cols, rng.integers(1, 99, k))) + "\n")
+    return str(path)
+
+
+def test_kept_batches_of_a_window_epoch_are_never_overwritten(tmp_path, recycled_everything):
+    from sklearn.datasets import load_svmlight_file
+
+    p = _write(tmp_path / "d.svm", 6000, 3)
+    idx = lirs.build_index(p, progress=False)
+    X, y = load_svmlight_file(p, dtype=np.float32, n_features=500)
+    loader = Loader(idx, 64, granularity="window", group_bytes=4096, window=12, n_features=500, seed=1)
+    kept = [b for e in range(2) for b in loader.epoch(e)]  # every batch held while later windows decode
+    for b in kept:
+        assert np.array_equal(b.X.toarray(), X[b.ids].toarray()) and np.array_equal(b.y, y[b.ids])
+    assert recycled_everything.made > 10  # (windows and buffers did come from the pool)
+    loader.close()
+
+
+def test_a_window_epoch_takes_its_memory_again(tmp_path, recycled_everything):
+    p = _write(tmp_path / "d.svm", 6000, 4)
+    idx = lirs.build_index(p, progress=False)
+    loader = Loader(idx, 64, granularity="window", group_bytes=4096, window=12, n_features=500, seed=1)
+    windows = 0
+    for e in range(2):
+        for b in loader.epoch(e):
+            windows += 1
+    rec = recycled_everything
+    assert rec.reused > rec.made  # most windows took the blocks of those before them
+    assert rec.free_bytes > 0
+    loader.close()
+    assert rec.free_bytes == 0  # a closed loader keeps no block waiting
