@@ -670,7 +670,8 @@ def sec_scale():
             f(v["anon"]["big_over_small"]),
             f"{v['plan_tables']['growth'] / 2**20:,.1f}" if "plan_tables" in v else "–",
             f(v["anon"].get("big_over_small_beyond_plan")),
-            f"{v['file']['small'] / 2**20:,.0f} → {v['file']['big'] / 2**20:,.0f}"]
+            f"{v['rss']['small'] / 2**20:,.0f} → {v['rss']['big'] / 2**20:,.0f}",
+            f(v["rss"].get("big_over_small_beyond_plan") or v["rss"]["big_over_small"])]
            for n, v in sm["rss"].items()]
     independent = [n for n, v in sm["rss"].items() if v.get("independent_of_size")]
     lim = sm["goals"]["rss_big_over_small"]
@@ -701,17 +702,18 @@ def sec_scale():
               f"(it is {fl['big_bytes'] / fl['small_bytes']:.0f}× larger), MiB. A full shuffle keeps one entry per "
               f"unit in its plan (unit boundaries and permutation, 12 bytes per 64 KiB group): that growth is "
               f"shown apart, and \"beyond plan\" is the private peak on the big file less it, over the small one. "
-              f"File-backed pages are mostly the memory-mapped index; the plan unmaps the index pages it walked "
-              f"every {d['index_release_batches'] if d.get('index_release_batches') else 'few'} batches, after each "
-              f"piece of its unit scan and every {d.get('step_piece_runs') or 'few'} runs (groups) of a read step, so "
-              f"they stay in the page cache, not in the process. A touched page maps its whole large folio of the "
-              f"index here (up to 2 MiB), so that many runs can map up to that many times 2 MiB of it whatever the "
-              f"file's size; a small file's index is smaller than that:\n\n"
+              f"RSS adds the file-backed pages: the libraries' code (numba's LLVM among them) and the few index "
+              f"arrays the plan touches (per-block bases, per-file tables). A read step of several batches reads "
+              f"the offsets it needs from the sidecar with pread, so no page of the offset table is mapped "
+              f"(steps of one batch map theirs and unmap them every "
+              f"{d['index_release_batches'] if d.get('index_release_batches') else 'few'} batches). PSS would "
+              f"split those shared pages among the processes mapping them, so its file part moves with what "
+              f"else runs; RSS counts what the process holds:\n\n"
             + table(["configuration", "private, small", "private, big", "big / small", "plan tables +",
-                     "beyond plan", "file-backed"], mem)
+                     "beyond plan", "RSS, small → big", "RSS beyond plan"], mem)
             + (f"\n\nPrivate memory independent of the file size (within {lim}× beyond the plan tables): "
-               f"{'; '.join(label.get(n, n) for n in private_ok) or 'none'}. With the file-backed pages too (PSS "
-               f"within {lim}×): {'; '.join(label.get(n, n) for n in independent) or 'none'}." if "plan_tables" in
+               f"{'; '.join(label.get(n, n) for n in private_ok) or 'none'}. With the file-backed pages too (RSS "
+               f"within {lim}× beyond the plan tables): {'; '.join(label.get(n, n) for n in independent) or 'none'}." if "plan_tables" in
                next(iter(sm["rss"].values()), {}) else "")
             + (f"\n\nPlanning an epoch of 10⁹ records (dense, stateless permutation, batch 1024), per batch: {plan}; "
                f"nothing in memory grows with the record count but group's unit table." if plan else ""))

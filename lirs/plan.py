@@ -106,19 +106,18 @@ def unit_table(index, unit_bytes: int) -> np.ndarray | None:
             K.units_fixed(fs, hs, int(index.record_size), int(unit_bytes), table)
             table[count] = index.n
     else:
-        firsts = _unit_firsts(index, fs, int(unit_bytes))
-        if len(firsts) == index.n:
+        table = _unit_firsts(index, fs, int(unit_bytes))  # with index.n appended
+        if len(table) == index.n + 1:
             table = None
-        else:
-            table = np.empty(len(firsts) + 1, np.int64)
-            table[:-1] = firsts
-            table[-1] = index.n
     cache[unit_bytes] = table
     return table
 
 
 def _unit_firsts(index, fs: np.ndarray, unit_bytes: int) -> np.ndarray:
-    """int64 (units,): the first record of every unit of a variable-length index, scanned
+    """int64 (units + 1,): the first record of every unit of a variable-length index, then ``n``,
+    built in one allocation (a large temporary freed here would raise glibc's mmap threshold
+    for the rest of the process, so later allocations of a large dataset's epoch would stay in
+    fragmented heaps that a small dataset's release); scanned
     UNIT_SCAN_RECORDS offsets at a time with the index pages released after each piece: the scan
     reads every offset, and a memory-mapped index would otherwise stay whole in the RSS."""
     offs = offset_arrays(index.offset_table)
@@ -136,7 +135,7 @@ def _unit_firsts(index, fs: np.ndarray, unit_bytes: int) -> np.ndarray:
             prev = table[hi - 1] // unit_bytes
             parts.append(out)
             index.release_pages()
-    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+    return np.concatenate(parts + [np.array([index.n], np.int64)])
 
 
 @dataclass(eq=False)

@@ -292,10 +292,7 @@ class ArrayFile:
     def __init__(self, path: str, fd: int):
         self.path = path
         self.fd = int(fd)
-        self._close = weakref.finalize(self, os.close, self.fd)
-
-    def close(self) -> None:
-        self._close()
+        weakref.finalize(self, os.close, self.fd)
 
 
 def offsets_of(arrays: dict, header: dict | None = None, file: ArrayFile | None = None) -> OffsetTable | None:

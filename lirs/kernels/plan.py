@@ -236,43 +236,49 @@ def _pread_rel(fn_pread, fn_errno, fd, rel_off, lo, hi, scratch):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _run_extents(ids, h, stop, src, shift, base, wide, file_starts, data_ends, header_sizes, record_size, block,
-                 ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, e, cur_f, cur_end):
-    """The records ``ids[h:stop]`` (one run) into the extents; returns (e, cur_f, cur_end)."""
-    rid = ids[h]
-    lo = 0
-    hi = file_starts.shape[0] - 2
-    while lo < hi:  # last file whose first record <= rid
-        mid = (lo + hi + 1) // 2
-        if file_starts[mid] <= rid:
-            lo = mid
-        else:
-            hi = mid - 1
-    f = lo
-    for j in range(h, stop):
-        rid = ids[j]
-        while file_starts[f + 1] <= rid:  # a run may cross into the next (non-empty) file
-            f += 1
-        if record_size > 0:
-            a0 = header_sizes[f] + (rid - file_starts[f]) * record_size
-            b0 = a0 + record_size
-        else:
-            a0 = _offset(base, src, shift, wide, rid)
-            b0 = _offset(base, src, shift, wide, rid + 1) if rid + 1 < file_starts[f + 1] else data_ends[f]
-        a = a0 - a0 % block
-        b = b0 + (block - b0 % block) % block
-        if f != cur_f or a > cur_end:
-            e += 1
-            ext_file[e] = f
-            ext_off[e] = a
-            cur_f = f
-            cur_end = b
-        elif b > cur_end:
-            cur_end = b
-        ext_nb[e] = cur_end - ext_off[e]
-        rec_ext[j] = e
-        rec_pos[j] = a0 - ext_off[e]
-        rec_len[j] = b0 - a0
+def _runs_extents(ids, heads, order, t0, t1, src, shift, base, wide, file_starts, data_ends, header_sizes,
+                  record_size, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, e, cur_f, cur_end):
+    """The records of runs ``order[t0:t1]`` into the extents, offsets looked up in ``src`` from
+    record ``shift`` on (see :func:`_offset`); returns (e, cur_f, cur_end). A range of runs per
+    call, not one: a call per run cost ~60 ns a run in reference counting (an instance batch's
+    1024 runs planned in 73 us instead of 13)."""
+    k = ids.shape[0]
+    for t in range(t0, t1):
+        h = heads[order[t]]
+        rid = ids[h]
+        lo = 0
+        hi = file_starts.shape[0] - 2
+        while lo < hi:  # last file whose first record <= rid
+            mid = (lo + hi + 1) // 2
+            if file_starts[mid] <= rid:
+                lo = mid
+            else:
+                hi = mid - 1
+        f = lo
+        for j in range(h, _run_stop(heads, order, t, k)):
+            rid = ids[j]
+            while file_starts[f + 1] <= rid:  # a run may cross into the next (non-empty) file
+                f += 1
+            if record_size > 0:
+                a0 = header_sizes[f] + (rid - file_starts[f]) * record_size
+                b0 = a0 + record_size
+            else:
+                a0 = _offset(base, src, shift, wide, rid)
+                b0 = _offset(base, src, shift, wide, rid + 1) if rid + 1 < file_starts[f + 1] else data_ends[f]
+            a = a0 - a0 % block
+            b = b0 + (block - b0 % block) % block
+            if f != cur_f or a > cur_end:
+                e += 1
+                ext_file[e] = f
+                ext_off[e] = a
+                cur_f = f
+                cur_end = b
+            elif b > cur_end:
+                cur_end = b
+            ext_nb[e] = cur_end - ext_off[e]
+            rec_ext[j] = e
+            rec_pos[j] = a0 - ext_off[e]
+            rec_len[j] = b0 - a0
     return e, cur_f, cur_end
 
 
@@ -307,20 +313,16 @@ def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off,
     e = state[0]
     cur_f = state[1]
     cur_end = state[2]
+    if fd < 0 or record_size > 0:
+        e, cur_f, cur_end = _runs_extents(ids, heads, order, 0, m, rel, 0, base, wide, file_starts, data_ends,
+                                          header_sizes, record_size, block, ext_file, ext_off, ext_nb, rec_ext,
+                                          rec_pos, rec_len, e, cur_f, cur_end)
     scratch = np.empty(0, np.uint32)
     t = 0
-    while t < m:
-        h = heads[order[t]]
-        stop = _run_stop(heads, order, t, k)
-        if fd < 0 or record_size > 0:
-            e, cur_f, cur_end = _run_extents(ids, h, stop, rel, 0, base, wide, file_starts, data_ends, header_sizes,
-                                             record_size, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos,
-                                             rec_len, e, cur_f, cur_end)
-            t += 1
-            continue
+    while t < m and fd >= 0 and record_size == 0:
         # runs t .. t1 - 1 share one read of rel[lo:hi] (a run needs the start of the record after it)
-        lo = ids[h]
-        hi = min(ids[stop - 1] + 2, nrel)
+        lo = ids[heads[order[t]]]
+        hi = min(ids[_run_stop(heads, order, t, k) - 1] + 2, nrel)
         t1 = t + 1
         while t1 < m:
             a2 = ids[heads[order[t1]]]
@@ -335,11 +337,9 @@ def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off,
         if err != 0:
             state[3] = err
             break
-        for tt in range(t, t1):
-            e, cur_f, cur_end = _run_extents(ids, heads[order[tt]], _run_stop(heads, order, tt, k), scratch, lo,
-                                             base, wide, file_starts, data_ends, header_sizes, record_size, block,
-                                             ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, e, cur_f,
-                                             cur_end)
+        e, cur_f, cur_end = _runs_extents(ids, heads, order, t, t1, scratch, lo, base, wide, file_starts, data_ends,
+                                          header_sizes, record_size, block, ext_file, ext_off, ext_nb, rec_ext,
+                                          rec_pos, rec_len, e, cur_f, cur_end)
         t = t1
     state[0] = e
     state[1] = cur_f
