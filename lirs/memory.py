@@ -90,8 +90,8 @@ class Recycler:
                     self.reused += 1
                     return self._free.pop(i)
         self.made += 1
-        # a little headroom: the next window is about as large, rarely exactly
-        block = mmap.mmap(-1, -(-(nbytes + (nbytes >> 3)) // mmap.PAGESIZE) * mmap.PAGESIZE,
+        # a little headroom: balanced windows differ in size by a few records, rarely more
+        block = mmap.mmap(-1, -(-(nbytes + (nbytes >> 5)) // mmap.PAGESIZE) * mmap.PAGESIZE,
                           flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         try:
             # huge pages, as numpy asks for its large arrays: a window's records are decoded in
