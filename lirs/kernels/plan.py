@@ -201,7 +201,7 @@ def units_fixed(file_starts, header_sizes, record_size, unit_bytes, out):
 
 @njit(cache=True, nogil=True, inline='always')
 def _offset(base, src, shift, wide, i):
-    """:func:`offset_at` with the table's ``rel`` values of records ``shift ..`` held in ``src``."""
+    """:func:`offset_at` with the table's ``rel`` value of record i at ``src[i - shift]``."""
     b = base[i >> _SHIFT]
     if b >= 0:
         return b + np.int64(src[i - shift])
@@ -216,12 +216,31 @@ def _run_stop(heads, order, t, k):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _pread_rel(fn_pread, fn_errno, fd, rel_off, lo, hi, scratch):
-    """Read ``rel[lo:hi]`` (uint32) from ``fd`` at byte ``rel_off`` into ``scratch[:hi - lo]``:
-    0, an errno, or -1 when the file ends first."""
+def _cluster(ids, heads, order, t, nrel, gap, span):
+    """Runs ``order[t:t1]`` whose offsets one read of ``rel[lo:hi]`` covers (a run needs the start
+    of the record after it too): the next ones while they begin within ``gap`` records of the
+    span so far and keep it within ``span`` records (a longer run alone is taken whole).
+    Returns (t1, lo, hi)."""
+    k = ids.shape[0]
+    lo = ids[heads[order[t]]]
+    hi = min(ids[_run_stop(heads, order, t, k) - 1] + 2, nrel)
+    t1 = t + 1
+    while t1 < order.shape[0]:
+        b = min(ids[_run_stop(heads, order, t1, k) - 1] + 2, nrel)
+        if ids[heads[order[t1]]] > hi + gap or b - lo > span:
+            break
+        hi = max(hi, b)
+        t1 += 1
+    return t1, lo, hi
+
+
+@njit(cache=True, nogil=True, inline='always')
+def _pread_rel(fn_pread, fn_errno, fd, rel_off, lo, hi, dst, pos):
+    """Read ``rel[lo:hi]`` (uint32) from ``fd`` at byte ``rel_off`` into ``dst[pos:]``: 0, an
+    errno, or -1 when the file ends first."""
     want = (hi - lo) * 4
     done = 0
-    addr = scratch.ctypes.data
+    addr = dst.ctypes.data + pos * 4
     while done < want:
         r = call_pread(fn_pread, fd, addr + done, want - done, rel_off + lo * 4 + done)
         if r < 0:
@@ -236,15 +255,14 @@ def _pread_rel(fn_pread, fn_errno, fd, rel_off, lo, hi, scratch):
 
 
 @njit(cache=True, nogil=True, inline='always')
-def _runs_extents(ids, heads, order, t0, t1, src, shift, base, wide, file_starts, data_ends, header_sizes,
-                  record_size, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, e, cur_f, cur_end):
-    """The records of runs ``order[t0:t1]`` into the extents, offsets looked up in ``src`` from
-    record ``shift`` on (see :func:`_offset`); returns (e, cur_f, cur_end). A range of runs per
-    call, not one: a call per run cost ~60 ns a run in reference counting (an instance batch's
-    1024 runs planned in 73 us instead of 13)."""
+def _runs_extents(ids, heads, order, src, shifts, base, wide, file_starts, data_ends, header_sizes, record_size,
+                  block, ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, e, cur_f, cur_end):
+    """The records of runs ``order`` into the extents, run t's offsets looked up in ``src`` from
+    record ``shifts[t]`` on (see :func:`_offset`); returns (e, cur_f, cur_end)."""
     k = ids.shape[0]
-    for t in range(t0, t1):
+    for t in range(order.shape[0]):
         h = heads[order[t]]
+        shift = shifts[t]
         rid = ids[h]
         lo = 0
         hi = file_starts.shape[0] - 2
@@ -296,51 +314,46 @@ def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off,
     ``state`` to every call, and gets the extents of one call over all the runs.
     ``state`` int64 (4,): the last extent, its file and its end, updated in place ((-1, -1, -1)
     before the first piece), then an error: 0, the errno of a failed offset read, or -1 when the
-    index file ended early (the extents are then incomplete).
+    index file ended early (the extents are then not filled).
     Each record covers [start rounded down, end rounded up) to ``block``; overlapping or touching
     spans of one file merge into one extent. Offsets (``base``, ``rel``, ``wide``: a compact offset
-    table) are empty for fixed formats (``record_size`` > 0), else ``record_size`` is 0. With
-    ``fd`` >= 0 the ``rel`` values are not touched in ``rel`` (a memory map) but read with pread
-    (libc's at address ``fn_pread``, ``errno`` through ``fn_errno``) from ``fd`` at byte ``rel_off``
-    (``rel``'s position in that file): no page of the table is mapped. Runs whose offsets lie within
-    ``gap`` records of each other share one read of at most ``span`` records (a longer run is read whole).
+    table) are empty for fixed formats (``record_size`` > 0), else ``record_size`` is 0. The ``rel``
+    values the runs need are first gathered, a few runs' worth per piece (:func:`_cluster`, by
+    ``gap`` and ``span``): with ``fd`` >= 0 not from ``rel`` (a memory map) but with pread (libc's
+    at address ``fn_pread``, ``errno`` through ``fn_errno``) from ``fd`` at byte ``rel_off``
+    (``rel``'s position in that file), so no page of the table is mapped.
     Fills the extent arrays (capacity >= k) and, per record (in the order of ``ids``) of the visited
     runs, the extent holding it, its position there and its length. Returns the number of extents so far.
     """
-    k = ids.shape[0]
     nrel = rel.shape[0]
     m = order.shape[0]
-    e = state[0]
-    cur_f = state[1]
-    cur_end = state[2]
-    if fd < 0 or record_size > 0:
-        e, cur_f, cur_end = _runs_extents(ids, heads, order, 0, m, rel, 0, base, wide, file_starts, data_ends,
-                                          header_sizes, record_size, block, ext_file, ext_off, ext_nb, rec_ext,
-                                          rec_pos, rec_len, e, cur_f, cur_end)
-    scratch = np.empty(0, np.uint32)
+    shifts = np.empty(m, np.int64)  # run t's offsets are src[rid - shifts[t]]
+    # room for every run's records and the one after it, and the gaps merged reads take in (an
+    # upper bound: pages never written are never touched)
+    src = np.empty(0 if record_size > 0 else ids.shape[0] + m * (gap + 2), np.uint32)
+    pos = 0
     t = 0
-    while t < m and fd >= 0 and record_size == 0:
-        # runs t .. t1 - 1 share one read of rel[lo:hi] (a run needs the start of the record after it)
-        lo = ids[heads[order[t]]]
-        hi = min(ids[_run_stop(heads, order, t, k) - 1] + 2, nrel)
-        t1 = t + 1
-        while t1 < m:
-            a2 = ids[heads[order[t1]]]
-            b2 = min(ids[_run_stop(heads, order, t1, k) - 1] + 2, nrel)
-            if a2 > hi + gap or b2 - lo > span:
-                break
-            hi = max(hi, b2)
-            t1 += 1
-        if scratch.shape[0] < hi - lo:
-            scratch = np.empty(max(hi - lo, span), np.uint32)
-        err = _pread_rel(fn_pread, fn_errno, fd, rel_off, lo, hi, scratch)
-        if err != 0:
-            state[3] = err
-            break
-        e, cur_f, cur_end = _runs_extents(ids, heads, order, t, t1, scratch, lo, base, wide, file_starts, data_ends,
-                                          header_sizes, record_size, block, ext_file, ext_off, ext_nb, rec_ext,
-                                          rec_pos, rec_len, e, cur_f, cur_end)
+    while t < m:
+        if record_size > 0:
+            shifts[t] = 0
+            t += 1
+            continue
+        t1, lo, hi = _cluster(ids, heads, order, t, nrel, gap, span)
+        if fd >= 0:
+            err = _pread_rel(fn_pread, fn_errno, fd, rel_off, lo, hi, src, pos)
+            if err != 0:
+                state[3] = err
+                return state[0] + 1
+        else:
+            for i in range(hi - lo):
+                src[pos + i] = rel[lo + i]
+        for tt in range(t, t1):
+            shifts[tt] = lo - pos
+        pos += hi - lo
         t = t1
+    e, cur_f, cur_end = _runs_extents(ids, heads, order, src, shifts, base, wide, file_starts, data_ends,
+                                      header_sizes, record_size, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos,
+                                      rec_len, state[0], state[1], state[2])
     state[0] = e
     state[1] = cur_f
     state[2] = cur_end
