@@ -301,7 +301,7 @@ def offsets_of(arrays: dict, header: dict | None = None, file: ArrayFile | None 
     if "offsets_rel" in arrays:
         rel = arrays["offsets_rel"]
         where = None
-        if file is not None and isinstance(rel, np.memmap) and len(rel):
+        if file is not None and len(rel):  # (a file is given when the arrays are maps of it)
             where = (file, int(header["arrays"]["offsets_rel"]["offset"]))
         return OffsetTable(arrays["offsets_base"], rel, arrays.get("offsets_wide"), where)
     if "offsets" in arrays:  # plain int64 offsets (an index written before the compact form)
@@ -315,7 +315,7 @@ def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> 
     """The arrays a sidecar's header names, by name: read-only memory maps (or read into memory
     with ``mmap=False``), and the :class:`ArrayFile` they were mapped through (None when nothing
     is mapped). Raises IndexFormatError when one lies past the end of the file."""
-    arrays = {}
+    arrays, mapped = {}, False
     with open(sidecar, "rb") as f:
         if os.fstat(f.fileno()).st_size != size:
             raise IndexFormatError(f"{sidecar}: the index changed while it was opened; open it again")
@@ -327,24 +327,24 @@ def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> 
             if spec["count"] == 0:
                 arrays[name] = np.empty(0, dt)
             else:
-                arrays[name] = _map_or_read(sidecar, f, dt, spec, mmap)
-        mapped = any(isinstance(a, np.memmap) for a in arrays.values())
+                arrays[name], did = _map_or_read(sidecar, f, dt, spec, mmap)
+                mapped = mapped or did
         return arrays, ArrayFile(sidecar, os.dup(f.fileno())) if mapped else None
 
 
-def _map_or_read(sidecar: str, f, dt: np.dtype, spec: dict, mmap: bool) -> np.ndarray:
+def _map_or_read(sidecar: str, f, dt: np.dtype, spec: dict, mmap: bool) -> tuple[np.ndarray, bool]:
     """A read-only memory map of one array through the open file ``f``, or the array read into
     memory where the filesystem cannot map files (ENODEV, EINVAL, EACCES: some FUSE and network
-    filesystems)."""
+    filesystems); and whether it is a map."""
     if mmap:
         try:
-            return np.memmap(f, dtype=dt, mode="r", offset=spec["offset"], shape=(spec["count"],))
+            return np.memmap(f, dtype=dt, mode="r", offset=spec["offset"], shape=(spec["count"],)), True
         except OSError as e:
             if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
                 raise
             log.info("%s: cannot memory-map (%s); reading the index into memory", sidecar, e.strerror)
     f.seek(spec["offset"])
-    return np.fromfile(f, dtype=dt, count=spec["count"])
+    return np.fromfile(f, dtype=dt, count=spec["count"]), False
 
 
 def release_pages(*arrays) -> int:
