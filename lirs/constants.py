@@ -47,8 +47,8 @@ STEP_MIN_BYTES = 4 << 20
 POPULATE_MIN_BYTES = 4 << 20
 # arrays the loader allocates again and again (a window's read buffer and decoded arrays) from this
 # size on lie in blocks that are reused once the arrays are gone, at most RECYCLE_KEEP_BLOCKS of
-# them kept waiting (lirs.memory.Recycler): memory given back and touched again costs ~17x more
-# than reused memory on the virtual machines measured here (free pages reported to the host)
+# them kept waiting (lirs.memory.Recycler): memory given back and touched again cost ~17x more
+# than reused memory on the virtual machines measured here (free pages reported to the host; ad hoc)
 RECYCLE_MIN_BYTES = 8 << 20
 RECYCLE_KEEP_BLOCKS = 6
 WINDOW_AUTO_SHARE = 0.05

@@ -50,9 +50,9 @@ class Recycler:
     arrays go. Memory handed back to the system and asked for again is not free: every page is
     zeroed on its first touch, and on a virtual machine whose free pages are reported to the host
     (virtio-balloon free page reporting, as on the machines measured here) the host backs each
-    page again too — about 1.7 ms per MiB there, against 0.1 ms for memory reused at once, which
-    made a third of a window epoch's CPU time. So an array of ``RECYCLE_MIN_BYTES`` or more
-    (:meth:`empty`) lies in a block of anonymous memory that goes back to this pool when the last
+    page again too — about 1.7 ms per MiB there, against 0.1 ms for memory reused at once (ad-hoc
+    timings), and a profile of a window epoch found 29% of its CPU time zeroing fresh pages. So
+    an array of ``RECYCLE_MIN_BYTES`` or more (:meth:`empty`) lies in a block of anonymous memory that goes back to this pool when the last
     view of it is gone, and the next array of about its size takes it, its pages already there.
     At most ``keep`` blocks wait in the pool; the pool is emptied by :meth:`trim`.
     """
