@@ -19,8 +19,9 @@ INDEX_RELEASE_BATCHES = 16
 # the unit table's scan of every offset goes this many records at a time, releasing the index pages
 # after each (32 MiB of offsets): the whole index of a large dataset is never mapped at once
 UNIT_SCAN_RECORDS = 1 << 23
-# a window's read step (and a group step of several batches) finds its extents this many runs
-# (groups) at a time, releasing the index pages after each piece. A fault maps the index around the
+# where its offsets cannot be read with pread (see INDEX_READ_GAP), a window's read step (and a
+# group step of several batches) finds its extents this many runs (groups) at a time, releasing
+# the index pages after each piece. A fault maps the index around the
 # offsets it needs, and where the page cache holds the index in large folios (ext4 on recent kernels)
 # it maps the whole folio, up to 2 MiB: a piece of runs scattered over a large index maps up to
 # STEP_PIECE_RUNS x 2 MiB of it. Measured on an 8 GB kdd-like file (90 MiB of offsets; ad-hoc walk

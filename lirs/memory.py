@@ -127,9 +127,5 @@ class Recycler:
             return sum(len(b) for b in self._free)
 
 
+#: the process's pool (looked up as ``memory.RECYCLER`` where used, so one name replaces it)
 RECYCLER = Recycler()
-
-
-def recycled_empty(n: int, dtype) -> np.ndarray:
-    """:meth:`Recycler.empty` of the process's pool."""
-    return RECYCLER.empty(n, dtype)

@@ -25,7 +25,7 @@ import numpy as np
 from .assemble import batch_of, detached
 from .constants import BLOCK
 from .engines import aligned_empty, open_engine
-from .memory import RECYCLER
+from . import memory
 from .errors import TransformError
 from .warmup import Warmup
 
@@ -40,12 +40,12 @@ class BufferPool:
     def __init__(self, keep_bytes: int | None = None):
         self.free: list[np.ndarray] = []
         self.lock = threading.Lock()
-        self.keep_bytes = int(RECYCLER.min_bytes if keep_bytes is None else keep_bytes)
+        self.keep_bytes = int(memory.RECYCLER.min_bytes if keep_bytes is None else keep_bytes)
 
     def take(self, nbytes: int) -> np.ndarray:
         """A 4096-aligned uint8 buffer of at least ``nbytes``."""
         if nbytes >= self.keep_bytes:
-            return RECYCLER.empty(-(-int(nbytes) // BLOCK) * BLOCK, np.uint8)
+            return memory.RECYCLER.empty(-(-int(nbytes) // BLOCK) * BLOCK, np.uint8)
         with self.lock:
             while self.free:
                 buf = self.free.pop()
@@ -174,7 +174,7 @@ class Pipeline:
         self.active.clear()
         self.executor.shutdown(wait=True)
         self.engine.close()
-        RECYCLER.trim()  # the blocks kept for the next window: a closed loader reads none
+        memory.RECYCLER.trim()  # the blocks kept for the next window: a closed loader reads none
 
 
 class EpochRun:

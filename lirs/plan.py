@@ -172,7 +172,7 @@ class EpochPlan:
 
     def __post_init__(self):
         idx = self.index
-        self._rel_file = None
+        self._rel_file, self._libc = None, (0, 0)
         if idx.is_fixed:
             self._offs = (np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
             self._rs = int(idx.record_size)
@@ -180,6 +180,9 @@ class EpochPlan:
             self._offs = offset_arrays(idx.offset_table)
             self._rs = 0
             self._rel_file = idx.offset_table.rel_file
+            if self._rel_file is not None:
+                lc = Libc.get()
+                self._libc = (lc.pread, lc.errno_location)
         self._fs = np.ascontiguousarray(idx.file_starts, np.int64)
         self._de = np.ascontiguousarray(idx.data_ends, np.int64)
         self._hs = np.ascontiguousarray(idx.header_sizes, np.int64)
@@ -271,15 +274,15 @@ class EpochPlan:
         heads = np.flatnonzero(np.diff(ids, prepend=ids[:1] - 2) != 1)
         runs = np.argsort(ids[heads]) if len(heads) > 1 else np.zeros(len(heads), np.int64)
         state = np.array([-1, -1, -1, 0], np.int64)  # last extent, its file, its end; error
-        fd, rel_off, libc = -1, 0, (0, 0)
+        fd, rel_off = -1, 0
         if piece_runs > 0 and self._rel_file is not None:
-            (file, rel_off), lc = self._rel_file, Libc.get()
-            fd, libc, piece_runs = file.fd, (lc.pread, lc.errno_location), 0
+            (file, rel_off), piece_runs = self._rel_file, 0
+            fd = file.fd
         step = len(runs) if piece_runs <= 0 else int(piece_runs)
         ne = 0
         base, rel, wide = self._offs
         for lo in range(0, len(runs), step):
-            ne = K.extents(ids, heads, runs[lo:lo + step], base, rel, wide, *libc, fd, rel_off, INDEX_READ_GAP,
+            ne = K.extents(ids, heads, runs[lo:lo + step], base, rel, wide, *self._libc, fd, rel_off, INDEX_READ_GAP,
                            INDEX_READ_SPAN, self._fs, self._de, self._hs, self._rs, self.block, *out, state)
             if state[3]:
                 raise _index_read_error(self._rel_file[0].path, int(state[3]))

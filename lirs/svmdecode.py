@@ -20,7 +20,8 @@ import numpy as np
 from .cores import usable_cores
 from .kernels import libsvm as K
 from .kernels import libsvm_plain as KP
-from .memory import output_empty, recycled_empty
+from . import memory
+from .memory import output_empty
 from .svmlight import parse_record
 
 _FB_CAP = 1 << 16       # fallback tokens per kernel call; past it, records go to Python whole
@@ -147,8 +148,8 @@ def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, que
         kofs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
         # a loader decodes a window like the one it just let go: the memory of that one's arrays
         # is taken again (lirs.memory.Recycler), its pages in place
-        indices = recycled_empty(int(kofs[-1]), index_dtype)
-        data = recycled_empty(int(kofs[-1]), _work_dtype(dtype))
+        indices = memory.RECYCLER.empty(int(kofs[-1]), index_dtype)
+        data = memory.RECYCLER.empty(int(kofs[-1]), _work_dtype(dtype))
 
         def run(i):
             (a, b), ka, kb = runs[i], int(kofs[i]), int(kofs[i + 1])

@@ -107,8 +107,9 @@ def window_records(plan, w: int):
 
 def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool):
     """The read step of rows a:b of window ``w``'s stream. Rows of more than one batch find their
-    extents in unit order (runs of consecutive records, visited STEP_PIECE_RUNS at a time with
-    the index pages released in between), then are dealt: a whole window in the order ``o``, a
+    extents in unit order (runs of consecutive records, their offsets read with pread, or visited
+    STEP_PIECE_RUNS at a time with the index pages released in between where the index is not a
+    map of its sidecar: :meth:`lirs.plan.EpochPlan.step`), then are dealt: a whole window in the order ``o``, a
     part of one in its rows' order."""
     ids, o = window_records(plan, w)
     b = len(ids) if b is None else min(b, len(ids))

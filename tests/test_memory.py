@@ -59,8 +59,6 @@ def recycled_everything(monkeypatch):
     several threads, on small data."""
     rec = Recycler(keep=4, min_bytes=1 << 14)
     monkeypatch.setattr(memory, "RECYCLER", rec)
-    monkeypatch.setattr(svmdecode, "recycled_empty", rec.empty)
-    monkeypatch.setattr("lirs.pipeline.RECYCLER", rec)
     monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 12)
     monkeypatch.setattr(svmdecode, "usable_cores", lambda: 2)
     return rec
@@ -94,10 +92,9 @@ def test_a_window_epoch_takes_its_memory_again(tmp_path, recycled_everything):
     p = _write(tmp_path / "d.svm", 6000, 4)
     idx = lirs.build_index(p, progress=False)
     loader = Loader(idx, 64, granularity="window", group_bytes=4096, window=12, n_features=500, seed=1)
-    windows = 0
     for e in range(2):
-        for b in loader.epoch(e):
-            windows += 1
+        for _ in loader.epoch(e):
+            pass
     rec = recycled_everything
     assert rec.reused > rec.made  # most windows took the blocks of those before them
     assert rec.free_bytes > 0

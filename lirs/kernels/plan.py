@@ -148,13 +148,19 @@ _SHIFT = 10  # records per offset block (lirs.index.OFFSET_SHIFT)
 _MASK = (1 << _SHIFT) - 1
 
 
+@njit(cache=True, nogil=True, inline='always')
+def _offset(base, src, shift, wide, i):
+    """Start of record i of a compact offset table whose ``rel`` value lies at ``src[i - shift]``."""
+    b = base[i >> _SHIFT]
+    if b >= 0:
+        return b + np.int64(src[i - shift])
+    return wide[(-b - 1) * (_MASK + 1) + (i & _MASK)]
+
+
 @njit(cache=True, nogil=True)
 def offset_at(base, rel, wide, i):
     """Start of record i in a compact offset table (see lirs.offsets.OffsetTable)."""
-    b = base[i >> _SHIFT]
-    if b >= 0:
-        return b + np.int64(rel[i])
-    return wide[(-b - 1) * (_MASK + 1) + (i & _MASK)]
+    return _offset(base, rel, 0, wide, i)
 
 
 @njit(cache=True, nogil=True)
@@ -197,15 +203,6 @@ def units_fixed(file_starts, header_sizes, record_size, unit_bytes, out):
                     out[c] = file_starts[f] + i
                 c += 1
     return c
-
-
-@njit(cache=True, nogil=True, inline='always')
-def _offset(base, src, shift, wide, i):
-    """:func:`offset_at` with the table's ``rel`` value of record i at ``src[i - shift]``."""
-    b = base[i >> _SHIFT]
-    if b >= 0:
-        return b + np.int64(src[i - shift])
-    return wide[(-b - 1) * (_MASK + 1) + (i & _MASK)]
 
 
 @njit(cache=True, nogil=True, inline='always')
