@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 BLOCK = 4096               # O_DIRECT alignment of offsets, sizes and buffers; the planner's page
-GRANULARITIES = ("instance", "page", "group", "window")   # units of shuffling, most random first
 FORMATS = ("libsvm", "lines", "tfrecord", "npy", "fixed")   # record formats of an index
 VARIABLE_FORMATS = ("libsvm", "lines", "tfrecord")          # formats whose records have their own lengths
 DEFAULT_GROUP_BYTES = 65536  # group granularity: records whose start lies in one aligned 64 KiB span

@@ -392,9 +392,7 @@ class Loader:
         run = self._begin(epoch, start, stride, offset)
         try:
             while (item := run.next()) is not None:
-                bp, parts = item
-                n = 1 if self.transform is not None else len(parts)
-                yield self._deliver(run, bp, parts, run.wait(parts[:n]))
+                yield self._deliver(run, item, run.wait(item))
         finally:
             run.abandon()
 
@@ -404,9 +402,7 @@ class Loader:
         run = self._begin(epoch, start, stride, offset)
         try:
             while (item := run.next()) is not None:
-                bp, parts = item
-                n = 1 if self.transform is not None else len(parts)
-                yield self._deliver(run, bp, parts, await run.await_parts(parts[:n]))
+                yield self._deliver(run, item, await run.await_parts(item))
         finally:
             run.abandon()
 
@@ -451,13 +447,13 @@ class Loader:
             return transform(Batch(np.asarray(bp.ids, np.int64), X, y, epoch, bp.index))
         return finish
 
-    def _deliver(self, run: EpochRun, bp, parts, results):
-        if self.transform is not None:
-            run.release(parts)
-            out = results[0]
-        else:
-            X, y = run.assemble(bp, parts, results)
-            out = Batch(np.asarray(bp.ids, np.int64), X, y, run.epoch, bp.index)
+    def _deliver(self, run: EpochRun, item, results):
+        """The one delivery of ``epoch`` and ``aepoch``: the batch (or the transform's result) of
+        ``item`` from the results of its waits; the position moves past it."""
+        bp = item.plan
+        out = run.deliver(item, results)
+        if self.transform is None:
+            out = Batch(np.asarray(bp.ids, np.int64), *out, run.epoch, bp.index)
         self._pos = (run.epoch, min(bp.index + self._stride, self._nb), self._pos[2])
         self.stats.batches += 1
         self.stats.records += len(bp.ids)

@@ -19,6 +19,8 @@ import contextlib
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,6 +29,8 @@ from .constants import BLOCK
 from .engines import aligned_empty, open_engine
 from . import memory
 from .errors import TransformError
+from .policies import steps_in_flight
+from .steps import BatchPlan
 from .warmup import Warmup
 
 
@@ -177,6 +181,34 @@ class Pipeline:
         memory.RECYCLER.trim()  # the blocks kept for the next window: a closed loader reads none
 
 
+class Flight(NamedTuple):
+    """A part of a submitted batch: the future of its read step's decoded (X, y) and the rows
+    ``lo:hi`` the batch takes; ``last``: no later batch needs that step; ``step``: the
+    :class:`~lirs.steps.ReadStep` (None for rows already copied out of their step)."""
+
+    future: Future
+    lo: int
+    hi: int
+    last: bool
+    step: object
+
+
+@dataclass(eq=False)
+class Pending:
+    """A batch handed to the pool: its plan, the :class:`Flight` of each of its parts, and with a
+    finish function (the Loader's transform) ``head``, the future of the finished batch (queued
+    once the batch is near the consumer, see :meth:`EpochRun._finish_ahead`)."""
+
+    plan: BatchPlan
+    parts: list
+    finishing: bool = False
+    head: Future | None = None
+
+    def waits(self) -> list:
+        """The futures the consumer waits on: the finished batch, or every part's step."""
+        return [self.head] if self.finishing else [f.future for f in self.parts]
+
+
 class EpochRun:
     """One pass over an epoch's batches from batch ``start``: ``prefetch + 1`` read steps in flight.
 
@@ -196,29 +228,29 @@ class EpochRun:
         self.finish = finish  # finish(bp, X, y) -> what the consumer gets, run on the pool
         self.batches = iter(plan.batches(int(start), stride=int(stride)))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
-        self.pending = collections.deque()          # (BatchPlan, parts) submitted, in order
+        self.pending: collections.deque = collections.deque()  # Pending batches, in order
         self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1
         # every thread of the pool has a step to work on, whatever ``prefetch``
         self.max_steps = steps_in_flight(plan, max(self.prefetch, pipeline.workers - 1), pipeline.workers)
 
-    def next(self):
-        """The oldest submitted batch ``(BatchPlan, parts)``, after topping up so that ``prefetch``
-        batches are in flight while it is waited for and consumed; None at the end of the epoch."""
+    def next(self) -> Pending | None:
+        """The oldest submitted batch, after topping up so that ``prefetch`` batches are in flight
+        while it is waited for and consumed; None at the end of the epoch."""
         self._top_up()
         if not self.pending:
             return None
-        bp, parts = self.pending.popleft()
+        item = self.pending.popleft()
         self.heads = max(0, self.heads - 1)
-        if len(parts) > 1 and self._detach_ended(parts):
+        if len(item.parts) > 1 and self._detach_ended(item.parts):
             self._top_up()  # a step it ended is no longer held: the next one can be read already
-        return bp, parts
+        return item
 
     def _top_up(self) -> None:
         while len(self.steps) < self.max_steps or not self.pending:
             bp = next(self.batches, None)
             if bp is None:
                 break
-            self.pending.append((bp, self._submit(bp)))
+            self.pending.append(self._submit(bp))
         self._finish_ahead()
 
     def _finish_ahead(self) -> None:
@@ -227,10 +259,9 @@ class EpochRun:
         it is that close to the consumer, so that ``prefetch`` bounds the transformed batches
         held, even when one step feeds many batches."""
         while self.heads < min(len(self.pending), self.prefetch + 1):
-            bp, parts = self.pending[self.heads]
-            if parts[0] is None:
-                parts[0] = (self.pipeline.after([f for f, *_ in parts[1:]], self._assembler(bp, parts)),
-                            0, 0, True, None)
+            item = self.pending[self.heads]
+            if item.finishing and item.head is None:
+                item.head = self.pipeline.after([f.future for f in item.parts], self._assembler(item))
             self.heads += 1
 
     def _detach_ended(self, parts: list) -> bool:
@@ -240,45 +271,46 @@ class EpochRun:
         being read or decoded, instead of after it (the batch waits for it). Only rows of one
         batch are copied. True when a step was forgotten."""
         freed = False
-        for i, (fut, lo, hi, last, step) in enumerate(parts[:-1]):
-            if not (last and step is not None and fut.done()) or fut.cancelled() or fut.exception() is not None:
+        for i, f in enumerate(parts[:-1]):
+            fut = f.future
+            if not (f.last and f.step is not None and fut.done()) or fut.cancelled() or fut.exception() is not None:
                 continue
             own = Future()
-            own.set_result(detached(fut.result(), lo, hi))
-            parts[i] = (own, 0, hi - lo, True, None)
-            self.steps.pop(step.number, None)
+            own.set_result(detached(fut.result(), f.lo, f.hi))
+            parts[i] = Flight(own, 0, f.hi - f.lo, True, None)
+            self.steps.pop(f.step.number, None)
             freed = True
         return freed
 
-    def _submit(self, bp) -> list:
+    def _submit(self, bp) -> Pending:
         if self.finish is not None:
             return self._submit_finished(bp)
-        return self._step_parts(bp)
+        return Pending(bp, self._flights(bp))
 
-    def _step_parts(self, bp) -> list:
-        """``[(future, lo, hi, last, step), ...]`` of a batch's parts; a step other batches share is
-        submitted once."""
+    def _flights(self, bp) -> list:
+        """The :class:`Flight` of each of a batch's parts; a step other batches share is submitted once."""
         parts = []
-        for step, lo, hi, last in bp.parts:
+        for part in bp.parts:
+            step = part.step
             fut = self.steps.get(step.number)
             if fut is None:
                 fut = self.steps[step.number] = self.pipeline.submit(step)
-            parts.append((fut, lo, hi, last, step))
+            parts.append(Flight(fut, part.lo, part.hi, part.last, step))
         return parts
 
-    def _submit_finished(self, bp) -> list:
-        """Parts of a batch finished on the pool: ``[(future of the batch, 0, 0, True, step or None),
-        *parts of its steps]``; the consumer waits on the first only, then :meth:`release` them all.
-        An exception of ``finish`` becomes a TransformError naming the batch and the epoch."""
+    def _submit_finished(self, bp) -> Pending:
+        """A batch finished on the pool: the consumer waits on its ``head`` only, then
+        :meth:`release` its parts. An exception of ``finish`` becomes a TransformError naming the
+        batch and the epoch."""
         empty, finish = self.empty, self._finish
         if len(bp.parts) == 1:
             step, lo, hi, last = bp.parts[0]
             if lo == 0 and last and step.number not in self.steps:  # the batch is its own step
                 fut = self.pipeline.submit(step, lambda r: finish(bp, *batch_of([(r, lo, hi)], empty)))
                 self.steps[step.number] = fut  # counted in flight until the consumer releases it
-                return [(fut, 0, 0, True, step)]
-        # the head, the batch's own future, is queued by _finish_ahead once the batch is near
-        return [None] + self._step_parts(bp)
+                return Pending(bp, [Flight(fut, 0, 0, True, step)], finishing=True, head=fut)
+        # the head is queued by _finish_ahead once the batch is near
+        return Pending(bp, self._flights(bp), finishing=True)
 
     def _finish(self, bp, X, y):
         """The user's finish of batch ``bp``; its exception becomes a TransformError naming the batch."""
@@ -288,66 +320,56 @@ class EpochRun:
             raise TransformError(f"transform raised {type(e).__name__} on batch {bp.index} of epoch "
                                  f"{self.epoch}: {e}") from e
 
-    def _assembler(self, bp, parts):
-        """fn() that assembles batch ``bp`` from its decoded steps and finishes it."""
+    def _assembler(self, item: Pending):
+        """fn() that assembles batch ``item`` from its decoded steps and finishes it."""
         empty, finish = self.empty, self._finish
 
         def assemble():
             # read from the list: a step that :meth:`_detach_ended` replaced is read from its copy
-            got = [(f.result(), lo, hi) for f, lo, hi, _, _ in parts[1:]]
-            return finish(bp, *batch_of(got, empty))
+            got = [(f.future.result(), f.lo, f.hi) for f in item.parts]
+            return finish(item.plan, *batch_of(got, empty))
         return assemble
 
-    def release(self, parts) -> None:
+    def release(self, item: Pending) -> None:
         """Forget the steps a batch used last."""
-        for _, lo, hi, last, step in parts:
-            if last and step is not None:
-                self.steps.pop(step.number, None)
+        for f in item.parts:
+            if f.last and f.step is not None:
+                self.steps.pop(f.step.number, None)
 
-    def wait(self, parts) -> list:
-        """Block until the steps of a batch are decoded: ``[(X, y), ...]`` in part order."""
+    def wait(self, item: Pending) -> list:
+        """Block until a batch's futures (:meth:`Pending.waits`) are done: their results in order."""
         t = time.perf_counter()
         try:
-            return [f.result() for f, *_ in parts]
+            return [f.result() for f in item.waits()]
         finally:
             self.pipeline.stats.wait_s += time.perf_counter() - t
 
-    async def await_parts(self, parts) -> list:
+    async def await_parts(self, item: Pending) -> list:
         """:meth:`wait` for an event loop: the loop stays free while the pool works."""
         t = time.perf_counter()
         try:
             # shielded: a cancelled consumer must not cancel a step a later batch shares
-            return [await asyncio.shield(asyncio.wrap_future(f)) for f, *_ in parts]
+            return [await asyncio.shield(asyncio.wrap_future(f)) for f in item.waits()]
         finally:
             self.pipeline.stats.wait_s += time.perf_counter() - t
 
-    def assemble(self, bp, parts, results):
-        """(X, y) of batch ``bp`` from its parts' decoded steps; releases steps it used last."""
-        self.release(parts)
-        return batch_of([(r, lo, hi) for r, (_, lo, hi, _, _) in zip(results, parts)], self.empty)
+    def deliver(self, item: Pending, results: list):
+        """What the consumer gets for ``item`` given the results of its waits: the finished batch,
+        or (X, y) assembled from its parts' decoded steps. Releases the steps it used last."""
+        self.release(item)
+        if item.finishing:
+            return results[0]
+        return batch_of([(r, f.lo, f.hi) for r, f in zip(results, item.parts)], self.empty)
 
     def abandon(self) -> None:
         """The consumer left the epoch: cancel what has not started (started steps run to the end)."""
-        for _, parts in self.pending:
-            for part in parts:
-                if part is not None:  # a head not queued yet
-                    part[0].cancel()
+        for item in self.pending:
+            for f in item.parts:
+                f.future.cancel()
+            if item.head is not None:
+                item.head.cancel()
         self.pending.clear()
         self.heads = 0
         for f in self.steps.values():
             f.cancel()
         self.steps.clear()
-
-
-def steps_in_flight(plan, prefetch: int, workers: int = 0) -> int:
-    """Read steps an epoch keeps in flight: ``prefetch + 1`` (one per batch); when a group step
-    feeds several batches, the steps that ``prefetch + 1`` batches span or one per thread of a pool
-    of ``workers``, and the one being consumed; for granularity ``window`` two windows, or the
-    windows that ``prefetch + 1`` batches span if more."""
-    if getattr(plan, "granularity", None) != "window":
-        per = int(getattr(plan, "batches_per_step", 1))
-        return prefetch + 1 if per == 1 else max(-(-(prefetch + 1) // per), int(workers)) + 1
-    index = plan.index
-    batch_bytes = plan.batch_size * index.payload_bytes / max(index.n, 1)
-    window_bytes = plan.window * plan.group_bytes
-    return max(2, -(-int((prefetch + 1) * batch_bytes) // window_bytes) + 1)

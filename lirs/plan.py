@@ -52,21 +52,24 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import seeds
-from .constants import (BLOCK, DEFAULT_WINDOW, GRANULARITIES, INDEX_READ_GAP, INDEX_READ_SPAN,
-                        INDEX_RELEASE_BATCHES, STEP_MIN_BYTES, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
+from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, INDEX_READ_GAP, INDEX_READ_SPAN,
+                        INDEX_RELEASE_BATCHES, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
 from .errors import IndexFormatError, UsageError
 from .kernels import plan as K
 from .libc import Libc
 from .offsets import offset_arrays
 from .permutation import PERMUTATIONS, Permutation
-from .ranges import rank_slice, walk
-from .steps import BatchPlan, ReadStep
-from .windows import window_batches, window_groups
+from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
+from .ranges import rank_slice
+from .steps import ReadStep
+from .stream import UnitStream
+from .walker import walk
+from .windows import window_groups
 
 # SeedSequence([seed, epoch, purpose]) purposes of the planner
 
@@ -77,12 +80,8 @@ _UNIT_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def unit_bytes_of(granularity: str, group_bytes: int, block: int = BLOCK) -> int:
-    """Bytes of the aligned span that defines a unit (0 for ``instance``)."""
-    if granularity == "instance":
-        return 0
-    if granularity == "page":
-        return block
-    return int(group_bytes)
+    """Bytes of the aligned span that defines a unit of ``granularity`` (0: every record is one)."""
+    return POLICIES[granularity].unit_bytes(group_bytes, block)
 
 
 def unit_table(index, unit_bytes: int) -> np.ndarray | None:
@@ -144,7 +143,9 @@ class EpochPlan:
 
     ``num_batches``: batches of every rank; ``first``/``size``: this rank's slice of the global
     record stream (of the concatenated ``spans`` when the plan covers only those int64 (m, 2)
-    position ranges); ``units``: unit count; ``batches(start)`` iterates :class:`BatchPlan` objects.
+    position ranges); ``units``: unit count; ``stream``: the epoch's
+    :class:`~lirs.stream.UnitStream`; ``batch_key``/``window_key``: the keys batches and windows
+    deal their records with; ``batches(start)`` iterates :class:`~lirs.steps.BatchPlan` objects.
     """
 
     index: object
@@ -165,13 +166,13 @@ class EpochPlan:
     size: int
     plan_s: float = 0.0
     spans: np.ndarray | None = None
-    _batch_key: int = 0
-    _window_key: int = 0
-    _stats: dict | None = field(default=None, repr=False)
-    _offs: tuple | None = field(default=None, repr=False)
+    batch_key: int = 0
+    window_key: int = 0
 
     def __post_init__(self):
         idx = self.index
+        self.stream = UnitStream(self.perm, self.ufirst, idx.n)
+        self._stats: dict | None = None
         self._rel_file, self._libc = None, (0, 0)
         if idx.is_fixed:
             self._offs = (np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
@@ -207,34 +208,7 @@ class EpochPlan:
         """Bytes of the plan's tables: the unit permutation and the unit boundaries."""
         return self.perm.nbytes + (0 if self.ufirst is None else int(self.ufirst.nbytes))
 
-    # ---- walking ---------------------------------------------------------------------------
-    def _locate(self, pos: int):
-        """(unit position, record within that unit) of global stream position ``pos``."""
-        if self.ufirst is None:
-            return pos, 0
-        rem = int(pos)
-        for p, units in self.perm.chunks(0):
-            i, rem = K.locate(units, self.ufirst, rem)
-            if i < len(units):
-                return p + int(i), int(rem)
-        return self.perm.n, 0
-
-    def _records(self, upos: int, within: int, k: int):
-        """k records of the unit stream from (upos, within); returns (ids, upos, within)."""
-        out = np.empty(k, np.int64)
-        if self.ufirst is None:
-            out[:] = self.perm.take(upos, upos + k)
-            return out, upos + k, 0
-        o = 0
-        per_unit = max(1.0, self.n / max(1, self.perm.n))
-        while o < k:
-            units = self.perm.take(upos, upos + int((k - o) / per_unit) + 4)
-            if len(units) == 0:
-                raise RuntimeError("unit stream ended early (inconsistent unit table)")
-            i, within, o = K.fill_records(units, self.ufirst, 0, within, out, o)
-            upos += int(i)
-        return out, upos, within
-
+    # ---- read steps --------------------------------------------------------------------
     def step(self, number: int, ids: np.ndarray, extents: bool = True, shuffle_at: int = -1,
               order: np.ndarray | None = None, piece_runs: int = 0) -> ReadStep:
         """The read step of records ``ids``, delivered in the order ``ids[order]`` (a window) or,
@@ -244,7 +218,7 @@ class EpochPlan:
         window's runs lie all over the index); 0: in one pass (small batches)."""
         k = len(ids)
         if order is None and shuffle_at >= 0 and k > 1:
-            order = self._batch_order(k, shuffle_at)
+            order = self.batch_order(k, shuffle_at)
         if not extents:
             if order is not None:
                 ids = ids[order]
@@ -303,53 +277,19 @@ class EpochPlan:
             yield bp
 
     def _batches(self, start: int, extents: bool, stride: int):
-        if stride != 1 or self.spans is not None:
-            yield from walk(self, start, stride, extents)
-            return
-        if self.granularity == "window":
-            yield from window_batches(self, start, extents)
-            return
-        pos = self.first + start * self.batch_size
-        upos, within = self._locate(pos)
-        shuffle = self.granularity in ("page", "group")
-        per = self.batches_per_step
-        for j0 in range(start, self.num_batches, per):
-            js = range(j0, min(j0 + per, self.num_batches))
-            ids, orders, cuts = [], [], [0]
-            for j in js:
-                k = self.batch_size_of(j)
-                b_ids, upos, within = self._records(upos, within, k)
-                ids.append(b_ids)
-                orders.append(self._batch_order(k, pos) + cuts[-1] if shuffle else None)
-                cuts.append(cuts[-1] + k)
-                pos += k
-            # one step for the batches: their records in unit order (runs), each batch then dealt
-            # in its own order, exactly as a step of its own would deal it
-            order = np.concatenate(orders) if shuffle else None
-            step = self.step(j0, ids[0] if len(ids) == 1 else np.concatenate(ids), extents, order=order,
-                             piece_runs=STEP_PIECE_RUNS if per > 1 else 0)
-            for i, j in enumerate(js):
-                lo, hi = cuts[i], cuts[i + 1]
-                yield BatchPlan(j, step.ids[lo:hi], ((step, lo, hi, j == js[-1]),))
+        return walk(self, start, stride, extents)
 
     @property
     def batches_per_step(self) -> int:
-        """Consecutive batches one group read step covers: enough for STEP_MIN_BYTES (by the
-        dataset's mean record size), at least one. Page and instance batches keep a step each: they
-        are the paper's baselines, measured as reads of their own units (batches of adjacent steps
-        would share pages)."""
-        if self.granularity != "group":
-            return 1
-        idx = self.index
-        batch_bytes = self.batch_size * idx.payload_bytes / max(int(idx.n), 1)
-        return max(1, min(self.num_batches, -int(-STEP_MIN_BYTES // max(batch_bytes, 1.0))))
+        """Consecutive batches one read step covers (see :meth:`lirs.policies.Policy.batches_per_step`)."""
+        return POLICIES[self.granularity].batches_per_step(self)
 
-    def _batch_order(self, k: int, pos: int) -> np.ndarray:
+    def batch_order(self, k: int, pos: int) -> np.ndarray:
         """int64 (k,): the random order in which the batch starting at stream position ``pos``
         deals its k records (drawn from the batch stream at that counter)."""
         order = np.arange(k, dtype=np.int64)
         if k > 1:
-            K.shuffle_inplace(order, np.uint64(self._batch_key), np.uint64(pos))
+            K.shuffle_inplace(order, np.uint64(self.batch_key), np.uint64(pos))
         return order
 
     # ---- whole-epoch views -----------------------------------------------------------------
@@ -383,8 +323,8 @@ class EpochPlan:
                 "mean_read_bytes": float(sizes.mean()) if len(sizes) else None,
                 "median_read_bytes": float(np.median(sizes)) if len(sizes) else None,
                 "rank": self.rank, "world_size": self.world_size, "seed": self.seed, "epoch": self.epoch,
-                "group_bytes": self.group_bytes if self.granularity in ("group", "window") else None,
-                "window": self.window if self.granularity == "window" else None,
+                "group_bytes": self.group_bytes if POLICIES[self.granularity].uses_group_bytes else None,
+                "window": self.window if POLICIES[self.granularity].uses_window else None,
                 "permutation": self.perm.mode, "plan_table_bytes": self.nbytes, "plan_s": self.plan_s,
             }
         return dict(self._stats)
@@ -409,10 +349,11 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
         raise UsageError(f"batch_size must be >= 1, got {batch_size}")
     if granularity not in GRANULARITIES:
         raise UsageError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
-    if granularity in ("group", "window"):
+    pol = POLICIES[granularity]
+    if pol.uses_group_bytes:
         if int(group_bytes) < block or int(group_bytes) % block:
             raise UsageError(f"group_bytes must be a positive multiple of {block}, got {group_bytes}")
-    if granularity == "window":
+    if pol.uses_window:
         window_groups(window, group_bytes, 1)  # raises on a spec that cannot work
     if int(world_size) < 1 or not 0 <= int(rank) < int(world_size):
         raise UsageError(f"rank {rank} outside [0, {world_size})")
@@ -422,8 +363,8 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
         raise UsageError(f"permutation must be one of {', '.join(PERMUTATIONS)}, got {permutation!r}")
 
 
-def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int = 0, epoch: int = 0,
-               rank: int = 0, world_size: int = 1, drop_last: bool = False, group_bytes: int = 65536,
+def plan_epoch(index, batch_size: int, granularity: str = DEFAULT_GRANULARITY, *, seed: int = 0, epoch: int = 0,
+               rank: int = 0, world_size: int = 1, drop_last: bool = False, group_bytes: int = DEFAULT_GROUP_BYTES,
                window=DEFAULT_WINDOW, permutation: str = "auto", block: int = BLOCK) -> EpochPlan:
     """Plan epoch ``epoch`` of ``index`` for ``rank`` of ``world_size``: see the module docstring.
 
@@ -446,5 +387,5 @@ def plan_epoch(index, batch_size: int, granularity: str = "group", *, seed: int 
                      epoch=int(epoch), rank=int(rank), world_size=int(world_size), drop_last=bool(drop_last),
                      group_bytes=int(group_bytes), window=int(window), block=int(block), perm=perm,
                      ufirst=ufirst, num_batches=nb, first=first, size=size, plan_s=time.perf_counter() - t,
-                     _batch_key=seeds.key(seed, epoch, seeds.PLAN_BATCH),
-                     _window_key=seeds.key(seed, epoch, seeds.PLAN_WINDOW))
+                     batch_key=seeds.key(seed, epoch, seeds.PLAN_BATCH),
+                     window_key=seeds.key(seed, epoch, seeds.PLAN_WINDOW))

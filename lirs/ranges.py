@@ -12,12 +12,8 @@ stream. Two things need to walk only part of it without reading the rest:
   of position ranges (*spans*) of the global order, and a plan over those spans splits them over
   ``W2`` ranks by the usual rule (contiguous slices, equal batch counts).
 
-Spans are int64 arrays (m, 2) of half-open ``[lo, hi)`` positions, sorted and disjoint. Batches
-are the same functions of positions as in a whole-epoch plan (a page/group batch shuffles its
-records with the key of its first position), so a walk over spans or with a stride gives the
-very batches of the plain walk. A window batch here takes only the rows of each window it needs;
-with ``stride == 1`` a window's rows are read once for all the batches that use them, with a
-stride each batch reads its own rows (workers of one rank may then read parts of one window).
+Spans are int64 arrays (m, 2) of half-open ``[lo, hi)`` positions, sorted and disjoint. This
+module is their arithmetic; :mod:`lirs.walker` walks the batches of a rank's spans.
 """
 from __future__ import annotations
 
@@ -26,9 +22,6 @@ import dataclasses
 import numpy as np
 
 from .errors import UsageError
-from .kernels import plan as K
-from .steps import BatchPlan
-from .windows import records_of, window_bounds, window_of, window_step
 
 
 # --------------------------------------------------------------------------- span arithmetic
@@ -127,46 +120,7 @@ def over_spans(plan, spans):
         return plan
     spans = as_spans(spans, plan.n)
     nb, first, size = rank_slice(spans_total(spans), plan.batch_size, plan.rank, plan.world_size, plan.drop_last)
-    return dataclasses.replace(plan, spans=spans, num_batches=nb, first=first, size=size, _stats=None)
-
-
-# --------------------------------------------------------------------------- walking
-
-
-class _Cursor:
-    """A forward-only position in the unit stream: (global position, unit position, record in unit)."""
-
-    def __init__(self, plan):
-        self.plan = plan
-        self.pos = None
-        self.upos = self.within = 0
-
-    def seek(self, pos: int) -> tuple[int, int]:
-        """(unit position, record within) of global position ``pos`` (never behind the last seek)."""
-        p = self.plan
-        if self.pos is None or pos < self.pos:
-            self.upos, self.within = p._locate(pos)
-        elif pos > self.pos:
-            self.upos, self.within = advance(p, self.upos, self.within, pos - self.pos)
-        self.pos = int(pos)
-        return self.upos, self.within
-
-
-def advance(plan, upos: int, within: int, d: int) -> tuple[int, int]:
-    """(unit position, record within) ``d`` records after ``(upos, within)``, without building
-    their IDs (cost: the units passed)."""
-    if plan.ufirst is None:
-        return upos + d, 0
-    rem = within + int(d)
-    m = int(d / max(1.0, plan.n / max(1, plan.perm.n))) + 4
-    while upos < plan.perm.n:
-        units = plan.perm.take(upos, upos + m)
-        i, rem = K.locate(units, plan.ufirst, rem)
-        if i < len(units):
-            return upos + int(i), int(rem)
-        upos += len(units)
-        m *= 2
-    return plan.perm.n, 0
+    return dataclasses.replace(plan, spans=spans, num_batches=nb, first=first, size=size)
 
 
 def rank_spans(plan) -> np.ndarray:
@@ -174,91 +128,3 @@ def rank_spans(plan) -> np.ndarray:
     if plan.spans is None:
         return np.array([[plan.first, plan.first + plan.size]], np.int64)
     return cut(plan.spans, plan.first, plan.first + plan.size)
-
-
-def walk(plan, start: int, stride: int, extents: bool):
-    """Yield the :class:`BatchPlan` of batches ``start, start + stride, ...`` of ``plan``."""
-    if stride < 1:
-        raise UsageError(f"stride must be >= 1, got {stride}")
-    mine = rank_spans(plan)
-    cursor = _Cursor(plan)
-    windows = _Windows(plan, mine, stride == 1, extents) if plan.granularity == "window" else None
-    shuffle = plan.granularity in ("page", "group")
-    B = plan.batch_size
-    for j in range(int(start), plan.num_batches, int(stride)):
-        pieces = cut(mine, j * B, j * B + plan.batch_size_of(j))
-        if windows is not None:
-            yield windows.batch(j, pieces, cursor)
-            continue
-        ids = []
-        for lo, hi in pieces:
-            got, upos, within = plan._records(*cursor.seek(int(lo)), int(hi - lo))
-            ids.append(got)
-            cursor.pos, cursor.upos, cursor.within = int(hi), upos, within
-        ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
-        step = plan.step(j, ids, extents, int(pieces[0][0]) if shuffle and len(pieces) else -1)
-        yield BatchPlan(j, step.ids, ((step, 0, len(ids), True),))
-
-
-class _Windows:
-    """Window batches over spans: each batch takes rows of the windows its positions fall in."""
-
-    def __init__(self, plan, mine: np.ndarray, share: bool, extents: bool):
-        self.plan, self.mine, self.share, self.extents = plan, mine, share, extents
-        self.number = 0
-        self.open = None  # (window, first row, end row, step): a shared step rows still use
-        self.sizes: dict = {}
-
-    def size(self, w: int) -> int:
-        """Records of window ``w``."""
-        if w not in self.sizes:
-            p = self.plan
-            units = p.perm.take(*window_bounds(p, w))
-            if p.ufirst is None:
-                self.sizes = {w: len(units)}
-            else:
-                self.sizes = {w: records_of(p.ufirst, units)}
-        return self.sizes[w]
-
-    def row_of(self, upos: int, within: int) -> tuple[int, int]:
-        """(window, row in its stream) of the record at unit position ``upos``, record ``within``."""
-        p = self.plan
-        w = window_of(p, upos)
-        lo = window_bounds(p, w)[0]
-        if p.ufirst is None:
-            return w, upos - lo
-        before = p.perm.take(lo, upos)
-        return w, records_of(p.ufirst, before) + within
-
-    def batch(self, j: int, pieces: np.ndarray, cursor: _Cursor) -> BatchPlan:
-        parts, ids = [], []
-        for lo, hi in pieces:
-            w, row = self.row_of(*cursor.seek(int(lo)))
-            left = int(hi - lo)
-            while left > 0:
-                if row >= self.size(w):
-                    w, row = w + 1, 0
-                    continue
-                take = min(left, self.size(w) - row)
-                part = self._part(w, row, row + take, int(lo))
-                parts.append(part)
-                ids.append(part[0].ids[part[1]:part[2]])
-                row += take
-                left -= take
-                lo += take
-            cursor.seek(int(hi))
-        ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
-        return BatchPlan(j, ids, tuple(parts))
-
-    def _part(self, w: int, a: int, b: int, pos: int):
-        """(step, lo, hi, last) for rows a:b of window ``w`` (global position ``pos`` of row a)."""
-        o = self.open
-        if not (self.share and o is not None and o[0] == w and o[1] <= a and b <= o[2]):
-            end = b
-            if self.share:  # rows this rank takes from the window without a gap: read them once
-                span_end = int(self.mine[np.searchsorted(self.mine[:, 1], pos, side="right"), 1])
-                end = min(self.size(w), a + (span_end - pos))
-            step = window_step(self.plan, self.number, w, a, end, self.extents)
-            self.number += 1
-            o = self.open = (w, a, end, step)
-        return o[3], a - o[1], b - o[1], b == o[2]

@@ -9,7 +9,8 @@ import logging
 import os
 import tempfile
 
-from .constants import DEFAULT_WINDOW, GRANULARITIES
+from .constants import DEFAULT_WINDOW
+from .policies import GRANULARITIES
 from .errors import UsageError
 
 log = logging.getLogger("lirs.recommendation")

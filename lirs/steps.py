@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,11 +38,22 @@ class ReadStep:
         return int(self.rec_len.sum())
 
 
+class Part(NamedTuple):
+    """Rows ``lo:hi`` of read step ``step`` that a batch takes; ``last``: no later batch needs
+    that step (it can be let go once this batch has its rows)."""
+
+    step: ReadStep
+    lo: int
+    hi: int
+    last: bool
+
+
 @dataclass(eq=False)
 class BatchPlan:
-    """Batch ``index`` of a rank's epoch: ``ids`` int64 (k,) in delivery order, and ``parts``:
-    tuples ``(step, lo, hi, last)`` — rows ``lo:hi`` of read step ``step``, ``last`` when no later
-    batch needs that step. For instance/page/group a batch is exactly one step of its own."""
+    """Batch ``index`` of a rank's epoch: ``ids`` int64 (k,) in delivery order, and ``parts``: the
+    :class:`Part` of each read step it takes rows from, in delivery order. A batch may be a step of
+    its own, a slice of a step it shares with its neighbours, or rows of one or more windows (see
+    :mod:`lirs.walker`)."""
 
     index: int
     ids: np.ndarray
@@ -50,13 +62,13 @@ class BatchPlan:
     @property
     def new_steps(self) -> list:
         """Steps this batch is the first to use (what reading it costs)."""
-        return [s for s, lo, hi, last in self.parts if lo == 0]
+        return [p.step for p in self.parts if p.lo == 0]
 
-    # one-step conveniences (instance, page, group)
+    # conveniences for a batch that takes rows of one step
     def _one(self) -> ReadStep:
         if len(self.parts) != 1:
             raise AttributeError("this batch spans several read steps; use .parts")
-        return self.parts[0][0]
+        return self.parts[0].step
 
     @property
     def ext_file(self):

@@ -2,8 +2,9 @@
 
 A window is read once (one read step), whatever number of batches it feeds; its records are dealt
 in a random order (keyed by the epoch's window key and the window number), so a group's records
-rarely share a batch while every read stays group sized. These functions walk an
-:class:`~lirs.plan.EpochPlan` whose granularity is ``window``.
+rarely share a batch while every read stays group sized. This module holds the geometry of the
+windows of an :class:`~lirs.plan.EpochPlan` and the read step of a window's rows; the walk that
+hands their rows to batches is :class:`lirs.walker.WindowSteps`.
 """
 from __future__ import annotations
 
@@ -14,15 +15,7 @@ import numpy as np
 from .constants import WINDOW_AUTO_MAX, WINDOW_AUTO_MIN, WINDOW_AUTO_SHARE, STEP_PIECE_RUNS
 from .errors import UsageError
 from .kernels import plan as K
-from .steps import BatchPlan
 from .units import parse_size
-
-
-def records_of(ufirst: np.ndarray, units: np.ndarray) -> int:
-    """Records in ``units`` (unsigned or int64 (k,)): unit u holds records ``ufirst[u] ..
-    ufirst[u + 1] - 1`` (``ufirst`` int64 (units + 1,))."""
-    u = np.asarray(units).astype(np.int64)
-    return int((ufirst[u + 1] - ufirst[u]).sum())
 
 
 def window_groups(window, group_bytes: int, data_bytes: int) -> int:
@@ -91,17 +84,11 @@ def window_of(plan, upos: int) -> int:
 
 
 def window_records(plan, w: int):
-    """Window ``w`` (unit positions :func:`window_bounds`): its records in unit order and the
-    random order ``o`` in which they are dealt (the window's stream is ``ids[o]``)."""
-    lo, hi = window_bounds(plan, w)
-    units = plan.perm.take(lo, hi)
-    if plan.ufirst is None:
-        ids = np.asarray(units, np.int64).copy()
-    else:
-        ids = np.empty(records_of(plan.ufirst, units), np.int64)
-        K.fill_records(units, plan.ufirst, 0, 0, ids, 0)
+    """Window ``w`` (unit positions :func:`window_bounds`): int64 (m,) its records in unit order
+    and int64 (m,) the random order ``o`` in which they are dealt (the window's stream is ``ids[o]``)."""
+    ids = plan.stream.unit_records(*window_bounds(plan, w))
     o = np.arange(len(ids), dtype=np.int64)
-    K.shuffle_inplace(o, np.uint64(plan._window_key), np.uint64(w))
+    K.shuffle_inplace(o, np.uint64(plan.window_key), np.uint64(w))
     return ids, o
 
 
@@ -122,43 +109,3 @@ def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool)
         return plan.step(number, ids, extents, order=o, piece_runs=STEP_PIECE_RUNS)
     rows = np.sort(o[a:b])  # the part's records in unit order: runs again, not scattered single records
     return plan.step(number, ids[rows], extents, order=np.searchsorted(rows, o[a:b]), piece_runs=STEP_PIECE_RUNS)
-
-
-def window_batches(plan, start: int, extents: bool):
-    pos = plan.first + start * plan.batch_size
-    end = plan.first + plan.size
-    upos, within = plan._locate(pos)
-    if pos >= end:
-        for j in range(start, plan.num_batches):
-            yield BatchPlan(j, np.empty(0, np.int64), ())
-        return
-    # the position inside its window of the record at `pos`
-    w = window_of(plan, upos)
-    if plan.ufirst is None:
-        q = upos - window_bounds(plan, w)[0]
-    else:
-        before = plan.perm.take(window_bounds(plan, w)[0], upos)
-        q = records_of(plan.ufirst, before) + within
-    step_no = 0
-    step = window_step(plan, step_no, w, q, q + (end - pos), extents)
-    row = 0  # next row of `step`
-    for j in range(start, plan.num_batches):
-        k = plan.batch_size_of(j)
-        parts = []
-        ids_parts = []
-        while k > 0:
-            if row == len(step.ids):
-                w += 1
-                step_no += 1
-                step = window_step(plan, step_no, w, 0, end - pos, extents)
-                if len(step.ids) == 0:
-                    raise RuntimeError("window stream ended early (inconsistent plan)")
-                row = 0
-            take = min(k, len(step.ids) - row)
-            parts.append((step, row, row + take, row + take == len(step.ids)))
-            ids_parts.append(step.ids[row:row + take])
-            row += take
-            pos += take
-            k -= take
-        ids = np.concatenate(ids_parts) if ids_parts else np.empty(0, np.int64)
-        yield BatchPlan(j, ids, tuple(parts))

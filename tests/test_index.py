@@ -548,14 +548,14 @@ def test_an_epoch_plan_releases_the_index_pages_it_walks(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(type(idx), "release_pages", lambda self: calls.append(1) or 0)
     monkeypatch.setattr(P, "INDEX_RELEASE_BATCHES", 4)
-    monkeypatch.setattr(P, "STEP_MIN_BYTES", 1)  # a read step per batch
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", 1)  # a read step per batch
     plan = P.plan_epoch(idx, 32, granularity="group", group_bytes=4096, seed=0, epoch=0)
     assert len(calls) == 1  # the unit table's scan of every offset
     n = sum(1 for _ in plan.batches())
     assert n == plan.num_batches and len(calls) == 1 + n // 4
     # a step of several batches reads its offsets with pread (see below); where the index cannot be
     # read so (no map of a sidecar), it releases the pages once it is planned (its groups lie all over)
-    monkeypatch.setattr(P, "STEP_MIN_BYTES", 5 * 32 * idx.payload_bytes // idx.n)
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", 5 * 32 * idx.payload_bytes // idx.n)
     calls.clear()
     plan = P.plan_epoch(idx, 32, granularity="group", group_bytes=4096, seed=0, epoch=0)
     assert plan._rel_file is not None
@@ -569,7 +569,7 @@ def test_an_epoch_plan_releases_the_index_pages_it_walks(tmp_path, monkeypatch):
     # its runs (groups) are visited STEP_PIECE_RUNS at a time, released after each piece: a run
     # maps a whole large folio of the index (up to 2 MiB), wherever it lies
     whole = [(b.ids, [(s.ext_file, s.ext_offset, s.ext_nbytes) for s, *_ in b.parts]) for b in plan.batches()]
-    monkeypatch.setattr(P, "STEP_PIECE_RUNS", 1)
+    monkeypatch.setattr(_walker(), "STEP_PIECE_RUNS", 1)
     calls.clear()
     batches = list(plan.batches())
     pieces = [(b.ids, [(s.ext_file, s.ext_offset, s.ext_nbytes) for s, *_ in b.parts]) for b in batches]
@@ -757,3 +757,15 @@ def test_a_sidecar_replaced_between_its_header_and_its_arrays_is_refused(tmp_pat
     assert file is not None and os.fstat(file.fd).st_ino == os.stat(side).st_ino
     with pytest.raises(IndexFormatError, match=f"{side}: the index changed while it was opened"):
         read_arrays(side, header, size + 64)
+
+
+def _policies():
+    """The module whose STEP_MIN_BYTES sizes a group read step."""
+    from lirs import policies
+    return policies
+
+
+def _walker():
+    """The module whose STEP_PIECE_RUNS pieces a group read step's extents."""
+    from lirs import walker
+    return walker

@@ -393,13 +393,12 @@ def test_batches_of_a_step_shared_by_several_batches(svm, monkeypatch, transform
     without a transform; every decoding thread has a step, and a transform stays prefetch-bounded."""
     from test_windows import _max_steps_in_flight
 
-    from lirs import plan as plan_mod
 
     p, idx, X, y = svm
     batch_bytes = 100 * idx.payload_bytes / idx.n
     ref = None
     for step_bytes in (1, int(3.5 * batch_bytes), 10**12):
-        monkeypatch.setattr(plan_mod, "STEP_MIN_BYTES", step_bytes)
+        monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", step_bytes)
         done = []
         fn = (lambda b: done.append(b.index) or b) if transform else None
         with Loader(p, 100, granularity="group", group_bytes=8192, seed=2, prefetch=2, transform=fn,
@@ -433,3 +432,9 @@ def test_the_last_plan_is_let_go_before_the_next_is_made(svm):
         assert L.plan(1) is first()  # cached
         L.plan(2)
         assert alive == [False]
+
+
+def _policies():
+    """The module whose STEP_MIN_BYTES sizes a group read step."""
+    from lirs import policies
+    return policies

@@ -212,8 +212,7 @@ def test_page_and_group_units_stay_together_in_a_batch():
 
 def test_window_deals_a_group_over_several_batches(monkeypatch):
     """Window mode keeps group-sized reads but records of a group rarely share a batch."""
-    from lirs import plan as plan_mod
-    monkeypatch.setattr(plan_mod, "STEP_MIN_BYTES", 1)  # group mode with a read step per batch
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", 1)  # group mode with a read step per batch
     idx = _variable_index(20000, 8)
     table = unit_table(idx, 16384)
     unit_of = np.searchsorted(table, np.arange(idx.n), side="right") - 1
@@ -421,12 +420,11 @@ def test_order_command(tmp_path, capsys):
 def test_batches_sharing_a_read_step_equal_a_step_per_batch(monkeypatch, fixed):
     """Consecutive batches read as one step (STEP_MIN_BYTES) hold the same records, dealt in the
     same order, at the same bytes, as batches each read as a step of their own; from any start."""
-    from lirs import plan as plan_mod
 
     idx = _fixed_index(3000, 50, files=2) if fixed else _variable_index(3000, 3, files=2, big=0.02)
 
     def walk(step_bytes, start=0):
-        monkeypatch.setattr(plan_mod, "STEP_MIN_BYTES", step_bytes)
+        monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", step_bytes)
         p = plan_epoch(idx, 70, "group", seed=4, group_bytes=8192)
         out = []
         for bp in p.batches(start):
@@ -540,3 +538,9 @@ def test_an_offset_table_pickles_without_its_file(tmp_path):
     assert t.rel_file is not None
     back = pickle.loads(pickle.dumps(t))
     assert back.rel_file is None and np.array_equal(back[np.arange(len(t))], t[np.arange(len(t))])
+
+
+def _policies():
+    """The module whose STEP_MIN_BYTES sizes a group read step."""
+    from lirs import policies
+    return policies

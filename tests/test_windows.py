@@ -118,9 +118,8 @@ def test_cli_takes_window_sizes(kdd, capsys):
 def test_pool_follows_the_usable_cores(kdd, monkeypatch):
     # the pool sizes itself by the affinity mask (what taskset sets), not by prefetch
     from lirs import loader as loader_mod
-    from lirs import plan as plan_mod
 
-    monkeypatch.setattr(plan_mod, "STEP_MIN_BYTES", 1)  # a step per batch
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", 1)  # a step per batch
     for cores in (1, 7):
         monkeypatch.setattr(loader_mod, "usable_cores", lambda c=cores: c)
         with lirs.Loader(kdd, 64, granularity="group", prefetch=2) as ld:
@@ -291,3 +290,9 @@ def test_a_transform_does_not_keep_the_next_window_waiting(kdd, monkeypatch):
     assert np.array_equal(np.sort(ids), np.arange(len(ids)))
     overlapped = [k for k in decode_end if k + 2 in read_start and read_start[k + 2] < decode_end[k + 1]]
     assert len(overlapped) >= 2, (read_start, decode_end)
+
+
+def _policies():
+    """The module whose STEP_MIN_BYTES sizes a group read step."""
+    from lirs import policies
+    return policies

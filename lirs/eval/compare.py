@@ -18,7 +18,7 @@ from ..constants import DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ..decode import resolve_libsvm_params
 from ..errors import UsageError
 from ..loader import Loader
-from ..pipeline import steps_in_flight
+from ..policies import steps_in_flight
 from .reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buffer_order
 from .spans import Ahead, Records, SpanReader, records_per_run, run_ranges, write_blocks
 from .train import LinearSVM, as_pm1, reference_objective, relative_difference

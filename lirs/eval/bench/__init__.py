@@ -35,7 +35,7 @@ Results (``SCHEMA_VERSION`` 1) are a JSON-able dict; see :data:`SCHEMA` and :fun
 """
 from __future__ import annotations
 
-from ...constants import GRANULARITIES  # noqa: F401 - the public API of lirs.eval.bench
+from ...policies import GRANULARITIES  # noqa: F401 - the public API of lirs.eval.bench
 from ...recommendation import (RECOMMENDATION_SUFFIX, RECOMMENDATION_VERSION, auto_settings,  # noqa: F401
                                load_recommendation, recommendation_path, save_recommendation, write_json)
 from .configs import (DEVICES, MIN_AUTO_GROUP, Config, add_ratios, bound_of, envelope_group_bytes,  # noqa: F401

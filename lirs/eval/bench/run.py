@@ -15,7 +15,8 @@ import time
 from tqdm import tqdm
 
 from ...build import build_index
-from ...constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, GRANULARITIES
+from ...constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
+from ...policies import GRANULARITIES
 from ...errors import DataError, IndexFormatError, UsageError
 from ...index import open_index
 from ...windows import window_groups

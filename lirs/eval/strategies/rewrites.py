@@ -8,7 +8,7 @@ import numpy as np
 
 from ... import seeds
 from ...constants import DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH
-from ...pipeline import steps_in_flight
+from ...policies import steps_in_flight
 from ...plan import plan_epoch
 from ..kernels import strategies as K
 from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, _budget, _byte_units,

@@ -1,0 +1,92 @@
+"""Granularities as policies: what a unit is, whether a batch deals its records, how batches group
+into read steps. The one place that knows the granularities by name.
+
+A :class:`Policy` answers every question the planner, the walker and the pipeline ask about a
+granularity; :data:`POLICIES` (a plain dict) is the registry. Read steps come in three shapes
+(:data:`STEP_SHAPES`): ``batch`` (one step per batch), ``batches`` (K consecutive batches per step,
+K from the bytes a step should hold) and ``window`` (a window of random units per step, its records
+dealt over the batches it feeds). Adding a granularity is one entry here and its tests; a new step
+shape is one step source in :mod:`lirs.walker` as well.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .constants import BLOCK, STEP_MIN_BYTES
+
+STEP_SHAPES = ("batch", "batches", "window")
+UNIT_KINDS = ("record", "block", "group")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How one granularity plans: ``unit`` is ``"record"`` (every record a unit), ``"block"`` (the
+    records starting in one aligned block) or ``"group"`` (in one aligned span of ``group_bytes``);
+    ``deals_batch``: a batch's records come in a random order (units otherwise keep their records
+    together); ``steps``: the shape of its read steps (:data:`STEP_SHAPES`)."""
+
+    name: str
+    unit: str
+    deals_batch: bool
+    steps: str
+    summary: str
+
+    def unit_bytes(self, group_bytes: int, block: int = BLOCK) -> int:
+        """Bytes of the aligned span that defines a unit (0: every record is its own unit)."""
+        return {"record": 0, "block": int(block), "group": int(group_bytes)}[self.unit]
+
+    @property
+    def uses_group_bytes(self) -> bool:
+        return self.unit == "group"
+
+    @property
+    def uses_window(self) -> bool:
+        return self.steps == "window"
+
+    def batches_per_step(self, plan) -> int:
+        """Consecutive batches one read step covers (1 unless the steps are ``batches``): enough for
+        STEP_MIN_BYTES by the dataset's mean record size, at least one."""
+        if self.steps != "batches":
+            return 1
+        idx = plan.index
+        batch_bytes = plan.batch_size * idx.payload_bytes / max(int(idx.n), 1)
+        return max(1, min(plan.num_batches, -int(-STEP_MIN_BYTES // max(batch_bytes, 1.0))))
+
+    def steps_in_flight(self, plan, prefetch: int, workers: int = 0) -> int:
+        """Read steps an epoch keeps in flight: ``prefetch + 1`` (one per batch); when a step feeds
+        several batches, the steps that ``prefetch + 1`` batches span or one per thread of a pool of
+        ``workers``, and the one being consumed; for window steps two windows, or the windows that
+        ``prefetch + 1`` batches span if more."""
+        if self.steps == "window":
+            index = plan.index
+            batch_bytes = plan.batch_size * index.payload_bytes / max(index.n, 1)
+            window_bytes = plan.window * plan.group_bytes
+            return max(2, -(-int((prefetch + 1) * batch_bytes) // window_bytes) + 1)
+        per = self.batches_per_step(plan)
+        return prefetch + 1 if per == 1 else max(-(-(prefetch + 1) // per), int(workers)) + 1
+
+
+POLICIES: dict[str, Policy] = {
+    # most random first
+    "instance": Policy("instance", "record", False, "batch",
+                       "every record a unit: the most random, one small read each (the LIRS paper's Fig. 6a)"),
+    "page": Policy("page", "block", True, "batch",
+                   "the records starting in one 4 KiB page (Fig. 6b): about 2x read amplification on small records"),
+    "group": Policy("group", "group", True, "batches",
+                    "the records starting in one aligned span of group_bytes; consecutive batches share a read step"),
+    "window": Policy("window", "group", True, "window",
+                     "groups read a window at a time, their records dealt randomly over the batches the window feeds"),
+}
+GRANULARITIES = tuple(POLICIES)
+DEFAULT_GRANULARITY = "group"
+
+
+def policy(granularity: str) -> Policy:
+    """The policy of ``granularity`` (KeyError for an unknown one: check names with
+    :func:`lirs.plan.check_args`)."""
+    return POLICIES[granularity]
+
+
+def steps_in_flight(plan, prefetch: int, workers: int = 0) -> int:
+    """:meth:`Policy.steps_in_flight` of ``plan``'s granularity."""
+    return POLICIES[plan.granularity].steps_in_flight(plan, prefetch, workers)

@@ -1,0 +1,118 @@
+"""An epoch's unit stream: units in their random order, each unit's records in unit order.
+
+The planner's *global order* of an epoch is this stream read front to back; every granularity
+cuts its batches from it (see :mod:`lirs.walker`). A position in the stream is a record count
+from its start; a place in it is ``(unit position, record within that unit)``. Nothing here
+reads data: units are positions of a :class:`~lirs.permutation.Permutation`, and the records of
+unit ``u`` are ``ufirst[u] .. ufirst[u + 1] - 1`` (``ufirst`` None: every record is a unit).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels import plan as K
+
+
+class UnitStream:
+    """The records of an epoch in stream order, located and taken without building the rest.
+
+    ``perm``: the epoch's :class:`~lirs.permutation.Permutation` of units; ``ufirst``: int64
+    (units + 1,) first record of every unit then ``n``, or None; ``n``: records.
+    """
+
+    def __init__(self, perm, ufirst: np.ndarray | None, n: int):
+        self.perm, self.ufirst, self.n = perm, ufirst, int(n)
+
+    @property
+    def units(self) -> int:
+        return int(self.perm.n)
+
+    def _per_unit(self) -> float:
+        return max(1.0, self.n / max(1, self.perm.n))
+
+    def locate(self, pos: int) -> tuple[int, int]:
+        """(unit position, record within that unit) of stream position ``pos``."""
+        if self.ufirst is None:
+            return int(pos), 0
+        rem = int(pos)
+        for p, units in self.perm.chunks(0):
+            i, rem = K.locate(units, self.ufirst, rem)
+            if i < len(units):
+                return p + int(i), int(rem)
+        return self.perm.n, 0
+
+    def advance(self, upos: int, within: int, d: int) -> tuple[int, int]:
+        """(unit position, record within) ``d`` records after ``(upos, within)``, without building
+        their IDs (cost: the units passed)."""
+        if self.ufirst is None:
+            return upos + int(d), 0
+        rem = within + int(d)
+        m = int(d / self._per_unit()) + 4
+        while upos < self.perm.n:
+            units = self.perm.take(upos, upos + m)
+            i, rem = K.locate(units, self.ufirst, rem)
+            if i < len(units):
+                return upos + int(i), int(rem)
+            upos += len(units)
+            m *= 2
+        return self.perm.n, 0
+
+    def records(self, upos: int, within: int, k: int) -> tuple[np.ndarray, int, int]:
+        """``(ids, upos, within)``: int64 (k,) the next k records of the stream from ``(upos,
+        within)``, and the place after them."""
+        out = np.empty(k, np.int64)
+        if self.ufirst is None:
+            out[:] = self.perm.take(upos, upos + k)
+            return out, upos + k, 0
+        o = 0
+        per_unit = self._per_unit()
+        while o < k:
+            units = self.perm.take(upos, upos + int((k - o) / per_unit) + 4)
+            if len(units) == 0:
+                raise RuntimeError("unit stream ended early (inconsistent unit table)")
+            i, within, o = K.fill_records(units, self.ufirst, 0, within, out, o)
+            upos += int(i)
+        return out, upos, within
+
+    def count(self, lo: int, hi: int) -> int:
+        """Records held by the units at positions ``[lo, hi)``."""
+        units = self.perm.take(lo, hi)
+        if self.ufirst is None:
+            return len(units)
+        u = np.asarray(units).astype(np.int64)
+        return int((self.ufirst[u + 1] - self.ufirst[u]).sum())
+
+    def unit_records(self, lo: int, hi: int) -> np.ndarray:
+        """int64 (m,): the records of the units at positions ``[lo, hi)``, in stream order."""
+        units = self.perm.take(lo, hi)
+        if self.ufirst is None:
+            return np.asarray(units, np.int64).copy()
+        ids = np.empty(self.count(lo, hi), np.int64)
+        K.fill_records(units, self.ufirst, 0, 0, ids, 0)
+        return ids
+
+
+class Cursor:
+    """A forward-moving place in a :class:`UnitStream`: the last position sought and its place, so
+    that walking consecutive positions never locates from the start again."""
+
+    def __init__(self, stream: UnitStream):
+        self.stream = stream
+        self.pos: int | None = None
+        self.upos = self.within = 0
+
+    def seek(self, pos: int) -> tuple[int, int]:
+        """(unit position, record within) of stream position ``pos``."""
+        s = self.stream
+        if self.pos is None or pos < self.pos:
+            self.upos, self.within = s.locate(pos)
+        elif pos > self.pos:
+            self.upos, self.within = s.advance(self.upos, self.within, pos - self.pos)
+        self.pos = int(pos)
+        return self.upos, self.within
+
+    def take(self, lo: int, hi: int) -> np.ndarray:
+        """int64 (hi - lo,): the records at stream positions ``[lo, hi)``; the cursor moves to ``hi``."""
+        ids, upos, within = self.stream.records(*self.seek(int(lo)), int(hi - lo))
+        self.pos, self.upos, self.within = int(hi), upos, within
+        return ids

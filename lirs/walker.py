@@ -1,0 +1,157 @@
+"""The one walk over an epoch's batches, for every granularity, plain or over spans, with a stride.
+
+A rank's batches are cut from its spans of the epoch's global order (:func:`lirs.ranges.rank_spans`:
+one span for a plain plan, the pieces an elastic resume left otherwise): batch ``j`` holds the
+positions ``[j * B, j * B + size_j)`` of their concatenation. The walk visits batches ``start,
+start + stride, ...`` and asks a *step source*, chosen by the granularity's policy
+(:data:`STEP_SOURCES` by :attr:`lirs.policies.Policy.steps`), which read step holds each batch's
+records:
+
+``batch``    a step per batch;
+``batches``  a step per K consecutive batches (K from the policy), each batch a slice of it, dealt
+             exactly as a step of its own would deal it; with a stride, a step per batch;
+``window``   the window steps a batch takes rows from; with stride 1 a window's rows are read once
+             for every batch that takes them, with a stride each batch reads only its own rows.
+
+Batches are the same functions of positions whatever the walk (a dealt batch shuffles its records
+with the key of its first position), so a walk with a stride or over spans gives exactly the
+batches of the plain walk.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .constants import STEP_PIECE_RUNS
+from .errors import UsageError
+from .policies import POLICIES
+from .ranges import cut, rank_spans
+from .stream import Cursor
+from .steps import BatchPlan, Part
+from .windows import window_bounds, window_count, window_of, window_step
+
+
+def walk(plan, start: int, stride: int, extents: bool):
+    """Yield the :class:`~lirs.steps.BatchPlan` of batches ``start, start + stride, ...`` of ``plan``
+    (``extents=False``: record IDs only, the steps carry no extents)."""
+    if stride < 1:
+        raise UsageError(f"stride must be >= 1, got {stride}")
+    mine = rank_spans(plan)
+    source = STEP_SOURCES[POLICIES[plan.granularity].steps](plan, mine, int(stride) == 1, extents)
+    B = plan.batch_size
+    for j in range(int(start), plan.num_batches, int(stride)):
+        yield source.batch(j, cut(mine, j * B, j * B + plan.batch_size_of(j)))
+
+
+class BatchSteps:
+    """Steps of whole batches: one per batch, or one per ``batches_per_step`` consecutive batches
+    when the walk takes every batch (``share``)."""
+
+    def __init__(self, plan, mine: np.ndarray, share: bool, extents: bool):
+        self.plan, self.mine, self.extents = plan, mine, extents
+        pol = POLICIES[plan.granularity]
+        self.deals = pol.deals_batch
+        self.per = pol.batches_per_step(plan) if share else 1
+        self.cursor = Cursor(plan.stream)
+        self.held: dict = {}  # batch -> its part of the shared step being handed out
+
+    def _ids(self, pieces: np.ndarray) -> np.ndarray:
+        ids = [self.cursor.take(int(lo), int(hi)) for lo, hi in pieces]
+        return ids[0] if len(ids) == 1 else (np.concatenate(ids) if ids else np.empty(0, np.int64))
+
+    def batch(self, j: int, pieces: np.ndarray) -> BatchPlan:
+        if self.per == 1:
+            ids = self._ids(pieces)
+            at = int(pieces[0][0]) if self.deals and len(pieces) else -1
+            step = self.plan.step(j, ids, self.extents, at)
+            return BatchPlan(j, step.ids, (Part(step, 0, len(ids), True),))
+        if j not in self.held:
+            self._share(j)
+        part = self.held.pop(j)
+        return BatchPlan(j, part.step.ids[part.lo:part.hi], (part,))
+
+    def _share(self, j0: int) -> None:
+        """Plan one step for batches ``j0 ..`` (``per`` of them): their records in unit order
+        (runs), each batch then dealt in its own order."""
+        p, B = self.plan, self.plan.batch_size
+        js = range(j0, min(j0 + self.per, p.num_batches))
+        ids, orders, cuts = [], [], [0]
+        for j in js:
+            pieces = cut(self.mine, j * B, j * B + p.batch_size_of(j))
+            b_ids = self._ids(pieces)
+            k = len(b_ids)
+            ids.append(b_ids)
+            if self.deals:
+                orders.append(p.batch_order(k, int(pieces[0][0]) if len(pieces) else 0) + cuts[-1])
+            cuts.append(cuts[-1] + k)
+        order = np.concatenate(orders) if self.deals else None
+        step = p.step(j0, ids[0] if len(ids) == 1 else np.concatenate(ids), self.extents, order=order,
+                      piece_runs=STEP_PIECE_RUNS)
+        self.held = {j: Part(step, cuts[i], cuts[i + 1], j == js[-1]) for i, j in enumerate(js)}
+
+
+class WindowSteps:
+    """Window steps: each batch takes rows of the windows its positions fall in."""
+
+    def __init__(self, plan, mine: np.ndarray, share: bool, extents: bool):
+        self.plan, self.mine, self.share, self.extents = plan, mine, share, extents
+        self.stream = plan.stream
+        self.cursor = Cursor(plan.stream)
+        self.number = 0
+        self.open = None        # (window, first row, end row, step): a shared step rows still use
+        self.sizes: dict = {}   # window -> records (the last one asked)
+        self.at = None          # (position, window, row) where the last batch ended
+
+    def size(self, w: int) -> int:
+        """Records of window ``w``."""
+        if w not in self.sizes:
+            self.sizes = {w: self.stream.count(*window_bounds(self.plan, w))}
+        return self.sizes[w]
+
+    def row_of(self, pos: int) -> tuple[int, int]:
+        """(window, row in its stream) of stream position ``pos``."""
+        if self.at is not None and self.at[0] == pos:
+            return self.at[1], self.at[2]  # where the last batch ended: no search
+        upos, within = self.cursor.seek(pos)
+        w = window_of(self.plan, upos)
+        lo = window_bounds(self.plan, w)[0]
+        return w, self.stream.count(lo, upos) + within
+
+    def batch(self, j: int, pieces: np.ndarray) -> BatchPlan:
+        parts, ids = [], []
+        for lo, hi in pieces:
+            lo, hi = int(lo), int(hi)
+            w, row = self.row_of(lo)
+            left = hi - lo
+            while left > 0:
+                if row >= self.size(w):
+                    w, row = w + 1, 0
+                    if w >= window_count(self.plan):
+                        raise RuntimeError("window stream ended early (inconsistent plan)")
+                    continue
+                take = min(left, self.size(w) - row)
+                part = self._part(w, row, row + take, lo)
+                parts.append(part)
+                ids.append(part.step.ids[part.lo:part.hi])
+                row += take
+                left -= take
+                lo += take
+            self.at = (hi, w, row)
+        ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
+        return BatchPlan(j, ids, tuple(parts))
+
+    def _part(self, w: int, a: int, b: int, pos: int) -> Part:
+        """The part for rows a:b of window ``w`` (stream position ``pos`` of row a)."""
+        o = self.open
+        if not (self.share and o is not None and o[0] == w and o[1] <= a and b <= o[2]):
+            end = b
+            if self.share:  # rows this rank takes from the window without a gap: read them once
+                span_end = int(self.mine[np.searchsorted(self.mine[:, 1], pos, side="right"), 1])
+                end = min(self.size(w), a + (span_end - pos))
+            step = window_step(self.plan, self.number, w, a, end, self.extents)
+            self.number += 1
+            o = self.open = (w, a, end, step)
+        return Part(o[3], a - o[1], b - o[1], b == o[2])
+
+
+# how each shape of read step (lirs.policies.STEP_SHAPES) is walked
+STEP_SOURCES = {"batch": BatchSteps, "batches": BatchSteps, "window": WindowSteps}
