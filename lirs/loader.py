@@ -57,6 +57,7 @@ from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
 from .ranges import over_spans, remainder
 from .recommendation import auto_settings
+from .state import ResumeState, states_of
 from .windows import window_groups
 from . import warmup
 
@@ -203,8 +204,8 @@ class Loader:
                    self.seed, 0, BLOCK, permutation)
         self.stats = LoaderStats()
         self._cfg = self._make_config()
-        self._pos = (None, 0, None)  # (epoch, next batch, spans) as seen by the consumer
-        self._resume: tuple | None = None  # (epoch, next batch, spans) loaded
+        self._pos = ResumeState()  # where the consumer is (epoch None: nothing delivered yet)
+        self._resume: ResumeState | None = None  # a loaded state the next epoch(e) starts from
         self._stride, self._nb = 1, 0  # of the epoch being walked
         self._lock = threading.Lock()
         self._pid = None
@@ -320,52 +321,64 @@ class Loader:
     def _config(self) -> dict:
         return dict(self._cfg)
 
+    @property
+    def position(self) -> ResumeState:
+        """Where the consumer is, without the configuration (cheap: read once per batch by the
+        torch adapter); :meth:`state` has the whole state."""
+        return self._pos
+
+    def state(self) -> ResumeState:
+        """Where the consumer is: the :class:`~lirs.state.ResumeState` of the next batch this loader
+        would deliver (batches before it were received; with a stride, the next of its own
+        sequence), or the loaded state it would start from, with this loader's configuration."""
+        pos = self._pos
+        if self._resume is not None and pos.epoch is None:
+            pos = self._resume
+        return pos.replace(config=self._config(), worker=None)
+
     def state_dict(self) -> dict:
-        """``{"epoch", "next_batch", "spans", "config"}``: where the consumer is. ``next_batch``:
-        the next batch this loader would deliver (batches before it were received; with a
-        stride, the next of its own sequence); ``spans``: None, or the position ranges of the
-        epoch an elastic resume is walking (a list of ``[lo, hi)``)."""
-        epoch, nxt, spans = self._pos
-        if self._resume is not None and epoch is None:
-            epoch, nxt, spans = self._resume
-        spans = None if spans is None else np.asarray(spans, np.int64).tolist()
-        return {"epoch": epoch, "next_batch": int(nxt), "spans": spans, "config": self._config()}
+        """``{"version", "epoch", "next_batch", "spans", "config"}``: :meth:`state` as a plain dict.
+        ``spans``: None, or the position ranges of the epoch an elastic resume is walking (a list
+        of ``[lo, hi)``)."""
+        return self.state().to_dict()
 
     def load_state_dict(self, state) -> None:
         """Make the next ``epoch(state["epoch"])`` go on where ``state`` left off.
 
-        ``state``: one :meth:`state_dict`, or a list of every old rank's states. The same rank,
-        world size and batch size resume exactly at ``next_batch``; others resume elastically
-        (see the module docstring; one state stands for every old rank). Raises UsageError when
-        a state was saved by a loader that plans another epoch (seed, granularity, dataset, ...).
+        ``state``: one :meth:`state_dict` (or :class:`~lirs.state.ResumeState`), or a list of every
+        old rank's states. The same rank, world size and batch size resume exactly at
+        ``next_batch``; others resume elastically (see the module docstring; one state stands for
+        every old rank). Raises UsageError when a state was saved by a loader that plans another
+        epoch (seed, granularity, dataset, ...).
         """
-        states = [state] if isinstance(state, dict) else list(state)
+        states = states_of(state)
         if not states:
             raise UsageError("cannot resume from an empty list of states")
         for st in states:
             self._check_state(st)
-        if len({st.get("epoch") for st in states}) != 1 or states[0].get("epoch") is None:
-            if any(st.get("epoch") is not None for st in states):
+        if len({st.epoch for st in states}) != 1 or states[0].epoch is None:
+            if any(st.epoch is not None for st in states):
                 raise UsageError("cannot resume: the states were saved in different epochs")
             self._resume = None
             return
-        epoch, spans = int(states[0]["epoch"]), states[0].get("spans")
-        if any(st.get("spans") != spans for st in states):
+        epoch, spans = states[0].epoch, states[0].spans
+        if any(st.spans != spans for st in states):
             raise UsageError("cannot resume: the states walk different parts of the epoch (spans)")
-        old = {k: states[0]["config"][k] for k in _ELASTIC_KEYS}
-        if any({k: st["config"][k] for k in ("batch_size", "world_size")} != {k: old[k] for k in
+        old = {k: states[0].config[k] for k in _ELASTIC_KEYS}
+        if any({k: st.config[k] for k in ("batch_size", "world_size")} != {k: old[k] for k in
                ("batch_size", "world_size")} for st in states):
             raise UsageError("cannot resume: the states come from loaders of different world or batch sizes")
         if len(states) == 1 and old == {k: getattr(self, k) for k in _ELASTIC_KEYS}:
-            self._resume = (epoch, int(states[0]["next_batch"]), spans)
+            self._resume = ResumeState(epoch, states[0].next_batch, spans)
         else:
-            self._resume = (epoch, 0, remainder(self.index.n, spans, old["batch_size"], old["world_size"],
-                                                self.drop_last, self._progress(states, old["world_size"])))
-        self._pos = (None, 0, None)
+            left = remainder(self.index.n, states[0].spans_list(), old["batch_size"], old["world_size"],
+                             self.drop_last, self._progress(states, old["world_size"]))
+            self._resume = ResumeState(epoch, 0, left)
+        self._pos = ResumeState()
 
-    def _check_state(self, state: dict) -> None:
+    def _check_state(self, state: ResumeState) -> None:
         cfg = self._config()
-        saved = state.get("config", {}) if isinstance(state, dict) else {}
+        saved = state.config
         diff = {k: (saved.get(k), v) for k, v in cfg.items() if k not in _ELASTIC_KEYS and saved.get(k) != v}
         missing = [k for k in _ELASTIC_KEYS if k not in saved]
         if diff or missing:
@@ -377,12 +390,12 @@ class Loader:
     def _progress(states, world: int) -> list:
         """Batches consumed by every old rank; one state stands for ranks that stepped together."""
         if len(states) == 1:
-            return [int(states[0]["next_batch"])] * int(world)
-        ranks = sorted(int(st["config"]["rank"]) for st in states)
+            return [states[0].next_batch] * int(world)
+        ranks = sorted(int(st.config["rank"]) for st in states)
         if ranks != list(range(int(world))):
             raise UsageError(f"elastic resume needs the state of every one of {world} old ranks, once; "
                              f"got ranks {ranks}")
-        return [int(st["next_batch"]) for st in sorted(states, key=lambda st: int(st["config"]["rank"]))]
+        return [st.next_batch for st in sorted(states, key=lambda st: int(st.config["rank"]))]
 
     # ------------------------------------------------------------------ iteration
     def epoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0):
@@ -419,11 +432,11 @@ class Loader:
         spans = None
         if start is None:
             start = 0
-            if self._resume is not None and self._resume[0] == epoch:
-                start, spans = self._resume[1], self._resume[2]
+            if self._resume is not None and self._resume.epoch == epoch:
+                start, spans = self._resume.next_batch, self._resume.spans_list()
             elif self._resume is not None:
                 log.warning("resume state is for epoch %d, starting epoch %d from its first batch",
-                            self._resume[0], epoch)
+                            self._resume.epoch, epoch)
         self._resume = None
         plan = self.plan(epoch, spans)
         # the pipeline (engine, pool) starts after planning: on a cold numba cache the planning
@@ -433,7 +446,7 @@ class Loader:
         if not 0 <= start <= nb:
             raise UsageError(f"start batch {start} outside [0, {nb}] for epoch {epoch}")
         first = min(int(start) + offset, nb)
-        self._pos = (epoch, first, spans)
+        self._pos = ResumeState(epoch, first, spans)
         self._stride, self._nb = stride, nb
         finish = None if self.transform is None else self._finisher(epoch)
         return EpochRun(self._pipeline, plan, epoch, first, self.prefetch, self._decoder.empty,
@@ -454,7 +467,7 @@ class Loader:
         out = run.deliver(item, results)
         if self.transform is None:
             out = Batch(np.asarray(bp.ids, np.int64), *out, run.epoch, bp.index)
-        self._pos = (run.epoch, min(bp.index + self._stride, self._nb), self._pos[2])
+        self._pos = self._pos.at(min(bp.index + self._stride, self._nb), run.epoch)
         self.stats.batches += 1
         self.stats.records += len(bp.ids)
         return out

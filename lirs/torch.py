@@ -60,6 +60,7 @@ import torch.utils.data as tud
 
 from .errors import UsageError
 from .loader import Loader
+from .state import ResumeState, states_of
 
 log = logging.getLogger("lirs.torch")
 
@@ -248,8 +249,8 @@ class LirsIterableDataset(tud.IterableDataset):
         self.loader_kwargs = dict(loader_kwargs)
         self._loader = None
         self._loader_key = None
-        self._pos = (self.epoch, 0, None)  # (epoch, next batch, spans) of this process's deliveries
-        self._resume: dict | None = None   # an exact Loader state to start the next iteration from
+        self._pos = ResumeState(self.epoch)        # this process's deliveries (the consumer's position)
+        self._resume: ResumeState | None = None    # an exact Loader state the next iteration starts from
         # DataLoader workers do not see the process group: read it here, in the rank's process
         self._dist = _dist_rank_world()
 
@@ -260,12 +261,12 @@ class LirsIterableDataset(tud.IterableDataset):
         state of another epoch is dropped."""
         self.epoch = int(epoch)
         self._dist = _dist_rank_world() if tud.get_worker_info() is None else self._dist
-        if self._resume is not None and self._resume["epoch"] != self.epoch:
+        if self._resume is not None and self._resume.epoch != self.epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
-                        self._resume["epoch"], self.epoch)
+                        self._resume.epoch, self.epoch)
             self._resume = None
         if self._resume is None:
-            self._pos = (self.epoch, 0, None)
+            self._pos = ResumeState(self.epoch)
 
     def shard(self) -> tuple[int, int]:
         """(rank, world_size) this process reads for (its DataLoader workers split the rank's
@@ -337,44 +338,56 @@ class LirsIterableDataset(tud.IterableDataset):
         return d
 
     # ------------------------------------------------------------------ state
+    def state(self) -> ResumeState:
+        """Where this process is: in the main process the batches it delivered (with
+        :class:`LirsDataLoader`: the consumer received); in a DataLoader worker (torchdata's
+        ``StatefulDataLoader``) that worker's next batch, ``worker = (id, num_workers)``."""
+        pos = self._resume if self._resume is not None else self._pos
+        worker = None if tud.get_worker_info() is None else _worker()
+        return pos.replace(config=self.loader().state().config, worker=worker)
+
     def state_dict(self) -> dict:
-        """``{"epoch", "next_batch", "spans", "config", "worker"}``. In the main process: the
-        batches this process delivered (with :class:`LirsDataLoader`: the consumer received).
-        In a DataLoader worker (torchdata's ``StatefulDataLoader``): that worker's next batch,
-        and ``worker = [id, num_workers]``."""
-        if self._resume is not None:
-            epoch, nxt, spans = self._resume["epoch"], self._resume["next_batch"], self._resume["spans"]
-        else:
-            epoch, nxt, spans = self._pos
-        w, nw = _worker()
-        return {"epoch": int(epoch), "next_batch": int(nxt), "spans": spans,
-                "config": self.loader().state_dict()["config"], "worker": None if tud.get_worker_info() is None
-                else [w, nw]}
+        """``{"version", "epoch", "next_batch", "spans", "config", "worker"}``: :meth:`state` as a
+        plain dict."""
+        return self.state().to_dict(worker=True)
 
     def load_state_dict(self, state: dict) -> None:
         """Make the next iteration go on where ``state`` left off (also a list of every old rank's
         main-process states, for an elastic resume). Raises UsageError for a state of another
         configuration, or a worker's state outside that worker."""
         loader = self.loader()
-        one = state if isinstance(state, dict) else None
-        if one is not None and one.get("worker") is not None:
+        states = states_of(state)
+        one = states[0] if isinstance(state, (dict, ResumeState)) else None
+        if one is not None and one.worker is not None:
             here = "the main process" if tud.get_worker_info() is None else "worker %d of %d" % _worker()
-            if tud.get_worker_info() is None or tuple(one["worker"]) != _worker():
-                raise UsageError(f"this state was taken in DataLoader worker {one['worker'][0]} of "
-                                 f"{one['worker'][1]}; it resumes only there (through the DataLoader's "
+            if tud.get_worker_info() is None or one.worker != _worker():
+                raise UsageError(f"this state was taken in DataLoader worker {one.worker[0]} of "
+                                 f"{one.worker[1]}; it resumes only there (through the DataLoader's "
                                  f"own state), not in {here}")
-        states = [state] if one is not None else list(state)
-        if one is None and any(s.get("worker") is not None for s in states):
+        if one is None and any(s.worker is not None for s in states):
             raise UsageError("an elastic resume takes the main-process states of the old ranks")
-        loader.load_state_dict([{k: v for k, v in s.items() if k != "worker"} for s in states])
-        exact = loader.state_dict()  # the loaded position, elastic remainders resolved
-        if exact["epoch"] is None:
+        loader.load_state_dict([s.replace(worker=None) for s in states])
+        exact = loader.state()  # the loaded position, elastic remainders resolved
+        if exact.epoch is None:
             self._resume = None
             return
-        exact["worker"] = None if one is None else one.get("worker")
-        self._resume = exact
-        self.epoch = int(exact["epoch"])
-        self._pos = (self.epoch, int(exact["next_batch"]), exact["spans"])
+        self._resume = exact.replace(worker=None if one is None else one.worker)
+        self.epoch = exact.epoch
+        self._pos = self._resume.replace(config={}, worker=None)
+
+    def resume_point(self) -> ResumeState | None:
+        """The loaded state the next iteration starts from (None: the epoch's first batch)."""
+        return self._resume
+
+    def begin_at(self, position: ResumeState) -> None:
+        """An iteration started (its workers took the resume point): forget the resume point; the
+        consumer is at ``position``."""
+        self._resume = None
+        self._pos = position
+
+    def delivered(self, next_batch: int) -> None:
+        """The consumer received every batch before ``next_batch`` of the current epoch."""
+        self._pos = self._pos.at(next_batch)
 
     # ------------------------------------------------------------------ iteration
     def __iter__(self):
@@ -383,31 +396,31 @@ class LirsIterableDataset(tud.IterableDataset):
         loader = self.loader()
         res, self._resume = self._resume, None
         w, nw = _worker()
-        if res is not None and res["epoch"] != self.epoch:
+        if res is not None and res.epoch != self.epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
-                        res["epoch"], self.epoch)
+                        res.epoch, self.epoch)
             res = None
         if res is None:
             start, off, spans = 0, w, None
             it = loader.epoch(self.epoch, 0, stride=nw, offset=w)
         else:
             # a worker's own state names its next batch; from the rank's, worker w takes next + w
-            start, off, spans = int(res["next_batch"]), 0 if res["worker"] else w, res["spans"]
-            loader.load_state_dict({k: v for k, v in res.items() if k != "worker"})
+            start, off, spans = res.next_batch, 0 if res.worker else w, res.spans
+            loader.load_state_dict(res.replace(worker=None))
             it = loader.epoch(self.epoch, stride=nw, offset=off)
-        nb = loader.plan(self.epoch, spans).num_batches
-        self._pos = (self.epoch, min(start + off, nb), spans)
-        return self._deliver(it, loader, spans)
+        nb = loader.plan(self.epoch, None if spans is None else [list(s) for s in spans]).num_batches
+        self._pos = ResumeState(self.epoch, min(start + off, nb), spans)
+        return self._deliver(it, loader)
 
     def _converter(self) -> "_Convert":
         return _Convert(self.sparse, self.output, self.label_dtype, self.transform)
 
-    def _deliver(self, it, loader, spans):
+    def _deliver(self, it, loader):
         # without a user transform the tensors (a few from_numpy calls) are built here: as a task of
         # their own on the Loader's pool they cost more in hand-offs between threads than they take
         convert = self._converter() if self.transform is None else None
         for out in it:
-            self._pos = (self.epoch, loader.state_dict()["next_batch"], spans)
+            self._pos = loader.position
             yield out if convert is None else convert(out)
 
 
@@ -433,21 +446,20 @@ class LirsDataLoader(tud.DataLoader):
             for b in ds:
                 yield convert(b)
             return
-        res = ds._resume
+        res = ds.resume_point()
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         if ctx.get_start_method() == "fork":
             ds.loader().plan(ds.epoch)  # forked workers inherit the index and its unit tables
         it = super().__iter__()  # the workers start here, with the loaded state
         epoch = ds.epoch
-        if res is not None and res["epoch"] == epoch:
-            k, spans = int(res["next_batch"]), res["spans"]
+        if res is not None and res.epoch == epoch:
+            k, spans = res.next_batch, res.spans
         else:
             k, spans = 0, None
-        ds._resume = None
-        ds._pos = (epoch, k, spans)
+        ds.begin_at(ResumeState(epoch, k, spans))
         for b in it:
             k += 1
-            ds._pos = (epoch, k, spans)
+            ds.delivered(k)
             yield b
 
     def state_dict(self) -> dict:

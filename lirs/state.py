@@ -1,0 +1,114 @@
+"""Where a consumer is in an epoch: the one resume state of the Loader, the torch dataset and the
+DataLoader wrapper.
+
+A :class:`ResumeState` is a small frozen value: the epoch, the next batch the consumer would get,
+the position ranges an elastic resume walks (or None: the whole epoch), the configuration that
+planned it, and the DataLoader worker that took it (None: the main process). It travels as a plain
+dict (:meth:`ResumeState.to_dict`, :meth:`ResumeState.from_dict`) that carries its format version,
+so a checkpoint written by this release is read by later ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .errors import UsageError
+
+STATE_VERSION = 1
+_KEYS = ("version", "epoch", "next_batch", "spans", "config", "worker")
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """``epoch`` int or None (nothing delivered yet); ``next_batch`` int >= 0: the next batch of
+    this rank (with a stride, the next of the consumer's own sequence); ``spans``: None or a tuple
+    of ``(lo, hi)`` position ranges of the epoch's global order; ``config``: the planning
+    configuration (a dict, compared on resume); ``worker``: None or ``(id, num_workers)``."""
+
+    epoch: int | None = None
+    next_batch: int = 0
+    spans: tuple | None = None
+    config: dict = field(default_factory=dict, compare=False, hash=False)
+    worker: tuple | None = None
+
+    def __post_init__(self):
+        if (self.epoch is not None and int(self.epoch) < 0) or int(self.next_batch) < 0:
+            raise UsageError(f"a resume state needs epoch >= 0 and next_batch >= 0, got epoch={self.epoch}, "
+                             f"next_batch={self.next_batch}")
+        # spans as a hashable tuple of int pairs, whatever array or list they came as
+        if self.spans is not None and not _is_pairs(self.spans):
+            object.__setattr__(self, "spans", tuple((int(a), int(b)) for a, b in _pairs(self.spans)))
+        object.__setattr__(self, "next_batch", int(self.next_batch))
+        if self.epoch is not None:
+            object.__setattr__(self, "epoch", int(self.epoch))
+        if self.worker is not None:
+            object.__setattr__(self, "worker", tuple(int(x) for x in self.worker))
+
+    def at(self, next_batch: int, epoch: int | None = None) -> "ResumeState":
+        """The same state at another batch (and epoch). Called once per delivered batch, so it
+        copies the fields as they are rather than validating them again."""
+        new = object.__new__(ResumeState)
+        for k, v in self.__dict__.items():
+            object.__setattr__(new, k, v)
+        object.__setattr__(new, "next_batch", int(next_batch))
+        if epoch is not None:
+            object.__setattr__(new, "epoch", int(epoch))
+        return new
+
+    def replace(self, **changes) -> "ResumeState":
+        """A copy with ``changes`` (field names of this class)."""
+        return dataclasses.replace(self, **changes)
+
+    def spans_list(self) -> list | None:
+        """The spans as a list of ``[lo, hi]`` (what JSON and :func:`lirs.ranges.as_spans` take)."""
+        return None if self.spans is None else [list(s) for s in self.spans]
+
+    def to_dict(self, *, worker: bool = False) -> dict:
+        """``{"version", "epoch", "next_batch", "spans", "config"}`` (and ``"worker"`` when
+        ``worker`` or it names one): plain Python values, ready for ``torch.save`` or JSON."""
+        d = {"version": STATE_VERSION, "epoch": self.epoch, "next_batch": self.next_batch,
+             "spans": self.spans_list(), "config": dict(self.config)}
+        if worker or self.worker is not None:
+            d["worker"] = None if self.worker is None else list(self.worker)
+        return d
+
+    @classmethod
+    def from_dict(cls, d) -> "ResumeState":
+        """The state of a :meth:`to_dict` dict (a ResumeState passes through). A dict without a
+        ``version`` is the first format; a newer version than this release reads is refused."""
+        if isinstance(d, ResumeState):
+            return d
+        if not isinstance(d, dict):
+            raise UsageError(f"a resume state is a dict from state_dict(), got {type(d).__name__}")
+        version = d.get("version", 1)
+        if not isinstance(version, int) or version > STATE_VERSION:
+            raise UsageError(f"this resume state has format version {version!r}; this lirs reads versions up "
+                             f"to {STATE_VERSION} (upgrade lirs)")
+        unknown = sorted(set(d) - set(_KEYS))
+        if unknown:
+            raise UsageError(f"unknown keys in a resume state: {', '.join(unknown)}")
+        return cls(epoch=d.get("epoch"), next_batch=d.get("next_batch", 0), spans=d.get("spans"),
+                   config=dict(d.get("config") or {}), worker=d.get("worker"))
+
+
+def _is_pairs(spans) -> bool:
+    """True when ``spans`` is already a tuple of ``(int, int)`` tuples."""
+    return isinstance(spans, tuple) and all(type(p) is tuple and len(p) == 2 and type(p[0]) is int
+                                            and type(p[1]) is int for p in spans)
+
+
+def _pairs(spans):
+    """Rows of a spans array or list as pairs."""
+    try:
+        import numpy as np
+
+        return np.asarray(spans, dtype=np.int64).reshape(-1, 2).tolist()
+    except (TypeError, ValueError):
+        raise UsageError(f"spans must be pairs of positions, got {spans!r}") from None
+
+
+def states_of(state) -> list:
+    """A list of :class:`ResumeState` from one state (dict or ResumeState) or a list of them."""
+    if isinstance(state, (dict, ResumeState)):
+        return [ResumeState.from_dict(state)]
+    return [ResumeState.from_dict(s) for s in state]

@@ -1,0 +1,114 @@
+"""One resume contract for every stateful piece (the Loader, the torch dataset): save the state at
+every batch boundary, restore it in a fresh object, and the rest of the epoch is byte for byte what
+the uninterrupted run delivered. And the ResumeState that carries it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lirs
+from lirs.errors import UsageError
+from lirs.policies import GRANULARITIES
+from lirs.state import STATE_VERSION, ResumeState
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("contract")
+    rng = np.random.default_rng(11)
+    lines = []
+    for i in range(900):
+        cols = np.sort(rng.choice(60, rng.integers(1, 8), replace=False)) + 1
+        lines.append(f"{int(rng.integers(0, 2)) * 2 - 1} " + " ".join(f"{c}:{rng.integers(1, 99)}" for c in cols))
+    p = d / "c.svm"
+    p.write_text("\n".join(lines) + "\n")
+    lirs.build_index(str(p), progress=False)
+    return str(p)
+
+
+def _bytes(X) -> bytes:
+    """Every array of a batch's X (CSR: data, indices, indptr; torch CSR: its three tensors)."""
+    if hasattr(X, "indptr"):
+        return X.data.tobytes() + X.indices.tobytes() + X.indptr.tobytes()
+    if hasattr(X, "crow_indices"):
+        return b"".join(t.numpy().tobytes() for t in (X.values(), X.col_indices(), X.crow_indices()))
+    return np.asarray(X).tobytes()
+
+
+class _LoaderSide:
+    """The Loader as the harness drives it."""
+
+    def __init__(self, path, kw):
+        self.obj = lirs.Loader(path, 64, **kw)
+
+    def batches(self, epoch):
+        for b in self.obj.epoch(epoch):
+            yield b.ids.tobytes() + _bytes(b.X) + b.y.tobytes()
+
+    def close(self):
+        self.obj.close()
+
+
+class _DatasetSide:
+    """The torch dataset (main process) as the harness drives it."""
+
+    def __init__(self, path, kw):
+        from lirs.torch import LirsIterableDataset
+
+        self.obj = LirsIterableDataset(path, 64, **kw)
+
+    def batches(self, epoch):
+        self.obj.set_epoch(epoch)  # before the first batch is asked for, as a training loop does
+        return (b["ids"].numpy().tobytes() + _bytes(b["X"]) + b["y"].numpy().tobytes() for b in self.obj)
+
+    def close(self):
+        self.obj.close()
+
+
+SIDES = {"loader": _LoaderSide, "dataset": _DatasetSide}
+
+
+@pytest.mark.parametrize("side", list(SIDES))
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_save_at_every_boundary_and_restore(data, side, granularity):
+    if side == "dataset":
+        pytest.importorskip("torch")
+    kw = dict(granularity=granularity, seed=3, group_bytes=4096, window=3)
+    make = SIDES[side]
+    whole = make(data, kw)
+    want = list(whole.batches(2))
+    whole.close()
+    assert len(want) > 5
+    for k in range(len(want) + 1):
+        first = make(data, kw)
+        it = first.batches(2)
+        for _ in range(k):
+            next(it)
+        state = first.obj.state_dict()
+        it.close()
+        first.close()
+        # before the first batch is asked for, nothing of the epoch has started: no epoch yet
+        assert state["version"] == STATE_VERSION and state["next_batch"] == k
+        assert state["epoch"] == 2 or (k == 0 and state["epoch"] is None)
+        again = make(data, kw)
+        again.obj.load_state_dict(state)
+        assert list(again.batches(2)) == want[k:], f"resumed at batch {k}"
+        again.close()
+
+
+def test_resume_state_round_trip_and_versions():
+    s = ResumeState(3, 7, [[0, 10], [20, 25]], {"seed": 1})
+    d = s.to_dict()
+    assert d == {"version": STATE_VERSION, "epoch": 3, "next_batch": 7, "spans": [[0, 10], [20, 25]],
+                 "config": {"seed": 1}}
+    assert ResumeState.from_dict(d) == s and ResumeState.from_dict(d).config == {"seed": 1}
+    old = {k: v for k, v in d.items() if k != "version"}  # states saved before the version existed
+    assert ResumeState.from_dict(old) == s
+    assert s.at(9).next_batch == 9 and s.at(9).spans == s.spans and s.at(0, epoch=4).epoch == 4
+    assert s.to_dict(worker=True)["worker"] is None
+    with pytest.raises(UsageError, match="version 99"):
+        ResumeState.from_dict(dict(d, version=99))
+    with pytest.raises(UsageError, match="unknown keys"):
+        ResumeState.from_dict(dict(d, nxt=1))
+    with pytest.raises(UsageError, match="next_batch >= 0"):
+        ResumeState(0, -1)
