@@ -1,22 +1,29 @@
-"""Rewrite the README's results section from benchmarks/results/*.json.
+"""Write the documentation's results page, and the README's results summary, from
+benchmarks/results/*.json.
 
-    python benchmarks/report.py            # rewrites README.md between the results markers
-    python benchmarks/report.py --print    # prints the section instead
+    python benchmarks/report.py            # writes docs/results.md (and its figures under docs/img/)
+                                           # and the README's summary between its summary markers
+    python benchmarks/report.py --print    # prints the page instead
 
-Every figure in the section comes from a JSON file written by a benchmark script of this folder; a
+Every figure on the page comes from a JSON file written by a benchmark script of this folder; a
 missing file leaves its subsection out. Each subsection names the command that produced it.
+tests/test_docs.py checks that the committed page and summary are what this script writes.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
-README = os.path.join(os.path.dirname(HERE), "README.md")
-START, END = "<!-- results:start -->", "<!-- results:end -->"
+ROOT = os.path.dirname(HERE)
+README = os.path.join(ROOT, "README.md")
+PAGE = os.path.join(ROOT, "docs", "results.md")
+IMG = os.path.join(ROOT, "docs", "img")  # the page's figures: copies of benchmarks/results/*.png
+START, END = "<!-- summary:start -->", "<!-- summary:end -->"
 
 
 def load(name: str):
@@ -51,26 +58,42 @@ def source(d) -> str:
 
 
 def png(name: str) -> str:
-    return f"benchmarks/results/{name}.png" if os.path.exists(os.path.join(RESULTS, f"{name}.png")) else ""
+    """The page's link to a benchmark's figure (copied under docs/img/ by :func:`write`), or ""."""
+    return f"img/{name}.png" if os.path.exists(os.path.join(RESULTS, f"{name}.png")) else ""
 
 
 # --------------------------------------------------------------------------- sections
 
 
 def demo_glance(d) -> str:
-    """The `lirs demo` bullet: what it measured, axis by axis, wins and losses alike."""
+    """The `lirs demo` bullet: what it measured, axis by axis, wins, ties and losses alike. A win is
+    quoted only where the demo's verdict found the margin beyond the run-to-run spread of the
+    steady epochs; the one-time costs it set apart are named after."""
     def val(v, unit):
+        if v is None:
+            return "never"
         if unit == " B":
             return f"{v / 1e6:.1f} MB"
+        if unit == " epochs":
+            return f"{v} epochs"
         return f"{v:.3g}{unit}"
 
-    wins = [f"{v['what']} ({v['lirs']} {val(v['lirs_value'], v['unit'])} vs {v['other']} "
-            f"{val(v['other_value'], v['unit'])})" for v in d["verdict"] if v["outcome"] == "wins"]
-    loses = [f"{v['what']} ({v['lirs']} {val(v['lirs_value'], v['unit'])} vs {v['other']} "
-             f"{val(v['other_value'], v['unit'])})" for v in d["verdict"] if v["outcome"] != "wins"]
-    return (f"`lirs demo` (linear SVM, {d['n']:,} label-sorted kdd-like records, {d['epochs']} epochs, "
-            f"`benchmarks/results/demo.json`): lirs wins on " + "; ".join(wins) + ". It does not win on "
-            + ("; ".join(loses) if loses else "any axis measured") + ".")
+    def part(outcome):
+        return [f"{v['what']} ({v['lirs']} {val(v['lirs_value'], v['unit'])} vs {v['other']} "
+                f"{val(v['other_value'], v['unit'])})" for v in d["verdict"] if v["outcome"] == outcome]
+
+    wins, ties, loses = part("wins"), part("ties"), part("loses")
+    text = (f"`lirs demo` (linear SVM, {d['n']:,} label-sorted kdd-like records, {d['epochs']} epochs, "
+            f"`benchmarks/results/demo.json`; times from the epochs after the first): lirs wins, by more than the "
+            f"spread of those epochs, on " + ("; ".join(wins) if wins else "no axis") + ".")
+    if ties:
+        text += " Within that spread (a tie): " + "; ".join(ties) + "."
+    text += " It does not win on " + ("; ".join(loses) if loses else "any other axis") + "."
+    kernels = next((c for c in d.get("one_time") or [] if not c["methods"]), None)
+    if kernels:
+        text += (f" Set apart as one-time costs: {kernels['seconds']:.1f} s for the kernels (numba, first run), "
+                 "each method's pre-processing and its first epoch's warm-up.")
+    return text
 
 
 def change(v) -> str:
@@ -98,8 +121,36 @@ def paper_glance(d) -> str:
             f"{dn['test_acc_gain_pct']['lirs-window']:+.2f} points for lirs window (paper: +1.01).")
 
 
+def readme_summary() -> str:
+    """The README's results summary: the demo's verdict (wins only beyond the spread it measured),
+    then figures that are measured against a reference taken in the same run or that do not vary
+    from run to run (memory per record, read amplification, out of core against fio)."""
+    bullets = []
+    demo = load("demo")
+    if demo and demo.get("verdict"):
+        bullets.append(demo_glance(demo))
+    for line in summary_bullets():
+        if line.startswith(("Memory:", "Out of core")):
+            bullets.append(line)
+    return "\n".join(f"* {x}" for x in bullets)
+
+
 def sec_summary():
     """A few headline figures, each from its result file (subsections below give the detail)."""
+    out = summary_bullets()
+    paper = load("paper")
+    if paper:
+        out.insert(0, paper_glance(paper))
+    demo = load("demo")
+    if demo and demo.get("verdict"):
+        out.insert(0, demo_glance(demo))
+    if not out:
+        return None
+    return "### At a glance\n\n" + "\n".join(f"* {x}" for x in out)
+
+
+def summary_bullets() -> list:
+    """The headline figures of the benchmarks other than the demo and the paper's comparison."""
     out = []
     svm = load("train_svm")
     if svm and "sorted" in svm["datasets"]:
@@ -151,15 +202,7 @@ def sec_summary():
                    f"{sh['ratios']['lirs_vs_device_limit']:.2f}× the time of two sequential reads and two "
                    f"writes at fio's rates"
                    + (f", {1 / sh['ratios']['lirs_vs_shuf']:.1f}× faster than GNU `shuf`." if sh['ratios'].get('lirs_vs_shuf') else "."))
-    paper = load("paper")
-    if paper:
-        out.insert(0, paper_glance(paper))
-    demo = load("demo")
-    if demo and demo.get("verdict"):
-        out.insert(0, demo_glance(demo))
-    if not out:
-        return None
-    return "### At a glance\n\n" + "\n".join(f"* {x}" for x in out)
+    return out
 
 
 def sec_index():
@@ -723,41 +766,72 @@ SECTIONS = [sec_summary, sec_index, sec_decode, sec_engines, sec_plan, sec_windo
             sec_quality, sec_frontier, sec_paper, sec_train_svm, sec_train_dnn]
 
 
+PAGE_HEAD = ("# Results\n\n<!-- generated by benchmarks/report.py from benchmarks/results/*.json: edit those, "
+             "not this page -->\n\nMeasured on this project's reference machine (2 cores, virtio disk, ext4); "
+             "every figure below is read from `benchmarks/results/*.json` by `python benchmarks/report.py`, and "
+             "each subsection names the command that produced it. Ratios compare against a reference taken in the "
+             "same run. A figure marked `~` was extrapolated from a bounded run.")
+
+
 def render() -> str:
-    parts = ["## Results\n\nMeasured on this project's reference machine (2 cores, virtio NVMe, ext4); every "
-             "figure below is read from `benchmarks/results/*.json` by `python benchmarks/report.py`, and each "
-             "subsection names the command that produced it. Ratios compare against a reference taken in the "
-             "same run."]
+    """The whole results page (markdown)."""
+    parts = [PAGE_HEAD]
     for fn in SECTIONS:
         try:
             s = fn()
         except (KeyError, TypeError, ValueError) as e:  # a result file of another shape: say so, go on
             s = f"<!-- {fn.__name__}: cannot render ({e!r}) -->"
         if s:
-            parts.append(s)
-    return "\n\n".join(parts)
+            parts.append(re.sub(r"^### ", "## ", s, flags=re.M))  # subsections are the page's sections
+    return "\n\n".join(parts) + "\n"
+
+
+def figures() -> list:
+    """Names of the benchmark figures the page shows (benchmarks/results/NAME.png)."""
+    return sorted(set(re.findall(r"\(img/([\w.-]+)\.png\)", render())))
+
+
+def readme_with_summary(readme: str) -> str:
+    """``readme`` with its summary markers' content replaced by :func:`readme_summary`."""
+    if START not in readme or END not in readme:
+        raise ValueError(f"markers {START} / {END} not found")
+    head, rest = readme.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return head + START + "\n" + readme_summary() + "\n" + END + tail
+
+
+def _replace(path: str, text: str, mode: str = "w") -> None:
+    tmp = path + ".tmp"
+    with open(tmp, mode) as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def write() -> None:
+    """Write docs/results.md, copy its figures to docs/img/, and rewrite the README's summary."""
+    import shutil
+
+    _replace(PAGE, render())
+    os.makedirs(IMG, exist_ok=True)
+    for name in figures():
+        shutil.copyfile(os.path.join(RESULTS, f"{name}.png"), os.path.join(IMG, f"{name}.png"))
+    with open(README) as fh:
+        _replace(README, readme_with_summary(fh.read()))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--print", action="store_true", help="print the section instead of rewriting README.md")
+    ap.add_argument("--print", action="store_true", help="print the page instead of writing it")
     a = ap.parse_args(argv)
-    text = render()
     if a.print:
-        print(text)
+        print(render())
         return 0
-    with open(README) as fh:
-        readme = fh.read()
-    if START not in readme or END not in readme:
-        print(f"{README}: markers {START} / {END} not found", file=sys.stderr)
+    try:
+        write()
+    except ValueError as e:
+        print(f"{README}: {e}", file=sys.stderr)
         return 1
-    head, rest = readme.split(START, 1)
-    _, tail = rest.split(END, 1)
-    tmp = README + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(head + START + "\n" + text + "\n" + END + tail)
-    os.replace(tmp, README)
-    print(f"rewrote the results section of {README}")
+    print(f"wrote {PAGE}, its figures under {IMG} and the summary of {README}")
     return 0
 
 

@@ -837,3 +837,88 @@ def test_save_recommendation_needs_one(kdd_tiny):
     res["recommendation"] = {}
     with pytest.raises(UsageError, match="no recommendation"):
         B.save_recommendation(res, idx)
+
+
+# ------------------------------------------------------------ what the disk is, and one number format
+
+
+def _fake_disk(sys_root, name, device_path, *, driver=None, files=None, rotational="0"):
+    """A /sys/block/NAME whose device links to ``sys_root/devices/DEVICE_PATH`` (and its driver)."""
+    dev = sys_root / "devices" / device_path
+    dev.mkdir(parents=True)
+    for k, v in (files or {}).items():
+        (dev / k).write_text(v + "\n")
+    if driver:
+        drv = sys_root / "bus" / "drivers" / driver
+        drv.mkdir(parents=True, exist_ok=True)
+        (dev / "driver").symlink_to(drv)
+    block = sys_root / "block" / name
+    (block / "queue").mkdir(parents=True)
+    (block / "queue" / "rotational").write_text(rotational + "\n")
+    (block / "device").symlink_to(dev)
+
+
+def test_disk_transport_from_sysfs(tmp_path):
+    from lirs.eval.bench.disk import describe
+
+    s = tmp_path / "sys"
+    _fake_disk(s, "vda", "pci0000:00/0000:00:02.0/virtio1", driver="virtio_blk",
+               files={"vendor": "0x1af4"}, rotational="1")
+    _fake_disk(s, "nvme0n1", "pci0000:00/0000:00:04.0/nvme/nvme0",
+               files={"model": "Samsung SSD 980 PRO 1TB   ", "transport": "pcie"})
+    _fake_disk(s, "nvme1n1", "virtual/nvme-fabrics/ctl/nvme1", files={"transport": "tcp"})
+    _fake_disk(s, "sda", "pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0",
+               files={"vendor": "ATA", "model": "WDC WD10EZEX-00B"}, rotational="1")
+    _fake_disk(s, "sdb", "pci0000:00/0000:00:05.0/virtio2/host2/target2:0:0/2:0:0:0",
+               files={"vendor": "QEMU", "model": "QEMU HARDDISK"})
+    _fake_disk(s, "sdc", "platform/odd/host3/target3:0:0/3:0:0:0", files={"vendor": "ACME"})
+    (s / "block" / "loop0").mkdir(parents=True)
+
+    vda = describe("vda", sys_root=str(s))
+    assert vda == {"transport": "virtio", "model": None, "rotational": True, "label": "virtio disk vda"}
+    nv = describe("nvme0n1", sys_root=str(s))
+    assert nv["transport"] == "nvme" and nv["label"] == "nvme disk nvme0n1 (Samsung SSD 980 PRO 1TB)"
+    assert nv["rotational"] is False
+    assert describe("nvme1n1", sys_root=str(s))["transport"] == "nvme-tcp"
+    assert describe("sda", sys_root=str(s))["transport"] == "sata"
+    assert describe("sdb", sys_root=str(s))["transport"] == "virtio"  # virtio-scsi is still virtio
+    assert describe("sdc", sys_root=str(s))["transport"] == "scsi"
+    assert describe("loop0", sys_root=str(s))["transport"] == "loop"
+    assert describe("nothere", sys_root=str(s)) == {"transport": "unknown", "model": None, "rotational": None,
+                                                     "label": "unknown disk nothere"}
+
+
+def test_the_disk_as_it_is_is_printed_by_its_transport():
+    env = {"nvme": {"read_iops": None, "read_bps": None}, "hdd": {"read_iops": 600, "read_bps": 160_000_000}}
+    res = {"envelopes": env, "disk": {"transport": "virtio", "label": "virtio disk vda"}}
+    assert B.device_label(res, "nvme") == "virtio" and B.device_label(res, "hdd") == "hdd"
+    res["disk"] = {"transport": "unknown"}
+    assert B.device_label(res, "nvme") == "nvme"  # nothing better known: the envelope's name
+    row = {"device": "nvme", "name": "lirs-group-64K", "status": "ok", "epoch_s": 12.5, "records_per_s": 9650.0}
+    from lirs.eval.bench.report import _row_line
+
+    assert _row_line(row, "virtio") == "virtio: lirs-group-64K: epoch 12.5s, 9.65k records/s"
+
+
+def test_format_table_names_a_virtio_disk_virtio(tmp_path):
+    res = {"settings": {"devices": ["nvme"]}, "envelopes": {"nvme": {"read_iops": None, "read_bps": None}},
+           "disk": {"transport": "virtio", "label": "virtio disk vda"},
+           "fio": {"nvme": {"available": True, "jobs": {"rand4k_qd1": {"iops": 9650.4}, "rand4k_qd32": {"iops": 83012},
+                                                           "seq1m_qd16": {"bw_bytes": 1.25e9}}}},
+           "rows": [{"device": "nvme", "name": "lirs-window-64Kx16", "status": "ok", "epoch_s": 0.0123,
+                     "records_per_s": 1_234_567, "mb_per_s": 410.0, "reads_per_s": 950.2, "amplification": 1.06,
+                     "cpu_s_per_epoch": 0.5, "peak_rss_bytes": 2 ** 27, "pre_s": 0.0}],
+           "recommendation": {"nvme": {"rule": "fastest", "text": "nvme: use lirs-window-64Kx16 (epoch 0.0123s)"}}}
+    text = B.format_table(res)
+    assert text.splitlines()[0] == "virtio (virtio disk vda, as it is; envelope nvme)"
+    assert "  virtio: use lirs-window-64Kx16" in text and "nvme:" not in text
+    assert "rand4k_qd1 9.65k IOPS, rand4k_qd32 83.0k IOPS" in text
+    assert "e+0" not in text and "e-0" not in text  # one notation: no exponents
+
+
+@pytest.mark.parametrize("v, text", [
+    (None, "-"), (0, "0"), (9650.4, "9.65k"), (83012, "83.0k"), (1_204_000, "1.20M"), (2.5e9, "2.50G"),
+    (999.7, "1.00k"), (999_600, "1.00M"), (123.4, "123"), (12.34, "12.3"), (0.0123, "0.0123"), (5, "5.00"),
+])
+def test_one_number_format(v, text):
+    assert B.format_number(v) == text

@@ -1,5 +1,7 @@
 """The README's Python examples run as written on kdd-like data (29.9M features, as `lirs gen
---profile kdd` makes them) and learn something; its quickstart is what the fresh-venv check runs."""
+--profile kdd` makes them) and learn something, each naming its granularity and passing what follows
+`batch_size` by keyword; its quickstart is what the fresh-venv check runs; its figures are the
+JSONs' own; it stays short and its links lead somewhere."""
 from __future__ import annotations
 
 import os
@@ -34,6 +36,43 @@ def test_quickstart_is_what_the_fresh_venv_check_runs():
         assert re.search(rf"^{re.escape(c)}$", script, re.M), f"tools/fresh_venv_check.sh does not run {c!r}"
 
 
+def test_readme_is_short_and_its_links_lead_somewhere():
+    text = open(README).read()
+    assert len(text.splitlines()) <= 250, "the rest belongs in docs/"
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [x for x in links if not re.match(r"https?://", x)]
+    assert any(x.startswith("docs/") for x in local)
+    for x in local:
+        assert os.path.exists(os.path.join(ROOT, x)), f"README links to {x}, which does not exist"
+
+
+def _calls(code: str, names=("Loader", "make_dataloader")):
+    import ast
+
+    return [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call)
+            and getattr(n.func, "attr", getattr(n.func, "id", None)) in names]
+
+
+@pytest.mark.parametrize("i", range(len(_blocks())))
+def test_readme_example_names_its_granularity_and_passes_keywords(i):
+    calls = _calls(_blocks()[i])
+    for c in calls:
+        assert len(c.args) <= 2, f"README block {i}: everything after batch_size is a keyword"
+        kw = {k.arg: k.value for k in c.keywords}
+        assert "granularity" in kw, f"README block {i}: the example states its granularity"
+
+
+def test_readme_summary_is_what_report_writes():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lirs_report", os.path.join(ROOT, "benchmarks", "report.py"))
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    text = open(README).read()
+    assert report.readme_with_summary(text) == text, "README's results summary is stale: python benchmarks/report.py"
+    assert report.readme_summary() in text
+
+
 def test_quickstart_figures_are_those_of_the_demo_json():
     import json
 
@@ -44,6 +83,9 @@ def test_quickstart_figures_are_those_of_the_demo_json():
     assert (int(m[1]), int(m[2])) == (round(res["total_s"]), round(res["warmup_s"]))
     assert f"({res['n']:,} records)" in quick and f"for {res['epochs']} epochs" in quick
     assert set(res["methods"]) == {"lirs-instance", "lirs-window", "bmf", "shuffle_buffer", "sequential"}
+    # the verdict the README describes is the steady-state one, with one-time costs set apart
+    assert res["one_time"] and all("steady_epoch_s" in r for r in res["methods"].values())
+    assert {x["axis"] for x in res["verdict"]} >= {"seconds_to_target", "epoch_s"}
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     from ..eval.demo import run_demo
-    from ..eval.demo_report import plot, report_lines
+    from ..eval.demo_report import next_steps, plot, report_lines
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     res = run_demo(data=args.data, out=args.out, size=args.size, epochs=args.epochs, batch_size=args.batch_size,
@@ -67,7 +67,6 @@ def run(args) -> int:
     print(f"total demo time {res['total_s']:.0f} s")
     print()
     print("next:")
-    print("  lirs bench                 how fast each read pattern is on this device (and HDD/SSD envelopes)")
-    print(f"  lirs quality {res['data']}   how random each strategy's order is")
-    print("  python -c 'import lirs; help(lirs.Loader)'   use lirs in your own training loop")
+    for cmd, what in next_steps(res):
+        print(f"  {cmd}    {what}")
     return 0

@@ -139,7 +139,8 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
     JSON-able result: :func:`compare_svm`'s dict plus ``settings``, ``data``, ``out``, ``index_s``,
     ``index_reused``, ``warmup_s``, ``f0`` (objective of w = 0), and per method ``elapsed_s``
     (seconds since the method began, pre-processing included, after each epoch), ``reached_s``,
-    ``mean_bytes_read``, the ``verdict`` (:func:`verdict`) and ``paper_headline`` (the packaged
+    ``mean_bytes_read``, the steady state (:func:`steady_state`), the ``verdict`` (:func:`verdict`),
+    the one-time costs set apart from it (``one_time``, :func:`one_time_costs`) and ``paper_headline`` (the packaged
     full-size comparison, :func:`paper_headline`)."""
     from .compare import compare_svm, load_all
     from .train import as_pm1, primal_objective, relative_difference
@@ -183,6 +184,7 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
     for r in res["methods"].values():
         _timeline(r, res.get("target_objective"))
     res["verdict"] = verdict(res)
+    res["one_time"] = one_time_costs(res)
     res["paper_headline"] = paper_headline()
     res["total_s"] = time.perf_counter() - t_all
     return res
@@ -190,7 +192,8 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
 
 def _timeline(r: dict, target) -> None:
     """Seconds since the method began after each epoch (pre-processing first), when it first
-    reached ``target`` (None: never), and its mean bytes read and seconds per epoch."""
+    reached ``target`` (None: never), its mean bytes read and seconds per epoch, and its steady
+    state (:func:`steady_state`)."""
     pre = r.get("pre_s") or 0.0
     r["elapsed_s"] = (pre + np.cumsum([p["epoch_s"] for p in r["per_epoch"]])).tolist()
     hit = r.get("epochs_to_target")
@@ -198,18 +201,50 @@ def _timeline(r: dict, target) -> None:
     r["mean_bytes_read"] = float(np.mean([p["bytes_read"] for p in r["per_epoch"]]))
     # compare_svm sets it only when some baseline sets a target
     r.setdefault("mean_epoch_s", float(np.mean([p["epoch_s"] for p in r["per_epoch"]])))
+    r.update(steady_state([p["epoch_s"] for p in r["per_epoch"]]))
 
 
-# (key, what, unit, value of a method's record; None = not reached, ranks last)
+def steady_state(epoch_s) -> dict:
+    """The steady state of a method from its epoch times (seconds, one float per epoch).
+
+    The first epoch carries what happens once per process (numba loading or compiling kernels,
+    a pool's threads starting, fresh memory touched for the first time): it differs between a
+    first run on an empty numba cache and a second run, so it is set apart. The later epochs give
+    the steady epoch time (their median) and the run-to-run spread measured in the same run (their
+    min and max). With a single epoch there is no steady state to separate: that epoch stands for
+    it, with no spread. Returns ``{"steady_epoch_s", "steady_lo_s", "steady_hi_s",
+    "first_epoch_extra_s"}`` (the last: the first epoch's seconds beyond the steady median, >= 0)."""
+    t = [float(x) for x in epoch_s]
+    if not t:
+        raise ValueError("no epochs")
+    rest = t[1:] or t
+    med = float(np.median(rest))
+    return {"steady_epoch_s": med, "steady_lo_s": min(rest), "steady_hi_s": max(rest),
+            "first_epoch_extra_s": max(0.0, t[0] - med) if len(t) > 1 else 0.0}
+
+
+def _to_target(r: dict):
+    """(median, lo, hi) seconds of steady-state training to the target, pre-processing apart;
+    None when the method never reaches it."""
+    hit = r.get("epochs_to_target")
+    if hit is None:
+        return None
+    return hit * r["steady_epoch_s"], hit * r["steady_lo_s"], hit * r["steady_hi_s"]
+
+
+# (key, what, unit, value of a method's record, (lo, hi) of that value across the run's steady
+# epochs or None for a value that does not vary from run to run; a value of None = not reached,
+# ranks last). One-time costs are not axes: they are named apart (:func:`one_time_costs`).
 AXES = (
-    ("objective", "objective after the last epoch, (f-f*)/f*", "", lambda r: r["per_epoch"][-1]["rel_diff"]),
-    ("epochs_to_target", "epochs to reach the target objective", " epochs", lambda r: r.get("epochs_to_target")),
-    ("seconds_to_target", "seconds to reach the target, pre-processing included", " s",
-     lambda r: r.get("reached_s")),
-    ("epoch_s", "seconds per epoch", " s", lambda r: r["mean_epoch_s"]),
-    ("pre_s", "pre-processing seconds", " s", lambda r: r.get("pre_s") or 0.0),
-    ("memory", "memory held while training", " B", lambda r: r.get("memory_bytes")),
-    ("bytes_read", "bytes read per epoch", " B", lambda r: r["mean_bytes_read"]),
+    ("objective", "objective after the last epoch, (f-f*)/f*", "", lambda r: r["per_epoch"][-1]["rel_diff"], None),
+    ("epochs_to_target", "epochs to reach the target objective", " epochs", lambda r: r.get("epochs_to_target"),
+     None),
+    ("seconds_to_target", "seconds of training to reach the target, steady state", " s",
+     lambda r: (_to_target(r) or (None,))[0], lambda r: (_to_target(r) or (None, None, None))[1:]),
+    ("epoch_s", "seconds per epoch, steady state", " s", lambda r: r["steady_epoch_s"],
+     lambda r: (r["steady_lo_s"], r["steady_hi_s"])),
+    ("memory", "memory held while training", " B", lambda r: r.get("memory_bytes"), None),
+    ("bytes_read", "bytes read per epoch", " B", lambda r: r["mean_bytes_read"], None),
 )
 
 
@@ -221,25 +256,63 @@ def _best(ms: dict, names, fn):
     return min(cand, key=lambda mv: math.inf if mv[1] is None else mv[1])
 
 
+def outcome(lv, ov, lrange=None, orange=None) -> str:
+    """"wins", "ties" or "loses" for lirs's value ``lv`` against ``ov`` (smaller is better; None =
+    never, ranks last). With ranges ``(lo, hi)`` measured in the same run, a side wins only when
+    its whole range lies below the other's: a margin within the run-to-run spread is a tie."""
+    inf = math.inf
+    lk, ok = (inf if lv is None else lv), (inf if ov is None else ov)
+    if lrange is not None and orange is not None and lv is not None and ov is not None:
+        (llo, lhi), (olo, ohi) = lrange, orange
+        return "wins" if lhi < olo else ("loses" if llo > ohi else "ties")
+    return "ties" if lk == ok else ("wins" if lk < ok else "loses")
+
+
 def verdict(res: dict) -> list:
     """Per axis of :data:`AXES`, lirs's best method against the best other method (smaller is
-    better on every axis): a list of dicts ``{"axis", "what", "lirs", "lirs_value", "other",
-    "other_value", "outcome" ("wins"|"ties"|"loses"), "other_reaches_target"}``. Axes that need a
-    target are left out when no baseline set one, and every axis when either side is absent."""
+    better on every axis), from steady-state epochs: a list of dicts ``{"axis", "what", "unit",
+    "lirs", "lirs_value", "lirs_range", "other", "other_value", "other_range", "outcome"
+    ("wins"|"ties"|"loses", :func:`outcome`), "other_reaches_target"}`` (ranges: ``[lo, hi]`` across
+    the steady epochs, or None for values that do not vary). Axes that need a target are left out
+    when no baseline set one, and every axis when either side is absent. Each method record must
+    hold :func:`steady_state`'s keys."""
     ms = res["methods"]
     lirs_m = [m for m in ms if m.startswith("lirs-")]
     other = [m for m in ms if not m.startswith("lirs-")]
     out = []
-    for key, what, unit, fn in AXES:
+    for key, what, unit, fn, spread in AXES:
         if key in ("epochs_to_target", "seconds_to_target") and res.get("target_method") is None:
             continue
         lm, lv = _best(ms, lirs_m, fn)
         om, ov = _best(ms, other, fn)
         if lm is None or om is None:
             continue
-        lk, ok = (math.inf if lv is None else lv), (math.inf if ov is None else ov)
-        outcome = "ties" if lk == ok else ("wins" if lk < ok else "loses")
-        out.append({"axis": key, "what": what, "unit": unit, "lirs": lm, "lirs_value": lv, "other": om,
-                    "other_value": ov, "outcome": outcome,
+        lr = None if spread is None or lv is None else list(spread(ms[lm]))
+        orr = None if spread is None or ov is None else list(spread(ms[om]))
+        out.append({"axis": key, "what": what, "unit": unit, "lirs": lm, "lirs_value": lv, "lirs_range": lr,
+                    "other": om, "other_value": ov, "other_range": orr, "outcome": outcome(lv, ov, lr, orr),
                     "other_reaches_target": ms[om].get("epochs_to_target") is not None})
+    return out
+
+
+def one_time_costs(res: dict) -> list:
+    """What a run pays once, set apart from the verdict: ``[{"what", "methods", "seconds", "note"}]``,
+    the kernels' warm-up first (numba compiling them, or loading them from its cache), then the
+    pre-processing (``pre_what``; lirs's index is one cost shared by its methods) and each method's
+    first epoch beyond its steady state."""
+    out = []
+    if res.get("warmup_s") is not None:
+        out.append({"what": "kernels ready (numba compiles them on first use, then loads them from its cache)",
+                    "methods": [], "seconds": float(res["warmup_s"]), "note": "before any method is timed"})
+    pre: dict = {}
+    for m, r in res["methods"].items():
+        if r.get("pre_what") or r.get("pre_s"):
+            what = r.get("pre_what") or "pre-processing"
+            note = "reused from an earlier run" if m.startswith("lirs-") and res.get("index_reused") else ""
+            pre.setdefault((what, float(r.get("pre_s") or 0.0), note), []).append(m)
+    out += [{"what": w, "methods": ms, "seconds": s, "note": n} for (w, s, n), ms in pre.items()]
+    for m, r in res["methods"].items():
+        if r.get("first_epoch_extra_s"):
+            out.append({"what": "first epoch beyond the steady state", "methods": [m],
+                        "seconds": float(r["first_epoch_extra_s"]), "note": ""})
     return out

@@ -77,23 +77,55 @@ def summary_table(res: dict) -> list:
                                 "buffer's records (shuffle buffer)."]
 
 
+def _with_range(v, r, unit: str) -> str:
+    """A verdict value, and its range across the steady epochs when it has one."""
+    if r is None or v is None:
+        return value(v, unit)
+    return f"{value(v, unit)} ({r[0]:.2f}-{r[1]:.2f})"
+
+
 def verdict_lines(res: dict) -> list:
-    """The verdict per axis, and a closing line naming every axis lirs does not win."""
+    """The verdict per axis (steady state; a margin within the run-to-run spread is a tie), a
+    closing line naming every axis lirs does not win, then the one-time costs set apart."""
     v = res["verdict"]
     if not v:
         return []
-    out = ["verdict: lirs's best method against the best other method, per axis (smaller is better):"]
+    out = ["verdict: lirs's best method against the best other method, per axis (smaller is better; times "
+           "from the epochs after the first, with their range in this run: a margin within it is a tie):"]
     w = max(len(x["what"]) for x in v)
     for x in v:
         tag = {"wins": "lirs wins ", "ties": "lirs ties ", "loses": "lirs loses"}[x["outcome"]]
         note = ""
         if x["outcome"] != "wins" and not x["other_reaches_target"] and res.get("target_method"):
             note = f"  ({x['other']} never reaches the target)"
-        out.append(f"  {tag}  {x['what'].ljust(w)}  {x['lirs']} {value(x['lirs_value'], x['unit'])}"
-                   f" vs {x['other']} {value(x['other_value'], x['unit'])}{note}")
+        out.append(f"  {tag}  {x['what'].ljust(w)}  {x['lirs']} {_with_range(x['lirs_value'], x.get('lirs_range'), x['unit'])}"
+                   f" vs {x['other']} {_with_range(x['other_value'], x.get('other_range'), x['unit'])}{note}")
     lost = [x["what"] for x in v if x["outcome"] != "wins"]
     out.append("lirs does not win on: " + "; ".join(lost) + "." if lost else "lirs wins on every axis above.")
+    return out + one_time_lines(res)
+
+
+def one_time_lines(res: dict) -> list:
+    """The one-time costs (:func:`lirs.eval.demo.one_time_costs`), named apart from the verdict."""
+    costs = res.get("one_time") or []
+    if not costs:
+        return []
+    out = ["one-time costs, not in the verdict (they differ between a first run and the next):"]
+    for c in costs:
+        who = f"{', '.join(c['methods'])}: " if c["methods"] else ""
+        out.append(f"  {who}{c['what']}: {c['seconds']:.2f} s" + (f" ({c['note']})" if c["note"] else ""))
     return out
+
+
+def next_steps(res: dict) -> list:
+    """The commands the demo suggests next, each one that runs as printed (``res["data"]``: the
+    demo's LIBSVM file)."""
+    import shlex
+
+    data = shlex.quote(res["data"])
+    return [("lirs bench " + data, "how fast each read pattern is on this device (and HDD/SSD envelopes)"),
+            ("lirs quality " + data, "how random each strategy's order is"),
+            ("python -c 'import lirs; help(lirs.Loader)'", "use lirs in your own training loop")]
 
 
 def change(v) -> str:

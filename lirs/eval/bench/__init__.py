@@ -1,7 +1,8 @@
 """``lirs bench``: which granularity wins on *this* disk, by how much, and against what.
 
-For every device envelope (:mod:`lirs.eval.envelope`: ``nvme`` = the disk as it is, ``ssd`` and ``hdd``
-= the same disk under a blkio throttle), :func:`run_bench`
+For every device envelope (:mod:`lirs.eval.envelope`: ``nvme`` = the disk as it is, printed by the
+transport sysfs reports for it, :func:`describe_disk`; ``ssd`` and ``hdd`` = the same disk under a blkio
+throttle), :func:`run_bench`
 
 1. measures the envelope with fio on the data file (:mod:`lirs.eval.fio`), inside the envelope;
 2. runs every configuration in its own worker process, placed in the envelope's cgroup (only the
@@ -42,7 +43,8 @@ from .configs import (DEVICES, MIN_AUTO_GROUP, Config, add_ratios, bound_of, env
                       format_size, lirs_configs)
 from .measure import _measure, _worker_main, run_config  # noqa: F401
 from .recommend import GOALS, RANDOMNESS_ORDER, TIE_TOLERANCE, goals, recommend  # noqa: F401
-from .report import command_line, format_table, plot  # noqa: F401
+from .disk import describe as describe_disk  # noqa: F401
+from .report import command_line, device_label, format_number, format_table, plot  # noqa: F401
 from .run import run_bench  # noqa: F401
 from .runners import WARM_EPOCH, _LirsReadsRunner, _LirsRunner  # noqa: F401
 from .schema import ROW_STATUSES, SCHEMA, SCHEMA_VERSION, validate  # noqa: F401

@@ -14,6 +14,7 @@ from ...recommendation import write_json
 from ..envelope import ThrottleGroup, cached_bytes, evict_cache
 from ..peers import make_runner
 from .configs import Config
+from .report import format_number
 from .runners import _LirsReadsRunner, _LirsRunner
 
 log = logging.getLogger("lirs.eval.bench")
@@ -167,11 +168,11 @@ def _measure(runner, task, n, frac, evict_paths) -> dict:
             # an average over the whole sample would charge the fill to every later batch
             rate = (got - first[1]) / (dt - first[0])
             epoch_s = (first[0] + (n_eff - first[1]) / rate) / frac
-            how = (f"first batch after {first[0]:.3g}s, then {rate:,.0f} records/s over {batches - 1} batches, "
+            how = (f"first batch after {format_number(first[0])}s, then {rate:,.0f} records/s over {batches - 1} batches, "
                    f"to {n_eff:,} records")
         else:
             epoch_s = dt * n_eff / max(got, 1) / frac
-            how = f"{got:,} records in {dt:.3g}s, scaled to {n_eff:,} records"
+            how = f"{got:,} records in {format_number(dt)}s, scaled to {n_eff:,} records"
     out = {"epochs_measured": len(done), "measured_s": measured, "records": records,
            "epoch_s": epoch_s, "extrapolated": bool(extrapolated), "epoch_times_s": done,
            "partial_epoch": None if partial is None else {"seconds": partial[0], "records": partial[1],

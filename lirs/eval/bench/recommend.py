@@ -53,7 +53,7 @@ def recommend(rows: list[dict], *, tolerance: float = TIE_TOLERANCE, epochs: int
         total = min(ok, key=lambda r: (r.get("pre_s") or 0.0) + epochs * r["epoch_s"])
         text = (f"{dev}: use {pick['name']} (epoch {_fmt_s(pick['epoch_s'], pick.get('extrapolated'))}")
         if pick is not fastest_lirs:
-            text += (f"; {fastest_lirs['name']} is {fastest_lirs['epoch_s']:.3g}s, within "
+            text += (f"; {fastest_lirs['name']} is {_fmt_s(fastest_lirs['epoch_s'], fastest_lirs.get('extrapolated'))}, within "
                      f"{tolerance:.0%}, but less random")
         text += ")"
         if fastest["kind"] == "peer" and fastest["epoch_s"] < pick["epoch_s"]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shlex
 import sys
@@ -9,6 +10,24 @@ import sys
 from ...units import format_bytes
 
 log = logging.getLogger("lirs.eval.bench")
+
+
+def format_number(v, digits: int = 3) -> str:
+    """``v`` with ``digits`` significant digits in one notation for every magnitude: a k/M/G suffix
+    from a thousand up, plain decimals below, never an exponent (9650 -> ``9.65k``, 83000 ->
+    ``83.0k``, 1.2e6 -> ``1.20M``, 0.0123 -> ``0.0123``, 999.7 -> ``1.00k``); None -> ``-``."""
+    if v is None:
+        return "-"
+    v = float(v)
+    if v == 0 or not math.isfinite(v):
+        return "0" if v == 0 else str(v)
+    r = float(f"{v:.{digits}g}")  # round first: 999.7 is 1.00k, not 1000
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")):
+        if abs(r) >= div or div == 1.0:
+            x = r / div
+            decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+            return f"{x:.{decimals}f}{suffix}"
+    raise AssertionError("unreachable")
 
 
 def _fmt_s(s, extrapolated=False) -> str:
@@ -19,24 +38,30 @@ def _fmt_s(s, extrapolated=False) -> str:
         return f"{mark}{s / 3600:.1f}h"
     if s >= 100:
         return f"{mark}{s:.0f}s"
-    return f"{mark}{s:.3g}s"
+    return f"{mark}{format_number(s)}s"
 
 
 def _fmt_n(v, digits=3) -> str:
-    if v is None:
-        return "-"
-    if v >= 1e6:
-        return f"{v / 1e6:.{digits}g}M"
-    if v >= 1e4:
-        return f"{v / 1e3:.{digits}g}k"
-    return f"{v:.{digits}g}"
+    return format_number(v, digits)
 
 
-def _row_line(row: dict) -> str:
+def device_label(res: dict, dev: str) -> str:
+    """How output names envelope ``dev``: the disk as it is by the transport sysfs reports for it
+    (``"virtio"``, ``"nvme"``, ``"sata"``...; :func:`lirs.eval.bench.disk.describe`), so that a
+    virtio disk is never called nvme; a throttled envelope by its name."""
+    env = (res.get("envelopes") or {}).get(dev) or {}
+    transport = (res.get("disk") or {}).get("transport")
+    if env.get("read_iops") is None and env.get("read_bps") is None and transport and transport != "unknown":
+        return transport
+    return dev
+
+
+def _row_line(row: dict, label: str | None = None) -> str:
+    dev = label or row["device"]
     if row["status"] != "ok":
-        return f"{row['device']}: {row['name']}: {row['status']} ({row.get('note')})"
+        return f"{dev}: {row['name']}: {row['status']} ({row.get('note')})"
     ratio = "" if row.get("ratio") is None else f", {row['ratio']:.2f}x fio {row['bound']['fio_job']}"
-    return (f"{row['device']}: {row['name']}: epoch {_fmt_s(row['epoch_s'], row.get('extrapolated'))}, "
+    return (f"{dev}: {row['name']}: epoch {_fmt_s(row['epoch_s'], row.get('extrapolated'))}, "
             f"{_fmt_n(row.get('records_per_s'))} records/s{ratio}")
 
 
@@ -49,7 +74,11 @@ def format_table(res: dict) -> str:
         env = res["envelopes"][dev]
         caps = "" if env["read_iops"] is None else \
             f" (capped at {env['read_iops']:,} IOPS, {env['read_bps'] / 1e6:.0f} MB/s)"
-        lines.append(f"{dev}{caps}")
+        label = device_label(res, dev)
+        disk = res.get("disk") or {}
+        if env["read_iops"] is None and env["read_bps"] is None and disk.get("label"):
+            caps = f" ({disk['label']}, as it is; envelope {dev})"
+        lines.append(f"{label}{caps}")
         fres = res["fio"].get(dev) or {}
         if fres.get("available"):
             j = fres["jobs"]
@@ -90,7 +119,10 @@ def format_table(res: dict) -> str:
         lines.append("recommendation (" + next(iter(recs.values()))["rule"] + "):")
         for dev in res["settings"]["devices"]:
             if dev in recs:
-                lines.append("  " + recs[dev]["text"])
+                text = recs[dev]["text"]
+                if text.startswith(f"{dev}: "):  # the recommendation is keyed by envelope; name the disk
+                    text = f"{device_label(res, dev)}: " + text[len(dev) + 2:]
+                lines.append("  " + text)
     for n in res.get("notes") or []:
         lines.append(f"note: {n}")
     return "\n".join(lines)

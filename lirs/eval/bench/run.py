@@ -25,7 +25,8 @@ from .. import fio as F
 from ..peers import PEERS, skip_reason
 from .configs import Config, _configs, add_ratios, lirs_configs
 from .recommend import TIE_TOLERANCE, goals, recommend
-from .report import _row_line
+from .disk import describe
+from .report import _row_line, device_label
 from .schema import SCHEMA, SCHEMA_VERSION
 from .worker import _interrupt, _Worker
 
@@ -124,6 +125,7 @@ def _disk(data_path: str, devices, cgroup_root: str, notes: list) -> tuple[dict,
     try:
         maj, mnr, name = E.disk_of(data_path)
         disk.update({"device": f"{maj}:{mnr}", "name": name})
+        disk.update(describe(name))  # transport, model, rotational, label: what the disk really is
         try:
             with open(f"/sys/block/{name}/queue/read_ahead_kb") as f:
                 disk["read_ahead_kb"] = int(f.read())
@@ -182,7 +184,7 @@ class _Bench:
                 row = self.row(dev, cfg, group)
                 add_ratios(row, fres)
                 res["rows"].append(row)
-                self.say(_row_line(row))
+                self.say(_row_line(row, device_label(res, dev)))
                 self.bar.update(1)
         finally:
             if group is not None:

@@ -1,0 +1,103 @@
+"""The documentation site: `mkdocs build --strict` passes (and fails on a broken link, so the check
+can fail), every page is in the nav, the API reference covers the public names, and the results
+page and its figures are what benchmarks/report.py makes of benchmarks/results/*.json."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(ROOT, "docs")
+NO_MKDOCS = importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None
+needs_mkdocs = pytest.mark.skipif(NO_MKDOCS, reason="mkdocs and mkdocstrings are not installed "
+                                                    "(pip install -e '.[docs]')")
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("lirs_report", os.path.join(ROOT, "benchmarks", "report.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _config() -> dict:
+    yaml = pytest.importorskip("yaml", reason="PyYAML comes with mkdocs")
+    with open(os.path.join(ROOT, "mkdocs.yml")) as f:
+        return yaml.safe_load(f)
+
+
+def _nav_pages(nav) -> list:
+    out = []
+    for item in nav:
+        for v in (item.values() if isinstance(item, dict) else [item]):
+            out += _nav_pages(v) if isinstance(v, list) else [v]
+    return out
+
+
+def test_results_page_is_what_report_writes_from_the_jsons():
+    report = _report()
+    with open(os.path.join(DOCS, "results.md")) as f:
+        page = f.read()
+    assert page == report.render(), "docs/results.md is stale: run python benchmarks/report.py"
+    names = report.figures()
+    assert names, "the page shows the benchmarks' figures"
+    for n in names:
+        with open(os.path.join(DOCS, "img", f"{n}.png"), "rb") as a, \
+                open(os.path.join(ROOT, "benchmarks", "results", f"{n}.png"), "rb") as b:
+            assert a.read() == b.read(), f"docs/img/{n}.png differs from benchmarks/results/{n}.png"
+    # figures quoted on the page are the JSONs' own (one of each kind, spelled as the page spells it)
+    import json
+
+    demo = json.load(open(os.path.join(ROOT, "benchmarks", "results", "demo.json")))
+    assert f"{demo['n']:,} label-sorted kdd-like records, {demo['epochs']} epochs" in page
+    plan = json.load(open(os.path.join(ROOT, "benchmarks", "results", "plan.json")))
+    assert f"{plan['amplification']['kdd']['group']['amplification']:.3f}" in page
+
+
+def test_every_page_is_in_the_nav_and_the_api_covers_the_public_names():
+    cfg = _config()
+    nav = _nav_pages(cfg["nav"])
+    pages = sorted(p for p in os.listdir(DOCS) if p.endswith(".md"))
+    assert sorted(nav) == pages
+    assert {"ARCHITECTURE.md", "bad-input.md", "results.md", "api.md", "index.md"} <= set(nav)
+    assert cfg["theme"]["name"] == "material" and cfg.get("strict") is True
+    api = open(os.path.join(DOCS, "api.md")).read()
+    for name in ("lirs.loader.Loader", "lirs.loader.Batch", "lirs.build.build_index", "lirs.index.open_index",
+                 "lirs.decode.load_svmlight", "lirs.errors", "lirs.torch.make_dataloader",
+                 "lirs.torch.LirsIterableDataset", "lirs.torch.LirsDataLoader"):
+        assert f"::: {name}\n" in api, name
+
+
+def _build(config: str, site) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", config, "--site-dir", str(site)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+
+
+@needs_mkdocs
+def test_mkdocs_build_strict_passes(tmp_path):
+    r = _build(os.path.join(ROOT, "mkdocs.yml"), tmp_path / "site")
+    assert r.returncode == 0, r.stderr[-4000:]
+    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    # the reference is generated from the docstrings, not written by hand
+    for name in ("Loader", "build_index", "open_index", "StaleIndexError", "make_dataloader", "LirsIterableDataset"):
+        assert re.search(rf'id="[\w.]*{name}"', api), name
+
+
+@needs_mkdocs
+def test_strict_build_fails_on_a_broken_link(tmp_path):
+    docs = tmp_path / "docs"
+    shutil.copytree(DOCS, docs)
+    with open(docs / "index.md", "a") as f:
+        f.write("\nSee [a page that does not exist](nowhere.md).\n")
+    text = open(os.path.join(ROOT, "mkdocs.yml")).read()
+    text = text.replace("docs_dir: docs", f"docs_dir: {docs}").replace("paths: [.]", f"paths: [{ROOT}]")
+    (tmp_path / "mkdocs.yml").write_text(text)
+    r = _build(str(tmp_path / "mkdocs.yml"), tmp_path / "site")
+    assert r.returncode != 0 and "nowhere.md" in r.stderr, r.stderr[-3000:]
