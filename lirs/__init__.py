@@ -5,10 +5,12 @@ Public API (imported lazily so that ``import lirs`` stays cheap)::
     lirs.build_index(paths, format="auto") -> Index        # scan once, write DATA.lirs
     lirs.open_index(path) -> Index
     lirs.plan_epoch(index, batch_size, granularity, ...)   # an epoch's batches and reads, no I/O
-    lirs.Loader(paths, batch_size, ...)                    # batches of a fresh permutation per epoch
-    lirs.STRATEGIES[name](index_or_n, seed=, epoch=, ...)  # reference shuffle strategies
+    lirs.Loader(source, batch_size, *, granularity="window", ...)  # a fresh permutation per epoch
+    lirs.ResumeState                                       # where a consumer is (state_dict's value)
     lirs.shuffle(inputs, out, memory="2G", ...)            # one-off exact external shuffle
     lirs.torch.make_dataloader(path, batch_size, ...)      # PyTorch (optional extra)
+
+The reference shuffle strategies are measured by the evaluation package: ``lirs.eval.STRATEGIES``.
 """
 from __future__ import annotations
 
@@ -36,9 +38,14 @@ _LAZY = {
     "decode_fixed": "lirs.decode",
     "decode_lines": "lirs.decode",
     "load_svmlight": "lirs.decode",
-    "STRATEGIES": "lirs.eval.strategies",
+    "ResumeState": "lirs.state",
+    "GRANULARITIES": "lirs.policies",
+    "POLICIES": "lirs.policies",
     "shuffle": "lirs.external",
 }
+
+
+__all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name):

@@ -30,9 +30,13 @@ old rank had not yet consumed (a prefix of its slice was) are split over the new
 delivered exactly once — pass the list of every old rank's state, or one state when the ranks
 stepped together (``next_batch`` the same on all). Every granularity supports it.
 
+Epochs: ``loader.epoch(e)`` delivers epoch ``e``; a plain pass (``for batch in loader``) starts
+the next epoch each time (0, 1, 2, ...; :meth:`Loader.set_epoch` chooses it), so that iterating
+twice never repeats an order by accident.
+
 ::
 
-    with lirs.Loader("train.svm", batch_size=1024) as loader:
+    with lirs.Loader("train.svm", 1024, granularity="window") as loader:
         for epoch in range(10):
             for batch in loader.epoch(epoch):
                 model.partial_fit(batch.X, batch.y)
@@ -43,18 +47,21 @@ import logging
 import os
 import sys
 import threading
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from .assemble import StepDecoder
-from .constants import BLOCK, DEFAULT_PREFETCH, DEFAULT_WINDOW
+from .api import keyword_only, positive_int
+from .batch import Batch, LoaderStats
+from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH, DEFAULT_WINDOW
 from .cores import usable_cores
 from .errors import UsageError
-from .index import Index, open_index
+from .firstuse import open_or_index
+from .index import Index
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
+from .policies import DEFAULT_GRANULARITY, GRANULARITIES
+from .recommendation import AUTO
 from .ranges import over_spans, remainder
 from .recommendation import auto_settings
 from .state import ResumeState, states_of
@@ -64,55 +71,13 @@ from . import warmup
 log = logging.getLogger("lirs.loader")
 
 
-@dataclass
-class Batch:
-    """One batch: ``ids`` int64 (k,) global record IDs in delivery order; ``X`` a
-    ``scipy.sparse.csr_matrix`` (k, n_features) for LIBSVM, an ndarray (k, *record_shape) for
-    npy/fixed, a list of k ``bytes`` for lines; ``y`` float64 (k,) or None; ``epoch`` and ``index``
-    (batch number within the epoch)."""
-
-    ids: np.ndarray
-    X: Any
-    y: np.ndarray | None
-    epoch: int = 0
-    index: int = 0
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-@dataclass
-class LoaderStats:
-    """Counters of a loader since it was made (or since :meth:`reset`).
-
-    ``bytes_read``: bytes the engine read; ``payload_bytes``: bytes of the delivered records
-    (amplification = bytes_read / payload_bytes); ``reads``: extents read; ``records`` and
-    ``batches`` delivered; ``wait_s``: time the consumer spent waiting for a batch;
-    ``io_s``/``decode_s``: time spent in engine reads and decoding (summed over concurrent work).
-    """
-
-    bytes_read: int = 0
-    payload_bytes: int = 0
-    reads: int = 0
-    records: int = 0
-    batches: int = 0
-    wait_s: float = 0.0
-    io_s: float = 0.0
-    decode_s: float = 0.0
-
-    def reset(self) -> None:
-        for k, v in LoaderStats().__dict__.items():
-            setattr(self, k, v)
-
-    def as_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["amplification"] = self.bytes_read / self.payload_bytes if self.payload_bytes else None
-        return d
-
-
 _CONFIG_KEYS = ("batch_size", "granularity", "group_bytes", "window", "seed", "rank", "world_size",
                 "drop_last", "permutation")
 _ELASTIC_KEYS = ("batch_size", "rank", "world_size")  # may change between a save and an elastic resume
+# what the Loader took by position before everything after batch_size became keyword-only
+_OLD_POSITIONAL = ("granularity", "group_bytes", "window", "seed", "engine", "prefetch", "rank", "world_size",
+                   "drop_last", "dtype", "permutation", "index")
+_INDEX_MODES = ("auto", "never")
 
 
 class Loader:
@@ -120,15 +85,19 @@ class Loader:
 
     Parameters
     ----------
-    paths : str, list of str, or Index
+    source : str, list of str, or Index
         A data file, a directory, a ``.lirs`` sidecar, a one-element list of those, or an opened
-        :class:`~lirs.index.Index` (several files: pass their sidecar or the Index).
+        :class:`~lirs.index.Index` (several files: pass their sidecar or the Index). A data file
+        or directory with no sidecar is indexed on first use (see ``index``).
     batch_size : int
         Records per batch (per rank).
-    granularity : {"instance", "page", "group", "window", "auto"}
-        Shuffling unit of the planner (see :func:`lirs.plan.plan_epoch`). ``"auto"``: the choice
-        ``lirs bench DATA --auto`` saved for this dataset (with its group_bytes and window), or
-        ``"group"`` when there is none.
+
+    Every other parameter is keyword-only.
+
+    granularity : {"window", "group", "page", "instance", "auto"}
+        Shuffling unit of the planner (see :mod:`lirs.policies` and :func:`lirs.plan.plan_epoch`);
+        default ``"window"``. ``"auto"``: the choice ``lirs bench DATA --auto`` saved for this
+        dataset (with its group_bytes and window), or ``"window"`` when there is none.
     group_bytes : int
         Bytes of a group (granularity group and window), a multiple of 4096.
     window : int or str
@@ -150,8 +119,10 @@ class Loader:
         pool, which has a thread per usable core and one more, so that every core decodes.
     rank, world_size, drop_last : sharding over data-parallel workers.
     dtype : numpy dtype of LIBSVM values (npy/fixed keep the file's dtype).
-    index : Index or None
-        Use this index instead of opening one from ``paths``.
+    index : {"auto", "never"}
+        ``"auto"``: a data file or directory without a sidecar is indexed on first use, as
+        ``lirs index`` would (a progress bar on stderr for long scans); ``"never"``: it raises
+        :class:`~lirs.errors.IndexFormatError` instead.
     n_features, zero_based : LIBSVM decoding (defaults: from the index, by sklearn's rule).
     depth : int or None
         Reads in flight per batch for the engine (its default when None).
@@ -164,20 +135,18 @@ class Loader:
         TFRecord: check each record's payload CRC-32C as it is read (the length CRC always is).
     """
 
-    def __init__(self, paths, batch_size, granularity="group", group_bytes=65536, window=None, seed=0,
-                 engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1, drop_last=False, dtype=np.float32,
-                 permutation="auto", index=None, *, n_features=None, zero_based="auto", depth=None,
-                 direct=None, transform=None, verify=False):
-        src = paths if index is None else index
-        self.index = self._open_index(src)
-        self._owns_index = self.index is not src  # opened here: released by close()
-        self.batch_size = int(batch_size)
-        if self.batch_size < 1:
-            raise UsageError(f"batch_size must be >= 1, got {batch_size}")
-        self.prefetch = int(prefetch)
-        if self.prefetch < 1:
-            raise UsageError(f"prefetch must be >= 1, got {prefetch}")
-        if granularity == "auto":  # what `lirs bench --auto` saved for this dataset, else group
+    @keyword_only(_OLD_POSITIONAL)
+    def __init__(self, source, batch_size, *, granularity=DEFAULT_GRANULARITY, group_bytes=DEFAULT_GROUP_BYTES,
+                 window=None, seed=0, engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1,
+                 drop_last=False, dtype=np.float32, permutation="auto", index="auto", n_features=None,
+                 zero_based="auto", depth=None, direct=None, transform=None, verify=False):
+        self.index = self._open_index(source, index)
+        self._owns_index = self.index is not source  # opened here: released by close()
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.prefetch = positive_int("prefetch", prefetch)
+        if granularity not in GRANULARITIES and granularity != AUTO:
+            raise UsageError(f"granularity must be one of {', '.join(GRANULARITIES + (AUTO,))}, got {granularity!r}")
+        if granularity == AUTO:  # what `lirs bench --auto` saved for this dataset, else the default
             granularity, group_bytes, window = auto_settings(self.index, group_bytes, window)
         self.granularity = granularity
         self.group_bytes = int(group_bytes)
@@ -206,6 +175,7 @@ class Loader:
         self._cfg = self._make_config()
         self._pos = ResumeState()  # where the consumer is (epoch None: nothing delivered yet)
         self._resume: ResumeState | None = None  # a loaded state the next epoch(e) starts from
+        self._next_epoch = 0  # the epoch a plain pass (``for b in loader``) starts
         self._stride, self._nb = 1, 0  # of the epoch being walked
         self._lock = threading.Lock()
         self._pid = None
@@ -218,7 +188,11 @@ class Loader:
 
     # ------------------------------------------------------------------ setup / teardown
     @staticmethod
-    def _open_index(src):
+    def _open_index(src, index):
+        if isinstance(index, Index):
+            raise TypeError("Loader takes its index as the source: Loader(index, batch_size, ...)")
+        if index not in _INDEX_MODES:
+            raise UsageError(f"index must be one of {', '.join(map(repr, _INDEX_MODES))}, got {index!r}")
         if isinstance(src, Index):
             return src
         if isinstance(src, (list, tuple)):
@@ -226,7 +200,9 @@ class Loader:
                 raise UsageError("several data files form one dataset: pass their .lirs sidecar "
                                  "(lirs index FILES -o NAME.lirs) or an opened Index")
             src = src[0]
-        return open_index(os.fspath(src))
+        if src is None:
+            raise UsageError("Loader needs a source: a data file, a directory, a .lirs sidecar or an Index")
+        return open_or_index(os.fspath(src), index=index)
 
     @property
     def engine(self):
@@ -420,8 +396,16 @@ class Loader:
             run.abandon()
 
     def __iter__(self):
-        """Iterate over epoch 0 (use :meth:`epoch` for later epochs)."""
-        return self.epoch(0)
+        """A plain pass: each one starts the next epoch (0, 1, 2, ...), so that ``for batch in
+        loader`` twice gives two fresh orders. :meth:`set_epoch` chooses the next pass's epoch; a
+        loaded state resumes its own epoch; after ``epoch(e)`` the next pass is ``e + 1``."""
+        return self.epoch(self._resume.epoch if self._resume is not None else self._next_epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next plain pass (``for batch in loader``) deliver ``epoch``."""
+        if int(epoch) < 0:
+            raise UsageError(f"epoch must be >= 0, got {epoch}")
+        self._next_epoch = int(epoch)
 
     def _begin(self, epoch, start, stride=1, offset=0):
         if self._closed:
@@ -438,6 +422,7 @@ class Loader:
                 log.warning("resume state is for epoch %d, starting epoch %d from its first batch",
                             self._resume.epoch, epoch)
         self._resume = None
+        self._next_epoch = epoch + 1
         plan = self.plan(epoch, spans)
         # the pipeline (engine, pool) starts after planning: on a cold numba cache the planning
         # kernels compile here while the warm-up helper compiles the read and decode ones

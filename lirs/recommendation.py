@@ -10,7 +10,9 @@ import os
 import tempfile
 
 from .constants import DEFAULT_WINDOW
-from .policies import GRANULARITIES
+from .policies import DEFAULT_GRANULARITY, GRANULARITIES
+
+AUTO = "auto"  # the granularity that reads what `lirs bench --auto` saved
 from .errors import UsageError
 
 log = logging.getLogger("lirs.recommendation")
@@ -92,15 +94,15 @@ def load_recommendation(index) -> dict | None:
 
 def auto_settings(index, group_bytes: int, window) -> tuple[str, int, object]:
     """``(granularity, group_bytes, window)`` for ``Loader(granularity="auto")``: the saved
-    recommendation of ``lirs bench --auto`` for this dataset, else ``("group", group_bytes,
-    window)`` with a logged note. ``window`` is the caller's memory budget (a window spec), or None
+    recommendation of ``lirs bench --auto`` for this dataset, else the default granularity
+    (:data:`lirs.policies.DEFAULT_GRANULARITY`) with ``group_bytes`` and ``window``, and a logged note. ``window`` is the caller's memory budget (a window spec), or None
     when not given: a budget given wins over the saved window, so that ``auto`` never holds more
     memory than asked for."""
     doc = load_recommendation(index)
     if doc is None:
         log.info("granularity='auto': no lirs bench recommendation for %s (run `lirs bench DATA --auto`); "
-                 "using group", ", ".join(getattr(index, "paths", ()) or ()) or "this dataset")
-        return "group", int(group_bytes), DEFAULT_WINDOW if window is None else window
+                 "using %s", ", ".join(getattr(index, "paths", ()) or ()) or "this dataset", DEFAULT_GRANULARITY)
+        return DEFAULT_GRANULARITY, int(group_bytes), DEFAULT_WINDOW if window is None else window
     gb = doc.get("group_bytes") or group_bytes
     w = window if window is not None else (doc.get("window") or DEFAULT_WINDOW)
     log.info("granularity='auto': %s from %s", doc["config"], recommendation_path(index))

@@ -44,7 +44,7 @@ ranks, each delivered once (see :mod:`lirs.loader`; pass the list of every old r
 the ranks did not step together). A state from another seed, granularity or dataset is refused
 with a UsageError.
 
-torch is an optional dependency: it is imported only by this module.
+torch is an optional dependency: it is imported only by this module and :mod:`lirs.tensors`.
 """
 from __future__ import annotations
 
@@ -54,13 +54,13 @@ import os
 import warnings
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 import torch.utils.data as tud
 
 from .errors import UsageError
 from .loader import Loader
 from .state import ResumeState, states_of
+from .tensors import Convert, to_tensors  # noqa: F401 - to_tensors is public here too
 
 log = logging.getLogger("lirs.torch")
 
@@ -94,103 +94,6 @@ def _dist_rank_world() -> tuple[int, int]:
 def _worker() -> tuple[int, int]:
     info = tud.get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
-
-
-def to_tensors(b, sparse: str = "csr", label_dtype=torch.float32):
-    """(ids int64 (k,), X, y) tensors of a :class:`lirs.loader.Batch` (see the module docstring)."""
-    ids = torch.from_numpy(np.ascontiguousarray(b.ids, np.int64))
-    y = None if b.y is None else torch.as_tensor(np.asarray(b.y), dtype=label_dtype)
-    X = b.X
-    if sp.issparse(X):
-        X = X.tocsr()
-        if sparse == "dense":
-            X = torch.from_numpy(np.asarray(X.toarray()))
-        else:
-            # the decoder's arrays as they are (no copy: int32 indices unless they need int64, as
-            # scipy has them); valid by construction, so torch's O(nnz) checks are skipped
-            indptr, indices = X.indptr, X.indices
-            if indptr.dtype != indices.dtype:
-                indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
-            t = torch.sparse_csr_tensor(torch.from_numpy(indptr), torch.from_numpy(indices),
-                                        torch.from_numpy(X.data), size=X.shape, check_invariants=False)
-            X = t.to_sparse_coo() if sparse == "coo" else t
-    elif isinstance(X, np.ndarray):
-        X = torch.from_numpy(X)
-    return ids, X, y  # lines data stays a list of bytes
-
-
-class _Convert:
-    """The Loader transform of a dataset: a Batch to its torch output (picklable, stateless). In a
-    DataLoader worker the output travels packed in one buffer (see :class:`_Packed`)."""
-
-    def __init__(self, sparse, output, label_dtype, user):
-        self.sparse, self.output, self.label_dtype, self.user = sparse, output, label_dtype, user
-
-    def __call__(self, b):
-        ids, X, y = to_tensors(b, self.sparse, self.label_dtype)
-        if self.user is not None:
-            return self.user({"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids))
-        if isinstance(X, torch.Tensor) and tud.get_worker_info() is not None:
-            return _Packed(ids, X, y, self.output)
-        return {"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids)
-
-
-_ALIGN = 64                # bytes: every tensor of a packed batch starts aligned
-_INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pickle stream
-
-
-class _Packed:
-    """A batch on its way from a DataLoader worker to the main process: every tensor of it (ids, y,
-    the arrays of X) copied into one uint8 buffer, so that the batch crosses processes in the
-    pickle stream (up to ``_INBAND_BYTES``) or as one shared-memory segment, not as one segment
-    and one file descriptor per tensor (about a millisecond each). The main process rebuilds the
-    output from views of the buffer, without copying (:func:`_unpack`)."""
-
-    __slots__ = ("buf", "meta")
-
-    def __init__(self, ids, X, y, output):
-        if X.layout == torch.sparse_csr:
-            kind, parts = "csr", [X.crow_indices(), X.col_indices(), X.values()]
-        elif X.layout == torch.sparse_coo:
-            kind, parts = "coo", [X._indices(), X._values()]
-        else:
-            kind, parts = "dense", [X]
-        parts = [ids] + ([] if y is None else [y]) + parts
-        spans, o = [], 0
-        for t in parts:
-            nb = t.numel() * t.element_size()
-            spans.append((o, nb, t.dtype, tuple(t.shape)))
-            o += -(-nb // _ALIGN) * _ALIGN
-        self.buf = torch.empty(max(o, 1), dtype=torch.uint8)
-        for t, (a, nb, _, _) in zip(parts, spans):
-            if nb:
-                self.buf[a:a + nb].view(t.dtype).view(t.shape).copy_(t)
-        self.meta = (kind, tuple(X.shape), y is not None, output, spans)
-
-    def __reduce__(self):
-        # a small batch is cheaper in the pickle stream; a large one as one shared-memory segment
-        if self.buf.numel() <= _INBAND_BYTES:
-            return _unpack_array, (self.buf.numpy(), self.meta)
-        return _unpack, (self.buf, self.meta)
-
-
-def _unpack_array(a: np.ndarray, meta):
-    return _unpack(torch.from_numpy(a), meta)
-
-
-def _unpack(buf, meta):
-    """The output of a :class:`_Packed` batch, its tensors views of ``buf``."""
-    kind, shape, has_y, output, spans = meta
-    ts = [buf[a:a + nb].view(dt).view(sh) for a, nb, dt, sh in spans]
-    ids, y = ts[0], (ts[1] if has_y else None)
-    rest = ts[2:] if has_y else ts[1:]
-    if kind == "csr":
-        X = torch.sparse_csr_tensor(*rest, size=shape, check_invariants=False)
-    elif kind == "coo":
-        X = torch.sparse_coo_tensor(*rest, size=shape, is_coalesced=True, check_invariants=False)
-    else:
-        X = rest[0]
-    return {"ids": ids, "X": X, "y": y} if output == "dict" else (X, y, ids)
 
 
 class LirsIterableDataset(tud.IterableDataset):
@@ -250,6 +153,7 @@ class LirsIterableDataset(tud.IterableDataset):
         self._loader = None
         self._loader_key = None
         self._pos = ResumeState(self.epoch)        # this process's deliveries (the consumer's position)
+        self._chosen = True  # the epoch of the next pass was chosen (here, set_epoch, a loaded state)
         self._resume: ResumeState | None = None    # an exact Loader state the next iteration starts from
         # DataLoader workers do not see the process group: read it here, in the rank's process
         self._dist = _dist_rank_world()
@@ -260,6 +164,7 @@ class LirsIterableDataset(tud.IterableDataset):
         ``DistributedSampler``; DataLoader workers get the new value when they start). A loaded
         state of another epoch is dropped."""
         self.epoch = int(epoch)
+        self._chosen = True
         self._dist = _dist_rank_world() if tud.get_worker_info() is None else self._dist
         if self._resume is not None and self._resume.epoch != self.epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
@@ -324,6 +229,15 @@ class LirsIterableDataset(tud.IterableDataset):
         """Batches of this rank in ``epoch`` (default: the current one)."""
         return self.loader().num_batches(self.epoch if epoch is None else epoch)
 
+    def __len__(self) -> int:
+        """Batches of this rank in the current epoch (what ``len(DataLoader)`` reports)."""
+        return self.num_batches()
+
+    def __repr__(self) -> str:
+        kw = "".join(f", {k}={v!r}" for k, v in sorted(self.loader_kwargs.items()))
+        return (f"LirsIterableDataset({self.source!r}, batch_size={self.batch_size}, epoch={self.epoch}, "
+                f"sparse={self.sparse!r}, output={self.output!r}{kw})")
+
     def close(self) -> None:
         """Close this process's loader (a later iteration makes a new one)."""
         if self._loader is not None and self._loader_key[0] == os.getpid():
@@ -373,7 +287,17 @@ class LirsIterableDataset(tud.IterableDataset):
             return
         self._resume = exact.replace(worker=None if one is None else one.worker)
         self.epoch = exact.epoch
+        self._chosen = True
         self._pos = self._resume.replace(config={}, worker=None)
+
+    def begin_pass(self) -> int:
+        """A new pass over the dataset starts (in the main process): unless its epoch was chosen
+        since the last pass (:meth:`set_epoch`, a loaded state), it is the next epoch, so that two
+        passes never repeat an order by accident. Returns the pass's epoch."""
+        if not self._chosen:
+            self.set_epoch(self.epoch + 1)
+        self._chosen = False
+        return self.epoch
 
     def resume_point(self) -> ResumeState | None:
         """The loaded state the next iteration starts from (None: the epoch's first batch)."""
@@ -393,6 +317,8 @@ class LirsIterableDataset(tud.IterableDataset):
     def __iter__(self):
         # eager (not a generator function): the position is known when the iterator is made, as
         # StatefulDataLoader reads the state before the first batch
+        if tud.get_worker_info() is None:
+            self.begin_pass()  # a worker's copy has the epoch its main process chose
         loader = self.loader()
         res, self._resume = self._resume, None
         w, nw = _worker()
@@ -412,8 +338,8 @@ class LirsIterableDataset(tud.IterableDataset):
         self._pos = ResumeState(self.epoch, min(start + off, nb), spans)
         return self._deliver(it, loader)
 
-    def _converter(self) -> "_Convert":
-        return _Convert(self.sparse, self.output, self.label_dtype, self.transform)
+    def _converter(self) -> "Convert":
+        return Convert(self.sparse, self.output, self.label_dtype, self.transform)
 
     def _deliver(self, it, loader):
         # without a user transform the tensors (a few from_numpy calls) are built here: as a task of
@@ -446,6 +372,7 @@ class LirsDataLoader(tud.DataLoader):
             for b in ds:
                 yield convert(b)
             return
+        ds.begin_pass()  # the workers get a copy of the dataset: choose the pass's epoch here
         res = ds.resume_point()
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         if ctx.get_start_method() == "fork":

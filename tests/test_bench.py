@@ -351,7 +351,7 @@ def test_reads_only_runner_reads_the_plan_once(kdd_tiny):
     task = {"batch_size": 200, "seed": 5, "engine": "auto"}
     for cfg in (B.Config("lirs", "instance", reads_only=True), B.Config("lirs", "group", 8192, reads_only=True),
                 B.Config("lirs", "window", 8192, 4, reads_only=True)):
-        r = B._LirsReadsRunner(cfg, idx, task)
+        r = B.LirsReadsRunner(cfg, idx, task)
         try:
             r.warm()
             assert r.reads == 0
@@ -376,7 +376,7 @@ def test_reads_only_runner_keeps_two_calls_in_flight(kdd_tiny):
     import lirs
 
     idx = lirs.open_index(kdd_tiny)
-    r = B._LirsReadsRunner(B.Config("lirs", "instance", reads_only=True), idx,
+    r = B.LirsReadsRunner(B.Config("lirs", "instance", reads_only=True), idx,
                            {"batch_size": 50, "seed": 5, "engine": "auto"})
     r.CALL_BYTES = 1  # a call per batch (an instance batch is a read step of its own)
     threads, read = set(), r._read
@@ -477,7 +477,7 @@ class _SlowRunner:
 
 def test_measure_extrapolates_an_epoch_cut_by_the_budget():
     r = _SlowRunner(1000, 0.005)
-    m = B._measure(r, {"budget_s": 0.05, "epochs": 3}, 1000, 1.0, None)
+    m = B.measure_task(r, {"budget_s": 0.05, "epochs": 3}, 1000, 1.0, None)
     assert m["extrapolated"] is True and m["epochs_measured"] == 0
     part = m["partial_epoch"]
     assert 0 < part["records"] < 1000 and part["records"] == m["records"] and part["batches"] >= 3
@@ -488,7 +488,7 @@ def test_measure_extrapolates_an_epoch_cut_by_the_budget():
     assert m["io_source"] == "loader" and m["reads"] == m["records"] // 10
     assert m["amplification"] == pytest.approx(4096 / 1000)
     # too few batches for a rate: the plain average
-    m = B._measure(_SlowRunner(1000, 0.03), {"budget_s": 0.005, "epochs": 1}, 1000, 1.0, None)
+    m = B.measure_task(_SlowRunner(1000, 0.03), {"budget_s": 0.005, "epochs": 1}, 1000, 1.0, None)
     part = m["partial_epoch"]
     assert part["batches"] == 1
     assert m["epoch_s"] == pytest.approx(part["seconds"] * 1000 / part["records"])
@@ -496,11 +496,11 @@ def test_measure_extrapolates_an_epoch_cut_by_the_budget():
 
 def test_measure_full_epochs_are_not_extrapolated():
     r = _SlowRunner(50, 0.0)
-    m = B._measure(r, {"budget_s": 30.0, "epochs": 2}, 50, 1.0, None)
+    m = B.measure_task(r, {"budget_s": 30.0, "epochs": 2}, 50, 1.0, None)
     assert m["extrapolated"] is False and m["epochs_measured"] == 2 and m["records"] == 100
     assert m["epoch_s"] == pytest.approx(sum(m["epoch_times_s"]) / 2)
     # a sampled load (a fraction of the data) is scaled up and marked so
-    m = B._measure(_SlowRunner(50, 0.0), {"budget_s": 30.0, "epochs": 1}, 200, 0.25, None)
+    m = B.measure_task(_SlowRunner(50, 0.0), {"budget_s": 30.0, "epochs": 1}, 200, 0.25, None)
     assert m["extrapolated"] is True and m["epoch_s"] == pytest.approx(m["epoch_times_s"][0] / 0.25)
 
 
@@ -895,9 +895,9 @@ def test_the_disk_as_it_is_is_printed_by_its_transport():
     res["disk"] = {"transport": "unknown"}
     assert B.device_label(res, "nvme") == "nvme"  # nothing better known: the envelope's name
     row = {"device": "nvme", "name": "lirs-group-64K", "status": "ok", "epoch_s": 12.5, "records_per_s": 9650.0}
-    from lirs.eval.bench.report import _row_line
+    from lirs.eval.bench.report import row_line
 
-    assert _row_line(row, "virtio") == "virtio: lirs-group-64K: epoch 12.5s, 9.65k records/s"
+    assert row_line(row, "virtio") == "virtio: lirs-group-64K: epoch 12.5s, 9.65k records/s"
 
 
 def test_format_table_names_a_virtio_disk_virtio(tmp_path):

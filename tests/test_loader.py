@@ -223,7 +223,7 @@ def test_close_leaves_nothing_behind(svm, engine_name, own_index):
 
     p, idx, *_ = svm
     before_fds, before_threads = open_fds(), set(threading.enumerate())
-    loader = Loader(p, 64, engine=engine_name, prefetch=4, n_features=300, index=None if own_index else idx)
+    loader = Loader(p if own_index else idx, 64, engine=engine_name, prefetch=4, n_features=300)
     it = loader.epoch(0)
     for _ in range(3):
         next(it)  # abandon the epoch with batches in flight
@@ -295,7 +295,7 @@ def test_dropped_loader_is_freed(svm):
 
     p, idx, *_ = svm
     before_threads = set(threading.enumerate())
-    loader = Loader(p, 64, n_features=300, index=idx)
+    loader = Loader(idx, 64, n_features=300)
     next(iter(loader.epoch(0)))  # leaves batches in flight: they hold the loader until they finish
     freed = threading.Event()
     weakref.finalize(loader, freed.set)

@@ -243,10 +243,10 @@ def test_payload_crc_is_checked_again_on_read_with_verify(tmp_path):
     data[off + 12 + len(recs[11]) // 2] ^= 0x20   # same size, payload byte flipped after indexing
     (tmp_path / "d.tfrecord").write_bytes(bytes(data))
     idx = open_index(tmp_path / "d.tfrecord", check=False)
-    with lirs.Loader(None, 4, index=idx, granularity="instance", verify=True) as loader:
+    with lirs.Loader(idx, 4, granularity="instance", verify=True) as loader:
         with pytest.raises(DataError, match=rf"d.tfrecord: record 11 at byte {off}: payload CRC mismatch"):
             list(loader.epoch(0))
-    with lirs.Loader(None, 4, index=idx, granularity="instance") as loader:  # verify off: delivered as read
+    with lirs.Loader(idx, 4, granularity="instance") as loader:  # verify off: delivered as read
         got = {i: x for b in loader.epoch(0) for i, x in zip(b.ids.tolist(), b.X)}
     assert got[11] != recs[11] and all(got[i] == recs[i] for i in range(30) if i != 11)
 

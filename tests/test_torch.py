@@ -200,6 +200,7 @@ def test_single_process_iteration_is_torchs(kdd_file):
     want = list(tud.DataLoader(ds, batch_size=None))
     rng_after = torch.get_rng_state()
     torch.manual_seed(0)
+    ds.set_epoch(0)  # the same epoch again (a plain second pass would be epoch 1)
     got = list(LirsDataLoader(ds, batch_size=None))
     assert torch.equal(torch.get_rng_state(), rng_after)
     assert len(got) == len(want) == ds.num_batches()
@@ -207,6 +208,7 @@ def test_single_process_iteration_is_torchs(kdd_file):
         assert torch.equal(g["ids"], w["ids"]) and torch.equal(g["y"], w["y"])
         assert torch.equal(g["X"].values(), w["X"].values())
         assert torch.equal(g["X"].col_indices(), w["X"].col_indices())
+    ds.set_epoch(0)
     sizes = list(LirsDataLoader(ds, batch_size=None, collate_fn=lambda b: b["ids"].shape[0]))
     assert sizes == [len(w["ids"]) for w in want]
     ds.close()
@@ -408,15 +410,16 @@ def test_packed_batches_cross_processes_intact(small_svm, monkeypatch, sparse, i
     import torch.multiprocessing  # noqa: F401 - registers the tensor reductions
 
     import lirs.torch as lt
+    from lirs import tensors
 
-    monkeypatch.setattr(lt, "_INBAND_BYTES", 1 << 30 if inband else 0)
+    monkeypatch.setattr(tensors, "INBAND_BYTES", 1 << 30 if inband else 0)
     with lirs.Loader(small_svm, 50) as loader:
         b = next(iter(loader))
     for output, label in (("dict", True), ("tuple", False)):
         b.y = b.y if label else None
         ids, X, y = lt.to_tensors(b, sparse)
         buf = io.BytesIO()
-        ForkingPickler(buf).dump(lt._Packed(ids, X, y, output))
+        ForkingPickler(buf).dump(tensors.Packed(ids, X, y, output))
         got = pickle.loads(buf.getvalue())
         if output == "tuple":
             got = {"X": got[0], "y": got[1], "ids": got[2]}

@@ -8,6 +8,7 @@ import sys
 import time
 
 from ..constants import DEFAULT_WINDOW
+from ..policies import DEFAULT_GRANULARITY, GRANULARITIES
 from ..errors import UsageError
 
 
@@ -18,9 +19,9 @@ def add_parser(sub):
                     "optionally sleeping --compute-ms per batch to stand in for a training step, and "
                     "report records/s, MB/s, reads/s, read amplification, the stall fraction (time "
                     "the consumer waited for data / wall time), peak RSS and the engine used.")
-    p.add_argument("path", metavar="PATH", help="data file, directory or .lirs sidecar (indexed)")
-    p.add_argument("--granularity", default="group", choices=("instance", "page", "group", "window"),
-                   help="shuffling unit (default: group)")
+    p.add_argument("path", metavar="PATH", help="data file, directory or .lirs sidecar (indexed on first use)")
+    p.add_argument("--granularity", default=DEFAULT_GRANULARITY, choices=GRANULARITIES,
+                   help=f"shuffling unit (default: {DEFAULT_GRANULARITY})")
     p.add_argument("--engine", default="auto",
                    help="auto (default; $LIRS_ENGINE or the best that works), uring, threads, aiofiles, buffered")
     p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")

@@ -6,6 +6,7 @@ import os
 import sys
 
 from ..constants import DEFAULT_WINDOW
+from ..policies import DEFAULT_GRANULARITY
 from ..errors import UsageError
 
 
@@ -17,9 +18,9 @@ def add_parser(sub):
         description="Plan one epoch of an indexed dataset (nothing is read): write the record IDs in "
                     "delivery order for one rank as an int64 .npy file, and print the plan's statistics: "
                     "batches, reads, bytes read, payload bytes and read amplification.")
-    p.add_argument("path", metavar="PATH", help="data file, directory or .lirs sidecar (indexed)")
+    p.add_argument("path", metavar="PATH", help="data file, directory or .lirs sidecar (indexed on first use)")
     p.add_argument("--granularity", default=None, choices=GRANULARITIES,
-                   help="shuffling unit (default: group)")
+                   help=f"shuffling unit (default: {DEFAULT_GRANULARITY})")
     p.add_argument("--strategy", default=None, metavar="NAME",
                    help="any shuffle strategy of `lirs quality` instead (instance/page/group/window are the "
                         "granularities; others: sequential, bmf, shuffle_buffer, deeplake, streaming_py1s, ..., "
@@ -106,7 +107,7 @@ def _run_strategy(args, idx) -> int:
 
 
 def run(args) -> int:
-    from ..index import open_index
+    from ..firstuse import open_or_index
     from ..plan import GRANULARITIES, plan_epoch
     from ..eval.strategies import STRATEGIES
     from ..units import format_bytes, parse_size
@@ -117,13 +118,13 @@ def run(args) -> int:
         if args.granularity is not None and args.granularity != args.strategy:
             raise UsageError(f"--granularity {args.granularity} and --strategy {args.strategy} disagree; give one")
         if args.strategy not in GRANULARITIES:
-            return _run_strategy(args, open_index(args.path))
+            return _run_strategy(args, open_or_index(args.path))
         args.granularity = args.strategy
     elif args.param:
         raise UsageError("--param goes with --strategy")
     if args.granularity is None:
-        args.granularity = "group"
-    idx = open_index(args.path)
+        args.granularity = DEFAULT_GRANULARITY
+    idx = open_or_index(args.path)
     plan = plan_epoch(idx, args.batch_size, args.granularity, seed=args.seed, epoch=args.epoch, rank=args.rank,
                       world_size=args.world_size, drop_last=args.drop_last,
                       group_bytes=parse_size(args.group_bytes), window=args.window,

@@ -110,14 +110,14 @@ def child_config(task: dict) -> dict:
 
     stats = {}
 
-    class StatsRunner(runners._LirsRunner):
+    class StatsRunner(runners.LirsRunner):
         """The Loader runner, keeping its stats (io_s, decode_s) for the row."""
 
         def close(self):
             stats.update(self.loader.stats.as_dict())
             super().close()
 
-    measure._LirsRunner = StatsRunner  # this process measures one configuration and exits
+    measure.LirsRunner = StatsRunner  # this process measures one configuration and exits
     row = measure.run_config(task)
     row["status"] = "ok"
     if stats:

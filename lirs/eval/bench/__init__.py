@@ -41,10 +41,10 @@ from ...recommendation import (RECOMMENDATION_SUFFIX, RECOMMENDATION_VERSION, au
                                load_recommendation, recommendation_path, save_recommendation, write_json)
 from .configs import (DEVICES, MIN_AUTO_GROUP, Config, add_ratios, bound_of, envelope_group_bytes,  # noqa: F401
                       format_size, lirs_configs)
-from .measure import _measure, _worker_main, run_config  # noqa: F401
+from .measure import measure_task, worker_main, run_config  # noqa: F401
 from .recommend import GOALS, RANDOMNESS_ORDER, TIE_TOLERANCE, goals, recommend  # noqa: F401
 from .disk import describe as describe_disk  # noqa: F401
 from .report import command_line, device_label, format_number, format_table, plot  # noqa: F401
 from .run import run_bench  # noqa: F401
-from .runners import WARM_EPOCH, _LirsReadsRunner, _LirsRunner  # noqa: F401
+from .runners import WARM_EPOCH, LirsReadsRunner, LirsRunner  # noqa: F401
 from .schema import ROW_STATUSES, SCHEMA, SCHEMA_VERSION, validate  # noqa: F401

@@ -138,7 +138,7 @@ def add_ratios(row: dict, fio: dict | None) -> None:
 
 
 
-def _configs(granularities, sizes, window, peer_list, fres, reads_only=(), data_bytes: int = 0) -> list[Config]:
+def bench_configs(granularities, sizes, window, peer_list, fres, reads_only=(), data_bytes: int = 0) -> list[Config]:
     gs = []
     for s in sizes:
         if s == "auto":

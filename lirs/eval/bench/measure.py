@@ -15,7 +15,7 @@ from ..envelope import ThrottleGroup, cached_bytes, evict_cache
 from ..peers import make_runner
 from .configs import Config
 from .report import format_number
-from .runners import _LirsReadsRunner, _LirsRunner
+from .runners import LirsReadsRunner, LirsRunner
 
 log = logging.getLogger("lirs.eval.bench")
 
@@ -62,7 +62,7 @@ def run_config(task: dict) -> dict:
     index = open_index(task["sidecar"])
     n = int(index.n)
     if cfg.kind == "lirs":
-        runner = (_LirsReadsRunner if cfg.reads_only else _LirsRunner)(cfg, index, task)
+        runner = (LirsReadsRunner if cfg.reads_only else LirsRunner)(cfg, index, task)
     else:
         runner = make_runner(cfg.peer, index, batch_size=task["batch_size"], seed=task["seed"],
                              engine=task["engine"], workdir=task["workdir"], budget_s=task["budget_s"],
@@ -89,7 +89,7 @@ def run_config(task: dict) -> dict:
         frac = runner.sample_fraction
         row["pre_s"] = pre_s / frac if runner.pre_what is not None else None
         row["pre_what"] = runner.pre_what
-        row.update(_measure(runner, task, n, frac, index.paths if drop else None))
+        row.update(measure_task(runner, task, n, frac, index.paths if drop else None))
         later_drops = row.pop("_dropped")
         row["cache_evicted"] = None if not drop else bool(first_drop and later_drops)
         row["sample_fraction"] = frac
@@ -108,7 +108,7 @@ def run_config(task: dict) -> dict:
     return row
 
 
-def _measure(runner, task, n, frac, evict_paths) -> dict:
+def measure_task(runner, task, n, frac, evict_paths) -> dict:
     budget = float(task["budget_s"])
     epochs = int(task["epochs"])
     n_eff = max(1, int(round(n * frac)))
@@ -206,7 +206,7 @@ def _measure(runner, task, n, frac, evict_paths) -> dict:
     return out
 
 
-def _worker_main(argv=None) -> int:
+def worker_main(argv=None) -> int:
     """``python -m lirs.eval.bench.measure TASK.json OUT.json``: measure the task, write its row."""
     argv = sys.argv[1:] if argv is None else argv
     task_path, out_path = argv[:2]
@@ -224,4 +224,4 @@ def _worker_main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(_worker_main())
+    sys.exit(worker_main())

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..peers import CAVEATS
-from .report import _fmt_s
+from .report import fmt_s
 
 # more random first: the tie-break of the recommendation
 RANDOMNESS_ORDER = ("instance", "window", "page", "group")
@@ -51,14 +51,14 @@ def recommend(rows: list[dict], *, tolerance: float = TIE_TOLERANCE, epochs: int
         fastest_lirs = min(cand, key=lambda r: r["epoch_s"])
         fastest = min(ok, key=lambda r: r["epoch_s"])
         total = min(ok, key=lambda r: (r.get("pre_s") or 0.0) + epochs * r["epoch_s"])
-        text = (f"{dev}: use {pick['name']} (epoch {_fmt_s(pick['epoch_s'], pick.get('extrapolated'))}")
+        text = (f"{dev}: use {pick['name']} (epoch {fmt_s(pick['epoch_s'], pick.get('extrapolated'))}")
         if pick is not fastest_lirs:
-            text += (f"; {fastest_lirs['name']} is {_fmt_s(fastest_lirs['epoch_s'], fastest_lirs.get('extrapolated'))}, within "
+            text += (f"; {fastest_lirs['name']} is {fmt_s(fastest_lirs['epoch_s'], fastest_lirs.get('extrapolated'))}, within "
                      f"{tolerance:.0%}, but less random")
         text += ")"
         if fastest["kind"] == "peer" and fastest["epoch_s"] < pick["epoch_s"]:
             caveat = CAVEATS.get(fastest["peer"], "")
-            text += (f"; {fastest['name']} is faster here ({_fmt_s(fastest['epoch_s'], fastest.get('extrapolated'))}"
+            text += (f"; {fastest['name']} is faster here ({fmt_s(fastest['epoch_s'], fastest.get('extrapolated'))}"
                      f" per epoch, {pick['epoch_s'] / fastest['epoch_s']:.1f}x){' ' + caveat if caveat else ''}")
         out[dev] = {
             "config": pick["name"], "granularity": pick["granularity"], "group_bytes": pick.get("group_bytes"),

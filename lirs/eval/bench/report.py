@@ -30,7 +30,7 @@ def format_number(v, digits: int = 3) -> str:
     raise AssertionError("unreachable")
 
 
-def _fmt_s(s, extrapolated=False) -> str:
+def fmt_s(s, extrapolated=False) -> str:
     if s is None:
         return "-"
     mark = "~" if extrapolated else ""
@@ -56,12 +56,12 @@ def device_label(res: dict, dev: str) -> str:
     return dev
 
 
-def _row_line(row: dict, label: str | None = None) -> str:
+def row_line(row: dict, label: str | None = None) -> str:
     dev = label or row["device"]
     if row["status"] != "ok":
         return f"{dev}: {row['name']}: {row['status']} ({row.get('note')})"
     ratio = "" if row.get("ratio") is None else f", {row['ratio']:.2f}x fio {row['bound']['fio_job']}"
-    return (f"{dev}: {row['name']}: epoch {_fmt_s(row['epoch_s'], row.get('extrapolated'))}, "
+    return (f"{dev}: {row['name']}: epoch {fmt_s(row['epoch_s'], row.get('extrapolated'))}, "
             f"{_fmt_n(row.get('records_per_s'))} records/s{ratio}")
 
 
@@ -98,11 +98,11 @@ def format_table(res: dict) -> str:
                 continue
             b = r.get("bound") or {}
             table.append((
-                r["name"], _fmt_s(r["epoch_s"], r.get("extrapolated")), _fmt_n(r.get("records_per_s")),
+                r["name"], fmt_s(r["epoch_s"], r.get("extrapolated")), _fmt_n(r.get("records_per_s")),
                 "-" if r.get("mb_per_s") is None else f"{r['mb_per_s']:.1f}", _fmt_n(r.get("reads_per_s")),
                 "-" if r.get("amplification") is None else f"{r['amplification']:.2f}",
-                "-" if r.get("cpu_s_per_epoch") is None else _fmt_s(r["cpu_s_per_epoch"], r.get("extrapolated")),
-                format_bytes(r.get("peak_rss_bytes")), _fmt_s(r.get("pre_s")),
+                "-" if r.get("cpu_s_per_epoch") is None else fmt_s(r["cpu_s_per_epoch"], r.get("extrapolated")),
+                format_bytes(r.get("peak_rss_bytes")), fmt_s(r.get("pre_s")),
                 "-" if not b else f"{b['metric']} {b['fio_job']}",
                 "-" if r.get("ratio") is None else f"{r['ratio']:.2f}x"))
         if len(table) > 1:
@@ -158,7 +158,7 @@ def plot(res: dict, path: str, title: str | None = None) -> bool:
             if r.get("extrapolated"):
                 b.set_hatch("//")
                 b.set_alpha(0.7)
-            ax.text(r["epoch_s"], b.get_y() + b.get_height() / 2, " " + _fmt_s(r["epoch_s"], r.get("extrapolated")),
+            ax.text(r["epoch_s"], b.get_y() + b.get_height() / 2, " " + fmt_s(r["epoch_s"], r.get("extrapolated")),
                     va="center", fontsize=7)
         ax.set_yticks(y)
         ax.set_yticklabels([r["name"] for r in rows], fontsize=8)

@@ -23,12 +23,12 @@ from ...windows import window_groups
 from .. import envelope as E
 from .. import fio as F
 from ..peers import PEERS, skip_reason
-from .configs import Config, _configs, add_ratios, lirs_configs
+from .configs import Config, bench_configs, add_ratios, lirs_configs
 from .recommend import TIE_TOLERANCE, goals, recommend
 from .disk import describe
-from .report import _row_line, device_label
+from .report import row_line, device_label
 from .schema import SCHEMA, SCHEMA_VERSION
-from .worker import _interrupt, _Worker
+from .worker import interrupt, Worker
 
 log = logging.getLogger("lirs.eval.bench")
 
@@ -156,7 +156,7 @@ class _Bench:
 
     def configs(self, fres) -> list[Config]:
         s = self.s
-        return _configs(s["granularities"], s["group_bytes"], s["window"], s["peers"], fres, s["reads_only"],
+        return bench_configs(s["granularities"], s["group_bytes"], s["window"], s["peers"], fres, s["reads_only"],
                         self.index.payload_bytes)
 
     def device(self, res: dict, dev: str, n_cfg: int) -> None:
@@ -184,7 +184,7 @@ class _Bench:
                 row = self.row(dev, cfg, group)
                 add_ratios(row, fres)
                 res["rows"].append(row)
-                self.say(_row_line(row, device_label(res, dev)))
+                self.say(row_line(row, device_label(res, dev)))
                 self.bar.update(1)
         finally:
             if group is not None:
@@ -216,7 +216,7 @@ class _Bench:
                 "prefetch": s["prefetch"], "workdir": self.workdir, "buffer_records": s["buffer_records"],
                 "bmf_blocks": s["bmf_blocks"],
                 "cgroup": {"path": group.path, "device": group.device} if group else None}
-        row.update(_Worker(task, self.tmp, self.timeout_s).run())
+        row.update(Worker(task, self.tmp, self.timeout_s).run())
         if row["status"] == "error":
             log.warning("%s on %s failed: %s", cfg.name, dev, row["note"])
         elif row.get("cache_evicted") is False:
@@ -299,7 +299,7 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
     bar = tqdm(total=n_cfg * len(devices), unit="config", disable=not show, leave=False)
     old_term = None
     if threading.current_thread() is threading.main_thread():
-        old_term = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM cleans up like Ctrl-C
+        old_term = signal.signal(signal.SIGTERM, interrupt)  # SIGTERM cleans up like Ctrl-C
     tmp = tempfile.mkdtemp(prefix=".lirs-bench-", dir=workdir)
     try:
         bench = _Bench(index, index_s, settings, explicit=explicit, workdir=workdir, cg_reason=cg_reason,

@@ -17,7 +17,7 @@ from .configs import Config
 WARM_EPOCH = 1_000_003  # an epoch number never measured: the warm-up batch reads other records
 
 
-class _LirsRunner:
+class LirsRunner:
     """A lirs Loader with the peers' runner interface (see :mod:`lirs.eval.peers`)."""
 
     buffered = False
@@ -59,7 +59,7 @@ class _LirsRunner:
         self.loader.close()
 
 
-class _LirsReadsRunner:
+class LirsReadsRunner:
     """The read pattern of a lirs granularity alone: the epoch's planned extents read with the
     engine, gathered into calls of at least ``engine depth`` extents (or 8 MiB), no decode. What
     the device gives lirs when decoding is not the bound. Two calls are in flight, each on its own

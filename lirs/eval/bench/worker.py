@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 
-def _interrupt(signum, frame):
+def interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-class _Worker:
+class Worker:
     """A worker subprocess in its own session (its DataLoader children included), killed with its
     whole process group if the benchmark is interrupted or the worker overruns."""
 

@@ -118,11 +118,11 @@ def skip_reason(name: str, index, *, workdir: str | None = None, memory: int | N
 # ------------------------------------------------------------------------------ shared pieces
 
 
-def _labels(index, ids, y):
+def labels(index, ids, y):
     return y if y is not None else index.labels_of(ids)
 
 
-def _run_records(recs: Records, batch_size: int) -> int:
+def run_records(recs: Records, batch_size: int) -> int:
     """Records per sequential run: a whole number of batches, about RUN_BYTES."""
     mean = max(1.0, recs.index.payload_bytes / max(recs.n, 1))
     return batch_size * max(1, int(RUN_BYTES // (batch_size * mean)))
@@ -174,7 +174,7 @@ class Runner:
         return seeds.rng(self.seed, e, purpose)
 
 
-def _warm_decode(index):
+def warm_decode(index):
     """Decode the first record once: loads the decoder's compiled kernels."""
     if index.n == 0:
         return

@@ -8,7 +8,7 @@ import numpy as np
 
 from ... import seeds
 from ...decode import decode_libsvm, decode_lines, resolve_libsvm_params
-from .base import SKLEARN_BYTES_PER_S, Runner, _labels, _warm_decode
+from .base import SKLEARN_BYTES_PER_S, Runner, labels, warm_decode
 
 
 class InMemory(Runner):
@@ -130,7 +130,7 @@ class TorchLoader(Runner):
         import torch  # noqa: F401 - imported before anything is timed
         from torch.utils.data import DataLoader  # noqa: F401
 
-        _warm_decode(self.index)
+        warm_decode(self.index)
         self.collate([self.ds[0]])
 
     def epoch(self, e):
@@ -147,7 +147,7 @@ class TorchLoader(Runner):
                 self.reads += len(ids)
                 self.bytes_read += nbytes
                 self.payload += nbytes
-                yield ids, X, _labels(self.index, ids, y)
+                yield ids, X, labels(self.index, ids, y)
         finally:
             # stop the worker processes now (they would linger until garbage collection)
             shutdown = getattr(it, "_shutdown_workers", None)

@@ -12,7 +12,7 @@ from ...inputs import labels_path
 from ...index import open_index
 from ..reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buffer_order
 from ..spans import Records, SpanReader, write_blocks
-from .base import Runner, _run_records, _warm_decode
+from .base import Runner, run_records, warm_decode
 
 
 class _Sequential(Runner):
@@ -23,7 +23,7 @@ class _Sequential(Runner):
         self.rd = SpanReader(recs, self.engine)
         self.workers = workers
         self.depth = max(1, self.prefetch if depth is None else depth)
-        self.run = _run_records(recs, self.batch_size)
+        self.run = run_records(recs, self.batch_size)
         self.reads = 0
         self.bytes_read = 0
 
@@ -38,7 +38,7 @@ class _Sequential(Runner):
         self.reads, self.bytes_read = self.rd.reads, self.rd.bytes_read
 
     def warm(self):
-        _warm_decode(self.index)
+        warm_decode(self.index)
 
     def close(self):
         rd = getattr(self, "rd", None)

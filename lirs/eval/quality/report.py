@@ -12,7 +12,7 @@ from .metrics import FAIL_P, PASS_P
 log = logging.getLogger("lirs.eval.quality")
 
 
-def _b(x) -> str:
+def cell(x) -> str:
     if x is None:
         return "-"
     for unit, k in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
@@ -49,14 +49,14 @@ def table_rows(result: dict) -> list:
         c = r["cost"]
         u = r["uniformity"]
         verdict = {True: "yes", False: "no", None: "?"}[u["uniform"]]
-        reads = f"{c['rand_reads']:,} x {_b(c['median_read_bytes'])}" if c["rand_reads"] else "-"
+        reads = f"{c['rand_reads']:,} x {cell(c['median_read_bytes'])}" if c["rand_reads"] else "-"
         rows.append([
             name, _f(r["segments_seen_1pct"]), _f(r["all_labels_seen_at"], "{:.4f}"),
             _f(r["batch_entropy"], "{:.2f}"), _f(r["displacement"]), _f(r["spearman"], "{:+.3f}"),
             _f(r["repeat_pairs_vs_ideal"], "{:.3g}x"), _f(r["streaming_entropy"], "{:.2f}"),
             _f(r["same_group"], "{:.2e}"), _p(u["position_p"]), _p(u["pair_p"]), _p(u["batch_p"]), verdict,
-            _b(c["memory_bytes"]),
-            _b(c["read_bytes"]), reads, _b(c["write_bytes"]) if c["write_bytes"] else "-"])
+            cell(c["memory_bytes"]),
+            cell(c["read_bytes"]), reads, cell(c["write_bytes"]) if c["write_bytes"] else "-"])
     return rows
 
 
@@ -153,7 +153,7 @@ def plot(result: dict, path: str, title: str | None = None) -> bool:
         co = result["strategies"][s]["cost"]
         io = f"read {co['read_bytes'] / P:.2f}x"
         if co["rand_reads"]:
-            io += f" in {co['rand_reads']:,} random reads of {_b(co['median_read_bytes'])}"
+            io += f" in {co['rand_reads']:,} random reads of {cell(co['median_read_bytes'])}"
         else:
             io += " sequentially"
         if co["write_bytes"]:
@@ -163,7 +163,7 @@ def plot(result: dict, path: str, title: str | None = None) -> bool:
         d.text(mems[k] * 1.3, k, io, va="center", fontsize=7)
     d.set_yticks(y, names, fontsize=8)
     d.invert_yaxis()
-    d.set_xlabel(f"memory needed (bytes; data: {_b(P)}), and I/O per epoch relative to the data")
+    d.set_xlabel(f"memory needed (bytes; data: {cell(P)}), and I/O per epoch relative to the data")
     d.set_title("(d) memory and I/O per epoch")
     cfg = result["config"]
     fig.suptitle(title or f"lirs quality: {cfg['n']:,} records, batch {cfg['batch_size']}, {cfg['epochs']} epochs")

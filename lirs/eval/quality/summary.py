@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
-from .report import _b, format_markdown, format_table
+from .report import cell, format_markdown, format_table
 
 log = logging.getLogger("lirs.eval.quality")
 
@@ -28,7 +28,7 @@ def summary_table_rows(result: dict, rows: list) -> list:
     out = [["ideal (uniform)", "", "", "", "", "1x", "1x", _x(ideal.get("batch_entropy"), "{:.3f}")]]
     for r in rows:
         share = r["large_read_share"]
-        out.append([r["strategy"], str(r["memory"]), _b(r["ram_bytes"]), _x(r["read_x"], "{:.3f}x"),
+        out.append([r["strategy"], str(r["memory"]), cell(r["ram_bytes"]), _x(r["read_x"], "{:.3f}x"),
                     "-" if share is None else f"{100 * share:.0f}%", _x(r["pairs_again_x"]), _x(r["same_group_x"]),
                     _x(r["batch_entropy"], "{:.3f}")])
     return out
@@ -56,7 +56,7 @@ def format_frontier_wide(result: dict, markdown: bool = False) -> str:
     parts = []
     for b in result["budgets"]:
         one = {"ideal": result["ideal"], "strategies": b["strategies"]}
-        parts.append(f"memory {b['memory']} ({_b(b['memory_bytes'])}, lirs window = {b['window']} groups):")
+        parts.append(f"memory {b['memory']} ({cell(b['memory_bytes'])}, lirs window = {b['window']} groups):")
         parts.append(format_markdown(one) if markdown else format_table(one))
     return "\n\n".join(parts)
 
@@ -80,7 +80,7 @@ def plot_frontier(result: dict, path: str, title: str | None = None) -> bool:
     cmap = plt.get_cmap("tab10")
     P = result["config"]["payload_bytes"]
     gb = int(result["config"]["group_bytes"])
-    group = f"{gb // 1024} KiB" if gb % 1024 == 0 else _b(gb)
+    group = f"{gb // 1024} KiB" if gb % 1024 == 0 else cell(gb)
     fig, axes = plt.subplots(1, 2, figsize=(15, 6.6))
     panels = (("pairs_again_x", "(a) batch pairs that meet again next epoch, x uniform"),
               ("same_group_x", f"(b) in-batch neighbours from one {group} group, x uniform"))
@@ -101,11 +101,11 @@ def plot_frontier(result: dict, path: str, title: str | None = None) -> bool:
                     color="grey", rotation=90)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _b(v)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: cell(v)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
         # a narrow range (pairs again spans 1x to a few x) still gets 2x, 5x, 0.5x labels
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}x" if f"{v:.1e}"[0] in "25" else ""))
-        ax.set_xlabel(f"memory budget M (bytes; data {_b(P)})")
+        ax.set_xlabel(f"memory budget M (bytes; data {cell(P)})")
         ax.set_ylabel("x a uniform order (1 = ideal)")
         ax.set_title(label, fontsize=10)
         ax.grid(alpha=0.3, which="both")

@@ -73,7 +73,7 @@ from ...errors import UsageError
 from .base import DEFAULT_RECORD_BYTES, LARGE_READ_BYTES, Cost, StrategyOrder, synthetic_index  # noqa: F401 - the public API
 from .corgi import corgi2, corgipile
 from .buffers import bmf, deeplake, ffcv_quasi_random, sequential, shuffle_buffer
-from .rewrites import _lirs, chunk_roundrobin, terashuf, two_pass
+from .rewrites import lirs_strategy, chunk_roundrobin, terashuf, two_pass
 from .streaming import (streaming_naive, streaming_py1b, streaming_py1br, streaming_py1e, streaming_py1s,
                         streaming_py2s)
 
@@ -94,10 +94,10 @@ STRATEGIES = {
     "two_pass": two_pass,
     "terashuf": terashuf,
     "chunk_roundrobin": chunk_roundrobin,
-    "instance": _lirs("instance"),
-    "page": _lirs("page"),
-    "group": _lirs("group"),
-    "window": _lirs("window"),
+    "instance": lirs_strategy("instance"),
+    "page": lirs_strategy("page"),
+    "group": lirs_strategy("group"),
+    "window": lirs_strategy("window"),
 }
 """name -> strategy function (one signature: see the module docstring)."""
 

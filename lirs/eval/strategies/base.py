@@ -97,7 +97,7 @@ class StrategyOrder:
 
 
 @dataclass(eq=False)
-class _Source:
+class Source:
     n: int
     rec_bytes: np.ndarray    # int64 (n,)
     pos: np.ndarray          # int64 (n+1,): byte position of each record in the files laid end to end
@@ -117,7 +117,7 @@ _INDEX_SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _COUNT_SOURCES: dict = {}
 
 
-def _source(source, record_bytes: int = DEFAULT_RECORD_BYTES) -> _Source:
+def as_source(source, record_bytes: int = DEFAULT_RECORD_BYTES) -> Source:
     if isinstance(source, Index):
         hit = _INDEX_SOURCES.get(source)
         if hit is not None:
@@ -126,7 +126,7 @@ def _source(source, record_bytes: int = DEFAULT_RECORD_BYTES) -> _Source:
             raise UsageError("the dataset has no records")
         starts, ends = source.bounds()
         rec = (ends - starts).astype(np.int64)
-        src = _Source(int(source.n), rec, np.concatenate([[0], np.cumsum(rec)]).astype(np.int64), None)
+        src = Source(int(source.n), rec, np.concatenate([[0], np.cumsum(rec)]).astype(np.int64), None)
         _INDEX_SOURCES[source] = src
         return src
     try:
@@ -141,7 +141,7 @@ def _source(source, record_bytes: int = DEFAULT_RECORD_BYTES) -> _Source:
     hit = _COUNT_SOURCES.get(key)
     if hit is None:
         rec = np.full(n, int(record_bytes), np.int64)
-        hit = _Source(n, rec, np.arange(n + 1, dtype=np.int64) * int(record_bytes), int(record_bytes))
+        hit = Source(n, rec, np.arange(n + 1, dtype=np.int64) * int(record_bytes), int(record_bytes))
         if len(_COUNT_SOURCES) >= 4:
             _COUNT_SOURCES.pop(next(iter(_COUNT_SOURCES)))
         _COUNT_SOURCES[key] = hit
@@ -164,11 +164,11 @@ def _synthetic_cached(n: int, record_bytes: int):
     return synthetic_index(n, record_bytes)
 
 
-def _index_of(source, src: _Source):
+def index_of(source, src: Source):
     return source if isinstance(source, Index) else _synthetic_cached(src.n, src.record_bytes)
 
 
-def _budget(src: _Source, memory_bytes) -> int:
+def budget_bytes(src: Source, memory_bytes) -> int:
     if memory_bytes is None:
         return max(BLOCK, int(src.payload * DEFAULT_MEMORY_FRACTION))
     m = int(memory_bytes)
@@ -177,14 +177,14 @@ def _budget(src: _Source, memory_bytes) -> int:
     return m
 
 
-def _check_common(seed, epoch, batch_size) -> None:
+def check_common(seed, epoch, batch_size) -> None:
     if int(seed) < 0 or int(epoch) < 0:
         raise UsageError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
     if int(batch_size) < 1:
         raise UsageError(f"batch_size must be >= 1, got {batch_size}")
 
 
-def _positive(name: str, value) -> int:
+def positive_param(name: str, value) -> int:
     try:
         v = int(value)
     except (TypeError, ValueError):
@@ -194,7 +194,7 @@ def _positive(name: str, value) -> int:
     return v
 
 
-def _byte_units(src: _Source, unit_bytes: int) -> np.ndarray:
+def byte_units(src: Source, unit_bytes: int) -> np.ndarray:
     """int64 (u+1,): first record of each non-empty unit, where a unit holds the records whose
     start lies in one span of ``unit_bytes`` of the files laid end to end; then n."""
     which = src.pos[:-1] // int(unit_bytes)
@@ -202,37 +202,37 @@ def _byte_units(src: _Source, unit_bytes: int) -> np.ndarray:
     return np.concatenate([first, [src.n]]).astype(np.int64)
 
 
-def _count_units(n: int, size: int) -> np.ndarray:
+def count_units(n: int, size: int) -> np.ndarray:
     """int64 (u+1,): first record of units of ``size`` consecutive records (last one shorter)."""
     return np.concatenate([np.arange(0, n, size, dtype=np.int64), [n]]).astype(np.int64)
 
 
-def _unit_bytes(src: _Source, first: np.ndarray) -> np.ndarray:
+def unit_sizes(src: Source, first: np.ndarray) -> np.ndarray:
     return (src.pos[first[1:]] - src.pos[first[:-1]]).astype(np.int64)
 
 
-def _aligned_bytes(src: _Source, first: np.ndarray) -> np.ndarray:
+def aligned_bytes(src: Source, first: np.ndarray) -> np.ndarray:
     """Bytes of an aligned read covering each unit (4 KiB blocks)."""
     a = src.pos[first[:-1]] // BLOCK * BLOCK
     b = -(-src.pos[first[1:]] // BLOCK) * BLOCK
     return (b - a).astype(np.int64)
 
 
-def _unit_of(first: np.ndarray, n: int) -> np.ndarray:
+def unit_of_record(first: np.ndarray, n: int) -> np.ndarray:
     return np.repeat(np.arange(len(first) - 1, dtype=np.int64), np.diff(first))
 
 
-def _median(a) -> float | None:
+def median_or_none(a) -> float | None:
     return float(np.median(a)) if len(a) else None
 
 
-def _large(reads: np.ndarray) -> int:
+def large_read_bytes(reads: np.ndarray) -> int:
     """Bytes of the reads (int64 sizes) of at least :data:`LARGE_READ_BYTES`."""
     reads = np.asarray(reads, np.int64)
     return int(reads[reads >= LARGE_READ_BYTES].sum())
 
 
-def _rewrite_cost(src: _Source, reshuffle: bool, memory: int, what: str, notes: str) -> Cost:
+def rewrite_cost(src: Source, reshuffle: bool, memory: int, what: str, notes: str) -> Cost:
     """Cost of an external shuffle that rewrites the file twice (input -> temporary files ->
     output) and is then read sequentially by training."""
     P = src.payload
@@ -245,11 +245,11 @@ def _rewrite_cost(src: _Source, reshuffle: bool, memory: int, what: str, notes: 
                               "shuffled file), then a sequential read per epoch")
 
 
-def _result(name, src, order, params, exact, reshuffles, cost_fn) -> StrategyOrder:
+def strategy_result(name, src, order, params, exact, reshuffles, cost_fn) -> StrategyOrder:
     assert len(order) == src.n
     return StrategyOrder(name=name, order=order, params=params, exact=exact, reshuffles=reshuffles,
                          _cost_fn=cost_fn)
 
 
-def _fmt(b) -> str:
+def fmt(b) -> str:
     return format_bytes(float(b))

@@ -11,17 +11,17 @@ from ...constants import BLOCK
 from ...errors import UsageError
 from ..kernels import strategies as K
 from ..reference import bmf_block_order, bmf_blocks, shuffle_buffer_order
-from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, _aligned_bytes, _budget, _byte_units, _check_common,
-                   _fmt, _large, _median, _positive, _result, _source, _unit_bytes, _unit_of)
+from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, aligned_bytes, budget_bytes, byte_units, check_common,
+                   fmt, large_read_bytes, median_or_none, positive_param, strategy_result, as_source, unit_sizes, unit_of_record)
 
 
 def sequential(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024,
                record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
     """File order every epoch: one sequential read of the file, no memory beyond a read buffer."""
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
     order = np.arange(src.n, dtype=np.int64)
-    return _result("sequential", src, order, {}, False, False,
+    return strategy_result("sequential", src, order, {}, False, False,
                    lambda: Cost(0, "nothing beyond a read buffer", src.payload, seq_read_bytes=src.payload,
                                 notes="one sequential pass over the file"))
 
@@ -38,12 +38,12 @@ def bmf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, blocks
     visits a block's records; ``inner="file"`` the block file's order (IDs ascending).
     """
     
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
     if inner not in ("shuffle", "file"):
         raise UsageError(f"inner must be 'shuffle' or 'file', got {inner!r}")
-    M = _budget(src, memory_bytes)
-    nb = _positive("blocks", blocks) if blocks is not None else max(1, -(-src.payload // M))
+    M = budget_bytes(src, memory_bytes)
+    nb = positive_param("blocks", blocks) if blocks is not None else max(1, -(-src.payload // M))
     nb = min(nb, src.n)
     members = _bmf_layout(src.n, nb, int(seed))
     sizes = np.array([len(m) for m in members], np.int64)
@@ -59,9 +59,9 @@ def bmf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, blocks
         return Cost(int(block_bytes.max()), f"the largest of {nb} blocks, trained whole in memory", src.payload,
                     seq_read_bytes=src.payload, oneoff_read_bytes=src.payload, oneoff_write_bytes=src.payload,
                     notes=f"one-off: read the file, write {nb} block files; per epoch: read every block "
-                          f"file whole, one sequential stream each ({_fmt(float(np.median(block_bytes)))} median)")
+                          f"file whole, one sequential stream each ({fmt(float(np.median(block_bytes)))} median)")
 
-    return _result("bmf", src, order, params, False, True, cost)
+    return strategy_result("bmf", src, order, params, False, True, cost)
 
 
 @functools.lru_cache(maxsize=4)
@@ -76,13 +76,13 @@ def shuffle_buffer(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1
     buffer; each output is a uniform slot, refilled by the next record
     (:func:`lirs.eval.reference.shuffle_buffer_order`). Default size: as many mean-sized records as fit
     ``memory_bytes``."""
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
-    M = _budget(src, memory_bytes)
-    Q = _positive("buffer_records", buffer_records) if buffer_records is not None else max(1, int(M // max(src.mean, 1)))
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
+    M = budget_bytes(src, memory_bytes)
+    Q = positive_param("buffer_records", buffer_records) if buffer_records is not None else max(1, int(M // max(src.mean, 1)))
     order = shuffle_buffer_order(src.n, Q, seed=seed, epoch=epoch)
     params = {"buffer_records": Q}
-    return _result("shuffle_buffer", src, order, params, False, True,
+    return strategy_result("shuffle_buffer", src, order, params, False, True,
                    lambda: Cost(int(round(min(Q, src.n) * src.mean)), f"a buffer of {Q:,} records", src.payload,
                                 seq_read_bytes=src.payload, notes="one sequential pass over the file"))
 
@@ -94,11 +94,11 @@ def deeplake(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, b
     order feed a shuffle buffer of ``buffer_bytes`` (default ``memory_bytes``); each output is a
     uniform slot; whole chunks are added while the buffer holds less than its size. Default
     chunk: 1/128 of the buffer (Deep Lake's defaults: a 2 GB buffer, chunks of about 16 MB)."""
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
-    buf = _positive("buffer_bytes", buffer_bytes) if buffer_bytes is not None else _budget(src, memory_bytes)
-    chunk = _positive("chunk_bytes", chunk_bytes) if chunk_bytes is not None else max(BLOCK, buf // 128)
-    first = _byte_units(src, chunk)
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
+    buf = positive_param("buffer_bytes", buffer_bytes) if buffer_bytes is not None else budget_bytes(src, memory_bytes)
+    chunk = positive_param("chunk_bytes", chunk_bytes) if chunk_bytes is not None else max(BLOCK, buf // 128)
+    first = byte_units(src, chunk)
     nch = len(first) - 1
     corder = seeds.rng(seed, epoch, seeds.DL_CHUNKS).permutation(nch).astype(np.int64)
     u = seeds.rng(seed, epoch, seeds.DL_SLOTS).random(src.n)
@@ -107,13 +107,13 @@ def deeplake(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, b
     params = {"buffer_bytes": int(buf), "chunk_bytes": int(chunk), "chunks": nch}
 
     def cost():
-        reads = _aligned_bytes(src, first)
-        return Cost(peak, f"a buffer of {_fmt(buf)} filled with whole chunks (peak)", src.payload,
-                    rand_reads=nch, rand_read_bytes=int(reads.sum()), median_read_bytes=_median(reads),
-                    large_rand_read_bytes=_large(reads),
-                    notes=f"{nch:,} chunks of about {_fmt(chunk)}, each read whole, in random order")
+        reads = aligned_bytes(src, first)
+        return Cost(peak, f"a buffer of {fmt(buf)} filled with whole chunks (peak)", src.payload,
+                    rand_reads=nch, rand_read_bytes=int(reads.sum()), median_read_bytes=median_or_none(reads),
+                    large_rand_read_bytes=large_read_bytes(reads),
+                    notes=f"{nch:,} chunks of about {fmt(chunk)}, each read whole, in random order")
 
-    return _result("deeplake", src, order, params, False, True, cost)
+    return strategy_result("deeplake", src, order, params, False, True, cost)
 
 
 
@@ -125,14 +125,14 @@ def ffcv_quasi_random(source, *, seed: int = 0, epoch: int = 0, batch_size: int 
     ``active_pages`` (default 2 x batch_size, FFCV's rule) are open, each output takes the next
     record of a uniformly chosen open page. Default page size: the multiple of 4 KiB at which the
     open pages fill ``memory_bytes`` (FFCV's writer defaults to 4 MiB pages)."""
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
-    active = _positive("active_pages", active_pages) if active_pages is not None else 2 * int(batch_size)
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
+    active = positive_param("active_pages", active_pages) if active_pages is not None else 2 * int(batch_size)
     if page_bytes is None:
-        page = max(BLOCK, _budget(src, memory_bytes) // active // BLOCK * BLOCK)
+        page = max(BLOCK, budget_bytes(src, memory_bytes) // active // BLOCK * BLOCK)
     else:
-        page = _positive("page_bytes", page_bytes)
-    first = _byte_units(src, page)
+        page = positive_param("page_bytes", page_bytes)
+    first = byte_units(src, page)
     npg = len(first) - 1
     arranged = np.arange(src.n, dtype=np.int64)
     K.segment_shuffle(arranged, first, np.uint64(seeds.key(seed, epoch, seeds.PAGE_SAMPLES)))
@@ -143,11 +143,11 @@ def ffcv_quasi_random(source, *, seed: int = 0, epoch: int = 0, batch_size: int 
     params = {"page_bytes": int(page), "active_pages": active, "pages": npg}
 
     def cost():
-        reads = _aligned_bytes(src, first)
-        peak, live = K.peak_live_units(order, _unit_of(first, src.n), _unit_bytes(src, first), npg)
+        reads = aligned_bytes(src, first)
+        peak, live = K.peak_live_units(order, unit_of_record(first, src.n), unit_sizes(src, first), npg)
         return Cost(int(peak), f"open pages: up to {int(live):,} of {npg:,}", src.payload, rand_reads=npg,
-                    rand_read_bytes=int(reads.sum()), median_read_bytes=_median(reads),
-                    large_rand_read_bytes=_large(reads),
-                    notes=f"every page read once, in random order ({_fmt(page)} pages)")
+                    rand_read_bytes=int(reads.sum()), median_read_bytes=median_or_none(reads),
+                    large_rand_read_bytes=large_read_bytes(reads),
+                    notes=f"every page read once, in random order ({fmt(page)} pages)")
 
-    return _result("ffcv_quasi_random", src, order, params, False, True, cost)
+    return strategy_result("ffcv_quasi_random", src, order, params, False, True, cost)

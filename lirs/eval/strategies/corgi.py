@@ -24,8 +24,8 @@ from ... import seeds
 from ...constants import DEFAULT_GROUP_BYTES
 from ...errors import UsageError
 from ..kernels import strategies as K
-from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, _aligned_bytes, _budget, _byte_units, _check_common,
-                   _fmt, _large, _median, _positive, _result, _Source, _source, _unit_bytes)
+from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, aligned_bytes, budget_bytes, byte_units, check_common,
+                   fmt, large_read_bytes, median_or_none, positive_param, strategy_result, Source, as_source, unit_sizes)
 
 # the Corgi² rewritten file of a source, per (group_bytes, offline_blocks, seed); dropped with it,
 # a few per source (each holds three arrays of n)
@@ -33,11 +33,11 @@ _LAYOUTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _LAYOUTS_PER_SOURCE = 2
 
 
-def _buffer_blocks(src: _Source, group_bytes: int, buffer_blocks, memory_bytes) -> int:
+def _buffer_blocks(src: Source, group_bytes: int, buffer_blocks, memory_bytes) -> int:
     """The buffer in blocks: ``buffer_blocks``, or as many whole blocks as ``memory_bytes`` holds."""
     if buffer_blocks is not None:
-        return _positive("buffer_blocks", buffer_blocks)
-    return max(1, _budget(src, memory_bytes) // group_bytes)
+        return positive_param("buffer_blocks", buffer_blocks)
+    return max(1, budget_bytes(src, memory_bytes) // group_bytes)
 
 
 def _pile(first: np.ndarray, nbuf: int, block_order: np.ndarray, key: int, remainder: str = "last"):
@@ -70,13 +70,13 @@ def _peak_buffer(block_bytes: np.ndarray, block_order: np.ndarray, starts: np.nd
     return int(np.add.reduceat(block_bytes[block_order], starts).max()) if len(starts) else 0
 
 
-def _online(src: _Source, group_bytes: int, nbuf: int, seed: int, epoch: int, remainder: str):
+def _online(src: Source, group_bytes: int, nbuf: int, seed: int, epoch: int, remainder: str):
     """CorgiPile's epoch on the layout ``src``: (stream, first, peak buffer bytes)."""
-    first = _byte_units(src, group_bytes)
+    first = byte_units(src, group_bytes)
     nb = len(first) - 1
     perm = seeds.rng(seed, epoch, seeds.CORGI_BLOCKS).permutation(nb).astype(np.int64)
     stream, starts = _pile(first, nbuf, perm, seeds.key(seed, epoch, seeds.CORGI_BUFFER), remainder)
-    return stream, first, _peak_buffer(_unit_bytes(src, first), perm, starts)
+    return stream, first, _peak_buffer(unit_sizes(src, first), perm, starts)
 
 
 def corgipile(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024,
@@ -89,9 +89,9 @@ def corgipile(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024,
     cuts the epoch's blocks into max(1, blocks // buffer_blocks) buffers of equal size (one block
     apart at most, so up to ``buffer_blocks`` + ceil(rest / buffers) blocks) instead of leaving a
     short last buffer (``"last"``, CorgiPile's)."""
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
-    gb = _positive("group_bytes", group_bytes)
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
+    gb = positive_param("group_bytes", group_bytes)
     nbuf = _buffer_blocks(src, gb, buffer_blocks, memory_bytes)
     _check_remainder(remainder)
     order, first, peak = _online(src, gb, nbuf, int(seed), int(epoch), remainder)
@@ -100,13 +100,13 @@ def corgipile(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024,
               "remainder": remainder}
 
     def cost():
-        reads = _aligned_bytes(src, first)
+        reads = aligned_bytes(src, first)
         return Cost(peak, f"a buffer of {min(nbuf, nb):,} whole blocks (the largest)", src.payload,
-                    rand_reads=nb, rand_read_bytes=int(reads.sum()), median_read_bytes=_median(reads),
-                    large_rand_read_bytes=_large(reads),
-                    notes=f"{nb:,} blocks of {_fmt(gb)}, each read whole once per epoch, in random order")
+                    rand_reads=nb, rand_read_bytes=int(reads.sum()), median_read_bytes=median_or_none(reads),
+                    large_rand_read_bytes=large_read_bytes(reads),
+                    notes=f"{nb:,} blocks of {fmt(gb)}, each read whole once per epoch, in random order")
 
-    return _result("corgipile", src, order, params, False, True, cost)
+    return strategy_result("corgipile", src, order, params, False, True, cost)
 
 
 def _check_remainder(remainder) -> None:
@@ -114,22 +114,22 @@ def _check_remainder(remainder) -> None:
         raise UsageError(f"remainder must be 'last' or 'spread', got {remainder!r}")
 
 
-def _rewritten(src: _Source, group_bytes: int, m: int, seed: int):
+def _rewritten(src: Source, group_bytes: int, m: int, seed: int):
     """Corgi²'s offline pass (once per run): (layout int64 (n,): the record IDs of the new file in
-    file order, the new file as a :class:`_Source`, the peak offline buffer bytes, the original
+    file order, the new file as a :class:`Source`, the peak offline buffer bytes, the original
     blocks' first records)."""
     per = _LAYOUTS.setdefault(src, {})
     key = (int(group_bytes), int(m), int(seed))
     hit = per.get(key)
     if hit is not None:
         return hit
-    first = _byte_units(src, group_bytes)
+    first = byte_units(src, group_bytes)
     nb = len(first) - 1
     perm = seeds.rng(seed, 0, seeds.CORGI2_BLOCKS).permutation(nb).astype(np.int64)
     layout, starts = _pile(first, m, perm, seeds.key(seed, 0, seeds.CORGI2_BUFFER))
     rec = src.rec_bytes[layout]
-    new = _Source(src.n, rec, np.concatenate([[0], np.cumsum(rec)]).astype(np.int64), src.record_bytes)
-    hit = (layout, new, _peak_buffer(_unit_bytes(src, first), perm, starts), first)
+    new = Source(src.n, rec, np.concatenate([[0], np.cumsum(rec)]).astype(np.int64), src.record_bytes)
+    hit = (layout, new, _peak_buffer(unit_sizes(src, first), perm, starts), first)
     if len(per) >= _LAYOUTS_PER_SOURCE:
         per.pop(next(iter(per)))
     per[key] = hit
@@ -143,11 +143,11 @@ def corgi2(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, gro
     ``offline_blocks`` blocks (default: ``buffer_blocks``), its output written back to back as
     new blocks; every epoch, CorgiPile with ``buffer_blocks`` blocks (default: as many as
     ``memory_bytes`` holds) on the rewritten file (see the module docstring)."""
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
-    gb = _positive("group_bytes", group_bytes)
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
+    gb = positive_param("group_bytes", group_bytes)
     nbuf = _buffer_blocks(src, gb, buffer_blocks, memory_bytes)
-    m = _positive("offline_blocks", offline_blocks) if offline_blocks is not None else nbuf
+    m = positive_param("offline_blocks", offline_blocks) if offline_blocks is not None else nbuf
     layout, new, off_peak, old_first = _rewritten(src, gb, m, int(seed))
     stream, first, peak = _online(new, gb, nbuf, int(seed), int(epoch), "last")
     order = layout[stream]
@@ -156,15 +156,15 @@ def corgi2(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, gro
               "blocks": nb}
 
     def cost():
-        reads = _aligned_bytes(new, first)
-        once = _aligned_bytes(src, old_first)
+        reads = aligned_bytes(new, first)
+        once = aligned_bytes(src, old_first)
         return Cost(max(peak, off_peak), f"a buffer of whole blocks (the largest, online {min(nbuf, nb):,} "
                                          f"blocks, offline {min(m, len(once)):,})", src.payload,
-                    rand_reads=nb, rand_read_bytes=int(reads.sum()), median_read_bytes=_median(reads),
-                    large_rand_read_bytes=_large(reads), oneoff_read_bytes=int(once.sum()),
+                    rand_reads=nb, rand_read_bytes=int(reads.sum()), median_read_bytes=median_or_none(reads),
+                    large_rand_read_bytes=large_read_bytes(reads), oneoff_read_bytes=int(once.sum()),
                     oneoff_write_bytes=src.payload,
                     notes=f"one-off: {len(once):,} blocks read in random order, their records shuffled "
                           f"{m:,} blocks at a time and written out as a new file; per epoch: CorgiPile on "
-                          f"the new file ({nb:,} blocks of {_fmt(gb)}, each read whole once)")
+                          f"the new file ({nb:,} blocks of {fmt(gb)}, each read whole once)")
 
-    return _result("corgi2", src, order, params, False, True, cost)
+    return strategy_result("corgi2", src, order, params, False, True, cost)

@@ -11,9 +11,9 @@ from ...constants import DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH
 from ...policies import steps_in_flight
 from ...plan import plan_epoch
 from ..kernels import strategies as K
-from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, _budget, _byte_units,
-                   _check_common, _count_units, _index_of, _large, _median, _positive, _result, _rewrite_cost,
-                   _source, _unit_bytes)
+from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, budget_bytes, byte_units,
+                   check_common, count_units, index_of, large_read_bytes, median_or_none, positive_param, strategy_result, rewrite_cost,
+                   as_source, unit_sizes)
 
 
 def two_pass(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, piles: int | None = None,
@@ -23,10 +23,10 @@ def two_pass(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, p
     ``piles`` piles chosen uniformly; pass 2 shuffles each pile in RAM and concatenates them.
     Default piles: enough that the expected pile is 80% of ``memory_bytes`` (headroom for
     unlucky piles; an oversized pile would be redone, which adds no bias)."""
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
-    M = _budget(src, memory_bytes)
-    m = _positive("piles", piles) if piles is not None else max(1, math.ceil(1.25 * src.payload / M))
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
+    M = budget_bytes(src, memory_bytes)
+    m = positive_param("piles", piles) if piles is not None else max(1, math.ceil(1.25 * src.payload / M))
     e = int(epoch) if reshuffle_every_epoch else 0
     pile = seeds.rng(seed, e, seeds.PILES).integers(0, m, src.n).astype(np.int64)
     order = np.empty(src.n, np.int64)
@@ -37,10 +37,10 @@ def two_pass(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, p
 
     def cost():
         pb = np.bincount(pile, weights=src.rec_bytes, minlength=m)
-        return _rewrite_cost(src, reshuffle_every_epoch, int(pb.max()), f"the largest of {m} piles, shuffled in RAM",
+        return rewrite_cost(src, reshuffle_every_epoch, int(pb.max()), f"the largest of {m} piles, shuffled in RAM",
                              f"pass 1 appends to {m} pile files, pass 2 shuffles each in RAM")
 
-    return _result("two_pass", src, order, params, bool(reshuffle_every_epoch), bool(reshuffle_every_epoch), cost)
+    return strategy_result("two_pass", src, order, params, bool(reshuffle_every_epoch), bool(reshuffle_every_epoch), cost)
 
 
 def terashuf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, run_bytes: int | None = None,
@@ -49,10 +49,10 @@ def terashuf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, r
     """terashuf (exact): the input is cut into runs of ``run_bytes`` (default ``memory_bytes``),
     each shuffled in RAM and written out; the merge picks a run with probability proportional to
     the records it has left and emits its next record."""
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
-    R = _positive("run_bytes", run_bytes) if run_bytes is not None else _budget(src, memory_bytes)
-    first = _byte_units(src, R)
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
+    R = positive_param("run_bytes", run_bytes) if run_bytes is not None else budget_bytes(src, memory_bytes)
+    first = byte_units(src, R)
     e = int(epoch) if reshuffle_every_epoch else 0
     arranged = np.arange(src.n, dtype=np.int64)
     K.segment_shuffle(arranged, first, np.uint64(seeds.key(seed, e, seeds.RUNS)))
@@ -61,8 +61,8 @@ def terashuf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, r
     K.proportional_merge(arranged, first, u, order)
     runs = len(first) - 1
     params = {"run_bytes": int(R), "runs": runs, "reshuffle_every_epoch": bool(reshuffle_every_epoch)}
-    return _result("terashuf", src, order, params, bool(reshuffle_every_epoch), bool(reshuffle_every_epoch),
-                   lambda: _rewrite_cost(src, reshuffle_every_epoch, int(_unit_bytes(src, first).max()),
+    return strategy_result("terashuf", src, order, params, bool(reshuffle_every_epoch), bool(reshuffle_every_epoch),
+                   lambda: rewrite_cost(src, reshuffle_every_epoch, int(unit_sizes(src, first).max()),
                                          "one run, shuffled in RAM",
                                          f"{runs} shuffled runs merged as {runs} interleaved streams"))
 
@@ -75,11 +75,11 @@ def chunk_roundrobin(source, *, seed: int = 0, epoch: int = 0, batch_size: int =
     chunk is shorter), each chunk shuffled; round k takes the k-th record of every chunk that
     still has one and writes them in a random order. Records of a short last chunk come early,
     and two records of one chunk never share a round."""
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
-    M = _budget(src, memory_bytes)
-    c = _positive("chunk_records", chunk_records) if chunk_records is not None else max(1, int(M // max(src.mean, 1)))
-    first = _count_units(src.n, c)
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
+    M = budget_bytes(src, memory_bytes)
+    c = positive_param("chunk_records", chunk_records) if chunk_records is not None else max(1, int(M // max(src.mean, 1)))
+    first = count_units(src.n, c)
     e = int(epoch) if reshuffle_every_epoch else 0
     arranged = np.arange(src.n, dtype=np.int64)
     K.segment_shuffle(arranged, first, np.uint64(seeds.key(seed, e, seeds.CHUNKS)))
@@ -87,18 +87,18 @@ def chunk_roundrobin(source, *, seed: int = 0, epoch: int = 0, batch_size: int =
     K.round_robin_merge(arranged, first, True, np.uint64(seeds.key(seed, e, seeds.ROUNDS)), order)
     chunks = len(first) - 1
     params = {"chunk_records": c, "chunks": chunks, "reshuffle_every_epoch": bool(reshuffle_every_epoch)}
-    return _result("chunk_roundrobin", src, order, params, False, bool(reshuffle_every_epoch),
-                   lambda: _rewrite_cost(src, reshuffle_every_epoch, int(_unit_bytes(src, first).max()),
+    return strategy_result("chunk_roundrobin", src, order, params, False, bool(reshuffle_every_epoch),
+                   lambda: rewrite_cost(src, reshuffle_every_epoch, int(unit_sizes(src, first).max()),
                                          "one chunk, shuffled in RAM",
                                          f"{chunks} shuffled chunks merged round by round"))
 
 
-def _lirs(granularity: str):
+def lirs_strategy(granularity: str):
     def fn(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, group_bytes: int = DEFAULT_GROUP_BYTES,
            window=None, permutation: str = "auto", record_bytes: int = DEFAULT_RECORD_BYTES) -> StrategyOrder:
-        _check_common(seed, epoch, batch_size)
-        src = _source(source, record_bytes)
-        index = _index_of(source, src)
+        check_common(seed, epoch, batch_size)
+        src = as_source(source, record_bytes)
+        index = index_of(source, src)
         # the window spec goes to the planner as given (None: its default); plan.window is the group count
         spec = {} if window is None else {"window": window if isinstance(window, str) else int(window)}
         plan = plan_epoch(index, int(batch_size), granularity, seed=int(seed), epoch=int(epoch),
@@ -121,10 +121,10 @@ def _lirs(granularity: str):
             amp = int(reads.sum()) / src.payload
             return Cost(mem, f"offset index (8 B/record) + plan tables + {in_flight} read steps "
                              f"in flight", src.payload, rand_reads=len(reads), rand_read_bytes=int(reads.sum()),
-                        median_read_bytes=_median(reads), large_rand_read_bytes=_large(reads),
+                        median_read_bytes=median_or_none(reads), large_rand_read_bytes=large_read_bytes(reads),
                         notes=f"coalesced aligned direct reads, amplification {amp:.3f}x")
 
-        return _result(granularity, src, order, params, granularity == "instance", True, cost)
+        return strategy_result(granularity, src, order, params, granularity == "instance", True, cost)
 
     fn.__name__ = fn.__qualname__ = f"lirs_{granularity}"
     fn.__doc__ = (f"lirs ``{granularity}`` granularity: :func:`lirs.plan.plan_epoch` order of the epoch; "

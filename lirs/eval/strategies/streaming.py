@@ -9,8 +9,8 @@ import numpy as np
 from ... import seeds
 from ...errors import UsageError
 from ..kernels import strategies as K
-from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, _aligned_bytes, _budget, _check_common, _count_units,
-                   _large, _median, _positive, _result, _source, _unit_bytes, _unit_of)
+from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, aligned_bytes, budget_bytes, check_common, count_units,
+                   large_read_bytes, median_or_none, positive_param, strategy_result, as_source, unit_sizes, unit_of_record)
 
 
 @functools.lru_cache(maxsize=4)
@@ -19,7 +19,7 @@ def _streaming_layout(n: int, shard_records: int, nodes: int, seed: int, within_
     their records laid end to end in ``base`` (each whole shard shuffled when ``within_shard``:
     py2s), cut into ``nodes`` equal sample ranges. Returns (base, part_begin, part_end, node_parts,
     part_shard): the parts are ranges of ``base``; node k owns parts node_parts[k]:node_parts[k+1]."""
-    first = _count_units(n, shard_records)
+    first = count_units(n, shard_records)
     nsh = len(first) - 1
     perm = seeds.rng(seed, 0, seeds.SHARDS).permutation(nsh)
     sb, se = first[:-1][perm], first[1:][perm]
@@ -41,13 +41,13 @@ def _streaming_layout(n: int, shard_records: int, nodes: int, seed: int, within_
 
 def _streaming(algo: str, source, seed, epoch, batch_size, shard_records, canonical_nodes, block_records,
                memory_bytes, record_bytes) -> StrategyOrder:
-    _check_common(seed, epoch, batch_size)
-    src = _source(source, record_bytes)
+    check_common(seed, epoch, batch_size)
+    src = as_source(source, record_bytes)
     n = src.n
-    M = _budget(src, memory_bytes)
-    block = _positive("block_records", block_records) if block_records is not None else max(1, int(M // max(src.mean, 1)))
-    shard = _positive("shard_records", shard_records) if shard_records is not None else max(1, block // 10)
-    nodes = _positive("canonical_nodes", canonical_nodes)
+    M = budget_bytes(src, memory_bytes)
+    block = positive_param("block_records", block_records) if block_records is not None else max(1, int(M // max(src.mean, 1)))
+    shard = positive_param("shard_records", shard_records) if shard_records is not None else max(1, block // 10)
+    nodes = positive_param("canonical_nodes", canonical_nodes)
     if nodes > n:
         raise UsageError(f"canonical_nodes ({nodes}) exceeds the number of records ({n})")
     params = {"shard_records": shard, "canonical_nodes": nodes, "block_records": block}
@@ -118,18 +118,18 @@ def _streaming(algo: str, source, seed, epoch, batch_size, shard_records, canoni
         order = stream
 
     def cost():
-        first = _count_units(n, shard)
-        unit_of = _unit_of(first, n)
-        nbytes = _unit_bytes(src, first)
+        first = count_units(n, shard)
+        unit_of = unit_of_record(first, n)
+        nbytes = unit_sizes(src, first)
         peak, live = K.peak_live_units(order, unit_of, nbytes, len(nbytes))
-        reads = _aligned_bytes(src, first)
+        reads = aligned_bytes(src, first)
         return Cost(int(peak), f"live shards: up to {int(live):,} of {len(nbytes):,} held at once "
                                f"(fetched before their first sample, dropped after their last)", src.payload,
-                    rand_reads=len(nbytes), rand_read_bytes=int(reads.sum()), median_read_bytes=_median(reads),
-                    large_rand_read_bytes=_large(reads),
+                    rand_reads=len(nbytes), rand_read_bytes=int(reads.sum()), median_read_bytes=median_or_none(reads),
+                    large_rand_read_bytes=large_read_bytes(reads),
                     notes=f"every shard read whole once per epoch ({shard:,} records each)")
 
-    return _result(name, src, order, params, algo == "naive", True, cost)
+    return strategy_result(name, src, order, params, algo == "naive", True, cost)
 
 
 def _streaming_fn(algo: str, doc: str):

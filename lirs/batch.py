@@ -1,0 +1,65 @@
+"""What the Loader delivers and counts: a :class:`Batch` of records and :class:`LoaderStats`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(repr=False)
+class Batch:
+    """One batch: ``ids`` int64 (k,) global record IDs in delivery order; ``X`` a
+    ``scipy.sparse.csr_matrix`` (k, n_features) for LIBSVM, an ndarray (k, *record_shape) for
+    npy/fixed, a list of k ``bytes`` for lines; ``y`` float64 (k,) or None; ``epoch`` and ``index``
+    (batch number within the epoch)."""
+
+    ids: np.ndarray
+    X: Any
+    y: np.ndarray | None
+    epoch: int = 0
+    index: int = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __repr__(self) -> str:
+        # a batch holds thousands of ids: say what it is, not every value
+        X = self.X
+        if hasattr(X, "nnz"):
+            xs = f"{type(X).__name__}{X.shape}, nnz={X.nnz}"
+        elif hasattr(X, "shape"):
+            xs = f"{type(X).__name__}{tuple(X.shape)}, {X.dtype}"
+        else:
+            xs = f"{type(X).__name__} of {len(X)}"
+        ys = "None" if self.y is None else f"{self.y.dtype} ({len(self.y)},)"
+        return f"Batch(epoch={self.epoch}, index={self.index}, records={len(self.ids)}, X={xs}, y={ys})"
+
+
+@dataclass
+class LoaderStats:
+    """Counters of a loader since it was made (or since :meth:`reset`).
+
+    ``bytes_read``: bytes the engine read; ``payload_bytes``: bytes of the delivered records
+    (amplification = bytes_read / payload_bytes); ``reads``: extents read; ``records`` and
+    ``batches`` delivered; ``wait_s``: time the consumer spent waiting for a batch;
+    ``io_s``/``decode_s``: time spent in engine reads and decoding (summed over concurrent work).
+    """
+
+    bytes_read: int = 0
+    payload_bytes: int = 0
+    reads: int = 0
+    records: int = 0
+    batches: int = 0
+    wait_s: float = 0.0
+    io_s: float = 0.0
+    decode_s: float = 0.0
+
+    def reset(self) -> None:
+        for k, v in LoaderStats().__dict__.items():
+            setattr(self, k, v)
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["amplification"] = self.bytes_read / self.payload_bytes if self.payload_bytes else None
+        return d

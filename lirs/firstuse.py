@@ -1,0 +1,47 @@
+"""Index on first use: a Loader opened on a data file with no sidecar builds it, as `lirs index`
+would (the same scan, validation and atomic write), with a progress bar on stderr for long scans."""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+
+from .errors import UsageError
+from .sidecar import SIDECAR_SUFFIX, sidecar_path
+
+log = logging.getLogger("lirs.index")
+
+
+def needs_index(path: str) -> bool:
+    """True when ``path`` is a data file or directory that exists and has no sidecar beside it."""
+    if path.endswith(SIDECAR_SUFFIX) or not os.path.exists(path):
+        return False
+    return not os.path.exists(sidecar_path(path))
+
+
+def index_on_first_use(path: str) -> None:
+    """Build the sidecar of ``path`` beside it. A directory that cannot take it (read-only, no
+    permission) raises UsageError naming the sidecar and how to put it elsewhere."""
+    from .build import build_index  # the scanner is needed only the first time
+
+    sidecar = sidecar_path(path)
+    log.info("%s has no index: building %s", path, sidecar)
+    try:
+        build_index(path)
+    except OSError as e:
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise UsageError(f"{path} has no index and {sidecar} cannot be written ({os.strerror(e.errno)}); "
+                             f"build it where you can write: `lirs index {path} -o DIR/NAME.lirs`, then pass "
+                             f"that .lirs file as the source") from e
+        raise
+
+
+def open_or_index(path: str, *, index: str = "auto"):
+    """:func:`lirs.index.open_index` of ``path``, indexing it first when it has no sidecar and
+    ``index`` is ``"auto"`` (``"never"``: the missing index is an error, as before)."""
+    from .index import open_index
+
+    path = str(path)
+    if index == "auto" and needs_index(path):
+        index_on_first_use(path)
+    return open_index(path)
