@@ -276,15 +276,25 @@ def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
     return row
 
 
-def page_cache_copy(path: str, shm: str) -> str:
-    """``path`` and its index copied into ``shm`` (tmpfs: reads never touch a device); the copy's
-    path. Kept between runs when it is already there at the same size."""
-    os.makedirs(shm, exist_ok=True)
+def page_cache_copy(path: str, shm: str) -> tuple[str, str]:
+    """``(path to read, how)``: ``path`` and its index copied into ``shm`` (tmpfs: reads never touch
+    a device; kept between runs when already there at the same size), or, where ``shm`` lacks the
+    room (a container's 64 MB /dev/shm), ``path`` itself after one read that brings it into the
+    page cache."""
+    need = os.path.getsize(path) + os.path.getsize(path + ".lirs")
     dst = os.path.join(shm, os.path.basename(path))
-    for src, to in ((path, dst), (path + ".lirs", dst + ".lirs")):
-        if not os.path.exists(to) or os.path.getsize(to) != os.path.getsize(src):
-            shutil.copy2(src, to)  # mtime kept: the index still describes the copy
-    return dst
+    try:
+        os.makedirs(shm, exist_ok=True)
+        have = sum(os.path.getsize(p) for p in (dst, dst + ".lirs") if os.path.exists(p))
+        if shutil.disk_usage(shm).free + have < 1.05 * need:
+            raise OSError(f"{shm} has {shutil.disk_usage(shm).free} bytes free, {need} needed")
+        for src, to in ((path, dst), (path + ".lirs", dst + ".lirs")):
+            if not os.path.exists(to) or os.path.getsize(to) != os.path.getsize(src):
+                shutil.copy2(src, to)  # mtime kept: the index still describes the copy
+        return dst, f"copied to {shm}"
+    except OSError as e:
+        subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
+        return path, f"the file on disk, read once into the page cache ({e})"
 
 
 def main(argv=None) -> int:
@@ -323,7 +333,8 @@ def main(argv=None) -> int:
            "note": args.note, "load1_before": os.getloadavg()[0], "rows": [], "skipped": []}
     out = args.out
     for mode in args.modes.split(","):
-        src = page_cache_copy(path, args.shm) if mode == "page-cache" else path
+        src, how = page_cache_copy(path, args.shm) if mode == "page-cache" else (path, "on disk")
+        res.setdefault("data_read", {})[mode] = {"path": src, "how": how}
         for gran in args.granularities.split(","):
             one = None
             for cpus in core_sets(counts):
