@@ -137,21 +137,25 @@ def ticks_of(stacks) -> int:
 
 
 def holders(stacks, ticks: int, top: int = 15) -> dict:
-    """The leaf frames of GIL samples: ``{"frames": [...], "functions": [...]}``, each entry
-    ``{"frame", "samples", "share_of_wall", "share_of_gil"}``, most samples first. ``frames`` keep
-    py-spy's ``function (file:line)``; ``functions`` merge the lines of one function."""
+    """Who holds the GIL: ``{"frames": [...], "functions": [...], "lirs": [...]}``, each entry
+    ``{"frame", "samples", "share_of_wall", "share_of_gil"}``, most samples first. ``frames``: the
+    leaf frame of each GIL sample as py-spy prints it, ``function (file:line)``; ``functions``: the
+    same with the lines of one function merged; ``lirs``: the deepest frame in lirs's own files
+    (``lirs/...``) of each sample — the lirs line that called into ``threading``, numpy or scipy
+    (a sample with no lirs frame counts under its leaf)."""
     g = sum(c for _, c in stacks) or 1
-    by_frame, by_fn = collections.Counter(), collections.Counter()
+    by_frame, by_fn, by_lirs = collections.Counter(), collections.Counter(), collections.Counter()
     for frames, count in stacks:
         leaf = frames[-1] if frames else "?"
         by_frame[leaf] += count
         fn, _, where = leaf.rpartition(" (")
         by_fn[f"{fn} ({where.rsplit(':', 1)[0].rstrip(')')})" if fn else leaf] += count
+        by_lirs[next((f for f in reversed(frames) if " (lirs/" in f), leaf)] += count
 
     def rows(counter):
         return [{"frame": f, "samples": c, "share_of_wall": c / ticks if ticks else None, "share_of_gil": c / g}
                 for f, c in counter.most_common(top)]
-    return {"frames": rows(by_frame), "functions": rows(by_fn)}
+    return {"frames": rows(by_frame), "functions": rows(by_fn), "lirs": rows(by_lirs)}
 
 
 def gil_share(gil_raw: str, idle_raw: str | None, duration: float, rate: int) -> dict:

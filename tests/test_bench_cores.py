@@ -60,6 +60,10 @@ def test_gil_share_from_both_records(bc):
     fn = {h["frame"]: h["samples"] for h in g["holders"]["functions"]}
     assert fn["_csr (lirs/decode.py)"] == 10 and fn["Pipeline._read_decode (lirs/pipeline.py)"] == 25
     assert sum(fn.values()) == 80
+    # the lirs line under threading's notify; a sample without lirs frames stays under its leaf
+    lirs = {h["frame"]: h["samples"] for h in g["holders"]["lirs"]}
+    assert lirs == {"EpochRun.wait (lirs/pipeline.py:297)": 40, "Pipeline._read_decode (lirs/pipeline.py:140)": 25,
+                    "_csr (lirs/decode.py:106)": 6, "_csr (lirs/decode.py:103)": 4, "run (<string>:13)": 5}
 
 
 def test_gil_share_without_idle_record_uses_duration_times_rate(bc):
