@@ -36,7 +36,10 @@ records/s are not.
 The implied ceiling is ``records_per_s / gil_share``: the records per second at which the GIL
 would be held all the time, if the GIL-held work per record stays what it is — the most this
 process design can deliver on any number of cores (on 2 cores it predicted the 16-core group
-ceiling within 5%). The holders are the leaf Python frames of the GIL samples (function, file:line
+ceiling within 5%). It means something where the cores are not the limit: on one core the GIL is
+held for most of the CPU time the process gets (``cpu_util_cores`` near 1), and the figure is only
+an upper bound. Shares measured with other work on the machine read high: a thread preempted while
+it holds the GIL holds it longer. The holders are the leaf Python frames of the GIL samples (function, file:line
 as py-spy prints them), as shares of wall time (count / T) and of the GIL samples (count / G).
 
 Where py-spy is missing or may not attach (no ptrace permission), every GIL field is null and
