@@ -785,6 +785,10 @@ def test_csr_equals_the_checked_constructor(monkeypatch, case, fast):
     assert "_has_sorted_indices" not in vars(X)
     assert X.has_sorted_indices == R.has_sorted_indices == (case != "unsorted")
     X.check_format(full_check=True)
+    import pickle  # torch's DataLoader workers send batches pickled
+    P = pickle.loads(pickle.dumps(X))
+    assert type(P) is sp.csr_matrix and P.shape == X.shape and P.indptr.dtype == X.indptr.dtype
+    np.testing.assert_array_equal(P.indices, X.indices)
     if case != "int64":
         np.testing.assert_array_equal(X.toarray(), R.toarray())
 
