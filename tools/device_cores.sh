@@ -26,6 +26,8 @@ mkdir -p "$OUT"
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/nb} PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 
+SHM=/dev/shm/lirs-cores-$$  # the page-cache copy, removed at the end
+trap 'rm -rf "$SHM"' EXIT
 SIZE=1GB DIR=/tmp/lirs-cores REPEAT=2 MAXS=2 GILS=2 CORES="" BUDGET=${BUDGET_S:-420}
 if [[ ${1:-} == --small ]]; then
   SIZE=30MB DIR=/tmp/lirs-cores-small REPEAT=1 MAXS=1 GILS=1 CORES=1,2 BUDGET=${BUDGET_S:-300}
@@ -59,7 +61,7 @@ fi
 cat "$OUT/machine.txt"
 
 set -o pipefail
-"$PY" benchmarks/bench_cores.py --size "$SIZE" --dir "$DIR" --repeat "$REPEAT" --max-seconds "$MAXS" \
+"$PY" benchmarks/bench_cores.py --size "$SIZE" --dir "$DIR" --shm "$SHM" --repeat "$REPEAT" --max-seconds "$MAXS" \
   --gil-seconds "$GILS" --gil-rate 200 ${CORES:+--cores "$CORES"} --budget-s "$BUDGET" \
   --note "${NOTE:-tools/device_cores.sh ${1:-}: $(nproc) cores; nothing else ran on the machine}" \
   --out "$OUT/cores_gil.json" 2>&1 | tee "$OUT/cores_gil.log"
