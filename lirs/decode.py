@@ -57,13 +57,54 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _csr(data, indices, indptr, shape):
-    """csr_matrix holding exactly these arrays (scipy would otherwise downcast the index arrays)."""
-    if indices.dtype == np.int32 and indptr.dtype != np.int32 and (len(indptr) == 0 or indptr[-1] <= _INT32_MAX):
-        # scipy's rule: one index dtype, the smallest that fits (sklearn estimators refuse int64)
-        indptr = indptr.astype(np.int32)
+def _csr_checked(data, indices, indptr, shape):
+    """csr_matrix of these arrays through scipy's constructor (its checks run on an empty matrix;
+    the arrays are put in afterwards, so scipy does not downcast them)."""
     X = sp.csr_matrix(shape, dtype=data.dtype)
     X.data, X.indices, X.indptr = data, indices, indptr
+    return X
+
+
+def _csr_template():
+    """The instance attributes scipy's constructor sets besides the arrays and the shape (``maxprint``
+    in scipy 1.10-1.17), or None when a matrix built from them would differ from a constructed one
+    (a scipy that stores its state differently): then :func:`_csr` goes through the constructor."""
+    try:
+        ref = _csr_checked(np.zeros(2, np.float32), np.array([0, 2], np.int32), np.array([0, 1, 2], np.int32), (2, 3))
+        base = {k: v for k, v in vars(ref).items() if k not in _CSR_OWN}
+        X = object.__new__(sp.csr_matrix)
+        X.__dict__.update(base, data=ref.data, indices=ref.indices, indptr=ref.indptr, _shape=(2, 3))
+        X.check_format(full_check=True)
+        if vars(X).keys() != vars(ref).keys() or X.shape != ref.shape or X.nnz != 2 or X.format != "csr":
+            return None
+        if not (X.toarray() == ref.toarray()).all() or not X.has_sorted_indices:
+            return None
+    except Exception:  # noqa: BLE001 - any surprise: the checked constructor, as before
+        return None
+    return base
+
+
+# what _csr sets itself; the sortedness flags stay unset, computed by scipy when first asked for
+_CSR_OWN = frozenset({"data", "indices", "indptr", "_shape", "_has_sorted_indices", "_has_canonical_format"})
+_CSR_BASE = _csr_template()
+
+
+def _csr(data, indices, indptr, shape):
+    """``scipy.sparse.csr_matrix`` holding exactly these arrays, without scipy's validation.
+
+    data (nnz,), indices int32/int64 (nnz,), indptr (k+1,) with indptr[0] == 0, shape (k, n): valid
+    by construction (the decoders and row slicing make them). scipy's constructor costs ~10 us a
+    call, most of it Python holding the GIL (``issparse``, ``_get_index_dtype``, ``check_format``)
+    on the consumer's thread once per batch; this costs ~1 us. ``has_sorted_indices`` is computed
+    by scipy when asked, as for a constructed matrix. indptr int64 becomes int32 when indices are
+    int32 and it fits (scipy's rule: one index dtype, the smallest that fits; sklearn estimators
+    refuse int64)."""
+    if indices.dtype == np.int32 and indptr.dtype != np.int32 and (len(indptr) == 0 or indptr[-1] <= _INT32_MAX):
+        indptr = indptr.astype(np.int32)
+    if _CSR_BASE is None:
+        return _csr_checked(data, indices, indptr, shape)
+    X = object.__new__(sp.csr_matrix)
+    X.__dict__.update(_CSR_BASE, data=data, indices=indices, indptr=indptr, _shape=(int(shape[0]), int(shape[1])))
     return X
 
 

@@ -737,3 +737,91 @@ def test_first_error_in_file_order_across_regions(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="line 401") as ei:
         load_svmlight(path, threads=4)
     assert "3:x" in str(ei.value)
+
+
+# --------------------------------------------------------------------------- CSR without scipy's checks
+
+
+def _arrays(case):
+    """(data, indices, indptr, shape) of one _csr input case."""
+    if case == "empty":
+        return np.zeros(0, np.float32), np.zeros(0, np.int32), np.zeros(1, np.int32), (0, 7)
+    if case == "empty_rows":
+        return np.zeros(0, np.float64), np.zeros(0, np.int32), np.zeros(4, np.int64), (3, 7)
+    if case == "int64":  # n_features past 2**31 - 1: int64 indices and indptr
+        big = 3 * 2**31
+        return (np.array([1, 2, 3], np.float32), np.array([5, big, 0], np.int64),
+                np.array([0, 2, 2, 3], np.int64), (3, big + 1))
+    if case == "unsorted":
+        return np.array([1, 2, 3], np.float32), np.array([4, 1, 0], np.int32), np.array([0, 2, 3], np.int32), (2, 7)
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 9, 50)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64 if case == "int64_indptr" else np.int32)
+    indices = np.concatenate([np.sort(rng.choice(100, c, replace=False)) for c in counts]).astype(np.int32)
+    return rng.random(len(indices)).astype(np.float32), indices, indptr, (50, 100)
+
+
+@pytest.mark.parametrize("case", ["int32", "int64_indptr", "int64", "empty", "empty_rows", "unsorted"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_csr_equals_the_checked_constructor(monkeypatch, case, fast):
+    """The matrix built without scipy's constructor is the one built through it: same type,
+    instance attributes, shape, dtypes and arrays (shared, not copied), sortedness computed by
+    scipy when asked, and scipy's full format check passes. ``fast=False``: the fallback taken on a
+    scipy whose instances this module cannot reproduce."""
+    from lirs import decode as D
+    assert D._CSR_BASE is not None  # this scipy takes the fast path (else every case tests the fallback)
+    if not fast:
+        monkeypatch.setattr(D, "_CSR_BASE", None)
+    data, indices, indptr, shape = _arrays(case)
+    X = D._csr(data, indices, indptr, shape)
+    indptr_ref = indptr.astype(np.int32) if indices.dtype == np.int32 else indptr
+    R = D._csr_checked(data, indices, indptr_ref, shape)
+    assert type(X) is sp.csr_matrix and vars(X).keys() == vars(R).keys()
+    assert X.shape == R.shape == shape and isinstance(X.shape[0], int) and X.nnz == R.nnz
+    assert X.dtype == data.dtype and X.indices.dtype == indices.dtype
+    assert X.indptr.dtype == (np.int32 if indices.dtype == np.int32 else np.int64)
+    assert X.data is data and X.indices is indices
+    np.testing.assert_array_equal(X.indptr, R.indptr)
+    assert "_has_sorted_indices" not in vars(X)
+    assert X.has_sorted_indices == R.has_sorted_indices == (case != "unsorted")
+    X.check_format(full_check=True)
+    import pickle  # torch's DataLoader workers send batches pickled
+    P = pickle.loads(pickle.dumps(X))
+    assert type(P) is sp.csr_matrix and P.shape == X.shape and P.indptr.dtype == X.indptr.dtype
+    np.testing.assert_array_equal(P.indices, X.indices)
+    if case != "int64":
+        np.testing.assert_array_equal(X.toarray(), R.toarray())
+
+
+def test_csr_int64_indptr_that_does_not_fit_is_kept():
+    from lirs.decode import _csr
+    indptr = np.array([0, 2**31], np.int64)  # more values than int32 counts: never cut down
+    X = _csr(np.zeros(0, np.float32), np.zeros(0, np.int32), indptr, (1, 5))
+    assert X.indptr.dtype == np.int64 and X.indptr[-1] == 2**31
+
+
+def test_decoded_batches_feed_sklearn(tmp_path):
+    """Batches of decode_libsvm and of row slices and stacks of steps (lirs.assemble) are accepted
+    by an sklearn estimator's partial_fit, as load_svmlight_file's matrix is."""
+    from sklearn.linear_model import SGDClassifier
+
+    from lirs.assemble import rows, stack
+    recs = [b"1 1:0.5 7:2\n", b"-1 2:1\n", b"1 3:0.25 4:1 9:3\n", b"-1 \n", b"1 5:1 6:2\n"]
+    buf = np.frombuffer(b"".join(recs), np.uint8)
+    ends = np.cumsum([len(r) for r in recs])
+    X, y = decode_libsvm(buf, ends - [len(r) for r in recs], ends, n_features=9, zero_based=False)
+    Xs = stack([rows(X, 0, 2), rows(X, 3, 5)], None)[0]
+    ref = load_svmlight_file(str(_write(tmp_path, recs)), n_features=9, dtype=np.float32)[0]
+    for M, yy in [(X, y), (rows(X, 1, 4), y[1:4]), (Xs, np.r_[y[:2], y[3:]])]:
+        assert M.indices.dtype == M.indptr.dtype == np.int32
+        M.check_format(full_check=True)
+        clf = SGDClassifier(random_state=0).partial_fit(M, yy, classes=[-1.0, 1.0])
+        assert clf.coef_.shape == (1, 9)
+    np.testing.assert_array_equal(X.toarray(), ref.toarray())
+    np.testing.assert_array_equal(Xs.toarray(), ref[[0, 1, 3, 4]].toarray())
+
+
+def _write(tmp_path, recs):
+    p = tmp_path / "b.svm"
+    p.write_bytes(b"".join(recs))
+    return p

@@ -1,0 +1,113 @@
+"""benchmarks/bench_cores.py: the GIL share from py-spy's raw output (canned), py-spy missing or
+refused, and one whole run on a tiny file on one core."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import stat
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO, "benchmarks", "bench_cores.py")
+
+# `py-spy record --gil --format raw` of a loader epoch (shortened): one trace per tick at which a
+# thread held the GIL; 40 + 25 + 10 + 5 = 80 samples
+GIL_RAW = """\
+<module> (<string>:40);run (<string>:14);Loader.epoch (lirs/loader.py:397);EpochRun.wait (lirs/pipeline.py:297);Condition.notify (threading.py:369) 40
+Thread._bootstrap (threading.py:1002);_WorkItem.run (concurrent/futures/thread.py:58);Pipeline._read_decode (lirs/pipeline.py:140) 25
+<module> (<string>:40);run (<string>:14);Loader._deliver (lirs/loader.py:420);_csr (lirs/decode.py:106) 6
+<module> (<string>:40);run (<string>:14);Loader._deliver (lirs/loader.py:420);_csr (lirs/decode.py:103) 4
+<module> (<string>:40);run (<string>:13) 5
+"""
+# `py-spy record --idle --threads --format raw` of the same process: the main thread at each of
+# 190 ticks (two stacks), two pool threads that lived part of the time, a line that is no stack
+IDLE_RAW = """\
+thread (0x7f01): MainThread;<module> (<string>:40);run (<string>:14) 150
+thread (0x7f01): MainThread;<module> (<string>:40);run (<string>:13) 40
+thread (0x7f02): lirs-loader_0;Thread._bootstrap (threading.py:1002) 120
+thread (0x7f03): lirs-loader_1;Thread._bootstrap (threading.py:1002) 185
+py-spy> Wrote raw flamegraph data
+"""
+
+
+@pytest.fixture(scope="module")
+def bc():
+    spec = importlib.util.spec_from_file_location("bench_cores", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_parse_raw_and_ticks(bc):
+    stacks = bc.parse_raw(IDLE_RAW)
+    assert len(stacks) == 4 and stacks[0][1] == 150
+    assert stacks[0][0][0] == "thread (0x7f01): MainThread" and stacks[0][0][-1] == "run (<string>:14)"
+    assert bc.ticks_of(stacks) == 190  # the thread seen most often, all its stacks together
+    assert bc.ticks_of([]) == 0
+
+
+def test_gil_share_from_both_records(bc):
+    g = bc.gil_share(GIL_RAW, IDLE_RAW, duration=1, rate=200)
+    assert g["gil_samples"] == 80 and g["ticks"] == 190 and g["ticks_source"] == "idle record"
+    assert g["expected_ticks"] == 200
+    assert g["share"] == pytest.approx(80 / 190)
+    fr = g["holders"]["frames"]
+    assert fr[0] == {"frame": "Condition.notify (threading.py:369)", "samples": 40,
+                     "share_of_wall": pytest.approx(40 / 190), "share_of_gil": pytest.approx(0.5)}
+    # the two lines of _csr are one function
+    fn = {h["frame"]: h["samples"] for h in g["holders"]["functions"]}
+    assert fn["_csr (lirs/decode.py)"] == 10 and fn["Pipeline._read_decode (lirs/pipeline.py)"] == 25
+    assert sum(fn.values()) == 80
+    # the lirs line under threading's notify; a sample without lirs frames stays under its leaf
+    lirs = {h["frame"]: h["samples"] for h in g["holders"]["lirs"]}
+    assert lirs == {"EpochRun.wait (lirs/pipeline.py:297)": 40, "Pipeline._read_decode (lirs/pipeline.py:140)": 25,
+                    "_csr (lirs/decode.py:106)": 6, "_csr (lirs/decode.py:103)": 4, "run (<string>:13)": 5}
+
+
+def test_gil_share_without_idle_record_uses_duration_times_rate(bc):
+    g = bc.gil_share(GIL_RAW, None, duration=2, rate=100)
+    assert g["ticks"] == 200 and g["ticks_source"] == "duration x rate"
+    assert g["share"] == pytest.approx(0.4)
+    nothing = bc.gil_share("", IDLE_RAW, duration=1, rate=200)
+    assert nothing["share"] == 0 and nothing["holders"]["frames"] == []
+
+
+def test_py_spy_missing_or_refused_gives_a_reason(bc, tmp_path):
+    res, why = bc.measure_gil(None, os.getpid(), 1, 100)
+    assert res is None and "py-spy not found" in why
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\necho 'Error: Permission Denied: try running again with elevated permissions' >&2\n"
+                    "exit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    assert bc.find_py_spy(str(fake)) == str(fake)
+    res, why = bc.measure_gil(str(fake), os.getpid(), 1, 100)
+    assert res is None and "exited with 1" in why and "Permission Denied" in why
+
+
+def test_one_core_run_on_a_tiny_file(bc, tmp_path):
+    """The whole benchmark on ~2 MB, one core, page cache: one row with records/s, CPU per record,
+    and a GIL share (or a reason where py-spy is missing or refused)."""
+    out = tmp_path / "cores_gil.json"
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else str(tmp_path)
+    shm = os.path.join(shm, f"lirs-test-cores-{os.getpid()}")
+    try:
+        assert bc.main(["--size", "2MB", "--dir", str(tmp_path / "d"), "--shm", shm, "--modes", "page-cache",
+                        "--granularities", "group", "--cores", "1", "--repeat", "1", "--gil-seconds", "1",
+                        "--gil-rate", "100", "--out", str(out)]) == 0
+    finally:
+        import shutil
+        shutil.rmtree(shm, ignore_errors=True)
+    res = json.loads(out.read_text())
+    (r,) = res["rows"]
+    assert r["mode"] == "page-cache" and r["engine"] == "buffered" and r["cores"] == 1
+    assert r["records"] == res["data"]["records"] and r["complete"]
+    assert r["records_per_s"] > 0 and r["cpu_us_per_record"] > 0 and r["speedup_vs_1_core"] == 1
+    if r["gil_share"] is None:
+        assert r["gil_reason"] and r["ceiling_records_per_s"] is None
+    else:
+        assert 0 <= r["gil_share"] <= 1 and r["gil_reason"] is None
+        assert r["gil"]["ticks"] > 0 and r["profiled"]["records"] > 0
+        if r["gil_share"]:
+            assert r["ceiling_records_per_s"] == pytest.approx(r["records_per_s"] / r["gil_share"])
