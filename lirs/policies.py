@@ -78,7 +78,7 @@ POLICIES: dict[str, Policy] = {
                      "groups read a window at a time, their records dealt randomly over the batches the window feeds"),
 }
 GRANULARITIES = tuple(POLICIES)
-DEFAULT_GRANULARITY = "group"
+DEFAULT_GRANULARITY = "window"
 
 
 def policy(granularity: str) -> Policy:

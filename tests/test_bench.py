@@ -788,7 +788,7 @@ def _fake_result(idx, **rec):
             "date": "now", "command": "test"}
 
 
-def test_loader_auto_without_recommendation_uses_group(kdd_tiny, tmp_path, caplog):
+def test_loader_auto_without_recommendation_uses_the_default(kdd_tiny, tmp_path, caplog):
     import shutil
 
     import lirs
@@ -798,8 +798,8 @@ def test_loader_auto_without_recommendation_uses_group(kdd_tiny, tmp_path, caplo
     lirs.build_index(p, progress=False)
     with caplog.at_level(logging.INFO, logger="lirs.recommendation"):
         with lirs.Loader(p, 128, granularity="auto", group_bytes=16384, window=3) as ld:
-            assert (ld.granularity, ld.group_bytes, ld.window) == ("group", 16384, 3)
-            assert ld.plan(0).granularity == "group"
+            assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 16384, 3)
+            assert ld.plan(0).granularity == "window"
     assert "no lirs bench recommendation" in caplog.text
 
 
@@ -823,8 +823,8 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog):
     with open(path, "w") as f:
         json.dump(doc, f)
     with caplog.at_level(logging.WARNING, logger="lirs.recommendation"):
-        with lirs.Loader(p, 128, granularity="auto") as ld:
-            assert ld.granularity == "group"
+        with lirs.Loader(p, 128, granularity="auto", window=5) as ld:
+            assert (ld.granularity, ld.window) == ("window", 5)  # the default, with the window asked for
     assert "other data" in caplog.text
 
 

@@ -33,8 +33,8 @@ class Worker:
         # the worker imports the same lirs as this process: the folder above this lirs package
         pkg_parent = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardir))
         env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        cmd = [sys.executable, "-c", "import sys; from lirs.eval.bench.measure import _worker_main; "
-               "sys.exit(_worker_main())", self.task_path, self.out_path]
+        cmd = [sys.executable, "-c", "import sys; from lirs.eval.bench.measure import worker_main; "
+               "sys.exit(worker_main())", self.task_path, self.out_path]
         with open(self.err_path, "w") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env,
                                          start_new_session=True)
