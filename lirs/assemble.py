@@ -1,6 +1,6 @@
 """Per-format batch assembly: the bytes of one read step -> (X, y), and rows of steps -> a batch.
 
-A read step (:class:`lirs.plan.ReadStep`) is a set of extents read into one aligned buffer and the
+A read step (:class:`lirs.steps.ReadStep`) is a set of extents read into one aligned buffer and the
 records they hold. :class:`StepDecoder` turns that buffer into the step's rows: a CSR matrix for
 LIBSVM, an ndarray for ``npy``/``fixed``, a list of ``bytes`` for ``lines`` and ``tfrecord`` (the
 payloads, framing and CRCs checked); :func:`rows` and

@@ -60,7 +60,7 @@ from .firstuse import open_or_index
 from .index import Index
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
-from .policies import DEFAULT_GRANULARITY, GRANULARITIES
+from .policies import DEFAULT_GRANULARITY, POLICIES
 from .recommendation import AUTO
 from .ranges import over_spans, remainder
 from .recommendation import auto_settings
@@ -144,8 +144,8 @@ class Loader:
         self._owns_index = self.index is not source  # opened here: released by close()
         self.batch_size = positive_int("batch_size", batch_size)
         self.prefetch = positive_int("prefetch", prefetch)
-        if granularity not in GRANULARITIES and granularity != AUTO:
-            raise UsageError(f"granularity must be one of {', '.join(GRANULARITIES + (AUTO,))}, got {granularity!r}")
+        if granularity not in POLICIES and granularity != AUTO:
+            raise UsageError(f"granularity must be one of {', '.join((*POLICIES, AUTO))}, got {granularity!r}")
         if granularity == AUTO:  # what `lirs bench --auto` saved for this dataset, else the default
             granularity, group_bytes, window = auto_settings(self.index, group_bytes, window)
         self.granularity = granularity

@@ -347,8 +347,8 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
     """Raise UsageError naming the first argument that cannot work."""
     if int(batch_size) < 1:
         raise UsageError(f"batch_size must be >= 1, got {batch_size}")
-    if granularity not in GRANULARITIES:
-        raise UsageError(f"granularity must be one of {', '.join(GRANULARITIES)}, got {granularity!r}")
+    if granularity not in POLICIES:
+        raise UsageError(f"granularity must be one of {', '.join(POLICIES)}, got {granularity!r}")
     pol = POLICIES[granularity]
     if pol.uses_group_bytes:
         if int(group_bytes) < block or int(group_bytes) % block:
