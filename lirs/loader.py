@@ -133,17 +133,21 @@ class Loader:
         iterators then yield its results (see the module docstring for the GIL and errors).
     verify : bool
         TFRecord: check each record's payload CRC-32C as it is read (the length CRC always is).
+    threads : int or None
+        Threads of the read-and-decode pool; None: one per usable core and one more (a process that
+        shares the cores with others, such as a DataLoader worker, takes its share).
     """
 
     @keyword_only(_OLD_POSITIONAL)
     def __init__(self, source, batch_size, *, granularity=DEFAULT_GRANULARITY, group_bytes=DEFAULT_GROUP_BYTES,
                  window=None, seed=0, engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1,
                  drop_last=False, dtype=np.float32, permutation="auto", index="auto", n_features=None,
-                 zero_based="auto", depth=None, direct=None, transform=None, verify=False):
+                 zero_based="auto", depth=None, direct=None, transform=None, verify=False, threads=None):
         self.index = self._open_index(source, index)
         self._owns_index = self.index is not source  # opened here: released by close()
         self.batch_size = positive_int("batch_size", batch_size)
         self.prefetch = positive_int("prefetch", prefetch)
+        self.threads = None if threads is None else positive_int("threads", threads)
         if granularity not in POLICIES and granularity != AUTO:
             raise UsageError(f"granularity must be one of {', '.join((*POLICIES, AUTO))}, got {granularity!r}")
         if granularity == AUTO:  # what `lirs bench --auto` saved for this dataset, else the default
@@ -222,7 +226,7 @@ class Loader:
             # a forked child: the parent's pool threads and rings do not exist here; start over
             # a thread per usable core, and one more: a thread waiting on its read leaves a core to
             # decoding (affinity, not the machine's count: taskset and containers set it)
-            workers = usable_cores() + 1
+            workers = self.threads if self.threads is not None else usable_cores() + 1
             self._pipeline = Pipeline(self.index.paths, engine=self.engine_name, direct=self.direct,
                                       depth=self.depth, decode=self._decoder, workers=workers, stats=self.stats,
                                       warm=self._warm)
