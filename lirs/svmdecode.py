@@ -66,8 +66,11 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
 def span_parts(nbytes: int, k: int, threads=None) -> int:
     """Runs of records :func:`decode_spans` cuts ``k`` records of ``nbytes`` bytes into (one per
     thread, default: the CPUs this process may use); 1: decoded on the calling thread."""
+    regions = int(nbytes) // _MIN_REGION
+    if regions <= 1 or k <= 1:
+        return 1  # a batch's step: no need to ask the OS for the affinity mask (a syscall per step)
     threads = usable_cores() if threads is None else max(1, int(threads))
-    return max(1, min(threads, int(nbytes) // _MIN_REGION, int(k)))
+    return max(1, min(threads, regions, int(k)))
 
 
 def _record_arrays(k):
