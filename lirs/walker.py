@@ -39,7 +39,17 @@ def walk(plan, start: int, stride: int, extents: bool):
     source = STEP_SOURCES[POLICIES[plan.granularity].steps](plan, mine, int(stride) == 1, extents)
     B = plan.batch_size
     for j in range(int(start), plan.num_batches, int(stride)):
-        yield source.batch(j, cut(mine, j * B, j * B + plan.batch_size_of(j)))
+        yield source.batch(j, pieces_of(mine, j * B, j * B + plan.batch_size_of(j)))
+
+
+def pieces_of(mine: np.ndarray, a: int, b: int) -> list:
+    """The stream positions of positions ``[a, b)`` of the concatenation of ``mine`` (int64 (m, 2)
+    spans): a list of ``(lo, hi)`` int pairs. One span (a plain plan) is plain arithmetic: this runs
+    once per batch on the consumer's thread, under the GIL."""
+    if len(mine) == 1:
+        s0 = int(mine[0, 0])
+        return [(s0 + a, s0 + b)] if b > a else []
+    return [tuple(p) for p in cut(mine, a, b).tolist()]
 
 
 class BatchSteps:
@@ -54,11 +64,11 @@ class BatchSteps:
         self.cursor = Cursor(plan.stream)
         self.held: dict = {}  # batch -> its part of the shared step being handed out
 
-    def _ids(self, pieces: np.ndarray) -> np.ndarray:
+    def _ids(self, pieces: list) -> np.ndarray:
         ids = [self.cursor.take(int(lo), int(hi)) for lo, hi in pieces]
         return ids[0] if len(ids) == 1 else (np.concatenate(ids) if ids else np.empty(0, np.int64))
 
-    def batch(self, j: int, pieces: np.ndarray) -> BatchPlan:
+    def batch(self, j: int, pieces: list) -> BatchPlan:
         if self.per == 1:
             ids = self._ids(pieces)
             at = int(pieces[0][0]) if self.deals and len(pieces) else -1
@@ -76,7 +86,7 @@ class BatchSteps:
         js = range(j0, min(j0 + self.per, p.num_batches))
         ids, orders, cuts = [], [], [0]
         for j in js:
-            pieces = cut(self.mine, j * B, j * B + p.batch_size_of(j))
+            pieces = pieces_of(self.mine, j * B, j * B + p.batch_size_of(j))
             b_ids = self._ids(pieces)
             k = len(b_ids)
             ids.append(b_ids)
@@ -116,7 +126,7 @@ class WindowSteps:
         lo = window_bounds(self.plan, w)[0]
         return w, self.stream.count(lo, upos) + within
 
-    def batch(self, j: int, pieces: np.ndarray) -> BatchPlan:
+    def batch(self, j: int, pieces: list) -> BatchPlan:
         parts, ids = [], []
         for lo, hi in pieces:
             lo, hi = int(lo), int(hi)
