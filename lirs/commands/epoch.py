@@ -9,6 +9,7 @@ import time
 
 from ..constants import DEFAULT_WINDOW
 from ..policies import DEFAULT_GRANULARITY, GRANULARITIES
+from ..recommendation import AUTO
 from ..errors import UsageError
 
 
@@ -20,7 +21,7 @@ def add_parser(sub):
                     "report records/s, MB/s, reads/s, read amplification, the stall fraction (time "
                     "the consumer waited for data / wall time), peak RSS and the engine used.")
     p.add_argument("path", metavar="PATH", help="data file, directory or .lirs sidecar (indexed on first use)")
-    p.add_argument("--granularity", default=DEFAULT_GRANULARITY, choices=GRANULARITIES,
+    p.add_argument("--granularity", default=DEFAULT_GRANULARITY, choices=(*GRANULARITIES, AUTO),
                    help=f"shuffling unit (default: {DEFAULT_GRANULARITY})")
     p.add_argument("--engine", default="auto",
                    help="auto (default; $LIRS_ENGINE or the best that works), uring, threads, aiofiles, buffered")
