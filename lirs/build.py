@@ -21,7 +21,8 @@ import numpy as np
 from .svmlight import TokenError, line_number, line_tokens, parse_tokens
 from .cores import usable_cores
 from .errors import DataError, UsageError
-from .inputs import expand_paths, file_chunks, resolve_format
+from .content import BlockSums, block_count
+from .inputs import SUM_TAPS, expand_paths, file_chunks, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .sidecar import SidecarWriter, fingerprint, sidecar_path
 from .tfrecord import TFRecordScanner
@@ -226,6 +227,23 @@ class VarScanner:
         return count, -1, size
 
 
+def _summed(scan, path: str):
+    """``scan`` (a scanner's ``scan_file``) of ``path`` with the checksums of every byte it reads
+    (uint32 per MiB, lirs.content) appended to the list ``sums``: the scan reads the file whole."""
+    def run(p, sums):
+        acc = SUM_TAPS[p] = BlockSums()
+        try:
+            out = scan(p)
+        finally:
+            SUM_TAPS.pop(p, None)
+        got = acc.finish()
+        if len(got) != block_count(os.path.getsize(p)):
+            raise DataError(f"{p}: file changed while it was being indexed; run `lirs index` again")
+        sums.append(got)
+        return out
+    return run
+
+
 class Tap:
     """Sidecar-writer proxy: streams record starts to the sidecar and accumulates their size
     statistics as they pass (record i ends where record i+1 starts, a file's last record at its
@@ -303,10 +321,10 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
             w.begin("offsets", np.int64)
             file_starts = [0]
             data_ends = []
-            fps = []
+            fps, sums = [], []
             for p in files:
                 fp0 = fingerprint(p)
-                _, _, end = sc.scan_file(p)
+                _, _, end = _summed(sc.scan_file, p)(p, sums)
                 tap.finish(end)
                 fps.append(fp0)
                 file_starts.append(sc.n)
@@ -331,6 +349,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
                             max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
                             qid_records=sc._qid)
                 _write_labels(w, lab_tmp, n, sc.distinct, pool)
+            w.add("content_sums", np.concatenate(sums))
         shell = Index(format=fmt, paths=tuple(files), n=n, file_starts=np.asarray(file_starts, np.int64),
                       data_ends=np.asarray(data_ends, np.int64), header_sizes=np.asarray(headers, np.int64),
                       fingerprints=tuple(fps), meta=meta)

@@ -75,7 +75,11 @@ def probe_direct(path: str) -> str | None:
         try:
             os.preadv(fd, [memoryview(buf)], 0)
         except OSError as e:
-            return f"an aligned O_DIRECT read of {path} failed ({os.strerror(e.errno)})"
+            if e.errno in (_errno.EINVAL, _errno.EOPNOTSUPP, _errno.ENOTSUP):
+                return f"an aligned O_DIRECT read of {path} failed ({os.strerror(e.errno)})"
+            # EIO and kin are the device's answer, not a refusal of O_DIRECT: said as such
+            e.filename, e.lirs_offset = path, 0
+            raise
     finally:
         os.close(fd)
     return None

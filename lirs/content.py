@@ -1,0 +1,136 @@
+"""Content checksums of a data file: one CRC-32C per block of SUM_BLOCK bytes, computed while the
+index scan reads the file anyway, and checked again (a sequential read at device bandwidth) when
+the file's size or modification time moved since it was indexed.
+
+An exact answer at the cost of one read: a same-size edit anywhere (a digit, a label, a moved
+newline) changes its block's CRC, ``touch`` or a byte-identical copy does not. The last block of a
+file is summed over the bytes it has (a partial block), so an append is told from an edit: every
+block of the old length still matches.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import numpy as np
+
+from .constants import BLOCK
+
+log = logging.getLogger("lirs.index")
+
+SUM_BLOCK = 1 << 20  # bytes per checksum: 4 B of sidecar per MiB of data
+_VERIFY_CHUNK = 16 << 20
+_BAR_BYTES = 256 << 20  # a progress bar only for files whose check takes a noticeable time
+
+
+def _crc_kernel():
+    from .kernels import tfrecord as K  # numba loads only when a file is summed
+
+    return K
+
+
+def block_count(size: int) -> int:
+    """Checksums of a file of ``size`` bytes (the last block may be partial)."""
+    return (int(size) + SUM_BLOCK - 1) // SUM_BLOCK
+
+
+class BlockSums:
+    """CRC-32C of consecutive SUM_BLOCK blocks of a stream fed in order from byte ``start`` (a
+    multiple of SUM_BLOCK) with :meth:`feed`; :meth:`finish` sums the last, partial block.
+    ``sums``: the completed checksums (uint32), block ``start // SUM_BLOCK`` first."""
+
+    def __init__(self, start: int = 0):
+        if start % SUM_BLOCK:
+            raise ValueError(f"sums start at a block boundary, not {start}")
+        self.K = _crc_kernel()
+        self.pos = int(start)  # next byte expected
+        self.crc = 0
+        self.out: list[int] = []
+
+    def feed(self, buf: np.ndarray, lo: int, hi: int, off: int) -> None:
+        """Sum buf[lo:hi] (uint8), the bytes of the file at ``off``; bytes before :attr:`pos` are
+        skipped (a chunk read from an aligned start before the first byte wanted)."""
+        if off < self.pos:
+            lo += self.pos - off
+            off = self.pos
+        if off != self.pos:
+            raise ValueError(f"sums fed out of order: byte {off}, expected {self.pos}")
+        K = self.K
+        while lo < hi:
+            room = SUM_BLOCK - self.pos % SUM_BLOCK
+            take = min(room, hi - lo)
+            self.crc = int(K.crc32c_update(K.TABLE, K.HW, buf, lo, lo + take, self.crc))
+            lo += take
+            self.pos += take
+            if take == room:
+                self.out.append(self.crc)
+                self.crc = 0
+
+    def finish(self) -> np.ndarray:
+        """The checksums of all blocks fed (uint32 (k,)), the partial last one included."""
+        if self.pos % SUM_BLOCK:
+            self.out.append(self.crc)
+            self.crc = 0
+            self.pos += SUM_BLOCK - self.pos % SUM_BLOCK
+        return np.asarray(self.out, np.uint32)
+
+
+def _bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    # on stderr, for long files only, and never into a log or a pipe
+    quiet = total < _BAR_BYTES or not sys.stderr.isatty()
+    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=quiet, leave=False, file=sys.stderr)
+
+
+def first_changed_block(path: str, sums: np.ndarray, size: int, *, direct: bool = True) -> int | None:
+    """Read the first ``size`` bytes of ``path`` (its length when indexed) and compare them with
+    their checksums ``sums`` (uint32, ``block_count(size)``); the number of the first block that
+    differs, or None when all match. Stops at the first difference. OSError of a failed read names
+    the file and byte; a file now shorter than ``size`` differs at its end."""
+    from .inputs import read_chunks
+
+    now = os.path.getsize(path)
+    end = min(int(size), now)
+    acc = BlockSums()
+    checked = 0
+    with _bar(end, f"lirs: checking {os.path.basename(path)}") as bar:
+        for buf, nb, off in read_chunks(path, 0, end, _VERIFY_CHUNK, direct=direct):
+            acc.feed(buf, 0, nb, off)
+            while checked < len(acc.out):
+                if acc.out[checked] != int(sums[checked]):
+                    return checked
+                checked += 1
+            bar.update(nb)
+    if end < size:
+        return end // SUM_BLOCK  # the file was cut: its first missing byte
+    last = acc.finish()
+    for b in range(checked, len(last)):
+        if int(last[b]) != int(sums[b]):
+            return b
+    return None
+
+
+def sum_file(path: str, *, direct: bool = True) -> np.ndarray:
+    """The checksums of the whole file ``path`` (uint32 (block_count(size),)): for formats whose
+    index needs no scan (npy, fixed records), one sequential read."""
+    from .inputs import read_chunks
+
+    size = os.path.getsize(path)
+    acc = BlockSums()
+    with _bar(size, f"lirs: summing {os.path.basename(path)}") as bar:
+        for buf, nb, off in read_chunks(path, 0, size, _VERIFY_CHUNK, direct=direct):
+            acc.feed(buf, 0, nb, off)
+            bar.update(nb)
+    return acc.finish()
+
+
+def changed_range(block: int, size: int) -> str:
+    """The byte range of checksum block ``block`` in a file of ``size`` bytes, for messages."""
+    lo = block * SUM_BLOCK
+    hi = min(lo + SUM_BLOCK, int(size))
+    return f"bytes {lo}-{max(lo, hi - 1)}"
+
+
+assert SUM_BLOCK % BLOCK == 0  # verify reads start aligned for O_DIRECT
