@@ -227,6 +227,40 @@ class VarScanner:
         return count, -1, size
 
 
+_CSV_EXT = (".csv", ".tsv")
+
+
+def _numeric(field: bytes) -> bool:
+    try:
+        float(field.strip().strip(b'"') or b"0")
+        return True
+    except ValueError:
+        return False
+
+
+def refuse_csv_header(path: str) -> None:
+    """Raise DataError when the first line of the CSV/TSV file ``path`` is a header (a field that is
+    not a number where the second line has one, or a one-line file of words): lirs delivers every
+    line as a record, and a header would silently become a training record."""
+    if os.path.splitext(path)[1].lower() not in _CSV_EXT:
+        return
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    lines = head.split(b"\n", 2)
+    sep = b"\t" if path.lower().endswith(".tsv") else b","
+    first = lines[0].rstrip(b"\r").split(sep)
+    second = lines[1].rstrip(b"\r").split(sep) if len(lines) > 1 and lines[1].strip() else None
+    if second is None:
+        header = not any(_numeric(x) for x in first)
+    else:
+        header = any(not _numeric(a) and _numeric(b) for a, b in zip(first, second))
+    if header:
+        shown = lines[0][:60].decode("utf-8", "replace")
+        raise DataError(f"{path}: line 1, byte 0: expected a record, got what looks like a CSV header "
+                        f"({shown!r}); lirs delivers every line as a record: remove the header "
+                        f"(e.g. `tail -n +2 {os.path.basename(path)} > data.csv`) and index that file")
+
+
 def _summed(scan, path: str):
     """``scan`` (a scanner's ``scan_file``) of ``path`` with the checksums of every byte it reads
     (uint32 per MiB, lirs.content) appended to the list ``sums``: the scan reads the file whole."""
@@ -322,9 +356,16 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
             file_starts = [0]
             data_ends = []
             fps, sums = [], []
+            featureless = 0  # LIBSVM files without any feature (sklearn's "auto" then reads zero-based)
             for p in files:
                 fp0 = fingerprint(p)
+                if fmt == "lines":
+                    refuse_csv_header(p)
+                lo_hi = sc.stats[:2].copy()
+                sc.stats[:2] = (np.iinfo(np.int64).max, -1)  # this file's own range
                 _, _, end = _summed(sc.scan_file, p)(p, sums)
+                featureless += int(sc.stats[1] < 0)
+                sc.stats[0], sc.stats[1] = min(lo_hi[0], sc.stats[0]), max(lo_hi[1], sc.stats[1])
                 tap.finish(end)
                 fps.append(fp0)
                 file_starts.append(sc.n)
@@ -345,7 +386,9 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
                 "records_straddling_4k": int(st[4]),
             }
             if fmt == "libsvm":
-                meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
+                # load_svmlight_files(zero_based="auto") is one-based only if *every* file has a
+                # feature and its smallest index is above 0: a featureless file makes it zero-based
+                meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 and not featureless else 0,
                             max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
                             qid_records=sc._qid)
                 _write_labels(w, lab_tmp, n, sc.distinct, pool)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import IndexFormatError, UsageError
-from .litter import clean_dead_temps, temp_name
+from .litter import clean_dead_litter, clean_dead_temps, temp_name
 from .offsets import OffsetEncoder, OffsetTable
 
 log = logging.getLogger("lirs.index")
@@ -137,7 +137,10 @@ class SidecarWriter:
 
     def __init__(self, dest: str):
         self.dest = os.path.abspath(dest)
-        clean_dead_temps(self.dest)  # what a killed `lirs index` left here
+        if os.path.isdir(self.dest):
+            raise UsageError(f"{self.dest}: the index path is a directory; remove it, or name the sidecar "
+                             "elsewhere with -o NAME.lirs")
+        clean_dead_litter(os.path.dirname(self.dest))  # what a killed `lirs index` or shuffle left here
         self.tmp = temp_name(self.dest)
         self.f = open(self.tmp, "wb")
         self.f.write(b"\0" * _PREAMBLE_SIZE)
@@ -173,7 +176,7 @@ class SidecarWriter:
     def _pad(self):
         pos = self.f.tell()
         if pos % _ALIGN:
-            self.f.write(b"\0" * (_ALIGN - pos % _ALIGN))
+            self._put(b"\0" * (_ALIGN - pos % _ALIGN))
 
     def begin(self, name: str, dtype) -> None:
         self._open = None
@@ -189,9 +192,18 @@ class SidecarWriter:
         spec = self.arrays[self._cur]
         a = np.ascontiguousarray(arr, dtype=np.dtype(spec["dtype"]))
         b = a.tobytes() if a.size < 4096 else memoryview(a).cast("B")
-        self.f.write(b)
+        self._put(b)
         spec["crc32"] = zlib.crc32(b, spec["crc32"])  # checked by `lirs info --verify`
         spec["count"] += int(a.size)
+
+    def _put(self, b) -> None:
+        """Write ``b`` to the temp file; an OSError (ENOSPC, EDQUOT, EIO) names the index."""
+        try:
+            self.f.write(b)
+        except OSError as e:
+            if not e.filename:
+                e.filename = self.dest
+            raise
 
     def append(self, arr: np.ndarray) -> None:
         if self._enc is not None:
@@ -229,13 +241,18 @@ class SidecarWriter:
         blob = json.dumps(header, sort_keys=True).encode()
         self._pad()
         hoff = self.f.tell()
-        self.f.write(blob)
-        self.f.seek(0)
-        self.f.write(_PREAMBLE.pack(MAGIC, VERSION, 0, hoff, len(blob), zlib.crc32(blob)))
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
-        os.replace(self.tmp, self.dest)
+        try:
+            self.f.write(blob)
+            self.f.seek(0)
+            self.f.write(_PREAMBLE.pack(MAGIC, VERSION, 0, hoff, len(blob), zlib.crc32(blob)))
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.f.close()
+            os.replace(self.tmp, self.dest)
+        except OSError as e:  # ENOSPC at the flush, EISDIR at the rename: say which index
+            if not e.filename or e.filename == self.tmp:
+                e.filename, e.filename2 = self.dest, None
+            raise
         fsync_dir(os.path.dirname(self.dest))
         return self.dest
 
