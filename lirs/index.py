@@ -35,7 +35,6 @@ from . import verified
 log = logging.getLogger("lirs.index")
 
 
-
 # --------------------------------------------------------------------------- the Index
 
 
@@ -84,6 +83,7 @@ class Index:
     meta: dict = field(default_factory=dict)
     sidecar: str | None = None
     sums: np.ndarray | None = None  # uint32: CRC-32C of every MiB of every file, file after file
+    marks: np.ndarray | None = None  # int64: a LIBSVM scan's state at every MiB (lirs.scanner)
     header_crc: int = 0  # of the sidecar's header: which sidecar a recorded verification is for
     ok_mtimes: dict = field(default_factory=dict)  # file number -> mtimes found unchanged at open
 
@@ -261,6 +261,16 @@ class Index:
         a = sum(counts[:f])
         return np.asarray(self.sums[a:a + counts[f]])
 
+    def file_marks(self, f: int) -> np.ndarray | None:
+        """int64 (blocks + 1, 4) scan marks of LIBSVM file ``f`` (see lirs.scanner), or None."""
+        if self.marks is None:
+            return None
+        from .content import block_count
+
+        counts = [block_count(fp.get("size", 0)) + 1 for fp in self.fingerprints]
+        a = sum(counts[:f])
+        return np.asarray(self.marks, np.int64).reshape(-1, 4)[a:a + counts[f]]
+
     def check_fresh(self, *, record: bool = True) -> list[int]:
         """Raise StaleIndexError naming the file and the first changed byte range if any data file
         changed since the index was built. A file whose size and mtime match is checked cheaply
@@ -374,7 +384,8 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
         raise
 
 
-def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool = False) -> Index:
+def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool = False,
+               missing_ok: bool = False) -> Index:
     """Open the index of ``path`` (a data file, a directory, or the ``.lirs`` sidecar itself).
 
     A sidecar serves only the files it names relative to itself (the data file beside it, or the
@@ -397,7 +408,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         bad = verify_arrays(sidecar, header, arrays)
         if bad:
             raise IndexFormatError("; ".join(bad))
-    paths = _data_paths(sidecar, header, None if path.endswith(SIDECAR_SUFFIX) else path)
+    paths = _data_paths(sidecar, header, None if path.endswith(SIDECAR_SUFFIX) else path, missing_ok)
     fps = [fi["fingerprint"] for fi in header["files"]]
     fmt = header["format"]
     rd = header.get("record_dtype")
@@ -410,7 +421,8 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         record_shape=None if header.get("record_shape") is None else tuple(header["record_shape"]),
         _offsets=offsets_of(arrays, header, mapped), label_values=arrays.get("label_values"),
         label_codes=arrays.get("label_codes"), fingerprints=tuple(fps), meta=header.get("meta", {}),
-        sidecar=sidecar, sums=arrays.get("content_sums"), header_crc=header_crc(header),
+        sidecar=sidecar, sums=arrays.get("content_sums"), marks=arrays.get("scan_marks"),
+        header_crc=header_crc(header),
     )
     idx._validate()
     _check_offsets(idx)
@@ -451,7 +463,7 @@ def _check_offsets(idx: Index) -> None:
                                "with `lirs index --check`, re-run `lirs index`")
 
 
-def _data_paths(sidecar: str, header: dict, opened_as: str | None) -> list[str]:
+def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bool = False) -> list[str]:
     """The data files of a sidecar: its relative paths resolved against its own directory, never
     the absolute paths it was built with (those may name another machine's or another copy's
     files). ``opened_as``: the data path the caller named, which the sidecar must index."""
@@ -468,7 +480,7 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None) -> list[str]:
                 f"{sidecar} indexes {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}, not {want}; "
                 f"re-run `lirs index {opened_as}`")
     for p, fi in zip(paths, header["files"]):
-        if not os.path.exists(p):
+        if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
             raise IndexFormatError(
                 f"{sidecar} indexes {p}, which does not exist (the index was built for {fi['path']}); "
                 f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "

@@ -336,7 +336,8 @@ def offsets_of(arrays: dict, header: dict | None = None, file: ArrayFile | None 
 
 # arrays read whole (never mapped) and checked against their CRC-32 at every open: small, and what
 # `lirs info` counts (a short or corrupt read must never become a wrong count)
-_READ_WHOLE = ("label_codes", "label_values", "content_sums", "file_starts", "data_ends", "header_sizes")
+_READ_WHOLE = ("label_codes", "label_values", "content_sums", "scan_marks", "file_starts", "data_ends",
+               "header_sizes")
 # filesystems where a failed read of a mapped page kills the process (SIGBUS): their arrays are read
 _NO_MAP_FS = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "sshfs", "virtiofs")
 
