@@ -24,6 +24,7 @@ import numpy as np
 from .constants import BLOCK
 from .errors import IndexFormatError, UsageError
 from .litter import clean_dead_litter, clean_dead_temps, temp_name
+from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
 
 log = logging.getLogger("lirs.index")
@@ -287,6 +288,14 @@ def relpath(path: str, base_dir: str) -> str:
 
 def read_header(sidecar: str) -> tuple[dict, int]:
     """Return the JSON header of a sidecar and its file size; raises IndexFormatError."""
+    try:
+        return _read_header(sidecar)
+    except OSError as e:  # EIO in the header: say which index
+        e.filename = e.filename or sidecar
+        raise
+
+
+def _read_header(sidecar: str) -> tuple[dict, int]:
     with open(sidecar, "rb") as f:
         pre = f.read(_PREAMBLE_SIZE)
         size = os.fstat(f.fileno()).st_size
@@ -338,32 +347,6 @@ def offsets_of(arrays: dict, header: dict | None = None, file: ArrayFile | None 
 # `lirs info` counts (a short or corrupt read must never become a wrong count)
 _READ_WHOLE = ("label_codes", "label_values", "content_sums", "scan_marks", "file_starts", "data_ends",
                "header_sizes")
-# filesystems where a failed read of a mapped page kills the process (SIGBUS): their arrays are read
-_NO_MAP_FS = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "sshfs", "virtiofs")
-
-
-def _fs_type(path: str) -> str | None:
-    """The filesystem type of the mount holding ``path`` (from /proc/self/mountinfo), or None."""
-    try:
-        dev = os.stat(path).st_dev
-        want = f"{os.major(dev)}:{os.minor(dev)}"
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) > 3 and parts[2] == want and " - " in line:
-                    return line.split(" - ", 1)[1].split()[0]
-    except OSError:
-        pass
-    return None
-
-
-def map_safe(path: str) -> bool:
-    """Whether the arrays of ``path`` may be memory-mapped: not on FUSE or network filesystems,
-    where an I/O error under a mapped page is a SIGBUS instead of an exception."""
-    fs = _fs_type(path) or ""
-    return not any(fs.startswith(k) for k in _NO_MAP_FS)
-
-
 def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> tuple[dict, ArrayFile | None]:
     """The arrays a sidecar's header names, by name: read-only memory maps (or read into memory
     with ``mmap=False``, on FUSE and network filesystems, and for the small arrays of _READ_WHOLE,
