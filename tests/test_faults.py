@@ -431,3 +431,33 @@ def test_a_file_that_changes_mid_epoch_fails_at_the_next_step(fs, mounted):
         with open(plain, "wb") as f:
             f.write(before)
         os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_check_on_a_read_only_mount_verifies_and_records_elsewhere(fs, mounted, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    _, files = mounted
+    plain, path = files["train.svm"]
+    st = os.stat(plain)
+    env = {**os.environ, "LIRS_CACHE_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "lirs.cli", "index", "--check", path]
+    with open(plain, "rb") as f:
+        b = f.read(1)
+    try:
+        os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched under the mount
+        time.sleep(1.2)  # past FUSE's attribute cache (1 s)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr  # verified, though the sidecar cannot be rewritten
+        assert os.listdir(tmp_path / "verified")
+        with open(plain, "r+b") as f:  # now a real change, same size
+            f.write(b"1" if b != b"1" else b"-")
+        os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+        time.sleep(1.2)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 1 and "content changed at bytes 0-" in r.stderr, r.stderr
+    finally:
+        with open(plain, "r+b") as f:
+            f.write(b)
+        os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns))
