@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -84,6 +85,13 @@ class BlockSums:
 
 
 _POOL = None
+_LOCAL = threading.local()
+
+
+def _cores() -> int:
+    from .cores import usable_cores
+
+    return max(1, usable_cores())
 
 
 def _pool():
@@ -92,9 +100,7 @@ def _pool():
     if _POOL is None:
         from concurrent.futures import ThreadPoolExecutor
 
-        from .cores import usable_cores
-
-        _POOL = ThreadPoolExecutor(max(1, usable_cores()), thread_name_prefix="lirs-crc")
+        _POOL = ThreadPoolExecutor(_cores(), thread_name_prefix="lirs-crc")
     return _POOL
 
 
@@ -142,6 +148,8 @@ def first_changed_block(path: str, sums: np.ndarray, size: int, *, direct: bool 
     end = min(int(size), now)
     if direct is None:
         direct = not cached(path, end)
+    if not direct:
+        return _first_changed_cached(path, sums, size, end)
     acc = BlockSums()
     checked = 0
     with _bar(end, f"lirs: checking {os.path.basename(path)}") as bar:
@@ -159,6 +167,61 @@ def first_changed_block(path: str, sums: np.ndarray, size: int, *, direct: bool 
         if int(last[b]) != int(sums[b]):
             return b
     return None
+
+
+def _chunk_sums(fd: int, path: str, lo: int, hi: int) -> list[int]:
+    """The checksums of the blocks of bytes [lo, hi) of ``fd`` (lo a block boundary), read with
+    pread (short reads continued; a failed one names the file and byte)."""
+    K = _crc_kernel()
+    # one buffer per thread, kept: fresh memory costs a page fault per 4 KiB
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.size < hi - lo:
+        buf = _LOCAL.buf = np.empty(max(hi - lo, _VERIFY_CHUNK), np.uint8)
+    buf = buf[:hi - lo]
+    mv, got = memoryview(buf), 0
+    while got < len(buf):
+        try:
+            r = os.preadv(fd, [mv[got:]], lo + got)
+        except OSError as e:
+            e.filename, e.lirs_offset = path, lo + got
+            raise
+        if r == 0:
+            break  # the file was cut meanwhile: what is missing differs
+        got += r
+    return [int(K.crc32c_update(K.TABLE, K.HW, buf, a, min(a + SUM_BLOCK, got), 0)) if a < got else -1
+            for a in range(0, len(buf), SUM_BLOCK)]
+
+
+def _first_changed_cached(path: str, sums: np.ndarray, size: int, end: int) -> int | None:
+    """:func:`first_changed_block` of a file in the page cache: chunks read and summed by one
+    thread per core (the copy out of the cache and the CRC both run in parallel)."""
+    step = _VERIFY_CHUNK
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        pool = _pool()
+        starts = list(range(0, end, step))
+        ahead = 2 * _cores()
+        futs = {i: pool.submit(_chunk_sums, fd, path, starts[i], min(starts[i] + step, end))
+                for i in range(min(ahead, len(starts)))}
+        with _bar(end, f"lirs: checking {os.path.basename(path)}") as bar:
+            for i, lo in enumerate(starts):
+                got = futs.pop(i).result()
+                if i + ahead < len(starts):
+                    j = i + ahead
+                    futs[j] = pool.submit(_chunk_sums, fd, path, starts[j], min(starts[j] + step, end))
+                for k, c in enumerate(got):
+                    b = lo // SUM_BLOCK + k
+                    if c != int(sums[b]):
+                        for f in futs.values():
+                            f.cancel()
+                        for f in futs.values():  # none may read fd after it is closed
+                            if not f.cancelled():
+                                f.exception()
+                        return b
+                bar.update(min(step, end - lo))
+    finally:
+        os.close(fd)
+    return end // SUM_BLOCK if end < size else None
 
 
 def sum_file(path: str, *, direct: bool = True) -> np.ndarray:
