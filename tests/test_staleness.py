@@ -144,7 +144,15 @@ def test_checksums_of_blocks_match_a_whole_file_crc(tmp_path):
     got = C.sum_file(str(p))
     want = [crc32c(blob[i:i + C.SUM_BLOCK]) for i in range(0, len(blob), C.SUM_BLOCK)]
     assert got.tolist() == want
-    assert C.first_changed_block(str(p), got, len(blob)) is None
+    for direct in (True, False):  # O_DIRECT (a cold file), threads over the page cache (a cached one)
+        assert C.first_changed_block(str(p), got, len(blob), direct=direct) is None
+        b = bytearray(blob)
+        b[C.SUM_BLOCK + 5] ^= 1
+        p.write_bytes(bytes(b))
+        assert C.first_changed_block(str(p), got, len(blob), direct=direct) == 1
+        p.write_bytes(blob[:C.SUM_BLOCK * 2])  # cut: the first missing byte's block differs
+        assert C.first_changed_block(str(p), got, len(blob), direct=direct) == 2
+        p.write_bytes(blob)
 
 
 # --------------------------------------------------------------------------- during an epoch
