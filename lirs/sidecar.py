@@ -202,7 +202,7 @@ class SidecarWriter:
         try:
             self.f.write(b)
         except OSError as e:
-            if not e.filename:
+            if e.errno is not None and not e.filename:  # (an OSError without errno prints no name)
                 e.filename = self.dest
             raise
 
@@ -251,7 +251,7 @@ class SidecarWriter:
             self.f.close()
             os.replace(self.tmp, self.dest)
         except OSError as e:  # ENOSPC at the flush, EISDIR at the rename: say which index
-            if not e.filename or e.filename == self.tmp:
+            if e.errno is not None and (not e.filename or e.filename == self.tmp):
                 e.filename, e.filename2 = self.dest, None
             raise
         fsync_dir(os.path.dirname(self.dest))

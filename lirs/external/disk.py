@@ -37,7 +37,7 @@ def create(path: str, direct: bool, mode: int = 0o644) -> int:
 
 def _named(e: OSError, fd: int) -> OSError:
     """``e`` naming the file of ``fd`` (ENOSPC and EIO of a write carry no name by themselves)."""
-    if not e.filename:
+    if e.errno is not None and not e.filename:
         try:
             e.filename = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
