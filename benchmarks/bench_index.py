@@ -77,7 +77,7 @@ def cold_runs(lirs, path: str, nbytes: int, repeats: int) -> dict:
         fio.append(fio_seq_read_bps(path))
         drop_caches()
         p0, b0, t = process_seconds(), busy_seconds(), time.perf_counter()
-        lirs.build_index(path, progress=False)
+        lirs.build_index(path, progress=False, full=True)
         bps.append(nbytes / (time.perf_counter() - t))
         proc.append((process_seconds() - p0) / (nbytes / 1e9))
         busy.append((busy_seconds() - b0) / (nbytes / 1e9))
@@ -117,10 +117,10 @@ def main(argv=None):
             with memory_limit(parse_size(args.mem_limit)):
                 limited = cold_runs(lirs, path, nbytes, args.repeats)
     warm = []
-    lirs.build_index(path, progress=False)
+    lirs.build_index(path, progress=False, full=True)
     for _ in range(args.repeats):
         t = time.perf_counter()
-        idx = lirs.build_index(path, progress=False)
+        idx = lirs.build_index(path, progress=False, full=True)  # not the incremental reuse
         warm.append(nbytes / (time.perf_counter() - t))
 
     res = {

@@ -18,274 +18,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .svmlight import TokenError, line_number, line_tokens, parse_tokens
-from .cores import usable_cores
 from .errors import DataError, UsageError
-from .inputs import expand_paths, file_chunks, resolve_format
+from .incremental import plan_update, scan_one
+from .inputs import expand_paths, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .sidecar import SidecarWriter, fingerprint, sidecar_path
 from .tfrecord import TFRecordScanner
-from .kernels import scan as K
+from .scanner import _CORES, Tap, VarScanner, _write_labels, refuse_csv_header  # noqa: F401 - re-exported
 
 log = logging.getLogger("lirs.index")
 
-# --------------------------------------------------------------------------- variable formats
-
-
-def _line_of(path: str, offset: int) -> int:
-    """1-based line number of byte ``offset`` of ``path`` (error path only)."""
-    line = line_number(path, offset)
-    return 1 if line is None else line
-
-
-
-_CORES = usable_cores()
-_MIN_PART = 4 << 20  # bytes of a region below which splitting it costs more than it saves
-
-
-def _split_lines(buf, lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
-    """buf[lo:hi] (complete lines) cut into ``parts`` spans of about equal size at line ends."""
-    cuts, a = [], lo
-    for q in range(1, parts):
-        m = K.find_byte(buf, max(a, lo + (hi - lo) * q // parts), hi, 10)
-        if m < 0 or m >= hi - 1:
-            break
-        cuts.append((a, m + 1))
-        a = m + 1
-    cuts.append((a, hi))
-    return cuts
-
-
-class VarScanner:
-    """Scan state of one dataset in a text format; files are scanned one after another."""
-
-    def __init__(self, fmt: str, writer: SidecarWriter, labels_file, chunk_bytes: int, bar, pool):
-        self.fmt = fmt
-        self.w = writer
-        self.labels_file = labels_file
-        self.chunk_bytes = chunk_bytes
-        self.bar = bar
-        # [min feature index, max feature index, unused, qid lines] (kernels keep [0], [1], [3] running)
-        self.stats = np.array([np.iinfo(np.int64).max, -1, 0, 0], np.int64)
-        self._qid = 0
-        self.n = 0
-        self.distinct: set | None = set()
-        self._out = [None] * _CORES
-        self._pool = pool
-        # lines of the current file before the next region; None: regions do not come in file
-        # order from its start (callers other than scan_file), so errors count lines in the file
-        self._line_base: int | None = None
-
-    def _arrays(self, slot: int, cap: int):
-        """Reusable output arrays; untouched pages of np.empty cost no memory."""
-        a = self._out[slot]
-        if a is None or a[0].size < cap:
-            # a `lines` record can be one byte (an empty line), a LIBSVM record needs two ("1\n")
-            per = 1 if self.fmt == "lines" else 2
-            cap = max(cap, self.chunk_bytes // per + 2)
-            a = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.uint8))
-            self._out[slot] = a
-        return a
-
-    def _kernel(self, slot, buf, lo, hi, base):
-        """Scan buf[lo:hi] (complete lines) into output slot ``slot``; runs on the pool (nogil)."""
-        starts, labels, needs = self._arrays(slot, (hi - lo) // (1 if self.fmt == "lines" else 2) + 2)
-        if self.fmt == "lines":
-            return K.lines_scan(buf, lo, hi, base, starts), 0, None
-        stats = self.stats.copy()
-        stats[3] = 0
-        k, nl = K.libsvm_validate(buf, lo, hi, base, starts, labels, needs, K._POW10, stats)
-        return k, nl, stats
-
-    def _region(self, path, buf, lo, hi, base):
-        """Scan buf[lo:hi], complete lines at file offset ``base``; raise DataError at the first
-        line that ``load_svmlight_file`` would refuse."""
-        if hi <= lo:
-            return
-        parts = _split_lines(buf, lo, hi, min(_CORES, max(1, (hi - lo) // _MIN_PART)))
-        if len(parts) == 1:
-            results = [self._kernel(0, buf, lo, hi, base)]
-        else:  # one part per core: the kernels release the GIL
-            futs = [self._pool.submit(self._kernel, s, buf, a, b, base) for s, (a, b) in enumerate(parts)]
-            results = [f.result() for f in futs]
-        for slot, ((a, b), (k, nl, stats)) in enumerate(zip(parts, results)):
-            self._emit(path, buf, a, b, base, slot, k, stats)
-            if self._line_base is not None:
-                self._line_base += nl
-
-    def _fail(self, path, buf, lo, base, pos, message):
-        """Raise the DataError of the byte buf[pos]: file, line, byte, message (one line)."""
-        off = base + pos
-        if self._line_base is not None:  # lines before this region are counted as we go
-            line = self._line_base + K.count_byte(buf, lo, pos, 10) + 1
-        else:
-            line = _line_of(path, off)
-        raise DataError(f"{path}: line {line}, byte {off}: {message}")
-
-    def _check_line(self, path, buf, lo, hi, base, s):
-        """Check the line at buf[s:] with sklearn's rules (Python ``int``/``float``).
-
-        Returns (label float64, has qid, smallest index or -1, largest index or -1); raises
-        DataError naming the line and the offending token."""
-        e = K.find_byte(buf, s, hi, 10)
-        line = bytes(buf[s:hi if e < 0 else e])
-        toks = line_tokens(line)
-        try:
-            label, qid, cols, _ = parse_tokens(toks, values=False)
-        except TokenError as e:
-            err = e
-        else:
-            return label, qid is not None, (cols[0] if cols else -1), (cols[-1] if cols else -1)
-        msg = err.message
-        tok = line[err.at:].split(None, 1)
-        if tok and b"\0" in tok[0]:
-            msg += " (a NUL byte: binary data in a text file?)"
-        elif b"\r" in line.rstrip(b"\r\t \x0b\x0c"):
-            msg += " (a CR inside the line: CR-only line ends? LIBSVM lines end with \\n)"
-        self._fail(path, buf, lo, base, s + err.at, msg)
-
-    def _emit(self, path, buf, lo, hi, base, slot, k, stats):
-        starts, labels, needs = self._out[slot]
-        if self.fmt == "lines":
-            self.w.append(starts[:k])
-            self.n += k
-            return
-        labels = labels[:k]
-        # lines outside the kernel's fast grammar (rare): Python checks them, in file order, so the
-        # first line sklearn would refuse is the one reported
-        for j in np.flatnonzero(needs[:k]):
-            s = int(starts[j] - base)
-            if needs[j] == K.LABEL_FLOAT:
-                p = s
-                while buf[p] in (32, 9, 11, 12, 13):
-                    p += 1
-                q = p
-                while q < hi and buf[q] not in (32, 9, 10, 11, 12, 13, 35):
-                    q += 1
-                try:
-                    labels[j] = float(bytes(buf[p:q]))
-                    continue
-                except ValueError:
-                    pass  # the full check below names the error
-            label, qid, first, last = self._check_line(path, buf, lo, hi, base, s)
-            if needs[j] == K.LABEL_FLOAT:
-                raise AssertionError(f"{path}: byte {base + s}: float() refused the label but the line checks")
-            labels[j] = label
-            stats[3] += qid
-            if last >= 0:
-                stats[0] = min(stats[0], first)
-                stats[1] = max(stats[1], last)
-        self.stats[0] = min(self.stats[0], stats[0])
-        self.stats[1] = max(self.stats[1], stats[1])
-        self._qid += int(stats[3])
-        self.w.append(starts[:k])
-        if self.labels_file is not None:
-            self.labels_file.write(labels.tobytes())
-            if self.distinct is not None:
-                self.distinct.update(np.unique(labels).tolist())
-                if len(self.distinct) > 65535:
-                    self.distinct = None
-        self.n += k
-
-    def scan_file(self, path: str) -> tuple[int, int, int]:
-        """Scan one file; returns (records, first record offset, data end)."""
-        self._path = path
-        self._line_base = 0
-        n0 = self.n
-        size = os.path.getsize(path)
-        if size == 0:
-            raise DataError(f"{path}: empty file (0 bytes); nothing to index")
-        carry = np.empty(0, np.uint8)
-        carry_base = 0
-        for buf, nb, base in file_chunks(path, self.chunk_bytes, direct=True):
-            lo = 0
-            if carry.size:
-                f = K.find_byte(buf, 0, nb, 10)
-                if f < 0:
-                    carry = np.concatenate([carry, buf[:nb]])
-                    self.bar.update(nb)
-                    continue
-                joined = np.concatenate([carry, buf[:f + 1]])
-                self._region(path, joined, 0, joined.size, carry_base)
-                lo = f + 1
-            last = K.rfind_byte(buf, lo, nb, 10)
-            if last < 0:
-                carry = buf[lo:nb].copy()
-                carry_base = base + lo
-            else:
-                self._region(path, buf, lo, last + 1, base)
-                carry = buf[last + 1:nb].copy()
-                carry_base = base + last + 1
-            self.bar.update(nb)
-        if carry.size:  # last line without a trailing newline: still a record
-            self._region(path, carry, 0, carry.size, carry_base)
-        self._line_base = None
-        count = self.n - n0
-        if count == 0:
-            raise DataError(f"{path}: no records found ({size} bytes of blank or comment lines)")
-        return count, -1, size
-
-
-class Tap:
-    """Sidecar-writer proxy: streams record starts to the sidecar and accumulates their size
-    statistics as they pass (record i ends where record i+1 starts, a file's last record at its
-    data end: :meth:`finish`), so the table is never read back to measure them."""
-
-    def __init__(self, w):
-        self.w = w
-        self.n = 0
-        self.prev = -1
-        self.st = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])
-
-    def append(self, starts) -> None:
-        """Stream ``starts`` (int64 (k,), increasing record starts in the output) to the sidecar."""
-        starts = np.asarray(starts, np.int64)
-        if starts.size == 0:
-            return
-        self.w.append(starts)
-        if self.prev >= 0:
-            K.span_stats(np.array([self.prev], np.int64), int(starts[0]), self.st)
-        K.span_stats(starts[:-1], int(starts[-1]), self.st)
-        self.prev = int(starts[-1])
-        self.n += int(starts.size)
-
-    def finish(self, data_end: int) -> None:
-        """Count the last record, which ends at ``data_end``."""
-        if self.prev >= 0:
-            K.span_stats(np.array([self.prev], np.int64), int(data_end), self.st)
-            self.prev = -1
-
-
-_LABEL_STEP = 1 << 22  # labels converted per step (32 MiB of float64)
-
-
-def _write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int = _LABEL_STEP) -> None:
-    """Write the ``n`` float64 labels of the scratch file ``lab_tmp`` to the sidecar: as codes into
-    the sorted ``distinct`` values (uint8/uint16), or whole when ``distinct`` is None (too many).
-    Steps of ``step`` labels are converted on ``pool`` (None: this thread), one per core at a time
-    (searchsorted releases the GIL; memory stays a few steps), and written in order."""
-    lab_tmp.flush()
-    labels = np.memmap(lab_tmp, dtype=np.float64, mode="r", shape=(n,))
-    steps = range(0, n, step)
-    if distinct is not None:
-        values = np.unique(np.array(list(distinct), np.float64))  # one NaN at the end
-        dt = np.uint8 if len(values) <= 256 else np.uint16
-        w.add("label_values", values)
-        w.begin("label_codes", dt)
-        code = lambda c0: np.searchsorted(values, labels[c0:c0 + step]).astype(dt)  # noqa: E731
-        run = map if pool is None else pool.map
-        for g in range(0, len(steps), _CORES):
-            for codes in run(code, steps[g:g + _CORES]):
-                w.append(codes)
-    else:
-        w.begin("label_values", np.float64)
-        for c0 in steps:
-            w.append(np.asarray(labels[c0:c0 + step]))
-    w._open = None
-    del labels
-
-
-def _build_variable(files, fmt, dest, chunk_bytes, progress):
+def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
+    """Scan ``files`` (whole, or per ``plan``: a :class:`lirs.incremental.Keep` or None per file)
+    into the sidecar ``dest``; returns its path."""
     from tqdm import tqdm
 
     total = sum(os.path.getsize(p) for p in files)
@@ -300,13 +45,21 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
             tap = Tap(w)
             scanner = TFRecordScanner if fmt == "tfrecord" else VarScanner
             sc = scanner(fmt, tap, lab_tmp, chunk_bytes, bar, pool)
+            if fmt == "libsvm":
+                sc.marks = []  # the state at every MiB: what an incremental index restarts from
             w.begin("offsets", np.int64)
             file_starts = [0]
             data_ends = []
-            fps = []
-            for p in files:
+            fps, sums = [], []
+            featureless = 0  # LIBSVM files without any feature (sklearn's "auto" then reads zero-based)
+            for p, keep in zip(files, plan or [None] * len(files)):
                 fp0 = fingerprint(p)
-                _, _, end = sc.scan_file(p)
+                if fmt == "lines":
+                    refuse_csv_header(p)
+                lo_hi = sc.stats[:2].copy()
+                end = scan_one(sc, tap, lab_tmp, p, keep, sums, bar)
+                featureless += int(sc.stats[1] < 0)
+                sc.stats[0], sc.stats[1] = min(lo_hi[0], sc.stats[0]), max(lo_hi[1], sc.stats[1])
                 tap.finish(end)
                 fps.append(fp0)
                 file_starts.append(sc.n)
@@ -327,10 +80,15 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress):
                 "records_straddling_4k": int(st[4]),
             }
             if fmt == "libsvm":
-                meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
+                # load_svmlight_files(zero_based="auto") is one-based only if *every* file has a
+                # feature and its smallest index is above 0: a featureless file makes it zero-based
+                meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 and not featureless else 0,
                             max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
                             qid_records=sc._qid)
                 _write_labels(w, lab_tmp, n, sc.distinct, pool)
+            w.add("content_sums", np.concatenate(sums))
+            if getattr(sc, "marks", None) is not None:
+                w.add("scan_marks", np.asarray(sc.marks, np.int64).reshape(-1))
         shell = Index(format=fmt, paths=tuple(files), n=n, file_starts=np.asarray(file_starts, np.int64),
                       data_ends=np.asarray(data_ends, np.int64), header_sizes=np.asarray(headers, np.int64),
                       fingerprints=tuple(fps), meta=meta)
@@ -458,8 +216,10 @@ def _count_straddling(idx: Index) -> int:
 
 
 def build(paths, format="auto", *, record_size=None, header_size=0, out=None, progress=None,
-          chunk_bytes=16 << 20) -> Index:
-    """Index ``paths`` and write the sidecar atomically; return the opened :class:`Index`."""
+          chunk_bytes=16 << 20, full=False) -> Index:
+    """Index ``paths`` and write the sidecar atomically; return the opened :class:`Index`.
+    An existing sidecar of the same files is reused where the data did not change (lirs.incremental)
+    unless ``full``."""
     files = expand_paths(paths)
     format, why = resolve_format(files, format, record_size)
     log.info("format: %s (%s)", format, why)
@@ -475,7 +235,8 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         chunk_bytes = max(int(chunk_bytes), 1)
-        dest = _build_variable(files, format, out, chunk_bytes, progress)
+        plan = None if full else plan_update(files, format, out)
+        dest = _build_variable(files, format, out, chunk_bytes, progress, plan)
     else:
         dest = _build_fixed(files, format, out, record_size, header_size)
     log.info("indexed %d file(s) as %s in %.2fs -> %s", len(files), format, time.perf_counter() - t0, dest)
@@ -483,10 +244,14 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
 
 
 def build_index(paths, format: str = "auto", *, record_size: int | None = None, header_size: int = 0,
-                out: str | None = None, progress: bool | None = None, chunk_bytes: int = 16 << 20) -> Index:
+                out: str | None = None, progress: bool | None = None, chunk_bytes: int = 16 << 20,
+                full: bool = False) -> Index:
     """Scan ``paths`` (a file, a directory, or several files) and write the sidecar.
 
-    Returns the opened :class:`Index`. See this module's docstring for the formats.
+    Returns the opened :class:`Index`. See this module's docstring for the formats. Where the
+    sidecar exists, only what changed is scanned again (an append: its tail; a directory: the
+    files added or changed), and the sidecar written is the one a full scan writes; ``full``:
+    scan everything.
     """
     return build(paths, format=format, record_size=record_size, header_size=header_size, out=out,
-                 progress=progress, chunk_bytes=chunk_bytes)
+                 progress=progress, chunk_bytes=chunk_bytes, full=full)

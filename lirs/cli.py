@@ -64,14 +64,27 @@ def main(argv: list[str] | None = None) -> int:
     except PermissionError as e:
         print(f"lirs {args.command}: error: permission denied: {e.filename or e}", file=sys.stderr)
         return EXIT_DATA
+    except BrokenPipeError:  # `lirs info DATA | head`: the reader left; quiet, as Unix tools are
+        _quiet_stdout()
+        return EXIT_OK
     except OSError as e:  # EIO, EROFS, ENOSPC, ...: one line, no traceback
         print(f"lirs {args.command}: error: {describe_os_error(e, args.command)}", file=sys.stderr)
         return EXIT_DATA
     except KeyboardInterrupt:
         print(f"lirs {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return EXIT_OK
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's flush at exit must not fail on the closed pipe."""
+    import os
+
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
 
 
 _HINTS = {

@@ -28,11 +28,11 @@ import numpy as np
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .offsets import OffsetTable
-from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, fingerprint_diff, offsets_of, read_arrays,
-                      read_header, relpath, release_pages, sidecar_path, verify_arrays)
+from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, offsets_of, read_arrays, read_header, relpath,
+                      release_pages, sidecar_path, staleness, verify_arrays)
+from . import verified
 
 log = logging.getLogger("lirs.index")
-
 
 
 # --------------------------------------------------------------------------- the Index
@@ -82,6 +82,10 @@ class Index:
     fingerprints: tuple = ()
     meta: dict = field(default_factory=dict)
     sidecar: str | None = None
+    sums: np.ndarray | None = None  # uint32: CRC-32C of every MiB of every file, file after file
+    marks: np.ndarray | None = None  # int64: a LIBSVM scan's state at every MiB (lirs.scanner)
+    header_crc: int = 0  # of the sidecar's header: which sidecar a recorded verification is for
+    ok_mtimes: dict = field(default_factory=dict)  # file number -> mtimes found unchanged at open
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -247,14 +251,59 @@ class Index:
                 ends[b - 1] = self.data_ends[f]
         return starts, ends
 
-    def check_fresh(self) -> None:
-        """Raise StaleIndexError if any data file changed since the index was built."""
-        for p, fp in zip(self.paths, self.fingerprints):
-            why = fingerprint_diff(p, fp)
+    def file_sums(self, f: int) -> np.ndarray | None:
+        """uint32 CRC-32C per MiB of file ``f`` as indexed (None for an index without them)."""
+        if self.sums is None:
+            return None
+        from .content import block_count
+
+        counts = [block_count(fp.get("size", 0)) for fp in self.fingerprints]
+        a = sum(counts[:f])
+        return np.asarray(self.sums[a:a + counts[f]])
+
+    def file_marks(self, f: int) -> np.ndarray | None:
+        """int64 (blocks + 1, 4) scan marks of LIBSVM file ``f`` (see lirs.scanner), or None."""
+        if self.marks is None:
+            return None
+        from .content import block_count
+
+        counts = [block_count(fp.get("size", 0)) + 1 for fp in self.fingerprints]
+        a = sum(counts[:f])
+        return np.asarray(self.marks, np.int64).reshape(-1, 4)[a:a + counts[f]]
+
+    def check_fresh(self, *, record: bool = True) -> list[int]:
+        """Raise StaleIndexError naming the file and the first changed byte range if any data file
+        changed since the index was built. A file whose size and mtime match is checked cheaply
+        (16 sampled blocks); one whose mtime moved is read whole and compared with its per-MiB
+        checksums: unchanged, its new mtime is recorded (``record``; in the sidecar, or beside it
+        in the user's cache where the sidecar cannot be written) so the next open is cheap again.
+        Returns the numbers of the files read whole."""
+        moved = {}
+        for f, (p, fp) in enumerate(zip(self.paths, self.fingerprints)):
+            trusted = verified.trusted_mtime(self, f)
+            why, mtime = staleness(p, fp, self.file_sums(f), trusted)
             if why:
-                raise StaleIndexError(
-                    f"index {self.sidecar or ''} is stale for {p}: {why}; "
-                    f"re-run `lirs index {p}`")
+                raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
+                                      f"re-run `lirs index {p}`")
+            if mtime is not None:
+                moved[f] = mtime
+            self.ok_mtimes[f] = {fp.get("mtime_ns"), mtime, trusted} - {None}
+        if moved and record and self.sidecar:
+            verified.record(self, moved)
+        return sorted(moved)
+
+    def check_unchanged(self, files=None) -> None:
+        """Raise StaleIndexError when a data file's size or mtime moved since the index was opened
+        (one ``os.stat`` per file; ``files``: the file numbers to look at, default all): a file
+        rewritten while a Loader reads it, caught at the next step instead of a DataError at a
+        random batch."""
+        for f in range(self.nfiles) if files is None else files:
+            p, fp = self.paths[f], self.fingerprints[f]
+            st = os.stat(p)
+            if st.st_size != fp.get("size") or st.st_mtime_ns not in self.ok_mtimes.get(f, {fp.get("mtime_ns")}):
+                raise StaleIndexError(f"{p} changed while it was being read (size {fp.get('size')} -> {st.st_size}, "
+                                      f"modification time moved); its index {self.sidecar or ''} no longer "
+                                      f"describes it: re-run `lirs index {p}`")
 
     def index_bytes(self) -> int:
         """Bytes the index needs in memory per dataset (offsets + labels), not counting metadata."""
@@ -305,11 +354,16 @@ def header_for(index: Index, dest: str) -> dict:
 def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = True) -> str:
     """Write ``index`` to its sidecar atomically and return the sidecar path.
 
-    Data files are fingerprinted now unless ``index.fingerprints`` is already set.
+    Data files are fingerprinted now unless ``index.fingerprints`` is already set, and summed
+    (one sequential read each: formats whose index needs no scan) unless ``index.sums`` is set.
     """
+    from .content import sum_file
+
     dest = dest or sidecar_path(index.paths if index.nfiles > 1 else index.paths[0])
     if fingerprints and not index.fingerprints:
         index.fingerprints = tuple(fingerprint(p) for p in index.paths)
+    if fingerprints and index.sums is None:
+        index.sums = np.concatenate([np.empty(0, np.uint32)] + [sum_file(p) for p in index.paths])
     w = SidecarWriter(dest)
     try:
         w.add("file_starts", index.file_starts.astype(np.int64))
@@ -321,6 +375,8 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
             w.add("label_values", np.asarray(index.label_values, np.float64))
             if index.label_codes is not None:
                 w.add("label_codes", index.label_codes)
+        if index.sums is not None:
+            w.add("content_sums", np.asarray(index.sums, np.uint32))
         index.sidecar = w.commit(header_for(index, dest))
         return index.sidecar
     except BaseException:
@@ -328,7 +384,8 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
         raise
 
 
-def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool = False) -> Index:
+def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool = False,
+               missing_ok: bool = False) -> Index:
     """Open the index of ``path`` (a data file, a directory, or the ``.lirs`` sidecar itself).
 
     A sidecar serves only the files it names relative to itself (the data file beside it, or the
@@ -351,7 +408,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         bad = verify_arrays(sidecar, header, arrays)
         if bad:
             raise IndexFormatError("; ".join(bad))
-    paths = _data_paths(sidecar, header, None if path.endswith(SIDECAR_SUFFIX) else path)
+    paths = _data_paths(sidecar, header, None if path.endswith(SIDECAR_SUFFIX) else path, missing_ok)
     fps = [fi["fingerprint"] for fi in header["files"]]
     fmt = header["format"]
     rd = header.get("record_dtype")
@@ -364,15 +421,49 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         record_shape=None if header.get("record_shape") is None else tuple(header["record_shape"]),
         _offsets=offsets_of(arrays, header, mapped), label_values=arrays.get("label_values"),
         label_codes=arrays.get("label_codes"), fingerprints=tuple(fps), meta=header.get("meta", {}),
-        sidecar=sidecar,
+        sidecar=sidecar, sums=arrays.get("content_sums"), marks=arrays.get("scan_marks"),
+        header_crc=header_crc(header),
     )
     idx._validate()
+    _check_offsets(idx)
     if check:
         idx.check_fresh()
     return idx
 
 
-def _data_paths(sidecar: str, header: dict, opened_as: str | None) -> list[str]:
+def header_crc(header: dict) -> int:
+    """CRC-32 of a sidecar header as written (sorted-key JSON)."""
+    import json
+    import zlib
+
+    return zlib.crc32(json.dumps(header, sort_keys=True).encode())
+
+
+def _check_offsets(idx: Index) -> None:
+    """Raise IndexFormatError naming the sidecar when its offset table holds an impossible start
+    (a flipped word, a torn copy): one pass over the table (4 B/record) at open, its pages released
+    after, so no granularity ever plans a read from it."""
+    t = idx.offset_table
+    if t is None or idx.n == 0:
+        return
+    from .kernels.plan import check_offsets
+
+    where = f"{idx.sidecar}: corrupt offset table"
+    if len(t.base) < (idx.n + 1023) // 1024:
+        raise IndexFormatError(f"{where} ({len(t.base)} blocks for {idx.n} records); check it with "
+                               "`lirs index --check`, re-run `lirs index`")
+    bad = int(check_offsets(np.asarray(t.base, np.int64), np.asarray(t.rel, np.uint32),
+                            np.asarray(t.wide, np.int64), np.asarray(idx.file_starts, np.int64),
+                            np.asarray(idx.data_ends, np.int64)))
+    idx.release_pages()
+    if bad >= 0:
+        f = int(idx.file_of([bad])[0])
+        raise IndexFormatError(f"{where}: record {bad} (of {idx.paths[f]}) starts at an impossible byte "
+                               f"({int(t[bad])}; its file's records end at {int(idx.data_ends[f])}); check it "
+                               "with `lirs index --check`, re-run `lirs index`")
+
+
+def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bool = False) -> list[str]:
     """The data files of a sidecar: its relative paths resolved against its own directory, never
     the absolute paths it was built with (those may name another machine's or another copy's
     files). ``opened_as``: the data path the caller named, which the sidecar must index."""
@@ -389,7 +480,7 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None) -> list[str]:
                 f"{sidecar} indexes {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}, not {want}; "
                 f"re-run `lirs index {opened_as}`")
     for p, fi in zip(paths, header["files"]):
-        if not os.path.exists(p):
+        if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
             raise IndexFormatError(
                 f"{sidecar} indexes {p}, which does not exist (the index was built for {fi['path']}); "
                 f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "
@@ -398,13 +489,11 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None) -> list[str]:
 
 
 def revalidate(path: str) -> Index:
-    """``lirs index --check``: confirm that the index of ``path`` still describes its data (size,
-    sampled blocks, array checksums) without scanning the data, and record the data files' current
-    modification times in the sidecar (atomically), so later opens take the cheap check again.
-    Raises StaleIndexError or IndexFormatError when it does not."""
-    idx = open_index(path, check=True, mmap=False, verify=True)
-    if all(fp.get("mtime_ns") == os.stat(p).st_mtime_ns for p, fp in zip(idx.paths, idx.fingerprints)):
-        return idx
-    idx.fingerprints = tuple(fingerprint(p) for p in idx.paths)
-    write_index(idx, idx.sidecar)
+    """``lirs index --check``: confirm that the index of ``path`` still describes its data exactly
+    (array checksums; every data file whose size or mtime moved is read whole and compared with
+    its per-MiB checksums) without re-indexing, and record the files' new modification times (in
+    the sidecar, atomically, or in the user's cache where the sidecar is read-only). Raises
+    StaleIndexError (naming the first changed byte range) or IndexFormatError when it does not."""
+    idx = open_index(path, check=False, mmap=False, verify=True)
+    idx.check_fresh()
     return idx

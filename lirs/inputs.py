@@ -171,6 +171,11 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
 # --------------------------------------------------------------------------- chunked reading
 
 
+# path -> a lirs.content.BlockSums fed every chunk read_chunks yields of that file: the index scan
+# sums the bytes it reads anyway (set and removed by lirs.build around a file's scan)
+SUM_TAPS: dict = {}
+
+
 def read_chunks(path: str, start: int, end: int, chunk: int, *, direct: bool = False):
     """Yield (buf uint8, nbytes, file offset) over [start, end) of ``path``, the next reads in flight
     on threads. A few buffers of ``chunk`` bytes take turns: a yielded buffer stays valid until the
@@ -180,12 +185,21 @@ def read_chunks(path: str, start: int, end: int, chunk: int, *, direct: bool = F
     ``direct``: read each chunk with O_DIRECT (:func:`_direct_chunks`) where the filesystem allows
     it, else (tmpfs, some FUSE mounts; said once per filesystem) through the page cache.
     """
+    tap = SUM_TAPS.get(path)
     engine = _scan_engine(path) if direct and end > start else None
     if engine is None:
-        yield from _buffered_chunks(path, start, end, chunk)
-        return
-    with engine:
-        yield from _direct_chunks(engine, path, start, end, chunk)
+        chunks = _buffered_chunks(path, start, end, chunk)
+    else:
+        chunks = _direct_chunks(engine, path, start, end, chunk)
+    try:
+        for buf, nb, off in chunks:
+            if tap is not None:
+                tap.feed(buf, 0, nb, off)
+            yield buf, nb, off
+    finally:
+        chunks.close()  # its reads in flight end before the engine closes
+        if engine is not None:
+            engine.close()
 
 
 _WARNED_DEVICES: set = set()

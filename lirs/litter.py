@@ -71,3 +71,18 @@ def clean_dead_temps(final: str) -> list[str]:
     """Remove ``.BASENAME.tmp-PID`` files of ``final`` left by dead processes."""
     d, base = os.path.split(os.path.abspath(final))
     return clean_dead(d, re.escape(f".{base}.tmp-") + r"(?P<pid>\d+)")
+
+
+# every temporary name lirs writes: `.NAME.tmp-PID` files and directories (outputs, sidecars,
+# labels, staged shards, verification records) and `.lirs-shuffle-PID-XXXX` pile directories
+LITTER_PATTERN = r"\..+\.tmp-(?P<pid>\d+)|\.lirs-shuffle-(?P<pid2>\d+)-[A-Za-z0-9_]+"
+
+
+def clean_dead_litter(dirpath: str) -> list[str]:
+    """Remove every lirs temporary of a dead process in ``dirpath`` (whatever final name it was
+    for): what a crashed `lirs index` or `lirs shuffle` left, found by the next run in the same
+    directory even when that run writes other names. Returns the removed paths."""
+    removed = []
+    for alt in LITTER_PATTERN.split("|"):  # clean_dead wants one group named "pid"
+        removed += clean_dead(dirpath, alt.replace("pid2", "pid"))
+    return removed

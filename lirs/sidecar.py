@@ -23,20 +23,20 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import IndexFormatError, UsageError
-from .litter import clean_dead_temps, temp_name
+from .litter import clean_dead_litter, clean_dead_temps, temp_name
+from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
 
 log = logging.getLogger("lirs.index")
 
 MAGIC = b"LIRSIDX\x00"
-VERSION = 1
+VERSION = 2  # 2: content checksums per MiB (content_sums), verified when size or mtime move
 _PREAMBLE = struct.Struct("<8sIIQQI")  # magic, version, flags, header_off, header_len, header_crc
 _PREAMBLE_SIZE = 64
 _ALIGN = 64
 SIDECAR_SUFFIX = ".lirs"
 _SAMPLE_BLOCKS = 16
 _SAMPLE_BLOCK = BLOCK
-_CHECK_BLOCKS = 256  # re-validation when only the mtime moved: 1 MiB read
 
 
 # --------------------------------------------------------------------------- fingerprint
@@ -72,42 +72,49 @@ def _sample_hash(fd: int, size: int, blocks: int, path: str | None = None) -> st
 
 
 def fingerprint(path: str) -> dict:
-    """What identifies the content of ``path``: size, mtime_ns, a hash of 16 sampled 4 KiB blocks
-    (checked at every open) and one of 256 blocks (checked only when the mtime moved).
+    """What identifies the content of ``path`` cheaply: size, mtime_ns and a hash of 16 sampled
+    4 KiB blocks (checked at every open). The exact check is the per-MiB checksums kept beside it
+    (:mod:`lirs.content`), read again only when size or mtime moved.
 
     The inode is not part of it: a remount of a FUSE or network filesystem changes inodes of
     unchanged files."""
+    from .content import SUM_BLOCK
+
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         size = int(st.st_size)
-        return {"size": size, "mtime_ns": int(st.st_mtime_ns),
-                "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path),
-                "check_hash": _sample_hash(f.fileno(), size, _CHECK_BLOCKS, path)}
+        return {"size": size, "mtime_ns": int(st.st_mtime_ns), "sum_block": SUM_BLOCK,
+                "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path)}
 
 
-def fingerprint_diff(path: str, expected: dict) -> str | None:
-    """None when ``path`` still holds the data ``expected`` (a :func:`fingerprint`) describes, else
-    why not. When only the modification time moved (``touch``, a copy that kept the bytes), the
-    256-block hash decides: the index is still used, and a note is logged."""
+def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None) -> tuple[str | None, int | None]:
+    """Whether ``path`` still holds the data ``expected`` (a :func:`fingerprint`) and ``sums`` (its
+    per-MiB CRC-32C, uint32) describe: ``(why not, None)``, or ``(None, mtime_ns)`` where the file
+    was read whole to decide (its mtime moved: ``touch``, a copy that kept the bytes) and the
+    caller should record the new time, or ``(None, None)`` when the cheap check sufficed.
+    ``trusted_mtime``: a modification time already verified (recorded beside a read-only sidecar)."""
+    from .content import changed_range, first_changed_block
+
     try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            size = int(st.st_size)
-            if size != expected.get("size"):
-                return f"its size changed ({expected.get('size')} -> {size})"
-            if _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS) != expected.get("sample_hash"):
-                return "its content changed (sampled blocks differ)"
-            if int(st.st_mtime_ns) == expected.get("mtime_ns"):
-                return None
-            if "check_hash" not in expected:  # an index written before the 256-block hash
-                return f"its modification time changed ({expected.get('mtime_ns')} -> {st.st_mtime_ns})"
-            if _sample_hash(f.fileno(), size, _CHECK_BLOCKS) != expected["check_hash"]:
-                return "its content changed (sampled blocks differ)"
+        st = os.stat(path)
     except FileNotFoundError:
-        return "the data file is missing"
-    log.info("%s: modification time changed but %d sampled blocks are unchanged; the index is still "
-             "used (`lirs index --check %s` records the new time)", path, _CHECK_BLOCKS, path)
-    return None
+        return "the data file is missing", None
+    size, mtime = int(st.st_size), int(st.st_mtime_ns)
+    old = expected.get("size")
+    if size != old:
+        grew = " (appended to: `lirs index` re-scans only the tail)" if old is not None and size > old else ""
+        return f"its size changed ({old} -> {size}){grew}", None
+    if mtime in (expected.get("mtime_ns"), trusted_mtime):
+        with open(path, "rb") as f:
+            if _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path) == expected.get("sample_hash"):
+                return None, None
+    if sums is None:
+        return f"its modification time changed ({expected.get('mtime_ns')} -> {mtime})", None
+    block = first_changed_block(path, sums, size)
+    if block is not None:
+        return f"its content changed at {changed_range(block, size)}", None
+    log.info("%s: modification time changed, every byte checked unchanged; the index is still used", path)
+    return None, mtime
 
 
 def sidecar_path(paths) -> str:
@@ -131,7 +138,10 @@ class SidecarWriter:
 
     def __init__(self, dest: str):
         self.dest = os.path.abspath(dest)
-        clean_dead_temps(self.dest)  # what a killed `lirs index` left here
+        if os.path.isdir(self.dest):
+            raise UsageError(f"{self.dest}: the index path is a directory; remove it, or name the sidecar "
+                             "elsewhere with -o NAME.lirs")
+        clean_dead_litter(os.path.dirname(self.dest))  # what a killed `lirs index` or shuffle left here
         self.tmp = temp_name(self.dest)
         self.f = open(self.tmp, "wb")
         self.f.write(b"\0" * _PREAMBLE_SIZE)
@@ -167,7 +177,7 @@ class SidecarWriter:
     def _pad(self):
         pos = self.f.tell()
         if pos % _ALIGN:
-            self.f.write(b"\0" * (_ALIGN - pos % _ALIGN))
+            self._put(b"\0" * (_ALIGN - pos % _ALIGN))
 
     def begin(self, name: str, dtype) -> None:
         self._open = None
@@ -183,9 +193,18 @@ class SidecarWriter:
         spec = self.arrays[self._cur]
         a = np.ascontiguousarray(arr, dtype=np.dtype(spec["dtype"]))
         b = a.tobytes() if a.size < 4096 else memoryview(a).cast("B")
-        self.f.write(b)
+        self._put(b)
         spec["crc32"] = zlib.crc32(b, spec["crc32"])  # checked by `lirs info --verify`
         spec["count"] += int(a.size)
+
+    def _put(self, b) -> None:
+        """Write ``b`` to the temp file; an OSError (ENOSPC, EDQUOT, EIO) names the index."""
+        try:
+            self.f.write(b)
+        except OSError as e:
+            if e.errno is not None and not e.filename:  # (an OSError without errno prints no name)
+                e.filename = self.dest
+            raise
 
     def append(self, arr: np.ndarray) -> None:
         if self._enc is not None:
@@ -223,13 +242,18 @@ class SidecarWriter:
         blob = json.dumps(header, sort_keys=True).encode()
         self._pad()
         hoff = self.f.tell()
-        self.f.write(blob)
-        self.f.seek(0)
-        self.f.write(_PREAMBLE.pack(MAGIC, VERSION, 0, hoff, len(blob), zlib.crc32(blob)))
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
-        os.replace(self.tmp, self.dest)
+        try:
+            self.f.write(blob)
+            self.f.seek(0)
+            self.f.write(_PREAMBLE.pack(MAGIC, VERSION, 0, hoff, len(blob), zlib.crc32(blob)))
+            self.f.flush()
+            os.fsync(self.f.fileno())
+            self.f.close()
+            os.replace(self.tmp, self.dest)
+        except OSError as e:  # ENOSPC at the flush, EISDIR at the rename: say which index
+            if e.errno is not None and (not e.filename or e.filename == self.tmp):
+                e.filename, e.filename2 = self.dest, None
+            raise
         fsync_dir(os.path.dirname(self.dest))
         return self.dest
 
@@ -264,6 +288,14 @@ def relpath(path: str, base_dir: str) -> str:
 
 def read_header(sidecar: str) -> tuple[dict, int]:
     """Return the JSON header of a sidecar and its file size; raises IndexFormatError."""
+    try:
+        return _read_header(sidecar)
+    except OSError as e:  # EIO in the header: say which index
+        e.filename = e.filename or sidecar
+        raise
+
+
+def _read_header(sidecar: str) -> tuple[dict, int]:
     with open(sidecar, "rb") as f:
         pre = f.read(_PREAMBLE_SIZE)
         size = os.fstat(f.fileno()).st_size
@@ -311,11 +343,18 @@ def offsets_of(arrays: dict, header: dict | None = None, file: ArrayFile | None 
 
 
 
+# arrays read whole (never mapped) and checked against their CRC-32 at every open: small, and what
+# `lirs info` counts (a short or corrupt read must never become a wrong count)
+_READ_WHOLE = ("label_codes", "label_values", "content_sums", "scan_marks", "file_starts", "data_ends",
+               "header_sizes")
 def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> tuple[dict, ArrayFile | None]:
     """The arrays a sidecar's header names, by name: read-only memory maps (or read into memory
-    with ``mmap=False``), and the :class:`ArrayFile` they were mapped through (None when nothing
-    is mapped). Raises IndexFormatError when one lies past the end of the file."""
+    with ``mmap=False``, on FUSE and network filesystems, and for the small arrays of _READ_WHOLE,
+    whose CRC-32 is checked), and the :class:`ArrayFile` they were mapped through (None when
+    nothing is mapped). Raises IndexFormatError when one lies past the end of the file, is read
+    short or fails its checksum; a failed read raises OSError naming the sidecar and the byte."""
     arrays, mapped = {}, False
+    mmap = mmap and map_safe(sidecar)
     with open(sidecar, "rb") as f:
         if os.fstat(f.fileno()).st_size != size:
             raise IndexFormatError(f"{sidecar}: the index changed while it was opened; open it again")
@@ -326,25 +365,84 @@ def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> 
                 raise IndexFormatError(f"{sidecar}: truncated index (array {name} ends at {end}, file has {size})")
             if spec["count"] == 0:
                 arrays[name] = np.empty(0, dt)
-            else:
-                arrays[name], did = _map_or_read(sidecar, f, dt, spec, mmap)
+            elif mmap and name not in _READ_WHOLE:
+                arrays[name], did = _map_or_read(sidecar, f, dt, spec, name)
                 mapped = mapped or did
+            else:
+                arrays[name] = read_array(sidecar, f.fileno(), dt, spec, name, check=name in _READ_WHOLE)
         return arrays, ArrayFile(sidecar, os.dup(f.fileno())) if mapped else None
 
 
-def _map_or_read(sidecar: str, f, dt: np.dtype, spec: dict, mmap: bool) -> tuple[np.ndarray, bool]:
+def read_array(sidecar: str, fd: int, dt: np.dtype, spec: dict, name: str, check: bool = False) -> np.ndarray:
+    """Array ``name`` of the sidecar (``spec``: offset, count, crc32) read into memory with pread,
+    every byte accounted for: a short read raises IndexFormatError, a failed one OSError naming the
+    sidecar and the byte; with ``check``, its CRC-32 is compared too. Returns ``dt`` (count,)."""
+    out = np.empty(int(spec["count"]), dt)
+    mv = memoryview(out).cast("B")
+    off, got = int(spec["offset"]), 0
+    while got < len(mv):
+        try:
+            r = os.preadv(fd, [mv[got:]], off + got)
+        except OSError as e:
+            e.filename, e.lirs_offset = sidecar, off + got
+            raise
+        if r == 0:
+            raise IndexFormatError(f"{sidecar}: byte {off + got}: array {name} ends early ({got} of {len(mv)} "
+                                   "bytes): the index was truncated or replaced; re-run `lirs index`")
+        got += r
+    if check and "crc32" in spec and zlib.crc32(mv) != spec["crc32"]:
+        raise IndexFormatError(f"{sidecar}: array {name} at byte {off} is corrupt (CRC-32 {zlib.crc32(mv):08x}, "
+                               f"written {spec['crc32']:08x}); see `lirs index --check`, or re-run `lirs index`")
+    return out
+
+
+def _map_or_read(sidecar: str, f, dt: np.dtype, spec: dict, name: str) -> tuple[np.ndarray, bool]:
     """A read-only memory map of one array through the open file ``f``, or the array read into
     memory where the filesystem cannot map files (ENODEV, EINVAL, EACCES: some FUSE and network
     filesystems); and whether it is a map."""
-    if mmap:
+    try:
+        return np.memmap(f, dtype=dt, mode="r", offset=spec["offset"], shape=(spec["count"],)), True
+    except OSError as e:
+        if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
+            raise
+        log.info("%s: cannot memory-map (%s); reading the index into memory", sidecar, e.strerror)
+    return read_array(sidecar, f.fileno(), dt, spec, name), False
+
+
+def rewrite_header(sidecar: str, update) -> str:
+    """Replace the JSON header of ``sidecar`` by ``update(header)`` (a new dict), atomically: the
+    arrays are copied byte for byte into a temp file beside it, which is fsynced and renamed.
+    Raises OSError where the directory cannot be written (a read-only mount)."""
+    header, size = read_header(sidecar)
+    with open(sidecar, "rb") as f:
+        hoff = _PREAMBLE.unpack_from(f.read(_PREAMBLE.size))[3]
+        clean_dead_temps(sidecar)
+        tmp = temp_name(sidecar)
         try:
-            return np.memmap(f, dtype=dt, mode="r", offset=spec["offset"], shape=(spec["count"],)), True
-        except OSError as e:
-            if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
-                raise
-            log.info("%s: cannot memory-map (%s); reading the index into memory", sidecar, e.strerror)
-    f.seek(spec["offset"])
-    return np.fromfile(f, dtype=dt, count=spec["count"]), False
+            with open(tmp, "wb") as out:
+                f.seek(0)
+                left = hoff
+                while left > 0:
+                    b = f.read(min(left, 16 << 20))
+                    if not b:
+                        raise IndexFormatError(f"{sidecar}: truncated index (ends before its header at {hoff})")
+                    out.write(b)
+                    left -= len(b)
+                blob = json.dumps(update(header), sort_keys=True).encode()
+                out.write(blob)
+                out.seek(0)
+                out.write(_PREAMBLE.pack(MAGIC, VERSION, 0, hoff, len(blob), zlib.crc32(blob)))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, sidecar)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    fsync_dir(os.path.dirname(sidecar))
+    return sidecar
 
 
 def release_pages(*arrays) -> int:

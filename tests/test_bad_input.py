@@ -145,6 +145,8 @@ OTHER = [
     ("fixed size not a multiple", "x.bin", b"\x00" * 10, ["--record-size", "4"]),
     ("fixed empty after header", "x.bin", b"\x00" * 8, ["--record-size", "4", "--header-size", "8"]),
     ("lines empty file", "x.jsonl", b"", []),
+    ("CSV with a header line", "x.csv", b"age,income,label\n31,1000.5,1\n45,2000,0\n", []),
+    ("TSV of one header line", "x.tsv", b"a\tb\n", []),
     ("tfrecord bad length CRC", "x.tfrecord", _tfr(flip=9), []),
     ("tfrecord bad payload CRC", "x.tfrecord", _tfr(flip=40), []),
     ("tfrecord truncated record", "x.tfrecord", _tfr()[:-3], []),
@@ -290,7 +292,23 @@ def render(cat) -> str:
         r = cat[n]
         li = "accepts" if r["rc"] == 0 else "refuses: " + r["shown"].removeprefix("lirs index: error: ")
         out.append(f"| {_cell(n)} | `{' '.join(['lirs index', *x, f])}` | {_cell(li)} |")
+    out += ["", CHANGES]
     return "\n".join(out) + "\n"
+
+
+# what happens to data that changes after `lirs index` and to an index that fails (tests named)
+CHANGES = """## Data that changes, an index that fails
+
+| event | what lirs does | test |
+| --- | --- | --- |
+| data file's size and mtime as indexed | cheap open: 16 sampled 4 KiB blocks compared | `test_trust.py` |
+| mtime moved (`touch`, a copy that kept the bytes) | the file is read whole and every MiB compared with its CRC-32C; unchanged: used, the new mtime recorded (in the sidecar, or in `~/.cache/lirs` where the sidecar is read-only) | `test_staleness.py::test_check_is_exact_and_touch_needs_no_reindex` |
+| any same-size edit (a digit, a label, a moved newline) | `StaleIndexError` naming the file and the changed byte range; `lirs index --check` exits 1 | `test_staleness.py::test_every_same_size_edit_with_a_moved_mtime_is_found` |
+| appended to, edited, files added or removed in a directory | `lirs index` scans only the changed files from their first changed MiB (an append: the tail); the sidecar is byte for byte the full re-index's | `test_incremental.py` |
+| a file rewritten while a Loader reads it | `StaleIndexError` at the next read step (one `fstat` per file the step reads) | `test_staleness.py::test_a_file_rewritten_during_an_epoch_fails_at_the_next_step` |
+| a corrupt offset table (a flipped word) | `IndexFormatError` naming the sidecar at open, under every granularity | `test_staleness.py::test_a_corrupt_offset_word_is_a_clean_error` |
+| EIO inside the sidecar (FUSE, page cache or direct I/O) | one line naming the sidecar and byte, exit status 1; no SIGBUS (no maps on FUSE and network filesystems), no short array | `test_faults.py::test_eio_in_the_sidecar_is_one_line_naming_it` |
+| a sidecar of an older lirs | `IndexFormatError`: re-run `lirs index` | `test_staleness.py::test_an_old_sidecar_asks_for_a_reindex` |"""
 
 
 def test_doc_matches_behaviour(catalogue):

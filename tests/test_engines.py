@@ -146,10 +146,16 @@ def test_failed_read_names_file_and_offset(tmp_path, engine_name):
 
 
 def test_truncated_file_reads_short(tmp_path, engine_name):
+    from lirs.errors import StaleIndexError
+
     paths, datas = _files(tmp_path)
     with open_engine(paths, engine_name) as eng:
         os.truncate(paths[0], 2 * BLOCK + 5)
         buf = aligned_empty(4 * BLOCK)
+        # a file that changed since the engine opened it: the read says so, naming it
+        with pytest.raises(StaleIndexError, match=f"{paths[0]} changed while it was being read"):
+            eng.read([0, 0], [0, 2 * BLOCK], [2 * BLOCK, 2 * BLOCK], buf, [0, 2 * BLOCK])
+        eng.check_changes = False  # the reads themselves: short only at the (new) end of the file
         got = eng.read([0, 0], [0, 2 * BLOCK], [2 * BLOCK, 2 * BLOCK], buf, [0, 2 * BLOCK])
         assert got.tolist() == [2 * BLOCK, 5]
         assert bytes(buf[2 * BLOCK:2 * BLOCK + 5]) == datas[0][2 * BLOCK:2 * BLOCK + 5].tobytes()

@@ -355,3 +355,109 @@ def test_aepoch_with_short_reads(fs, mounted, reference, engine):
             return [b async for b in loader.aepoch(0)]
 
     _assert_same(asyncio.run(collect()), reference["train.svm", "group"])
+
+
+# --------------------------------------------------------------------------- the sidecar fails, the data changes
+
+
+@pytest.fixture(scope="module")
+def cached_mount(mounted, tmp_path_factory):
+    """The same source mounted without direct_io: reads go through the kernel's page cache (where
+    a memory map's failed page is a SIGBUS)."""
+    _, files = mounted
+    src = os.path.dirname(files["train.svm"][0])
+    mnt = tmp_path_factory.mktemp("cached")
+    with FaultFS(src, mnt, direct_io=False) as fs2:
+        yield fs2, str(mnt)
+    assert not os.path.ismount(mnt)
+
+
+def _sidecar_byte(plain: str, where: str) -> int:
+    """A byte of the sidecar of ``plain``: inside array ``where``, or its JSON header."""
+    from lirs import sidecar as S
+
+    header, _ = S.read_header(plain + ".lirs")
+    if where == "header":
+        with open(plain + ".lirs", "rb") as f:
+            return S._PREAMBLE.unpack_from(f.read(S._PREAMBLE.size))[3] + 5
+    spec = header["arrays"][where]
+    return spec["offset"] + spec["count"] * np.dtype(spec["dtype"]).itemsize // 2
+
+
+@pytest.mark.parametrize("mode", ["direct_io", "page_cache"])
+@pytest.mark.parametrize("where,cmd", [("label_codes", "info"), ("label_codes", "epoch"), ("offsets_rel", "epoch"),
+                                       ("header", "info")])
+def test_eio_in_the_sidecar_is_one_line_naming_it(mounted, cached_mount, tmp_path, mode, where, cmd):
+    import subprocess
+    import sys
+
+    fs, files = mounted
+    plain = files["train.svm"][0]
+    path = files["train.svm"][1]
+    if mode == "page_cache":
+        fs, mnt = cached_mount
+        path = os.path.join(mnt, "train.svm")
+    bad = _sidecar_byte(plain, where)
+    fs.set_rules([{"file": "train.svm.lirs", "start": bad, "end": bad + 1, "kind": "eio"}])
+    try:
+        r = subprocess.run([sys.executable, "-m", "lirs.cli", cmd, path], capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "LIRS_CACHE_DIR": str(tmp_path)})
+    finally:
+        fs.set_rules([])
+    assert r.returncode == 1, (r.returncode, r.stderr)  # never SIGBUS (-7), never a count printed
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and path + ".lirs" in err[0] and "Input/output error" in err[0], r.stderr
+    assert fs.counts()["eio"] > 0
+
+
+def test_a_file_that_changes_mid_epoch_fails_at_the_next_step(fs, mounted):
+    import time
+
+    _, files = mounted
+    plain, path = files["train.svm"]
+    before = open(plain, "rb").read()
+    st = os.stat(plain)
+    try:
+        with _loader(path, "buffered", False, granularity="instance", batch_size=16) as loader:
+            it = loader.epoch(0)
+            next(it)
+            with open(plain, "ab") as f:  # the source under the mount grows
+                f.write(b"1 1:1\n")
+            time.sleep(1.2)  # past FUSE's attribute cache (1 s)
+            with pytest.raises(lirs.StaleIndexError, match="changed while it was being read"):
+                for _ in it:
+                    pass
+    finally:
+        with open(plain, "wb") as f:
+            f.write(before)
+        os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_check_on_a_read_only_mount_verifies_and_records_elsewhere(fs, mounted, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    _, files = mounted
+    plain, path = files["train.svm"]
+    st = os.stat(plain)
+    env = {**os.environ, "LIRS_CACHE_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "lirs.cli", "index", "--check", path]
+    with open(plain, "rb") as f:
+        b = f.read(1)
+    try:
+        os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched under the mount
+        time.sleep(1.2)  # past FUSE's attribute cache (1 s)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr  # verified, though the sidecar cannot be rewritten
+        assert os.listdir(tmp_path / "verified")
+        with open(plain, "r+b") as f:  # now a real change, same size
+            f.write(b"1" if b != b"1" else b"-")
+        os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+        time.sleep(1.2)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 1 and "content changed at bytes 0-" in r.stderr, r.stderr
+    finally:
+        with open(plain, "r+b") as f:
+            f.write(b)
+        os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns))

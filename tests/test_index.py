@@ -408,7 +408,7 @@ def _cli_index(*args):
 
 
 @pytest.mark.parametrize("name,content,extra,line", [
-    ("d.csv", b"a,b\n1,2\n", [], "format: lines (from the .csv extension; CSV is not parsed: records are "
+    ("d.csv", b"1,2\n3,4\n", [], "format: lines (from the .csv extension; CSV is not parsed: records are "
                                   "delivered as raw lines (bytes))"),
     ("d.jsonl", b'{"a": 1}\n', [], "format: lines (from the .jsonl extension; JSON is not parsed"),
     ("d.svm", b"1 1:1\n", [], "format: libsvm (from the .svm extension)"),
@@ -693,14 +693,14 @@ def test_index_without_o_direct_is_identical_and_says_so_once(tmp_path, monkeypa
     monkeypatch.setattr(I, "_WARNED_DEVICES", set())
     with caplog.at_level(logging.DEBUG, logger="lirs.inputs"):
         for _ in range(2):
-            cached = lirs.build_index(str(p), progress=False, chunk_bytes=5000)
+            cached = lirs.build_index(str(p), progress=False, chunk_bytes=5000, full=True)  # a scan, not the reuse
             assert np.array_equal(cached.offsets, offsets) and np.array_equal(cached.label_codes, codes)
     said = [r for r in caplog.records if "refuses O_DIRECT (test); scanning through the page cache" in r.message]
     assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG]
 
 
 def test_regions_split_over_the_pool_give_the_same_index_and_first_error(tmp_path, monkeypatch):
-    from lirs import build as B
+    from lirs import scanner as B  # the text scanners live there
 
     rng = np.random.default_rng(8)
     lines = [b"%d %s" % (rng.integers(-2, 3), b" ".join(b"%d:%d" % (c, rng.integers(1, 9)) for c in

@@ -23,8 +23,13 @@ def add_parser(sub):
     p.add_argument("--json", action="store_true", help="print the index summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--check", action="store_true",
-                   help="do not scan: confirm the existing index still matches its data (size, 256 sampled "
-                        "blocks, checksums of the index) and record the data's new modification time")
+                   help="do not scan: confirm the existing index still matches its data exactly (a file whose "
+                        "size or modification time moved is read whole and compared with its per-MiB "
+                        "checksums), record the data's new modification time; exit 1 naming the first "
+                        "changed byte range when it does not")
+    p.add_argument("--full", action="store_true",
+                   help="scan everything again (default: reuse the existing index for unchanged files and "
+                        "scan a changed file from its first changed MiB, an appended one from its old end)")
     return p
 
 
@@ -45,7 +50,8 @@ def run(args) -> int:
     if not args.json:
         print(f"format: {fmt} ({why})", flush=True)
     idx = build_index(paths, format=fmt, record_size=args.record_size, header_size=args.header_size,
-                      out=args.out, progress=False if args.quiet else None, chunk_bytes=parse_size(args.chunk))
+                      out=args.out, progress=False if args.quiet else None, chunk_bytes=parse_size(args.chunk),
+                      full=args.full)
     secs = time.perf_counter() - t0
     s = summarize(idx)
     s["format_reason"] = why

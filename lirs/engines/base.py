@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 
-from ..errors import LirsError, UsageError
+from ..errors import LirsError, StaleIndexError, UsageError
 
 BLOCK = 4096
 O_DIRECT = getattr(os, "O_DIRECT", 0)
@@ -75,7 +75,11 @@ def probe_direct(path: str) -> str | None:
         try:
             os.preadv(fd, [memoryview(buf)], 0)
         except OSError as e:
-            return f"an aligned O_DIRECT read of {path} failed ({os.strerror(e.errno)})"
+            if e.errno in (_errno.EINVAL, _errno.EOPNOTSUPP, _errno.ENOTSUP):
+                return f"an aligned O_DIRECT read of {path} failed ({os.strerror(e.errno)})"
+            # EIO and kin are the device's answer, not a refusal of O_DIRECT: said as such
+            e.filename, e.lirs_offset = path, 0
+            raise
     finally:
         os.close(fd)
     return None
@@ -132,6 +136,8 @@ class Engine:
 
     name = "engine"
     default_depth = 32
+    # every read checks that its files kept the size and mtime they had at open (StaleIndexError)
+    check_changes = True
 
     def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
         self.paths = tuple(os.fspath(p) for p in paths)
@@ -144,7 +150,10 @@ class Engine:
         self.closed = False
         self.fds = np.asarray(open_files(self.paths, self.direct), np.int32)
         try:
-            self.sizes = np.asarray([os.fstat(int(fd)).st_size for fd in self.fds], np.int64)
+            st = [os.fstat(int(fd)) for fd in self.fds]
+            self.sizes = np.asarray([s.st_size for s in st], np.int64)
+            # what the files were at open: a step that finds one moved raises StaleIndexError
+            self.mtimes = np.asarray([s.st_mtime_ns for s in st], np.int64)
         except BaseException:
             for fd in self.fds:
                 os.close(int(fd))
@@ -170,7 +179,25 @@ class Engine:
         args = self._check(ext_file, ext_offset, ext_nbytes, buf, buf_pos)
         if args[0].shape[0] == 0:
             return np.zeros(0, np.int64)
-        return self._read(*args)
+        got = self._read(*args)
+        # after the read: a change before it or during it is caught before the bytes are decoded
+        if self.check_changes:
+            self.check_unchanged(args[0])
+        return got
+
+    def check_unchanged(self, ext_file) -> None:
+        """Raise StaleIndexError when a file of ``ext_file`` (int32 file numbers) changed size or
+        modification time since the engine opened it: one ``fstat`` per distinct file. A dataset
+        rewritten while it is read fails at the next step, naming the file, instead of decoding
+        a mix of old offsets and new bytes into a DataError at a random batch."""
+        files = ext_file if ext_file.shape[0] == 1 else np.unique(ext_file)
+        for f in files.tolist():
+            st = os.fstat(int(self.fds[f]))
+            if st.st_size != self.sizes[f] or st.st_mtime_ns != self.mtimes[f]:
+                what = (f"its size changed ({int(self.sizes[f])} -> {st.st_size})" if st.st_size != self.sizes[f]
+                        else "its modification time moved")
+                raise StaleIndexError(f"{self.paths[f]} changed while it was being read ({what}); its index no "
+                                      f"longer describes it: re-run `lirs index {self.paths[f]}`")
 
     async def aread(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, executor=None) -> np.ndarray:
         """:meth:`read` from a coroutine: the native call runs in ``executor`` (threads)."""

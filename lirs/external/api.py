@@ -61,7 +61,7 @@ import numpy as np
 from ..inputs import expand_paths, labels_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
-from ..litter import clean_dead
+from ..litter import clean_dead, clean_dead_litter
 from ..units import format_bytes, parse_size
 from .disk import check_space, direct_ok
 from .formats import Dataset, open_dataset
@@ -132,6 +132,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     check_space(tmpdir, parent, ds.pile_bytes, ds.out_bytes)
     # piles of a killed shuffle (GBs) are removed by the next one; a live one's are left alone
     clean_dead(tmpdir, PILE_DIR_PATTERN)
+    clean_dead_litter(parent)  # outputs and sidecar temps of a killed shuffle, whatever their names
     pile_dir = tempfile.mkdtemp(prefix=f".lirs-shuffle-{os.getpid()}-", dir=tmpdir)
     pool = ThreadPoolExecutor(2) if index and ds.text else None  # the index scans of text outputs
     try:

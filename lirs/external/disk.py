@@ -35,11 +35,24 @@ def create(path: str, direct: bool, mode: int = 0o644) -> int:
     return os.open(path, flags, mode)
 
 
+def _named(e: OSError, fd: int) -> OSError:
+    """``e`` naming the file of ``fd`` (ENOSPC and EIO of a write carry no name by themselves)."""
+    if e.errno is not None and not e.filename:
+        try:
+            e.filename = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return e
+
+
 def write_all(fd: int, data) -> None:
     """Append all of ``data`` (bytes or a uint8 array) at the file position of ``fd``."""
     mv = memoryview(data).cast("B")
     while mv.nbytes:
-        n = os.write(fd, mv)
+        try:
+            n = os.write(fd, mv)
+        except OSError as e:
+            raise _named(e, fd)
         mv = mv[n:]
 
 
@@ -47,7 +60,10 @@ def pwrite_all(fd: int, data, off: int) -> None:
     """Write all of ``data`` (bytes or a uint8 array) at byte ``off`` of ``fd``."""
     mv = memoryview(data).cast("B")
     while mv.nbytes:
-        n = os.pwrite(fd, mv, off)
+        try:
+            n = os.pwrite(fd, mv, off)
+        except OSError as e:
+            raise _named(e, fd)
         mv = mv[n:]
         off += n
 

@@ -7,6 +7,7 @@ import tempfile
 import numpy as np
 
 from ..build import Tap, VarScanner, _write_labels
+from ..content import BlockSums, block_count
 from ..index import Index, header_for
 from ..kernels import scan as KS
 from ..sidecar import SidecarWriter, fingerprint
@@ -35,9 +36,14 @@ class TextIndexer:
         self.sc = None
         self.starts = None
         try:
+            # the checksums of every MiB and (LIBSVM) the scan marks `lirs index` keeps
+            self.sums = BlockSums()
             if fmt == "libsvm":
                 self.lab = tempfile.TemporaryFile(dir=scratch)  # noqa: SIM115 - open until commit/abort
                 self.sc = VarScanner("libsvm", self.tap, self.lab, out_buffer, None, pool)
+                sc = self.sc
+                sc.marks, sc._size, sc._n0, sc._qid0, sc._next_mark = [], 1 << 62, 0, 0, 1  # size: not known yet
+                sc._mark(0)
             self.w.begin("offsets", np.int64)
         except BaseException:
             self.abort()
@@ -45,6 +51,7 @@ class TextIndexer:
 
     def add(self, buf: np.ndarray, n: int, base: int) -> None:
         """Index buf[:n] (complete lines) written at byte ``base`` of the output."""
+        self.sums.feed(buf, 0, n, base)
         if self.sc is not None:
             self.sc._region(self.data_tmp, buf, 0, n, base)
             if n > self.out_buffer:  # a long line grew the scan arrays (~8.5 B per byte): drop them
@@ -80,6 +87,14 @@ class TextIndexer:
                         max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
                         qid_records=sc._qid)
             _write_labels(self.w, self.lab, n, self.sc.distinct, self.sc._pool, self.label_block)
+        w.add("content_sums", self.sums.finish())
+        if self.sc is not None:  # the boundaries after the last line start, then the total
+            sc = self.sc
+            while sc._next_mark < block_count(data_end):
+                sc._mark(sc._next_mark)
+                sc._next_mark += 1
+            sc._mark(sc._next_mark)
+            w.add("scan_marks", np.asarray(sc.marks, np.int64).reshape(-1))
         shell = Index(format=self.fmt, paths=(self.final_path,), n=n, file_starts=np.asarray([0, n], np.int64),
                       data_ends=np.asarray([data_end], np.int64), header_sizes=np.asarray([0], np.int64),
                       fingerprints=(fingerprint(data_path),), meta=meta)

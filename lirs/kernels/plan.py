@@ -355,3 +355,27 @@ def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off,
     state[1] = cur_f
     state[2] = cur_end
     return e + 1
+
+
+@njit(cache=True, nogil=True)
+def check_offsets(base, rel, wide, file_starts, data_ends):
+    """The first record whose start in a compact offset table is impossible (before the previous
+    record's of its file, or at or past its file's data end; a wide block pointing outside
+    ``wide``), or -1 when every start is plausible: what a flipped word of a sidecar turns into
+    before it reaches a read."""
+    nw = wide.shape[0]
+    for f in range(file_starts.shape[0] - 1):
+        prev = np.int64(-1)
+        for i in range(file_starts[f], file_starts[f + 1]):
+            b = base[i >> _SHIFT]
+            if b >= 0:
+                o = b + np.int64(rel[i])
+            else:
+                w = (-b - 1) * (_MASK + 1) + (i & _MASK)
+                if w >= nw:
+                    return i
+                o = wide[w]
+            if o <= prev or o >= data_ends[f]:
+                return i
+            prev = o
+    return np.int64(-1)

@@ -1,0 +1,248 @@
+"""Content checksums of a data file: one CRC-32C per block of SUM_BLOCK bytes, computed while the
+index scan reads the file anyway, and checked again (a sequential read at device bandwidth) when
+the file's size or modification time moved since it was indexed.
+
+An exact answer at the cost of one read: a same-size edit anywhere (a digit, a label, a moved
+newline) changes its block's CRC, ``touch`` or a byte-identical copy does not. The last block of a
+file is summed over the bytes it has (a partial block), so an append is told from an edit: every
+block of the old length still matches.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+import numpy as np
+
+from .constants import BLOCK
+
+log = logging.getLogger("lirs.index")
+
+SUM_BLOCK = 1 << 20  # bytes per checksum: 4 B of sidecar per MiB of data
+_VERIFY_CHUNK = 16 << 20
+_BAR_BYTES = 256 << 20  # a progress bar only for files whose check takes a noticeable time
+
+
+def _crc_kernel():
+    from .kernels import tfrecord as K  # numba loads only when a file is summed
+
+    return K
+
+
+def block_count(size: int) -> int:
+    """Checksums of a file of ``size`` bytes (the last block may be partial)."""
+    return (int(size) + SUM_BLOCK - 1) // SUM_BLOCK
+
+
+class BlockSums:
+    """CRC-32C of consecutive SUM_BLOCK blocks of a stream fed in order from byte ``start`` (a
+    multiple of SUM_BLOCK) with :meth:`feed`; :meth:`finish` sums the last, partial block.
+    ``sums``: the completed checksums (uint32), block ``start // SUM_BLOCK`` first."""
+
+    def __init__(self, start: int = 0):
+        if start % SUM_BLOCK:
+            raise ValueError(f"sums start at a block boundary, not {start}")
+        self.K = _crc_kernel()
+        self.pos = int(start)  # next byte expected
+        self.crc = 0
+        self.out: list[int] = []
+
+    def feed(self, buf: np.ndarray, lo: int, hi: int, off: int) -> None:
+        """Sum buf[lo:hi] (uint8), the bytes of the file at ``off``; bytes before :attr:`pos` are
+        skipped (a chunk read from an aligned start before the first byte wanted)."""
+        if off < self.pos:
+            lo += self.pos - off
+            off = self.pos
+        if off != self.pos:
+            raise ValueError(f"sums fed out of order: byte {off}, expected {self.pos}")
+        K = self.K
+        whole = (hi - lo - (-self.pos % SUM_BLOCK)) // SUM_BLOCK if self.pos % SUM_BLOCK == 0 else 0
+        if whole >= 2:  # whole blocks are independent: one per core (the kernel releases the GIL)
+            starts = [lo + i * SUM_BLOCK for i in range(whole)]
+            self.out += list(_pool().map(lambda a: int(K.crc32c_update(K.TABLE, K.HW, buf, a, a + SUM_BLOCK, 0)),
+                                         starts))
+            lo += whole * SUM_BLOCK
+            self.pos += whole * SUM_BLOCK
+        while lo < hi:
+            room = SUM_BLOCK - self.pos % SUM_BLOCK
+            take = min(room, hi - lo)
+            self.crc = int(K.crc32c_update(K.TABLE, K.HW, buf, lo, lo + take, self.crc))
+            lo += take
+            self.pos += take
+            if take == room:
+                self.out.append(self.crc)
+                self.crc = 0
+
+    def finish(self) -> np.ndarray:
+        """The checksums of all blocks fed (uint32 (k,)), the partial last one included."""
+        if self.pos % SUM_BLOCK:
+            self.out.append(self.crc)
+            self.crc = 0
+            self.pos += SUM_BLOCK - self.pos % SUM_BLOCK
+        return np.asarray(self.out, np.uint32)
+
+
+_POOL = None
+_LOCAL = threading.local()
+
+
+def _cores() -> int:
+    from .cores import usable_cores
+
+    return max(1, usable_cores())
+
+
+def _pool():
+    """Threads that checksum whole blocks in parallel (one per usable core)."""
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(_cores(), thread_name_prefix="lirs-crc")
+    return _POOL
+
+
+def _bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    # on stderr, for long files only, and never into a log or a pipe
+    quiet = total < _BAR_BYTES or not sys.stderr.isatty()
+    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=quiet, leave=False, file=sys.stderr)
+
+
+def cached(path: str, size: int, probes: int = 16) -> bool:
+    """Whether the first ``size`` bytes of ``path`` seem to be in the page cache: ``probes`` 4 KiB
+    reads spread over them all succeed with RWF_NOWAIT (which refuses to wait for the device).
+    A file just written or appended to is, and is then read fastest through the cache; a cold one
+    is read with O_DIRECT at device bandwidth without pushing other data out of the cache."""
+    flag = getattr(os, "RWF_NOWAIT", None)
+    if flag is None or size <= 0:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        buf = bytearray(BLOCK)
+        for off in np.linspace(0, max(0, size - BLOCK), probes).astype(np.int64) // BLOCK * BLOCK:
+            try:
+                os.preadv(fd, [buf], int(off), flag)
+            except OSError:  # EAGAIN: not cached; EOPNOTSUPP: cannot tell
+                return False
+        return True
+    finally:
+        os.close(fd)
+
+
+def first_changed_block(path: str, sums: np.ndarray, size: int, *, direct: bool | None = None) -> int | None:
+    """Read the first ``size`` bytes of ``path`` (its length when indexed) and compare them with
+    their checksums ``sums`` (uint32, ``block_count(size)``); the number of the first block that
+    differs, or None when all match. Stops at the first difference. OSError of a failed read names
+    the file and byte; a file now shorter than ``size`` differs at its end. ``direct``: O_DIRECT
+    reads (None: unless the file is in the page cache, :func:`cached`)."""
+    from .inputs import read_chunks
+
+    now = os.path.getsize(path)
+    end = min(int(size), now)
+    if direct is None:
+        direct = not cached(path, end)
+    if not direct:
+        return _first_changed_cached(path, sums, size, end)
+    acc = BlockSums()
+    checked = 0
+    with _bar(end, f"lirs: checking {os.path.basename(path)}") as bar:
+        for buf, nb, off in read_chunks(path, 0, end, _VERIFY_CHUNK, direct=direct):
+            acc.feed(buf, 0, nb, off)
+            while checked < len(acc.out):
+                if acc.out[checked] != int(sums[checked]):
+                    return checked
+                checked += 1
+            bar.update(nb)
+    if end < size:
+        return end // SUM_BLOCK  # the file was cut: its first missing byte
+    last = acc.finish()
+    for b in range(checked, len(last)):
+        if int(last[b]) != int(sums[b]):
+            return b
+    return None
+
+
+def _chunk_sums(fd: int, path: str, lo: int, hi: int) -> list[int]:
+    """The checksums of the blocks of bytes [lo, hi) of ``fd`` (lo a block boundary), read with
+    pread (short reads continued; a failed one names the file and byte)."""
+    K = _crc_kernel()
+    # one buffer per thread, kept: fresh memory costs a page fault per 4 KiB
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.size < hi - lo:
+        buf = _LOCAL.buf = np.empty(max(hi - lo, _VERIFY_CHUNK), np.uint8)
+    buf = buf[:hi - lo]
+    mv, got = memoryview(buf), 0
+    while got < len(buf):
+        try:
+            r = os.preadv(fd, [mv[got:]], lo + got)
+        except OSError as e:
+            e.filename, e.lirs_offset = path, lo + got
+            raise
+        if r == 0:
+            break  # the file was cut meanwhile: what is missing differs
+        got += r
+    return [int(K.crc32c_update(K.TABLE, K.HW, buf, a, min(a + SUM_BLOCK, got), 0)) if a < got else -1
+            for a in range(0, len(buf), SUM_BLOCK)]
+
+
+def _first_changed_cached(path: str, sums: np.ndarray, size: int, end: int) -> int | None:
+    """:func:`first_changed_block` of a file in the page cache: chunks read and summed by one
+    thread per core (the copy out of the cache and the CRC both run in parallel)."""
+    step = _VERIFY_CHUNK
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        pool = _pool()
+        starts = list(range(0, end, step))
+        ahead = 2 * _cores()
+        futs = {i: pool.submit(_chunk_sums, fd, path, starts[i], min(starts[i] + step, end))
+                for i in range(min(ahead, len(starts)))}
+        with _bar(end, f"lirs: checking {os.path.basename(path)}") as bar:
+            for i, lo in enumerate(starts):
+                got = futs.pop(i).result()
+                if i + ahead < len(starts):
+                    j = i + ahead
+                    futs[j] = pool.submit(_chunk_sums, fd, path, starts[j], min(starts[j] + step, end))
+                for k, c in enumerate(got):
+                    b = lo // SUM_BLOCK + k
+                    if c != int(sums[b]):
+                        for f in futs.values():
+                            f.cancel()
+                        for f in futs.values():  # none may read fd after it is closed
+                            if not f.cancelled():
+                                f.exception()
+                        return b
+                bar.update(min(step, end - lo))
+    finally:
+        os.close(fd)
+    return end // SUM_BLOCK if end < size else None
+
+
+def sum_file(path: str, *, direct: bool = True) -> np.ndarray:
+    """The checksums of the whole file ``path`` (uint32 (block_count(size),)): for formats whose
+    index needs no scan (npy, fixed records), one sequential read."""
+    from .inputs import read_chunks
+
+    size = os.path.getsize(path)
+    acc = BlockSums()
+    with _bar(size, f"lirs: summing {os.path.basename(path)}") as bar:
+        for buf, nb, off in read_chunks(path, 0, size, _VERIFY_CHUNK, direct=direct):
+            acc.feed(buf, 0, nb, off)
+            bar.update(nb)
+    return acc.finish()
+
+
+def changed_range(block: int, size: int) -> str:
+    """The byte range of checksum block ``block`` in a file of ``size`` bytes, for messages."""
+    lo = block * SUM_BLOCK
+    hi = min(lo + SUM_BLOCK, int(size))
+    return f"bytes {lo}-{max(lo, hi - 1)}"
+
+
+assert SUM_BLOCK % BLOCK == 0  # verify reads start aligned for O_DIRECT

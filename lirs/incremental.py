@@ -1,0 +1,163 @@
+"""Incremental `lirs index`: what of an existing sidecar still holds for the dataset's files now,
+and the scan of only the rest.
+
+Per file of the dataset (matched to the old sidecar's files by path): unchanged (size, mtime and
+the sampled blocks as indexed; or a moved mtime over bytes that all still match their checksums)
+→ its offsets, labels, checksums and scan marks are copied; changed → the first changed byte
+``c`` is found from the per-MiB checksums (an append: the old end), and the file is scanned
+again from a record that starts at or before ``c``; added → scanned whole; removed → dropped.
+
+The restart of a LIBSVM file is the first record of the block holding the start of the record
+that contains ``c``: there the old scan's marks give the exact state (feature-index range, qid
+records, records) a full scan has, so the sidecar written is byte for byte the one a full
+re-index writes.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .content import SUM_BLOCK, BlockSums, block_count, first_changed_block
+from .errors import IndexFormatError, StaleIndexError
+from .inputs import SUM_TAPS
+from .sidecar import pread_full, staleness
+
+log = logging.getLogger("lirs.index")
+
+
+@dataclass
+class Keep:
+    """What of file ``f`` of the old index ``old`` is kept: its records before ``rec`` (all of
+    them when ``whole``), which end where the scan restarts, at byte ``byte``."""
+
+    old: object
+    f: int
+    whole: bool
+    rec: int = 0
+    byte: int = 0
+    block: int = 0  # the marks row (block boundary) whose state the restart continues
+
+    @property
+    def start(self) -> int:
+        """Where the restarted read begins: the block holding ``byte`` (checksums are per block)."""
+        return self.byte // SUM_BLOCK * SUM_BLOCK
+
+
+def plan_update(files, fmt: str, dest: str) -> list:
+    """One :class:`Keep` or None (scan whole) per file of ``files`` against the sidecar ``dest``;
+    all None when there is no usable one (absent, another format, an older version, corrupt)."""
+    from .index import open_index
+
+    none = [None] * len(files)
+    if not os.path.isfile(dest):
+        return none
+    try:
+        old = open_index(dest, check=False, missing_ok=True)
+    except (IndexFormatError, StaleIndexError, OSError, ValueError) as e:
+        log.info("%s: not reused (%s); scanning everything", dest, e)
+        return none
+    if old.format != fmt or old.sums is None or (fmt == "libsvm" and old.marks is None):
+        return none
+    where = {os.path.realpath(p): f for f, p in enumerate(old.paths)}
+    return [_plan_file(old, where.get(os.path.realpath(p)), p, fmt) for p in files]
+
+
+def _plan_file(old, f, path: str, fmt: str):
+    if f is None:
+        return None
+    fp = old.fingerprints[f]
+    why, _ = staleness(path, fp, None)  # the cheap answer: size, mtime and sampled blocks
+    if why is None:
+        return Keep(old, f, True)
+    size, was = os.path.getsize(path), int(fp["size"])
+    block = first_changed_block(path, old.file_sums(f), was)
+    c = was if block is None else block * SUM_BLOCK
+    if c >= was and size == was:
+        return Keep(old, f, True)  # touched: every byte as indexed
+    a, b = int(old.file_starts[f]), int(old.file_starts[f + 1])
+    starts = old.offset_table[a:b]
+    r = int(np.searchsorted(starts, c, side="right")) - 1  # the record holding byte c
+    if r <= 0:
+        return None
+    if fmt == "libsvm":
+        j = int(starts[r]) // SUM_BLOCK
+        rec = int(old.file_marks(f)[j, 3])  # the block's first record: marks hold the state there
+        if j == 0 or rec <= 0:
+            return None
+        return Keep(old, f, False, rec, int(starts[rec]), j)
+    return Keep(old, f, False, r, int(starts[r]), int(starts[r]) // SUM_BLOCK)
+
+
+def _feed_kept(sc, tap, lab_tmp, keep: Keep, count: int) -> None:
+    """Give the writer (through ``tap``) and the label scratch file the first ``count`` records of
+    the kept file, as the scan would have."""
+    old, f = keep.old, keep.f
+    a = int(old.file_starts[f])
+    step = 1 << 22
+    for s in range(a, a + count, step):
+        e = min(a + count, s + step)
+        tap.append(old.offset_table[s:e])
+        if lab_tmp is not None:
+            lab = np.asarray(old.labels_of(np.arange(s, e)), np.float64)
+            lab_tmp.write(lab.tobytes())
+            if sc.distinct is not None:
+                sc.distinct.update(np.unique(lab).tolist())
+                if len(sc.distinct) > 65535:
+                    sc.distinct = None
+    sc.n += count
+
+
+def scan_one(sc, tap, lab_tmp, path: str, keep: Keep | None, sums: list, bar) -> int:
+    """Index ``path`` into the scanner ``sc``: whole, or per ``keep``; append its checksums (uint32
+    (blocks,)) to ``sums``. Returns its data end."""
+    if keep is None:
+        acc = SUM_TAPS[path] = BlockSums()
+        try:
+            _, _, end = sc.scan_file(path)
+        finally:
+            SUM_TAPS.pop(path, None)
+        return _sums_done(path, acc, [], sums, end)
+    old, f = keep.old, keep.f
+    marks = old.file_marks(f) if getattr(sc, "marks", None) is not None else None
+    if keep.whole:
+        count = int(old.file_starts[f + 1] - old.file_starts[f])
+        _feed_kept(sc, tap, lab_tmp, keep, count)
+        if marks is not None:
+            sc.marks += marks.tolist()
+            sc.stats[:2] = marks[-1, :2]
+            sc._qid += int(marks[-1, 2])
+        sums.append(np.asarray(old.file_sums(f), np.uint32))
+        bar.update(int(old.fingerprints[f]["size"]))
+        return int(old.data_ends[f])
+    _feed_kept(sc, tap, lab_tmp, keep, keep.rec)
+    acc = SUM_TAPS[path] = BlockSums(keep.start)
+    try:
+        if marks is not None:
+            sc.marks += marks[:keep.block + 1].tolist()
+            sc._qid += int(marks[keep.block, 2])
+            _, _, end = sc.scan_file(path, keep.start, keep.byte, marks[keep.block], keep.block + 1)
+        elif hasattr(sc, "scan_range"):  # TFRecord: the scanner reads from the record itself
+            with open(path, "rb") as fh:
+                head = pread_full(fh.fileno(), keep.byte - keep.start, keep.start, path)
+            acc.feed(np.frombuffer(head, np.uint8), 0, len(head), keep.start)
+            end = os.path.getsize(path)
+            sc.scan_range(path, keep.byte, end)
+        else:
+            _, _, end = sc.scan_file(path, keep.start, keep.byte, np.array([0, -1, 0, keep.rec]))
+    finally:
+        SUM_TAPS.pop(path, None)
+    head = np.asarray(old.file_sums(f)[:keep.start // SUM_BLOCK], np.uint32)
+    return _sums_done(path, acc, [head], sums, end)
+
+
+def _sums_done(path: str, acc: BlockSums, head: list, sums: list, end: int) -> int:
+    from .errors import DataError
+
+    got = np.concatenate(head + [acc.finish()])
+    if len(got) != block_count(os.path.getsize(path)):
+        raise DataError(f"{path}: file changed while it was being indexed; run `lirs index` again")
+    sums.append(got)
+    return end

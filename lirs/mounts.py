@@ -1,0 +1,29 @@
+"""Which filesystem holds a file, and whether its pages may be memory-mapped safely."""
+from __future__ import annotations
+
+import os
+
+# filesystems where a failed read of a mapped page kills the process (SIGBUS): their arrays are read
+_NO_MAP_FS = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "sshfs", "virtiofs")
+
+
+def _fs_type(path: str) -> str | None:
+    """The filesystem type of the mount holding ``path`` (from /proc/self/mountinfo), or None."""
+    try:
+        dev = os.stat(path).st_dev
+        want = f"{os.major(dev)}:{os.minor(dev)}"
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 3 and parts[2] == want and " - " in line:
+                    return line.split(" - ", 1)[1].split()[0]
+    except OSError:
+        pass
+    return None
+
+
+def map_safe(path: str) -> bool:
+    """Whether the arrays of ``path`` may be memory-mapped: not on FUSE or network filesystems,
+    where an I/O error under a mapped page is a SIGBUS instead of an exception."""
+    fs = _fs_type(path) or ""
+    return not any(fs.startswith(k) for k in _NO_MAP_FS)

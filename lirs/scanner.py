@@ -1,0 +1,372 @@
+"""The scanners of `lirs index` for text formats: LIBSVM (validated line by line with sklearn's
+rules) and raw lines, fed the chunks of one sequential read; the record starts stream into the
+sidecar through :class:`Tap`, labels into a scratch file (:func:`_write_labels`).
+
+A LIBSVM scan also leaves marks: at every checksum block boundary of a file (lirs.content), the
+feature-index range, qid count and record count of the records that start before it, so an
+incremental index (lirs.incremental) restarts at a block's first record with the exact state a
+full scan has there.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .content import SUM_BLOCK, block_count
+from .cores import usable_cores
+from .errors import DataError
+from .inputs import read_chunks
+from .sidecar import SidecarWriter
+from .svmlight import TokenError, line_number, line_tokens, parse_tokens
+from .kernels import scan as K
+
+# --------------------------------------------------------------------------- variable formats
+
+
+def _line_of(path: str, offset: int) -> int:
+    """1-based line number of byte ``offset`` of ``path`` (error path only)."""
+    line = line_number(path, offset)
+    return 1 if line is None else line
+
+
+
+_CORES = usable_cores()
+_MIN_PART = 4 << 20  # bytes of a region below which splitting it costs more than it saves
+
+
+def _split_lines(buf, lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """buf[lo:hi] (complete lines) cut into ``parts`` spans of about equal size at line ends."""
+    cuts, a = [], lo
+    for q in range(1, parts):
+        m = K.find_byte(buf, max(a, lo + (hi - lo) * q // parts), hi, 10)
+        if m < 0 or m >= hi - 1:
+            break
+        cuts.append((a, m + 1))
+        a = m + 1
+    cuts.append((a, hi))
+    return cuts
+
+
+class VarScanner:
+    """Scan state of one dataset in a text format; files are scanned one after another."""
+
+    def __init__(self, fmt: str, writer: SidecarWriter, labels_file, chunk_bytes: int, bar, pool):
+        self.fmt = fmt
+        self.w = writer
+        self.labels_file = labels_file
+        self.chunk_bytes = chunk_bytes
+        self.bar = bar
+        # [min feature index, max feature index, unused, qid lines] (kernels keep [0], [1], [3] running)
+        self.stats = np.array([np.iinfo(np.int64).max, -1, 0, 0], np.int64)
+        self._qid = 0
+        self.n = 0
+        self.distinct: set | None = set()
+        self._out = [None] * _CORES
+        self._pool = pool
+        # lines of the current file before the next region; None: regions do not come in file
+        # order from its start (callers other than scan_file), so errors count lines in the file
+        self._line_base: int | None = None
+        # rows (file-local: min index, max index, qid records, records) at every checksum block
+        # boundary of every file scanned (list of lists); None: not kept (set [] to keep them)
+        self.marks: list | None = None
+        self._next_mark = 0
+        self._size = 0
+        self._n0 = self._qid0 = 0
+
+    def _arrays(self, slot: int, cap: int):
+        """Reusable output arrays; untouched pages of np.empty cost no memory."""
+        a = self._out[slot]
+        if a is None or a[0].size < cap:
+            # a `lines` record can be one byte (an empty line), a LIBSVM record needs two ("1\n")
+            per = 1 if self.fmt == "lines" else 2
+            cap = max(cap, self.chunk_bytes // per + 2)
+            a = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.uint8))
+            self._out[slot] = a
+        return a
+
+    def _kernel(self, slot, buf, lo, hi, base):
+        """Scan buf[lo:hi] (complete lines) into output slot ``slot``; runs on the pool (nogil)."""
+        starts, labels, needs = self._arrays(slot, (hi - lo) // (1 if self.fmt == "lines" else 2) + 2)
+        if self.fmt == "lines":
+            return K.lines_scan(buf, lo, hi, base, starts), 0, None
+        stats = self.stats.copy()
+        stats[3] = 0
+        k, nl = K.libsvm_validate(buf, lo, hi, base, starts, labels, needs, K._POW10, stats)
+        return k, nl, stats
+
+    def _region(self, path, buf, lo, hi, base):
+        """Scan buf[lo:hi], complete lines at file offset ``base``; raise DataError at the first
+        line that ``load_svmlight_file`` would refuse. Parts are cut at the first line start after
+        every checksum block boundary (marks are taken there) and for the cores."""
+        if hi <= lo:
+            return
+        marks_at = self._block_cuts(buf, lo, hi, base) if self.marks is not None else {}
+        bounds = sorted({lo, hi, *marks_at})
+        parts = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            parts += _split_lines(buf, a, b, min(_CORES, max(1, (b - a) // _MIN_PART)))
+        for g in range(0, len(parts), _CORES):
+            grp = parts[g:g + _CORES]
+            if len(grp) == 1:
+                results = [self._kernel(0, buf, grp[0][0], grp[0][1], base)]
+            else:  # one part per core: the kernels release the GIL
+                futs = [self._pool.submit(self._kernel, s, buf, a, b, base) for s, (a, b) in enumerate(grp)]
+                results = [f.result() for f in futs]
+            for slot, ((a, b), (k, nl, stats)) in enumerate(zip(grp, results)):
+                for m in marks_at.get(a, ()):
+                    self._mark(m)
+                self._emit(path, buf, a, b, base, slot, k, stats)
+                if self._line_base is not None:
+                    self._line_base += nl
+
+    def _block_cuts(self, buf, lo: int, hi: int, base: int) -> dict:
+        """{position in buf: [block boundaries]}: the first line start at or after each boundary
+        ``m * SUM_BLOCK`` of the file that lies in buf[lo:hi] (a boundary whose line start falls
+        later waits for a later region)."""
+        out: dict = {}
+        while self._next_mark * SUM_BLOCK < self._size:
+            bpos = self._next_mark * SUM_BLOCK - base
+            if bpos <= lo:
+                cut = lo
+            else:
+                if bpos >= hi:
+                    break
+                nl = K.find_byte(buf, bpos - 1, hi, 10)
+                if nl < 0 or nl + 1 >= hi:
+                    break
+                cut = nl + 1
+            out.setdefault(cut, []).append(self._next_mark)
+            self._next_mark += 1
+        return out
+
+    def _mark(self, m: int) -> None:
+        """Keep the state of the file's records before block boundary ``m``."""
+        self.marks.append([int(self.stats[0]), int(self.stats[1]), self._qid - self._qid0, self.n - self._n0])
+
+    def _fail(self, path, buf, lo, base, pos, message):
+        """Raise the DataError of the byte buf[pos]: file, line, byte, message (one line)."""
+        off = base + pos
+        if self._line_base is not None:  # lines before this region are counted as we go
+            line = self._line_base + K.count_byte(buf, lo, pos, 10) + 1
+        else:
+            line = _line_of(path, off)
+        raise DataError(f"{path}: line {line}, byte {off}: {message}")
+
+    def _check_line(self, path, buf, lo, hi, base, s):
+        """Check the line at buf[s:] with sklearn's rules (Python ``int``/``float``).
+
+        Returns (label float64, has qid, smallest index or -1, largest index or -1); raises
+        DataError naming the line and the offending token."""
+        e = K.find_byte(buf, s, hi, 10)
+        line = bytes(buf[s:hi if e < 0 else e])
+        toks = line_tokens(line)
+        try:
+            label, qid, cols, _ = parse_tokens(toks, values=False)
+        except TokenError as e:
+            err = e
+        else:
+            return label, qid is not None, (cols[0] if cols else -1), (cols[-1] if cols else -1)
+        msg = err.message
+        tok = line[err.at:].split(None, 1)
+        if tok and b"\0" in tok[0]:
+            msg += " (a NUL byte: binary data in a text file?)"
+        elif b"\r" in line.rstrip(b"\r\t \x0b\x0c"):
+            msg += " (a CR inside the line: CR-only line ends? LIBSVM lines end with \\n)"
+        self._fail(path, buf, lo, base, s + err.at, msg)
+
+    def _emit(self, path, buf, lo, hi, base, slot, k, stats):
+        starts, labels, needs = self._out[slot]
+        if self.fmt == "lines":
+            self.w.append(starts[:k])
+            self.n += k
+            return
+        labels = labels[:k]
+        # lines outside the kernel's fast grammar (rare): Python checks them, in file order, so the
+        # first line sklearn would refuse is the one reported
+        for j in np.flatnonzero(needs[:k]):
+            s = int(starts[j] - base)
+            if needs[j] == K.LABEL_FLOAT:
+                p = s
+                while buf[p] in (32, 9, 11, 12, 13):
+                    p += 1
+                q = p
+                while q < hi and buf[q] not in (32, 9, 10, 11, 12, 13, 35):
+                    q += 1
+                try:
+                    labels[j] = float(bytes(buf[p:q]))
+                    continue
+                except ValueError:
+                    pass  # the full check below names the error
+            label, qid, first, last = self._check_line(path, buf, lo, hi, base, s)
+            if needs[j] == K.LABEL_FLOAT:
+                raise AssertionError(f"{path}: byte {base + s}: float() refused the label but the line checks")
+            labels[j] = label
+            stats[3] += qid
+            if last >= 0:
+                stats[0] = min(stats[0], first)
+                stats[1] = max(stats[1], last)
+        self.stats[0] = min(self.stats[0], stats[0])
+        self.stats[1] = max(self.stats[1], stats[1])
+        self._qid += int(stats[3])
+        self.w.append(starts[:k])
+        if self.labels_file is not None:
+            self.labels_file.write(labels.tobytes())
+            if self.distinct is not None:
+                self.distinct.update(np.unique(labels).tolist())
+                if len(self.distinct) > 65535:
+                    self.distinct = None
+        self.n += k
+
+    def scan_file(self, path: str, start: int = 0, skip_to: int = 0, mark=None,
+                  next_mark: int = 1) -> tuple[int, int, int]:
+        """Scan one file; returns (records, first record offset, data end). Incremental: read from
+        ``start`` (a multiple of SUM_BLOCK, for the checksums) and scan from ``skip_to`` (a record
+        start), the file's records before it already given to the writer; ``mark`` (int64 (4,):
+        min index, max index, qid records, records before ``skip_to``) their state, the marks of
+        boundaries below ``next_mark`` already kept."""
+        self._path = path
+        self._line_base = 0 if skip_to == 0 else None
+        size = self._size = os.path.getsize(path)
+        if size == 0:
+            raise DataError(f"{path}: empty file (0 bytes); nothing to index")
+        if mark is None:
+            self.stats[:2] = (np.iinfo(np.int64).max, -1)
+            self._n0, self._qid0, self._next_mark = self.n, self._qid, 1
+            if self.marks is not None:
+                self._mark(0)
+        else:
+            self.stats[:2] = mark[:2]
+            self._n0, self._qid0, self._next_mark = self.n - int(mark[3]), self._qid - int(mark[2]), next_mark
+        carry = np.empty(0, np.uint8)
+        carry_base = 0
+        for buf, nb, base in read_chunks(path, start, size, self.chunk_bytes, direct=True):
+            if base + nb <= skip_to:  # read for the checksums only
+                self.bar.update(nb)
+                continue
+            lo = max(0, skip_to - base)
+            if carry.size:
+                f = K.find_byte(buf, 0, nb, 10)
+                if f < 0:
+                    carry = np.concatenate([carry, buf[:nb]])
+                    self.bar.update(nb)
+                    continue
+                joined = np.concatenate([carry, buf[:f + 1]])
+                self._region(path, joined, 0, joined.size, carry_base)
+                lo = f + 1
+            last = K.rfind_byte(buf, lo, nb, 10)
+            if last < 0:
+                carry = buf[lo:nb].copy()
+                carry_base = base + lo
+            else:
+                self._region(path, buf, lo, last + 1, base)
+                carry = buf[last + 1:nb].copy()
+                carry_base = base + last + 1
+            self.bar.update(nb)
+        if carry.size:  # last line without a trailing newline: still a record
+            self._region(path, carry, 0, carry.size, carry_base)
+        self._line_base = None
+        if self.marks is not None:  # boundaries after the last line start, then the file's total
+            while self._next_mark < block_count(size):
+                self._mark(self._next_mark)
+                self._next_mark += 1
+            self._mark(self._next_mark)
+        count = self.n - self._n0
+        if count == 0:
+            raise DataError(f"{path}: no records found ({size} bytes of blank or comment lines)")
+        return count, -1, size
+
+
+_CSV_EXT = (".csv", ".tsv")
+
+
+def _numeric(field: bytes) -> bool:
+    try:
+        float(field.strip().strip(b'"') or b"0")
+        return True
+    except ValueError:
+        return False
+
+
+def refuse_csv_header(path: str) -> None:
+    """Raise DataError when the first line of the CSV/TSV file ``path`` is a header (a field that is
+    not a number where the second line has one, or a one-line file of words): lirs delivers every
+    line as a record, and a header would silently become a training record."""
+    if os.path.splitext(path)[1].lower() not in _CSV_EXT:
+        return
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    lines = head.split(b"\n", 2)
+    sep = b"\t" if path.lower().endswith(".tsv") else b","
+    first = lines[0].rstrip(b"\r").split(sep)
+    second = lines[1].rstrip(b"\r").split(sep) if len(lines) > 1 and lines[1].strip() else None
+    if second is None:
+        header = not any(_numeric(x) for x in first)
+    else:
+        header = any(not _numeric(a) and _numeric(b) for a, b in zip(first, second))
+    if header:
+        shown = lines[0][:60].decode("utf-8", "replace")
+        raise DataError(f"{path}: line 1, byte 0: expected a record, got what looks like a CSV header "
+                        f"({shown!r}); lirs delivers every line as a record: remove the header "
+                        f"(e.g. `tail -n +2 {os.path.basename(path)} > data.csv`) and index that file")
+
+
+class Tap:
+    """Sidecar-writer proxy: streams record starts to the sidecar and accumulates their size
+    statistics as they pass (record i ends where record i+1 starts, a file's last record at its
+    data end: :meth:`finish`), so the table is never read back to measure them."""
+
+    def __init__(self, w):
+        self.w = w
+        self.n = 0
+        self.prev = -1
+        self.st = np.array([np.inf, 0.0, 0.0, 0.0, 0.0])
+
+    def append(self, starts) -> None:
+        """Stream ``starts`` (int64 (k,), increasing record starts in the output) to the sidecar."""
+        starts = np.asarray(starts, np.int64)
+        if starts.size == 0:
+            return
+        self.w.append(starts)
+        if self.prev >= 0:
+            K.span_stats(np.array([self.prev], np.int64), int(starts[0]), self.st)
+        K.span_stats(starts[:-1], int(starts[-1]), self.st)
+        self.prev = int(starts[-1])
+        self.n += int(starts.size)
+
+    def finish(self, data_end: int) -> None:
+        """Count the last record, which ends at ``data_end``."""
+        if self.prev >= 0:
+            K.span_stats(np.array([self.prev], np.int64), int(data_end), self.st)
+            self.prev = -1
+
+
+_LABEL_STEP = 1 << 22  # labels converted per step (32 MiB of float64)
+
+
+def _write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int = _LABEL_STEP) -> None:
+    """Write the ``n`` float64 labels of the scratch file ``lab_tmp`` to the sidecar: as codes into
+    the sorted ``distinct`` values (uint8/uint16), or whole when ``distinct`` is None (too many).
+    Steps of ``step`` labels are converted on ``pool`` (None: this thread), one per core at a time
+    (searchsorted releases the GIL; memory stays a few steps), and written in order."""
+    lab_tmp.flush()
+    labels = np.memmap(lab_tmp, dtype=np.float64, mode="r", shape=(n,))
+    steps = range(0, n, step)
+    if distinct is not None:
+        values = np.unique(np.array(list(distinct), np.float64))  # one NaN at the end
+        dt = np.uint8 if len(values) <= 256 else np.uint16
+        w.add("label_values", values)
+        w.begin("label_codes", dt)
+        code = lambda c0: np.searchsorted(values, labels[c0:c0 + step]).astype(dt)  # noqa: E731
+        run = map if pool is None else pool.map
+        for g in range(0, len(steps), _CORES):
+            for codes in run(code, steps[g:g + _CORES]):
+                w.append(codes)
+    else:
+        w.begin("label_values", np.float64)
+        for c0 in steps:
+            w.append(np.asarray(labels[c0:c0 + step]))
+    w._open = None
+    del labels
+
+

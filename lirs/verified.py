@@ -1,0 +1,97 @@
+"""Where a verification of a data file whose modification time moved (``touch``, a copy that kept
+the bytes) is recorded, so that the next open takes the cheap check again: in the sidecar itself
+(its header rewritten atomically), or, where the sidecar cannot be written (a read-only mount),
+in a small file of the user's cache (``$LIRS_CACHE_DIR``, else ``$XDG_CACHE_HOME/lirs``, else
+``~/.cache/lirs``) keyed by the sidecar's path and the CRC of its header.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+
+from .litter import temp_name
+
+log = logging.getLogger("lirs.index")
+
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def cache_dir() -> str:
+    """The directory of lirs's per-user cache."""
+    d = os.environ.get("LIRS_CACHE_DIR")
+    if d:
+        return d
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "lirs")
+
+
+def _entry_path(sidecar: str) -> str:
+    key = hashlib.blake2b(os.path.abspath(sidecar).encode(), digest_size=10).hexdigest()
+    return os.path.join(cache_dir(), "verified", key + ".json")
+
+
+def _load(idx) -> dict:
+    try:
+        with open(_entry_path(idx.sidecar)) as f:
+            e = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if e.get("sidecar") != idx.sidecar or e.get("header_crc") != idx.header_crc:
+        return {}  # another sidecar, or this one rewritten since
+    return e
+
+
+def trusted_mtime(idx, f: int) -> int | None:
+    """The modification time (ns) file ``f`` of ``idx`` was verified at, recorded in the cache
+    because the sidecar could not be rewritten; None when there is none."""
+    if not idx.sidecar:
+        return None
+    fp = idx.fingerprints[f]
+    e = _load(idx).get("files", {}).get(str(f))
+    if e and e[0] == fp.get("size"):
+        return int(e[1])
+    return None
+
+
+def record(idx, moved: dict) -> str:
+    """Record the verified modification times ``moved`` ({file number: mtime_ns}) of ``idx``'s
+    files: in its sidecar, else in the cache; returns where ("sidecar", "cache" or "nowhere")."""
+    from .sidecar import rewrite_header
+
+    fps = [dict(fp) for fp in idx.fingerprints]
+    for f, m in moved.items():
+        fps[f]["mtime_ns"] = int(m)
+
+    def update(header):
+        for fi, fp in zip(header["files"], fps):
+            if fi["fingerprint"].get("size") == fp.get("size"):
+                fi["fingerprint"]["mtime_ns"] = fp["mtime_ns"]
+        return header
+
+    try:
+        rewrite_header(idx.sidecar, update)
+        idx.fingerprints = tuple(fps)
+        return "sidecar"
+    except OSError as e:
+        if e.errno not in _READ_ONLY:
+            raise
+        why = e.strerror
+    path = _entry_path(idx.sidecar)
+    entry = _load(idx) or {"sidecar": idx.sidecar, "header_crc": idx.header_crc, "files": {}}
+    for f, m in moved.items():
+        entry["files"][str(f)] = [idx.fingerprints[f].get("size"), int(m)]
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = temp_name(path)
+        with open(tmp, "w") as out:
+            json.dump(entry, out)
+        os.replace(tmp, path)
+    except OSError as e:
+        log.info("%s: verified, but neither it (%s) nor the cache (%s) can record it: every open reads "
+                 "the data again", idx.sidecar, why, e.strerror)
+        return "nowhere"
+    log.info("%s cannot be rewritten (%s); its verification is recorded in %s", idx.sidecar, why, path)
+    return "cache"

@@ -1,0 +1,177 @@
+"""Incremental `lirs index`: only what changed is scanned again, and the sidecar written is byte
+for byte the one a full re-index writes (offsets, labels, feature range, qid count, checksums)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import lirs
+from lirs import incremental as I
+from lirs.content import SUM_BLOCK
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIRS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _lines(n, seed, *, lo=1, hi=400):
+    """``n`` LIBSVM lines (qids, trailing comments, comment lines among them) as text."""
+    rng = np.random.default_rng(seed)
+    lab = rng.integers(0, 4, n)
+    base = rng.integers(lo, hi - 20, n)
+    val = rng.integers(0, 1000, n)
+    out = []
+    for i in range(n):
+        b, v = int(base[i]), int(val[i])
+        feats = " ".join(f"{b + d}:{v}.{d}" for d in (0, 3, 7, 12)[:i % 5])
+        qid = f" qid:{i % 3}" if i % 97 == 0 else ""
+        com = "  # note" if i % 211 == 0 else ""
+        out.append(f"{lab[i]}{qid} {feats}{com}")
+        if i % 503 == 0:
+            out.append("# a comment line")
+    return "\n".join(out) + "\n"
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """The plans incremental builds took (one list per build)."""
+    seen = []
+    real = I.plan_update
+
+    def plan(*a, **k):
+        p = real(*a, **k)
+        seen.append(p)
+        return p
+
+    monkeypatch.setattr("lirs.build.plan_update", plan)
+    return seen
+
+
+def _same_as_full(path, *, out=None, **kw):
+    side = out or path + ".lirs"
+    lirs.build_index(path, out=out, progress=False, **kw)
+    inc = open(side, "rb").read()
+    lirs.build_index(path, out=out, progress=False, full=True, **kw)
+    assert inc == open(side, "rb").read()
+
+
+def _bump(p):
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+
+@pytest.mark.parametrize("chunk", [16 << 20, 300_000])
+def test_append_rescans_the_tail_and_writes_the_full_sidecar(tmp_path, spy, chunk):
+    p = tmp_path / "d.svm"
+    p.write_text(_lines(150_000, 1))
+    lirs.build_index(str(p), progress=False, chunk_bytes=chunk)
+    spy.clear()
+    size = p.stat().st_size
+    assert size > 2 * SUM_BLOCK
+    with open(p, "a") as f:
+        f.write(_lines(500, 2, lo=0, hi=900))  # new min and max feature index, new labels
+    _same_as_full(str(p), chunk_bytes=chunk)
+    keep = spy[0][0]
+    assert keep is not None and not keep.whole and keep.byte >= size - 2 * SUM_BLOCK
+
+
+def test_an_unterminated_last_line_continued_by_an_append(tmp_path, spy):
+    p = tmp_path / "d.svm"
+    text = _lines(150_000, 3)
+    p.write_text(text[:-1])  # no newline at the end
+    lirs.build_index(str(p), progress=False)
+    spy.clear()
+    with open(p, "a") as f:
+        f.write(" 999:1\n2 1:1\n")
+    _same_as_full(str(p))
+    assert lirs.open_index(str(p)).meta["max_index"] == 999
+    assert spy[0][0] is not None and not spy[0][0].whole
+
+
+@pytest.mark.parametrize("where", [0.7, 0.85, 0.99])  # past the second MiB: restarts after the first
+def test_an_edit_in_the_middle(tmp_path, spy, where):
+    p = tmp_path / "d.svm"
+    p.write_text(_lines(150_000, 4))
+    lirs.build_index(str(p), progress=False)
+    spy.clear()
+    b = bytearray(p.read_bytes())
+    at = b.index(b"\n", int(len(b) * where)) + 1
+    b[at:at] = b"3 5:5 7000:1\n"  # one more record with a new largest index
+    p.write_bytes(bytes(b))
+    _same_as_full(str(p))
+    # a same-size edit with a moved mtime (a label changed)
+    b = bytearray(p.read_bytes())
+    at = b.index(b"\n1 ", int(len(b) * where)) + 1
+    b[at] = ord("2")
+    p.write_bytes(bytes(b))
+    _bump(p)
+    _same_as_full(str(p))
+    assert all(k is not None and not k.whole for k in (spy[0][0], spy[1][0]))
+
+
+def test_truncation_and_touch(tmp_path, spy):
+    p = tmp_path / "d.svm"
+    p.write_text(_lines(150_000, 5))
+    lirs.build_index(str(p), progress=False)
+    b = p.read_bytes()
+    p.write_bytes(b[:b.index(b"\n", len(b) * 8 // 10) + 1])
+    _same_as_full(str(p))
+    assert spy[1][0] is not None and not spy[1][0].whole
+    _bump(p)
+    _same_as_full(str(p))
+    assert spy[-1][0].whole  # touched: nothing scanned
+
+
+def test_chunk_size_does_not_change_the_sidecar(tmp_path):
+    p = tmp_path / "d.svm"
+    p.write_text(_lines(40_000, 6))
+    lirs.build_index(str(p), progress=False, chunk_bytes=16 << 20)
+    a = open(str(p) + ".lirs", "rb").read()
+    lirs.build_index(str(p), progress=False, chunk_bytes=100_003, full=True)
+    assert a == open(str(p) + ".lirs", "rb").read()
+
+
+def test_a_directory_notices_added_removed_and_changed_files(tmp_path, spy):
+    d = tmp_path / "set"
+    d.mkdir()
+    for i in range(4):
+        (d / f"part{i}.svm").write_text(_lines(3000, 10 + i))
+    lirs.build_index(str(d), progress=False)
+    (d / "part4.svm").write_text(_lines(2000, 20))  # added
+    os.unlink(d / "part1.svm")                      # removed
+    with open(d / "part2.svm", "a") as f:           # changed
+        f.write("1 3:3\n")
+    idx = lirs.build_index(str(d), progress=False)
+    assert [os.path.basename(x) for x in idx.paths] == ["part0.svm", "part2.svm", "part3.svm", "part4.svm"]
+    plan = spy[-1]
+    assert plan[0].whole and plan[2].whole and plan[3] is None
+    inc = open(str(d) + ".lirs", "rb").read()
+    lirs.build_index(str(d), progress=False, full=True)
+    assert inc == open(str(d) + ".lirs", "rb").read()
+    with lirs.Loader(str(d), 256, granularity="instance") as ld:
+        assert sum(len(b.ids) for b in ld.epoch(0)) == idx.n == 3000 * 2 + 3001 + 2000
+
+
+@pytest.mark.parametrize("fmt", ["lines", "tfrecord"])
+def test_append_to_lines_and_tfrecord(tmp_path, spy, fmt):
+    from lirs.tfrecord import encode
+
+    rng = np.random.default_rng(8)
+    if fmt == "lines":
+        p = tmp_path / "d.jsonl"
+        p.write_text("".join(f'{{"a": {i}}}\n' for i in range(80_000)))
+        more = "".join(f'{{"b": {i}}}\n' for i in range(100)).encode()
+    else:
+        p = tmp_path / "d.tfrecord"
+        p.write_bytes(encode(rng.integers(0, 256, int(rng.integers(1, 90))).astype(np.uint8).tobytes()
+                             for _ in range(40_000)).tobytes())
+        more = encode([b"x" * 10, b"yy"]).tobytes()
+    lirs.build_index(str(p), progress=False)
+    spy.clear()
+    with open(p, "ab") as f:
+        f.write(more)
+    _same_as_full(str(p))
+    assert spy[0][0] is not None and not spy[0][0].whole

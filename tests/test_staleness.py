@@ -1,0 +1,211 @@
+"""Exact staleness: per-MiB checksums decide when size or mtime moved; a file rewritten during an
+epoch fails at the next step; a corrupt offset table is a clean error under every granularity."""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lirs
+from lirs import content as C
+from lirs import sidecar as S
+from lirs.cli import main
+from lirs.errors import IndexFormatError, StaleIndexError
+from lirs.index import open_index
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIRS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _svm(path, n, seed=0):
+    rng = np.random.default_rng(seed)
+    lab = rng.integers(0, 2, n) * 2 - 1
+    lines = [f"{lab[i]} {1 + i % 7}:{rng.random():.5f} {9 + i % 5}:{rng.random():.5f}" for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A LIBSVM file of ~1.9 MiB (two checksum blocks) and its sidecar, bytes kept."""
+    d = tmp_path_factory.mktemp("big")
+    p = _svm(d / "x.svm", 80_000)
+    lirs.build_index(p, progress=False)
+    return p, open(p, "rb").read(), open(p + ".lirs", "rb").read()
+
+
+def _restore(p, data, side, moved=False):
+    """Put ``data`` and the sidecar ``side`` back; the data's mtime as indexed, or one second
+    later (``moved``: an edit)."""
+    with open(p, "wb") as f:
+        f.write(data)
+    with open(p + ".lirs", "wb") as f:
+        f.write(side)
+    st = os.stat(p)
+    ent = open_index(p, check=False).fingerprints[0]
+    os.utime(p, ns=(st.st_atime_ns, ent["mtime_ns"] + (10**9 if moved else 0)))
+
+
+def _edit(p, data, pos, byte):
+    b = bytearray(data)
+    b[pos] = byte
+    with open(p, "r+b") as f:
+        f.write(b)
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+
+def test_every_same_size_edit_with_a_moved_mtime_is_found(big):
+    p, data, side = big
+    rng = np.random.default_rng(7)
+    digits = [i for i in rng.choice(len(data), 400, replace=False) if chr(data[i]).isdigit()][:12]
+    for pos in digits:
+        _restore(p, data, side)
+        _edit(p, data, int(pos), ord("7") if data[pos] != ord("7") else ord("3"))
+        with pytest.raises(StaleIndexError) as ei:
+            open_index(p)
+        blk = int(pos) // C.SUM_BLOCK
+        assert p in str(ei.value) and f"bytes {blk * C.SUM_BLOCK}-" in str(ei.value)
+
+
+def test_a_label_flip_and_a_moved_newline_are_found(big):
+    p, data, side = big
+    _restore(p, data, side)
+    # the label of a line in the last block
+    at = data.index(b"\n-1 ", len(data) - 5000) + 1
+    b = bytearray(data)
+    b[at:at + 2] = b" 1"
+    _restore(p, bytes(b), side, moved=True)
+    with pytest.raises(StaleIndexError, match=f"content changed at bytes {at // C.SUM_BLOCK * C.SUM_BLOCK}-"):
+        open_index(p)
+    # a newline moved one byte to the left: same size, same bytes but two
+    nl = data.index(b"\n", C.SUM_BLOCK + 10)
+    b = bytearray(data)
+    b[nl - 1], b[nl] = b[nl], b[nl - 1]
+    _restore(p, bytes(b), side, moved=True)
+    with pytest.raises(StaleIndexError, match=f"content changed at bytes {C.SUM_BLOCK}-{min(2 * C.SUM_BLOCK, len(data)) - 1};"):
+        lirs.Loader(p, 64)
+    _restore(p, data, side)
+
+
+def test_check_is_exact_and_touch_needs_no_reindex(big, capsys):
+    p, data, side = big
+    _restore(p, data, side)
+    _edit(p, data, len(data) - 3, ord("0") if data[-3] != ord("0") else ord("1"))
+    assert main(["index", "--check", p]) == 1
+    assert "content changed" in capsys.readouterr().err
+    _restore(p, data, side)
+    os.utime(p)  # touch
+    assert main(["index", "--check", p]) == 0
+    # recorded in the sidecar: the next open takes the cheap check
+    assert open_index(p, check=False).fingerprints[0]["mtime_ns"] == os.stat(p).st_mtime_ns
+
+
+def test_a_verified_touch_is_recorded_where_the_sidecar_is_read_only(big, monkeypatch, tmp_path):
+    p, data, side = big
+    _restore(p, data, side)
+    os.utime(p)
+
+    def refuse(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", p + ".lirs")
+
+    monkeypatch.setattr(S, "rewrite_header", refuse)
+    assert main(["index", "--check", p]) == 0
+    assert os.listdir(tmp_path / "cache" / "verified")
+    # a later open does not read the data again
+    monkeypatch.setattr(C, "first_changed_block", lambda *a, **k: pytest.fail("read whole again"))
+    assert open_index(p).n == 80_000
+
+
+def test_an_old_sidecar_asks_for_a_reindex(tmp_path):
+    p = _svm(tmp_path / "o.svm", 50)
+    lirs.build_index(p, progress=False)
+    with open(p + ".lirs", "r+b") as f:
+        f.seek(8)
+        f.write((1).to_bytes(4, "little"))
+    with pytest.raises(IndexFormatError, match="index version 1.*re-run `lirs index`"):
+        open_index(p)
+
+
+def test_checksums_of_blocks_match_a_whole_file_crc(tmp_path):
+    p = tmp_path / "z.bin"
+    rng = np.random.default_rng(1)
+    blob = rng.integers(0, 256, C.SUM_BLOCK * 2 + 1234, dtype=np.uint8).tobytes()
+    p.write_bytes(blob)
+    from lirs.tfrecord import crc32c
+
+    got = C.sum_file(str(p))
+    want = [crc32c(blob[i:i + C.SUM_BLOCK]) for i in range(0, len(blob), C.SUM_BLOCK)]
+    assert got.tolist() == want
+    for direct in (True, False):  # O_DIRECT (a cold file), threads over the page cache (a cached one)
+        assert C.first_changed_block(str(p), got, len(blob), direct=direct) is None
+        b = bytearray(blob)
+        b[C.SUM_BLOCK + 5] ^= 1
+        p.write_bytes(bytes(b))
+        assert C.first_changed_block(str(p), got, len(blob), direct=direct) == 1
+        p.write_bytes(blob[:C.SUM_BLOCK * 2])  # cut: the first missing byte's block differs
+        assert C.first_changed_block(str(p), got, len(blob), direct=direct) == 2
+        p.write_bytes(blob)
+
+
+# --------------------------------------------------------------------------- during an epoch
+
+
+@pytest.mark.parametrize("granularity", ["instance", "page"])  # (a group step reads >= 4 MiB)
+def test_a_file_rewritten_during_an_epoch_fails_at_the_next_step(tmp_path, granularity):
+    p = _svm(tmp_path / "e.svm", 40_000)  # many read steps: the change comes before most of them
+    lirs.build_index(p, progress=False)
+    with lirs.Loader(p, 64, granularity=granularity, prefetch=1) as ld:
+        it = ld.epoch(0)
+        next(it)
+        with open(p, "r+b") as f:  # same size, new content and mtime
+            f.seek(10)
+            f.write(b"9")
+        st = os.stat(p)
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        with pytest.raises(StaleIndexError, match="changed while it was being read"):
+            for _ in it:
+                pass
+
+
+# --------------------------------------------------------------------------- corrupt offset table
+
+
+def _corrupt_rel(p, i, value):
+    header, _ = S.read_header(p + ".lirs")
+    off = header["arrays"]["offsets_rel"]["offset"] + 4 * i
+    with open(p + ".lirs", "r+b") as f:
+        f.seek(off)
+        f.write(int(value).to_bytes(4, "little"))
+
+
+@pytest.mark.parametrize("value", [0xFFFFFF00, 0])
+@pytest.mark.parametrize("granularity", ["instance", "page", "group", "window"])
+def test_a_corrupt_offset_word_is_a_clean_error(tmp_path, granularity, value):
+    p = _svm(tmp_path / "c.svm", 3000)
+    lirs.build_index(p, progress=False)
+    _corrupt_rel(p, 1500, value)
+    with pytest.raises(IndexFormatError) as ei:
+        with lirs.Loader(p, 64, granularity=granularity) as ld:
+            for _ in ld.epoch(0):
+                pass
+    assert p + ".lirs" in str(ei.value) and "lirs index --check" in str(ei.value)
+
+
+def test_a_corrupt_offset_word_from_the_cli(tmp_path):
+    p = _svm(tmp_path / "c.svm", 3000)
+    lirs.build_index(p, progress=False)
+    _corrupt_rel(p, 700, 0xFFFFFF00)
+    r = subprocess.run([sys.executable, "-m", "lirs.cli", "epoch", p, "--granularity", "group"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and "corrupt offset table" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "lirs.cli", "index", "--check", p],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr

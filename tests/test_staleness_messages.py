@@ -1,0 +1,137 @@
+"""Messages and litter: broken pipes, blocked index paths, ENOSPC naming the file, litter of dead
+runs under other names, EIO in the O_DIRECT probe, CSV headers, sklearn's zero_based over files."""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+
+import pytest
+
+import lirs
+from lirs import litter
+from lirs.cli import main
+from lirs.errors import DataError
+
+
+def _svm(path, text=None):
+    path.write_text(text or "".join(f"{i % 2} {1 + i % 5}:{i}\n" for i in range(300)))
+    return str(path)
+
+
+def test_info_broken_pipe_in_process(tmp_path, monkeypatch, capsys):
+    p = _svm(tmp_path / "a.svm")
+    lirs.build_index(p, progress=False)
+    import lirs.commands.info as info
+
+    def boom(*a, **k):
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    monkeypatch.setattr(info, "print_summary", boom)
+    monkeypatch.setattr("lirs.cli._quiet_stdout", lambda: None)
+    assert main(["info", p]) == 0
+    assert "Broken pipe" not in capsys.readouterr().err
+
+
+def test_an_index_path_that_is_a_directory_is_named(tmp_path, capsys):
+    p = _svm(tmp_path / "a.svm")
+    os.mkdir(p + ".lirs")
+    assert main(["index", p]) == 2
+    err = capsys.readouterr().err
+    assert p + ".lirs" in err and "is a directory" in err and ".tmp-" not in err
+
+
+def test_enospc_while_writing_the_index_names_it(tmp_path, monkeypatch, capsys):
+    p = _svm(tmp_path / "a.svm")
+    from lirs import sidecar as S
+
+    real = S.SidecarWriter._put
+
+    def full(self, b):
+        if self.f.tell() > 100:
+            self.f = _Full(self.f)
+        return real(self, b)
+
+    class _Full:
+        def __init__(self, f):
+            self._f = f
+
+        def write(self, b):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, k):
+            return getattr(self._f, k)
+
+    monkeypatch.setattr(S.SidecarWriter, "_put", full)
+    assert main(["index", p]) == 1
+    err = capsys.readouterr().err
+    assert p + ".lirs" in err and "No space left" in err and "-o" in err
+
+
+def test_litter_of_a_dead_run_under_another_name_is_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    junk = [tmp_path / f".other.svm.tmp-{dead}", tmp_path / f".other.svm.lirs.tmp-{dead}"]
+    for j in junk:
+        j.write_bytes(b"x" * 10)
+    live = tmp_path / f".mine.svm.tmp-{os.getpid()}"
+    live.write_bytes(b"y")
+    p = _svm(tmp_path / "a.svm")
+    lirs.build_index(p, progress=False)
+    assert not any(j.exists() for j in junk) and live.exists()
+    # and at the start of a shuffle, in the output's directory
+    out = tmp_path / "out"
+    out.mkdir()
+    j2 = out / f".gone.svm.tmp-{dead}"
+    j2.write_bytes(b"z")
+    assert main(["shuffle", p, "-o", str(out / "s.svm"), "--quiet"]) == 0
+    assert not j2.exists()
+    assert litter.clean_dead_litter(str(tmp_path)) == []
+
+
+def test_eio_in_the_direct_probe_is_an_io_error_not_a_refusal(tmp_path, monkeypatch):
+    from lirs.engines import base
+
+    p = _svm(tmp_path / "a.svm")
+
+    def eio(fd, bufs, off):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(base.os, "preadv", eio)
+    with pytest.raises(OSError) as ei:
+        base.probe_direct(p)
+    assert ei.value.errno == errno.EIO and ei.value.filename == p
+
+
+def test_a_csv_header_is_refused_at_index_time(tmp_path, capsys):
+    p = tmp_path / "t.csv"
+    p.write_text("age,income,label\n31,1000.5,1\n45,2000,0\n")
+    assert main(["index", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "line 1" in err and "CSV header" in err and "'age,income,label'" in err
+    q = tmp_path / "ok.csv"
+    q.write_text("31,1000.5,1\n45,abc,0\n")  # words in records are data, not a header
+    assert lirs.build_index(str(q), progress=False).n == 2
+    r = tmp_path / "one.tsv"
+    r.write_text("a\tb\n")
+    with pytest.raises(DataError, match="CSV header"):
+        lirs.build_index(str(r), progress=False)
+
+
+def test_zero_based_auto_over_several_files_follows_sklearn(tmp_path):
+    from sklearn.datasets import load_svmlight_files
+
+    a, b = tmp_path / "a.svm", tmp_path / "b.svm"
+    a.write_bytes(b"1\n")
+    b.write_bytes(b"2 1:5 3:7\n")
+    Xa, _, Xb, _ = load_svmlight_files([str(a), str(b)])
+    with lirs.Loader([str(a), str(b)], 2, granularity="instance", index=lirs.build_index(
+            [str(a), str(b)], out=str(tmp_path / "ab.lirs"), progress=False)) as ld:
+        X = next(iter(ld.epoch(0))).X
+    assert X.shape[1] == Xb.shape[1] == 4
+    # every file with a feature above 0: one-based, as sklearn
+    a.write_bytes(b"1 2:1\n")
+    Xa, _, Xb, _ = load_svmlight_files([str(a), str(b)])
+    idx = lirs.build_index([str(a), str(b)], out=str(tmp_path / "ab.lirs"), progress=False)
+    assert idx.n_features == Xb.shape[1] == 3
