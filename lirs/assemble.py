@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .decode import _csr, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
+from .decode import csr_batch, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from .errors import DataError
 from .svmdecode import span_parts
 
@@ -120,7 +120,7 @@ def rows(X, lo: int, hi: int):
     if sp.issparse(X):
         a, b = int(X.indptr[lo]), int(X.indptr[hi])
         indptr = X.indptr[lo:hi + 1] - a if a else X.indptr[lo:hi + 1]
-        return _csr(X.data[a:b], X.indices[a:b], indptr, (hi - lo, X.shape[1]))
+        return csr_batch(X.data[a:b], X.indices[a:b], indptr, (hi - lo, X.shape[1]))
     return X[lo:hi]
 
 
@@ -144,7 +144,7 @@ def stack(Xs: list, ys):
     # CSR pieces end to end: the arrays concatenate, each indptr shifted by the values before it
     nnz = np.cumsum([0] + [int(X.indptr[-1]) for X in Xs])
     indptr = np.concatenate([Xs[0].indptr[:1]] + [X.indptr[1:] + off for X, off in zip(Xs, nnz[:-1])])
-    return _csr(np.concatenate([X.data for X in Xs]), np.concatenate([X.indices for X in Xs]),
+    return csr_batch(np.concatenate([X.data for X in Xs]), np.concatenate([X.indices for X in Xs]),
                 indptr.astype(Xs[0].indptr.dtype, copy=False), (sum(X.shape[0] for X in Xs), first.shape[1])), y
 
 

@@ -24,7 +24,7 @@ from .inputs import expand_paths, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .sidecar import SidecarWriter, fingerprint, sidecar_path
 from .tfrecord import TFRecordScanner
-from .scanner import _CORES, Tap, VarScanner, _write_labels, refuse_csv_header  # noqa: F401 - re-exported
+from .scanner import SCAN_CORES, Tap, VarScanner, write_labels, refuse_csv_header  # noqa: F401 - re-exported
 
 log = logging.getLogger("lirs.index")
 
@@ -41,7 +41,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
             lab_tmp = tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(dest)))
         with tqdm(total=total, unit="B", unit_scale=True, desc="lirs index",
                   disable=(None if progress is None else not progress), leave=False) as bar, \
-                ThreadPoolExecutor(_CORES) as pool:
+                ThreadPoolExecutor(SCAN_CORES) as pool:
             tap = Tap(w)
             scanner = TFRecordScanner if fmt == "tfrecord" else VarScanner
             sc = scanner(fmt, tap, lab_tmp, chunk_bytes, bar, pool)
@@ -64,7 +64,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
                 fps.append(fp0)
                 file_starts.append(sc.n)
                 data_ends.append(end)
-            w._open = None
+            w.end()
             n = sc.n
             # first record offset of each file, read back from the streamed table
             offs = w.offsets_view()
@@ -84,8 +84,8 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
                 # feature and its smallest index is above 0: a featureless file makes it zero-based
                 meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 and not featureless else 0,
                             max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
-                            qid_records=sc._qid)
-                _write_labels(w, lab_tmp, n, sc.distinct, pool)
+                            qid_records=sc.qid_count)
+                write_labels(w, lab_tmp, n, sc.distinct, pool)
             w.add("content_sums", np.concatenate(sums))
             if getattr(sc, "marks", None) is not None:
                 w.add("scan_marks", np.asarray(sc.marks, np.int64).reshape(-1))

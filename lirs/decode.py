@@ -23,6 +23,7 @@ One deliberate extension: sklearn stores feature indices in a C ``int`` and fail
 """
 from __future__ import annotations
 
+import errno
 import os
 
 import numpy as np
@@ -68,7 +69,7 @@ def _csr_checked(data, indices, indptr, shape):
 def _csr_template():
     """The instance attributes scipy's constructor sets besides the arrays and the shape (``maxprint``
     in scipy 1.10-1.17), or None when a matrix built from them would differ from a constructed one
-    (a scipy that stores its state differently): then :func:`_csr` goes through the constructor."""
+    (a scipy that stores its state differently): then :func:`csr_batch` goes through the constructor."""
     try:
         ref = _csr_checked(np.zeros(2, np.float32), np.array([0, 2], np.int32), np.array([0, 1, 2], np.int32), (2, 3))
         base = {k: v for k, v in vars(ref).items() if k not in _CSR_OWN}
@@ -84,12 +85,12 @@ def _csr_template():
     return base
 
 
-# what _csr sets itself; the sortedness flags stay unset, computed by scipy when first asked for
+# what csr_batch sets itself; the sortedness flags stay unset, computed by scipy when first asked for
 _CSR_OWN = frozenset({"data", "indices", "indptr", "_shape", "_has_sorted_indices", "_has_canonical_format"})
 _CSR_BASE = _csr_template()
 
 
-def _csr(data, indices, indptr, shape):
+def csr_batch(data, indices, indptr, shape):
     """``scipy.sparse.csr_matrix`` holding exactly these arrays, without scipy's validation.
 
     data (nnz,), indices int32/int64 (nnz,), indptr (k+1,) with indptr[0] == 0, shape (k, n): valid
@@ -172,7 +173,7 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
         qid[has_qid == 0] = NO_QID
     with np.errstate(over="ignore"):
         data = np.asarray(data, dtype=dtype)
-    X = _csr(data, indices, indptr, (len(starts), n_features))
+    X = csr_batch(data, indices, indptr, (len(starts), n_features))
     return (X, y, qid) if query_id else (X, y)
 
 
@@ -205,7 +206,8 @@ def _read_file(path) -> np.ndarray:
                 return np.frombuffer(f.read(), np.uint8)
         return _map_file(path)
     except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
+        # as scikit-learn's load_svmlight_file and the Loader do: a missing file is not bad data
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", path) from None
     except IsADirectoryError:
         raise DataError(f"{path}: is a directory, expected a LIBSVM file") from None
 
@@ -251,7 +253,7 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
         indices = indices.astype(np.int64)
     with np.errstate(over="ignore"):
         data = np.asarray(data, dtype=dtype)
-    X = _csr(data, indices, indptr, (len(y), n_features))
+    X = csr_batch(data, indices, indptr, (len(y), n_features))
     if query_id:
         return X, y, qid[has_qid.astype(bool)]
     return X, y

@@ -128,7 +128,7 @@ def scan_one(sc, tap, lab_tmp, path: str, keep: Keep | None, sums: list, bar) ->
         if marks is not None:
             sc.marks += marks.tolist()
             sc.stats[:2] = marks[-1, :2]
-            sc._qid += int(marks[-1, 2])
+            sc.qid_count += int(marks[-1, 2])
         sums.append(np.asarray(old.file_sums(f), np.uint32))
         bar.update(int(old.fingerprints[f]["size"]))
         return int(old.data_ends[f])
@@ -137,7 +137,7 @@ def scan_one(sc, tap, lab_tmp, path: str, keep: Keep | None, sums: list, bar) ->
     try:
         if marks is not None:
             sc.marks += marks[:keep.block + 1].tolist()
-            sc._qid += int(marks[keep.block, 2])
+            sc.qid_count += int(marks[keep.block, 2])
             _, _, end = sc.scan_file(path, keep.start, keep.byte, marks[keep.block], keep.block + 1)
         elif hasattr(sc, "scan_range"):  # TFRecord: the scanner reads from the record itself
             with open(path, "rb") as fh:

@@ -1,6 +1,6 @@
 """The scanners of `lirs index` for text formats: LIBSVM (validated line by line with sklearn's
 rules) and raw lines, fed the chunks of one sequential read; the record starts stream into the
-sidecar through :class:`Tap`, labels into a scratch file (:func:`_write_labels`).
+sidecar through :class:`Tap`, labels into a scratch file (:func:`write_labels`).
 
 A LIBSVM scan also leaves marks: at every checksum block boundary of a file (lirs.content), the
 feature-index range, qid count and record count of the records that start before it, so an
@@ -20,6 +20,7 @@ from .inputs import read_chunks
 from .sidecar import SidecarWriter
 from .svmlight import TokenError, line_number, line_tokens, parse_tokens
 from .kernels import scan as K
+from .kernels.numbers import POW10
 
 # --------------------------------------------------------------------------- variable formats
 
@@ -31,7 +32,7 @@ def _line_of(path: str, offset: int) -> int:
 
 
 
-_CORES = usable_cores()
+SCAN_CORES = usable_cores()
 _MIN_PART = 4 << 20  # bytes of a region below which splitting it costs more than it saves
 
 
@@ -59,11 +60,11 @@ class VarScanner:
         self.bar = bar
         # [min feature index, max feature index, unused, qid lines] (kernels keep [0], [1], [3] running)
         self.stats = np.array([np.iinfo(np.int64).max, -1, 0, 0], np.int64)
-        self._qid = 0
+        self.qid_count = 0
         self.n = 0
         self.distinct: set | None = set()
-        self._out = [None] * _CORES
-        self._pool = pool
+        self.scratch_out = [None] * SCAN_CORES
+        self.pool = pool
         # lines of the current file before the next region; None: regions do not come in file
         # order from its start (callers other than scan_file), so errors count lines in the file
         self._line_base: int | None = None
@@ -76,13 +77,13 @@ class VarScanner:
 
     def _arrays(self, slot: int, cap: int):
         """Reusable output arrays; untouched pages of np.empty cost no memory."""
-        a = self._out[slot]
+        a = self.scratch_out[slot]
         if a is None or a[0].size < cap:
             # a `lines` record can be one byte (an empty line), a LIBSVM record needs two ("1\n")
             per = 1 if self.fmt == "lines" else 2
             cap = max(cap, self.chunk_bytes // per + 2)
             a = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.uint8))
-            self._out[slot] = a
+            self.scratch_out[slot] = a
         return a
 
     def _kernel(self, slot, buf, lo, hi, base):
@@ -92,10 +93,10 @@ class VarScanner:
             return K.lines_scan(buf, lo, hi, base, starts), 0, None
         stats = self.stats.copy()
         stats[3] = 0
-        k, nl = K.libsvm_validate(buf, lo, hi, base, starts, labels, needs, K._POW10, stats)
+        k, nl = K.libsvm_validate(buf, lo, hi, base, starts, labels, needs, POW10, stats)
         return k, nl, stats
 
-    def _region(self, path, buf, lo, hi, base):
+    def scan_region(self, path, buf, lo, hi, base):
         """Scan buf[lo:hi], complete lines at file offset ``base``; raise DataError at the first
         line that ``load_svmlight_file`` would refuse. Parts are cut at the first line start after
         every checksum block boundary (marks are taken there) and for the cores."""
@@ -105,17 +106,17 @@ class VarScanner:
         bounds = sorted({lo, hi, *marks_at})
         parts = []
         for a, b in zip(bounds[:-1], bounds[1:]):
-            parts += _split_lines(buf, a, b, min(_CORES, max(1, (b - a) // _MIN_PART)))
-        for g in range(0, len(parts), _CORES):
-            grp = parts[g:g + _CORES]
+            parts += _split_lines(buf, a, b, min(SCAN_CORES, max(1, (b - a) // _MIN_PART)))
+        for g in range(0, len(parts), SCAN_CORES):
+            grp = parts[g:g + SCAN_CORES]
             if len(grp) == 1:
                 results = [self._kernel(0, buf, grp[0][0], grp[0][1], base)]
             else:  # one part per core: the kernels release the GIL
-                futs = [self._pool.submit(self._kernel, s, buf, a, b, base) for s, (a, b) in enumerate(grp)]
+                futs = [self.pool.submit(self._kernel, s, buf, a, b, base) for s, (a, b) in enumerate(grp)]
                 results = [f.result() for f in futs]
             for slot, ((a, b), (k, nl, stats)) in enumerate(zip(grp, results)):
                 for m in marks_at.get(a, ()):
-                    self._mark(m)
+                    self.keep_mark(m)
                 self._emit(path, buf, a, b, base, slot, k, stats)
                 if self._line_base is not None:
                     self._line_base += nl
@@ -140,9 +141,23 @@ class VarScanner:
             self._next_mark += 1
         return out
 
-    def _mark(self, m: int) -> None:
+    def begin_stream(self) -> None:
+        """Scan one file that is written while it is scanned (``lirs shuffle``'s inline index): its
+        size is not known yet, and its marks start at its first byte."""
+        self.marks, self._size, self._n0, self._qid0, self._next_mark = [], 1 << 62, 0, 0, 1
+        self.keep_mark(0)
+
+    def close_marks(self, size: int) -> None:
+        """The marks of the boundaries after the last line start of a file of ``size`` bytes, then
+        the file's total."""
+        while self._next_mark < block_count(size):
+            self.keep_mark(self._next_mark)
+            self._next_mark += 1
+        self.keep_mark(self._next_mark)
+
+    def keep_mark(self, m: int) -> None:
         """Keep the state of the file's records before block boundary ``m``."""
-        self.marks.append([int(self.stats[0]), int(self.stats[1]), self._qid - self._qid0, self.n - self._n0])
+        self.marks.append([int(self.stats[0]), int(self.stats[1]), self.qid_count - self._qid0, self.n - self._n0])
 
     def _fail(self, path, buf, lo, base, pos, message):
         """Raise the DataError of the byte buf[pos]: file, line, byte, message (one line)."""
@@ -176,7 +191,7 @@ class VarScanner:
         self._fail(path, buf, lo, base, s + err.at, msg)
 
     def _emit(self, path, buf, lo, hi, base, slot, k, stats):
-        starts, labels, needs = self._out[slot]
+        starts, labels, needs = self.scratch_out[slot]
         if self.fmt == "lines":
             self.w.append(starts[:k])
             self.n += k
@@ -208,7 +223,7 @@ class VarScanner:
                 stats[1] = max(stats[1], last)
         self.stats[0] = min(self.stats[0], stats[0])
         self.stats[1] = max(self.stats[1], stats[1])
-        self._qid += int(stats[3])
+        self.qid_count += int(stats[3])
         self.w.append(starts[:k])
         if self.labels_file is not None:
             self.labels_file.write(labels.tobytes())
@@ -232,12 +247,12 @@ class VarScanner:
             raise DataError(f"{path}: empty file (0 bytes); nothing to index")
         if mark is None:
             self.stats[:2] = (np.iinfo(np.int64).max, -1)
-            self._n0, self._qid0, self._next_mark = self.n, self._qid, 1
+            self._n0, self._qid0, self._next_mark = self.n, self.qid_count, 1
             if self.marks is not None:
-                self._mark(0)
+                self.keep_mark(0)
         else:
             self.stats[:2] = mark[:2]
-            self._n0, self._qid0, self._next_mark = self.n - int(mark[3]), self._qid - int(mark[2]), next_mark
+            self._n0, self._qid0, self._next_mark = self.n - int(mark[3]), self.qid_count - int(mark[2]), next_mark
         carry = np.empty(0, np.uint8)
         carry_base = 0
         for buf, nb, base in read_chunks(path, start, size, self.chunk_bytes, direct=True):
@@ -252,25 +267,22 @@ class VarScanner:
                     self.bar.update(nb)
                     continue
                 joined = np.concatenate([carry, buf[:f + 1]])
-                self._region(path, joined, 0, joined.size, carry_base)
+                self.scan_region(path, joined, 0, joined.size, carry_base)
                 lo = f + 1
             last = K.rfind_byte(buf, lo, nb, 10)
             if last < 0:
                 carry = buf[lo:nb].copy()
                 carry_base = base + lo
             else:
-                self._region(path, buf, lo, last + 1, base)
+                self.scan_region(path, buf, lo, last + 1, base)
                 carry = buf[last + 1:nb].copy()
                 carry_base = base + last + 1
             self.bar.update(nb)
         if carry.size:  # last line without a trailing newline: still a record
-            self._region(path, carry, 0, carry.size, carry_base)
+            self.scan_region(path, carry, 0, carry.size, carry_base)
         self._line_base = None
-        if self.marks is not None:  # boundaries after the last line start, then the file's total
-            while self._next_mark < block_count(size):
-                self._mark(self._next_mark)
-                self._next_mark += 1
-            self._mark(self._next_mark)
+        if self.marks is not None:
+            self.close_marks(size)
         count = self.n - self._n0
         if count == 0:
             raise DataError(f"{path}: no records found ({size} bytes of blank or comment lines)")
@@ -344,7 +356,7 @@ class Tap:
 _LABEL_STEP = 1 << 22  # labels converted per step (32 MiB of float64)
 
 
-def _write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int = _LABEL_STEP) -> None:
+def write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int = _LABEL_STEP) -> None:
     """Write the ``n`` float64 labels of the scratch file ``lab_tmp`` to the sidecar: as codes into
     the sorted ``distinct`` values (uint8/uint16), or whole when ``distinct`` is None (too many).
     Steps of ``step`` labels are converted on ``pool`` (None: this thread), one per core at a time
@@ -359,14 +371,14 @@ def _write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int =
         w.begin("label_codes", dt)
         code = lambda c0: np.searchsorted(values, labels[c0:c0 + step]).astype(dt)  # noqa: E731
         run = map if pool is None else pool.map
-        for g in range(0, len(steps), _CORES):
-            for codes in run(code, steps[g:g + _CORES]):
+        for g in range(0, len(steps), SCAN_CORES):
+            for codes in run(code, steps[g:g + SCAN_CORES]):
                 w.append(codes)
     else:
         w.begin("label_values", np.float64)
         for c0 in steps:
             w.append(np.asarray(labels[c0:c0 + step]))
-    w._open = None
+    w.end()
     del labels
 
 

@@ -131,7 +131,7 @@ def sidecar_path(paths) -> str:
 class SidecarWriter:
     """Streams arrays into a temp file next to the destination, then fsyncs and renames.
 
-    ``begin(name, dtype)`` / ``append(chunk)`` ... then ``_open = None`` (or the next ``begin``,
+    ``begin(name, dtype)`` / ``append(chunk)`` ... then ``end()`` (or the next ``begin``,
     ``add`` or ``commit``) write one array. The array ``"offsets"`` is stored compactly (see
     :class:`OffsetTable`): as ``offsets_rel`` (streamed), ``offsets_base`` and ``offsets_wide``.
     """
@@ -159,6 +159,10 @@ class SidecarWriter:
         if name is None:
             self._finish()
         self._cur = name
+
+    def end(self) -> None:
+        """Close the array being streamed by ``begin``/``append``."""
+        self._open = None
 
     def _finish(self) -> None:
         """Close the array being streamed (the compact offsets need their last block and bases)."""

@@ -108,12 +108,12 @@ class TFRecordScanner:
         self.verify = bool(verify)
         self.n = 0
         self.stats = np.array([0, -1, 0, 0], np.int64)
-        self._qid = 0
+        self.qid_count = 0
         self.distinct = None
         self._starts = np.empty(max(self.chunk_bytes // OVERHEAD + 2, 1024), np.int64)
         self._err = np.zeros(5, np.int64)
 
-    def _region(self, path: str, buf, lo: int, hi: int, base: int, n0: int) -> int:
+    def scan_region(self, path: str, buf, lo: int, hi: int, base: int, n0: int) -> int:
         """Index the complete records of buf[lo:hi] (buf[0] at file offset ``base``); returns the
         offset in ``buf`` of the first record that is not complete (``hi`` when none)."""
         pos = lo
@@ -163,10 +163,10 @@ class TFRecordScanner:
                     lo += take
                 if have >= need and (need > HEADER or self._need(pending) == HEADER):
                     joined = np.concatenate(pending)
-                    self._region(path, joined, 0, have, pend_base, n0)  # one record (or its error)
+                    self.scan_region(path, joined, 0, have, pend_base, n0)  # one record (or its error)
                     pending, have = [], 0
             if not pending:
-                pos = self._region(path, buf, lo, nb, base, n0)
+                pos = self.scan_region(path, buf, lo, nb, base, n0)
                 if pos < nb:
                     pending, have, pend_base = [buf[pos:nb].copy()], nb - pos, base + pos
             if self.bar is not None:

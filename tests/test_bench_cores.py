@@ -17,8 +17,8 @@ SCRIPT = os.path.join(REPO, "benchmarks", "bench_cores.py")
 GIL_RAW = """\
 <module> (<string>:40);run (<string>:14);Loader.epoch (lirs/loader.py:397);EpochRun.wait (lirs/pipeline.py:297);Condition.notify (threading.py:369) 40
 Thread._bootstrap (threading.py:1002);_WorkItem.run (concurrent/futures/thread.py:58);Pipeline._read_decode (lirs/pipeline.py:140) 25
-<module> (<string>:40);run (<string>:14);Loader._deliver (lirs/loader.py:420);_csr (lirs/decode.py:106) 6
-<module> (<string>:40);run (<string>:14);Loader._deliver (lirs/loader.py:420);_csr (lirs/decode.py:103) 4
+<module> (<string>:40);run (<string>:14);Loader._deliver (lirs/loader.py:420);csr_batch (lirs/decode.py:106) 6
+<module> (<string>:40);run (<string>:14);Loader._deliver (lirs/loader.py:420);csr_batch (lirs/decode.py:103) 4
 <module> (<string>:40);run (<string>:13) 5
 """
 # `py-spy record --idle --threads --format raw` of the same process: the main thread at each of
@@ -56,14 +56,14 @@ def test_gil_share_from_both_records(bc):
     fr = g["holders"]["frames"]
     assert fr[0] == {"frame": "Condition.notify (threading.py:369)", "samples": 40,
                      "share_of_wall": pytest.approx(40 / 190), "share_of_gil": pytest.approx(0.5)}
-    # the two lines of _csr are one function
+    # the two lines of csr_batch are one function
     fn = {h["frame"]: h["samples"] for h in g["holders"]["functions"]}
-    assert fn["_csr (lirs/decode.py)"] == 10 and fn["Pipeline._read_decode (lirs/pipeline.py)"] == 25
+    assert fn["csr_batch (lirs/decode.py)"] == 10 and fn["Pipeline._read_decode (lirs/pipeline.py)"] == 25
     assert sum(fn.values()) == 80
     # the lirs line under threading's notify; a sample without lirs frames stays under its leaf
     lirs = {h["frame"]: h["samples"] for h in g["holders"]["lirs"]}
     assert lirs == {"EpochRun.wait (lirs/pipeline.py:297)": 40, "Pipeline._read_decode (lirs/pipeline.py:140)": 25,
-                    "_csr (lirs/decode.py:106)": 6, "_csr (lirs/decode.py:103)": 4, "run (<string>:13)": 5}
+                    "csr_batch (lirs/decode.py:106)": 6, "csr_batch (lirs/decode.py:103)": 4, "run (<string>:13)": 5}
 
 
 def test_gil_share_without_idle_record_uses_duration_times_rate(bc):

@@ -743,7 +743,7 @@ def test_first_error_in_file_order_across_regions(tmp_path, monkeypatch):
 
 
 def _arrays(case):
-    """(data, indices, indptr, shape) of one _csr input case."""
+    """(data, indices, indptr, shape) of one csr_batch input case."""
     if case == "empty":
         return np.zeros(0, np.float32), np.zeros(0, np.int32), np.zeros(1, np.int32), (0, 7)
     if case == "empty_rows":
@@ -773,7 +773,7 @@ def test_csr_equals_the_checked_constructor(monkeypatch, case, fast):
     if not fast:
         monkeypatch.setattr(D, "_CSR_BASE", None)
     data, indices, indptr, shape = _arrays(case)
-    X = D._csr(data, indices, indptr, shape)
+    X = D.csr_batch(data, indices, indptr, shape)
     indptr_ref = indptr.astype(np.int32) if indices.dtype == np.int32 else indptr
     R = D._csr_checked(data, indices, indptr_ref, shape)
     assert type(X) is sp.csr_matrix and vars(X).keys() == vars(R).keys()
@@ -794,9 +794,9 @@ def test_csr_equals_the_checked_constructor(monkeypatch, case, fast):
 
 
 def test_csr_int64_indptr_that_does_not_fit_is_kept():
-    from lirs.decode import _csr
+    from lirs.decode import csr_batch
     indptr = np.array([0, 2**31], np.int64)  # more values than int32 counts: never cut down
-    X = _csr(np.zeros(0, np.float32), np.zeros(0, np.int32), indptr, (1, 5))
+    X = csr_batch(np.zeros(0, np.float32), np.zeros(0, np.int32), indptr, (1, 5))
     assert X.indptr.dtype == np.int64 and X.indptr[-1] == 2**31
 
 

@@ -135,3 +135,14 @@ def test_zero_based_auto_over_several_files_follows_sklearn(tmp_path):
     Xa, _, Xb, _ = load_svmlight_files([str(a), str(b)])
     idx = lirs.build_index([str(a), str(b)], out=str(tmp_path / "ab.lirs"), progress=False)
     assert idx.n_features == Xb.shape[1] == 3
+
+
+def test_load_svmlight_of_a_missing_file_is_file_not_found(tmp_path):
+    """As scikit-learn's load_svmlight_file and the Loader: FileNotFoundError, not bad data."""
+    import lirs
+    from lirs.errors import DataError
+
+    missing = tmp_path / "nope.svm"
+    with pytest.raises(FileNotFoundError) as e:
+        lirs.load_svmlight(str(missing))
+    assert not isinstance(e.value, DataError) and e.value.filename == str(missing)

@@ -9,9 +9,9 @@ import threading
 
 import numpy as np
 
+from ..constants import BLOCK
 from ..errors import LirsError, StaleIndexError, UsageError
 
-BLOCK = 4096
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 log = logging.getLogger("lirs.engines")
 

@@ -6,8 +6,8 @@ import tempfile
 
 import numpy as np
 
-from ..build import Tap, VarScanner, _write_labels
-from ..content import BlockSums, block_count
+from ..build import Tap, VarScanner, write_labels
+from ..content import BlockSums
 from ..index import Index, header_for
 from ..kernels import scan as KS
 from ..sidecar import SidecarWriter, fingerprint
@@ -42,8 +42,7 @@ class TextIndexer:
                 self.lab = tempfile.TemporaryFile(dir=scratch)  # noqa: SIM115 - open until commit/abort
                 self.sc = VarScanner("libsvm", self.tap, self.lab, out_buffer, None, pool)
                 sc = self.sc
-                sc.marks, sc._size, sc._n0, sc._qid0, sc._next_mark = [], 1 << 62, 0, 0, 1  # size: not known yet
-                sc._mark(0)
+                sc.begin_stream()
             self.w.begin("offsets", np.int64)
         except BaseException:
             self.abort()
@@ -53,9 +52,9 @@ class TextIndexer:
         """Index buf[:n] (complete lines) written at byte ``base`` of the output."""
         self.sums.feed(buf, 0, n, base)
         if self.sc is not None:
-            self.sc._region(self.data_tmp, buf, 0, n, base)
+            self.sc.scan_region(self.data_tmp, buf, 0, n, base)
             if n > self.out_buffer:  # a long line grew the scan arrays (~8.5 B per byte): drop them
-                self.sc._out = [None, None]
+                self.sc.scratch_out = [None, None]
         else:
             k = KS.count_byte(buf, 0, n, 10) + 1
             if self.starts is None or self.starts.size < k:
@@ -85,16 +84,12 @@ class TextIndexer:
             sc = self.sc
             meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
                         max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
-                        qid_records=sc._qid)
-            _write_labels(self.w, self.lab, n, self.sc.distinct, self.sc._pool, self.label_block)
+                        qid_records=sc.qid_count)
+            write_labels(self.w, self.lab, n, self.sc.distinct, self.sc.pool, self.label_block)
         w.add("content_sums", self.sums.finish())
         if self.sc is not None:  # the boundaries after the last line start, then the total
-            sc = self.sc
-            while sc._next_mark < block_count(data_end):
-                sc._mark(sc._next_mark)
-                sc._next_mark += 1
-            sc._mark(sc._next_mark)
-            w.add("scan_marks", np.asarray(sc.marks, np.int64).reshape(-1))
+            self.sc.close_marks(data_end)
+            w.add("scan_marks", np.asarray(self.sc.marks, np.int64).reshape(-1))
         shell = Index(format=self.fmt, paths=(self.final_path,), n=n, file_starts=np.asarray([0, n], np.int64),
                       data_ends=np.asarray([data_end], np.int64), header_sizes=np.asarray([0], np.int64),
                       fingerprints=(fingerprint(data_path),), meta=meta)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from .plan import _bounded, stream_start
+from .plan import bounded_draw, stream_start
 
 # libc memchr/memcpy: SIMD-tuned, and declared by symbol name so the kernels stay cacheable.
 memchr = types.ExternalFunction("memchr", types.uintp(types.uintp, types.intc, types.uintp))
@@ -53,7 +53,7 @@ def find_newline(buf, lo, hi):
 def draw_pile(key, counter, m):
     """The pile (in [0, m)) of record number ``counter`` under ``key`` (uint64)."""
     state = stream_start(key, np.uint64(counter))
-    state, p = _bounded(state, np.uint64(m))
+    state, p = bounded_draw(state, np.uint64(m))
     return np.int64(p)
 
 

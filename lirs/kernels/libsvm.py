@@ -17,11 +17,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from .libsvm_plain import _is_space, plain_pair
-from .numbers import (_HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10,  # noqa: F401 - re-exported
-                      PREFETCH_AHEAD, _at, digit_run_u64, load_u64, prefetch_span, scan_float, trailing_zeros)
+from .libsvm_plain import is_space, plain_pair
+from .numbers import PREFETCH_AHEAD, byte_at, digit_run_u64, prefetch_span, scan_float
 
-_load_u64 = load_u64  # the name the index scanner imports
 
 # libc's SIMD memchr finds line ends several times faster than a byte loop; declared by symbol
 # name so that kernels calling it can still be cached. NULL comes back as 0.
@@ -36,7 +34,7 @@ _MAX_DIGITS = 18        # int64 holds any 18-digit decimal
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _digit_run(buf, base, p, hi):
+def digit_run(buf, base, p, hi):
     """Value (int64) and length of the run of ASCII digits at buf[p:hi] (stops at the first other
     byte); a length above 18 means "too long for int64 here" (the value is then 0): callers hand
     such a token to Python. ``base`` is the address of buf[0]."""
@@ -78,8 +76,8 @@ def _skip_blank(buf, base, p, hi):
     A '#' met here is the first non-space byte of its line: a comment-only line. A NUL is data
     (sklearn's ``strchr`` stops there before any '#')."""
     while p < hi:
-        c = _at(buf, p)
-        if _is_space(c):
+        c = byte_at(buf, p)
+        if is_space(c):
             p += 1
         elif c == 35:
             p = _line_end(buf, base, p, hi)
@@ -101,7 +99,7 @@ def _fallback(fb_slot, fb_lo, fb_hi, nfb, slot, lo, hi):
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _token_end(buf, p, hi):
-    while p < hi and not _ends_token(_at(buf, p)):
+    while p < hi and not _ends_token(byte_at(buf, p)):
         p += 1
     return p
 
@@ -111,7 +109,7 @@ def _qid(buf, t, p, query_id):
     """The ``qid*`` token buf[t:p]: (ok, value). sklearn needs a ':'; the value is an integer
     only checked (here: up to 18 digits, else Python) with ``query_id``."""
     c = t + 3
-    while c < p and _at(buf, c) != 58:
+    while c < p and byte_at(buf, c) != 58:
         c += 1
     if c >= p:
         return False, 0
@@ -119,13 +117,13 @@ def _qid(buf, t, p, query_id):
         return True, 0
     r = c + 1
     neg = False
-    if r < p and (_at(buf, r) == 43 or _at(buf, r) == 45):
-        neg = _at(buf, r) == 45
+    if r < p and (byte_at(buf, r) == 43 or byte_at(buf, r) == 45):
+        neg = byte_at(buf, r) == 45
         r += 1
     v = np.int64(0)
     nd = 0
-    while r < p and 48 <= _at(buf, r) <= 57 and nd < _MAX_DIGITS:
-        v = v * 10 + (np.int64(_at(buf, r)) - 48)
+    while r < p and 48 <= byte_at(buf, r) <= 57 and nd < _MAX_DIGITS:
+        v = v * 10 + (np.int64(byte_at(buf, r)) - 48)
         nd += 1
         r += 1
     if nd == 0 or r != p:
@@ -147,7 +145,7 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
     kcap = indices.shape[0]
     t = p
     label, ok, p = scan_float(buf, base, p, hi)
-    if not (ok and (p >= hi or _ends_token(_at(buf, p)))):
+    if not (ok and (p >= hi or _ends_token(byte_at(buf, p)))):
         p = _token_end(buf, p, hi)
         nfb = _fallback(fb_slot, fb_lo, fb_hi, nfb, -1 - j, t, p)
     qv = np.int64(0)
@@ -156,15 +154,15 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
     first = True
     good = nfb >= 0
     while good:
-        while p < hi and (_at(buf, p) == 32 or _at(buf, p) == 9 or 11 <= _at(buf, p) <= 13):
+        while p < hi and (byte_at(buf, p) == 32 or byte_at(buf, p) == 9 or 11 <= byte_at(buf, p) <= 13):
             p += 1
         if p >= hi:
             break
-        c = _at(buf, p)
+        c = byte_at(buf, p)
         if c == 10 or c == 35:
             break
         t = p
-        if first and c == 113 and p + 3 <= hi and _at(buf, p + 1) == 105 and _at(buf, p + 2) == 100:
+        if first and c == 113 and p + 3 <= hi and byte_at(buf, p + 1) == 105 and byte_at(buf, p + 2) == 100:
             first = False
             p = _token_end(buf, p, hi)
             good, qv = _qid(buf, t, p, query_id)
@@ -186,9 +184,9 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
         if c == 43 or c == 45:
             ineg = c == 45
             p += 1
-        idx, nd = _digit_run(buf, base, p, hi)
+        idx, nd = digit_run(buf, base, p, hi)
         p += nd
-        if nd == 0 or nd > _MAX_DIGITS or p >= hi or _at(buf, p) != 58:
+        if nd == 0 or nd > _MAX_DIGITS or p >= hi or byte_at(buf, p) != 58:
             good = False
             break
         if ineg:
@@ -201,7 +199,7 @@ def _record(buf, base, p, hi, shift, n_features, query_id, indices, data, k,
         p += 1
         t = p
         v, ok, p = scan_float(buf, base, p, hi)
-        if not (ok and (p >= hi or _ends_token(_at(buf, p)))):
+        if not (ok and (p >= hi or _ends_token(byte_at(buf, p)))):
             p = _token_end(buf, p, hi)
             nfb = _fallback(fb_slot, fb_lo, fb_hi, nfb, k, t, p)
             good = nfb >= 0
@@ -299,7 +297,7 @@ def libsvm_census(buf, a, b):
     nc = 0
     nl = 0
     for p in range(a, b):
-        c = _at(buf, p)
+        c = byte_at(buf, p)
         nc += c == 58
         nl += c == 10
     return nc, nl
@@ -313,7 +311,7 @@ def span_colons(buf, starts, ends):
     for j in range(starts.shape[0]):
         prefetch_span(base, starts, ends, j + PREFETCH_AHEAD)
         for p in range(starts[j], ends[j]):
-            n += _at(buf, p) == 58
+            n += byte_at(buf, p) == 58
     return n
 
 
@@ -329,4 +327,4 @@ def gather_fixed(buf, starts, record_size, out):
     for j in range(starts.shape[0]):
         s = starts[j]
         for i in range(record_size):
-            out[j, i] = _at(buf, s + i)
+            out[j, i] = byte_at(buf, s + i)

@@ -23,12 +23,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .numbers import (_HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, POW10_U64, PREFETCH_AHEAD, _at, load_u64,
+from .numbers import (HI4, LO4, M16, M32, SIXES, THREES, POW10, POW10_U64, PREFETCH_AHEAD, byte_at, load_u64,
                       prefetch_span, trailing_zeros)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _is_space(c):
+def is_space(c):
     # bytes.split() whitespace: space, \t \n \v \f \r
     return c == 32 or (9 <= c <= 13)
 
@@ -42,21 +42,21 @@ def _word(buf, base, p):
         return load_u64(base + np.uint64(p))
     x = np.uint64(0)
     for i in range(min(m, p + 8) - 1, p - 1, -1):
-        x = (x << np.uint64(8)) | np.uint64(_at(buf, i))
+        x = (x << np.uint64(8)) | np.uint64(byte_at(buf, i))
     return x
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _swar_digits(x):
     """(count, value) of the leading ASCII digits of the 8 bytes in x (little-endian)."""
-    bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
+    bad = ((x & HI4) ^ THREES) | (((x + SIXES) & HI4) ^ THREES)
     k = 8 if bad == 0 else np.int64(trailing_zeros(bad)) >> 3
     if k == 0:
         return 0, np.uint64(0)
-    z = (x & _LO4) << np.uint64(8 * (8 - k))
+    z = (x & LO4) << np.uint64(8 * (8 - k))
     z = (z * np.uint64(2561)) >> np.uint64(8)
-    z = ((z & _M16) * np.uint64(6553601)) >> np.uint64(16)
-    z = ((z & _M32) * np.uint64(42949672960001)) >> np.uint64(32)
+    z = ((z & M16) * np.uint64(6553601)) >> np.uint64(16)
+    z = ((z & M32) * np.uint64(42949672960001)) >> np.uint64(32)
     return k, z
 
 
@@ -78,7 +78,7 @@ def _number_at(buf, base, p, hi):
     q += k2
     if k2 == 0 or q >= hi:
         return p, 0.0
-    c = _at(buf, q)
+    c = byte_at(buf, q)
     f = 0
     if c == 46:
         q += 1
@@ -88,8 +88,8 @@ def _number_at(buf, base, p, hi):
             return p, 0.0
         w = w * POW10_U64[k3] + d
         f = k3
-        c = _at(buf, q)
-    if not _is_space(c):
+        c = byte_at(buf, q)
+    if not is_space(c):
         return p, 0.0
     v = np.float64(np.int64(w))
     if f:
@@ -113,14 +113,14 @@ def plain_pair(buf, base, p, hi):
     Returns (end, index int64, value); end == p when the token is not of that form."""
     k1, idx = _swar_digits(_word(buf, base, p))
     q = p + k1
-    if k1 == 0 or q >= hi or _at(buf, q) != 58:
+    if k1 == 0 or q >= hi or byte_at(buf, q) != 58:
         return p, np.int64(0), 0.0
     # a single digit (a binary feature's "1", the most common value of many datasets) is two
     # byte tests: no word load, no sign, no digit-run arithmetic (a fifth of a plain file's
     # decode time when most values are "1")
     if q + 2 < hi:
-        d = np.int64(_at(buf, q + 1)) - 48
-        if 0 <= d <= 9 and _is_space(_at(buf, q + 2)):
+        d = np.int64(byte_at(buf, q + 1)) - 48
+        if 0 <= d <= 9 and is_space(byte_at(buf, q + 2)):
             return q + 2, np.int64(idx), np.float64(d)
     e, v = _number_inlined(buf, base, q + 1, hi)
     if e == q + 1:
@@ -135,15 +135,15 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
     kcap = indices.shape[0]
     k0 = k
     p, label = plain_number(buf, base, p, hi)
-    if p == hi or not _is_space(_at(buf, p)):  # plain_number refused the label (p unchanged)
+    if p == hi or not is_space(byte_at(buf, p)):  # plain_number refused the label (p unchanged)
         return p, k0, 0.0, False
     prev = np.int64(-1)
     while True:
-        while p < hi and (_at(buf, p) == 32 or _at(buf, p) == 9 or _at(buf, p) == 13):
+        while p < hi and (byte_at(buf, p) == 32 or byte_at(buf, p) == 9 or byte_at(buf, p) == 13):
             p += 1
         if p >= hi:
             return p, k, label, True
-        if _at(buf, p) == 10:
+        if byte_at(buf, p) == 10:
             return p + 1, k, label, True
         if k >= kcap:
             return p, k0, 0.0, False
@@ -151,7 +151,7 @@ def _plain_line(buf, base, p, hi, shift, n_features, indices, data, k):
         if q == p or idx <= prev or idx < shift or idx - shift >= n_features:
             return p, k0, 0.0, False
         prev = idx
-        # unsigned positions, as in _at: no negative-index wraparound test on every store
+        # unsigned positions, as in byte_at: no negative-index wraparound test on every store
         indices[np.uintp(k)] = idx - shift
         data[np.uintp(k)] = v
         k += 1
@@ -173,14 +173,14 @@ def libsvm_spans_plain(buf, starts, ends, j0, shift, n_features, indices, data, 
         prefetch_span(base, starts, ends, j + PREFETCH_AHEAD)
         p = starts[j]
         e = ends[j]
-        while p < e and _is_space(_at(buf, p)):
+        while p < e and is_space(byte_at(buf, p)):
             p += 1
         if p >= e:
             return j
         p, k2, label, ok = _plain_line(buf, base, p, e, shift, n_features, indices, data, k)
         if not ok:
             return j
-        while p < e and _is_space(_at(buf, p)):
+        while p < e and is_space(byte_at(buf, p)):
             p += 1
         if p < e:
             return j  # more than one data line (or a comment): the full kernel decides
@@ -207,7 +207,7 @@ def libsvm_lines_plain(buf, a, b, shift, n_features, indices, data, k0, y, rec_e
     imax = np.int64(-1)
     p = a
     while True:
-        while p < b and _is_space(_at(buf, p)):
+        while p < b and is_space(byte_at(buf, p)):
             p += 1
         if p >= b or r >= rcap:
             break

@@ -75,16 +75,16 @@ _MANT_MASK = np.uint64((1 << 52) - 1)
 _TWO53 = np.uint64(1 << 53)
 
 # SWAR constants: eight ASCII bytes tested and converted at once
-_HI4 = np.uint64(0xF0F0F0F0F0F0F0F0)
-_LO4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_THREES = np.uint64(0x3030303030303030)
-_SIXES = np.uint64(0x0606060606060606)
-_M16 = np.uint64(0x00FF00FF00FF00FF)
-_M32 = np.uint64(0x0000FFFF0000FFFF)
+HI4 = np.uint64(0xF0F0F0F0F0F0F0F0)
+LO4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+THREES = np.uint64(0x3030303030303030)
+SIXES = np.uint64(0x0606060606060606)
+M16 = np.uint64(0x00FF00FF00FF00FF)
+M32 = np.uint64(0x0000FFFF0000FFFF)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
-def _at(buf, p):
+def byte_at(buf, p):
     """buf[p] for p >= 0. An unsigned index spares numba's negative-index wraparound, which
     otherwise costs every byte read and keeps byte loops from vectorizing."""
     return buf[np.uintp(p)]
@@ -187,16 +187,16 @@ def digit_run_u64(buf, base, p, hi):
     while p < hi:
         if p + 8 <= m:
             x = load_u64(base + np.uint64(p))
-            bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
+            bad = ((x & HI4) ^ THREES) | (((x + SIXES) & HI4) ^ THREES)
             k = 8 if bad == 0 else np.int64(trailing_zeros(bad)) >> 3
             if k > hi - p:
                 k = hi - p
             if k == 0:
                 return v, n
-            z = (x & _LO4) << np.uint64(8 * (8 - k))
+            z = (x & LO4) << np.uint64(8 * (8 - k))
             z = (z * np.uint64(2561)) >> np.uint64(8)
-            z = ((z & _M16) * np.uint64(6553601)) >> np.uint64(16)
-            z = ((z & _M32) * np.uint64(42949672960001)) >> np.uint64(32)
+            z = ((z & M16) * np.uint64(6553601)) >> np.uint64(16)
+            z = ((z & M32) * np.uint64(42949672960001)) >> np.uint64(32)
             if n + k <= _MAX_SIG:
                 v = v * POW10_U64[k] + z
             n += k
@@ -204,7 +204,7 @@ def digit_run_u64(buf, base, p, hi):
             if k < 8:
                 return v, n
         else:
-            d = np.int64(_at(buf, p)) - 48
+            d = np.int64(byte_at(buf, p)) - 48
             if d < 0 or d > 9:
                 return v, n
             if n < _MAX_SIG:
@@ -218,16 +218,16 @@ def digit_run_u64(buf, base, p, hi):
 def _exponent(buf, p, hi):
     """An optional ``[eE][+-]?D+`` at buf[p:hi]: (exponent, kind, end). No exponent: (0, EXACT, p);
     "1e" without a digit: NOT_NUMBER; |exponent| >= 100000: TOO_LONG."""
-    if p < hi and (_at(buf, p) == 101 or _at(buf, p) == 69):
+    if p < hi and (byte_at(buf, p) == 101 or byte_at(buf, p) == 69):
         q = p + 1
         eneg = False
-        if q < hi and (_at(buf, q) == 43 or _at(buf, q) == 45):
-            eneg = _at(buf, q) == 45
+        if q < hi and (byte_at(buf, q) == 43 or byte_at(buf, q) == 45):
+            eneg = byte_at(buf, q) == 45
             q += 1
         e = 0
         ne = 0
         while q < hi:
-            d = np.int64(_at(buf, q)) - 48
+            d = np.int64(byte_at(buf, q)) - 48
             if d < 0 or d > 9:
                 break
             if e < _MAX_EXP:
@@ -252,25 +252,25 @@ def scan_decimal(buf, base, p, hi):
     """
     neg = False
     if p < hi:
-        c = _at(buf, p)
+        c = byte_at(buf, p)
         if c == 45:
             neg = True
             p += 1
         elif c == 43:
             p += 1
     nd = 0
-    while p < hi and _at(buf, p) == 48:  # leading zeros carry no significance
+    while p < hi and byte_at(buf, p) == 48:  # leading zeros carry no significance
         p += 1
         nd += 1
     w, sig = digit_run_u64(buf, base, p, hi)
     p += sig
     nd += sig
     q = 0
-    if p < hi and _at(buf, p) == 46:
+    if p < hi and byte_at(buf, p) == 46:
         p += 1
         if sig == 0:
             f0 = p
-            while p < hi and _at(buf, p) == 48:
+            while p < hi and byte_at(buf, p) == 48:
                 p += 1
             nd += p - f0
             q -= p - f0

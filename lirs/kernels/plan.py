@@ -39,7 +39,7 @@ def _next(state):
 
 
 @njit(cache=True, nogil=True)
-def _bounded(state, m):
+def bounded_draw(state, m):
     """A uniform integer in [0, m) (m >= 1, uint64) without modulo bias; returns (state, value)."""
     if m <= _U32 + np.uint64(1):
         # Lemire's multiply-shift on the high 32 bits, with rejection of the biased low part
@@ -64,7 +64,7 @@ def fisher_yates_table(out, key):
         out[i] = i
     state = stream_start(key, np.uint64(0))
     for i in range(m - 1, 0, -1):
-        state, j = _bounded(state, np.uint64(i + 1))
+        state, j = bounded_draw(state, np.uint64(i + 1))
         t = out[i]
         out[i] = out[j]
         out[j] = t
@@ -75,7 +75,7 @@ def shuffle_inplace(a, key, counter):
     """Fisher-Yates of ``a`` ((m,), any dtype) with the stream (key, counter)."""
     state = stream_start(key, counter)
     for i in range(a.shape[0] - 1, 0, -1):
-        state, j = _bounded(state, np.uint64(i + 1))
+        state, j = bounded_draw(state, np.uint64(i + 1))
         t = a[i]
         a[i] = a[j]
         a[j] = t

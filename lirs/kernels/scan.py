@@ -6,7 +6,8 @@ import numpy as np
 from numba import njit, types
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from .libsvm import _HI4, _LO4, _M16, _M32, _SIXES, _THREES, POW10, _digit_run, _load_u64, parse_float
+from .libsvm import digit_run, parse_float
+from .numbers import HI4, LO4, M16, M32, SIXES, THREES, load_u64
 
 # libc's memchr is SIMD-tuned (several GB/s on this machine class, 5-8x a byte loop in numba).
 # Declared by symbol name, so kernels that call it can still be cached; NULL comes back as 0.
@@ -17,7 +18,6 @@ CHECKED = 0        # every token matched the fast grammar; label exact
 LABEL_FLOAT = 1    # the rest of the line is checked; Python's float() must parse the label token
 LINE_PYTHON = 2    # something outside the fast grammar: Python must check the whole line
 
-_POW10 = POW10  # float64 powers of ten 1e0..1e22 (the label's exact fast path)
 
 
 @njit(cache=True, nogil=True)
@@ -62,8 +62,8 @@ def _digit_len(buf, addr, p, hi):
     n = 0
     while p < hi:
         if p + 8 <= m:
-            x = _load_u64(addr + np.uint64(p))
-            bad = ((x & _HI4) ^ _THREES) | (((x + _SIXES) & _HI4) ^ _THREES)
+            x = load_u64(addr + np.uint64(p))
+            bad = ((x & HI4) ^ THREES) | (((x + SIXES) & HI4) ^ THREES)
             k = 8 if bad == 0 else np.int64(trailing_zeros(bad)) >> 3
             if k > hi - p:
                 k = hi - p
@@ -178,17 +178,17 @@ def libsvm_validate(buf, lo, hi, base, starts, labels, needs, pow10, out_stats):
             # only on the bytes <= 0x20 (a short chain); the checks run beside it. Anything else
             # (signs, exponents, long tokens, tabs, runs of spaces) takes the byte path below.
             while p + 24 <= m:
-                x = _load_u64(addr + np.uint64(p))
-                y = _load_u64(addr + np.uint64(p + 8))
+                x = load_u64(addr + np.uint64(p))
+                y = load_u64(addr + np.uint64(p + 8))
                 lx = _le20(x)
                 ly = _le20(y)
                 e = (np.int64(trailing_zeros(lx)) if lx != 0 else 64 + np.int64(trailing_zeros(ly))) >> 3
                 cc = np.int64(trailing_zeros(_nondigit(x))) >> 3
-                z = ((x & _LO4) << np.uint64(64 - 8 * cc)) if cc > 0 else np.uint64(0)
+                z = ((x & LO4) << np.uint64(64 - 8 * cc)) if cc > 0 else np.uint64(0)
                 z = (z * np.uint64(2561)) >> np.uint64(8)
-                z = ((z & _M16) * np.uint64(6553601)) >> np.uint64(16)
-                idx = np.int64(((z & _M32) * np.uint64(42949672960001)) >> np.uint64(32))
-                w = _load_u64(addr + np.uint64(p + cc + 1))
+                z = ((z & M16) * np.uint64(6553601)) >> np.uint64(16)
+                idx = np.int64(((z & M32) * np.uint64(42949672960001)) >> np.uint64(32))
+                w = load_u64(addr + np.uint64(p + cc + 1))
                 vl = e - cc - 1
                 vmask = _ALL if vl >= 8 else (np.uint64(1) << np.uint64(8 * vl if vl > 0 else 0)) - np.uint64(1)
                 ndw = _nondigit(w) & vmask
@@ -212,7 +212,7 @@ def libsvm_validate(buf, lo, hi, base, starts, labels, needs, pow10, out_stats):
             if c == 43 or c == 45:
                 neg = c == 45
                 p += 1
-            idx, nd = _digit_run(buf, addr, p, j)
+            idx, nd = digit_run(buf, addr, p, j)
             p += nd
             if nd == 0 or nd > 18 or p >= j or buf[p] != 58 or (neg and idx != 0) or idx <= prev:
                 state = LINE_PYTHON

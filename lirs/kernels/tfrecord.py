@@ -24,7 +24,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from .external import BIG, DONE, FLUSH, draw_pile
-from .libsvm import _load_u64
+from .numbers import load_u64
 
 memcpy = types.ExternalFunction("memcpy", types.uintp(types.uintp, types.uintp, types.uintp))
 
@@ -110,11 +110,11 @@ def crc32c_update(T, hw, buf, lo, hi, crc):
     addr = np.uint64(buf.ctypes.data)
     if hw:
         while p + 8 <= hi:
-            c = _crc32_u64(c, _load_u64(addr + np.uint64(p)))
+            c = _crc32_u64(c, load_u64(addr + np.uint64(p)))
             p += 8
     else:
         while p + 8 <= hi:
-            x = c ^ _load_u64(addr + np.uint64(p))
+            x = c ^ load_u64(addr + np.uint64(p))
             c = (np.uint64(T[7, x & _FF]) ^ np.uint64(T[6, (x >> np.uint64(8)) & _FF])
                  ^ np.uint64(T[5, (x >> np.uint64(16)) & _FF]) ^ np.uint64(T[4, (x >> np.uint64(24)) & _FF])
                  ^ np.uint64(T[3, (x >> np.uint64(32)) & _FF]) ^ np.uint64(T[2, (x >> np.uint64(40)) & _FF])
