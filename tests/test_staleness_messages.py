@@ -126,8 +126,8 @@ def test_zero_based_auto_over_several_files_follows_sklearn(tmp_path):
     a.write_bytes(b"1\n")
     b.write_bytes(b"2 1:5 3:7\n")
     Xa, _, Xb, _ = load_svmlight_files([str(a), str(b)])
-    with lirs.Loader([str(a), str(b)], 2, granularity="instance", index=lirs.build_index(
-            [str(a), str(b)], out=str(tmp_path / "ab.lirs"), progress=False)) as ld:
+    with lirs.Loader(lirs.build_index([str(a), str(b)], out=str(tmp_path / "ab.lirs"), progress=False), 2,
+                     granularity="instance") as ld:
         X = next(iter(ld.epoch(0))).X
     assert X.shape[1] == Xb.shape[1] == 4
     # every file with a feature above 0: one-based, as sklearn

@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit, types
 
 from .libsvm_plain import is_space, plain_pair
-from .numbers import PREFETCH_AHEAD, byte_at, digit_run_u64, prefetch_span, scan_float
+from .numbers import POW10, PREFETCH_AHEAD, byte_at, digit_run_u64, prefetch_span, scan_float  # noqa: F401 - POW10: parse_float's table
 
 
 # libc's SIMD memchr finds line ends several times faster than a byte loop; declared by symbol
