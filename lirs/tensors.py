@@ -7,6 +7,10 @@ tensor, rebuilt in the main process as views of that buffer (:func:`unpack`). Us
 """
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
+import pickle
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -108,3 +112,152 @@ def unpack(buf, meta):
     else:
         X = rest[0]
     return {"ids": ids, "X": X, "y": y} if output == "dict" else (X, y, ids)
+
+
+# --------------------------------------------------------------------------- workers' pass board
+
+BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
+
+
+class PassBoard:
+    """What the next pass of a dataset delivers, posted by the main process for its DataLoader
+    workers: a block of shared memory (``multiprocessing.RawArray``), made with the dataset (before
+    any worker starts) and travelling with every copy of it (inherited by a forked worker, passed
+    as a descriptor to a spawned one), so a *persistent* worker, whose copy was made once, still
+    reads the epoch and resume point chosen for each pass. Layout: int64 generation (bytes 0-8),
+    int64 payload length (8-16), the pickled ``(epoch, resume state dict or None)`` after.
+
+    The main process posts before the pass starts (``DataLoader.__iter__``) and a worker reads as
+    its pass starts (after torch's index queue told it to), so no lock is needed. (Not a torch
+    shared tensor: allocating one in a process forked after another was shared can deadlock.)
+    Pickled outside a process start (a user's ``pickle.dumps(dataset)``) it becomes a private copy."""
+
+    __slots__ = ("raw", "a")
+
+    def __init__(self, raw=None):
+        self.raw = multiprocessing.RawArray(ctypes.c_uint8, BOARD_BYTES) if raw is None else raw
+        self.a = np.frombuffer(self.raw, np.uint8)
+
+    def __reduce__(self):
+        from multiprocessing.context import get_spawning_popen
+
+        if get_spawning_popen() is not None:  # a worker starting: share the memory itself
+            return PassBoard, (self.raw,)
+        return _board_copy, (self.a.tobytes(),)
+
+    def post(self, epoch: int, resume) -> int:
+        """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation."""
+        payload = pickle.dumps((int(epoch), None if resume is None else resume.to_dict(worker=True)))
+        if len(payload) > BOARD_BYTES - 16:
+            raise ValueError(f"a resume state of {len(payload)} bytes does not fit the workers' board "
+                             f"({BOARD_BYTES - 16} bytes)")
+        head = self.a[:16].view(np.int64)
+        gen = int(head[0]) + 1
+        self.a[16:16 + len(payload)] = np.frombuffer(payload, np.uint8)
+        head[1] = len(payload)
+        head[0] = gen  # last: the generation names a complete post
+        return gen
+
+    def read(self):
+        """(generation, epoch, ResumeState or None) of the last post."""
+        from .state import ResumeState
+
+        gen, n = (int(v) for v in self.a[:16].view(np.int64))
+        epoch, res = pickle.loads(self.a[16:16 + n].tobytes())
+        return gen, epoch, None if res is None else ResumeState.from_dict(res)
+
+
+def _board_copy(data: bytes) -> PassBoard:
+    b = PassBoard()
+    b.a[:] = np.frombuffer(data, np.uint8)
+    return b
+
+
+# --------------------------------------------------------------------------- feeding a device
+
+
+def check_device(device):
+    """None for None or a CPU device (batches are handed out as made), else the ``torch.device``
+    of a CUDA device; UsageError when CUDA is not available or the device is of another kind."""
+    from .errors import UsageError
+
+    if device is None:
+        return None
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return None
+    if dev.type != "cuda":
+        raise UsageError(f"device must be 'cpu' or a CUDA device, got {device!r}")
+    if not torch.cuda.is_available():
+        raise UsageError(f"device={device!r} asked, but CUDA is not available to this torch "
+                         f"({torch.__version__}); use device='cpu' or None")
+    return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def _parts(out):
+    """(rebuild, tensors) of a batch output (dict or tuple): its dense tensors, a sparse X as its
+    components, and a function of the moved tensors that builds the output again."""
+    d = out if isinstance(out, dict) else {"X": out[0], "y": out[1], "ids": out[2]}
+    X = d["X"]
+    if isinstance(X, torch.Tensor) and X.layout == torch.sparse_csr:
+        xs, kind = [X.crow_indices(), X.col_indices(), X.values()], "csr"
+    elif isinstance(X, torch.Tensor) and X.layout == torch.sparse_coo:
+        xs, kind = [X._indices(), X._values()], "coo"
+    elif isinstance(X, torch.Tensor):
+        xs, kind = [X], "dense"
+    else:
+        xs, kind = [], "other"  # lines data: a list of bytes stays on the host
+    ts = [d["ids"]] + ([] if d["y"] is None else [d["y"]]) + xs
+    shape, has_y, is_dict = (tuple(X.shape) if kind != "other" else None), d["y"] is not None, isinstance(out, dict)
+
+    def rebuild(moved):
+        ids, y = moved[0], (moved[1] if has_y else None)
+        rest = moved[2:] if has_y else moved[1:]
+        if kind == "csr":
+            x = torch.sparse_csr_tensor(*rest, size=shape, check_invariants=False)
+        elif kind == "coo":
+            x = torch.sparse_coo_tensor(*rest, size=shape, is_coalesced=True, check_invariants=False)
+        else:
+            x = rest[0] if kind == "dense" else X
+        return {"ids": ids, "X": x, "y": y} if is_dict else (x, y, ids)
+    return rebuild, ts
+
+
+def to_device(out, device, non_blocking: bool = False):
+    """A batch output (dict or tuple) with every tensor on ``device``; a sparse X moves as its
+    components (CSR: crow, col, values) and is rebuilt there."""
+    rebuild, ts = _parts(out)
+    return rebuild([t.to(device, non_blocking=non_blocking) for t in ts])
+
+
+class Feeder:
+    """Batches moved to a CUDA ``device`` one step ahead: batch k+1 is pinned and copied on a side
+    stream while the consumer's step on batch k runs on its current stream. Before batch k is
+    handed out, the current stream waits for the copy of k (an event recorded after it on the side
+    stream) and each of its tensors is marked as used by the current stream (``record_stream``),
+    so the caching allocator does not reuse their memory while the step may still read it."""
+
+    def __init__(self, batches, device):
+        self.batches, self.device = batches, device
+
+    def __iter__(self):
+        side = torch.cuda.Stream(self.device)
+        ahead = None
+        for out in self.batches:
+            rebuild, ts = _parts(out)
+            with torch.cuda.stream(side):
+                moved = [(t if t.is_pinned() else t.pin_memory()).to(self.device, non_blocking=True) for t in ts]
+                done = torch.cuda.Event()
+                done.record(side)
+            if ahead is not None:
+                yield self._ready(*ahead)
+            ahead = (rebuild, moved, done)
+        if ahead is not None:
+            yield self._ready(*ahead)
+
+    def _ready(self, rebuild, moved, done):
+        cur = torch.cuda.current_stream(self.device)
+        cur.wait_event(done)
+        for t in moved:
+            t.record_stream(cur)
+        return rebuild(moved)  # built on the current stream, after the wait
