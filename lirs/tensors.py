@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import os
 import pickle
+import weakref
+from multiprocessing.context import get_spawning_popen
 
 import numpy as np
 import scipy.sparse as sp
@@ -44,15 +47,17 @@ class Convert:
     """The Loader transform of a dataset: a Batch to its torch output (picklable, stateless). In a
     DataLoader worker the output travels packed in one buffer (see :class:`Packed`)."""
 
-    def __init__(self, sparse, output, label_dtype, user):
+    def __init__(self, sparse, output, label_dtype, user, ring=None):
         self.sparse, self.output, self.label_dtype, self.user = sparse, output, label_dtype, user
+        self.ring = ring
 
     def __call__(self, b):
         ids, X, y = to_tensors(b, self.sparse, self.label_dtype)
         if self.user is not None:
             return self.user({"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids))
-        if isinstance(X, torch.Tensor) and tud.get_worker_info() is not None:
-            return Packed(ids, X, y, self.output)
+        info = tud.get_worker_info()
+        if isinstance(X, torch.Tensor) and info is not None:
+            return Packed(ids, X, y, self.output, self.ring, info.id)
         return {"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids)
 
 
@@ -67,9 +72,9 @@ class Packed:
     and one file descriptor per tensor (about a millisecond each). The main process rebuilds the
     output from views of the buffer, without copying (:func:`unpack`)."""
 
-    __slots__ = ("buf", "meta")
+    __slots__ = ("buf", "meta", "slot")
 
-    def __init__(self, ids, X, y, output):
+    def __init__(self, ids, X, y, output, ring=None, worker=0):
         if X.layout == torch.sparse_csr:
             kind, parts = "csr", [X.crow_indices(), X.col_indices(), X.values()]
         elif X.layout == torch.sparse_coo:
@@ -82,17 +87,85 @@ class Packed:
             nb = t.numel() * t.element_size()
             spans.append((o, nb, t.dtype, tuple(t.shape)))
             o += -(-nb // ALIGN) * ALIGN
-        self.buf = torch.empty(max(o, 1), dtype=torch.uint8)
+        # a free slot of the worker's shared ring when there is one: then only its number crosses
+        self.slot = None if ring is None else ring.take(worker, o)
+        if self.slot is not None:
+            self.buf = ring.view(self.slot)[:max(o, 1)]
+            self.slot = (ring.token, self.slot)
+        else:
+            self.buf = torch.empty(max(o, 1), dtype=torch.uint8)
         for t, (a, nb, _, _) in zip(parts, spans):
             if nb:
                 self.buf[a:a + nb].view(t.dtype).view(t.shape).copy_(t)
         self.meta = (kind, tuple(X.shape), y is not None, output, spans)
 
     def __reduce__(self):
+        if self.slot is not None:
+            return unpack_slot, (*self.slot, self.buf.numel(), self.meta)
         # a small batch is cheaper in the pickle stream; a large one as one shared-memory segment
         if self.buf.numel() <= INBAND_BYTES:
             return unpack_array, (self.buf.numpy(), self.meta)
         return unpack, (self.buf, self.meta)
+
+
+SLOT_BYTES = 2 << 20  # a slot of a SlotRing: a kdd-like batch of 1024 records packs into ~300 KB
+_RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that made it (the DataLoader's)
+
+
+class SlotRing:
+    """Shared memory the DataLoader workers pack their batches into: ``slots`` slots of
+    ``slot_bytes`` for each of ``workers`` workers (a ``multiprocessing.RawArray``, made in the
+    main process before the workers start), and an int32 busy flag per slot. A worker takes a free
+    slot of its own, packs the batch there and sends only ``(slot, meta)``; the main process
+    rebuilds the tensors as views of the slot and frees it when the last of them is gone (a
+    finalizer on the view). No copy through the pickle stream and the pipe, each of which costs
+    about what decoding the batch does. A batch that does not fit, or finds no free slot (the
+    consumer still holds the batches of every slot), travels in the pickle stream as before."""
+
+    def __init__(self, workers: int, slots: int, slot_bytes: int = SLOT_BYTES, token=None, raw=None, flags=None):
+        self.workers, self.slots, self.slot_bytes = int(workers), int(slots), int(slot_bytes)
+        n = self.workers * self.slots
+        self.raw = multiprocessing.RawArray(ctypes.c_uint8, n * self.slot_bytes) if raw is None else raw
+        self.flags = multiprocessing.RawArray(ctypes.c_int32, n) if flags is None else flags
+        self.mem, self.busy = np.frombuffer(self.raw, np.uint8), np.frombuffer(self.flags, np.int32)
+        self.token = token or os.urandom(8).hex()
+        if raw is None:
+            _RINGS[self.token] = self
+
+    def __reduce__(self):
+        if get_spawning_popen() is None:  # not a worker starting: a copy would share nothing
+            return _no_ring, ()
+        return SlotRing, (self.workers, self.slots, self.slot_bytes, self.token, self.raw, self.flags)
+
+    def take(self, worker: int, nbytes: int):
+        """A free slot of ``worker`` for ``nbytes``, now marked busy; None when none fits."""
+        if nbytes > self.slot_bytes or not 0 <= worker < self.workers:
+            return None
+        for s in range(worker * self.slots, (worker + 1) * self.slots):
+            if self.busy[s] == 0:
+                self.busy[s] = 1
+                return s
+        return None
+
+    def view(self, s: int, nbytes: int | None = None, free_when_gone: bool = False):
+        """uint8 tensor over slot ``s``; ``free_when_gone``: the slot is freed once it is collected."""
+        a = self.mem[s * self.slot_bytes:s * self.slot_bytes + (self.slot_bytes if nbytes is None else nbytes)]
+        if free_when_gone:
+            weakref.finalize(a, _free, self.busy, s)
+        return torch.from_numpy(a)
+
+
+def _free(busy, s):
+    busy[s] = 0
+
+
+def _no_ring():
+    return None
+
+
+def unpack_slot(token, s, nbytes, meta):
+    """The output of a batch a worker packed into slot ``s`` of the ring ``token``."""
+    return unpack(_RINGS[token].view(s, nbytes, free_when_gone=True), meta)
 
 
 def unpack_array(a: np.ndarray, meta):

@@ -23,7 +23,8 @@ them out as ``0, 1, 2, ...``. Each worker's pool is its share of the usable core
 delivers the epoch the main process chose (``set_epoch``, a loaded state, or the next epoch for a
 plain pass): it is posted on a shared board each worker reads as its pass starts (also in a
 hand-built ``DataLoader(persistent_workers=True)``). A batch crosses packed in one buffer
-(:class:`lirs.tensors.Packed`), rebuilt in the main process as views of it. ``device="cuda"``
+(:class:`lirs.tensors.Packed`), in a slot of a shared ring (:class:`lirs.tensors.SlotRing`) when
+one is free, rebuilt in the main process as views of it. ``device="cuda"``
 moves each batch to the GPU on a side stream (:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
@@ -64,7 +65,7 @@ from .cores import usable_cores
 from .errors import UsageError
 from .loader import Loader
 from .state import ResumeState, states_of
-from .tensors import Convert, Feeder, PassBoard, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
+from .tensors import Convert, Feeder, PassBoard, SlotRing, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 
 log = logging.getLogger("lirs.torch")
 
@@ -385,7 +386,7 @@ class LirsIterableDataset(tud.IterableDataset):
         self._iter_pid = os.getpid()
 
     def _converter(self) -> "Convert":
-        return Convert(self.sparse, self.output, self.label_dtype, self.transform)
+        return Convert(self.sparse, self.output, self.label_dtype, self.transform, getattr(self, "_ring", None))
 
     def _deliver(self, it, loader):
         # without a user transform the tensors (a few from_numpy calls) are built here: as a task of
@@ -432,6 +433,8 @@ class LirsDataLoader(tud.DataLoader):
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         if ctx.get_start_method() == "fork":
             ds.loader().plan(ds.epoch)  # forked workers inherit the index and its unit tables
+        if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
+            ds._ring = SlotRing(self.num_workers, (self.prefetch_factor or 2) + 2)
         it = super().__iter__()  # the workers start here, with the loaded state
         epoch = ds.epoch
         if res is not None and res.epoch == epoch:

@@ -572,3 +572,34 @@ def test_persistent_workers_under_spawn(kdd_file):
     assert np.array_equal(_ids(dl), _order(kdd_file, 300, 0, **kw))
     dl.dataset.set_epoch(5)
     assert np.array_equal(_ids(dl), _order(kdd_file, 300, 5, **kw)), "the spawned workers share the board"
+
+
+def test_slot_ring_batches_cross_without_the_pickle_stream(small_svm):
+    """A worker's batch packed into a shared slot: only the slot's number is pickled, the main
+    process gets views of it, and the slot is free again once those tensors are gone; a full ring
+    or a batch too big for a slot falls back to the pickle stream."""
+    import gc
+
+    import lirs.torch as lt
+    from lirs import tensors
+
+    ring = tensors.SlotRing(2, 2, slot_bytes=1 << 16)
+    with lirs.Loader(small_svm, 50) as loader:
+        b = next(iter(loader))
+    ids, X, y = lt.to_tensors(b, "csr")
+    p = tensors.Packed(ids, X, y, "dict", ring, 1)
+    assert p.slot == (ring.token, 2) and list(ring.busy) == [0, 0, 1, 0]
+    data = pickle.dumps(p)
+    assert len(data) < 1000, "only the slot's number crosses"
+    del p
+    got = pickle.loads(data)
+    assert torch.equal(got["ids"], ids) and torch.equal(got["y"], y)
+    assert torch.equal(got["X"].to_dense(), X.to_dense())
+    assert ring.busy[2] == 1, "held while the consumer holds the batch"
+    del got
+    gc.collect()
+    assert ring.busy[2] == 0, "freed with the batch"
+    held = [tensors.Packed(ids, X, y, "dict", ring, 0) for _ in range(3)]
+    assert [h.slot is not None for h in held] == [True, True, False], "a full ring falls back"
+    assert tensors.Packed(ids, X, y, "dict", tensors.SlotRing(1, 1, slot_bytes=64), 0).slot is None
+    assert pickle.loads(pickle.dumps(ring)) is None, "outside a process start a ring is not shared"
