@@ -431,8 +431,8 @@ class LirsDataLoader(tud.DataLoader):
         ds.publish()  # and post it: persistent workers read it as their pass starts
         res = ds.resume_point()
         ctx = self.multiprocessing_context or multiprocessing.get_context()
-        if ctx.get_start_method() == "fork":
-            ds.loader().plan(ds.epoch)  # forked workers inherit the index and its unit tables
+        if ctx.get_start_method() == "fork" and not (self.persistent_workers and self._iterator is not None):
+            ds.loader().plan(ds.epoch)  # workers about to fork inherit the index and its unit tables
         if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
             ds._ring = SlotRing(self.num_workers, (self.prefetch_factor or 2) + 2)
         it = super().__iter__()  # the workers start here, with the loaded state
