@@ -7,6 +7,13 @@ tensor, rebuilt in the main process as views of that buffer (:func:`unpack`). Us
 """
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
+import os
+import pickle
+import weakref
+from multiprocessing.context import get_spawning_popen
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -40,15 +47,17 @@ class Convert:
     """The Loader transform of a dataset: a Batch to its torch output (picklable, stateless). In a
     DataLoader worker the output travels packed in one buffer (see :class:`Packed`)."""
 
-    def __init__(self, sparse, output, label_dtype, user):
+    def __init__(self, sparse, output, label_dtype, user, ring=None):
         self.sparse, self.output, self.label_dtype, self.user = sparse, output, label_dtype, user
+        self.ring = ring
 
     def __call__(self, b):
         ids, X, y = to_tensors(b, self.sparse, self.label_dtype)
         if self.user is not None:
             return self.user({"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids))
-        if isinstance(X, torch.Tensor) and tud.get_worker_info() is not None:
-            return Packed(ids, X, y, self.output)
+        info = tud.get_worker_info()
+        if isinstance(X, torch.Tensor) and info is not None:
+            return Packed(ids, X, y, self.output, self.ring, info.id)
         return {"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids)
 
 
@@ -63,9 +72,9 @@ class Packed:
     and one file descriptor per tensor (about a millisecond each). The main process rebuilds the
     output from views of the buffer, without copying (:func:`unpack`)."""
 
-    __slots__ = ("buf", "meta")
+    __slots__ = ("buf", "meta", "slot")
 
-    def __init__(self, ids, X, y, output):
+    def __init__(self, ids, X, y, output, ring=None, worker=0):
         if X.layout == torch.sparse_csr:
             kind, parts = "csr", [X.crow_indices(), X.col_indices(), X.values()]
         elif X.layout == torch.sparse_coo:
@@ -78,17 +87,85 @@ class Packed:
             nb = t.numel() * t.element_size()
             spans.append((o, nb, t.dtype, tuple(t.shape)))
             o += -(-nb // ALIGN) * ALIGN
-        self.buf = torch.empty(max(o, 1), dtype=torch.uint8)
+        # a free slot of the worker's shared ring when there is one: then only its number crosses
+        self.slot = None if ring is None else ring.take(worker, o)
+        if self.slot is not None:
+            self.buf = ring.view(self.slot)[:max(o, 1)]
+            self.slot = (ring.token, self.slot)
+        else:
+            self.buf = torch.empty(max(o, 1), dtype=torch.uint8)
         for t, (a, nb, _, _) in zip(parts, spans):
             if nb:
                 self.buf[a:a + nb].view(t.dtype).view(t.shape).copy_(t)
         self.meta = (kind, tuple(X.shape), y is not None, output, spans)
 
     def __reduce__(self):
+        if self.slot is not None:
+            return unpack_slot, (*self.slot, self.buf.numel(), self.meta)
         # a small batch is cheaper in the pickle stream; a large one as one shared-memory segment
         if self.buf.numel() <= INBAND_BYTES:
             return unpack_array, (self.buf.numpy(), self.meta)
         return unpack, (self.buf, self.meta)
+
+
+SLOT_BYTES = 2 << 20  # a slot of a SlotRing: a kdd-like batch of 1024 records packs into ~300 KB
+_RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that made it (the DataLoader's)
+
+
+class SlotRing:
+    """Shared memory the DataLoader workers pack their batches into: ``slots`` slots of
+    ``slot_bytes`` for each of ``workers`` workers (a ``multiprocessing.RawArray``, made in the
+    main process before the workers start), and an int32 busy flag per slot. A worker takes a free
+    slot of its own, packs the batch there and sends only ``(slot, meta)``; the main process
+    rebuilds the tensors as views of the slot and frees it when the last of them is gone (a
+    finalizer on the view). No copy through the pickle stream and the pipe, each of which costs
+    about what decoding the batch does. A batch that does not fit, or finds no free slot (the
+    consumer still holds the batches of every slot), travels in the pickle stream as before."""
+
+    def __init__(self, workers: int, slots: int, slot_bytes: int = SLOT_BYTES, token=None, raw=None, flags=None):
+        self.workers, self.slots, self.slot_bytes = int(workers), int(slots), int(slot_bytes)
+        n = self.workers * self.slots
+        self.raw = multiprocessing.RawArray(ctypes.c_uint8, n * self.slot_bytes) if raw is None else raw
+        self.flags = multiprocessing.RawArray(ctypes.c_int32, n) if flags is None else flags
+        self.mem, self.busy = np.frombuffer(self.raw, np.uint8), np.frombuffer(self.flags, np.int32)
+        self.token = token or os.urandom(8).hex()
+        if raw is None:
+            _RINGS[self.token] = self
+
+    def __reduce__(self):
+        if get_spawning_popen() is None:  # not a worker starting: a copy would share nothing
+            return _no_ring, ()
+        return SlotRing, (self.workers, self.slots, self.slot_bytes, self.token, self.raw, self.flags)
+
+    def take(self, worker: int, nbytes: int):
+        """A free slot of ``worker`` for ``nbytes``, now marked busy; None when none fits."""
+        if nbytes > self.slot_bytes or not 0 <= worker < self.workers:
+            return None
+        for s in range(worker * self.slots, (worker + 1) * self.slots):
+            if self.busy[s] == 0:
+                self.busy[s] = 1
+                return s
+        return None
+
+    def view(self, s: int, nbytes: int | None = None, free_when_gone: bool = False):
+        """uint8 tensor over slot ``s``; ``free_when_gone``: the slot is freed once it is collected."""
+        a = self.mem[s * self.slot_bytes:s * self.slot_bytes + (self.slot_bytes if nbytes is None else nbytes)]
+        if free_when_gone:
+            weakref.finalize(a, _free, self.busy, s)
+        return torch.from_numpy(a)
+
+
+def _free(busy, s):
+    busy[s] = 0
+
+
+def _no_ring():
+    return None
+
+
+def unpack_slot(token, s, nbytes, meta):
+    """The output of a batch a worker packed into slot ``s`` of the ring ``token``."""
+    return unpack(_RINGS[token].view(s, nbytes, free_when_gone=True), meta)
 
 
 def unpack_array(a: np.ndarray, meta):
@@ -108,3 +185,152 @@ def unpack(buf, meta):
     else:
         X = rest[0]
     return {"ids": ids, "X": X, "y": y} if output == "dict" else (X, y, ids)
+
+
+# --------------------------------------------------------------------------- workers' pass board
+
+BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
+
+
+class PassBoard:
+    """What the next pass of a dataset delivers, posted by the main process for its DataLoader
+    workers: a block of shared memory (``multiprocessing.RawArray``), made with the dataset (before
+    any worker starts) and travelling with every copy of it (inherited by a forked worker, passed
+    as a descriptor to a spawned one), so a *persistent* worker, whose copy was made once, still
+    reads the epoch and resume point chosen for each pass. Layout: int64 generation (bytes 0-8),
+    int64 payload length (8-16), the pickled ``(epoch, resume state dict or None)`` after.
+
+    The main process posts before the pass starts (``DataLoader.__iter__``) and a worker reads as
+    its pass starts (after torch's index queue told it to), so no lock is needed. (Not a torch
+    shared tensor: allocating one in a process forked after another was shared can deadlock.)
+    Pickled outside a process start (a user's ``pickle.dumps(dataset)``) it becomes a private copy."""
+
+    __slots__ = ("raw", "a")
+
+    def __init__(self, raw=None):
+        self.raw = multiprocessing.RawArray(ctypes.c_uint8, BOARD_BYTES) if raw is None else raw
+        self.a = np.frombuffer(self.raw, np.uint8)
+
+    def __reduce__(self):
+        from multiprocessing.context import get_spawning_popen
+
+        if get_spawning_popen() is not None:  # a worker starting: share the memory itself
+            return PassBoard, (self.raw,)
+        return _board_copy, (self.a.tobytes(),)
+
+    def post(self, epoch: int, resume) -> int:
+        """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation."""
+        payload = pickle.dumps((int(epoch), None if resume is None else resume.to_dict(worker=True)))
+        if len(payload) > BOARD_BYTES - 16:
+            raise ValueError(f"a resume state of {len(payload)} bytes does not fit the workers' board "
+                             f"({BOARD_BYTES - 16} bytes)")
+        head = self.a[:16].view(np.int64)
+        gen = int(head[0]) + 1
+        self.a[16:16 + len(payload)] = np.frombuffer(payload, np.uint8)
+        head[1] = len(payload)
+        head[0] = gen  # last: the generation names a complete post
+        return gen
+
+    def read(self):
+        """(generation, epoch, ResumeState or None) of the last post."""
+        from .state import ResumeState
+
+        gen, n = (int(v) for v in self.a[:16].view(np.int64))
+        epoch, res = pickle.loads(self.a[16:16 + n].tobytes())
+        return gen, epoch, None if res is None else ResumeState.from_dict(res)
+
+
+def _board_copy(data: bytes) -> PassBoard:
+    b = PassBoard()
+    b.a[:] = np.frombuffer(data, np.uint8)
+    return b
+
+
+# --------------------------------------------------------------------------- feeding a device
+
+
+def check_device(device):
+    """None for None or a CPU device (batches are handed out as made), else the ``torch.device``
+    of a CUDA device; UsageError when CUDA is not available or the device is of another kind."""
+    from .errors import UsageError
+
+    if device is None:
+        return None
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        return None
+    if dev.type != "cuda":
+        raise UsageError(f"device must be 'cpu' or a CUDA device, got {device!r}")
+    if not torch.cuda.is_available():
+        raise UsageError(f"device={device!r} asked, but CUDA is not available to this torch "
+                         f"({torch.__version__}); use device='cpu' or None")
+    return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def _parts(out):
+    """(rebuild, tensors) of a batch output (dict or tuple): its dense tensors, a sparse X as its
+    components, and a function of the moved tensors that builds the output again."""
+    d = out if isinstance(out, dict) else {"X": out[0], "y": out[1], "ids": out[2]}
+    X = d["X"]
+    if isinstance(X, torch.Tensor) and X.layout == torch.sparse_csr:
+        xs, kind = [X.crow_indices(), X.col_indices(), X.values()], "csr"
+    elif isinstance(X, torch.Tensor) and X.layout == torch.sparse_coo:
+        xs, kind = [X._indices(), X._values()], "coo"
+    elif isinstance(X, torch.Tensor):
+        xs, kind = [X], "dense"
+    else:
+        xs, kind = [], "other"  # lines data: a list of bytes stays on the host
+    ts = [d["ids"]] + ([] if d["y"] is None else [d["y"]]) + xs
+    shape, has_y, is_dict = (tuple(X.shape) if kind != "other" else None), d["y"] is not None, isinstance(out, dict)
+
+    def rebuild(moved):
+        ids, y = moved[0], (moved[1] if has_y else None)
+        rest = moved[2:] if has_y else moved[1:]
+        if kind == "csr":
+            x = torch.sparse_csr_tensor(*rest, size=shape, check_invariants=False)
+        elif kind == "coo":
+            x = torch.sparse_coo_tensor(*rest, size=shape, is_coalesced=True, check_invariants=False)
+        else:
+            x = rest[0] if kind == "dense" else X
+        return {"ids": ids, "X": x, "y": y} if is_dict else (x, y, ids)
+    return rebuild, ts
+
+
+def to_device(out, device, non_blocking: bool = False):
+    """A batch output (dict or tuple) with every tensor on ``device``; a sparse X moves as its
+    components (CSR: crow, col, values) and is rebuilt there."""
+    rebuild, ts = _parts(out)
+    return rebuild([t.to(device, non_blocking=non_blocking) for t in ts])
+
+
+class Feeder:
+    """Batches moved to a CUDA ``device`` one step ahead: batch k+1 is pinned and copied on a side
+    stream while the consumer's step on batch k runs on its current stream. Before batch k is
+    handed out, the current stream waits for the copy of k (an event recorded after it on the side
+    stream) and each of its tensors is marked as used by the current stream (``record_stream``),
+    so the caching allocator does not reuse their memory while the step may still read it."""
+
+    def __init__(self, batches, device):
+        self.batches, self.device = batches, device
+
+    def __iter__(self):
+        side = torch.cuda.Stream(self.device)
+        ahead = None
+        for out in self.batches:
+            rebuild, ts = _parts(out)
+            with torch.cuda.stream(side):
+                moved = [(t if t.is_pinned() else t.pin_memory()).to(self.device, non_blocking=True) for t in ts]
+                done = torch.cuda.Event()
+                done.record(side)
+            if ahead is not None:
+                yield self._ready(*ahead)
+            ahead = (rebuild, moved, done)
+        if ahead is not None:
+            yield self._ready(*ahead)
+
+    def _ready(self, rebuild, moved, done):
+        cur = torch.cuda.current_stream(self.device)
+        cur.wait_event(done)
+        for t in moved:
+            t.record_stream(cur)
+        return rebuild(moved)  # built on the current stream, after the wait

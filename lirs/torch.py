@@ -17,11 +17,15 @@ contiguous slice of the epoch's global order: the union over ranks is every reco
 
 **Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids,
 order, sizes and count) whatever ``num_workers``: worker ``w`` of ``W`` delivers batches
-``w, w + W, ...`` (planning none of the others) and the DataLoader's in-order round robin over
-workers (``in_order=True``, its default) hands them out as ``0, 1, 2, ...``. Each worker opens its
-own engine and pool, and sends each batch packed in one buffer (one pickle or shared-memory
-transfer instead of one per tensor); the main process rebuilds the tensors as views of it. With
-granularity ``window`` a worker reads only the rows of each window its batches take.
+``w, w + W, ...`` (planning none of the others) and the DataLoader's in-order round robin hands
+them out as ``0, 1, 2, ...``. Each worker's pool is its share of the usable cores
+(:func:`worker_threads`); :func:`make_dataloader`'s workers are persistent, and every pass still
+delivers the epoch the main process chose (``set_epoch``, a loaded state, or the next epoch for a
+plain pass): it is posted on a shared board each worker reads as its pass starts (also in a
+hand-built ``DataLoader(persistent_workers=True)``). A batch crosses packed in one buffer
+(:class:`lirs.tensors.Packed`), in a slot of a shared ring (:class:`lirs.tensors.SlotRing`) when
+one is free, rebuilt in the main process as views of it. ``device="cuda"``
+moves each batch to the GPU on a side stream (:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
 consumes the batch: a few ``from_numpy`` calls, cheaper than a task of their own on the Loader's
@@ -57,10 +61,11 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
+from .cores import usable_cores
 from .errors import UsageError
 from .loader import Loader
 from .state import ResumeState, states_of
-from .tensors import Convert, to_tensors  # noqa: F401 - to_tensors is public here too
+from .tensors import Convert, Feeder, PassBoard, SlotRing, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 
 log = logging.getLogger("lirs.torch")
 
@@ -94,6 +99,16 @@ def _dist_rank_world() -> tuple[int, int]:
 def _worker() -> tuple[int, int]:
     info = tud.get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def worker_threads(num_workers: int) -> int | None:
+    """Pool threads of a :class:`lirs.Loader` in one of ``num_workers`` DataLoader worker
+    processes: its share of the usable cores and one more (a thread waiting on its read leaves a
+    core to decoding), so that W workers do not start W pools each sized to every core. None in
+    the main process: the Loader's default."""
+    if tud.get_worker_info() is None:
+        return None
+    return max(1, usable_cores() // max(1, int(num_workers))) + 1
 
 
 class LirsIterableDataset(tud.IterableDataset):
@@ -150,6 +165,8 @@ class LirsIterableDataset(tud.IterableDataset):
         self._world = world_size
         self.epoch = int(epoch)
         self.loader_kwargs = dict(loader_kwargs)
+        if "threads" in self.loader_kwargs and self.loader_kwargs["threads"] is None:
+            del self.loader_kwargs["threads"]
         self._loader = None
         self._loader_key = None
         self._pos = ResumeState(self.epoch)        # this process's deliveries (the consumer's position)
@@ -157,6 +174,12 @@ class LirsIterableDataset(tud.IterableDataset):
         self._resume: ResumeState | None = None    # an exact Loader state the next iteration starts from
         # DataLoader workers do not see the process group: read it here, in the rank's process
         self._dist = _dist_rank_world()
+        # persistent DataLoader workers keep their copy of this dataset across passes: the epoch and
+        # resume point the main process chooses reach them through this shared board instead
+        self._board = PassBoard()
+        self._seen = 0          # the board's generation this copy's epoch and resume point match
+        self._iter_pid = None   # the worker process that iterated this copy (None: none yet)
+        self.publish()
 
     # ------------------------------------------------------------------ where and what
     def set_epoch(self, epoch: int) -> None:
@@ -172,6 +195,14 @@ class LirsIterableDataset(tud.IterableDataset):
             self._resume = None
         if self._resume is None:
             self._pos = ResumeState(self.epoch)
+        self.publish()
+
+    def publish(self) -> None:
+        """Post this copy's epoch and resume point for the next pass of its DataLoader workers,
+        persistent ones included (each reads it when its pass starts). Called by ``set_epoch``,
+        ``load_state_dict`` and :class:`LirsDataLoader` in the main process; a no-op in a worker."""
+        if tud.get_worker_info() is None:
+            self._seen = self._board.post(self.epoch, self._resume)
 
     def shard(self) -> tuple[int, int]:
         """(rank, world_size) this process reads for (its DataLoader workers split the rank's
@@ -202,9 +233,10 @@ class LirsIterableDataset(tud.IterableDataset):
                 source = self._loader.index
             # a user transform runs on the pool with the tensors, beside the decoding (it may be
             # heavy); the tensors alone are built where the batch is consumed (see _deliver)
+            kw = dict(self.loader_kwargs)
+            kw.setdefault("threads", worker_threads(_worker()[1]))
             self._loader = Loader(source, self.batch_size, rank=rank, world_size=world,
-                                  transform=None if self.transform is None else self._converter(),
-                                  **self.loader_kwargs)
+                                  transform=None if self.transform is None else self._converter(), **kw)
             self._loader_key = key
         return self._loader
 
@@ -289,6 +321,7 @@ class LirsIterableDataset(tud.IterableDataset):
         self.epoch = exact.epoch
         self._chosen = True
         self._pos = self._resume.replace(config={}, worker=None)
+        self.publish()
 
     def begin_pass(self) -> int:
         """A new pass over the dataset starts (in the main process): unless its epoch was chosen
@@ -318,7 +351,9 @@ class LirsIterableDataset(tud.IterableDataset):
         # eager (not a generator function): the position is known when the iterator is made, as
         # StatefulDataLoader reads the state before the first batch
         if tud.get_worker_info() is None:
-            self.begin_pass()  # a worker's copy has the epoch its main process chose
+            self.begin_pass()
+        else:
+            self._follow_board()
         loader = self.loader()
         res, self._resume = self._resume, None
         w, nw = _worker()
@@ -338,8 +373,20 @@ class LirsIterableDataset(tud.IterableDataset):
         self._pos = ResumeState(self.epoch, min(start + off, nb), spans)
         return self._deliver(it, loader)
 
+    def _follow_board(self) -> None:
+        """In a DataLoader worker, as a pass starts: take the epoch and resume point the main
+        process posted since this copy's last pass; a persistent worker whose main process chose
+        nothing new goes on to the next epoch, as a plain pass in the main process does. A fresh
+        worker's copy already holds what was posted (it was made after)."""
+        gen, epoch, resume = self._board.read()
+        if gen != self._seen:
+            self.epoch, self._resume, self._seen = epoch, resume, gen
+        elif self._iter_pid == os.getpid():
+            self.epoch, self._resume = self.epoch + 1, None
+        self._iter_pid = os.getpid()
+
     def _converter(self) -> "Convert":
-        return Convert(self.sparse, self.output, self.label_dtype, self.transform)
+        return Convert(self.sparse, self.output, self.label_dtype, self.transform, getattr(self, "_ring", None))
 
     def _deliver(self, it, loader):
         # without a user transform the tensors (a few from_numpy calls) are built here: as a task of
@@ -357,7 +404,15 @@ class LirsDataLoader(tud.DataLoader):
     (and no ``pin_memory``) it steps the dataset itself, each batch through ``collate_fn``, without
     torch's per-batch iterator (so no ``enumerate(DataLoader)`` profiler range per batch)."""
 
+    device = None  # make_dataloader(device=...): where the consumer gets the batches (None: as made)
+
     def __iter__(self):
+        it = self._batches()
+        if self.device is None or self.device.type == "cpu":
+            return it
+        return iter(Feeder(it, self.device))
+
+    def _batches(self):
         ds = self.dataset
         if self.num_workers == 0:  # the dataset iterates in this process and counts itself
             if self.pin_memory:  # torch pins each batch
@@ -373,10 +428,13 @@ class LirsDataLoader(tud.DataLoader):
                 yield convert(b)
             return
         ds.begin_pass()  # the workers get a copy of the dataset: choose the pass's epoch here
+        ds.publish()  # and post it: persistent workers read it as their pass starts
         res = ds.resume_point()
         ctx = self.multiprocessing_context or multiprocessing.get_context()
-        if ctx.get_start_method() == "fork":
-            ds.loader().plan(ds.epoch)  # forked workers inherit the index and its unit tables
+        if ctx.get_start_method() == "fork" and not (self.persistent_workers and self._iterator is not None):
+            ds.loader().plan(ds.epoch)  # workers about to fork inherit the index and its unit tables
+        if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
+            ds._ring = SlotRing(self.num_workers, (self.prefetch_factor or 2) + 2)
         it = super().__iter__()  # the workers start here, with the loaded state
         epoch = ds.epoch
         if res is not None and res.epoch == epoch:
@@ -400,13 +458,20 @@ class LirsDataLoader(tud.DataLoader):
 
 def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False,
                     prefetch_factor: int | None = None, multiprocessing_context=None,
-                    **dataset_kwargs) -> LirsDataLoader:
+                    persistent_workers: bool = True, device=None, **dataset_kwargs) -> LirsDataLoader:
     """A ready :class:`LirsDataLoader` (``batch_size=None``) over a :class:`LirsIterableDataset`.
 
-    ``dataset_kwargs`` go to :class:`LirsIterableDataset` (and from it to :class:`lirs.Loader`).
-    Workers are not persistent, so that each epoch's workers see the epoch given to
-    ``dl.dataset.set_epoch`` and the state given to ``dl.load_state_dict``.
+    ``dataset_kwargs`` go to :class:`LirsIterableDataset` (and from it to :class:`lirs.Loader`;
+    ``threads=`` sizes each worker's pool, by default its share of the usable cores).
+    ``persistent_workers`` (default True with workers): the workers, their Loaders and pools start
+    once and serve every pass; each pass still delivers the epoch chosen in the main process
+    (``dl.dataset.set_epoch``, ``dl.load_state_dict``, or the next one for a plain pass).
+    ``device``: None or ``"cpu"`` hands the batches out as made; a CUDA device (``"cuda"``,
+    ``"cuda:1"``, a ``torch.device``) moves each batch there from pinned memory on a side stream
+    while the consumer's previous step runs (:class:`lirs.tensors.Feeder`); UsageError when CUDA
+    is not available.
     """
+    dev = check_device(device)
     ds = LirsIterableDataset(path_or_index, batch_size, **dataset_kwargs)
     kw = {}
     if num_workers > 0:
@@ -414,5 +479,7 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
             kw["prefetch_factor"] = int(prefetch_factor)
         if multiprocessing_context is not None:
             kw["multiprocessing_context"] = multiprocessing_context
-    return LirsDataLoader(ds, batch_size=None, num_workers=int(num_workers), pin_memory=pin_memory,
-                          persistent_workers=False, **kw)
+    dl = LirsDataLoader(ds, batch_size=None, num_workers=int(num_workers), pin_memory=pin_memory,
+                        persistent_workers=bool(persistent_workers) and num_workers > 0, **kw)
+    dl.device = dev
+    return dl

@@ -427,3 +427,179 @@ def test_packed_batches_cross_processes_intact(small_svm, monkeypatch, sparse, i
         assert y is None or torch.equal(got["y"], y)
         assert got["X"].layout == X.layout and got["X"].shape == X.shape
         assert torch.equal(got["X"].to_dense(), X.to_dense())
+
+
+# --------------------------------------------------------------------------- persistent workers, pools, devices
+
+
+def _order(path, B, epoch, **kw):
+    return np.concatenate([b.ids for b in _loader_batches(path, B, epoch=epoch, **kw)])
+
+
+def test_hand_built_persistent_dataloader_follows_set_epoch(kdd_file):
+    """A user's own DataLoader(persistent_workers=True): set_epoch before each pass reaches the
+    workers (their dataset copies were made once), so pass e delivers the Loader's epoch e."""
+    import torch.utils.data as tud
+
+    from lirs.torch import LirsIterableDataset
+
+    kw = dict(granularity="window", group_bytes=8192, window=3, seed=6)
+    ds = LirsIterableDataset(kdd_file, 90, **kw)
+    dl = tud.DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    for epoch in (0, 1, 0):
+        ds.set_epoch(epoch)
+        assert np.array_equal(_ids(dl), _order(kdd_file, 90, epoch, **kw)), f"epoch {epoch}"
+    # passes without set_epoch go on to the next epoch, as they do in the main process
+    ds.set_epoch(3)
+    assert np.array_equal(_ids(dl), _order(kdd_file, 90, 3, **kw))
+    assert np.array_equal(_ids(dl), _order(kdd_file, 90, 4, **kw))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_make_dataloader_plain_passes_and_set_epoch(kdd_file, num_workers):
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=4)
+    dl = make_dataloader(kdd_file, 110, num_workers=num_workers, **kw)
+    assert dl.persistent_workers == (num_workers > 0)
+    assert np.array_equal(_ids(dl), _order(kdd_file, 110, 0, **kw))
+    assert np.array_equal(_ids(dl), _order(kdd_file, 110, 1, **kw)), "a plain second pass is epoch 1"
+    dl.dataset.set_epoch(7)
+    assert np.array_equal(_ids(dl), _order(kdd_file, 110, 7, **kw))
+    dl.dataset.set_epoch(1)
+    assert np.array_equal(_ids(dl), _order(kdd_file, 110, 1, **kw))
+
+
+def test_persistent_workers_resume_through_the_same_dataloader(kdd_file):
+    """load_state_dict on a DataLoader whose workers already run (persistent): the next pass goes
+    on exactly where the state left off, and the pass after it is the next whole epoch."""
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="window", group_bytes=8192, window=3, seed=9)
+    whole = [b.ids for b in _loader_batches(kdd_file, 80, epoch=2, **kw)]
+    dl = make_dataloader(kdd_file, 80, num_workers=2, epoch=2, **kw)
+    for k in (3, 8):
+        dl.dataset.set_epoch(2)
+        it = iter(dl)
+        head = [next(it)["ids"].numpy() for _ in range(k)]
+        state = dl.state_dict()
+        del it
+        dl.load_state_dict(state)
+        tail = [b["ids"].numpy() for b in dl]
+        assert len(head) + len(tail) == len(whole), f"resumed at {k}"
+        assert all(np.array_equal(a, b) for a, b in zip(head + tail, whole)), f"resumed at {k}"
+    assert np.array_equal(_ids(dl), _order(kdd_file, 80, 3, **kw)), "then the next epoch, whole"
+
+
+def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
+    import torch.utils.data as tud
+
+    import lirs.torch as lt
+
+    assert lt.worker_threads(4) is None, "the main process keeps the Loader's default"
+    monkeypatch.setattr(lt, "usable_cores", lambda: 16)
+    monkeypatch.setattr(tud, "get_worker_info", lambda: object())
+    assert [lt.worker_threads(w) for w in (1, 2, 4, 8, 16, 32)] == [17, 9, 5, 3, 2, 2]
+    monkeypatch.setattr(lt, "_worker", lambda: (1, 4))
+    ds = lt.LirsIterableDataset(kdd_file, 50)
+    assert ds.loader().threads == 5
+    assert lt.LirsIterableDataset(kdd_file, 50, threads=3).loader().threads == 3, "the user's choice stands"
+
+
+def test_pass_board_round_trip():
+    from lirs.state import ResumeState
+    from lirs.tensors import BOARD_BYTES, PassBoard
+
+    b = PassBoard()
+    g1 = b.post(3, None)
+    assert b.read() == (g1, 3, None)
+    res = ResumeState(4, 7, ((0, 10), (20, 35)), worker=(1, 2))
+    g2 = b.post(4, res)
+    gen, epoch, got = b.read()
+    assert (gen, epoch) == (g2, 4) and g2 == g1 + 1
+    assert (got.epoch, got.next_batch, got.spans, got.worker) == (4, 7, ((0, 10), (20, 35)), (1, 2))
+    with pytest.raises(ValueError, match="does not fit"):
+        b.post(5, ResumeState(5, 0, tuple((i, i + 1) for i in range(0, 4 * BOARD_BYTES, 2))))
+    assert b.read()[0] == g2, "a post that does not fit leaves the last one"
+
+
+def test_device_cpu_is_the_plain_path_and_cuda_needs_cuda(kdd_file, small_svm):
+    from lirs.errors import UsageError
+    from lirs.tensors import check_device, to_device
+    from lirs.torch import make_dataloader
+
+    assert check_device(None) is None and check_device("cpu") is None and check_device(torch.device("cpu")) is None
+    with pytest.raises(UsageError, match="CUDA device"):
+        check_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(UsageError, match="CUDA is not available"):
+            make_dataloader(kdd_file, 100, device="cuda")
+    kw = dict(granularity="group", group_bytes=8192, seed=1)
+    want = list(make_dataloader(kdd_file, 100, **kw))
+    got = list(make_dataloader(kdd_file, 100, device="cpu", **kw))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        _same_tensors(a, b)
+    # what the CUDA feeder does to each batch, on the CPU: components moved, the batch rebuilt
+    for sparse in ("csr", "coo", "dense"):
+        for output in ("dict", "tuple"):
+            b = next(iter(make_dataloader(small_svm, 64, sparse=sparse, output=output)))
+            m = to_device(b, "cpu")
+            if output == "tuple":
+                b, m = ({"X": t[0], "y": t[1], "ids": t[2]} for t in (b, m))
+            assert m["X"].layout == b["X"].layout and torch.equal(m["X"].to_dense(), b["X"].to_dense())
+            assert torch.equal(m["ids"], b["ids"]) and torch.equal(m["y"], b["y"])
+
+
+def test_pass_board_pickled_outside_a_process_start_is_a_copy():
+    import pickle as pk
+
+    from lirs.tensors import PassBoard
+
+    b = PassBoard()
+    b.post(2, None)
+    c = pk.loads(pk.dumps(b))
+    assert c.read()[1:] == (2, None)
+    b.post(5, None)
+    assert c.read()[1] == 2, "a private copy"
+
+
+def test_persistent_workers_under_spawn(kdd_file):
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=2)
+    dl = make_dataloader(kdd_file, 300, num_workers=2, multiprocessing_context="spawn", **kw)
+    assert np.array_equal(_ids(dl), _order(kdd_file, 300, 0, **kw))
+    dl.dataset.set_epoch(5)
+    assert np.array_equal(_ids(dl), _order(kdd_file, 300, 5, **kw)), "the spawned workers share the board"
+
+
+def test_slot_ring_batches_cross_without_the_pickle_stream(small_svm):
+    """A worker's batch packed into a shared slot: only the slot's number is pickled, the main
+    process gets views of it, and the slot is free again once those tensors are gone; a full ring
+    or a batch too big for a slot falls back to the pickle stream."""
+    import gc
+
+    import lirs.torch as lt
+    from lirs import tensors
+
+    ring = tensors.SlotRing(2, 2, slot_bytes=1 << 16)
+    with lirs.Loader(small_svm, 50) as loader:
+        b = next(iter(loader))
+    ids, X, y = lt.to_tensors(b, "csr")
+    p = tensors.Packed(ids, X, y, "dict", ring, 1)
+    assert p.slot == (ring.token, 2) and list(ring.busy) == [0, 0, 1, 0]
+    data = pickle.dumps(p)
+    assert len(data) < 1000, "only the slot's number crosses"
+    del p
+    got = pickle.loads(data)
+    assert torch.equal(got["ids"], ids) and torch.equal(got["y"], y)
+    assert torch.equal(got["X"].to_dense(), X.to_dense())
+    assert ring.busy[2] == 1, "held while the consumer holds the batch"
+    del got
+    gc.collect()
+    assert ring.busy[2] == 0, "freed with the batch"
+    held = [tensors.Packed(ids, X, y, "dict", ring, 0) for _ in range(3)]
+    assert [h.slot is not None for h in held] == [True, True, False], "a full ring falls back"
+    assert tensors.Packed(ids, X, y, "dict", tensors.SlotRing(1, 1, slot_bytes=64), 0).slot is None
+    assert pickle.loads(pickle.dumps(ring)) is None, "outside a process start a ring is not shared"
