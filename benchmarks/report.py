@@ -290,9 +290,11 @@ def sec_torch():
             f"{d['records_per_s']['loader'] / 1e6:.2f} M, {1e6 / d['records_per_s']['loader'] * d['batch_size']:.0f} µs "
             f"per batch) — the CSR tensors are built on the consumer's thread, and with one "
             f"process the DataLoader steps the dataset without torch's per-batch iterator: what remains is the cost "
-            f"of the tensors themselves. With `num_workers=2` on this 2-core machine it is "
-            f"{f(r['torch_w2'])}×: two worker processes, each with its own pool, and the batches pickled to the "
-            f"main process, compete for the same two cores.")
+            f"of the tensors themselves. With `num_workers=2` (persistent workers, each with a pool sized to "
+            f"its share of the cores, batches crossing in shared-memory slots) on this 2-core machine it is "
+            f"{f(r['torch_w2'])}× the Loader and {f(d['ratio_vs_w0']['torch_w2'])}× `num_workers=0` (goal ≥ "
+            f"{d['goal_ratio_workers_vs_w0']}: {goal(d['ratio_vs_w0']['torch_w2'] >= d['goal_ratio_workers_vs_w0'])}): "
+            f"the workers and the main process compete for the same two cores.")
 
 
 def sec_tfrecord():
