@@ -30,6 +30,7 @@ class Policy:
     deals_batch: bool
     steps: str
     summary: str
+    randomness: int = 0  # rank by how close to uniform its batches are (0: the most random)
 
     def unit_bytes(self, group_bytes: int, block: int = BLOCK) -> int:
         """Bytes of the aligned span that defines a unit (0: every record is its own unit)."""
@@ -69,15 +70,17 @@ class Policy:
 POLICIES: dict[str, Policy] = {
     # most random first
     "instance": Policy("instance", "record", False, "batch",
-                       "every record a unit: the most random, one small read each (the LIRS paper's Fig. 6a)"),
+                       "every record a unit: the most random, one small read each (the LIRS paper's Fig. 6a)", 0),
     "page": Policy("page", "block", True, "batch",
-                   "the records starting in one 4 KiB page (Fig. 6b): about 2x read amplification on small records"),
+                   "the records starting in one 4 KiB page (Fig. 6b): about 2x read amplification on small records", 2),
     "group": Policy("group", "group", True, "batches",
-                    "the records starting in one aligned span of group_bytes; consecutive batches share a read step"),
+                    "the records starting in one aligned span of group_bytes; consecutive batches share a read step", 3),
     "window": Policy("window", "group", True, "window",
-                     "groups read a window at a time, their records dealt randomly over the batches the window feeds"),
+                     "groups read a window at a time, their records dealt randomly over the batches the window feeds", 1),
 }
 GRANULARITIES = tuple(POLICIES)
+# most random first: instance, then window (its batches close to uniform), page, group
+RANDOMNESS_ORDER = tuple(sorted(POLICIES, key=lambda g: POLICIES[g].randomness))
 DEFAULT_GRANULARITY = "window"
 
 

@@ -22,6 +22,7 @@ from ..policies import steps_in_flight
 from .reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buffer_order
 from .spans import Ahead, Records, SpanReader, records_per_run, run_ranges, write_blocks
 from .train import LinearSVM, as_pm1, reference_objective, relative_difference
+from ..policies import POLICIES
 
 LIRS_METHODS = ("lirs-instance", "lirs-page", "lirs-group", "lirs-window")
 BASELINES = ("bmf", "shuffle_buffer", "sequential")
@@ -171,7 +172,9 @@ def _run_lirs(run: _Run, rec, svm, gran, index_s, group_bytes, window, nf, zb):
         rec["loader"] = {"granularity": gran, "group_bytes": int(ld.group_bytes), "window": int(ld.window)}
     idx_bytes = index.index_bytes()  # compact offsets + label codes
     # a window is read once and feeds several batches: it is the unit held in memory
-    step = run.batch_size * run.mean_rec if gran != "window" else max(run.batch_size * run.mean_rec, window_bytes)
+    step = run.batch_size * run.mean_rec
+    if POLICIES[gran].uses_window:
+        step = max(step, window_bytes)
     rec["memory_bytes"] = int(idx_bytes + plan_bytes + in_flight * step *
                               (rec["per_epoch"][-1]["amplification"] or 1.0))
     rec["memory_what"] = (f"index ({idx_bytes / n:.1f} B/record) + plan ({plan_bytes / n:.2f} B/record) "

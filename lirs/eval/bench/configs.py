@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from ...windows import window_groups
 from ..fio import IOPS_QDS, figure
 from ..peers import BOUNDS
+from ...policies import POLICIES
 
 MIN_AUTO_GROUP = 65536
 DEVICES = ("nvme", "ssd", "hdd")  # the device envelopes of lirs.eval.envelope, fastest first
@@ -35,9 +36,10 @@ class Config:
     def name(self) -> str:
         if self.kind == "peer":
             return self.peer
-        if self.granularity in ("instance", "page"):
+        pol = POLICIES[self.granularity]
+        if not pol.uses_group_bytes:
             name = f"lirs-{self.granularity}"
-        elif self.granularity == "group":
+        elif not pol.uses_window:
             name = f"lirs-group-{format_size(self.group_bytes)}"
         else:
             name = f"lirs-window-{format_size(self.group_bytes)}x{self.window}"
@@ -71,14 +73,14 @@ def lirs_configs(granularities, group_sizes, window, reads_only=(), data_bytes: 
 
     out = []
     for g in granularities:
-        if g in ("instance", "page"):
+        if not POLICIES[g].uses_group_bytes:
             out.append(Config("lirs", g))
         else:
             for gb in group_sizes:
-                out.append(Config("lirs", g, int(gb), groups(gb) if g == "window" else None))
+                out.append(Config("lirs", g, int(gb), groups(gb) if POLICIES[g].uses_window else None))
     for g in reads_only:
-        gb = None if g in ("instance", "page") else int(group_sizes[0])
-        out.append(Config("lirs", g, gb, groups(gb) if g == "window" else None, reads_only=True))
+        gb = None if not POLICIES[g].uses_group_bytes else int(group_sizes[0])
+        out.append(Config("lirs", g, gb, groups(gb) if POLICIES[g].uses_window else None, reads_only=True))
     seen, uniq = set(), []
     for c in out:
         if c.name not in seen:
@@ -102,7 +104,7 @@ def bound_of(row: dict) -> tuple[str, str] | None:
             # page-cache readahead turned the random reads into large ones: bandwidth bounds them
             return "bw", "seq1m_qd16"
         return b
-    if row["granularity"] in ("instance", "page"):
+    if not POLICIES[row["granularity"]].uses_group_bytes:
         depth = row.get("engine_depth") or 128
         qd = max((q for q in IOPS_QDS if q <= depth), default=1)
         return "iops", IOPS_QDS[qd]

@@ -1,11 +1,10 @@
 """The recommendation rule of ``lirs bench`` (:func:`recommend`) and the project's goals for it (:func:`goals`)."""
 from __future__ import annotations
 
+from ...policies import POLICIES, RANDOMNESS_ORDER  # noqa: F401 - RANDOMNESS_ORDER: the tie-break, public here
 from ..peers import CAVEATS
 from .report import fmt_s
 
-# more random first: the tie-break of the recommendation
-RANDOMNESS_ORDER = ("instance", "window", "page", "group")
 TIE_TOLERANCE = 0.05
 
 GOALS = {
@@ -86,13 +85,13 @@ def goals(rows: list[dict]) -> dict:
             if inst and inst.get("ratio") is not None:
                 g["instance" + suffix + "_vs_fio_iops"] = _goal(inst["ratio"], GOALS["instance_vs_fio_iops"],
                                                                 [inst["name"]])
-            groups = [r for r in ok.values() if r["kind"] == "lirs" and r["granularity"] == "group"
+            groups = [r for r in ok.values() if r["kind"] == "lirs" and POLICIES[r["granularity"]].steps == "batches"
                       and bool(r.get("reads_only")) == only and r.get("ratio") is not None]
             if groups:
                 best = max(groups, key=lambda r: r["ratio"])
                 g["group" + suffix + "_vs_fio_bandwidth"] = _goal(best["ratio"], GOALS["group_vs_fio_bandwidth"],
                                                                   [best["name"]])
-        gw = [r for r in ok.values() if r["kind"] == "lirs" and r["granularity"] in ("group", "window")
+        gw = [r for r in ok.values() if r["kind"] == "lirs" and POLICIES[r["granularity"]].uses_group_bytes
               and not r.get("reads_only") and r.get("records_per_s")]
         torch_row = ok.get("torch")
         if gw and torch_row and torch_row.get("records_per_s"):

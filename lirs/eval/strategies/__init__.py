@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import inspect
 
+from ...policies import GRANULARITIES, POLICIES
 from ...errors import UsageError
 from .base import DEFAULT_RECORD_BYTES, LARGE_READ_BYTES, Cost, StrategyOrder, synthetic_index  # noqa: F401 - the public API
 from .corgi import corgi2, corgipile
@@ -94,15 +95,13 @@ STRATEGIES = {
     "two_pass": two_pass,
     "terashuf": terashuf,
     "chunk_roundrobin": chunk_roundrobin,
-    "instance": lirs_strategy("instance"),
-    "page": lirs_strategy("page"),
-    "group": lirs_strategy("group"),
-    "window": lirs_strategy("window"),
+    **{g: lirs_strategy(g) for g in GRANULARITIES},  # lirs itself, by granularity
 }
 """name -> strategy function (one signature: see the module docstring)."""
 
-LIRS_STRATEGIES = ("instance", "page", "group", "window")
-EXACT_STRATEGIES = ("streaming_naive", "two_pass", "terashuf", "instance")
+LIRS_STRATEGIES = GRANULARITIES
+EXACT_STRATEGIES = ("streaming_naive", "two_pass", "terashuf") + tuple(g for g in GRANULARITIES
+                                                                       if POLICIES[g].unit == "record")
 _COMMON = ("seed", "epoch", "batch_size")
 
 

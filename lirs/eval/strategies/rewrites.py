@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ...policies import POLICIES
 from ... import seeds
 from ...constants import DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH
 from ...policies import steps_in_flight
@@ -105,15 +106,16 @@ def lirs_strategy(granularity: str):
                           group_bytes=int(group_bytes), permutation=permutation, **spec)
         order = plan.order()
         params = {}
-        if granularity == "window":
+        pol = POLICIES[granularity]
+        if pol.uses_window:
             params = {"group_bytes": int(group_bytes), "window": int(plan.window),
                       "window_bytes": int(plan.window) * int(group_bytes)}
-        elif granularity == "group":
+        elif pol.uses_group_bytes:
             params = {"group_bytes": int(group_bytes)}
 
         def cost():
             reads = _plan_reads(plan)
-            steps = max(1, -(-plan.units // int(plan.window)) if granularity == "window" else plan.num_batches)
+            steps = max(1, -(-plan.units // int(plan.window)) if pol.uses_window else plan.num_batches)
             step_bytes = int(reads.sum()) / steps
             idx_bytes = 8 * src.n  # the offset table the planner and reads need
             in_flight = min(steps, steps_in_flight(plan, DEFAULT_PREFETCH))  # as the Loader keeps them
@@ -124,7 +126,7 @@ def lirs_strategy(granularity: str):
                         median_read_bytes=median_or_none(reads), large_rand_read_bytes=large_read_bytes(reads),
                         notes=f"coalesced aligned direct reads, amplification {amp:.3f}x")
 
-        return strategy_result(granularity, src, order, params, granularity == "instance", True, cost)
+        return strategy_result(granularity, src, order, params, pol.unit == "record", True, cost)
 
     fn.__name__ = fn.__qualname__ = f"lirs_{granularity}"
     fn.__doc__ = (f"lirs ``{granularity}`` granularity: :func:`lirs.plan.plan_epoch` order of the epoch; "
