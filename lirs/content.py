@@ -17,6 +17,7 @@ import threading
 import numpy as np
 
 from .constants import BLOCK
+from .inputs import pread_into
 
 log = logging.getLogger("lirs.index")
 
@@ -178,16 +179,7 @@ def _chunk_sums(fd: int, path: str, lo: int, hi: int) -> list[int]:
     if buf is None or buf.size < hi - lo:
         buf = _LOCAL.buf = np.empty(max(hi - lo, _VERIFY_CHUNK), np.uint8)
     buf = buf[:hi - lo]
-    mv, got = memoryview(buf), 0
-    while got < len(buf):
-        try:
-            r = os.preadv(fd, [mv[got:]], lo + got)
-        except OSError as e:
-            e.filename, e.lirs_offset = path, lo + got
-            raise
-        if r == 0:
-            break  # the file was cut meanwhile: what is missing differs
-        got += r
+    got = pread_into(fd, memoryview(buf), lo, path)  # short: the file was cut meanwhile, what is missing differs
     return [int(K.crc32c_update(K.TABLE, K.HW, buf, a, min(a + SUM_BLOCK, got), 0)) if a < got else -1
             for a in range(0, len(buf), SUM_BLOCK)]
 

@@ -12,6 +12,23 @@ import numpy as np
 from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
 
+
+def pread_into(fd: int, mv: memoryview, off: int, path: str) -> int:
+    """Read into all of ``mv`` (a writable byte view) from byte ``off`` of ``fd``, continuing short
+    reads; returns the bytes read (fewer only at the end of the file). An OSError (EIO and kin)
+    names ``path`` and carries the byte (``lirs_offset``) it failed at: the CLI prints both."""
+    got = 0
+    while got < len(mv):
+        try:
+            r = os.preadv(fd, [mv[got:]], off + got)
+        except OSError as e:
+            e.filename, e.lirs_offset = path, off + got
+            raise
+        if r == 0:
+            break
+        got += r
+    return got
+
 log = logging.getLogger("lirs.inputs")
 
 _EXT_FORMAT = {
@@ -277,18 +294,10 @@ def _buffered_chunks(path: str, start: int, end: int, chunk: int):
 
         def read(i, off):
             want = min(chunk, end - off)
-            mv = memoryview(bufs[i])[:want]
-            got = 0
-            while got < want:
-                try:
-                    r = os.preadv(fd, [mv[got:]], off + got)
-                except OSError as e:  # EIO and kin: say which file and where (the CLI prints both)
-                    e.filename, e.lirs_offset = path, off + got
-                    raise
-                if r == 0:
-                    raise DataError(f"{path}: byte {off + got}: file ended early (expected {end} bytes); "
-                                    "did it change while being read?")
-                got += r
+            got = pread_into(fd, memoryview(bufs[i])[:want], off, path)
+            if got < want:
+                raise DataError(f"{path}: byte {off + got}: file ended early (expected {end} bytes); "
+                                "did it change while being read?")
             return got
 
         with ThreadPoolExecutor(1) as ex:

@@ -23,6 +23,7 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import IndexFormatError, UsageError
+from .inputs import pread_into
 from .litter import clean_dead_litter, clean_dead_temps, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
@@ -45,7 +46,7 @@ _SAMPLE_BLOCK = BLOCK
 def pread_full(fd: int, nbytes: int, offset: int, path: str | None = None) -> bytes:
     """``nbytes`` from ``offset``, continuing short reads (FUSE and network filesystems return
     them mid-file); shorter only at end of file. A failed read's OSError names ``path`` and the
-    byte (``lirs_offset``, which the CLI prints)."""
+    byte (``lirs_offset``, which the CLI prints). The bytes form of :func:`lirs.inputs.pread_into`."""
     parts, got = [], 0
     while got < nbytes:
         try:
@@ -383,17 +384,11 @@ def read_array(sidecar: str, fd: int, dt: np.dtype, spec: dict, name: str, check
     sidecar and the byte; with ``check``, its CRC-32 is compared too. Returns ``dt`` (count,)."""
     out = np.empty(int(spec["count"]), dt)
     mv = memoryview(out).cast("B")
-    off, got = int(spec["offset"]), 0
-    while got < len(mv):
-        try:
-            r = os.preadv(fd, [mv[got:]], off + got)
-        except OSError as e:
-            e.filename, e.lirs_offset = sidecar, off + got
-            raise
-        if r == 0:
-            raise IndexFormatError(f"{sidecar}: byte {off + got}: array {name} ends early ({got} of {len(mv)} "
-                                   "bytes): the index was truncated or replaced; re-run `lirs index`")
-        got += r
+    off = int(spec["offset"])
+    got = pread_into(fd, mv, off, sidecar)
+    if got < len(mv):
+        raise IndexFormatError(f"{sidecar}: byte {off + got}: array {name} ends early ({got} of {len(mv)} "
+                               "bytes): the index was truncated or replaced; re-run `lirs index`")
     if check and "crc32" in spec and zlib.crc32(mv) != spec["crc32"]:
         raise IndexFormatError(f"{sidecar}: array {name} at byte {off} is corrupt (CRC-32 {zlib.crc32(mv):08x}, "
                                f"written {spec['crc32']:08x}); see `lirs index --check`, or re-run `lirs index`")
