@@ -256,15 +256,24 @@ def _best(ms: dict, names, fn):
     return min(cand, key=lambda mv: math.inf if mv[1] is None else mv[1])
 
 
+# a timed side wins only by more than this share beyond the other's range: the epochs of one run
+# vary less than two runs do (two fresh-venv demo runs on a shared 2-core machine put the same
+# method's steady epoch 10-20% apart, and once called a 0.10 s vs 0.12 s epoch a win, then a tie)
+MIN_MARGIN = 0.25
+
+
 def outcome(lv, ov, lrange=None, orange=None) -> str:
     """"wins", "ties" or "loses" for lirs's value ``lv`` against ``ov`` (smaller is better; None =
     never, ranks last). With ranges ``(lo, hi)`` measured in the same run, a side wins only when
-    its whole range lies below the other's: a margin within the run-to-run spread is a tie."""
+    its whole range, widened by :data:`MIN_MARGIN`, lies below the other's: a margin within the
+    run-to-run spread is a tie."""
     inf = math.inf
     lk, ok = (inf if lv is None else lv), (inf if ov is None else ov)
     if lrange is not None and orange is not None and lv is not None and ov is not None:
         (llo, lhi), (olo, ohi) = lrange, orange
-        return "wins" if lhi < olo else ("loses" if llo > ohi else "ties")
+        if lhi * (1 + MIN_MARGIN) < olo:
+            return "wins"
+        return "loses" if llo > ohi * (1 + MIN_MARGIN) else "ties"
     return "ties" if lk == ok else ("wins" if lk < ok else "loses")
 
 
