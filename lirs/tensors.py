@@ -61,6 +61,32 @@ class Convert:
         return {"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids)
 
 
+def x_parts(X) -> tuple[str, list]:
+    """(kind, tensors) of a batch's X: ``"csr"`` (crow, col, values), ``"coo"`` (indices, values),
+    ``"dense"`` (X), or ``"other"`` (no tensor: lines data, a list of bytes)."""
+    if not isinstance(X, torch.Tensor):
+        return "other", []
+    if X.layout == torch.sparse_csr:
+        return "csr", [X.crow_indices(), X.col_indices(), X.values()]
+    if X.layout == torch.sparse_coo:
+        return "coo", [X._indices(), X._values()]
+    return "dense", [X]
+
+
+def build_output(ts: list, kind: str, shape, has_y: bool, output: str, other=None):
+    """The batch output (dict or tuple) from ``ts`` = [ids, (y), *parts of X] as :func:`x_parts`
+    gave them (possibly moved or copied since); ``other``: X itself for kind ``"other"``."""
+    ids, y = ts[0], (ts[1] if has_y else None)
+    rest = ts[2:] if has_y else ts[1:]
+    if kind == "csr":
+        X = torch.sparse_csr_tensor(*rest, size=shape, check_invariants=False)
+    elif kind == "coo":
+        X = torch.sparse_coo_tensor(*rest, size=shape, is_coalesced=True, check_invariants=False)
+    else:
+        X = rest[0] if kind == "dense" else other
+    return {"ids": ids, "X": X, "y": y} if output == "dict" else (X, y, ids)
+
+
 ALIGN = 64                # bytes: every tensor of a packed batch starts aligned
 INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pickle stream
 
@@ -75,12 +101,7 @@ class Packed:
     __slots__ = ("buf", "meta", "slot")
 
     def __init__(self, ids, X, y, output, ring=None, worker=0):
-        if X.layout == torch.sparse_csr:
-            kind, parts = "csr", [X.crow_indices(), X.col_indices(), X.values()]
-        elif X.layout == torch.sparse_coo:
-            kind, parts = "coo", [X._indices(), X._values()]
-        else:
-            kind, parts = "dense", [X]
+        kind, parts = x_parts(X)
         parts = [ids] + ([] if y is None else [y]) + parts
         spans, o = [], 0
         for t in parts:
@@ -175,16 +196,7 @@ def unpack_array(a: np.ndarray, meta):
 def unpack(buf, meta):
     """The output of a :class:`Packed` batch, its tensors views of ``buf``."""
     kind, shape, has_y, output, spans = meta
-    ts = [buf[a:a + nb].view(dt).view(sh) for a, nb, dt, sh in spans]
-    ids, y = ts[0], (ts[1] if has_y else None)
-    rest = ts[2:] if has_y else ts[1:]
-    if kind == "csr":
-        X = torch.sparse_csr_tensor(*rest, size=shape, check_invariants=False)
-    elif kind == "coo":
-        X = torch.sparse_coo_tensor(*rest, size=shape, is_coalesced=True, check_invariants=False)
-    else:
-        X = rest[0]
-    return {"ids": ids, "X": X, "y": y} if output == "dict" else (X, y, ids)
+    return build_output([buf[a:a + nb].view(dt).view(sh) for a, nb, dt, sh in spans], kind, shape, has_y, output)
 
 
 # --------------------------------------------------------------------------- workers' pass board
@@ -272,27 +284,13 @@ def _parts(out):
     components, and a function of the moved tensors that builds the output again."""
     d = out if isinstance(out, dict) else {"X": out[0], "y": out[1], "ids": out[2]}
     X = d["X"]
-    if isinstance(X, torch.Tensor) and X.layout == torch.sparse_csr:
-        xs, kind = [X.crow_indices(), X.col_indices(), X.values()], "csr"
-    elif isinstance(X, torch.Tensor) and X.layout == torch.sparse_coo:
-        xs, kind = [X._indices(), X._values()], "coo"
-    elif isinstance(X, torch.Tensor):
-        xs, kind = [X], "dense"
-    else:
-        xs, kind = [], "other"  # lines data: a list of bytes stays on the host
+    kind, xs = x_parts(X)
     ts = [d["ids"]] + ([] if d["y"] is None else [d["y"]]) + xs
-    shape, has_y, is_dict = (tuple(X.shape) if kind != "other" else None), d["y"] is not None, isinstance(out, dict)
+    shape, has_y = (tuple(X.shape) if kind != "other" else None), d["y"] is not None
+    output = "dict" if isinstance(out, dict) else "tuple"
 
     def rebuild(moved):
-        ids, y = moved[0], (moved[1] if has_y else None)
-        rest = moved[2:] if has_y else moved[1:]
-        if kind == "csr":
-            x = torch.sparse_csr_tensor(*rest, size=shape, check_invariants=False)
-        elif kind == "coo":
-            x = torch.sparse_coo_tensor(*rest, size=shape, is_coalesced=True, check_invariants=False)
-        else:
-            x = rest[0] if kind == "dense" else X
-        return {"ids": ids, "X": x, "y": y} if is_dict else (x, y, ids)
+        return build_output(moved, kind, shape, has_y, output, other=X)
     return rebuild, ts
 
 
