@@ -17,6 +17,7 @@ import lirs
 from conftest import engines_here
 from faultfs import FaultFS, fuse_missing
 from lirs.engines import BLOCK, ReadError, aligned_empty, open_engine
+from lirs.errors import UsageError
 from lirs.loader import Loader
 
 MISSING = fuse_missing()
@@ -461,3 +462,19 @@ def test_check_on_a_read_only_mount_verifies_and_records_elsewhere(fs, mounted, 
         with open(plain, "r+b") as f:
             f.write(b)
         os.utime(plain, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_an_unindexed_file_on_a_read_only_mount_names_where_to_put_the_index(fs, mounted):
+    """Index on first use where the directory cannot take the sidecar (a read-only mount): one
+    UsageError naming the sidecar and the `-o` way out, nothing left behind."""
+    _, files = mounted
+    plain, _ = files["train.svm"]
+    src, mnt = os.path.dirname(plain), os.path.dirname(files["train.svm"][1])
+    name = "first-use.svm"
+    _write_libsvm(os.path.join(src, name), 40, seed=9)
+    try:
+        with pytest.raises(UsageError, match=r"first-use\.svm\.lirs cannot be written .*lirs index .* -o"):
+            Loader(os.path.join(mnt, name), 8)
+        assert not [n for n in os.listdir(src) if n.startswith(name + ".lirs")]
+    finally:
+        os.remove(os.path.join(src, name))
