@@ -115,6 +115,23 @@ def test_crc32c_known_values_and_spec():
     assert masked_crc32c(b"abc") == spec_mask(spec_crc32c(b"abc"))
 
 
+def test_crc32c_three_lanes_join_to_the_one_lane_crc():
+    """Long inputs are summed in three interleaved lanes of K.STRIPE bytes joined by the zero-feed
+    tables: every length and offset around the lane boundaries gives the table-driven answer."""
+    rng = np.random.default_rng(3)
+    s = K.STRIPE
+    buf = rng.integers(0, 256, 7 * s + 64, dtype=np.uint8)
+    cuts = [(0, 3 * s), (0, 3 * s - 1), (0, 3 * s + 1), (1, 3 * s + 1), (7, 6 * s + 9), (0, buf.size),
+            (3, buf.size - 5), (s, 4 * s)]
+    for lo, hi in cuts:
+        want = int(K.crc32c_update(K.TABLE, False, buf, lo, hi, 0))
+        assert int(K.crc32c_update(K.TABLE, K.HW, buf, lo, hi, 0)) == want, (lo, hi)
+        mid = (lo + hi) // 2  # continued over a split, lanes on both sides
+        part = K.crc32c_update(K.TABLE, K.HW, buf, lo, mid, 0)
+        assert int(K.crc32c_update(K.TABLE, K.HW, buf, mid, hi, part)) == want, (lo, mid, hi)
+    assert crc32c(bytes(3 * s)) == spec_crc32c(bytes(3 * s))
+
+
 def test_crc32c_agrees_with_google_crc32c_when_installed():
     g = pytest.importorskip("google_crc32c")
     data = np.random.default_rng(1).bytes(100_003)
