@@ -108,31 +108,22 @@ class OffsetEncoder:
         self.carry = a[cut:].copy()
         if cut == 0:
             return np.empty(0, np.uint32)
-        head = a[:full].reshape(-1, OFFSET_BLOCK)
-        parts = [head]
-        if cut > full:
-            parts.append(a[full:cut])
-        rels = []
-        for blk in parts:
-            two = blk.reshape(-1, blk.shape[-1])
-            lo = two.min(axis=1)
-            span = two.max(axis=1) - lo
-            rel = two - lo[:, None]
-            wide = span >= _U32_SPAN
-            if wide.any():
-                codes = []
-                for r in np.flatnonzero(wide):
-                    w = np.zeros(OFFSET_BLOCK, np.int64)
-                    w[:two.shape[1]] = two[r]
-                    self._wides.append(w)
-                    self.nwide += 1
-                    codes.append(-self.nwide)
-                lo = lo.copy()
-                lo[wide] = codes
-                rel[wide] = 0
-            self._bases.append(lo.astype(np.int64))
-            rels.append(rel.astype(np.uint32).ravel())
-        return np.concatenate(rels)
+        from .kernels.plan import compact_blocks
+
+        a = np.ascontiguousarray(a[:cut], np.int64)
+        nb = (cut + OFFSET_BLOCK - 1) // OFFSET_BLOCK
+        lo, span, rel = np.empty(nb, np.int64), np.empty(nb, np.int64), np.empty(cut, np.uint32)
+        compact_blocks(a, lo, span, rel)  # one pass per block, in native code
+        for r in np.flatnonzero(span >= _U32_SPAN):  # a block of 4 GiB or more: its offsets whole
+            w = np.zeros(OFFSET_BLOCK, np.int64)
+            row = a[r * OFFSET_BLOCK:(r + 1) * OFFSET_BLOCK]
+            w[:row.size] = row
+            self._wides.append(w)
+            self.nwide += 1
+            lo[r] = -self.nwide
+            rel[r * OFFSET_BLOCK:r * OFFSET_BLOCK + row.size] = 0
+        self._bases.append(lo)
+        return rel
 
     def bases(self) -> np.ndarray:
         return np.concatenate(self._bases) if self._bases else np.empty(0, np.int64)

@@ -164,6 +164,36 @@ def offset_at(base, rel, wide, i):
 
 
 @njit(cache=True, nogil=True)
+def compact_blocks(a, bases, spans, rel):
+    """Split int64 ``a`` (m,) into blocks of 1024 (the last may be shorter): per block its smallest
+    value (``bases`` int64), largest minus smallest (``spans`` int64), and ``rel`` (uint32 (m,))
+    = ``a`` minus the block's smallest (its low 32 bits where a span reaches 2**32)."""
+    m = a.shape[0]
+    for j in range(bases.shape[0]):
+        lo = j << _SHIFT
+        hi = min(lo + _MASK + 1, m)
+        mn = a[lo]
+        mx = a[lo]
+        for i in range(lo + 1, hi):
+            v = a[i]
+            if v < mn:
+                mn = v
+            if v > mx:
+                mx = v
+        bases[j] = mn
+        spans[j] = mx - mn
+        for i in range(lo, hi):
+            rel[i] = np.uint32((a[i] - mn) & 0xFFFFFFFF)
+
+
+@njit(cache=True, nogil=True)
+def offsets_range(base, rel, wide, a, out):
+    """Starts of records a, a+1, ... of a compact offset table into ``out`` (int64 (m,))."""
+    for j in range(out.shape[0]):
+        out[j] = _offset(base, rel, 0, wide, a + j)
+
+
+@njit(cache=True, nogil=True)
 def units_variable(base, rel, wide, file_starts, unit_bytes, out):
     """First record of every unit of a variable-length format: records whose start lies in the same
     aligned span of ``unit_bytes`` of one file. Writes up to len(out) entries, returns the count

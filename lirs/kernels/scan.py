@@ -315,18 +315,58 @@ def span_stats(offsets, data_end, out):
     [min_size, max_size, sum_size, count_under_4k, count_straddling_4k].
     """
     m = offsets.shape[0]
+    lo, hi, total, small, straddle = out[0], out[1], out[2], out[3], out[4]
+    # in locals: stores into ``out`` every record would keep them in memory (6x slower)
     for i in range(m):
         s = offsets[i]
         e = offsets[i + 1] if i + 1 < m else data_end
         size = e - s
-        if size < out[0]:
-            out[0] = size
-        if size > out[1]:
-            out[1] = size
-        out[2] += size
+        if size < lo:
+            lo = size
+        if size > hi:
+            hi = size
+        total += size
         if size < 4096:
-            out[3] += 1
+            small += 1
         if size > 0 and (s >> 12) != ((e - 1) >> 12):
-            out[4] += 1
+            straddle += 1
+    out[0], out[1], out[2], out[3], out[4] = lo, hi, total, small, straddle
+
+
+@njit(cache=True, nogil=True)
+def code_labels(values, codes, out, seen):
+    """``out[i] = values[codes[i]]`` (float64 (m,)), marking each code met in ``seen`` (bool (k,))."""
+    for i in range(codes.shape[0]):
+        c = codes[i]
+        out[i] = values[c]
+        seen[c] = True
+
+
+@njit(cache=True, nogil=True)
+def label_codes(values, labels, out):
+    """The code of each label: its position in ``values`` (float64 (k,), sorted, NaN last when a
+    label is NaN; every label is one of them), as ``np.searchsorted(values, labels)`` gives it.
+    ``labels`` float64 (m,), ``out`` unsigned ints (m,)."""
+    k = values.shape[0]
+    if k > 0 and values[k - 1] != values[k - 1]:
+        k -= 1  # NaN: compared apart, it sorts after every number
+    for i in range(labels.shape[0]):
+        x = labels[i]
+        if x != x:
+            out[i] = k
+            continue
+        a = 0
+        if k <= 16:  # few values (class labels): count those below, without a branch to mispredict
+            for c in range(k):
+                a += values[c] < x
+        else:
+            b = k
+            while a < b:
+                c = (a + b) >> 1
+                if values[c] < x:
+                    a = c + 1
+                else:
+                    b = c
+        out[i] = a
 
 
