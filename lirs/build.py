@@ -4,8 +4,9 @@ Memory stays O(chunk): record offsets stream into the sidecar's temp file as the
 into a scratch file that is compacted (unique values + smallest code dtype) at the end.
 Chunks are read with O_DIRECT, two ahead, 16 pieces of 1 MiB in flight (lirs.inputs.read_chunks),
 while the numba kernel (which releases the GIL) scans the previous one on every core: no page-cache
-copy or reclaim takes CPU from the scan, also on files larger than RAM. Where O_DIRECT is refused
-the chunks come through the page cache.
+copy or reclaim takes CPU from the scan, also on files larger than RAM. Where O_DIRECT is refused,
+or the file is in the page cache already (just written or appended to), the chunks come through
+the page cache.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .errors import DataError, UsageError
-from .incremental import plan_update, scan_one
+from .incremental import Unconfirmed, confirm, plan_update, scan_one, settle
 from .inputs import expand_paths, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .sidecar import SidecarWriter, fingerprint, sidecar_path
@@ -96,8 +97,10 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
         for p, fp in zip(files, fps):
             if fingerprint(p) != fp:
                 raise DataError(f"{p}: file changed while it was being indexed; run `lirs index` again")
+        confirm(plan)  # what was kept as unchanged was: checked before anything is committed
         return w.commit(header_for(shell, dest))
     except BaseException:
+        settle(plan)
         w.abort()
         raise
     finally:
@@ -235,8 +238,13 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         chunk_bytes = max(int(chunk_bytes), 1)
-        plan = None if full else plan_update(files, format, out)
-        dest = _build_variable(files, format, out, chunk_bytes, progress, plan)
+        try:  # an append is checked while its tail is scanned, on the guess that nothing else changed
+            plan = None if full else plan_update(files, format, out, speculate=True)
+            dest = _build_variable(files, format, out, chunk_bytes, progress, plan)
+        except Unconfirmed as e:
+            log.info("%s: changed before its old end; planning from its checksums", e)
+            plan = plan_update(files, format, out)
+            dest = _build_variable(files, format, out, chunk_bytes, progress, plan)
     else:
         dest = _build_fixed(files, format, out, record_size, header_size)
     log.info("indexed %d file(s) as %s in %.2fs -> %s", len(files), format, time.perf_counter() - t0, dest)

@@ -17,12 +17,13 @@ import threading
 import numpy as np
 
 from .constants import BLOCK
-from .inputs import pread_into
+from .inputs import cached, pread_into
 
 log = logging.getLogger("lirs.index")
 
 SUM_BLOCK = 1 << 20  # bytes per checksum: 4 B of sidecar per MiB of data
-_VERIFY_CHUNK = 16 << 20
+_VERIFY_CHUNK = 16 << 20  # per read with O_DIRECT: large, for the device
+_CACHED_CHUNK = 4 << 20  # per pread from the page cache: small enough to be summed from the CPU cache
 _BAR_BYTES = 256 << 20  # a progress bar only for files whose check takes a noticeable time
 
 
@@ -113,30 +114,6 @@ def _bar(total: int, desc: str):
     return tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=quiet, leave=False, file=sys.stderr)
 
 
-def cached(path: str, size: int, probes: int = 16) -> bool:
-    """Whether the first ``size`` bytes of ``path`` seem to be in the page cache: ``probes`` 4 KiB
-    reads spread over them all succeed with RWF_NOWAIT (which refuses to wait for the device).
-    A file just written or appended to is, and is then read fastest through the cache; a cold one
-    is read with O_DIRECT at device bandwidth without pushing other data out of the cache."""
-    flag = getattr(os, "RWF_NOWAIT", None)
-    if flag is None or size <= 0:
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        buf = bytearray(BLOCK)
-        for off in np.linspace(0, max(0, size - BLOCK), probes).astype(np.int64) // BLOCK * BLOCK:
-            try:
-                os.preadv(fd, [buf], int(off), flag)
-            except OSError:  # EAGAIN: not cached; EOPNOTSUPP: cannot tell
-                return False
-        return True
-    finally:
-        os.close(fd)
-
-
 def first_changed_block(path: str, sums: np.ndarray, size: int, *, direct: bool | None = None) -> int | None:
     """Read the first ``size`` bytes of ``path`` (its length when indexed) and compare them with
     their checksums ``sums`` (uint32, ``block_count(size)``); the number of the first block that
@@ -170,24 +147,44 @@ def first_changed_block(path: str, sums: np.ndarray, size: int, *, direct: bool 
     return None
 
 
+_CHECKER = None
+
+
+def check_in_background(path: str, sums: np.ndarray, size: int):
+    """:func:`first_changed_block` of ``path`` started on a thread of its own; a Future of its
+    answer (the incremental index goes on as if nothing changed and asks before it commits)."""
+    global _CHECKER
+    if _CHECKER is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _CHECKER = ThreadPoolExecutor(1, thread_name_prefix="lirs-check")
+    return _CHECKER.submit(first_changed_block, path, sums, size)
+
+
 def _chunk_sums(fd: int, path: str, lo: int, hi: int) -> list[int]:
     """The checksums of the blocks of bytes [lo, hi) of ``fd`` (lo a block boundary), read with
     pread (short reads continued; a failed one names the file and byte)."""
     K = _crc_kernel()
-    # one buffer per thread, kept: fresh memory costs a page fault per 4 KiB
+    # one block-sized buffer per thread, kept: fresh memory costs a page fault per 4 KiB, and a
+    # block copied out of the cache is summed while it is still in the CPU's cache
     buf = getattr(_LOCAL, "buf", None)
-    if buf is None or buf.size < hi - lo:
-        buf = _LOCAL.buf = np.empty(max(hi - lo, _VERIFY_CHUNK), np.uint8)
-    buf = buf[:hi - lo]
-    got = pread_into(fd, memoryview(buf), lo, path)  # short: the file was cut meanwhile, what is missing differs
-    return [int(K.crc32c_update(K.TABLE, K.HW, buf, a, min(a + SUM_BLOCK, got), 0)) if a < got else -1
-            for a in range(0, len(buf), SUM_BLOCK)]
+    if buf is None:
+        buf = _LOCAL.buf = np.empty(SUM_BLOCK, np.uint8)
+    out = []
+    view = memoryview(buf)
+    cut = False  # the file ended before hi: the blocks past its end differ
+    for a in range(lo, hi, SUM_BLOCK):
+        want = min(SUM_BLOCK, hi - a)
+        got = 0 if cut else pread_into(fd, view[:want], a, path)
+        out.append(int(K.crc32c_update(K.TABLE, K.HW, buf, 0, got, 0)) if got else -1)
+        cut = got < want
+    return out
 
 
 def _first_changed_cached(path: str, sums: np.ndarray, size: int, end: int) -> int | None:
     """:func:`first_changed_block` of a file in the page cache: chunks read and summed by one
     thread per core (the copy out of the cache and the CRC both run in parallel)."""
-    step = _VERIFY_CHUNK
+    step = _CACHED_CHUNK
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         pool = _pool()

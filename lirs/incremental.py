@@ -11,6 +11,12 @@ The restart of a LIBSVM file is the first record of the block holding the start 
 that contains ``c``: there the old scan's marks give the exact state (feature-index range, qid
 records, records) a full scan has, so the sidecar written is byte for byte the one a full
 re-index writes.
+
+The checksum check of a file whose size or mtime moved is the one read of every old byte; the
+rest (copying what is kept, scanning the tail) is planned as if no old byte changed and done while
+that check runs on threads of its own (:func:`plan_update` with ``speculate``). Before the sidecar
+is committed, :func:`confirm` waits for the checks: a file whose old bytes did change makes the
+build start again from an exact plan (:class:`Unconfirmed`), so what is written never rests on a guess.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .content import SUM_BLOCK, BlockSums, block_count, first_changed_block
+from .content import SUM_BLOCK, BlockSums, block_count, check_in_background, first_changed_block
 from .errors import IndexFormatError, StaleIndexError
 from .inputs import SUM_TAPS
 from .sidecar import pread_full, staleness
@@ -39,6 +45,8 @@ class Keep:
     rec: int = 0
     byte: int = 0
     block: int = 0  # the marks row (block boundary) whose state the restart continues
+    pending: object = None  # a Future of the checksum check this keep assumes found no change
+
 
     @property
     def start(self) -> int:
@@ -46,9 +54,16 @@ class Keep:
         return self.byte // SUM_BLOCK * SUM_BLOCK
 
 
-def plan_update(files, fmt: str, dest: str) -> list:
+class Unconfirmed(Exception):
+    """A file's old bytes changed where a plan made with ``speculate`` assumed they did not."""
+
+
+def plan_update(files, fmt: str, dest: str, *, speculate: bool = False) -> list:
     """One :class:`Keep` or None (scan whole) per file of ``files`` against the sidecar ``dest``;
-    all None when there is no usable one (absent, another format, an older version, corrupt)."""
+    all None when there is no usable one (absent, another format, an older version, corrupt).
+    ``speculate``: a file whose size or mtime moved is planned as if its old bytes were unchanged
+    (an append, or a touch), its checksum check left running (:attr:`Keep.pending`, see
+    :func:`confirm`)."""
     from .index import open_index
 
     none = [None] * len(files)
@@ -62,10 +77,25 @@ def plan_update(files, fmt: str, dest: str) -> list:
     if old.format != fmt or old.sums is None or (fmt == "libsvm" and old.marks is None):
         return none
     where = {os.path.realpath(p): f for f, p in enumerate(old.paths)}
-    return [_plan_file(old, where.get(os.path.realpath(p)), p, fmt) for p in files]
+    return [_plan_file(old, where.get(os.path.realpath(p)), p, fmt, speculate) for p in files]
 
 
-def _plan_file(old, f, path: str, fmt: str):
+def confirm(plan) -> None:
+    """Wait for the checks a speculative plan left running; :class:`Unconfirmed` when one found a
+    change (an OSError of a failed read names the file and byte)."""
+    for keep in plan or ():
+        if keep is not None and keep.pending is not None and keep.pending.result() is not None:
+            raise Unconfirmed(keep.old.paths[keep.f])
+
+
+def settle(plan) -> None:
+    """Let the checks of a plan being abandoned end (none reads on after its build failed)."""
+    for keep in plan or ():
+        if keep is not None and keep.pending is not None and not keep.pending.cancel():
+            keep.pending.exception()
+
+
+def _plan_file(old, f, path: str, fmt: str, speculate: bool = False):
     if f is None:
         return None
     fp = old.fingerprints[f]
@@ -73,41 +103,85 @@ def _plan_file(old, f, path: str, fmt: str):
     if why is None:
         return Keep(old, f, True)
     size, was = os.path.getsize(path), int(fp["size"])
+    if speculate:
+        keep = _keep_from(old, f, fmt, size, was, was)
+        if keep is not None:
+            keep.pending = check_in_background(path, old.file_sums(f), was)
+        return keep
     block = first_changed_block(path, old.file_sums(f), was)
-    c = was if block is None else block * SUM_BLOCK
+    return _keep_from(old, f, fmt, size, was, was if block is None else block * SUM_BLOCK)
+
+
+def _keep_from(old, f, fmt: str, size: int, was: int, c: int):
+    """The :class:`Keep` of file ``f`` (``was`` bytes when indexed, ``size`` now) whose first
+    changed byte is ``c`` (``was``: none of the old bytes)."""
     if c >= was and size == was:
         return Keep(old, f, True)  # touched: every byte as indexed
     a, b = int(old.file_starts[f]), int(old.file_starts[f + 1])
-    starts = old.offset_table[a:b]
-    r = int(np.searchsorted(starts, c, side="right")) - 1  # the record holding byte c
+    table = old.offset_table
+    start = lambda r: int(table[a + r])  # noqa: E731 - the start of the file's record r
+    r = _last_at_or_before(start, b - a, c)  # the record holding byte c
     if r <= 0:
         return None
     if fmt == "libsvm":
-        j = int(starts[r]) // SUM_BLOCK
+        j = start(r) // SUM_BLOCK
         rec = int(old.file_marks(f)[j, 3])  # the block's first record: marks hold the state there
         if j == 0 or rec <= 0:
             return None
-        return Keep(old, f, False, rec, int(starts[rec]), j)
-    return Keep(old, f, False, r, int(starts[r]), int(starts[r]) // SUM_BLOCK)
+        return Keep(old, f, False, rec, start(rec), j)
+    return Keep(old, f, False, r, start(r), start(r) // SUM_BLOCK)
+
+
+def _last_at_or_before(start, n: int, c: int) -> int:
+    """The last of records 0..n-1 (increasing ``start(r)``) that starts at or before byte ``c``;
+    -1 when none does. A binary search: the table is not read whole."""
+    lo, hi = 0, n  # the answer + 1 lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if start(mid) <= c:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
 
 
 def _feed_kept(sc, tap, lab_tmp, keep: Keep, count: int) -> None:
     """Give the writer (through ``tap``) and the label scratch file the first ``count`` records of
     the kept file, as the scan would have."""
+    from .kernels.plan import offsets_range
+    from .offsets import offset_arrays
+
     old, f = keep.old, keep.f
     a = int(old.file_starts[f])
+    base, rel, wide = offset_arrays(old.offset_table)
     step = 1 << 22
+    starts = np.empty(min(step, count), np.int64)
     for s in range(a, a + count, step):
         e = min(a + count, s + step)
-        tap.append(old.offset_table[s:e])
+        offsets_range(base, rel, wide, s, starts[:e - s])
+        tap.append(starts[:e - s])
         if lab_tmp is not None:
-            lab = np.asarray(old.labels_of(np.arange(s, e)), np.float64)
-            lab_tmp.write(lab.tobytes())
+            lab, distinct = _labels(old, s, e)
+            lab_tmp.write(memoryview(lab).cast("B"))
             if sc.distinct is not None:
-                sc.distinct.update(np.unique(lab).tolist())
+                sc.distinct.update(distinct)
                 if len(sc.distinct) > 65535:
                     sc.distinct = None
     sc.n += count
+
+
+def _labels(old, s: int, e: int) -> tuple:
+    """The float64 (e - s,) labels of records [s, e) of the index ``old`` and their distinct
+    values (a list; from the codes met, in one pass, where the index keeps codes)."""
+    if old.label_codes is None:
+        lab = np.asarray(old.label_values[s:e], np.float64)  # too many distinct values for codes
+        return lab, np.unique(lab).tolist()
+    from .kernels.scan import code_labels
+
+    values = np.asarray(old.label_values, np.float64)
+    lab, seen = np.empty(e - s, np.float64), np.zeros(len(values), np.bool_)
+    code_labels(values, np.asarray(old.label_codes[s:e]), lab, seen)
+    return lab, values[seen].tolist()
 
 
 def scan_one(sc, tap, lab_tmp, path: str, keep: Keep | None, sums: list, bar) -> int:

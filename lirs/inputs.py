@@ -188,6 +188,32 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
 # --------------------------------------------------------------------------- chunked reading
 
 
+def cached(path: str, end: int, probes: int = 16, start: int = 0) -> bool:
+    """Whether bytes [start, end) of ``path`` seem to be in the page cache: ``probes`` 4 KiB reads
+    spread over them all succeed with RWF_NOWAIT (which refuses to wait for the device). A file
+    just written or appended to is, and is then read fastest through the cache (O_DIRECT would
+    first write its dirty pages back); a cold one is read with O_DIRECT at device bandwidth
+    without pushing other data out of the cache."""
+    flag = getattr(os, "RWF_NOWAIT", None)
+    if flag is None or end <= start:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        buf = bytearray(BLOCK)
+        lo = start // BLOCK * BLOCK
+        for off in np.linspace(lo, max(lo, end - BLOCK), probes).astype(np.int64) // BLOCK * BLOCK:
+            try:
+                os.preadv(fd, [buf], int(off), flag)
+            except OSError:  # EAGAIN: not cached; EOPNOTSUPP: cannot tell
+                return False
+        return True
+    finally:
+        os.close(fd)
+
+
 # path -> a lirs.content.BlockSums fed every chunk read_chunks yields of that file: the index scan
 # sums the bytes it reads anyway (set and removed by lirs.build around a file's scan)
 SUM_TAPS: dict = {}
@@ -200,10 +226,11 @@ def read_chunks(path: str, start: int, end: int, chunk: int, *, direct: bool = F
     OSError naming the file and the byte offset.
 
     ``direct``: read each chunk with O_DIRECT (:func:`_direct_chunks`) where the filesystem allows
-    it, else (tmpfs, some FUSE mounts; said once per filesystem) through the page cache.
+    it and the range is not in the page cache already (:func:`cached`), else (tmpfs, some FUSE
+    mounts: said once per filesystem) through the page cache.
     """
     tap = SUM_TAPS.get(path)
-    engine = _scan_engine(path) if direct and end > start else None
+    engine = _scan_engine(path) if direct and end > start and not cached(path, end, start=start) else None
     if engine is None:
         chunks = _buffered_chunks(path, start, end, chunk)
     else:

@@ -175,3 +175,57 @@ def test_append_to_lines_and_tfrecord(tmp_path, spy, fmt):
         f.write(more)
     _same_as_full(str(p))
     assert spy[0][0] is not None and not spy[0][0].whole
+
+
+def test_an_append_is_planned_as_one_but_an_earlier_edit_is_caught_before_commit(tmp_path, spy, monkeypatch):
+    """The tail is scanned while the old bytes are checked; an edit among them (same size, so only
+    the checksums see it) throws that work away and the exact plan is built instead."""
+    p = tmp_path / "d.svm"
+    p.write_text(_lines(150_000, 9))
+    lirs.build_index(str(p), progress=False)
+    spy.clear()
+    b = bytearray(p.read_bytes())
+    old = len(b)
+    at = b.index(b"\n1 ", len(b) * 7 // 10) + 1
+    b[at] = ord("2")  # a label changed in the third MiB of four
+    p.write_bytes(bytes(b) + _lines(300, 10).encode())
+    commits = []
+    real_commit = lirs.sidecar.SidecarWriter.commit
+    monkeypatch.setattr(lirs.sidecar.SidecarWriter, "commit",
+                        lambda self, header: commits.append(1) or real_commit(self, header))
+    _same_as_full(str(p))
+    guess, exact = spy[0][0], spy[1][0]
+    assert guess.pending is not None and guess.byte >= old - 2 * SUM_BLOCK  # planned as an append
+    assert exact.pending is None and exact.byte <= at < guess.byte  # rescanned from before the edit
+    assert len(commits) == 2  # the guessed build committed nothing (the second: the full re-index)
+    assert lirs.open_index(str(p)).labels[lirs.open_index(str(p)).offset_table[:].searchsorted(at)] == 2
+    # an append alone: the guess holds, one plan
+    spy.clear()
+    with open(p, "a") as f:
+        f.write(_lines(300, 11))
+    _same_as_full(str(p))
+    assert len(spy) == 1 and spy[0][0].pending is not None
+
+
+def test_a_failed_check_under_a_guessed_plan_names_the_file_and_leaves_the_old_sidecar(tmp_path, monkeypatch):
+    import errno
+
+    from lirs import content as C
+
+    p = tmp_path / "d.svm"
+    p.write_text(_lines(150_000, 12))
+    lirs.build_index(str(p), progress=False)
+    before = open(str(p) + ".lirs", "rb").read()
+    with open(p, "a") as f:
+        f.write(_lines(300, 13))
+
+    def broken(path, sums, size, **kw):
+        raise OSError(errno.EIO, "Input/output error", path)
+
+    monkeypatch.setattr(C, "first_changed_block", broken)
+    with pytest.raises(OSError, match="Input/output error") as e:
+        lirs.build_index(str(p), progress=False)
+    assert e.value.filename == str(p)
+    assert open(str(p) + ".lirs", "rb").read() == before
+    assert sorted(os.listdir(tmp_path)) == ["cache", "d.svm", "d.svm.lirs"] or \
+        sorted(os.listdir(tmp_path)) == ["d.svm", "d.svm.lirs"]

@@ -687,6 +687,7 @@ def test_index_without_o_direct_is_identical_and_says_so_once(tmp_path, monkeypa
              for _ in range(3000)]
     p = tmp_path / "x.svm"
     p.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(I, "cached", lambda *a, **k: False)  # the file just written is: read it with O_DIRECT anyway
     direct = lirs.build_index(str(p), progress=False, chunk_bytes=5000)
     offsets, codes = np.array(direct.offsets), np.array(direct.label_codes)
     _refuse_direct(monkeypatch)

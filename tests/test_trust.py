@@ -270,10 +270,10 @@ def test_eio_during_index_names_file_and_byte(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(I, "_scan_engine", lambda path: None)
     real = os.preadv
 
-    def eio(fd, bufs, off):
+    def eio(fd, bufs, off, *flags):
         if off >= 4096:
             raise OSError(errno.EIO, "Input/output error")
-        return real(fd, bufs, off)
+        return real(fd, bufs, off, *flags)
 
     monkeypatch.setattr(B.os, "preadv", eio)
     assert main(["index", p, "--quiet", "--chunk", "4K"]) == 1
