@@ -48,6 +48,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
             sc = scanner(fmt, tap, lab_tmp, chunk_bytes, bar, pool)
             if fmt == "libsvm":
                 sc.marks = []  # the state at every MiB: what an incremental index restarts from
+                sc.kept_labels = []  # runs of an old index's labels kept (incremental)
             w.begin("offsets", np.int64)
             file_starts = [0]
             data_ends = []
@@ -86,7 +87,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
                 meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 and not featureless else 0,
                             max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
                             qid_records=sc.qid_count)
-                write_labels(w, lab_tmp, n, sc.distinct, pool)
+                write_labels(w, lab_tmp, n, sc.distinct, pool, kept=sc.kept_labels)
             w.add("content_sums", np.concatenate(sums))
             if getattr(sc, "marks", None) is not None:
                 w.add("scan_marks", np.asarray(sc.marks, np.int64).reshape(-1))
@@ -97,8 +98,9 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
         for p, fp in zip(files, fps):
             if fingerprint(p) != fp:
                 raise DataError(f"{p}: file changed while it was being indexed; run `lirs index` again")
-        confirm(plan)  # what was kept as unchanged was: checked before anything is committed
-        return w.commit(header_for(shell, dest))
+        w.seal(header_for(shell, dest))
+        confirm(plan)  # what was kept as unchanged was: checked before the sidecar takes its name
+        return w.publish()
     except BaseException:
         settle(plan)
         w.abort()

@@ -86,7 +86,7 @@ class BlockSums:
         return np.asarray(self.out, np.uint32)
 
 
-_POOL = None
+_POOLS: dict = {}
 _LOCAL = threading.local()
 
 
@@ -96,14 +96,16 @@ def _cores() -> int:
     return max(1, usable_cores())
 
 
-def _pool():
-    """Threads that checksum whole blocks in parallel (one per usable core)."""
-    global _POOL
-    if _POOL is None:
+def _pool(kind: str = "crc"):
+    """Threads that checksum whole blocks in parallel (one per usable core); ``kind`` "check":
+    those of the checks of old bytes, apart, so that a scan's sums never wait behind a check
+    running beside it (:func:`check_in_background`)."""
+    pool = _POOLS.get(kind)
+    if pool is None:
         from concurrent.futures import ThreadPoolExecutor
 
-        _POOL = ThreadPoolExecutor(_cores(), thread_name_prefix="lirs-crc")
-    return _POOL
+        pool = _POOLS[kind] = ThreadPoolExecutor(_cores(), thread_name_prefix=f"lirs-{kind}")
+    return pool
 
 
 def _bar(total: int, desc: str):
@@ -187,7 +189,7 @@ def _first_changed_cached(path: str, sums: np.ndarray, size: int, end: int) -> i
     step = _CACHED_CHUNK
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        pool = _pool()
+        pool = _pool("check")
         starts = list(range(0, end, step))
         ahead = 2 * _cores()
         futs = {i: pool.submit(_chunk_sums, fd, path, starts[i], min(starts[i] + step, end))

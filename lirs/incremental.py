@@ -146,42 +146,54 @@ def _last_at_or_before(start, n: int, c: int) -> int:
 
 
 def _feed_kept(sc, tap, lab_tmp, keep: Keep, count: int) -> None:
-    """Give the writer (through ``tap``) and the label scratch file the first ``count`` records of
-    the kept file, as the scan would have."""
+    """Give the writer (through ``tap``) the first ``count`` records of the kept file, as the scan
+    would have, and note their labels for :func:`lirs.scanner.write_labels` (``sc.kept_labels``)."""
     from .kernels.plan import offsets_range
-    from .offsets import offset_arrays
+    from .offsets import OFFSET_BLOCK, offset_arrays
 
     old, f = keep.old, keep.f
     a = int(old.file_starts[f])
     base, rel, wide = offset_arrays(old.offset_table)
-    step = 1 << 22
-    starts = np.empty(min(step, count), np.int64)
-    for s in range(a, a + count, step):
-        e = min(a + count, s + step)
-        offsets_range(base, rel, wide, s, starts[:e - s])
-        tap.append(starts[:e - s])
-        if lab_tmp is not None:
-            lab, distinct = _labels(old, s, e)
-            lab_tmp.write(memoryview(lab).cast("B"))
-            if sc.distinct is not None:
-                sc.distinct.update(distinct)
-                if len(sc.distinct) > 65535:
-                    sc.distinct = None
+    # where old and new blocks of 1024 records line up (one file, or the same records before it),
+    # whole old blocks are the new ones: their words copied, not decoded and compacted again
+    head = (-a) % OFFSET_BLOCK
+    whole = 0
+    if (tap.n - a) % OFFSET_BLOCK == 0 and count > head:
+        whole = (count - head) // OFFSET_BLOCK * OFFSET_BLOCK
+        if whole and (base[(a + head) // OFFSET_BLOCK:(a + head + whole) // OFFSET_BLOCK] < 0).any():
+            whole = 0  # a block of 4 GiB or more: decoded like the rest
+    if not whole:
+        head = count
+    step = 1 << 16  # 512 KiB of starts a step: the buffers stay in the CPU's cache, no page faults
+    starts = np.empty(min(step, max(head, count - head - whole, 1)), np.int64)
+    for lo, hi in ((a, a + head), (a + head + whole, a + count)):
+        for s in range(lo, hi, step):
+            e = min(hi, s + step)
+            offsets_range(base, rel, wide, s, starts[:e - s])
+            tap.append(starts[:e - s])
+        if whole and lo == a:
+            tap.append_blocks(base, rel, wide, a + head, a + head + whole)
+    if lab_tmp is not None:
+        sc.kept_labels.append((sc.n, old, a, a + count))
+        if sc.distinct is not None:
+            sc.distinct.update(_distinct(old, a, a + count))
+            if len(sc.distinct) > 65535:
+                sc.distinct = None
     sc.n += count
 
 
-def _labels(old, s: int, e: int) -> tuple:
-    """The float64 (e - s,) labels of records [s, e) of the index ``old`` and their distinct
-    values (a list; from the codes met, in one pass, where the index keeps codes)."""
-    if old.label_codes is None:
-        lab = np.asarray(old.label_values[s:e], np.float64)  # too many distinct values for codes
-        return lab, np.unique(lab).tolist()
-    from .kernels.scan import code_labels
-
+def _distinct(old, a: int, b: int) -> list:
+    """The distinct labels of records [a, b) of the index ``old``: from the codes met, in one
+    pass, where the index keeps codes."""
     values = np.asarray(old.label_values, np.float64)
-    lab, seen = np.empty(e - s, np.float64), np.zeros(len(values), np.bool_)
-    code_labels(values, np.asarray(old.label_codes[s:e]), lab, seen)
-    return lab, values[seen].tolist()
+    if old.label_codes is None:  # too many distinct values for codes: a label per record
+        return np.unique(values[a:b]).tolist()
+    from .kernels.scan import codes_seen
+
+    seen = np.zeros(len(values), np.bool_)
+    for c0 in range(a, b, 1 << 20):
+        codes_seen(np.asarray(old.label_codes[c0:min(b, c0 + (1 << 20))]), seen)
+    return values[seen].tolist()
 
 
 def scan_one(sc, tap, lab_tmp, path: str, keep: Keep | None, sums: list, bar) -> int:

@@ -125,6 +125,13 @@ class OffsetEncoder:
         self._bases.append(lo)
         return rel
 
+    def take_blocks(self, bases: np.ndarray) -> None:
+        """Take whole blocks already compacted (their ``rel`` words written by the caller as they
+        are): ``bases`` int64 (k,), none of them wide; the stream must be at a block boundary."""
+        if self.carry.size or (bases < 0).any():
+            raise ValueError("compacted blocks are taken whole, at a block boundary, and never wide")
+        self._bases.append(np.array(bases, np.int64))
+
     def bases(self) -> np.ndarray:
         return np.concatenate(self._bases) if self._bases else np.empty(0, np.int64)
 

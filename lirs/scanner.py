@@ -17,6 +17,7 @@ from .content import SUM_BLOCK, block_count
 from .cores import usable_cores
 from .errors import DataError
 from .inputs import read_chunks
+from .offsets import OFFSET_SHIFT
 from .sidecar import SidecarWriter
 from .svmlight import TokenError, line_number, line_tokens, parse_tokens
 from .kernels import scan as K
@@ -346,6 +347,20 @@ class Tap:
         self.prev = int(starts[-1])
         self.n += int(starts.size)
 
+    def append_blocks(self, base, rel, wide, a: int, b: int) -> None:
+        """Stream records [a, b) of a compact offset table (base int64, rel uint32, wide int64)
+        as they are: whole blocks (``a`` and ``b`` multiples of 1024, none wide), the output at
+        a block boundary. Their statistics come from the table, their words are copied."""
+        from .kernels.plan import offset_at
+
+        first = int(offset_at(base, rel, wide, a))
+        if self.prev >= 0:
+            K.span_stats(np.array([self.prev], np.int64), first, self.st)
+        K.span_stats_table(base, rel, wide, a, b, self.st)
+        self.w.append_blocks(base[a >> OFFSET_SHIFT:b >> OFFSET_SHIFT], rel[a:b])
+        self.prev = int(offset_at(base, rel, wide, b - 1))
+        self.n += b - a
+
     def finish(self, data_end: int) -> None:
         """Count the last record, which ends at ``data_end``."""
         if self.prev >= 0:
@@ -356,34 +371,75 @@ class Tap:
 _LABEL_STEP = 1 << 22  # labels converted per step (32 MiB of float64)
 
 
-def write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int = _LABEL_STEP) -> None:
-    """Write the ``n`` float64 labels of the scratch file ``lab_tmp`` to the sidecar: as codes into
-    the sorted ``distinct`` values (uint8/uint16), or whole when ``distinct`` is None (too many).
-    Steps of ``step`` labels are converted on ``pool`` (None: this thread), one per core at a time
-    (the kernel releases the GIL; memory stays a few steps), and written in order."""
+def write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int = _LABEL_STEP,
+                 kept=()) -> None:
+    """Write the ``n`` labels of the dataset to the sidecar: as codes into the sorted ``distinct``
+    values (uint8/uint16), or whole when ``distinct`` is None (too many). The scanned ones are
+    float64 in the scratch file ``lab_tmp``, in order; ``kept``: (position, old index, a, b) per
+    run of records [a, b) of an old index placed at ``position`` (incremental), their codes
+    translated, not their labels scanned again. Steps of ``step`` scanned labels are converted
+    on ``pool`` (None: this thread), one per core at a time (the kernel releases the GIL; memory
+    stays a few steps), and written in order."""
     lab_tmp.flush()
-    labels = np.memmap(lab_tmp, dtype=np.float64, mode="r", shape=(n,))
-    steps = range(0, n, step)
+    scanned = n - sum(b - a for _, _, a, b in kept)
+    labels = np.memmap(lab_tmp, dtype=np.float64, mode="r", shape=(scanned,)) if scanned else \
+        np.empty(0, np.float64)
+    values = dt = None
     if distinct is not None:
         values = np.unique(np.array(list(distinct), np.float64))  # one NaN at the end
         dt = np.uint8 if len(values) <= 256 else np.uint16
         w.add("label_values", values)
         w.begin("label_codes", dt)
-        def code(c0):
-            lab = np.ascontiguousarray(labels[c0:c0 + step])
-            out = np.empty(lab.size, dt)
-            K.label_codes(values, lab, out)  # np.searchsorted's answer, 7x faster on class labels
-            return out
-
-        run = map if pool is None else pool.map
-        for g in range(0, len(steps), SCAN_CORES):
-            for codes in run(code, steps[g:g + SCAN_CORES]):
-                w.append(codes)
     else:
         w.begin("label_values", np.float64)
-        for c0 in steps:
-            w.append(np.asarray(labels[c0:c0 + step]))
+    at = q = 0  # the next label written; the next scanned one
+    for pos, old, a, b in [*kept, (n, None, 0, 0)]:
+        if pos > at:
+            _write_scanned(w, labels[q:q + pos - at], values, dt, pool, step)
+            q += pos - at
+        if old is not None:
+            _write_kept(w, old, a, b, values, dt)
+        at = pos + b - a
     w.end()
     del labels
+
+
+def _write_scanned(w: SidecarWriter, labels, values, dt, pool, step: int) -> None:
+    """Write float64 ``labels`` as codes into ``values`` (dtype ``dt``), or whole (``values`` None)."""
+    steps = range(0, len(labels), step)
+    if values is None:
+        for c0 in steps:
+            w.append(np.asarray(labels[c0:c0 + step]))
+        return
+
+    def code(c0):
+        lab = np.ascontiguousarray(labels[c0:c0 + step])
+        out = np.empty(lab.size, dt)
+        K.label_codes(values, lab, out)  # np.searchsorted's answer, 7x faster on class labels
+        return out
+
+    run = map if pool is None else pool.map
+    for g in range(0, len(steps), SCAN_CORES):
+        for codes in run(code, steps[g:g + SCAN_CORES]):
+            w.append(codes)
+
+
+def _write_kept(w: SidecarWriter, old, a: int, b: int, values, dt, step: int = 1 << 20) -> None:
+    """Write the labels of records [a, b) of the index ``old`` as codes into ``values`` (dtype
+    ``dt``; an old code is translated through a table of its values' new codes), or whole."""
+    old_values = np.asarray(old.label_values, np.float64)
+    if old.label_codes is None:  # the old index kept whole labels
+        _write_scanned(w, old_values[a:b], values, dt, None, step)
+        return
+    if values is None:
+        for c0 in range(a, b, step):
+            w.append(old_values[np.asarray(old.label_codes[c0:min(b, c0 + step)])])
+        return
+    table = np.empty(len(old_values), dt)
+    K.label_codes(values, old_values, table)
+    same = np.dtype(dt) == old.label_codes.dtype and np.array_equal(table, np.arange(len(table)))
+    for c0 in range(a, b, step):
+        codes = np.asarray(old.label_codes[c0:min(b, c0 + step)])
+        w.append(codes if same else table[codes])
 
 

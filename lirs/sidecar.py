@@ -47,18 +47,8 @@ def pread_full(fd: int, nbytes: int, offset: int, path: str | None = None) -> by
     """``nbytes`` from ``offset``, continuing short reads (FUSE and network filesystems return
     them mid-file); shorter only at end of file. A failed read's OSError names ``path`` and the
     byte (``lirs_offset``, which the CLI prints). The bytes form of :func:`lirs.inputs.pread_into`."""
-    parts, got = [], 0
-    while got < nbytes:
-        try:
-            b = os.pread(fd, nbytes - got, offset + got)
-        except OSError as e:
-            e.filename, e.lirs_offset = path, offset + got
-            raise
-        if not b:
-            break  # end of file
-        parts.append(b)
-        got += len(b)
-    return b"".join(parts)
+    buf = bytearray(nbytes)
+    return bytes(buf[:pread_into(fd, memoryview(buf), offset, path)])
 
 
 def _sample_hash(fd: int, size: int, blocks: int, path: str | None = None) -> str:
@@ -216,6 +206,12 @@ class SidecarWriter:
             arr = self._enc.encode(np.ascontiguousarray(arr, np.int64))
         self._write(arr)
 
+    def append_blocks(self, bases: np.ndarray, rel: np.ndarray) -> None:
+        """Stream whole blocks of offsets as they are compacted (``bases`` int64 (k,), ``rel``
+        uint32 (1024 k,); see :meth:`lirs.offsets.OffsetEncoder.take_blocks`)."""
+        self._enc.take_blocks(bases)
+        self._write(rel)
+
     def add(self, name: str, arr: np.ndarray) -> None:
         self.begin(name, np.asarray(arr).dtype)
         self.append(np.asarray(arr))
@@ -241,6 +237,13 @@ class SidecarWriter:
         return OffsetTable(bases, rel, wides)
 
     def commit(self, header: dict) -> str:
+        """Write ``header`` and put the sidecar under its name, durably; returns that name."""
+        self.seal(header)
+        return self.publish()
+
+    def seal(self, header: dict) -> None:
+        """Write ``header`` and make the temp file durable, still under its temp name (a build
+        may yet throw it away: :meth:`abort`)."""
         self._open = None
         header = dict(header)
         header["arrays"] = self.arrays
@@ -254,13 +257,22 @@ class SidecarWriter:
             self.f.flush()
             os.fsync(self.f.fileno())
             self.f.close()
+        except OSError as e:  # ENOSPC at the flush: say which index
+            raise self._named(e)
+
+    def publish(self) -> str:
+        """Rename the sealed temp file to the sidecar's name, durably; returns that name."""
+        try:
             os.replace(self.tmp, self.dest)
-        except OSError as e:  # ENOSPC at the flush, EISDIR at the rename: say which index
-            if e.errno is not None and (not e.filename or e.filename == self.tmp):
-                e.filename, e.filename2 = self.dest, None
-            raise
+        except OSError as e:  # EISDIR at the rename: say which index
+            raise self._named(e)
         fsync_dir(os.path.dirname(self.dest))
         return self.dest
+
+    def _named(self, e: OSError) -> OSError:
+        if e.errno is not None and (not e.filename or e.filename == self.tmp):
+            e.filename, e.filename2 = self.dest, None
+        return e
 
     def abort(self) -> None:
         try:

@@ -64,7 +64,7 @@ def _bump(p):
 
 
 @pytest.mark.parametrize("chunk", [16 << 20, 300_000])
-def test_append_rescans_the_tail_and_writes_the_full_sidecar(tmp_path, spy, chunk):
+def test_append_rescans_the_tail_and_writes_the_full_sidecar(tmp_path, spy, chunk, monkeypatch):
     p = tmp_path / "d.svm"
     p.write_text(_lines(150_000, 1))
     lirs.build_index(str(p), progress=False, chunk_bytes=chunk)
@@ -73,7 +73,13 @@ def test_append_rescans_the_tail_and_writes_the_full_sidecar(tmp_path, spy, chun
     assert size > 2 * SUM_BLOCK
     with open(p, "a") as f:
         f.write(_lines(500, 2, lo=0, hi=900))  # new min and max feature index, new labels
+    from lirs.scanner import Tap
+
+    copied = []
+    real = Tap.append_blocks
+    monkeypatch.setattr(Tap, "append_blocks", lambda self, *a: copied.append(a[-1] - a[-2]) or real(self, *a))
     _same_as_full(str(p), chunk_bytes=chunk)
+    assert copied and copied[0] >= spy[0][0].rec - 1024  # the kept blocks' words copied as they were
     keep = spy[0][0]
     assert keep is not None and not keep.whole and keep.byte >= size - 2 * SUM_BLOCK
 
@@ -190,14 +196,13 @@ def test_an_append_is_planned_as_one_but_an_earlier_edit_is_caught_before_commit
     b[at] = ord("2")  # a label changed in the third MiB of four
     p.write_bytes(bytes(b) + _lines(300, 10).encode())
     commits = []
-    real_commit = lirs.sidecar.SidecarWriter.commit
-    monkeypatch.setattr(lirs.sidecar.SidecarWriter, "commit",
-                        lambda self, header: commits.append(1) or real_commit(self, header))
+    real_publish = lirs.sidecar.SidecarWriter.publish
+    monkeypatch.setattr(lirs.sidecar.SidecarWriter, "publish", lambda self: commits.append(1) or real_publish(self))
     _same_as_full(str(p))
     guess, exact = spy[0][0], spy[1][0]
     assert guess.pending is not None and guess.byte >= old - 2 * SUM_BLOCK  # planned as an append
     assert exact.pending is None and exact.byte <= at < guess.byte  # rescanned from before the edit
-    assert len(commits) == 2  # the guessed build committed nothing (the second: the full re-index)
+    assert len(commits) == 2  # the guessed build renamed nothing (the second: the full re-index)
     assert lirs.open_index(str(p)).labels[lirs.open_index(str(p)).offset_table[:].searchsorted(at)] == 2
     # an append alone: the guess holds, one plan
     spy.clear()
@@ -229,3 +234,39 @@ def test_a_failed_check_under_a_guessed_plan_names_the_file_and_leaves_the_old_s
     assert open(str(p) + ".lirs", "rb").read() == before
     assert sorted(os.listdir(tmp_path)) == ["cache", "d.svm", "d.svm.lirs"] or \
         sorted(os.listdir(tmp_path)) == ["d.svm", "d.svm.lirs"]
+
+
+@pytest.mark.parametrize("case", ["new value", "past 256 values", "past 65535 values", "fewer values"])
+def test_kept_labels_are_coded_as_a_full_index_codes_them(tmp_path, case):
+    """Kept records' label codes are translated, not rescanned: whatever the append does to the set
+    of label values (a new one between the old ones, a wider code type, too many for codes), the
+    sidecar is the full index's."""
+    rng = np.random.default_rng(14)
+    n = 70_000 if case == "past 65535 values" else 120_000
+    if case == "new value":
+        old, new = rng.choice([-1.0, 1.0], n), np.full(50, 0.5)
+    elif case == "past 256 values":
+        old, new = rng.integers(0, 200, n).astype(float), np.arange(200, 300, 2).astype(float)
+    elif case == "past 65535 values":
+        old, new = np.arange(n) * 0.25, np.full(50, 1e9)
+    else:  # the truncated tail held the only 7s
+        old, new = np.where(np.arange(n) >= n - 2000, 7.0, rng.choice([1.0, 2.0], n)), np.full(50, 1.0)
+
+    def text(labels, seed):
+        r = np.random.default_rng(seed)
+        return "".join(f"{float(x)!r} {int(r.integers(1, 50))}:{int(r.integers(1, 9))}\n" for x in labels)
+
+    p = tmp_path / "d.svm"
+    body = text(old, 1)
+    p.write_text(body)
+    lirs.build_index(str(p), progress=False)
+    if case == "fewer values":
+        body = body[:body.index("7.0 ")]
+        p.write_text(body)  # cut inside a later block: the kept records are those before it
+    with open(p, "a") as f:
+        f.write(text(new, 2))
+    _same_as_full(str(p))
+    idx = lirs.open_index(str(p))
+    k = len(body.splitlines())
+    want = np.concatenate([old[:k], new])
+    assert np.array_equal(idx.labels, want)

@@ -8,6 +8,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from .libsvm import digit_run, parse_float
 from .numbers import HI4, LO4, M16, M32, SIXES, THREES, load_u64
+from .plan import offset_at
 
 # libc's memchr is SIMD-tuned (several GB/s on this machine class, 5-8x a byte loop in numba).
 # Declared by symbol name, so kernels that call it can still be cached; NULL comes back as 0.
@@ -307,6 +308,22 @@ def lines_scan(buf, lo, hi, base, starts):
     return k
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _span(s, e, lo, hi, total, small, straddle):
+    """The statistics of span_stats with one more record, [s, e)."""
+    size = e - s
+    if size < lo:
+        lo = size
+    if size > hi:
+        hi = size
+    total += size
+    if size < 4096:
+        small += 1
+    if size > 0 and (s >> 12) != ((e - 1) >> 12):
+        straddle += 1
+    return lo, hi, total, small, straddle
+
+
 @njit(cache=True, nogil=True)
 def span_stats(offsets, data_end, out):
     """Accumulate record-size statistics of consecutive records of one file.
@@ -318,28 +335,30 @@ def span_stats(offsets, data_end, out):
     lo, hi, total, small, straddle = out[0], out[1], out[2], out[3], out[4]
     # in locals: stores into ``out`` every record would keep them in memory (6x slower)
     for i in range(m):
-        s = offsets[i]
         e = offsets[i + 1] if i + 1 < m else data_end
-        size = e - s
-        if size < lo:
-            lo = size
-        if size > hi:
-            hi = size
-        total += size
-        if size < 4096:
-            small += 1
-        if size > 0 and (s >> 12) != ((e - 1) >> 12):
-            straddle += 1
+        lo, hi, total, small, straddle = _span(offsets[i], e, lo, hi, total, small, straddle)
     out[0], out[1], out[2], out[3], out[4] = lo, hi, total, small, straddle
 
 
 @njit(cache=True, nogil=True)
-def code_labels(values, codes, out, seen):
-    """``out[i] = values[codes[i]]`` (float64 (m,)), marking each code met in ``seen`` (bool (k,))."""
+def span_stats_table(base, rel, wide, a, b, out):
+    """:func:`span_stats` of records a .. b-2 of a compact offset table (each ends where the next
+    starts; record b-1, whose end is not known here, is left out)."""
+    lo, hi, total, small, straddle = out[0], out[1], out[2], out[3], out[4]
+    if b - a >= 2:
+        s = offset_at(base, rel, wide, a)
+        for i in range(a + 1, b):
+            e = offset_at(base, rel, wide, i)
+            lo, hi, total, small, straddle = _span(s, e, lo, hi, total, small, straddle)
+            s = e
+    out[0], out[1], out[2], out[3], out[4] = lo, hi, total, small, straddle
+
+
+@njit(cache=True, nogil=True)
+def codes_seen(codes, seen):
+    """Mark in ``seen`` (bool (k,)) every code of ``codes`` (unsigned ints (m,))."""
     for i in range(codes.shape[0]):
-        c = codes[i]
-        out[i] = values[c]
-        seen[c] = True
+        seen[codes[i]] = True
 
 
 @njit(cache=True, nogil=True)
