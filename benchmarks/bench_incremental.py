@@ -46,7 +46,11 @@ def main(argv=None):
         head = f.read(int(nbytes * args.append) + (1 << 20))
     tail = head[:head.rindex(b"\n", 0, int(nbytes * args.append)) + 1]  # whole lines
 
-    lirs.build_index(path, progress=False, full=True)  # compile/load kernels once, outside the timings
+    # compile/load the kernels of both paths once, outside the timings
+    lirs.build_index(path, progress=False, full=True)
+    with open(path, "ab") as f:
+        f.write(tail)
+    lirs.build_index(path, progress=False)
     full, inc, check = [], [], []
     for _ in range(args.repeats):
         os.truncate(path, nbytes)
