@@ -242,9 +242,7 @@ def sec_incremental():
             [f"incremental, after appending {d['file']['appended_bytes'] / 1e6:.0f} MB",
              f(d["incremental_index_s"] * 1e3, ".0f"), f(ratio), f"≤ {want}", goal(ratio <= want)],
             ["`lirs index --check` of a touched file", f(d["check_touched_s"] * 1e3, ".0f"), "", "", ""]]
-    return (f"### Incremental index
-
-`lirs index` on a {d['file']['bytes'] / 1e6:.0f} MB kdd-like file after "
+    return (f"### Incremental index\n\n`lirs index` on a {d['file']['bytes'] / 1e6:.0f} MB kdd-like file after "
             f"an append of 1%, against a full index of the same file in the same run (medians of "
             f"{len(d['full_index_runs_s'])} repeats, page cache warm; {source(d)}). Every old byte is checked "
             f"against its per-MiB CRC-32C while the tail is scanned; the sidecar written is byte for byte the "
