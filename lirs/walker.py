@@ -10,8 +10,9 @@ records:
 ``batch``    a step per batch;
 ``batches``  a step per K consecutive batches (K from the policy), each batch a slice of it, dealt
              exactly as a step of its own would deal it; with a stride, a step per batch;
-``window``   the window steps a batch takes rows from; with stride 1 a window's rows are read once
-             for every batch that takes them, with a stride each batch reads only its own rows.
+``window``   the window steps a batch takes rows from: a window's rows are read once for every
+             batch of the walk that takes them (with a stride, the walk's batches only: a
+             DataLoader worker reads each window once for its batches, not once per batch).
 
 Batches are the same functions of positions whatever the walk (a dealt batch shuffles its records
 with the key of its first position), so a walk with a stride or over spans gives exactly the
@@ -27,7 +28,7 @@ from .policies import POLICIES
 from .ranges import cut, rank_spans
 from .stream import Cursor
 from .steps import BatchPlan, Part
-from .windows import window_bounds, window_count, window_of, window_step
+from .windows import window_bounds, window_count, window_of, window_rows_step, window_step
 
 
 def walk(plan, start: int, stride: int, extents: bool):
@@ -36,7 +37,7 @@ def walk(plan, start: int, stride: int, extents: bool):
     if stride < 1:
         raise UsageError(f"stride must be >= 1, got {stride}")
     mine = rank_spans(plan)
-    source = STEP_SOURCES[POLICIES[plan.granularity].steps](plan, mine, int(stride) == 1, extents)
+    source = STEP_SOURCES[POLICIES[plan.granularity].steps](plan, mine, int(stride), extents)
     B = plan.batch_size
     for j in range(int(start), plan.num_batches, int(stride)):
         yield source.batch(j, pieces_of(mine, j * B, j * B + plan.batch_size_of(j)))
@@ -54,13 +55,13 @@ def pieces_of(mine: np.ndarray, a: int, b: int) -> list:
 
 class BatchSteps:
     """Steps of whole batches: one per batch, or one per ``batches_per_step`` consecutive batches
-    when the walk takes every batch (``share``)."""
+    when the walk takes every batch (``stride`` 1)."""
 
-    def __init__(self, plan, mine: np.ndarray, share: bool, extents: bool):
+    def __init__(self, plan, mine: np.ndarray, stride: int, extents: bool):
         self.plan, self.mine, self.extents = plan, mine, extents
         pol = POLICIES[plan.granularity]
         self.deals = pol.deals_batch
-        self.per = pol.batches_per_step(plan) if share else 1
+        self.per = pol.batches_per_step(plan) if stride == 1 else 1
         self.cursor = Cursor(plan.stream)
         self.held: dict = {}  # batch -> its part of the shared step being handed out
 
@@ -102,8 +103,9 @@ class BatchSteps:
 class WindowSteps:
     """Window steps: each batch takes rows of the windows its positions fall in."""
 
-    def __init__(self, plan, mine: np.ndarray, share: bool, extents: bool):
-        self.plan, self.mine, self.share, self.extents = plan, mine, share, extents
+    def __init__(self, plan, mine: np.ndarray, stride: int, extents: bool):
+        self.plan, self.mine, self.stride, self.extents = plan, mine, stride, extents
+        self.share = stride == 1
         self.stream = plan.stream
         self.cursor = Cursor(plan.stream)
         self.number = 0
@@ -139,7 +141,7 @@ class WindowSteps:
                         raise RuntimeError("window stream ended early (inconsistent plan)")
                     continue
                 take = min(left, self.size(w) - row)
-                part = self._part(w, row, row + take, lo)
+                part = self._part(w, row, row + take, lo) if self.share else self._strided(j, w, row, row + take, lo)
                 parts.append(part)
                 ids.append(part.step.ids[part.lo:part.hi])
                 row += take
@@ -161,6 +163,41 @@ class WindowSteps:
             self.number += 1
             o = self.open = (w, a, end, step)
         return Part(o[3], a - o[1], b - o[1], b == o[2])
+
+
+    def _strided(self, j: int, w: int, a: int, b: int, pos: int) -> Part:
+        """The part for rows a:b of window ``w`` (stream position ``pos`` of row a) of batch ``j`` of
+        a strided walk: one step holds the rows of window ``w`` of batches j, j + stride, ... (all
+        this walk takes from it), read once."""
+        o = self.open
+        if o is None or o[0] != w or (a, b) not in o[2]:
+            ranges = self._rows_ahead(j, w, pos - a)
+            if (a, b) not in ranges:  # (spans out of stream order) this part alone
+                ranges = [(a, b)]
+            step = window_rows_step(self.plan, self.number, w, ranges, self.extents)
+            self.number += 1
+            at, cuts = 0, {}
+            for r in ranges:
+                cuts[r] = (at, at + r[1] - r[0])
+                at += r[1] - r[0]
+            o = self.open = (w, step, cuts, ranges[-1])
+        lo, hi = o[2][(a, b)]
+        return Part(o[1], lo, hi, (a, b) == o[3])
+
+    def _rows_ahead(self, j: int, w: int, first: int) -> list:
+        """The row ranges of window ``w`` (its row 0 at stream position ``first``) of batches
+        j, j + stride, ... of this walk, in walk order."""
+        p, B, size = self.plan, self.plan.batch_size, self.size(w)
+        out = []
+        for jj in range(j, p.num_batches, self.stride):
+            pieces = pieces_of(self.mine, jj * B, jj * B + p.batch_size_of(jj))
+            for lo, hi in pieces:
+                r0, r1 = max(int(lo) - first, 0), min(int(hi) - first, size)
+                if r0 < r1:
+                    out.append((r0, r1))
+            if all(int(lo) - first >= size for lo, _ in pieces):
+                break  # this batch starts past the window: the later ones too
+        return out
 
 
 # how each shape of read step (lirs.policies.STEP_SHAPES) is walked

@@ -109,3 +109,14 @@ def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool)
         return plan.step(number, ids, extents, order=o, piece_runs=STEP_PIECE_RUNS)
     rows = np.sort(o[a:b])  # the part's records in unit order: runs again, not scattered single records
     return plan.step(number, ids[rows], extents, order=np.searchsorted(rows, o[a:b]), piece_runs=STEP_PIECE_RUNS)
+
+
+def window_rows_step(plan, number: int, w: int, ranges: list, extents: bool):
+    """The read step of the row ranges ``ranges`` ((a, b) pairs, in the order their rows are
+    dealt) of window ``w``'s stream: found in unit order (runs), delivered range after range."""
+    if len(ranges) == 1:
+        return window_step(plan, number, w, *ranges[0], extents)
+    ids, o = window_records(plan, w)
+    sel = np.concatenate([o[a:b] for a, b in ranges])
+    rows = np.sort(sel)
+    return plan.step(number, ids[rows], extents, order=np.searchsorted(rows, sel), piece_runs=STEP_PIECE_RUNS)

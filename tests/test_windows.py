@@ -296,3 +296,23 @@ def _policies():
     """The module whose STEP_MIN_BYTES sizes a group read step."""
     from lirs import policies
     return policies
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_strided_walk_reads_each_window_once_for_its_batches(kdd, workers):
+    """A DataLoader worker's walk (a stride) shares one read step per window among its batches, as
+    the plain walk does for all of them: reading a window per batch made workers 16x slower."""
+    plan = plan_epoch(lirs.open_index(kdd), 64, "window", group_bytes=16384, window=16, seed=3)
+    whole = list(plan.batches())
+    nw = window_count(plan)
+    assert plan.num_batches >= 3 * workers * nw  # several of a worker's batches per window
+    for w in range(workers):
+        mine = list(plan.batches(w, stride=workers))
+        steps = {id(part.step) for b in mine for part in b.parts}
+        assert len(steps) <= nw
+        read = sum(len(s.ids) for s in {id(p.step): p.step for b in mine for p in b.parts}.values())
+        assert read == sum(len(b.ids) for b in mine)  # each of its records once, no other batch's
+        for a, b in zip(mine, whole[w::workers]):
+            assert np.array_equal(a.ids, b.ids)
+        last = [p.last for b in mine for p in b.parts]
+        assert sum(last) == len(steps)  # every step's last part marked once
