@@ -313,7 +313,18 @@ def sec_torch():
             f"its share of the cores, batches crossing in shared-memory slots) on this 2-core machine it is "
             f"{f(r['torch_w2'])}× the Loader and {f(d['ratio_vs_w0']['torch_w2'])}× `num_workers=0` (goal ≥ "
             f"{d['goal_ratio_workers_vs_w0']}: {goal(d['ratio_vs_w0']['torch_w2'] >= d['goal_ratio_workers_vs_w0'])}): "
-            f"the workers and the main process compete for the same two cores.")
+            f"the workers and the main process compete for the same two cores."
+            + _torch_window_line())
+
+
+def _torch_window_line() -> str:
+    w = load("torch_window")
+    if not w or "torch_w2" not in w.get("ratio_vs_w0", {}):
+        return ""
+    return (f" With the default granularity, {w['granularity']} ({source(w)}), `num_workers=2` runs at "
+            f"{f(w['ratio_vs_w0']['torch_w2'])}× `num_workers=0` (goal ≥ {w['goal_ratio_workers_vs_w0']}: "
+            f"{goal(w['ratio_vs_w0']['torch_w2'] >= w['goal_ratio_workers_vs_w0'])}); each worker reads a window "
+            f"once for all its batches.")
 
 
 def sec_tfrecord():
