@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .constants import STEP_PIECE_RUNS
+from .kernels.plan import batch_orders
 from .errors import UsageError
 from .policies import POLICIES
 from .ranges import cut, rank_spans
@@ -85,6 +86,9 @@ class BatchSteps:
         (runs), each batch then dealt in its own order."""
         p, B = self.plan, self.plan.batch_size
         js = range(j0, min(j0 + self.per, p.num_batches))
+        if len(self.mine) == 1:  # one span: the batches' records are one run of the stream
+            self._share_run(js)
+            return
         ids, orders, cuts = [], [], [0]
         for j in js:
             pieces = pieces_of(self.mine, j * B, j * B + p.batch_size_of(j))
@@ -98,6 +102,22 @@ class BatchSteps:
         step = p.step(j0, ids[0] if len(ids) == 1 else np.concatenate(ids), self.extents, order=order,
                       piece_runs=STEP_PIECE_RUNS)
         self.held = {j: Part(step, cuts[i], cuts[i + 1], j == js[-1]) for i, j in enumerate(js)}
+
+    def _share_run(self, js: range) -> None:
+        """:meth:`_share` of a plan of one span: the records taken in one piece, every batch's deal
+        order drawn by one kernel call (the consumer's thread plans this under the GIL)."""
+        p, B = self.plan, self.plan.batch_size
+        s0, j0 = int(self.mine[0, 0]), js[0]
+        end = min(js[-1] * B + B, p.size)  # the last batch may be short
+        ids = self.cursor.take(s0 + j0 * B, s0 + end)
+        cuts = np.minimum(np.arange(len(js) + 1, dtype=np.int64) * B, end - j0 * B)
+        order = None
+        if self.deals:
+            order = np.empty(len(ids), np.int64)
+            batch_orders(order, cuts, np.uint64(p.batch_key), (s0 + j0 * B + cuts[:-1]).astype(np.uint64))
+        step = p.step(j0, ids, self.extents, order=order, piece_runs=STEP_PIECE_RUNS)
+        c = cuts.tolist()
+        self.held = {j: Part(step, c[i], c[i + 1], j == js[-1]) for i, j in enumerate(js)}
 
 
 class WindowSteps:

@@ -82,6 +82,18 @@ def shuffle_inplace(a, key, counter):
 
 
 @njit(cache=True, nogil=True)
+def batch_orders(out, cuts, key, counters):
+    """The deal orders of consecutive batches in one call: ``out[cuts[i]:cuts[i + 1]]`` (int64) is
+    ``cuts[i] + `` a Fisher-Yates of ``arange(cuts[i + 1] - cuts[i])`` with the stream (key,
+    ``counters[i]``), as :func:`shuffle_inplace` draws it for one batch."""
+    for i in range(counters.shape[0]):
+        a, b = cuts[i], cuts[i + 1]
+        for r in range(a, b):
+            out[r] = r
+        shuffle_inplace(out[a:b], key, counters[i])
+
+
+@njit(cache=True, nogil=True)
 def _feistel(x, keys, half, mask):
     left = x >> half
     right = x & mask
