@@ -152,6 +152,17 @@ def first_changed_block(path: str, sums: np.ndarray, size: int, *, direct: bool 
 _CHECKER = None
 
 
+def _forget_threads() -> None:
+    """In a forked child: the parent's pool threads do not exist here, and a pool that believes
+    they do would queue work nobody runs (a DataLoader worker indexing on first use would hang)."""
+    global _CHECKER
+    _POOLS.clear()
+    _CHECKER = None
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
 def check_in_background(path: str, sums: np.ndarray, size: int):
     """:func:`first_changed_block` of ``path`` started on a thread of its own; a Future of its
     answer (the incremental index goes on as if nothing changed and asks before it commits)."""

@@ -270,3 +270,28 @@ def test_kept_labels_are_coded_as_a_full_index_codes_them(tmp_path, case):
     k = len(body.splitlines())
     want = np.concatenate([old[:k], new])
     assert np.array_equal(idx.labels, want)
+
+
+def test_a_forked_child_indexes_with_pools_of_its_own(tmp_path):
+    """The checksum pools are made once per process: a child forked after the parent used them
+    (a DataLoader worker) gets new ones instead of queueing work for threads it does not have."""
+    import multiprocessing
+
+    p = tmp_path / "d.svm"
+    p.write_text(_lines(150_000, 15))
+    lirs.build_index(str(p), progress=False)
+    with open(p, "a") as f:
+        f.write(_lines(300, 16))
+    lirs.build_index(str(p), progress=False)  # the parent's pools now exist, threads and all
+    with open(p, "a") as f:
+        f.write(_lines(300, 17))
+
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=lirs.build_index, args=(str(p),), kwargs={"progress": False})
+    child.start()
+    child.join(60)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and child.exitcode == 0
+    _same_as_full(str(p))
