@@ -65,6 +65,7 @@ class BatchSteps:
         self.per = pol.batches_per_step(plan) if stride == 1 else 1
         self.cursor = Cursor(plan.stream)
         self.held: dict = {}  # batch -> its part of the shared step being handed out
+        self.made = 0  # shared steps planned so far
 
     def _ids(self, pieces: list) -> np.ndarray:
         ids = [self.cursor.take(int(lo), int(hi)) for lo, hi in pieces]
@@ -82,10 +83,13 @@ class BatchSteps:
         return BatchPlan(j, part.step.ids[part.lo:part.hi], (part,))
 
     def _share(self, j0: int) -> None:
-        """Plan one step for batches ``j0 ..`` (``per`` of them): their records in unit order
-        (runs), each batch then dealt in its own order."""
+        """Plan one step for batches ``j0 ..`` (``per`` of them; the walk's first steps 1, 2, 4, ..:
+        its first batch waits for one batch's read, not a whole step's): their records in unit
+        order (runs), each batch then dealt in its own order."""
         p, B = self.plan, self.plan.batch_size
-        js = range(j0, min(j0 + self.per, p.num_batches))
+        per = min(self.per, 1 << min(self.made, 30))
+        self.made += 1
+        js = range(j0, min(j0 + per, p.num_batches))
         if len(self.mine) == 1:  # one span: the batches' records are one run of the stream
             self._share_run(js)
             return

@@ -445,10 +445,15 @@ def test_batches_sharing_a_read_step_equal_a_step_per_batch(monkeypatch, fixed):
             for (_, a, _, _), (_, b, _, _) in zip(one[start:], many):
                 for x, y in zip(a, b):
                     assert np.array_equal(x, y)
-            # a step feeds batches_per_step consecutive batches, the last of them marked
+            # a step feeds batches_per_step consecutive batches (the walk's first steps 1, 2, 4, ..
+            # of them: its first batch waits for one batch's read), the last of them marked
             numbers = [b[3] for b in many]
             runs = np.unique(numbers, return_counts=True)[1]
-            assert runs.max() == min(p.batches_per_step, len(many)) and runs.sum() == len(many)
+            want, k, left = [], 0, len(many)
+            while left > 0:
+                want.append(min(p.batches_per_step, 1 << k, left))
+                left, k = left - want[-1], k + 1
+            assert runs.tolist() == want
             assert [b[2] for b in many] == [i == len(many) - 1 or numbers[i + 1] != numbers[i]
                                             for i in range(len(many))]
     for g in ("page", "instance", "window"):  # the paper's baselines keep a step per batch
