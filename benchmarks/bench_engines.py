@@ -196,9 +196,16 @@ def loader_stall(args) -> dict:
     runs = [{"command": " ".join(cmd0), **base}]
     for mult in (1.0, 1.5):
         ms = math.ceil(per_batch_ms * mult * 10) / 10
-        r, cmd = lirs_epoch(path, common + ["--compute-ms", f"{ms}"])
-        runs.append({"command": " ".join(cmd), "compute_ms_over_load_ms": ms / per_batch_ms, **r})
-        print(f"  loader compute {ms} ms/batch: stall {100 * r['stall_fraction']:.1f}%", file=sys.stderr)
+        # a short epoch's stall varies from run to run: the median of --loader-repeats epochs
+        reps = []
+        for _ in range(max(1, args.loader_repeats)):
+            r, cmd = lirs_epoch(path, common + ["--compute-ms", f"{ms}"])
+            reps.append(r)
+        r = sorted(reps, key=lambda x: x["stall_fraction"])[len(reps) // 2]
+        runs.append({"command": " ".join(cmd), "compute_ms_over_load_ms": ms / per_batch_ms, **r,
+                     "stall_fractions": [x["stall_fraction"] for x in reps]})
+        print(f"  loader compute {ms} ms/batch: stall {100 * r['stall_fraction']:.1f}% (median of {len(reps)})",
+              file=sys.stderr)
     if not args.keep:
         for p in (path, path + ".lirs"):
             if os.path.exists(p):
@@ -238,6 +245,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--loader-size", default="512MB")
     ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--loader-repeats", type=int, default=5, help="epochs per compute time (median stall)")
     ap.add_argument("--loader-batches", type=int, default=0,
                     help="batches per loader run (default 0: the whole epoch; a few hundred batches of a fast "
                          "loader are mostly the pipeline's fill, not its steady state)")
