@@ -8,8 +8,8 @@ start + stride, ...`` and asks a *step source*, chosen by the granularity's poli
 records:
 
 ``batch``    a step per batch;
-``batches``  a step per K consecutive batches (K from the policy), each batch a slice of it, dealt
-             exactly as a step of its own would deal it; with a stride, a step per batch;
+``batches``  a step per K batches of the walk (K from the policy; consecutive ones, or every
+             stride-th), each batch a slice of it, dealt exactly as a step of its own would deal it;
 ``window``   the window steps a batch takes rows from: a window's rows are read once for every
              batch of the walk that takes them (with a stride, the walk's batches only: a
              DataLoader worker reads each window once for its batches, not once per batch).
@@ -55,14 +55,14 @@ def pieces_of(mine: np.ndarray, a: int, b: int) -> list:
 
 
 class BatchSteps:
-    """Steps of whole batches: one per batch, or one per ``batches_per_step`` consecutive batches
-    when the walk takes every batch (``stride`` 1)."""
+    """Steps of whole batches: one per batch, or one per ``batches_per_step`` batches of the walk
+    (consecutive ones, or with a stride every ``stride``-th: a DataLoader worker's)."""
 
     def __init__(self, plan, mine: np.ndarray, stride: int, extents: bool):
-        self.plan, self.mine, self.extents = plan, mine, extents
+        self.plan, self.mine, self.extents, self.stride = plan, mine, extents, int(stride)
         pol = POLICIES[plan.granularity]
         self.deals = pol.deals_batch
-        self.per = pol.batches_per_step(plan) if stride == 1 else 1
+        self.per = pol.batches_per_step(plan)
         self.cursor = Cursor(plan.stream)
         self.held: dict = {}  # batch -> its part of the shared step being handed out
         self.made = 0  # shared steps planned so far
@@ -89,8 +89,8 @@ class BatchSteps:
         p, B = self.plan, self.plan.batch_size
         per = min(self.per, 1 << min(self.made, 30))
         self.made += 1
-        js = range(j0, min(j0 + per, p.num_batches))
-        if len(self.mine) == 1:  # one span: the batches' records are one run of the stream
+        js = range(j0, p.num_batches, self.stride)[:per]
+        if len(self.mine) == 1 and self.stride == 1:  # the batches' records are one run of the stream
             self._share_run(js)
             return
         ids, orders, cuts = [], [], [0]
