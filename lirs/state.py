@@ -48,11 +48,11 @@ class ResumeState:
         """The same state at another batch (and epoch). Called once per delivered batch, so it
         copies the fields as they are rather than validating them again."""
         new = object.__new__(ResumeState)
-        for k, v in self.__dict__.items():
-            object.__setattr__(new, k, v)
-        object.__setattr__(new, "next_batch", int(next_batch))
+        d = new.__dict__  # a frozen dataclass's fields, set as __init__ sets them, in one update
+        d.update(self.__dict__)
+        d["next_batch"] = int(next_batch)
         if epoch is not None:
-            object.__setattr__(new, "epoch", int(epoch))
+            d["epoch"] = int(epoch)
         return new
 
     def replace(self, **changes) -> "ResumeState":
