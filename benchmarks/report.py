@@ -679,6 +679,26 @@ def sec_cores():
             + table(["granularity", "cores", "threads", "epoch s", "records/s", "× 1 core", "stall"], rows))
 
 
+def sec_cores_gil():
+    d = load("cores_gil")
+    if not d:
+        return None
+    m = d.get("machine", {})
+    rows = [[r["mode"], r["granularity"], r["cores"], r.get("engine", ""), f"{r['records_per_s'] / 1e6:.2f}",
+             f(r.get("cpu_us_per_record")),
+             "–" if r.get("gil_share") is None else f"{100 * r['gil_share']:.0f}%",
+             "–" if not r.get("ceiling_records_per_s") else f"{r['ceiling_records_per_s'] / 1e6:.1f}"]
+            for r in d["rows"]]
+    return (f"### The GIL's share and the ceiling it implies\n\nOne epoch with CSR decoding and no training "
+            f"step, {d['data']['bytes'] / 1e6:.0f} MB kdd-like, batch {d['batch_size']}, under `taskset` "
+            f"({source(d)}; a {m.get('cpus', '?')}-core machine). Page cache: the file in /dev/shm, engine "
+            f"`buffered`; device: the file on disk, the default engine. The GIL's share of the wall time comes "
+            f"from `py-spy record --gil`; the ceiling (records/s divided by that share) is what the pipeline "
+            f"could reach with every core it wants while the GIL stays this busy.\n\n"
+            + table(["mode", "granularity", "cores", "engine", "M records/s", "CPU µs/record", "GIL held",
+                     "ceiling M/s"], rows))
+
+
 def sec_paper():
     d = load("paper")
     if not d:
@@ -793,7 +813,7 @@ def sec_scale():
             + (f"\n\nPlanning an epoch of 10⁹ records (dense, stateless permutation, batch 1024), per batch: {plan}; "
                f"nothing in memory grows with the record count but group's unit table." if plan else ""))
 
-SECTIONS = [sec_summary, sec_index, sec_incremental, sec_decode, sec_engines, sec_plan, sec_window, sec_cores, sec_torch, sec_tfrecord,
+SECTIONS = [sec_summary, sec_index, sec_incremental, sec_decode, sec_engines, sec_plan, sec_window, sec_cores, sec_cores_gil, sec_torch, sec_tfrecord,
             sec_bench, sec_scale, sec_shuffle,
             sec_quality, sec_frontier, sec_paper, sec_train_svm, sec_train_dnn]
 
