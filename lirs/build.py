@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .errors import DataError, UsageError
-from .incremental import Unconfirmed, confirm, plan_update, scan_one, settle
+from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
 from .inputs import expand_paths, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .sidecar import SidecarWriter, fingerprint, sidecar_path
@@ -240,11 +240,16 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         chunk_bytes = max(int(chunk_bytes), 1)
-        try:  # an append is checked while its tail is scanned, on the guess that nothing else changed
-            plan = None if full else plan_update(files, format, out, speculate=True)
+        # an append is checked while its tail is scanned, on the guess that nothing else changed;
+        # when the check says otherwise (or the guessed scan failed on bytes that did change), the
+        # build starts again from the exact plan
+        plan = None if full else plan_update(files, format, out, speculate=True)
+        try:
             dest = _build_variable(files, format, out, chunk_bytes, progress, plan)
-        except Unconfirmed as e:
-            log.info("%s: changed before its old end; planning from its checksums", e)
+        except Exception as e:
+            if not (isinstance(e, Unconfirmed) or guessed_wrong(plan)):
+                raise
+            log.info("changed before its old end (%s); planning from its checksums", e)
             plan = plan_update(files, format, out)
             dest = _build_variable(files, format, out, chunk_bytes, progress, plan)
     else:

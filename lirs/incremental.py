@@ -88,6 +88,12 @@ def confirm(plan) -> None:
             raise Unconfirmed(keep.old.paths[keep.f])
 
 
+def guessed_wrong(plan) -> bool:
+    """Whether a check a speculative plan left running found a change (waits for them; a failed
+    check's OSError is raised)."""
+    return any(k is not None and k.pending is not None and k.pending.result() is not None for k in plan or ())
+
+
 def settle(plan) -> None:
     """Let the checks of a plan being abandoned end (none reads on after its build failed)."""
     for keep in plan or ():
@@ -103,7 +109,7 @@ def _plan_file(old, f, path: str, fmt: str, speculate: bool = False):
     if why is None:
         return Keep(old, f, True)
     size, was = os.path.getsize(path), int(fp["size"])
-    if speculate:
+    if speculate and size >= was:  # an append or a touch (a shorter file changed: checked first)
         keep = _keep_from(old, f, fmt, size, was, was)
         if keep is not None:
             keep.pending = check_in_background(path, old.file_sums(f), was)

@@ -295,3 +295,24 @@ def test_a_forked_child_indexes_with_pools_of_its_own(tmp_path):
         child.kill()
     assert not alive and child.exitcode == 0
     _same_as_full(str(p))
+
+
+def test_a_guessed_tail_scan_that_fails_on_moved_bytes_is_planned_again(tmp_path):
+    """An early edit that grows the file looks like an append: the guessed tail scan then starts
+    inside a line and fails. The check of the old bytes finds the edit, and the exact plan is built
+    instead of reporting the guessed scan's error."""
+    p = tmp_path / "d.svm"
+    old = _lines(150_000, 18)
+    p.write_text(old)
+    lirs.build_index(str(p), progress=False)
+    with open(p, "a") as f:
+        f.write(_lines(300, 19))  # the guess, made on an append alone
+    guess = I.plan_update([str(p)], "libsvm", str(p) + ".lirs", speculate=True)[0]
+    I.settle([guess])
+    at = guess.byte
+    k = at - old.rindex(":", 0, at)  # grow the file by k bytes: the guessed restart lands on ":..."
+    assert 2 <= k < 30 and old[0] in "0123" and old[1] == " "
+    p.write_text(old[0] + "." + "0" * (k - 1) + old[1:] + _lines(300, 19))  # the first label, same value
+    assert (p.read_text()[at:at + 1]) == ":"
+    _same_as_full(str(p))
+    assert lirs.open_index(str(p)).n == 150_000 + 300
