@@ -7,7 +7,7 @@ import os
 _NO_MAP_FS = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "sshfs", "virtiofs")
 
 
-def _fs_type(path: str) -> str | None:
+def fs_type(path: str) -> str | None:
     """The filesystem type of the mount holding ``path`` (from /proc/self/mountinfo), or None."""
     try:
         dev = os.stat(path).st_dev
@@ -22,8 +22,17 @@ def _fs_type(path: str) -> str | None:
     return None
 
 
+# filesystems whose files are always in memory: a read is a copy, never a wait for a device
+MEMORY_FS = ("tmpfs", "ramfs")
+
+
+def in_memory(path: str) -> bool:
+    """Whether ``path`` lies on a filesystem held in memory (tmpfs, ramfs: /dev/shm)."""
+    return (fs_type(path) or "") in MEMORY_FS
+
+
 def map_safe(path: str) -> bool:
     """Whether the arrays of ``path`` may be memory-mapped: not on FUSE or network filesystems,
     where an I/O error under a mapped page is a SIGBUS instead of an exception."""
-    fs = _fs_type(path) or ""
+    fs = fs_type(path) or ""
     return not any(fs.startswith(k) for k in _NO_MAP_FS)

@@ -386,3 +386,27 @@ def test_aiofiles_loader_aepoch_first(tmp_path):
     assert len(asyn) == len(sync) > 1
     for a, s in zip(asyn, sync):
         assert a.index == s.index and np.array_equal(a.ids, s.ids) and a.X.tobytes() == s.X.tobytes()
+
+
+def test_the_buffered_engine_reads_alone_from_a_filesystem_in_memory(tmp_path):
+    """On tmpfs a read is a copy: no helper threads are woken for it (they only hand the GIL
+    around); elsewhere the page cache may be cold and helpers keep reads in flight."""
+    from lirs.engines import open_engine
+    from lirs.mounts import in_memory
+
+    disk = tmp_path / "d.bin"
+    disk.write_bytes(bytes(8192))
+    with open_engine([str(disk)], "buffered", direct=False) as e:
+        assert e.depth == (1 if in_memory(str(disk)) else 8)
+    if not os.path.isdir("/dev/shm") or not in_memory("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm")
+    shm = f"/dev/shm/lirs-test-{os.getpid()}.bin"
+    try:
+        with open(shm, "wb") as f:
+            f.write(bytes(8192))
+        with open_engine([shm], "buffered", direct=False) as e:
+            assert e.depth == 1
+        with open_engine([shm], "buffered", direct=False, depth=4) as e:
+            assert e.depth == 4  # asked for
+    finally:
+        os.unlink(shm)

@@ -6,6 +6,7 @@ until none is left. Several callers may read at once (their jobs interleave in t
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from ..kernels.io import pread_worker
 from ..libc import Libc
+from ..mounts import in_memory
 from .base import Engine
 
 
@@ -101,10 +103,17 @@ class ThreadsEngine(Engine):
 
 class BufferedEngine(ThreadsEngine):
     """Page-cache ``pread`` (no O_DIRECT) from a few threads: for filesystems that refuse O_DIRECT
-    (tmpfs, some overlays) and for data that is already in memory."""
+    (tmpfs, some overlays) and for data that is already in memory. On a filesystem held in memory
+    (tmpfs, ramfs) the default is the calling thread alone: a read is a copy, and helpers woken
+    for it only hand the GIL around (a group epoch from /dev/shm on 2 cores: 2.9-3.2M records/s
+    with 8, 3.3M with 1; instance 0.6-0.7M and 0.97M)."""
 
     name = "buffered"
     default_depth = 8
 
     def __init__(self, paths, *, direct: bool = False, depth: int | None = None):
+        if depth is None and paths:
+            one_per_fs = {os.stat(p).st_dev: p for p in paths}.values()  # (a dataset of many files)
+            if all(in_memory(p) for p in one_per_fs):
+                depth = 1
         super().__init__(paths, direct=False, depth=depth)
