@@ -79,15 +79,17 @@ class ThreadsEngine(Engine):
         args = (lc.pread, lc.errno_location, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
                 buf.ctypes.data, buf_pos, self.direct, got, errs, stall, counter.ctypes.data)
         parties = min(self.depth, e)
-        job = _Job(args, parties)
-        if parties > 1:
+        if parties == 1:  # the calling thread alone: no job to share, nobody to wait for
+            pread_worker(*args)
+        else:
+            job = _Job(args, parties)
             self._ensure_workers()
             for _ in range(parties - 1):
                 self._jobs.put(job)
-        job.run()
-        job.done.wait()
-        if job.error is not None:
-            raise job.error
+            job.run()
+            job.done.wait()
+            if job.error is not None:
+                raise job.error
         bad = np.flatnonzero(errs)
         if bad.size:
             i = int(bad[0])

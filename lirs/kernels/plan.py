@@ -82,6 +82,18 @@ def shuffle_inplace(a, key, counter):
 
 
 @njit(cache=True, nogil=True)
+def run_heads(ids, out):
+    """Where the runs of consecutive IDs of ``ids`` (int64 (k,)) start: their positions into
+    ``out`` (int64 (k,)); returns how many (``np.flatnonzero(np.diff(ids, prepend=ids[0] - 2) != 1)``)."""
+    n = 0
+    for i in range(ids.shape[0]):
+        if i == 0 or ids[i] - ids[i - 1] != 1:
+            out[n] = i
+            n += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
 def batch_orders(out, cuts, key, counters):
     """The deal orders of consecutive batches in one call: ``out[cuts[i]:cuts[i + 1]]`` (int64) is
     ``cuts[i] + `` a Fisher-Yates of ``arange(cuts[i + 1] - cuts[i])`` with the stream (key,
