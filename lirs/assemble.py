@@ -65,8 +65,9 @@ class StepDecoder:
         return self.index.format == "libsvm" and span_parts(step.payload_bytes, len(step.ids)) > 1
 
     def _libsvm(self, step, buf, ids, rext, rpos, starts, ends):
+        # the spans lie in the buffer: the extents were read whole (_check_complete) around them
         return self._by_file(decode_libsvm, step, buf, ids, rext, rpos, starts, ends, n_features=self.n_features,
-                             zero_based=self.zero_based, dtype=self.dtype)
+                             zero_based=self.zero_based, dtype=self.dtype, trusted=True)
 
     def _by_file(self, decode, step, buf, ids, rext, rpos, starts, ends, **opts):
         """``decode(buf, starts, ends, source=, file_offsets=, record_ids=, **opts)`` of a step whose

@@ -110,7 +110,8 @@ def csr_batch(data, indices, indptr, shape):
 
 
 def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype=np.float32,
-                  source: str = "", file_offsets=None, query_id: bool = False, record_ids=None, threads=None):
+                  source: str = "", file_offsets=None, query_id: bool = False, record_ids=None, threads=None,
+                  trusted: bool = False):
     """Decode LIBSVM records into a CSR matrix, with ``load_svmlight_file``'s semantics.
 
     Parameters
@@ -136,6 +137,9 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     threads : int or None
         Threads that decode runs of records at once when the spans hold many bytes (a loader
         window); default: the CPUs this process may use. Batch-sized inputs use the calling thread.
+    trusted : bool
+        The spans are known to lie in ``buf`` (a Loader's, from its index and its reads): their
+        O(k) bounds check is skipped. False (the default) checks them.
 
     Returns
     -------
@@ -159,7 +163,7 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     n_features = int(n_features)
     if n_features < 1:
         raise UsageError(f"n_features must be >= 1, got {n_features}")
-    if len(starts) and (starts.min() < 0 or ends.max() > len(buf) or np.any(ends < starts)):
+    if len(starts) and not trusted and (starts.min() < 0 or ends.max() > len(buf) or np.any(ends < starts)):
         raise UsageError(f"record spans must satisfy 0 <= start <= end <= len(buf) = {len(buf)}")
     if file_offsets is not None:
         file_offsets = np.asarray(file_offsets, np.int64)

@@ -10,10 +10,18 @@ import threading
 import numpy as np
 
 from ..constants import BLOCK
+from ..kernels import io as K
 from ..errors import LirsError, StaleIndexError, UsageError
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 log = logging.getLogger("lirs.engines")
+
+_EXTENT_ERRORS = {  # check_extents' verdicts, as the engines report them
+    K.EXTENTS_BAD_FILE: "ext_file out of range [0, {files})",
+    K.EXTENTS_NEGATIVE: "negative offset, size or buffer position",
+    K.EXTENTS_OVERFLOW: "extents do not fit the buffer of {buf} bytes",
+    K.EXTENTS_UNALIGNED: "O_DIRECT reads need 4096-aligned offsets, sizes, buffer and buffer positions",
+}
 
 
 class ReadError(LirsError, OSError):
@@ -310,15 +318,12 @@ class Engine:
             raise ValueError("buf must be a writable, C-contiguous 1-D uint8 array")
         if e == 0:
             return ext_file, ext_offset, ext_nbytes, buf, buf_pos
-        if ext_file.min() < 0 or ext_file.max() >= len(self.fds):
-            raise ValueError(f"ext_file out of range [0, {len(self.fds)})")
-        if ext_offset.min() < 0 or ext_nbytes.min() < 0 or buf_pos.min() < 0:
-            raise ValueError("negative offset, size or buffer position")
-        if (buf_pos + ext_nbytes).max() > buf.shape[0]:
-            raise ValueError(f"extents do not fit the buffer of {buf.shape[0]} bytes")
-        if self.direct:
-            if buf.ctypes.data % BLOCK or ((ext_offset | ext_nbytes | buf_pos) % BLOCK).any():
-                raise ValueError("O_DIRECT reads need 4096-aligned offsets, sizes, buffer and buffer positions")
+        if self.direct and buf.ctypes.data % BLOCK:
+            raise ValueError(_EXTENT_ERRORS[K.EXTENTS_UNALIGNED])
+        # the kernels write into buf at these positions: every extent checked, in one native pass
+        bad = K.check_extents(ext_file, ext_offset, ext_nbytes, buf_pos, len(self.fds), buf.shape[0], self.direct)
+        if bad != K.EXTENTS_OK:
+            raise ValueError(_EXTENT_ERRORS[bad].format(files=len(self.fds), buf=buf.shape[0]))
         return ext_file, ext_offset, ext_nbytes, buf, buf_pos
 
     def _error(self, en: int, i: int, offset: int, ext_file, ext_nbytes) -> ReadError:

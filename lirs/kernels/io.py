@@ -196,6 +196,30 @@ def call_errno(typingctx, fn):
 # --------------------------------------------------------------------------- pread workers
 
 
+# check_extents' verdicts
+EXTENTS_OK = 0
+EXTENTS_BAD_FILE = 1       # a file number outside [0, files)
+EXTENTS_NEGATIVE = 2       # a negative offset, size or buffer position
+EXTENTS_OVERFLOW = 3       # an extent that does not fit the buffer
+EXTENTS_UNALIGNED = 4      # (direct) an offset, size or buffer position not a multiple of 4096
+
+
+@njit(cache=True, nogil=True)
+def check_extents(ext_file, ext_offset, ext_nbytes, buf_pos, files, buf_len, direct):
+    """One pass over a read's extents (int32/int64 (e,) each): EXTENTS_OK, or the first verdict
+    that fails (see above), before any byte is read into the buffer."""
+    for i in range(ext_file.shape[0]):
+        if ext_file[i] < 0 or ext_file[i] >= files:
+            return EXTENTS_BAD_FILE
+        if ext_offset[i] < 0 or ext_nbytes[i] < 0 or buf_pos[i] < 0:
+            return EXTENTS_NEGATIVE
+        if buf_pos[i] + ext_nbytes[i] > buf_len:
+            return EXTENTS_OVERFLOW
+        if direct and ((ext_offset[i] | ext_nbytes[i] | buf_pos[i]) & 4095) != 0:
+            return EXTENTS_UNALIGNED
+    return EXTENTS_OK
+
+
 @njit(cache=True, nogil=True)
 def pread_worker(fn_pread, fn_errno, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos,
                  direct, got, errs, stall, counter_addr):
