@@ -410,3 +410,33 @@ def test_the_buffered_engine_reads_alone_from_a_filesystem_in_memory(tmp_path):
             assert e.depth == 4  # asked for
     finally:
         os.unlink(shm)
+
+
+@pytest.mark.parametrize("name", ["buffered", "threads"])
+def test_bad_extents_are_refused_before_any_byte_is_read(tmp_path, name):
+    """The read kernels write into the buffer at the extents' positions: every extent is checked
+    first (file number, signs, fit in the buffer, O_DIRECT alignment), with a message saying what."""
+    from lirs.engines import aligned_empty, open_engine
+
+    p = tmp_path / "d.bin"
+    p.write_bytes(bytes(range(256)) * 64)
+    direct = name == "threads"
+    try:
+        e = open_engine([str(p)], name, direct=direct)
+    except (OSError, UsageError):
+        pytest.skip(f"{name} cannot open here")
+    with e:
+        buf = aligned_empty(8192)
+        i32, i64 = (lambda *v: np.array(v, np.int32)), (lambda *v: np.array(v, np.int64))
+        cases = [((i32(1), i64(0), i64(4096), i64(0)), "ext_file out of range"),
+                 ((i32(0), i64(-4096), i64(4096), i64(0)), "negative offset"),
+                 ((i32(0), i64(0), i64(4096), i64(8192)), "do not fit the buffer of 8192 bytes")]
+        if direct:
+            cases.append(((i32(0), i64(100), i64(4096), i64(0)), "4096-aligned"))
+        for (f, off, nb, pos), what in cases:
+            buf[:] = 7
+            with pytest.raises(ValueError, match=what):
+                e.read(f, off, nb, buf, pos)
+            assert (buf == 7).all()  # nothing was written
+        got = e.read(i32(0), i64(0), i64(4096), buf, i64(4096))
+        assert int(got[0]) == 4096 and bytes(buf[4096:4352]) == bytes(range(256))
