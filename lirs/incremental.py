@@ -80,18 +80,24 @@ def plan_update(files, fmt: str, dest: str, *, speculate: bool = False) -> list:
     return [_plan_file(old, where.get(os.path.realpath(p)), p, fmt, speculate) for p in files]
 
 
+def _found_change(plan):
+    """The first keep of ``plan`` whose running check found a change, or None (waits for the
+    checks; a failed check's OSError, naming the file and byte, is raised)."""
+    return next((k for k in plan or () if k is not None and k.pending is not None
+                 and k.pending.result() is not None), None)
+
+
 def confirm(plan) -> None:
     """Wait for the checks a speculative plan left running; :class:`Unconfirmed` when one found a
     change (an OSError of a failed read names the file and byte)."""
-    for keep in plan or ():
-        if keep is not None and keep.pending is not None and keep.pending.result() is not None:
-            raise Unconfirmed(keep.old.paths[keep.f])
+    keep = _found_change(plan)
+    if keep is not None:
+        raise Unconfirmed(keep.old.paths[keep.f])
 
 
 def guessed_wrong(plan) -> bool:
-    """Whether a check a speculative plan left running found a change (waits for them; a failed
-    check's OSError is raised)."""
-    return any(k is not None and k.pending is not None and k.pending.result() is not None for k in plan or ())
+    """Whether a check a speculative plan left running found a change (see :func:`confirm`)."""
+    return _found_change(plan) is not None
 
 
 def settle(plan) -> None:
