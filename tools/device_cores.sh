@@ -8,6 +8,7 @@
 #   OUT=/tmp/out bash tools/device_cores.sh            # 1 GB, about 7 minutes on 16 cores
 #   OUT=/tmp/out bash tools/device_cores.sh --small    # 30 MB, 1 and 2 cores: a check of the script
 #
+# MODES picks the modes (default page-cache,device).
 # Runs from the repository root with PYTHONPATH=. (no install) and NUMBA_CACHE_DIR=/tmp/nb.
 # $PYTHON picks the interpreter (default python3; it needs numpy, scipy, numba). The runs left
 # when the time budget is spent (BUDGET_S, default 420 s, data generation included) are listed
@@ -61,7 +62,7 @@ fi
 cat "$OUT/machine.txt"
 
 set -o pipefail
-"$PY" benchmarks/bench_cores.py --size "$SIZE" --dir "$DIR" --shm "$SHM" --repeat "$REPEAT" --max-seconds "$MAXS" \
+"$PY" benchmarks/bench_cores.py --size "$SIZE" --dir "$DIR" --modes "${MODES:-page-cache,device}" --shm "$SHM" --repeat "$REPEAT" --max-seconds "$MAXS" \
   --gil-seconds "$GILS" --gil-rate 200 ${CORES:+--cores "$CORES"} --budget-s "$BUDGET" \
   --note "${NOTE:-tools/device_cores.sh ${1:-}: $(nproc) cores; nothing else ran on the machine}" \
   --out "$OUT/cores_gil.json" 2>&1 | tee "$OUT/cores_gil.log"
