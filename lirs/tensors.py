@@ -91,6 +91,30 @@ ALIGN = 64                # bytes: every tensor of a packed batch starts aligned
 INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pickle stream
 
 
+def pack_spans(ts) -> tuple[list, int]:
+    """The layout of tensors ``ts`` packed in one uint8 buffer: ``[(offset, nbytes, dtype, shape)]``
+    (each offset a multiple of ``ALIGN``, so every part can be viewed as its dtype there) and the
+    buffer's length in bytes."""
+    spans, o = [], 0
+    for t in ts:
+        nb = t.numel() * t.element_size()
+        spans.append((o, nb, t.dtype, tuple(t.shape)))
+        o += -(-nb // ALIGN) * ALIGN
+    return spans, o
+
+
+def span_views(buf, spans) -> list:
+    """Tensors viewing the parts :func:`pack_spans` laid out in the uint8 tensor ``buf`` (no copy)."""
+    return [buf[a:a + nb].view(dt) if len(sh) == 1 else buf[a:a + nb].view(dt).view(sh) for a, nb, dt, sh in spans]
+
+
+def pack_into(host: np.ndarray, ts, spans) -> None:
+    """Copy CPU tensors ``ts`` into the uint8 array ``host`` at their ``spans`` (:func:`pack_spans`)."""
+    for t, (a, nb, _, _) in zip(ts, spans):
+        if nb:
+            host[a:a + nb] = t.contiguous().numpy().reshape(-1).view(np.uint8)
+
+
 class Packed:
     """A batch on its way from a DataLoader worker to the main process: every tensor of it (ids, y,
     the arrays of X) copied into one uint8 buffer, so that the batch crosses processes in the
@@ -103,11 +127,7 @@ class Packed:
     def __init__(self, ids, X, y, output, ring=None, worker=0):
         kind, parts = x_parts(X)
         parts = [ids] + ([] if y is None else [y]) + parts
-        spans, o = [], 0
-        for t in parts:
-            nb = t.numel() * t.element_size()
-            spans.append((o, nb, t.dtype, tuple(t.shape)))
-            o += -(-nb // ALIGN) * ALIGN
+        spans, o = pack_spans(parts)
         # a free slot of the worker's shared ring when there is one: then only its number crosses
         self.slot = None if ring is None else ring.take(worker, o)
         if self.slot is not None:
@@ -115,9 +135,7 @@ class Packed:
             self.slot = (ring.token, self.slot)
         else:
             self.buf = torch.empty(max(o, 1), dtype=torch.uint8)
-        for t, (a, nb, _, _) in zip(parts, spans):
-            if nb:
-                self.buf[a:a + nb].view(t.dtype).view(t.shape).copy_(t)
+        pack_into(self.buf.numpy(), parts, spans)
         self.meta = (kind, tuple(X.shape), y is not None, output, spans)
 
     def __reduce__(self):
@@ -196,7 +214,7 @@ def unpack_array(a: np.ndarray, meta):
 def unpack(buf, meta):
     """The output of a :class:`Packed` batch, its tensors views of ``buf``."""
     kind, shape, has_y, output, spans = meta
-    return build_output([buf[a:a + nb].view(dt).view(sh) for a, nb, dt, sh in spans], kind, shape, has_y, output)
+    return build_output(span_views(buf, spans), kind, shape, has_y, output)
 
 
 # --------------------------------------------------------------------------- workers' pass board
@@ -301,34 +319,74 @@ def to_device(out, device, non_blocking: bool = False):
     return rebuild([t.to(device, non_blocking=non_blocking) for t in ts])
 
 
-class Feeder:
-    """Batches moved to a CUDA ``device`` one step ahead: batch k+1 is pinned and copied on a side
-    stream while the consumer's step on batch k runs on its current stream. Before batch k is
-    handed out, the current stream waits for the copy of k (an event recorded after it on the side
-    stream) and each of its tensors is marked as used by the current stream (``record_stream``),
-    so the caching allocator does not reuse their memory while the step may still read it."""
+STAGING_SLOTS = 4         # pinned staging buffers a Feeder cycles through (a copy k is done long before k+4)
+STAGING_BYTES = 1 << 20   # each one's first size; grown (doubled, at least to the batch) when a batch needs it
 
-    def __init__(self, batches, device):
+
+class Staging:
+    """Pinned host buffers a :class:`Feeder` packs batches into before one copy to the device: a
+    slot is written again only after the copy that read it last is done (its event)."""
+
+    def __init__(self, slots: int = STAGING_SLOTS, nbytes: int = STAGING_BYTES):
+        self.bufs = [None] * slots
+        self.events = [None] * slots
+        self.nbytes, self.k = int(nbytes), 0
+
+    def take(self, nbytes: int) -> tuple[int, torch.Tensor]:
+        """(slot, pinned uint8 tensor of at least ``nbytes``) free to write now."""
+        s = self.k = (self.k + 1) % len(self.bufs)
+        if self.events[s] is not None:
+            self.events[s].synchronize()  # its last copy to the device has read it
+            self.events[s] = None
+        buf = self.bufs[s]
+        if buf is None or buf.numel() < nbytes:
+            self.nbytes = max(self.nbytes, 1 << max(int(nbytes) - 1, 1).bit_length())
+            buf = self.bufs[s] = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=True)
+        return s, buf
+
+    def used(self, s: int, event) -> None:
+        """Slot ``s`` is read by the copy ``event`` follows."""
+        self.events[s] = event
+
+
+class Feeder:
+    """Batches moved to a CUDA ``device`` one step ahead: the tensors of batch k+1 (ids, y, the
+    arrays of X) are packed into one pinned staging buffer and copied to one device buffer on a
+    side stream while the consumer's step on batch k runs on its current stream. One allocation,
+    one copy and one event per batch, not one pin, copy and allocation per tensor: the consumer's
+    thread launches the training step too, and every call here is taken from it. Before batch k is
+    handed out, the current stream waits for the copy's event and the device buffer is marked as
+    used by the current stream (``record_stream``), so the caching allocator does not reuse it
+    while the step may still read it; the batch's tensors are views of that buffer, kept alive as
+    long as the consumer holds any of them."""
+
+    def __init__(self, batches, device, staging: Staging | None = None):
         self.batches, self.device = batches, device
+        self.staging = staging
 
     def __iter__(self):
         side = torch.cuda.Stream(self.device)
+        staging = self.staging or Staging()
         ahead = None
         for out in self.batches:
             rebuild, ts = _parts(out)
+            spans, total = pack_spans(ts)
+            s, host = staging.take(total)
+            pack_into(host.numpy(), ts, spans)
             with torch.cuda.stream(side):
-                moved = [(t if t.is_pinned() else t.pin_memory()).to(self.device, non_blocking=True) for t in ts]
+                dev = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
+                dev.copy_(host[:max(total, 1)], non_blocking=True)
                 done = torch.cuda.Event()
                 done.record(side)
+            staging.used(s, done)
             if ahead is not None:
                 yield self._ready(*ahead)
-            ahead = (rebuild, moved, done)
+            ahead = (rebuild, dev, spans, done)
         if ahead is not None:
             yield self._ready(*ahead)
 
-    def _ready(self, rebuild, moved, done):
+    def _ready(self, rebuild, dev, spans, done):
         cur = torch.cuda.current_stream(self.device)
         cur.wait_event(done)
-        for t in moved:
-            t.record_stream(cur)
-        return rebuild(moved)  # built on the current stream, after the wait
+        dev.record_stream(cur)  # one storage: every view of it is covered
+        return rebuild(span_views(dev, spans))  # built on the current stream, after the wait

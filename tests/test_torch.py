@@ -398,6 +398,23 @@ def test_elastic_resume_2_then_3_ranks_gloo(kdd_file, tmp_path):
     assert np.array_equal(np.sort(np.concatenate([done, rest])), np.arange(n)), "the rest, each once"
 
 
+def test_parts_pack_into_one_buffer_at_aligned_offsets():
+    """The layout a worker's Packed batch and the device Feeder's staging share: every part at a
+    multiple of ALIGN, viewed back as itself (dtype, shape, values), non-contiguous parts too."""
+    from lirs import tensors
+
+    g = torch.Generator().manual_seed(0)
+    ts = [torch.arange(7, dtype=torch.int64), torch.rand(5, generator=g) > 0.5, torch.empty(0, dtype=torch.int32),
+          torch.rand(3, 4, generator=g).t(), torch.tensor([1.5], dtype=torch.float64)]
+    spans, total = tensors.pack_spans(ts)
+    assert all(a % tensors.ALIGN == 0 for a, *_ in spans) and total % tensors.ALIGN == 0
+    assert total >= sum(t.numel() * t.element_size() for t in ts)
+    buf = np.full(total, 0xAB, np.uint8)
+    tensors.pack_into(buf, ts, spans)
+    for got, t in zip(tensors.span_views(torch.from_numpy(buf), spans), ts):
+        assert got.dtype == t.dtype and got.shape == t.shape and torch.equal(got, t)
+
+
 @pytest.mark.parametrize("sparse", ["csr", "coo", "dense"])
 @pytest.mark.parametrize("inband", [True, False])
 def test_packed_batches_cross_processes_intact(small_svm, monkeypatch, sparse, inband):

@@ -58,3 +58,35 @@ def test_training_step_on_the_device(kdd_file):
             opt.step()
             losses.append(float(loss))
     assert np.isfinite(losses).all() and np.mean(losses[-10:]) < losses[0], "the model learns"
+
+
+def test_batches_kept_by_the_consumer_stay_intact(kdd_file):
+    # every batch is one device buffer of its own: holding all of them (no step, no copy) while
+    # the feeder packs and copies the next ones must not let any of them be overwritten
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=5)
+    want = list(make_dataloader(kdd_file, 64, **kw))
+    kept = list(make_dataloader(kdd_file, 64, device="cuda", **kw))
+    torch.cuda.synchronize()
+    assert len(kept) == len(want)
+    for g, w in zip(kept, want):
+        assert torch.equal(g["ids"].cpu(), w["ids"]) and torch.equal(g["y"].cpu(), w["y"])
+        assert torch.equal(g["X"].to_dense().cpu(), w["X"].to_dense())
+
+
+@pytest.mark.parametrize("sparse", ["csr", "dense"])
+def test_staging_grows_and_is_reused(kdd_file, sparse):
+    # two pinned slots of 256 bytes: the first batch outgrows them and every later one reuses a
+    # slot whose previous copy must have finished first
+    from lirs.tensors import Feeder, Staging
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=6, sparse=sparse)
+    want = list(make_dataloader(kdd_file, 100, **kw))
+    got = [{k: v.to_dense().cpu() if k == "X" and v.layout != torch.strided else v.cpu() for k, v in b.items()}
+           for b in Feeder(iter(want), torch.device("cuda", torch.cuda.current_device()), Staging(2, 256))]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        wx = w["X"].to_dense() if w["X"].layout != torch.strided else w["X"]
+        assert torch.equal(g["X"], wx) and torch.equal(g["ids"], w["ids"]) and torch.equal(g["y"], w["y"])
