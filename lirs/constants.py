@@ -39,6 +39,12 @@ INDEX_READ_SPAN = 1 << 16
 # CSR matrix), which at 1024-record kdd-like batches (~370 KB) bounded the epoch, not the cores or the
 # device; a batch is then a slice of its step, as a window's batches are
 STEP_MIN_BYTES = 4 << 20
+# A read from a filesystem held in memory (tmpfs, ramfs) is a copy: one thread per this many bytes
+# of the step (up to the engine's depth) copies it, so a batch or a group step is read by the
+# calling thread alone (helpers woken for it only hand the GIL around: a group epoch from /dev/shm
+# on 2 cores ran 2.9-3.2M records/s with 8, 3.3M with 1) while a window of tens of MiB is copied by
+# several (on 16 cores one thread copying each window held window epochs at 1.7 GB/s, decode 4.3).
+IN_MEMORY_PARTY_BYTES = 8 << 20
 # outputs of a whole-file decode (load_svmlight) of at least this many bytes are mapped with their
 # pages populated in one call:
 # numpy asks for transparent huge pages from 4 MiB on, and where the kernel compacts memory on that

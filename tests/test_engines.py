@@ -388,26 +388,43 @@ def test_aiofiles_loader_aepoch_first(tmp_path):
         assert a.index == s.index and np.array_equal(a.ids, s.ids) and a.X.tobytes() == s.X.tobytes()
 
 
-def test_the_buffered_engine_reads_alone_from_a_filesystem_in_memory(tmp_path):
-    """On tmpfs a read is a copy: no helper threads are woken for it (they only hand the GIL
-    around); elsewhere the page cache may be cold and helpers keep reads in flight."""
-    from lirs.engines import open_engine
+def test_the_buffered_engine_shares_in_memory_reads_by_bytes(tmp_path):
+    """On tmpfs a read is a copy: a step smaller than IN_MEMORY_PARTY_BYTES is read by the calling
+    thread alone, whatever its extents (helpers would only hand the GIL around), a larger one by
+    one thread per that many bytes; elsewhere the page cache may be cold and every extent may be
+    read by a helper, to keep reads in flight."""
+    from lirs.constants import IN_MEMORY_PARTY_BYTES
+    from lirs.cores import usable_cores
+    from lirs.engines import aligned_empty, open_engine
     from lirs.mounts import in_memory
 
     disk = tmp_path / "d.bin"
     disk.write_bytes(bytes(8192))
     with open_engine([str(disk)], "buffered", direct=False) as e:
-        assert e.depth == (1 if in_memory(str(disk)) else 8)
+        if not in_memory(str(disk)):
+            assert e.depth == 8 and e.party_bytes == 0
     if not os.path.isdir("/dev/shm") or not in_memory("/dev/shm"):
         pytest.skip("no tmpfs at /dev/shm")
     shm = f"/dev/shm/lirs-test-{os.getpid()}.bin"
+    size = 3 * IN_MEMORY_PARTY_BYTES
     try:
         with open(shm, "wb") as f:
-            f.write(bytes(8192))
-        with open_engine([shm], "buffered", direct=False) as e:
-            assert e.depth == 1
+            f.write(np.arange(size // 8, dtype=np.int64).tobytes())
         with open_engine([shm], "buffered", direct=False, depth=4) as e:
-            assert e.depth == 4  # asked for
+            assert e.depth == 4 and e.party_bytes == IN_MEMORY_PARTY_BYTES  # depth as asked
+            n = 256  # extents of 4 KiB: many, but few bytes
+            small = aligned_empty(n * 4096)
+            offs = np.arange(n, dtype=np.int64) * 4096
+            got = e.read(np.zeros(n, np.int32), offs, np.full(n, 4096, np.int64), small, offs)
+            assert (got == 4096).all() and not e._workers, "a small step: the calling thread alone"
+            big = aligned_empty(size)
+            n = size // (1 << 20)
+            offs = np.arange(n, dtype=np.int64) << 20
+            got = e.read(np.zeros(n, np.int32), offs, np.full(n, 1 << 20, np.int64), big, offs)
+            assert (got == 1 << 20).all() and e._workers, "a window: helpers share it"
+            assert np.array_equal(big.view(np.int64), np.arange(size // 8))
+        with open_engine([shm], "buffered", direct=False) as e:
+            assert e.depth == max(1, min(8, usable_cores()))
     finally:
         os.unlink(shm)
 

@@ -12,6 +12,8 @@ import threading
 
 import numpy as np
 
+from ..constants import IN_MEMORY_PARTY_BYTES
+from ..cores import usable_cores
 from ..kernels.io import pread_worker
 from ..libc import Libc
 from ..mounts import in_memory
@@ -46,6 +48,7 @@ class ThreadsEngine(Engine):
 
     name = "threads"
     default_depth = 32
+    party_bytes = 0  # > 0: one party per this many bytes of the buffer (up to depth); 0: per extent
 
     def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
         super().__init__(paths, direct=direct, depth=depth)
@@ -79,6 +82,8 @@ class ThreadsEngine(Engine):
         args = (lc.pread, lc.errno_location, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
                 buf.ctypes.data, buf_pos, self.direct, got, errs, stall, counter.ctypes.data)
         parties = min(self.depth, e)
+        if self.party_bytes and parties > 1:
+            parties = min(parties, -(-buf.nbytes // self.party_bytes))
         if parties == 1:  # the calling thread alone: no job to share, nobody to wait for
             pread_worker(*args)
         else:
@@ -106,16 +111,18 @@ class ThreadsEngine(Engine):
 class BufferedEngine(ThreadsEngine):
     """Page-cache ``pread`` (no O_DIRECT) from a few threads: for filesystems that refuse O_DIRECT
     (tmpfs, some overlays) and for data that is already in memory. On a filesystem held in memory
-    (tmpfs, ramfs) the default is the calling thread alone: a read is a copy, and helpers woken
-    for it only hand the GIL around (a group epoch from /dev/shm on 2 cores: 2.9-3.2M records/s
-    with 8, 3.3M with 1; instance 0.6-0.7M and 0.97M)."""
+    (tmpfs, ramfs) a read is a copy, so it is shared by bytes, not by extents: one thread per
+    ``IN_MEMORY_PARTY_BYTES`` of the step (the calling thread alone for a batch or a group step,
+    several for a window), up to one per usable core (at most ``default_depth``)."""
 
     name = "buffered"
     default_depth = 8
 
     def __init__(self, paths, *, direct: bool = False, depth: int | None = None):
-        if depth is None and paths:
+        if paths:
             one_per_fs = {os.stat(p).st_dev: p for p in paths}.values()  # (a dataset of many files)
             if all(in_memory(p) for p in one_per_fs):
-                depth = 1
+                self.party_bytes = IN_MEMORY_PARTY_BYTES
+                if depth is None:
+                    depth = max(1, min(self.default_depth, usable_cores()))
         super().__init__(paths, direct=False, depth=depth)
