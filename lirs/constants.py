@@ -39,6 +39,10 @@ INDEX_READ_SPAN = 1 << 16
 # CSR matrix), which at 1024-record kdd-like batches (~370 KB) bounded the epoch, not the cores or the
 # device; a batch is then a slice of its step, as a window's batches are
 STEP_MIN_BYTES = 4 << 20
+# An epoch's batch plans are made on a thread of their own (lirs.ahead), handed to the consumer in
+# chunks of 1, 2, 4, ... up to PLAN_CHUNK batches, at most PLAN_AHEAD_CHUNKS chunks ahead.
+PLAN_CHUNK = 16
+PLAN_AHEAD_CHUNKS = 4
 # A read from a filesystem held in memory (tmpfs, ramfs) is a copy: one thread per this many bytes
 # of the step (up to the engine's depth) copies it, so a batch or a group step is read by the
 # calling thread alone (helpers woken for it only hand the GIL around: a group epoch from /dev/shm

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .ahead import PlanAhead
 from .assemble import batch_of, detached
 from .constants import BLOCK
 from .engines import aligned_empty, open_engine
@@ -91,6 +92,20 @@ class Pipeline:
         self.stats = stats
         self.stats_lock = threading.Lock()
         self.active: set = set()  # futures of steps in flight
+        self.planners: set = set()  # PlanAhead of the epochs being iterated
+        self.planners_lock = threading.Lock()
+
+    def plan_ahead(self, make) -> PlanAhead:
+        """A :class:`~lirs.ahead.PlanAhead` of ``make()``, stopped by :meth:`close` if still running."""
+        p = PlanAhead(make)
+        with self.planners_lock:
+            self.planners.add(p)
+        return p
+
+    def stop_planning(self, p: PlanAhead) -> None:
+        with self.planners_lock:
+            self.planners.discard(p)
+        p.close()
 
     def submit(self, step, then=None):
         """The future of ``step``'s decoded (X, y), or of ``then((X, y))`` computed in the same task."""
@@ -168,6 +183,10 @@ class Pipeline:
         """Cancel what has not started, wait for started steps (they write into pooled buffers),
         close the files, unmap the recycled blocks waiting for reuse. Called from a pool thread, it
         cannot wait for itself: it only stops."""
+        with self.planners_lock:
+            planners, self.planners = list(self.planners), set()
+        for p in planners:
+            p.close()
         if threading.current_thread() in self.threads():
             # no other step runs: each holds a reference to the loader that was just dropped
             self.executor.shutdown(wait=False)
@@ -226,7 +245,8 @@ class EpochRun:
         self.prefetch = int(prefetch)
         self.empty = empty
         self.finish = finish  # finish(bp, X, y) -> what the consumer gets, run on the pool
-        self.batches = iter(plan.batches(int(start), stride=int(stride)))
+        # planned on a thread of its own, ahead of the consumer (lirs.ahead)
+        self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), stride=int(stride)))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.pending: collections.deque = collections.deque()  # Pending batches, in order
         self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1
@@ -363,6 +383,7 @@ class EpochRun:
 
     def abandon(self) -> None:
         """The consumer left the epoch: cancel what has not started (started steps run to the end)."""
+        self.pipeline.stop_planning(self.batches)
         for item in self.pending:
             for f in item.parts:
                 f.future.cancel()

@@ -3,7 +3,8 @@
 # of what matters most: the cores benchmark (tools/device_cores.sh, page cache), the torch adapter's
 # workers against num_workers=0 (benchmarks/bench_torch.py --workers 2,4,8) and the GPU-feeding
 # benchmark (bench_torch.py --train), all on one generated kdd-like file. Writes into $OUT:
-# machine.txt, cores_gil.json/.log, torch.json/.log, train_gpu.json/.log.
+# machine.txt, cores_gil.json/.log, torch.json/.log, train_gpu.json/.log; then the CUDA tests
+# (tests/test_torch_gpu.py, skipped where there is no GPU) into gpu_tests.log.
 #
 #   OUT=/tmp/out bash tools/device_all.sh            # 1 GB, about 5 minutes on 16 cores
 #   OUT=/tmp/out bash tools/device_all.sh --small    # 30 MB, a check of the script (minutes on 2 cores)
@@ -28,4 +29,6 @@ timeout "$TORCH_T" "$PY" benchmarks/bench_torch.py --data "$DIR/kdd.svm" --size 
 echo "torch part: $((SECONDS - t0)) s"
 timeout "$TRAIN_T" "$PY" benchmarks/bench_torch.py --train --data "$DIR/kdd.svm" --size "$BYTES" \
   --repeats "$REPEATS" --note "$NOTE" --out "$OUT/train_gpu.json" 2>&1 | tee "$OUT/train_gpu.log"
+echo "train part: $((SECONDS - t0)) s"
+timeout "${TESTS_T:-120}" "$PY" -m pytest -q -p no:cacheprovider tests/test_torch_gpu.py 2>&1 | tail -n 30 | tee "$OUT/gpu_tests.log"
 echo "all: $((SECONDS - t0)) s"

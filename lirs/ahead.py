@@ -1,0 +1,98 @@
+"""An epoch's batch plans made ahead on a thread of their own.
+
+Planning a batch (the walker: the records of its units, their random order, the extents of its
+read step) is kernels that release the GIL plus their Python glue. On the consumer's thread it
+was over half of what that thread did per batch besides waiting (a group epoch from /dev/shm), so
+on many cores, where the pool keeps up, it set the epoch's rate. :class:`PlanAhead` runs the walk
+on a thread of its own and hands the plans over in chunks (1, 2, 4, ... up to ``PLAN_CHUNK``
+batches: the first batch is not held back, and later hand-offs cost one lock per chunk), at most
+``PLAN_AHEAD_CHUNKS`` chunks ahead. The plans, and an error raised while planning, reach the
+consumer in the walk's order: an error comes out where the batch it stopped would have.
+"""
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+
+from .constants import PLAN_AHEAD_CHUNKS, PLAN_CHUNK
+
+_END = object()
+
+
+class _Raised:
+    __slots__ = ("error",)
+
+    def __init__(self, error):
+        self.error = error
+
+
+class PlanAhead:
+    """Iterator over ``make()``'s items (``make`` returns an iterator, called on the planning
+    thread), produced ahead on a daemon thread. :meth:`close` stops it and waits for it."""
+
+    def __init__(self, make, *, chunk: int = PLAN_CHUNK, ahead: int = PLAN_AHEAD_CHUNKS, name: str = "lirs-plan"):
+        self._q: queue.Queue = queue.Queue(maxsize=max(1, int(ahead)))
+        self._stop = threading.Event()
+        self._have: collections.deque = collections.deque()
+        self._done = False
+        self._stopped = False
+        self._chunk = max(1, int(chunk))
+        self._thread = threading.Thread(target=self._run, args=(make,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, make) -> None:
+        chunk, size = [], 1
+        try:
+            for item in make():
+                chunk.append(item)
+                if len(chunk) >= size:
+                    if not self._put(chunk):
+                        return
+                    chunk, size = [], min(self._chunk, size * 2)
+            chunk.append(_END)
+        except BaseException as e:  # noqa: BLE001 - delivered to the consumer in order
+            chunk.append(_Raised(e))
+        self._put(chunk)
+
+    def _put(self, chunk) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(chunk, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._stopped:
+            raise ValueError("this epoch's planning was stopped (its Loader was closed)")
+        if not self._have:
+            if self._done:
+                raise StopIteration
+            self._have.extend(self._q.get())
+        item = self._have.popleft()
+        if item is _END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, _Raised):
+            self._done = True
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stop planning and wait for the thread (it finishes the plan it is making)."""
+        self._stop.set()
+        self._stopped = self._stopped or not self._done
+        self._done = True
+        if self._thread is threading.current_thread():
+            return
+        while self._thread.is_alive():
+            try:
+                self._q.get(timeout=0.05)  # a put waiting for room returns
+            except queue.Empty:
+                pass
+        self._have.clear()
