@@ -147,6 +147,7 @@ class Pipeline:
     def _read_decode(self, step):
         """Read one step's extents into a pooled buffer and decode its records: (X, y). Runs on the
         pool; the buffer goes back to the pool only after the read has returned."""
+        step.ready()
         ext_nbytes = np.asarray(step.ext_nbytes, np.int64)
         if len(ext_nbytes) == 0:
             return self.decode(step, None, None, None)
@@ -246,7 +247,8 @@ class EpochRun:
         self.empty = empty
         self.finish = finish  # finish(bp, X, y) -> what the consumer gets, run on the pool
         # planned on a thread of its own, ahead of the consumer (lirs.ahead)
-        self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), stride=int(stride)))
+        # extents deferred to the pool thread that reads each step: many threads find them at once
+        self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents="defer", stride=int(stride)))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.pending: collections.deque = collections.deque()  # Pending batches, in order
         self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1

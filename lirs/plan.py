@@ -209,16 +209,21 @@ class EpochPlan:
         return self.perm.nbytes + (0 if self.ufirst is None else int(self.ufirst.nbytes))
 
     # ---- read steps --------------------------------------------------------------------
-    def step(self, number: int, ids: np.ndarray, extents: bool = True, shuffle_at: int = -1,
+    def step(self, number: int, ids: np.ndarray, extents: bool | str = True, shuffle_at: int = -1,
               order: np.ndarray | None = None, piece_runs: int = 0) -> ReadStep:
         """The read step of records ``ids``, delivered in the order ``ids[order]`` (a window) or,
         with ``shuffle_at`` >= 0, in a random order drawn from the batch stream at that counter
         (page/group batches); else as given. ``piece_runs`` > 0: the extents are found that many
         runs of consecutive records at a time, the index pages released after each piece (a
-        window's runs lie all over the index); 0: in one pass (small batches)."""
+        window's runs lie all over the index); 0: in one pass (small batches). ``extents``: True,
+        False (record IDs only), or ``"defer"``: found by :meth:`ReadStep.ready`, on the thread
+        that calls it (the pool thread that reads the step, not the one planning)."""
         k = len(ids)
         if order is None and shuffle_at >= 0 and k > 1:
             order = self.batch_order(k, shuffle_at)
+        if extents == "defer" and k:
+            return ReadStep(number, ids if order is None else ids[order], *(None,) * 6,
+                            fill=lambda st: self._fill(st, ids, order, piece_runs))
         if not extents:
             if order is not None:
                 ids = ids[order]
@@ -235,6 +240,12 @@ class EpochPlan:
             # extents are found on the unit-ordered records (runs sort fast), then all move together
             ids, rx, rp, rl = ids[order], rx[order], rp[order], rl[order]
         return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, rl)
+
+    def _fill(self, step: ReadStep, ids: np.ndarray, order, piece_runs: int) -> None:
+        """Set the deferred extents of ``step`` (the records ``ids`` delivered as ``ids[order]``)."""
+        full = self.step(step.number, ids, True, order=order, piece_runs=piece_runs)
+        (step.ext_file, step.ext_offset, step.ext_nbytes, step.rec_extent, step.rec_pos,
+         step.rec_len) = full.ext_file, full.ext_offset, full.ext_nbytes, full.rec_extent, full.rec_pos, full.rec_len
 
     def _extents(self, ids: np.ndarray, out: tuple, piece_runs: int) -> int:
         """Fill ``out`` (the extent and record arrays of :func:`lirs.kernels.plan.extents`) for
@@ -265,9 +276,10 @@ class EpochPlan:
                 self.index.release_pages()
         return ne
 
-    def batches(self, start: int = 0, *, extents: bool = True, stride: int = 1):
+    def batches(self, start: int = 0, *, extents: bool | str = True, stride: int = 1):
         """Iterate over the :class:`BatchPlan` of batches ``start .. num_batches - 1``
-        (``extents=False``: record IDs only, the steps carry no extents); with ``stride``, only
+        (``extents=False``: record IDs only, the steps carry no extents; ``"defer"``: found by
+        :meth:`ReadStep.ready` where the step is read); with ``stride``, only
         batches ``start, start + stride, ...`` (the others are skipped, not planned)."""
         start = int(start)
         if not 0 <= start <= self.num_batches:

@@ -14,6 +14,10 @@ class ReadStep:
     ``ids`` int64 (k,) records (the rows of the decoded step); ``ext_file`` int32 (e,),
     ``ext_offset``/``ext_nbytes`` int64 (e,) (multiples of the block); per record ``rec_extent``
     int32 (k,), ``rec_pos`` int64 (k,) (offset inside its extent), ``rec_len`` int64 (k,).
+
+    ``fill``: planned with deferred extents (``EpochPlan.step(..., extents="defer")``), a function
+    that sets them, called by :meth:`ready` on the thread that reads the step; the extent and
+    record fields are None until then.
     """
 
     number: int
@@ -24,6 +28,14 @@ class ReadStep:
     rec_extent: np.ndarray
     rec_pos: np.ndarray
     rec_len: np.ndarray
+    fill: object = None
+
+    def ready(self) -> "ReadStep":
+        """This step with its extents set (computed now if they were deferred)."""
+        fill, self.fill = self.fill, None
+        if fill is not None:
+            fill(self)
+        return self
 
     @property
     def reads(self) -> int:

@@ -32,7 +32,7 @@ from .steps import BatchPlan, Part
 from .windows import window_bounds, window_count, window_of, window_rows_step, window_step
 
 
-def walk(plan, start: int, stride: int, extents: bool):
+def walk(plan, start: int, stride: int, extents: bool | str):
     """Yield the :class:`~lirs.steps.BatchPlan` of batches ``start, start + stride, ...`` of ``plan``
     (``extents=False``: record IDs only, the steps carry no extents)."""
     if stride < 1:
@@ -58,7 +58,7 @@ class BatchSteps:
     """Steps of whole batches: one per batch, or one per ``batches_per_step`` batches of the walk
     (consecutive ones, or with a stride every ``stride``-th: a DataLoader worker's)."""
 
-    def __init__(self, plan, mine: np.ndarray, stride: int, extents: bool):
+    def __init__(self, plan, mine: np.ndarray, stride: int, extents: bool | str):
         self.plan, self.mine, self.extents, self.stride = plan, mine, extents, int(stride)
         pol = POLICIES[plan.granularity]
         self.deals = pol.deals_batch
@@ -127,7 +127,7 @@ class BatchSteps:
 class WindowSteps:
     """Window steps: each batch takes rows of the windows its positions fall in."""
 
-    def __init__(self, plan, mine: np.ndarray, stride: int, extents: bool):
+    def __init__(self, plan, mine: np.ndarray, stride: int, extents: bool | str):
         self.plan, self.mine, self.stride, self.extents = plan, mine, stride, extents
         self.share = stride == 1
         self.stream = plan.stream

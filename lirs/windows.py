@@ -92,7 +92,7 @@ def window_records(plan, w: int):
     return ids, o
 
 
-def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool):
+def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool | str):
     """The read step of rows a:b of window ``w``'s stream. Rows of more than one batch find their
     extents in unit order (runs of consecutive records, their offsets read with pread, or visited
     STEP_PIECE_RUNS at a time with the index pages released in between where the index is not a
@@ -111,7 +111,7 @@ def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool)
     return plan.step(number, ids[rows], extents, order=np.searchsorted(rows, o[a:b]), piece_runs=STEP_PIECE_RUNS)
 
 
-def window_rows_step(plan, number: int, w: int, ranges: list, extents: bool):
+def window_rows_step(plan, number: int, w: int, ranges: list, extents: bool | str):
     """The read step of the row ranges ``ranges`` ((a, b) pairs, in the order their rows are
     dealt) of window ``w``'s stream: found in unit order (runs), delivered range after range."""
     if len(ranges) == 1:

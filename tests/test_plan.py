@@ -168,6 +168,31 @@ def test_a_step_found_in_pieces_of_runs_equals_the_one_pass_step(fixed, pieces):
         _check_step_extents(idx, got)
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 300), B=st.integers(1, 40), seed=st.integers(0, 10**6), g=st.sampled_from(GRANULARITIES),
+       stride=st.integers(1, 3), files=st.integers(1, 3))
+def test_deferred_extents_are_the_planned_ones(n, B, seed, g, stride, files):
+    """The Loader plans with extents="defer" (its pool threads find them when they read the step):
+    the same steps, records and order, and once ready the same extents as planned at once."""
+    idx = _variable_index(n, seed, files=files, big=0.1)
+    p = plan_epoch(idx, B, g, seed=seed, group_bytes=8192, window=2)
+    now, later = list(p.batches(stride=stride)), list(p.batches(extents="defer", stride=stride))
+    assert len(now) == len(later)
+    seen = set()
+    for a, b in zip(now, later):
+        assert a.index == b.index and np.array_equal(a.ids, b.ids)
+        assert [(pa.step.number, pa.lo, pa.hi, pa.last) for pa in a.parts] == \
+               [(pb.step.number, pb.lo, pb.hi, pb.last) for pb in b.parts]
+        for pa, pb in zip(a.parts, b.parts):
+            if id(pb.step) not in seen:  # a step several batches share is made ready once
+                assert pb.step.fill is not None or len(pb.step.ids) == 0
+                seen.add(id(pb.step))
+            assert pb.step.ready() is pb.step and pb.step.fill is None
+            for x, y in zip(_delivered(pa.step), _delivered(pb.step)):
+                assert np.array_equal(x, y)
+            assert np.array_equal(pa.step.ext_nbytes, pb.step.ext_nbytes)
+
+
 # --------------------------------------------------------------------------- units and granularity
 
 

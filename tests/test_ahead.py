@@ -1,0 +1,78 @@
+"""Batch plans made ahead on a thread of their own (lirs.ahead): the walk's items in order, an
+error where it was raised, a bounded lead, and a thread that stops when the epoch is left."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import lirs
+from lirs.ahead import PlanAhead
+
+
+def _planners():
+    return [t for t in threading.enumerate() if t.name == "lirs-plan" and t.is_alive()]
+
+
+def test_items_come_in_order_then_the_end():
+    p = PlanAhead(lambda: iter(range(1000)), chunk=16, ahead=2)
+    assert list(p) == list(range(1000))
+    with pytest.raises(StopIteration):
+        next(p)
+    p.close()
+
+
+def test_an_error_comes_out_after_the_items_before_it():
+    def make():
+        yield from range(37)
+        raise OSError("the index went away at item 37")
+
+    p = PlanAhead(make, chunk=8)
+    got = []
+    with pytest.raises(OSError, match="item 37"):
+        for x in p:
+            got.append(x)
+    assert got == list(range(37))
+    p.close()
+
+
+def test_the_lead_is_bounded_and_close_stops_the_thread():
+    made = []
+
+    def make():
+        for i in range(10**6):
+            made.append(i)
+            yield i
+
+    p = PlanAhead(make, chunk=4, ahead=2)
+    assert next(p) == 0
+    time.sleep(0.2)
+    # a chunk handed over, two waiting, one being filled: 1 + 2 + 4 + 4 + 4 items at most
+    assert len(made) <= 1 + 2 + 4 + 4 + 4 + 1
+    p.close()
+    assert not p._thread.is_alive()
+    with pytest.raises(ValueError, match="stopped"):
+        next(p)
+
+
+def test_a_loader_leaves_no_planning_thread_behind(tmp_path):
+    from lirs.eval.gen import generate
+
+    path = str(tmp_path / "k.svm")
+    generate("kdd", path, records=3000, seed=1, progress=False)
+    with lirs.Loader(path, 64, granularity="group", group_bytes=8192, seed=2) as ld:
+        whole = [b.ids for b in ld.epoch(0)]
+        it = ld.epoch(0)
+        first = [next(it).ids for _ in range(3)]
+        assert all(np.array_equal(a, b) for a, b in zip(first, whole))
+        it.close()  # the consumer leaves the epoch
+        assert not _planners()
+        it = ld.epoch(1)
+        next(it)
+    # closed with an epoch under way: its planner is stopped and the epoch cannot go on
+    assert not _planners()
+    with pytest.raises(ValueError, match="closed|stopped"):
+        for _ in it:
+            pass
