@@ -4,7 +4,8 @@ Planning a batch (the walker: the records of its units, their random order, the 
 read step) is kernels that release the GIL plus their Python glue. On the consumer's thread it
 was over half of what that thread did per batch besides waiting (a group epoch from /dev/shm), so
 on many cores, where the pool keeps up, it set the epoch's rate. :class:`PlanAhead` runs the walk
-on a thread of its own and hands the plans over in chunks (1, 2, 4, ... up to ``PLAN_CHUNK``
+on a thread of its own (the first plan on the consumer's, so that the first batch waits for no
+hand-off) and hands the plans over in chunks (1, 2, 4, ... up to ``PLAN_CHUNK``
 batches: the first batch is not held back, and later hand-offs cost one lock per chunk), at most
 ``PLAN_AHEAD_CHUNKS`` chunks ahead. The plans, and an error raised while planning, reach the
 consumer in the walk's order: an error comes out where the batch it stopped would have.
@@ -32,19 +33,33 @@ class PlanAhead:
     thread), produced ahead on a daemon thread. :meth:`close` stops it and waits for it."""
 
     def __init__(self, make, *, chunk: int = PLAN_CHUNK, ahead: int = PLAN_AHEAD_CHUNKS, name: str = "lirs-plan"):
+        self._make, self._name = make, name
         self._q: queue.Queue = queue.Queue(maxsize=max(1, int(ahead)))
         self._stop = threading.Event()
         self._have: collections.deque = collections.deque()
         self._done = False
         self._stopped = False
         self._chunk = max(1, int(chunk))
-        self._thread = threading.Thread(target=self._run, args=(make,), name=name, daemon=True)
-        self._thread.start()
+        self._it = None
+        self._thread = None  # started once the consumer has the first item
 
-    def _run(self, make) -> None:
+    def _first(self):
+        """The first item, made on the consumer's thread (no hand-off before the first batch),
+        then the thread that makes the rest."""
+        self._it = iter(self._make())
+        try:
+            first = next(self._it)
+        except BaseException:
+            self._done = True
+            raise
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+        return first
+
+    def _run(self) -> None:
         chunk, size = [], 1
         try:
-            for item in make():
+            for item in self._it:
                 chunk.append(item)
                 if len(chunk) >= size:
                     if not self._put(chunk):
@@ -70,6 +85,8 @@ class PlanAhead:
     def __next__(self):
         if self._stopped:
             raise ValueError("this epoch's planning was stopped (its Loader was closed)")
+        if self._thread is None and not self._done:
+            return self._first()
         if not self._have:
             if self._done:
                 raise StopIteration
@@ -88,7 +105,7 @@ class PlanAhead:
         self._stop.set()
         self._stopped = self._stopped or not self._done
         self._done = True
-        if self._thread is threading.current_thread():
+        if self._thread is None or self._thread is threading.current_thread():
             return
         while self._thread.is_alive():
             try:

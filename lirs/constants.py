@@ -41,8 +41,8 @@ INDEX_READ_SPAN = 1 << 16
 STEP_MIN_BYTES = 4 << 20
 # An epoch's batch plans are made on a thread of their own (lirs.ahead), handed to the consumer in
 # chunks of 1, 2, 4, ... up to PLAN_CHUNK batches, at most PLAN_AHEAD_CHUNKS chunks ahead.
-PLAN_CHUNK = 16
-PLAN_AHEAD_CHUNKS = 4
+PLAN_CHUNK = 8
+PLAN_AHEAD_CHUNKS = 2
 # A read from a filesystem held in memory (tmpfs, ramfs) is a copy: one thread per this many bytes
 # of the step (up to the engine's depth) copies it, so a batch or a group step is read by the
 # calling thread alone (helpers woken for it only hand the GIL around: a group epoch from /dev/shm

@@ -49,7 +49,7 @@ def test_the_lead_is_bounded_and_close_stops_the_thread():
     p = PlanAhead(make, chunk=4, ahead=2)
     assert next(p) == 0
     time.sleep(0.2)
-    # a chunk handed over, two waiting, one being filled: 1 + 2 + 4 + 4 + 4 items at most
+    # the first item, then a chunk handed over, two waiting, one being filled: 1 + 1 + 2 + 4 + 4 at most
     assert len(made) <= 1 + 2 + 4 + 4 + 4 + 1
     p.close()
     assert not p._thread.is_alive()
