@@ -172,8 +172,9 @@ def test_a_step_found_in_pieces_of_runs_equals_the_one_pass_step(fixed, pieces):
 @given(n=st.integers(1, 300), B=st.integers(1, 40), seed=st.integers(0, 10**6), g=st.sampled_from(GRANULARITIES),
        stride=st.integers(1, 3), files=st.integers(1, 3))
 def test_deferred_extents_are_the_planned_ones(n, B, seed, g, stride, files):
-    """The Loader plans with extents="defer" (its pool threads find them when they read the step):
-    the same steps, records and order, and once ready the same extents as planned at once."""
+    """The Loader plans with extents="defer" (its pool threads find the extents of a batch's step
+    when they read it): the same steps, records and order, and once ready the same extents as
+    planned at once."""
     idx = _variable_index(n, seed, files=files, big=0.1)
     p = plan_epoch(idx, B, g, seed=seed, group_bytes=8192, window=2)
     now, later = list(p.batches(stride=stride)), list(p.batches(extents="defer", stride=stride))
@@ -185,7 +186,8 @@ def test_deferred_extents_are_the_planned_ones(n, B, seed, g, stride, files):
                [(pb.step.number, pb.lo, pb.hi, pb.last) for pb in b.parts]
         for pa, pb in zip(a.parts, b.parts):
             if id(pb.step) not in seen:  # a step several batches share is made ready once
-                assert pb.step.fill is not None or len(pb.step.ids) == 0
+                # a batch's own step is deferred (a step of many runs may not be)
+                assert pb.step.fill is not None or g not in ("instance", "page") or len(pb.step.ids) == 0
                 seen.add(id(pb.step))
             assert pb.step.ready() is pb.step and pb.step.fill is None
             for x, y in zip(_delivered(pa.step), _delivered(pb.step)):
