@@ -152,6 +152,9 @@ def sec_summary():
 def summary_bullets() -> list:
     """The headline figures of the benchmarks other than the demo and the paper's comparison."""
     out = []
+    many = cores_16_glance()
+    if many:
+        out.append(many)
     svm = load("train_svm")
     if svm and "sorted" in svm["datasets"]:
         m = svm["datasets"]["sorted"]["methods"]
@@ -699,6 +702,108 @@ def sec_cores_gil():
                      "ceiling M/s"], rows))
 
 
+# the 16-core GPU machine lent to a session (tools/device_all.sh): its JSONs sit in results/16cores/
+MANY = "16cores"
+GOALS_16 = {"group": 10e6, "window": 10e6, "instance": 2.5e6}  # records/s, page cache, 16 cores
+
+
+def machine_16() -> str:
+    """The lent machine in words, from the run's machine.txt and its GPU benchmark."""
+    try:
+        with open(os.path.join(RESULTS, MANY, "machine.txt")) as fh:
+            txt = fh.read()
+    except OSError:
+        return "a 16-core machine"
+    model = next((ln.split(":", 1)[1].strip() for ln in txt.splitlines() if ln.startswith("Model name")), "")
+    gpu = (load(f"{MANY}/train_gpu") or {}).get("device", "")
+    gpu = gpu[gpu.find("(") + 1:gpu.rfind(")")] if "(" in gpu else ""
+    return "16 cores" + (f" ({model})" if model else "") + (f", an {gpu}" if gpu else "")
+
+
+def _rate(d, gran: str, cores: int):
+    return next((r["records_per_s"] for r in (d or {}).get("rows", [])
+                 if r["mode"] == "page-cache" and r["granularity"] == gran and r["cores"] == cores), None)
+
+
+def cores_16_glance() -> str | None:
+    """The README's line on the 16-core run."""
+    d = load(f"{MANY}/cores_gil")
+    if not d:
+        return None
+    size = d["data"]["bytes"] / d["data"]["records"]
+    parts = []
+    for g in ("group", "window", "instance"):
+        r16, r8 = _rate(d, g, 16), _rate(d, g, 8)
+        if r16:
+            parts.append(f"{g} {r16 / 1e6:.2f}M records/s ({r16 * size / 1e9:.2f} GB/s"
+                         + (f", {r16 / r8:.2f}× its 8-core rate" if r8 else "") + ")")
+    out = (f"On {machine_16()} ({(d.get('date') or '?')[:10]}, `benchmarks/results/{MANY}/`): an epoch from the "
+           f"page cache at " + ", ".join(parts) + ".")
+    t = load(f"{MANY}/torch")
+    if t and t.get("ratio_vs_w0"):
+        out += (" `make_dataloader` with " + ", ".join(f"{k[7:]} workers {v:.2f}×" for k, v in t["ratio_vs_w0"].items())
+                + " its rate with `num_workers=0`.")
+    gpu = load(f"{MANY}/train_gpu")
+    if gpu and gpu.get("train_vs_step_or_loader"):
+        rate = gpu["records_per_s"]
+        out += (f" Training the README's model on the GPU fed by `make_dataloader(device=\"cuda\")`: "
+                f"{rate['train'] / 1e6:.2f}M records/s, {gpu['train_vs_step_or_loader']:.2f}× the slower of the "
+                f"GPU step alone ({rate['step'] / 1e6:.2f}M) and the Loader alone ({rate['loader'] / 1e6:.2f}M).")
+    return out
+
+
+def sec_cores_16():
+    d = load(f"{MANY}/cores_gil")
+    if not d:
+        return None
+    first = load(f"{MANY}/cores_gil_first")
+    counts = sorted({r["cores"] for r in d["rows"] if r["mode"] == "page-cache"})
+    rows = []
+    for g in ("group", "window", "instance"):
+        rates = [_rate(d, g, c) for c in counts]
+        if not any(rates):
+            continue
+        r8, r16, was = _rate(d, g, 8), _rate(d, g, 16), _rate(first, g, 16)
+        gil = next((r.get("gil_share") for r in d["rows"] if r["mode"] == "page-cache" and r["granularity"] == g
+                    and r["cores"] == 16), None)
+        rows.append([g] + [f(None if x is None else x / 1e6) for x in rates]
+                    + [f(r16 / r8 if r16 and r8 else None), "–" if gil is None else f"{100 * gil:.0f}%",
+                       f(None if was is None else was / 1e6),
+                       f"{GOALS_16[g] / 1e6:g}M: {goal(bool(r16) and r16 >= GOALS_16[g])}"])
+    text = (f"### Sixteen cores and a GPU\n\nThe same benchmark on {machine_16()}, a machine lent to one "
+            f"session ({source(d)}; `tools/device_all.sh`): page cache (the file in /dev/shm, engine `buffered`), "
+            f"{d['data']['bytes'] / 1e9:.1f} GB kdd-like, batch {d['batch_size']}. M records/s by cores; the "
+            f"first run of that session (before its pipeline changes: plans made ahead on a thread of their "
+            f"own, extents found by the pool, windows copied by several threads) beside it.\n\n"
+            + table(["granularity"] + [f"{c} cores" for c in counts] + ["8 → 16", "GIL at 16", "first run, 16",
+                                                                         "goal at 16"], rows))
+    t = load(f"{MANY}/torch")
+    if t and t.get("ratio_vs_w0"):
+        tf = load(f"{MANY}/torch_first")
+        was = "" if not tf else (" (first run: " + ", ".join(f"{k[7:]}: {v:.2f}×" for k, v in tf["ratio_vs_w0"].items())
+                                 + ")")
+        tw = load(f"{MANY}/torch_window")
+        win = "" if not tw or not tw.get("ratio_vs_w0") else (
+            "; with granularity window " + ", ".join(f"{k[7:]}: {v:.2f}×" for k, v in tw["ratio_vs_w0"].items()))
+        text += (f"\n\n`make_dataloader` on that machine ({source(t)}), group granularity, workers against "
+                 f"`num_workers=0` ({t['records_per_s']['torch_w0'] / 1e6:.2f}M records/s): "
+                 + ", ".join(f"{k[7:]} workers {v:.2f}×" for k, v in t["ratio_vs_w0"].items()) + was + win
+                 + f" (goal ≥ 1.0: {goal(all(v >= 1.0 for v in t['ratio_vs_w0'].values()))}).")
+    g = load(f"{MANY}/train_gpu")
+    if g and g.get("train_vs_step_or_loader"):
+        rate, gf = g["records_per_s"], load(f"{MANY}/train_gpu_first")
+        text += (f"\n\nFeeding the GPU ({g['device']}, {source(g)}): the README's `EmbeddingBag` model, its step "
+                 f"alone on batches already on the GPU {rate['step'] / 1e6:.2f}M records/s, the Loader alone "
+                 f"{rate['loader'] / 1e6:.2f}M, `make_dataloader(device=\"cuda\")` alone (batches moved, no step) "
+                 f"{rate['feed'] / 1e6:.2f}M, training fed by it {rate['train'] / 1e6:.2f}M: "
+                 f"{g['train_vs_step_or_loader']:.2f}× the slower of the step alone and the Loader alone (goal ≥ "
+                 f"0.8: {goal(g['train_vs_step_or_loader'] >= 0.8)})"
+                 + ("" if not gf else f"; the first run fed {gf['records_per_s']['feed'] / 1e6:.2f}M and trained "
+                                      f"{gf['records_per_s']['train'] / 1e6:.2f}M, one pinned copy per tensor")
+                 + ".")
+    return text
+
+
 def sec_paper():
     d = load("paper")
     if not d:
@@ -813,7 +918,7 @@ def sec_scale():
             + (f"\n\nPlanning an epoch of 10⁹ records (dense, stateless permutation, batch 1024), per batch: {plan}; "
                f"nothing in memory grows with the record count but group's unit table." if plan else ""))
 
-SECTIONS = [sec_summary, sec_index, sec_incremental, sec_decode, sec_engines, sec_plan, sec_window, sec_cores, sec_cores_gil, sec_torch, sec_tfrecord,
+SECTIONS = [sec_summary, sec_index, sec_incremental, sec_decode, sec_engines, sec_plan, sec_window, sec_cores, sec_cores_gil, sec_cores_16, sec_torch, sec_tfrecord,
             sec_bench, sec_scale, sec_shuffle,
             sec_quality, sec_frontier, sec_paper, sec_train_svm, sec_train_dnn]
 
