@@ -325,12 +325,13 @@ STAGING_BYTES = 1 << 20   # each one's first size; grown (doubled, at least to t
 
 class Staging:
     """Pinned host buffers a :class:`Feeder` packs batches into before one copy to the device: a
-    slot is written again only after the copy that read it last is done (its event)."""
+    slot is written again only after the copy that read it last is done (its event). ``pin=False``
+    (tests without CUDA) allocates plain memory."""
 
-    def __init__(self, slots: int = STAGING_SLOTS, nbytes: int = STAGING_BYTES):
+    def __init__(self, slots: int = STAGING_SLOTS, nbytes: int = STAGING_BYTES, pin: bool = True):
         self.bufs = [None] * slots
         self.events = [None] * slots
-        self.nbytes, self.k = int(nbytes), 0
+        self.nbytes, self.k, self.pin = int(nbytes), 0, bool(pin)
 
     def take(self, nbytes: int) -> tuple[int, torch.Tensor]:
         """(slot, pinned uint8 tensor of at least ``nbytes``) free to write now."""
@@ -341,7 +342,7 @@ class Staging:
         buf = self.bufs[s]
         if buf is None or buf.numel() < nbytes:
             self.nbytes = max(self.nbytes, 1 << max(int(nbytes) - 1, 1).bit_length())
-            buf = self.bufs[s] = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=True)
+            buf = self.bufs[s] = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=self.pin)
         return s, buf
 
     def used(self, s: int, event) -> None:

@@ -3,6 +3,7 @@ the data; set_epoch changes the order; the Loader's batches whatever num_workers
 through DataLoader (0, 1, 2 workers) and StatefulDataLoader; no warnings; 2-rank gloo on loopback."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
@@ -620,3 +621,53 @@ def test_slot_ring_batches_cross_without_the_pickle_stream(small_svm):
     assert [h.slot is not None for h in held] == [True, True, False], "a full ring falls back"
     assert tensors.Packed(ids, X, y, "dict", tensors.SlotRing(1, 1, slot_bytes=64), 0).slot is None
     assert pickle.loads(pickle.dumps(ring)) is None, "outside a process start a ring is not shared"
+
+
+class _Stream:
+    def __init__(self, log):
+        self.log = log
+
+    def wait_event(self, e):
+        self.log.append(("wait", e))
+
+
+class _Event:
+    def __init__(self):
+        self.done = False
+
+    def record(self, stream=None):
+        self.done = True
+
+    def synchronize(self):
+        assert self.done, "waited for an event no copy recorded"
+
+
+@pytest.mark.parametrize("sparse", ["csr", "coo", "dense"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_the_device_feeder_packs_each_batch_into_one_buffer(small_svm, monkeypatch, sparse, num_workers):
+    """The Feeder of make_dataloader(device="cuda") without a GPU: CUDA's streams and events stood in
+    for, plain memory for the pinned staging (two slots of 256 bytes, outgrown by the first
+    batch), the copy to the "device" a copy on the CPU. Every batch comes out equal to the CPU
+    one, in order, each one buffer of its own that the next batches do not overwrite (all are
+    kept until the end), and each waited for (its event) before it is handed out."""
+    from lirs import tensors
+    from lirs.torch import make_dataloader
+
+    log = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: _Stream(log))
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream(log))
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: log.append(("record", self.data_ptr())))
+    kw = dict(granularity="group", group_bytes=4096, seed=3, sparse=sparse, num_workers=num_workers)
+    want = list(make_dataloader(small_svm, 32, **kw))
+    dl = make_dataloader(small_svm, 32, **kw)
+    got = list(tensors.Feeder(dl._batches(), torch.device("cpu"), tensors.Staging(2, 256, pin=False)))
+    dl.dataset.close()
+    assert len(got) == len(want) > 4
+    waits = [x for x in log if x[0] == "wait"]
+    records = [x[1] for x in log if x[0] == "record"]
+    assert len(waits) == len(records) == len(got) and len(set(records)) == len(got), "one buffer per batch"
+    for g, w in zip(got, want):
+        assert torch.equal(g["ids"], w["ids"]) and torch.equal(g["y"], w["y"])
+        assert g["X"].layout == w["X"].layout and torch.equal(g["X"].to_dense(), w["X"].to_dense())
