@@ -671,3 +671,17 @@ def test_the_device_feeder_packs_each_batch_into_one_buffer(small_svm, monkeypat
     for g, w in zip(got, want):
         assert torch.equal(g["ids"], w["ids"]) and torch.equal(g["y"], w["y"])
         assert g["X"].layout == w["X"].layout and torch.equal(g["X"].to_dense(), w["X"].to_dense())
+
+
+def test_workers_with_window_granularity_are_warned_about(small_svm, caplog):
+    """Each worker reads every window it takes batches from: the user is told, with the cost."""
+    from lirs.torch import make_dataloader
+
+    with caplog.at_level("WARNING", logger="lirs.torch"):
+        for kw in (dict(num_workers=0), dict(num_workers=1), dict(num_workers=2, granularity="group")):
+            make_dataloader(small_svm, 32, **kw).dataset.close()
+        assert not caplog.records
+        make_dataloader(small_svm, 32, num_workers=4).dataset.close()  # the default granularity: window
+    assert [r.getMessage() for r in caplog.records] == [
+        "num_workers=4 with granularity='window': each worker reads every window (about 4x the reads of "
+        "num_workers=0, which is faster: the Loader's own threads already use every core)"]
