@@ -130,9 +130,10 @@ def readme_summary() -> str:
     if demo and demo.get("verdict"):
         bullets.append(demo_glance(demo))
     for line in summary_bullets():
-        if line.startswith(("Memory:", "Out of core")):
+        if line.startswith(("Memory:", "Out of core", "On 16 cores")):
             bullets.append(line)
-    return "\n".join(f"* {x}" for x in bullets)
+    table16 = cores_16_table()
+    return "\n".join(f"* {x}" for x in bullets) + ("\n\n" + table16 if table16 else "")
 
 
 def sec_summary():
@@ -741,8 +742,11 @@ def cores_16_glance() -> str | None:
            f"page cache at " + ", ".join(parts) + ".")
     t = load(f"{MANY}/torch")
     if t and t.get("ratio_vs_w0"):
+        tw = load(f"{MANY}/torch_window") or {}
         out += (" `make_dataloader` with " + ", ".join(f"{k[7:]} workers {v:.2f}×" for k, v in t["ratio_vs_w0"].items())
-                + " its rate with `num_workers=0`.")
+                + f" its rate with `num_workers=0` ({t['granularity']}"
+                + ("" if not tw.get("ratio_vs_w0") else
+                   "; window " + ", ".join(f"{v:.2f}×" for v in tw["ratio_vs_w0"].values())) + ").")
     gpu = load(f"{MANY}/train_gpu")
     if gpu and gpu.get("train_vs_step_or_loader"):
         rate = gpu["records_per_s"]
@@ -750,6 +754,19 @@ def cores_16_glance() -> str | None:
                 f"{rate['train'] / 1e6:.2f}M records/s, {gpu['train_vs_step_or_loader']:.2f}× the slower of the "
                 f"GPU step alone ({rate['step'] / 1e6:.2f}M) and the Loader alone ({rate['loader'] / 1e6:.2f}M).")
     return out
+
+
+def cores_16_table() -> str | None:
+    """The README's cores table of the 16-core run: records/s by cores, page cache."""
+    d = load(f"{MANY}/cores_gil")
+    if not d:
+        return None
+    size = d["data"]["bytes"] / d["data"]["records"]
+    counts = sorted({r["cores"] for r in d["rows"] if r["mode"] == "page-cache"})
+    rows = [[g] + [f(None if _rate(d, g, c) is None else _rate(d, g, c) / 1e6) for c in counts]
+            + [f(None if _rate(d, g, 16) is None else _rate(d, g, 16) * size / 1e9)]
+            for g in ("group", "window", "instance") if _rate(d, g, 16)]
+    return table(["M records/s, page cache"] + [f"{c} cores" for c in counts] + ["GB/s at 16"], rows)
 
 
 def sec_cores_16():

@@ -64,7 +64,7 @@ import torch.utils.data as tud
 from .cores import usable_cores
 from .errors import UsageError
 from .loader import Loader
-from .policies import DEFAULT_GRANULARITY
+from .policies import DEFAULT_GRANULARITY, POLICIES
 from .state import ResumeState, states_of
 from .tensors import Convert, Feeder, PassBoard, SlotRing, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 
@@ -483,11 +483,12 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     dl = LirsDataLoader(ds, batch_size=None, num_workers=int(num_workers), pin_memory=pin_memory,
                         persistent_workers=bool(persistent_workers) and num_workers > 0, **kw)
     dl.device = dev
-    if num_workers > 1 and ds.loader_kwargs.get("granularity", DEFAULT_GRANULARITY) == "window":
+    gran = ds.loader_kwargs.get("granularity", DEFAULT_GRANULARITY)
+    if num_workers > 1 and gran in POLICIES and POLICIES[gran].uses_window:
         # measured (benchmarks/results/16cores/torch_window.json): 8 workers ran at 0.14x the rate
         # of num_workers=0 on 16 cores, 2 workers at 0.52x; a window's records are dealt over all
         # of its batches, so every worker reads nearly every byte of every window
-        log.warning("num_workers=%d with granularity='window': each worker reads every window "
+        log.warning("num_workers=%d with granularity=%r: each worker reads every window "
                     "(about %dx the reads of num_workers=0, which is faster: the Loader's own threads "
-                    "already use every core)", int(num_workers), int(num_workers))
+                    "already use every core)", int(num_workers), gran, int(num_workers))
     return dl
