@@ -361,15 +361,21 @@ class Feeder:
     while the step may still read it; the batch's tensors are views of that buffer, kept alive as
     long as the consumer holds any of them."""
 
-    def __init__(self, batches, device, staging: Staging | None = None):
+    def __init__(self, batches, device, staging: Staging | None = None, position=None):
         self.batches, self.device = batches, device
         self.staging = staging
+        # (get, set) of the consumer's position: taken as each batch is pulled from ``batches``,
+        # put back as that batch is handed out (the next one is pulled first, and a state_dict
+        # taken while the consumer holds batch k must resume at k + 1, not k + 2)
+        self.position = position
 
     def __iter__(self):
         side = torch.cuda.Stream(self.device)
         staging = self.staging or Staging()
         ahead = None
+        get, put = self.position or (lambda: None, lambda p: None)
         for out in self.batches:
+            pos = get()
             rebuild, ts = _parts(out)
             spans, total = pack_spans(ts)
             s, host = staging.take(total)
@@ -381,10 +387,12 @@ class Feeder:
                 done.record(side)
             staging.used(s, done)
             if ahead is not None:
-                yield self._ready(*ahead)
-            ahead = (rebuild, dev, spans, done)
+                put(ahead[-1])
+                yield self._ready(*ahead[:-1])
+            ahead = (rebuild, dev, spans, done, pos)
         if ahead is not None:
-            yield self._ready(*ahead)
+            put(ahead[-1])
+            yield self._ready(*ahead[:-1])
 
     def _ready(self, rebuild, dev, spans, done):
         cur = torch.cuda.current_stream(self.device)

@@ -347,6 +347,11 @@ class LirsIterableDataset(tud.IterableDataset):
         """The consumer received every batch before ``next_batch`` of the current epoch."""
         self._pos = self._pos.at(next_batch)
 
+    def handed_out(self, position: ResumeState) -> None:
+        """The consumer is at ``position`` (taken when its batch was made; batches made after it
+        are still held back, by a device feeder)."""
+        self._pos = position
+
     # ------------------------------------------------------------------ iteration
     def __iter__(self):
         # eager (not a generator function): the position is known when the iterator is made, as
@@ -411,7 +416,8 @@ class LirsDataLoader(tud.DataLoader):
         it = self._batches()
         if self.device is None or self.device.type == "cpu":
             return it
-        return iter(Feeder(it, self.device))
+        ds = self.dataset
+        return iter(Feeder(it, self.device, position=(lambda: ds._pos, ds.handed_out)))
 
     def _batches(self):
         ds = self.dataset

@@ -685,3 +685,36 @@ def test_workers_with_window_granularity_are_warned_about(small_svm, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "num_workers=4 with granularity='window': each worker reads every window (about 4x the reads of "
         "num_workers=0, which is faster: the Loader's own threads already use every core)"]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_device_feeder_counts_the_batches_handed_out(small_svm, monkeypatch, num_workers):
+    """The feeder pulls batch k + 1 before it hands out batch k: a state taken while the consumer
+    holds batch k resumes at k + 1 (streams and events stood in for, as above)."""
+    from lirs import tensors
+    from lirs.torch import make_dataloader
+
+    log = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: _Stream(log))
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream(log))
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: None)
+    kw = dict(granularity="group", group_bytes=4096, seed=4, num_workers=num_workers)
+    want = [b["ids"] for b in make_dataloader(small_svm, 32, **kw)]
+    dl = make_dataloader(small_svm, 32, **kw)
+    ds = dl.dataset
+    feed = tensors.Feeder(dl._batches(), torch.device("cpu"), tensors.Staging(pin=False),
+                          position=(lambda: ds._pos, ds.handed_out))
+    state = None
+    for i, b in enumerate(feed):
+        assert torch.equal(b["ids"], want[i]) and dl.state_dict()["next_batch"] == i + 1
+        if i == 3:
+            state = dl.state_dict()
+            break
+    ds.close()
+    again = make_dataloader(small_svm, 32, **kw)
+    again.load_state_dict(state)
+    rest = [b["ids"] for b in again]
+    again.dataset.close()
+    assert len(rest) == len(want) - 4 and all(torch.equal(a, b) for a, b in zip(rest, want[4:]))

@@ -106,3 +106,22 @@ def test_training_step_on_the_device(kdd_file):
             opt.step()
             losses.append(float(loss))
     assert np.isfinite(losses).all() and np.mean(losses[-10:]) < losses[0], "the model learns"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_state_taken_on_the_device_resumes_at_the_next_batch(narrow_file, num_workers):
+    # the feeder pulls batch k + 1 before handing out batch k: the state counts what was handed out
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=7, num_workers=num_workers)
+    want = [b["ids"] for b in make_dataloader(narrow_file, 64, **kw)]
+    dl = make_dataloader(narrow_file, 64, device="cuda", **kw)
+    for i, b in enumerate(dl):
+        assert dl.state_dict()["next_batch"] == i + 1
+        if i == 5:
+            state = dl.state_dict()
+            break
+    again = make_dataloader(narrow_file, 64, **kw)
+    again.load_state_dict(state)
+    rest = [b["ids"] for b in again]
+    assert len(rest) == len(want) - 6 and all(torch.equal(a, b) for a, b in zip(rest, want[6:]))
