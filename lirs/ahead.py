@@ -8,7 +8,9 @@ on a thread of its own (the first plan on the consumer's, so that the first batc
 hand-off) and hands the plans over in chunks (1, 2, 4, ... up to ``PLAN_CHUNK``
 batches: the first batch is not held back, and later hand-offs cost one lock per chunk), at most
 ``PLAN_AHEAD_CHUNKS`` chunks ahead. The plans, and an error raised while planning, reach the
-consumer in the walk's order: an error comes out where the batch it stopped would have.
+consumer in the walk's order: an error comes out where the batch it stopped would have. A pool of
+fewer than ``PLAN_AHEAD_MIN_THREADS`` threads plans on the consumer's thread (:class:`PlanInline`):
+there the pool, not the consumer, sets the rate, and no core is idle to plan on.
 """
 from __future__ import annotations
 
@@ -113,3 +115,31 @@ class PlanAhead:
             except queue.Empty:
                 pass
         self._have.clear()
+
+
+class PlanInline:
+    """:class:`PlanAhead`'s interface, planning on the consumer's thread as it asks: for a pool of
+    few threads, where no core is idle to plan on (a planning thread there waits for a core
+    between chunks, and the consumer waits for it: a 200k-record group epoch on 2 cores waited
+    6.0% of its time instead of 4.5%, median of 7)."""
+
+    def __init__(self, make):
+        self._make, self._it, self._stopped, self._done = make, None, False, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._stopped:
+            raise ValueError("this epoch's planning was stopped (its Loader was closed)")
+        if self._it is None:
+            self._it = iter(self._make())
+        try:
+            return next(self._it)
+        except StopIteration:
+            self._done = True
+            raise
+
+    def close(self) -> None:
+        self._stopped = self._stopped or not self._done
+        self._done = True

@@ -43,6 +43,7 @@ STEP_MIN_BYTES = 4 << 20
 # chunks of 1, 2, 4, ... up to PLAN_CHUNK batches, at most PLAN_AHEAD_CHUNKS chunks ahead.
 PLAN_CHUNK = 8
 PLAN_AHEAD_CHUNKS = 2
+PLAN_AHEAD_MIN_THREADS = 5  # a pool of fewer threads (usable cores + 1) plans on the consumer's thread
 # A read from a filesystem held in memory (tmpfs, ramfs) is a copy: one thread per this many bytes
 # of the step (up to the engine's depth) copies it, so a batch or a group step is read by the
 # calling thread alone (helpers woken for it only hand the GIL around: a group epoch from /dev/shm

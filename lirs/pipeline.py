@@ -24,9 +24,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .ahead import PlanAhead
+from .ahead import PlanAhead, PlanInline
 from .assemble import batch_of, detached
-from .constants import BLOCK
+from .constants import BLOCK, PLAN_AHEAD_MIN_THREADS
 from .engines import aligned_empty, open_engine
 from . import memory
 from .errors import TransformError
@@ -95,14 +95,15 @@ class Pipeline:
         self.planners: set = set()  # PlanAhead of the epochs being iterated
         self.planners_lock = threading.Lock()
 
-    def plan_ahead(self, make) -> PlanAhead:
-        """A :class:`~lirs.ahead.PlanAhead` of ``make()``, stopped by :meth:`close` if still running."""
-        p = PlanAhead(make)
+    def plan_ahead(self, make):
+        """A :class:`~lirs.ahead.PlanAhead` of ``make()``, stopped by :meth:`close` if still running;
+        with fewer than ``PLAN_AHEAD_MIN_THREADS`` pool threads a :class:`~lirs.ahead.PlanInline`."""
+        p = PlanAhead(make) if self.workers >= PLAN_AHEAD_MIN_THREADS else PlanInline(make)
         with self.planners_lock:
             self.planners.add(p)
         return p
 
-    def stop_planning(self, p: PlanAhead) -> None:
+    def stop_planning(self, p) -> None:
         with self.planners_lock:
             self.planners.discard(p)
         p.close()

@@ -57,16 +57,27 @@ def test_the_lead_is_bounded_and_close_stops_the_thread():
         next(p)
 
 
-def test_a_loader_leaves_no_planning_thread_behind(tmp_path):
+@pytest.mark.parametrize("threads", [6, 2])
+def test_a_loader_leaves_no_planning_thread_behind(tmp_path, threads):
+    """A pool of 5 threads or more plans on a thread of its own, a smaller one on the consumer's;
+    either way the same batches, no thread left once the epoch is left, and a Loader closed
+    during an epoch ends it with an error, not silently."""
+    from lirs.constants import PLAN_AHEAD_MIN_THREADS
     from lirs.eval.gen import generate
 
     path = str(tmp_path / "k.svm")
     generate("kdd", path, records=3000, seed=1, progress=False)
-    with lirs.Loader(path, 64, granularity="group", group_bytes=8192, seed=2) as ld:
+    with lirs.Loader(path, 16, granularity="instance", seed=2) as ld:  # a step per batch: 188 of them
         whole = [b.ids for b in ld.epoch(0)]
+    with lirs.Loader(path, 16, granularity="instance", seed=2, threads=threads) as ld:
         it = ld.epoch(0)
         first = [next(it).ids for _ in range(3)]
+        assert bool(_planners()) == (threads >= PLAN_AHEAD_MIN_THREADS)
         assert all(np.array_equal(a, b) for a, b in zip(first, whole))
+        assert all(np.array_equal(a, b) for a, b in zip(list(b.ids for b in it), whole[3:]))
+        assert not _planners()
+        it = ld.epoch(0)
+        next(it)
         it.close()  # the consumer leaves the epoch
         assert not _planners()
         it = ld.epoch(1)
