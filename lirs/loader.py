@@ -245,6 +245,7 @@ class Loader:
             pipeline, self._pipeline = self._pipeline, None
             if pipeline is not None:
                 pipeline.close()
+            self._warm.join_preload()
             self._last_plan = None
             self._release_index()
 

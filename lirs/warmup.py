@@ -8,9 +8,13 @@ decode), which compiles it into the same cache while this process compiles its p
 Before its first read and first decode, the pipeline waits for the helper to finish the group,
 then loads it from the cache in milliseconds; a group no helper has begun is compiled here.
 
+With the cache warm, the groups this process has not loaded yet are loaded by a thread while the
+caller opens the engine and plans (loading a cached kernel takes milliseconds, and a fresh
+process's first batch waited for all of them).
+
 Best effort: when the helper cannot start, fails, or compiled for other argument types, the
 pipeline compiles in-process as it would have (a debug log says why). ``LIRS_WARMUP=0`` turns it
-off; a process the helper starts never starts another.
+off, the loading thread too; a process the helper starts never starts another.
 """
 from __future__ import annotations
 
@@ -108,8 +112,9 @@ class Warmup:
     and finished it (both set when that helper is gone). ``helpers``: ``[(groups, Popen), ...]``.
     ``wait(group)`` returns at once in another process (after a fork)."""
 
-    def __init__(self, helpers=()):
+    def __init__(self, helpers=(), preload=None):
         self.pid = os.getpid()
+        self.preload = preload  # the thread loading cached kernels into this process (or None)
         self.procs = [proc for _, proc in helpers]
         self.started = {g: threading.Event() for groups, _ in helpers for g in groups}
         self.done = {g: threading.Event() for groups, _ in helpers for g in groups}
@@ -130,6 +135,12 @@ class Warmup:
             for g in groups:
                 self.started[g].set()
                 self.done[g].set()
+
+    def join_preload(self) -> None:
+        """Wait for the thread loading cached kernels (it opened an engine on a scratch file)."""
+        t = self.preload
+        if t is not None and t is not threading.current_thread() and os.getpid() == self.pid:
+            t.join()
 
     def wait(self, group: str) -> None:
         """Block until ``group`` is compiled into the cache, when a helper has begun it; a group no
@@ -162,8 +173,33 @@ def start(opts: dict) -> Warmup:
     process's planning; a :class:`Warmup` that waits for nothing when all are cached."""
     if os.environ.get(ENV, "1").strip() in ("0", "false", "no") or not sys.executable:
         return Warmup()
-    helpers = [([g], proc) for g in cold_groups(opts) if (proc := _spawn(opts, [g])) is not None]
-    return Warmup(helpers)
+    cold = cold_groups(opts)
+    helpers = [([g], proc) for g in cold if (proc := _spawn(opts, [g])) is not None]
+    # groups in numba's cache but not yet loaded by this process: a thread loads them now, while
+    # the caller opens the engine and plans, instead of the first batch (loading a cached kernel
+    # takes milliseconds: a fresh process's first group batch waited 29 ms, 5 ms once loaded)
+    unloaded = [g for g, (kernels, _) in GROUPS.items() if g not in cold and not all(loaded(k) for k in kernels(opts))]
+    preload = None
+    if unloaded:
+        preload = threading.Thread(target=_preload, args=(opts, unloaded), name="lirs-preload", daemon=True)
+        preload.start()
+    return Warmup(helpers, preload)
+
+
+def loaded(dispatcher) -> bool:
+    """True when ``dispatcher`` has a compiled or loaded variant in this process."""
+    try:
+        return bool(dispatcher.overloads)
+    except Exception:  # numba internals: if they change, nothing is preloaded
+        return True
+
+
+def _preload(opts: dict, groups: list) -> None:
+    for g in groups:
+        try:
+            GROUPS[g][1](opts)
+        except Exception as e:  # the pipeline loads what failed here on first use
+            log.debug("preloading %s failed: %s", g, e)
 
 
 # ---------------------------------------------------------------- helper side
