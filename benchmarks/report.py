@@ -703,6 +703,26 @@ def sec_cores_gil():
                      "ceiling M/s"], rows))
 
 
+def sec_consumer():
+    d = load("consumer")
+    if not d:
+        return None
+    rows = [[g, f(v["inline"]["cpu_us_per_batch"], ".1f"), f(v["ahead"]["cpu_us_per_batch"], ".1f"),
+             f(d["consumer_cpu_ahead_vs_inline"][g]), f(v["inline"]["records_per_s"] / 1e6),
+             f(v["ahead"]["records_per_s"] / 1e6)] for g, v in d["consumer"].items()]
+    fb = d["first_batch"]
+    return (f"### The consumer's thread and the first batch\n\nCPU of the consumer's thread per batch, "
+            f"batch plans made on it or ahead on a thread of their own, the pool {d['pool_threads']} threads in "
+            f"both, engine `{d['engine']}`, {d['data']['bytes'] / 1e6:.0f} MB kdd-like in the page cache, medians "
+            f"of {d['repeats']} interleaved epochs ({source(d)}):\n\n"
+            + table(["granularity", "µs/batch, inline", "µs/batch, ahead", "ahead / inline", "M rec/s, inline",
+                     "M rec/s, ahead"], rows)
+            + f"\n\nA fresh process's first group batch (numba's cache warm) with the cached kernels loaded "
+              f"while the Loader opens: {fb['preload']['first_batch_s'] * 1e3:.1f} ms, against "
+              f"{fb['off']['first_batch_s'] * 1e3:.1f} ms without (`LIRS_WARMUP=0`): "
+              f"{f(d['first_batch_preload_vs_off'])}×.")
+
+
 # the 16-core GPU machine lent to a session (tools/device_all.sh): its JSONs sit in results/16cores/
 MANY = "16cores"
 GOALS_16 = {"group": 10e6, "window": 10e6, "instance": 2.5e6}  # records/s, page cache, 16 cores
@@ -935,7 +955,7 @@ def sec_scale():
             + (f"\n\nPlanning an epoch of 10⁹ records (dense, stateless permutation, batch 1024), per batch: {plan}; "
                f"nothing in memory grows with the record count but group's unit table." if plan else ""))
 
-SECTIONS = [sec_summary, sec_index, sec_incremental, sec_decode, sec_engines, sec_plan, sec_window, sec_cores, sec_cores_gil, sec_cores_16, sec_torch, sec_tfrecord,
+SECTIONS = [sec_summary, sec_index, sec_incremental, sec_decode, sec_engines, sec_plan, sec_window, sec_cores, sec_cores_gil, sec_cores_16, sec_consumer, sec_torch, sec_tfrecord,
             sec_bench, sec_scale, sec_shuffle,
             sec_quality, sec_frontier, sec_paper, sec_train_svm, sec_train_dnn]
 

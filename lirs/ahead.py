@@ -120,8 +120,8 @@ class PlanAhead:
 class PlanInline:
     """:class:`PlanAhead`'s interface, planning on the consumer's thread as it asks: for a pool of
     few threads, where no core is idle to plan on (a planning thread there waits for a core
-    between chunks, and the consumer waits for it: a 200k-record group epoch on 2 cores waited
-    6.0% of its time instead of 4.5%, median of 7)."""
+    between chunks, and the consumer waits for it: on 2 cores the overlap benchmark's consumer
+    waited longer with one)."""
 
     def __init__(self, make):
         self._make, self._it, self._stopped, self._done = make, None, False, False

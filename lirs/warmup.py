@@ -177,7 +177,7 @@ def start(opts: dict) -> Warmup:
     helpers = [([g], proc) for g in cold if (proc := _spawn(opts, [g])) is not None]
     # groups in numba's cache but not yet loaded by this process: a thread loads them now, while
     # the caller opens the engine and plans, instead of the first batch (loading a cached kernel
-    # takes milliseconds: a fresh process's first group batch waited 29 ms, 5 ms once loaded)
+    # takes milliseconds; a fresh process's first batch waits 0.70x as long, benchmarks/results/consumer.json)
     unloaded = [g for g, (kernels, _) in GROUPS.items() if g not in cold and not all(loaded(k) for k in kernels(opts))]
     preload = None
     if unloaded:

@@ -166,8 +166,8 @@ with lirs.Loader(sys.argv[1], 64, granularity="group", seed=0, engine="threads")
 
 def test_cached_kernels_are_loaded_before_the_first_batch(tmp_path):
     """With numba's cache warm, a new process's Loader loads the read and decode kernels on a
-    thread while the caller goes on (a fresh process's first group batch waited 29 ms for them,
-    5 ms once loaded); LIRS_WARMUP=0 turns that off too."""
+    thread while the caller goes on (benchmarks/bench_consumer.py measures the first batch with and
+    without); LIRS_WARMUP=0 turns that off too."""
     path = _svm(str(tmp_path / "p.svm"))
     env = dict(os.environ, PYTHONPATH=ROOT)
 
@@ -180,3 +180,19 @@ def test_cached_kernels_are_loaded_before_the_first_batch(tmp_path):
     child()  # fills the cache if it was cold (then the helper compiled, nothing was preloaded)
     assert child() == {"loaded": True, "thread": True}
     assert child(LIRS_WARMUP="0") == {"loaded": False, "thread": False}
+
+
+def test_a_failing_preload_leaves_the_kernels_to_first_use(monkeypatch, caplog):
+    # loading a group can fail (an engine that cannot open here): the thread logs it and stops;
+    # the pipeline then loads what it needs on first use, as without the thread
+    def broken(opts):
+        raise OSError("no engine here")
+
+    ran = []
+    monkeypatch.setattr(warmup, "GROUPS", {"read": (lambda o: [], broken),
+                                            "decode": (lambda o: [], lambda o: ran.append(o))})
+    with caplog.at_level("DEBUG", logger="lirs.warmup"):
+        warmup._preload({"engine": "uring"}, ["read", "decode"])
+    assert ran == [{"engine": "uring"}], "a failed group does not stop the next one"
+    assert any("preloading read failed: no engine here" in r.getMessage() for r in caplog.records)
+    assert warmup.loaded(object()) is True  # not a dispatcher: nothing to preload

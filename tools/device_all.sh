@@ -11,11 +11,7 @@
 #
 # CORES_BUDGET_S (default 200) bounds the cores part; each later part is cut by `timeout`.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:?set OUT to the folder for the results}
-mkdir -p "$OUT"
-export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/nb} PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
+source "$(dirname "$0")/device_env.sh"
 DIR=/tmp/lirs-cores REPEATS=3
 [[ ${1:-} == --small ]] && DIR=/tmp/lirs-cores-small REPEATS=1
 t0=$SECONDS

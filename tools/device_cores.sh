@@ -21,11 +21,7 @@
 #       --platform manylinux1_x86_64 -d .whl py-spy==0.4.3
 # and carry .whl). Without it, or where ptrace is refused, the GIL columns are null with a reason.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:?set OUT to the folder for the results}
-mkdir -p "$OUT"
-export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/nb} PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
+source "$(dirname "$0")/device_env.sh"
 
 SHM=/dev/shm/lirs-cores-$$  # the page-cache copy, removed at the end
 trap 'rm -rf "$SHM"' EXIT
