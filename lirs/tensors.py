@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import pickle
 import weakref
+from typing import NamedTuple
 from multiprocessing.context import get_spawning_popen
 
 import numpy as np
@@ -125,18 +126,11 @@ class Packed:
     __slots__ = ("buf", "meta", "slot")
 
     def __init__(self, ids, X, y, output, ring=None, worker=0):
-        kind, parts = x_parts(X)
-        parts = [ids] + ([] if y is None else [y]) + parts
+        parts, head = packed_parts(X, ids, y)
         spans, o = pack_spans(parts)
-        # a free slot of the worker's shared ring when there is one: then only its number crosses
-        self.slot = None if ring is None else ring.take(worker, o)
-        if self.slot is not None:
-            self.buf = ring.view(self.slot)[:max(o, 1)]
-            self.slot = (ring.token, self.slot)
-        else:
-            self.buf = torch.empty(max(o, 1), dtype=torch.uint8)
+        self.buf, self.slot = slot_or_buffer(ring, worker, o)
         pack_into(self.buf.numpy(), parts, spans)
-        self.meta = (kind, tuple(X.shape), y is not None, output, spans)
+        self.meta = (*head, output, spans)
 
     def __reduce__(self):
         if self.slot is not None:
@@ -147,7 +141,94 @@ class Packed:
         return unpack, (self.buf, self.meta)
 
 
+def slot_or_buffer(ring, worker: int, nbytes: int):
+    """(uint8 tensor of ``nbytes``, ``(ring token, slot)`` or None): a free slot of ``worker`` in
+    ``ring`` when there is one (then only its number crosses), else a private buffer."""
+    s = None if ring is None else ring.take(worker, nbytes)
+    if s is None:
+        return torch.empty(max(nbytes, 1), dtype=torch.uint8), None
+    return ring.view(s)[:max(nbytes, 1)], (ring.token, s)
+
+
+def packed_parts(X, ids, y) -> tuple[list, tuple]:
+    """The tensors of a batch in packing order ``[ids, (y), *parts of X]`` and its head
+    ``(kind, shape, has_y)``: what :func:`unpack` needs besides the output form and the spans."""
+    kind, parts = x_parts(X)
+    return [ids] + ([] if y is None else [y]) + parts, (kind, tuple(X.shape), y is not None)
+
+
+class Bundle:
+    """Consecutive batches of one DataLoader worker that cross to the main process as one item
+    (:mod:`lirs.torch`): torch's fixed cost per item (an index queue, a result queue, a pickle
+    and a pipe each way: tens of microseconds in each process) is then paid once for up to
+    ``BUNDLE_BATCHES`` batches instead of once each. Their tensors are packed back to back into
+    one buffer (a slot of the worker's :class:`SlotRing` when one is free), each batch laid out
+    as :class:`Packed` lays out one; the main process gets ``(indices, outputs)``: each batch's
+    number in the epoch and its output, views of that buffer (:func:`unpack_bundle`)."""
+
+    __slots__ = ("buf", "metas", "indices", "slot")
+
+    def __init__(self, items: list, output: str, ring=None, worker: int = 0):
+        # items: [(batch number, tensors in packing order, head, (spans, nbytes))] (Bundler.add)
+        layouts, o = [], 0
+        for *_, (spans, n) in items:
+            layouts.append([(a + o, nb, dt, sh) for a, nb, dt, sh in spans])
+            o += n  # a multiple of ALIGN: every part of the next batch stays aligned
+        self.buf, self.slot = slot_or_buffer(ring, worker, o)
+        host = self.buf.numpy()
+        for (_, parts, _, _), spans in zip(items, layouts):
+            pack_into(host, parts, spans)
+        self.metas = [(*head, output, spans) for (_, _, head, _), spans in zip(items, layouts)]
+        self.indices = [int(it[0]) for it in items]
+
+    def __reduce__(self):
+        if self.slot is not None:
+            return unpack_bundle_slot, (*self.slot, self.buf.numel(), self.metas, self.indices)
+        # no free slot: in the pickle stream when small, else as one shared-memory segment
+        buf = self.buf.numpy() if self.buf.numel() <= INBAND_BYTES else self.buf
+        return unpack_bundle, (buf, self.metas, self.indices)
+
+
+class Bundler:
+    """A DataLoader worker's batches of one pass gathered into :class:`Bundle` items: :meth:`add`
+    returns a full bundle, :meth:`flush` what is left at the end of the pass. The pass's bundles
+    hold 1, 2, 4, ... batches up to ``max_batches`` (or as many as fit a slot of ``ring``): the
+    consumer's first batch waits for one batch of each worker, not for a whole bundle."""
+
+    def __init__(self, output: str, ring=None, worker: int = 0, max_batches: int = 0):
+        self.output, self.ring, self.worker = output, ring, int(worker)
+        self.max_batches = int(max_batches or BUNDLE_BATCHES)
+        self.cap = BUNDLE_SLOT_BYTES if ring is None else ring.slot_bytes
+        self.items, self.nbytes = [], 0
+        self.size = 1  # batches of the next bundle
+
+    def add(self, index: int, ids, X, y) -> list:
+        """Add batch ``index`` (its tensors); the bundles completed by it (none, or one)."""
+        parts, head = packed_parts(X, ids, y)
+        layout = pack_spans(parts)
+        n = layout[1]
+        done = []
+        if self.items and self.nbytes + n > self.cap:
+            done.append(self.flush())  # it would not fit the slot with the others: send them first
+        self.items.append((index, parts, head, layout))
+        self.nbytes += n
+        if len(self.items) >= self.size:
+            done.append(self.flush())
+        return done
+
+    def flush(self):
+        """The bundle of the batches added since the last one (None when there are none)."""
+        if not self.items:
+            return None
+        b = Bundle(self.items, self.output, self.ring, self.worker)
+        self.items, self.nbytes = [], 0
+        self.size = min(self.size * 2, self.max_batches)
+        return b
+
+
 SLOT_BYTES = 2 << 20  # a slot of a SlotRing: a kdd-like batch of 1024 records packs into ~300 KB
+BUNDLE_BATCHES = 16   # batches of a worker per DataLoader item (see Bundle)
+BUNDLE_SLOT_BYTES = 8 << 20  # a slot of the ring of bundles: 16 kdd-like batches of 1024 records
 _RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that made it (the DataLoader's)
 
 
@@ -209,6 +290,26 @@ def unpack_slot(token, s, nbytes, meta):
 
 def unpack_array(a: np.ndarray, meta):
     return unpack(torch.from_numpy(a), meta)
+
+
+def unpack_bundle_slot(token, s, nbytes, metas, indices):
+    """``(indices, outputs)`` of a :class:`Bundle` packed into slot ``s`` of the ring ``token``."""
+    return unpack_bundle(_RINGS[token].view(s, nbytes, free_when_gone=True), metas, indices)
+
+
+def unpack_bundle(buf, metas, indices):
+    """``(indices, outputs)`` of a :class:`Bundle`: every output views ``buf`` (a slot is free
+    again once the last of them is gone)."""
+    if isinstance(buf, np.ndarray):
+        buf = torch.from_numpy(buf)
+    return Unbundled(indices, [unpack(buf, m) for m in metas])
+
+
+class Unbundled(NamedTuple):
+    """A :class:`Bundle` in the main process: batch numbers int and their outputs, in order."""
+
+    indices: list
+    outputs: list
 
 
 def unpack(buf, meta):

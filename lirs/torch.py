@@ -66,7 +66,8 @@ from .errors import UsageError
 from .loader import Loader
 from .policies import DEFAULT_GRANULARITY, POLICIES
 from .state import ResumeState, states_of
-from .tensors import Convert, Feeder, PassBoard, SlotRing, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
+from .tensors import (BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, SLOT_BYTES, Bundler, Convert, Feeder, PassBoard,  # noqa: F401
+                      SlotRing, Unbundled, check_device, to_tensors)  # to_tensors is public here too
 
 log = logging.getLogger("lirs.torch")
 
@@ -397,10 +398,32 @@ class LirsIterableDataset(tud.IterableDataset):
     def _deliver(self, it, loader):
         # without a user transform the tensors (a few from_numpy calls) are built here: as a task of
         # their own on the Loader's pool they cost more in hand-offs between threads than they take
+        bundler = self._bundler(loader)
+        if bundler is not None:
+            yield from self._bundles(it, loader, bundler)
+            return
         convert = self._converter() if self.transform is None else None
         for out in it:
             self._pos = loader.position
             yield out if convert is None else convert(out)
+
+    def _bundler(self, loader):
+        """In a worker of a :class:`LirsDataLoader` (which puts the batches back in order), the
+        :class:`~lirs.tensors.Bundler` its tensor batches cross in; else None (one item a batch)."""
+        info = tud.get_worker_info()
+        if info is None or not getattr(self, "_bundle", 0) or self.transform is not None \
+                or loader.index.format == "lines":
+            return None
+        return Bundler(self.output, getattr(self, "_ring", None), info.id, self._bundle)
+
+    def _bundles(self, it, loader, bundler):
+        for b in it:
+            self._pos = loader.position
+            ids, X, y = to_tensors(b, self.sparse, self.label_dtype)
+            yield from bundler.add(b.index, ids, X, y)
+        last = bundler.flush()
+        if last is not None:
+            yield last
 
 
 class LirsDataLoader(tud.DataLoader):
@@ -441,7 +464,10 @@ class LirsDataLoader(tud.DataLoader):
         if ctx.get_start_method() == "fork" and not (self.persistent_workers and self._iterator is not None):
             ds.loader().plan(ds.epoch)  # workers about to fork inherit the index and its unit tables
         if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
-            ds._ring = SlotRing(self.num_workers, (self.prefetch_factor or 2) + 2)
+            # the workers' batches cross in bundles (lirs.tensors.Bundle), put back in order here
+            ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0
+            ds._ring = SlotRing(self.num_workers, (self.prefetch_factor or 2) + 2,
+                                BUNDLE_SLOT_BYTES if ds._bundle else SLOT_BYTES)
         it = super().__iter__()  # the workers start here, with the loaded state
         epoch = ds.epoch
         if res is not None and res.epoch == epoch:
@@ -449,7 +475,7 @@ class LirsDataLoader(tud.DataLoader):
         else:
             k, spans = 0, None
         ds.begin_at(ResumeState(epoch, k, spans))
-        for b in it:
+        for b in in_order(it, k):
             k += 1
             ds.delivered(k)
             yield b
@@ -461,6 +487,24 @@ class LirsDataLoader(tud.DataLoader):
     def load_state_dict(self, state) -> None:
         """Resume the next iteration at ``state`` (see :meth:`LirsIterableDataset.load_state_dict`)."""
         self.dataset.load_state_dict(state)
+
+
+def in_order(items, first: int):
+    """The batches of a pass from DataLoader ``items``: a worker's bundle
+    (:class:`~lirs.tensors.Unbundled`) holds its batches ``i, i + W, ...``, so the bundles of the
+    W workers (in torch's round robin) are held until each next batch ``first, first + 1, ...``
+    has arrived; an item of one batch is already in order."""
+    held, k = {}, int(first)
+    for item in items:
+        if not isinstance(item, Unbundled):
+            yield item
+            continue
+        held.update(zip(item.indices, item.outputs))
+        while k in held:
+            yield held.pop(k)
+            k += 1
+    if held:
+        raise RuntimeError(f"the DataLoader workers sent batches {sorted(held)[:4]} but not batch {k}")
 
 
 def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False,

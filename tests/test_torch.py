@@ -718,3 +718,74 @@ def test_a_device_feeder_counts_the_batches_handed_out(small_svm, monkeypatch, n
     rest = [b["ids"] for b in again]
     again.dataset.close()
     assert len(rest) == len(want) - 4 and all(torch.equal(a, b) for a, b in zip(rest, want[4:]))
+
+
+def test_workers_send_bundles_of_batches_put_back_in_order(kdd_file, monkeypatch):
+    """make_dataloader's workers send their batches in bundles (1, 2, 4, ... batches: one DataLoader
+    item each), and the main process hands them out in the Loader's order, counted one by one."""
+    import lirs.torch as lt
+    from lirs.tensors import Unbundled
+
+    items = []
+    real = lt.in_order
+
+    def spy(it, first):
+        return real((items.append(x) or x for x in it), first)
+
+    monkeypatch.setattr(lt, "in_order", spy)
+    kw = dict(granularity="group", group_bytes=8192, seed=8)
+    dl = lt.make_dataloader(kdd_file, 40, num_workers=2, **kw)
+    nb = len(dl)
+    got = []
+    for i, b in enumerate(dl):
+        got.append(b["ids"].numpy())
+        assert dl.state_dict()["next_batch"] == i + 1
+    assert np.array_equal(np.concatenate(got), _order(kdd_file, 40, 0, **kw))
+    assert all(isinstance(x, Unbundled) for x in items)
+    sizes = [len(x.indices) for x in items]
+    assert sum(sizes) == nb and len(items) < nb / 4, sizes
+    assert sizes[:4] == [1, 1, 2, 2], "each worker's first bundles grow from one batch"
+    assert items[0].indices == [0] and items[2].indices == [2, 4], "worker 0 takes batches 0, 2, 4, ..."
+
+
+def test_bundles_cross_in_a_slot_and_free_it_with_their_last_batch(small_svm):
+    import gc
+
+    import lirs.torch as lt
+    from lirs import tensors
+
+    ring = tensors.SlotRing(1, 2, slot_bytes=1 << 16)
+    with lirs.Loader(small_svm, 50) as loader:
+        batches = [b for _, b in zip(range(3), loader)]
+    bundler = tensors.Bundler("dict", ring, 0, max_batches=2)
+    sent = [x for b in batches for x in bundler.add(b.index, *lt.to_tensors(b, "csr"))]
+    assert bundler.flush() is None and [b.indices for b in sent] == [[0], [1, 2]]
+    assert len(pickle.dumps(sent[1])) < 2000, "only the slot's number and the layout cross"
+    slot = sent[1].slot[1]
+    bundle = pickle.loads(pickle.dumps(sent[1]))
+    del sent
+    for i, out in zip(bundle.indices, bundle.outputs):
+        ids, X, y = lt.to_tensors(batches[i], "csr")
+        assert torch.equal(out["ids"], ids) and torch.equal(out["y"], y)
+        assert torch.equal(out["X"].to_dense(), X.to_dense())
+    one = bundle.outputs[0]
+    del bundle, out
+    gc.collect()
+    assert ring.busy[slot] == 1, "the slot is held while one of its batches is"
+    del one
+    gc.collect()
+    assert ring.busy[slot] == 0, "and freed with the last"
+    # a batch too big for a slot travels with its bundle in the pickle stream
+    big = tensors.Bundler("tuple", tensors.SlotRing(1, 1, slot_bytes=64), 0, max_batches=1)
+    (b,) = big.add(0, *lt.to_tensors(batches[0], "csr"))
+    X, y, ids = pickle.loads(pickle.dumps(b)).outputs[0]
+    assert b.slot is None and torch.equal(ids, lt.to_tensors(batches[0], "csr")[0])
+
+
+def test_in_order_refuses_a_missing_batch():
+    import lirs.torch as lt
+    from lirs.tensors import Unbundled
+
+    assert list(lt.in_order([Unbundled([1, 3], ["b", "d"]), Unbundled([0, 2], ["a", "c"])], 0)) == list("abcd")
+    with pytest.raises(RuntimeError, match="batches \\[2\\] but not batch 1"):
+        list(lt.in_order([Unbundled([0, 2], ["a", "c"])], 0))
