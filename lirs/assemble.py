@@ -118,7 +118,8 @@ def _check_complete(idx, step, ids, rext, rpos, rlen, got) -> None:
 def rows(X, lo: int, hi: int):
     """Rows lo:hi of a decoded step. A CSR slice shares the step's arrays (no copy, no checks):
     the step is never modified and lives as long as a batch refers to it."""
-    if sp.issparse(X):
+    # the type first: issparse's isinstance goes through the ABC machinery, once per batch
+    if type(X) is sp.csr_matrix or sp.issparse(X):
         a, b = int(X.indptr[lo]), int(X.indptr[hi])
         indptr = X.indptr[lo:hi + 1] - a if a else X.indptr[lo:hi + 1]
         return csr_batch(X.data[a:b], X.indices[a:b], indptr, (hi - lo, X.shape[1]))

@@ -9,6 +9,7 @@ records: :mod:`lirs.index` turns a sidecar into an :class:`~lirs.index.Index`.
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import json
@@ -24,6 +25,7 @@ import numpy as np
 from .constants import BLOCK
 from .errors import IndexFormatError, UsageError
 from .inputs import pread_into
+from .libc import Libc
 from .litter import clean_dead_litter, clean_dead_temps, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
@@ -469,12 +471,31 @@ def release_pages(*arrays) -> int:
         m = getattr(a, "_mmap", None)
         if m is None or m.closed:
             continue
+        if _madvise_nogil(a):
+            released += 1
+            continue
         try:
             m.madvise(mmap.MADV_DONTNEED)
         except (AttributeError, OSError, ValueError):  # no madvise here: the pages simply stay
             continue
         released += 1
     return released
+
+
+def _madvise_nogil(a: np.ndarray) -> bool:
+    """``MADV_DONTNEED`` on the pages of map array ``a`` through libc, which ctypes calls without
+    the GIL (``mmap.madvise`` holds it while the kernel unmaps the pages: the threads that plan and
+    decode waited for it); False when that is not possible here (the caller falls back)."""
+    if not hasattr(mmap, "MADV_DONTNEED") or a.nbytes == 0:
+        return False
+    try:
+        lib = Libc.get().lib
+    except OSError:
+        return False
+    page = mmap.PAGESIZE
+    lo = a.ctypes.data // page * page
+    hi = -(-(a.ctypes.data + a.nbytes) // page) * page
+    return lib.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), mmap.MADV_DONTNEED) == 0
 
 
 def verify_arrays(sidecar: str, header: dict, arrays: dict) -> list[str]:
