@@ -12,13 +12,15 @@ class Batch:
     """One batch: ``ids`` int64 (k,) global record IDs in delivery order; ``X`` a
     ``scipy.sparse.csr_matrix`` (k, n_features) for LIBSVM, an ndarray (k, *record_shape) for
     npy/fixed, a list of k ``bytes`` for lines; ``y`` float64 (k,) or None; ``epoch`` and ``index``
-    (batch number within the epoch)."""
+    (batch number within the epoch); ``piece``: None, or for the rows of some windows only of
+    batch ``index`` (``Loader.epoch(..., windows=)``) ``(first window, records of the whole batch)``."""
 
     ids: np.ndarray
     X: Any
     y: np.ndarray | None
     epoch: int = 0
     index: int = 0
+    piece: tuple | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -33,7 +35,8 @@ class Batch:
         else:
             xs = f"{type(X).__name__} of {len(X)}"
         ys = "None" if self.y is None else f"{self.y.dtype} ({len(self.y)},)"
-        return f"Batch(epoch={self.epoch}, index={self.index}, records={len(self.ids)}, X={xs}, y={ys})"
+        piece = "" if self.piece is None else f", piece={self.piece}"
+        return f"Batch(epoch={self.epoch}, index={self.index}{piece}, records={len(self.ids)}, X={xs}, y={ys})"
 
 
 @dataclass

@@ -379,11 +379,15 @@ class Loader:
         return [st.next_batch for st in sorted(states, key=lambda st: int(st.config["rank"]))]
 
     # ------------------------------------------------------------------ iteration
-    def epoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0):
+    def epoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0,
+              windows: tuple | None = None):
         """Iterate over the batches of ``epoch``: from batch ``start`` (or where a loaded state
         left off), plus ``offset``, then every ``stride``-th (``Batch`` objects, or what the
-        transform returns)."""
-        run = self._begin(epoch, start, stride, offset)
+        transform returns). ``windows=(w, W)`` (granularity ``window``): only the rows of windows
+        ``w, w + W, ...`` of each batch from ``start``; a batch with rows in other windows comes as
+        a piece (:attr:`Batch.piece`), and the W walks together read each window once and
+        deliver every record once (what :mod:`lirs.torch`'s DataLoader workers do)."""
+        run = self._begin(epoch, start, stride, offset, windows)
         try:
             while (item := run.next()) is not None:
                 yield self._deliver(run, item, run.wait(item))
@@ -412,7 +416,7 @@ class Loader:
             raise UsageError(f"epoch must be >= 0, got {epoch}")
         self._next_epoch = int(epoch)
 
-    def _begin(self, epoch, start, stride=1, offset=0):
+    def _begin(self, epoch, start, stride=1, offset=0, windows=None):
         if self._closed:
             raise ValueError("this Loader is closed")
         epoch, stride, offset = int(epoch), int(stride), int(offset)
@@ -440,14 +444,14 @@ class Loader:
         self._stride, self._nb = stride, nb
         finish = None if self.transform is None else self._finisher(epoch)
         return EpochRun(self._pipeline, plan, epoch, first, self.prefetch, self._decoder.empty,
-                        stride=stride, finish=finish)
+                        stride=stride, finish=finish, windows=windows)
 
     def _finisher(self, epoch: int):
         """finish(bp, X, y) for the pool: the batch through the transform (EpochRun names its errors)."""
         transform = self.transform
 
         def finish(bp, X, y):
-            return transform(Batch(np.asarray(bp.ids, np.int64), X, y, epoch, bp.index))
+            return transform(Batch(np.asarray(bp.ids, np.int64), X, y, epoch, bp.index, bp.piece))
         return finish
 
     def _deliver(self, run: EpochRun, item, results):
@@ -456,7 +460,7 @@ class Loader:
         bp = item.plan
         out = run.deliver(item, results)
         if self.transform is None:
-            out = Batch(np.asarray(bp.ids, np.int64), *out, run.epoch, bp.index)
+            out = Batch(np.asarray(bp.ids, np.int64), *out, run.epoch, bp.index, bp.piece)
         self._pos = self._pos.at(min(bp.index + self._stride, self._nb), run.epoch)
         self.stats.batches += 1
         self.stats.records += len(bp.ids)

@@ -241,7 +241,7 @@ class EpochRun:
     the window after is read while the next one is still being read or decoded."""
 
     def __init__(self, pipeline: Pipeline, plan, epoch: int, start: int, prefetch: int, empty, *,
-                 stride: int = 1, finish=None):
+                 stride: int = 1, finish=None, windows=None):
         self.pipeline = pipeline
         self.epoch = int(epoch)
         self.prefetch = int(prefetch)
@@ -249,7 +249,8 @@ class EpochRun:
         self.finish = finish  # finish(bp, X, y) -> what the consumer gets, run on the pool
         # planned on a thread of its own, ahead of the consumer (lirs.ahead)
         # extents deferred to the pool thread that reads each step: many threads find them at once
-        self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents="defer", stride=int(stride)))
+        self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents="defer", stride=int(stride),
+                                                                 windows=windows))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.pending: collections.deque = collections.deque()  # Pending batches, in order
         self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1

@@ -280,21 +280,20 @@ class EpochPlan:
                 self.index.release_pages()
         return ne
 
-    def batches(self, start: int = 0, *, extents: bool | str = True, stride: int = 1):
+    def batches(self, start: int = 0, *, extents: bool | str = True, stride: int = 1, windows=None):
         """Iterate over the :class:`BatchPlan` of batches ``start .. num_batches - 1``
         (``extents=False``: record IDs only, the steps carry no extents; ``"defer"``: found by
         :meth:`ReadStep.ready` where the step is read); with ``stride``, only
-        batches ``start, start + stride, ...`` (the others are skipped, not planned)."""
+        batches ``start, start + stride, ...`` (the others are skipped, not planned); with
+        ``windows=(w, W)`` (window granularity), only the rows of windows ``w, w + W, ...``
+        (pieces of batches, see :func:`lirs.walker.walk`)."""
         start = int(start)
         if not 0 <= start <= self.num_batches:
             raise UsageError(f"start batch {start} outside [0, {self.num_batches}]")
-        for j, bp in enumerate(self._batches(start, extents, int(stride)), 1):
+        for j, bp in enumerate(walk(self, start, int(stride), extents, windows), 1):
             if j % INDEX_RELEASE_BATCHES == 0:
                 self.index.release_pages()  # the offsets walked so far leave this process's RSS
             yield bp
-
-    def _batches(self, start: int, extents: bool, stride: int):
-        return walk(self, start, stride, extents)
 
     @property
     def batches_per_step(self) -> int:

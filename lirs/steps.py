@@ -65,11 +65,14 @@ class BatchPlan:
     """Batch ``index`` of a rank's epoch: ``ids`` int64 (k,) in delivery order, and ``parts``: the
     :class:`Part` of each read step it takes rows from, in delivery order. A batch may be a step of
     its own, a slice of a step it shares with its neighbours, or rows of one or more windows (see
-    :mod:`lirs.walker`)."""
+    :mod:`lirs.walker`). ``piece``: None for a whole batch; for the rows a walk over some windows
+    only takes of it (``walk(..., windows=)``), ``(first window, records of the whole batch)``: the
+    pieces of batch ``index``, put in the order of their first windows, are the whole batch."""
 
     index: int
     ids: np.ndarray
     parts: tuple = ()
+    piece: tuple | None = None  # (first window, records of the whole batch) for a piece of it
 
     @property
     def new_steps(self) -> list:

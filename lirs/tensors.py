@@ -179,7 +179,7 @@ class Bundle:
         for (_, parts, _, _), spans in zip(items, layouts):
             pack_into(host, parts, spans)
         self.metas = [(*head, output, spans) for (_, _, head, _), spans in zip(items, layouts)]
-        self.indices = [int(it[0]) for it in items]
+        self.indices = [it[0] for it in items]
 
     def __reduce__(self):
         if self.slot is not None:
@@ -306,10 +306,59 @@ def unpack_bundle(buf, metas, indices):
 
 
 class Unbundled(NamedTuple):
-    """A :class:`Bundle` in the main process: batch numbers int and their outputs, in order."""
+    """A :class:`Bundle` in the main process: the key of each batch (its number in the epoch, or
+    for a piece of a batch ``(number, first window, records of the whole batch)``) and their
+    outputs, in order."""
 
     indices: list
     outputs: list
+
+
+def output_rows(out) -> int:
+    """Records in a batch output (dict or tuple)."""
+    return len(out["ids"] if isinstance(out, dict) else out[2])
+
+
+def join_outputs(outs: list):
+    """One batch output from the outputs of its pieces, in order (dict or tuple, as they are):
+    ids and y concatenated, X stacked by rows (CSR: the row pointers of each piece shifted by the
+    values before it; COO: the row indices by the rows before it; dense: concatenated)."""
+    if len(outs) == 1:
+        return outs[0]
+    as_dict = isinstance(outs[0], dict)
+    parts = [(o["ids"], o["X"], o["y"]) if as_dict else (o[2], o[0], o[1]) for o in outs]
+    ids = torch.cat([p[0] for p in parts])
+    y = None if parts[0][2] is None else torch.cat([p[2] for p in parts])
+    X = _stack_rows([p[1] for p in parts])
+    return {"ids": ids, "X": X, "y": y} if as_dict else (X, y, ids)
+
+
+def _stack_rows(Xs: list):
+    rows = sum(int(X.shape[0]) for X in Xs)
+    shape = (rows, *Xs[0].shape[1:])
+    if Xs[0].layout == torch.sparse_csr:
+        crows, cols, vals, at = [Xs[0].crow_indices()[:1]], [], [], 0
+        wide = any(X.col_indices().dtype == torch.int64 for X in Xs)
+        for X in Xs:
+            c = X.crow_indices()
+            crows.append(c[1:] + at)
+            cols.append(X.col_indices())
+            vals.append(X.values())
+            at += int(c[-1])
+        dt = torch.int64 if wide or at > torch.iinfo(torch.int32).max else Xs[0].crow_indices().dtype
+        return torch.sparse_csr_tensor(torch.cat(crows).to(dt), torch.cat(cols).to(dt), torch.cat(vals),
+                                       size=shape, check_invariants=False)
+    if Xs[0].layout == torch.sparse_coo:
+        idx, vals, at = [], [], 0
+        for X in Xs:
+            i = X._indices().clone()
+            i[0] += at
+            idx.append(i)
+            vals.append(X._values())
+            at += int(X.shape[0])
+        return torch.sparse_coo_tensor(torch.cat(idx, 1), torch.cat(vals), shape, is_coalesced=True,
+                                       check_invariants=False)
+    return torch.cat(Xs)
 
 
 def unpack(buf, meta):

@@ -67,7 +67,7 @@ from .loader import Loader
 from .policies import DEFAULT_GRANULARITY, POLICIES
 from .state import ResumeState, states_of
 from .tensors import (BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, SLOT_BYTES, Bundler, Convert, Feeder, PassBoard,  # noqa: F401
-                      SlotRing, Unbundled, check_device, to_tensors)  # to_tensors is public here too
+                      SlotRing, Unbundled, check_device, join_outputs, output_rows, to_tensors)  # to_tensors is public here too
 
 log = logging.getLogger("lirs.torch")
 
@@ -368,17 +368,30 @@ class LirsIterableDataset(tud.IterableDataset):
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
                         res.epoch, self.epoch)
             res = None
+        by_window = self._by_window(loader, nw)
         if res is None:
-            start, off, spans = 0, w, None
-            it = loader.epoch(self.epoch, 0, stride=nw, offset=w)
+            start, off, spans = 0, 0 if by_window else w, None
+            it = loader.epoch(self.epoch, 0, **self._share_of(by_window, w, nw))
         else:
             # a worker's own state names its next batch; from the rank's, worker w takes next + w
-            start, off, spans = res.next_batch, 0 if res.worker else w, res.spans
+            start, off, spans = res.next_batch, 0 if res.worker or by_window else w, res.spans
             loader.load_state_dict(res.replace(worker=None))
-            it = loader.epoch(self.epoch, stride=nw, offset=off)
+            it = loader.epoch(self.epoch, **self._share_of(by_window, w if by_window else off, nw))
         nb = loader.plan(self.epoch, None if spans is None else [list(s) for s in spans]).num_batches
         self._pos = ResumeState(self.epoch, min(start + off, nb), spans)
         return self._deliver(it, loader)
+
+    def _by_window(self, loader, workers: int) -> bool:
+        """Whether this process is one of several workers of a :class:`LirsDataLoader` reading
+        window steps: then each worker reads whole windows (``Loader.epoch(windows=)``) and sends
+        the pieces of batches that span windows of other workers, joined in the main process;
+        otherwise (a hand-built DataLoader: one batch an item) worker w takes batches w, w + W, ..."""
+        return workers > 1 and bool(getattr(self, "_bundle", 0)) and self.transform is None \
+            and POLICIES[loader.granularity].uses_window and loader.index.format != "lines"
+
+    @staticmethod
+    def _share_of(by_window: bool, w: int, nw: int) -> dict:
+        return dict(windows=(w, nw)) if by_window else dict(stride=nw, offset=w)
 
     def _follow_board(self) -> None:
         """In a DataLoader worker, as a pass starts: take the epoch and resume point the main
@@ -420,7 +433,7 @@ class LirsIterableDataset(tud.IterableDataset):
         for b in it:
             self._pos = loader.position
             ids, X, y = to_tensors(b, self.sparse, self.label_dtype)
-            yield from bundler.add(b.index, ids, X, y)
+            yield from bundler.add(b.index if b.piece is None else (b.index, *b.piece), ids, X, y)
         last = bundler.flush()
         if last is not None:
             yield last
@@ -491,20 +504,33 @@ class LirsDataLoader(tud.DataLoader):
 
 def in_order(items, first: int):
     """The batches of a pass from DataLoader ``items``: a worker's bundle
-    (:class:`~lirs.tensors.Unbundled`) holds its batches ``i, i + W, ...``, so the bundles of the
-    W workers (in torch's round robin) are held until each next batch ``first, first + 1, ...``
-    has arrived; an item of one batch is already in order."""
-    held, k = {}, int(first)
+    (:class:`~lirs.tensors.Unbundled`) holds its batches ``i, i + W, ...``, or with window steps
+    the batches and pieces of batches of its windows, so the bundles of the W workers (in torch's
+    round robin) are held until each next batch ``first, first + 1, ...`` has arrived, whole or
+    as every one of its pieces (joined in the order of their windows); an item of one batch is
+    already in order."""
+    held, pieces, k = {}, {}, int(first)
     for item in items:
         if not isinstance(item, Unbundled):
             yield item
             continue
-        held.update(zip(item.indices, item.outputs))
+        for key, out in zip(item.indices, item.outputs):
+            if not isinstance(key, tuple):
+                held[key] = out
+                continue
+            j, window, total = key
+            got = pieces.setdefault(j, [])
+            got.append((window, out))
+            if sum(output_rows(o) for _, o in got) == total:
+                held[j] = join_outputs([o for _, o in sorted(got, key=lambda p: p[0])])
+                del pieces[j]
         while k in held:
             yield held.pop(k)
             k += 1
-    if held:
-        raise RuntimeError(f"the DataLoader workers sent batches {sorted(held)[:4]} but not batch {k}")
+    if held or pieces:
+        some = f" and pieces of {sorted(pieces)[:4]}" if pieces else ""
+        raise RuntimeError(f"the DataLoader workers sent batches {sorted(held)[:4]}{some} but not "
+                           f"all of batch {k}")
 
 
 def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False,
@@ -533,12 +559,4 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     dl = LirsDataLoader(ds, batch_size=None, num_workers=int(num_workers), pin_memory=pin_memory,
                         persistent_workers=bool(persistent_workers) and num_workers > 0, **kw)
     dl.device = dev
-    gran = ds.loader_kwargs.get("granularity", DEFAULT_GRANULARITY)
-    if num_workers > 1 and gran in POLICIES and POLICIES[gran].uses_window:
-        # measured (benchmarks/results/16cores/torch_window.json): 8 workers ran at 0.14x the rate
-        # of num_workers=0 on 16 cores, 2 workers at 0.52x; a window's records are dealt over all
-        # of its batches, so every worker reads nearly every byte of every window
-        log.warning("num_workers=%d with granularity=%r: each worker reads every window "
-                    "(about %dx the reads of num_workers=0, which is faster: the Loader's own threads "
-                    "already use every core)", int(num_workers), gran, int(num_workers))
     return dl

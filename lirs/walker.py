@@ -32,16 +32,29 @@ from .steps import BatchPlan, Part
 from .windows import window_bounds, window_count, window_of, window_rows_step, window_step
 
 
-def walk(plan, start: int, stride: int, extents: bool | str):
+def walk(plan, start: int, stride: int, extents: bool | str, windows: tuple | None = None):
     """Yield the :class:`~lirs.steps.BatchPlan` of batches ``start, start + stride, ...`` of ``plan``
-    (``extents=False``: record IDs only, the steps carry no extents)."""
+    (``extents=False``: record IDs only, the steps carry no extents). ``windows=(w, W)`` (window
+    steps, stride 1): only the rows of windows ``w, w + W, ...``: every batch that takes rows of
+    them, cut to those rows (a piece of a batch whose other rows lie in other windows carries
+    :attr:`~lirs.steps.BatchPlan.piece`); W such walks read each window once between them."""
     if stride < 1:
         raise UsageError(f"stride must be >= 1, got {stride}")
+    steps = POLICIES[plan.granularity].steps
+    if windows is not None and (steps != "window" or stride != 1):
+        raise UsageError(f"windows= needs window steps and stride 1 (granularity {plan.granularity!r}, "
+                         f"stride {stride})")
     mine = rank_spans(plan)
-    source = STEP_SOURCES[POLICIES[plan.granularity].steps](plan, mine, int(stride), extents)
+    source = STEP_SOURCES[steps](plan, mine, int(stride), extents)
+    if windows is not None:
+        source.own(*windows)
     B = plan.batch_size
     for j in range(int(start), plan.num_batches, int(stride)):
-        yield source.batch(j, pieces_of(mine, j * B, j * B + plan.batch_size_of(j)))
+        bp = source.batch(j, pieces_of(mine, j * B, j * B + plan.batch_size_of(j)))
+        if isinstance(bp, list):  # the pieces a walk over some windows takes of batch j
+            yield from bp
+        else:
+            yield bp
 
 
 def pieces_of(mine: np.ndarray, a: int, b: int) -> list:
@@ -136,6 +149,13 @@ class WindowSteps:
         self.open = None        # (window, first row, end row, step): a shared step rows still use
         self.sizes: dict = {}   # window -> records (the last one asked)
         self.at = None          # (position, window, row) where the last batch ended
+        self.mod = self.me = None  # own(): only windows ``me, me + mod, ...``
+
+    def own(self, me: int, mod: int) -> None:
+        """Take only the rows of windows ``me, me + mod, ...`` (see :func:`walk`)."""
+        if not 0 <= int(me) < int(mod):
+            raise UsageError(f"windows=(w, W) needs 0 <= w < W, got ({me}, {mod})")
+        self.me, self.mod = int(me), int(mod)
 
     def size(self, w: int) -> int:
         """Records of window ``w``."""
@@ -152,8 +172,12 @@ class WindowSteps:
         lo = window_bounds(self.plan, w)[0]
         return w, self.stream.count(lo, upos) + within
 
-    def batch(self, j: int, pieces: list) -> BatchPlan:
-        parts, ids = [], []
+    def batch(self, j: int, pieces: list):
+        """The :class:`BatchPlan` of batch ``j`` (stream positions ``pieces``); with :meth:`own`, a
+        list of its pieces in the windows owned: none, one, or more when another walk's window
+        lies between two of them (each piece is rows of consecutive windows)."""
+        segs = []          # [first window, parts, ids] of each piece, in delivery order
+        gap = False        # a window of another walk since the last part taken
         for lo, hi in pieces:
             lo, hi = int(lo), int(hi)
             w, row = self.row_of(lo)
@@ -165,15 +189,28 @@ class WindowSteps:
                         raise RuntimeError("window stream ended early (inconsistent plan)")
                     continue
                 take = min(left, self.size(w) - row)
-                part = self._part(w, row, row + take, lo) if self.share else self._strided(j, w, row, row + take, lo)
-                parts.append(part)
-                ids.append(part.step.ids[part.lo:part.hi])
+                if self.mod is not None and w % self.mod != self.me:
+                    gap = True
+                else:
+                    if not segs or gap:
+                        segs.append([w, [], []])
+                        gap = False
+                    part = self._part(w, row, row + take, lo) if self.share else self._strided(j, w, row, row + take, lo)
+                    segs[-1][1].append(part)
+                    segs[-1][2].append(part.step.ids[part.lo:part.hi])
                 row += take
                 left -= take
                 lo += take
             self.at = (hi, w, row)
-        ids = np.concatenate(ids) if ids else np.empty(0, np.int64)
-        return BatchPlan(j, ids, tuple(parts))
+        if self.mod is None or (len(segs) == 1 and not self._cut(pieces, segs)):
+            parts, ids = (segs[0][1], segs[0][2]) if segs else ([], [])
+            return BatchPlan(j, np.concatenate(ids) if ids else np.empty(0, np.int64), tuple(parts))
+        total = self.plan.batch_size_of(j)
+        return [BatchPlan(j, np.concatenate(ids), tuple(parts), (w, total)) for w, parts, ids in segs]
+
+    def _cut(self, pieces, segs) -> bool:
+        """Whether the piece taken is less than the whole batch (a window of another walk before it)."""
+        return sum(p.hi - p.lo for p in segs[0][1]) != sum(int(hi) - int(lo) for lo, hi in pieces)
 
     def _part(self, w: int, a: int, b: int, pos: int) -> Part:
         """The part for rows a:b of window ``w`` (stream position ``pos`` of row a)."""

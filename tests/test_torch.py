@@ -673,18 +673,54 @@ def test_the_device_feeder_packs_each_batch_into_one_buffer(small_svm, monkeypat
         assert g["X"].layout == w["X"].layout and torch.equal(g["X"].to_dense(), w["X"].to_dense())
 
 
-def test_workers_with_window_granularity_are_warned_about(small_svm, caplog):
-    """Each worker reads every window it takes batches from: the user is told, with the cost."""
-    from lirs.torch import make_dataloader
+def test_window_workers_read_their_own_windows(kdd_file, small_svm, monkeypatch):
+    """With window steps each of make_dataloader's workers walks the windows w, w + W, ... (no
+    warning any more: each window is read once); a batch across windows of two workers comes in
+    pieces, joined in the main process into the Loader's batch."""
+    import lirs.torch as lt
+    from lirs.tensors import Unbundled
 
-    with caplog.at_level("WARNING", logger="lirs.torch"):
-        for kw in (dict(num_workers=0), dict(num_workers=1), dict(num_workers=2, granularity="group")):
-            make_dataloader(small_svm, 32, **kw).dataset.close()
-        assert not caplog.records
-        make_dataloader(small_svm, 32, num_workers=4).dataset.close()  # the default granularity: window
-    assert [r.getMessage() for r in caplog.records] == [
-        "num_workers=4 with granularity='window': each worker reads every window (about 4x the reads of "
-        "num_workers=0, which is faster: the Loader's own threads already use every core)"]
+    items = []
+    real = lt.in_order
+    monkeypatch.setattr(lt, "in_order", lambda it, first: real((items.append(x) or x for x in it), first))
+    for path, sparse, group_bytes, window in ((kdd_file, "csr", 8192, 3), (kdd_file, "coo", 8192, 3), (small_svm, "dense", 4096, 1)):
+        kw = dict(granularity="window", group_bytes=group_bytes, window=window, seed=9, sparse=sparse)
+        items.clear()
+        dl = lt.make_dataloader(path, 50, num_workers=2, **kw)
+        got = list(dl)
+        ref = list(lt.make_dataloader(path, 50, **kw))
+        assert len(got) == len(ref)
+        for a, b in zip(got, ref):
+            assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["y"], b["y"])
+            assert a["X"].layout == b["X"].layout and a["X"].shape == b["X"].shape
+            if sparse == "csr":
+                _same_tensors(a, b)
+            elif sparse == "coo":
+                assert torch.equal(a["X"]._indices(), b["X"]._indices())
+                assert torch.equal(a["X"]._values(), b["X"]._values())
+            else:
+                assert torch.equal(a["X"], b["X"])
+        keys = [k for x in items if isinstance(x, Unbundled) for k in x.indices]
+        assert any(isinstance(k, tuple) for k in keys), "some batches crossed in pieces"
+        dl.dataset.close()
+
+
+def test_join_outputs_stacks_pieces_by_rows():
+    from lirs.tensors import join_outputs
+
+    dense = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    dense[1, 1] = dense[2, 0] = 0
+    for cut in (1, 3):
+        for layout in ("csr", "coo", "dense"):
+            def as_(X):
+                return X.to_sparse_csr() if layout == "csr" else X.to_sparse_coo().coalesce() if layout == "coo" else X
+            a = {"ids": torch.arange(cut), "X": as_(dense[:cut]), "y": torch.zeros(cut)}
+            b = {"ids": torch.arange(cut, 4), "X": as_(dense[cut:]), "y": torch.ones(4 - cut)}
+            j = join_outputs([a, b])
+            assert torch.equal(j["ids"], torch.arange(4)) and torch.equal(j["X"].to_dense(), dense)
+            assert j["X"].layout == a["X"].layout and j["y"].tolist() == [0] * cut + [1] * (4 - cut)
+            t = join_outputs([(a["X"], None, a["ids"]), (b["X"], None, b["ids"])])
+            assert t[1] is None and torch.equal(t[0].to_dense(), dense) and torch.equal(t[2], torch.arange(4))
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -787,5 +823,5 @@ def test_in_order_refuses_a_missing_batch():
     from lirs.tensors import Unbundled
 
     assert list(lt.in_order([Unbundled([1, 3], ["b", "d"]), Unbundled([0, 2], ["a", "c"])], 0)) == list("abcd")
-    with pytest.raises(RuntimeError, match="batches \\[2\\] but not batch 1"):
+    with pytest.raises(RuntimeError, match="batches \\[2\\] but not all of batch 1"):
         list(lt.in_order([Unbundled([0, 2], ["a", "c"])], 0))

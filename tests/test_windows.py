@@ -316,3 +316,68 @@ def test_a_strided_walk_reads_each_window_once_for_its_batches(kdd, workers):
             assert np.array_equal(a.ids, b.ids)
         last = [p.last for b in mine for p in b.parts]
         assert sum(last) == len(steps)  # every step's last part marked once
+
+
+def _joined(walks: list) -> dict:
+    """batch -> ids of the pieces the walks took of it, joined in the order of their windows."""
+    got = {}
+    for bps in walks:
+        for bp in bps:
+            key = -1 if bp.piece is None else bp.piece[0]
+            got.setdefault(bp.index, []).append((key, bp))
+    return {j: sorted(ps, key=lambda p: p[0]) for j, ps in got.items()}
+
+
+@pytest.mark.parametrize("workers,start", [(2, 0), (3, 0), (2, 7)])
+def test_walks_over_some_windows_take_every_record_once_reading_each_window_once(kdd, workers, start):
+    """W walks with windows=(w, W) (DataLoader workers): each reads only its windows (one step
+    each), between them every record of batches start.. once, and the pieces of a batch, joined
+    in the order of their first windows, are that batch."""
+    plan = plan_epoch(lirs.open_index(kdd), 100, "window", group_bytes=8192, window=3, seed=3)
+    whole = list(plan.batches(start))
+    walks = [list(plan.batches(start, windows=(w, workers))) for w in range(workers)]
+    read = 0
+    for w, bps in enumerate(walks):
+        steps = {id(p.step): p.step for b in bps for p in b.parts}
+        read += sum(len(s.ids) for s in steps.values())
+        # a step per window of its own (its rows from where the walk starts)
+        assert len(steps) == len({s.number for s in steps.values()})
+        for b in bps:
+            if b.piece is not None:
+                assert b.piece[1] == plan.batch_size_of(b.index)
+    assert read == sum(len(b.ids) for b in whole), "every window read once between the walks"
+    got = _joined(walks)
+    assert sorted(got) == [b.index for b in whole]
+    pieces = 0
+    for b in whole:
+        ps = got[b.index]
+        pieces += len(ps) > 1
+        assert np.array_equal(np.concatenate([bp.ids for _, bp in ps]), b.ids)
+        assert (len(ps) == 1) == (ps[0][1].piece is None)
+    assert pieces > len(whole) // 4, "the small windows cut many batches"
+
+
+def test_a_loader_over_some_windows_delivers_pieces_that_join_into_its_batches(kdd):
+    import scipy.sparse as sp
+
+    kw = dict(granularity="window", group_bytes=8192, window=3, seed=5)
+    with lirs.Loader(kdd, 100, **kw) as loader:
+        whole = list(loader.epoch(1))
+        one = loader.stats.payload_bytes
+    with lirs.Loader(kdd, 100, **kw) as loader:
+        pieces = [list(loader.epoch(1, windows=(w, 2))) for w in range(2)]
+        assert loader.stats.payload_bytes == one, "the two walks read each record once between them"
+    got = {}
+    for ps in pieces:
+        for b in ps:
+            got.setdefault(b.index, []).append(b)
+    for b in whole:
+        ps = sorted(got[b.index], key=lambda p: -1 if p.piece is None else p.piece[0])
+        assert np.array_equal(np.concatenate([p.ids for p in ps]), b.ids)
+        assert np.array_equal(np.concatenate([p.y for p in ps]), b.y)
+        assert (sp.vstack([p.X for p in ps]) != b.X).nnz == 0
+    assert "piece=" in repr(next(p for ps in pieces for p in ps if p.piece is not None))
+    with pytest.raises(UsageError, match="windows= needs window steps and stride 1"):
+        next(lirs.Loader(kdd, 100, granularity="group").epoch(0, windows=(0, 2)))
+    with pytest.raises(UsageError, match="0 <= w < W"):
+        list(plan_epoch(lirs.open_index(kdd), 100, "window", window=3).batches(windows=(2, 2)))
