@@ -314,7 +314,8 @@ def sec_torch():
             f"per batch) — the CSR tensors are built on the consumer's thread, and with one "
             f"process the DataLoader steps the dataset without torch's per-batch iterator: what remains is the cost "
             f"of the tensors themselves. With `num_workers=2` (persistent workers, each with a pool sized to "
-            f"its share of the cores, batches crossing in shared-memory slots) on this 2-core machine it is "
+            f"its share of the cores, its batches crossing in bundles of up to 16 in shared-memory slots, put "
+            f"back in order in the main process) on this 2-core machine it is "
             f"{f(r['torch_w2'])}× the Loader and {f(d['ratio_vs_w0']['torch_w2'])}× `num_workers=0` (goal ≥ "
             f"{d['goal_ratio_workers_vs_w0']}: {goal(d['ratio_vs_w0']['torch_w2'] >= d['goal_ratio_workers_vs_w0'])}): "
             f"the workers and the main process compete for the same two cores."
@@ -327,8 +328,10 @@ def _torch_window_line() -> str:
         return ""
     return (f" With the default granularity, {w['granularity']} ({source(w)}), `num_workers=2` runs at "
             f"{f(w['ratio_vs_w0']['torch_w2'])}× `num_workers=0` (goal ≥ {w['goal_ratio_workers_vs_w0']}: "
-            f"{goal(w['ratio_vs_w0']['torch_w2'] >= w['goal_ratio_workers_vs_w0'])}); each worker reads a window "
-            f"once for all its batches.")
+            f"{goal(w['ratio_vs_w0']['torch_w2'] >= w['goal_ratio_workers_vs_w0'])}) and `num_workers=1` at "
+            f"{f(w['ratio_vs_w0']['torch_w1'])}×; worker w of W reads windows w, w + W, ..., each window read "
+            f"once between them, and a batch across two workers' windows is joined from its pieces in the main "
+            f"process.")
 
 
 def sec_tfrecord():
@@ -766,7 +769,9 @@ def cores_16_glance() -> str | None:
         out += (" `make_dataloader` with " + ", ".join(f"{k[7:]} workers {v:.2f}×" for k, v in t["ratio_vs_w0"].items())
                 + f" its rate with `num_workers=0` ({t['granularity']}"
                 + ("" if not tw.get("ratio_vs_w0") else
-                   "; window " + ", ".join(f"{v:.2f}×" for v in tw["ratio_vs_w0"].values())) + ").")
+                   "; window " + ", ".join(f"{v:.2f}×" for v in tw["ratio_vs_w0"].values()))
+                + f"; lirs at {t.get('code_commit', '?')}, before workers sent bundles of batches and read "
+                  f"their own windows).")
     gpu = load(f"{MANY}/train_gpu")
     if gpu and gpu.get("train_vs_step_or_loader"):
         rate = gpu["records_per_s"]
@@ -822,7 +827,8 @@ def sec_cores_16():
         tw = load(f"{MANY}/torch_window")
         win = "" if not tw or not tw.get("ratio_vs_w0") else (
             "; with granularity window " + ", ".join(f"{k[7:]}: {v:.2f}×" for k, v in tw["ratio_vs_w0"].items()))
-        text += (f"\n\n`make_dataloader` on that machine ({source(t)}), group granularity, workers against "
+        text += (f"\n\n`make_dataloader` on that machine ({source(t)}; lirs at {t.get('code_commit', '?')}, "
+                 f"before workers sent bundles of batches and read their own windows), group granularity, workers against "
                  f"`num_workers=0` ({t['records_per_s']['torch_w0'] / 1e6:.2f}M records/s): "
                  + ", ".join(f"{k[7:]} workers {v:.2f}×" for k, v in t["ratio_vs_w0"].items()) + was + win
                  + f" (goal ≥ 1.0: {goal(all(v >= 1.0 for v in t['ratio_vs_w0'].values()))}).")

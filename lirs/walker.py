@@ -41,7 +41,7 @@ def walk(plan, start: int, stride: int, extents: bool | str, windows: tuple | No
     if stride < 1:
         raise UsageError(f"stride must be >= 1, got {stride}")
     steps = POLICIES[plan.granularity].steps
-    if windows is not None and (steps != "window" or stride != 1):
+    if windows is not None and (not POLICIES[plan.granularity].uses_window or stride != 1):
         raise UsageError(f"windows= needs window steps and stride 1 (granularity {plan.granularity!r}, "
                          f"stride {stride})")
     mine = rank_spans(plan)
