@@ -16,16 +16,19 @@ contiguous slice of the epoch's global order: the union over ranks is every reco
 (``drop_last=False``), with no communication (the order is a function of seed and epoch).
 
 **Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids,
-order, sizes and count) whatever ``num_workers``: worker ``w`` of ``W`` delivers batches
-``w, w + W, ...`` (planning none of the others) and the DataLoader's in-order round robin hands
-them out as ``0, 1, 2, ...``. Each worker's pool is its share of the usable cores
-(:func:`worker_threads`); :func:`make_dataloader`'s workers are persistent, and every pass still
-delivers the epoch the main process chose (``set_epoch``, a loaded state, or the next epoch for a
-plain pass): it is posted on a shared board each worker reads as its pass starts (also in a
-hand-built ``DataLoader(persistent_workers=True)``). A batch crosses packed in one buffer
-(:class:`lirs.tensors.Packed`), in a slot of a shared ring (:class:`lirs.tensors.SlotRing`) when
-one is free, rebuilt in the main process as views of it. ``device="cuda"``
-moves each batch to the GPU on a side stream (:class:`lirs.tensors.Feeder`).
+order, sizes and count) whatever ``num_workers``. Under :func:`make_dataloader` worker ``w`` of
+``W`` delivers batches ``w, w + W, ...`` or, with window steps, the rows of windows ``w, w + W,
+...`` (``Loader.epoch(windows=)``: each window read once between the workers; a batch across two
+workers' windows comes as pieces), and sends them in bundles of 1, 2, 4, ... up to 16 batches
+(:class:`lirs.tensors.Bundle`, packed into a slot of a shared ring, :class:`lirs.tensors.SlotRing`),
+which the main process puts back in order (:func:`in_order`) and hands out one batch at a time.
+A hand-built DataLoader gets one batch per item (worker ``w`` takes batches ``w, w + W, ...``).
+Each worker's pool is its share of the usable cores (:func:`worker_threads`);
+:func:`make_dataloader`'s workers are persistent, and every pass still delivers the epoch the main
+process chose (``set_epoch``, a loaded state, or the next epoch for a plain pass): it is posted on
+a shared board each worker reads as its pass starts (also in a hand-built
+``DataLoader(persistent_workers=True)``). ``device="cuda"`` moves each batch to the GPU on a side
+stream (:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
 consumes the batch: a few ``from_numpy`` calls, cheaper than a task of their own on the Loader's
