@@ -10,7 +10,7 @@ DEFAULT_WINDOW = "auto"     # window granularity: the memory its random groups a
 # "auto" window: 5% of the data, at least 16 MiB, at most 256 MiB. From the frontier measured by
 # benchmarks/bench_frontier.py: at 5% batch pairs meet again 1.05x as often as under a uniform order
 # (4 MiB: 2.7x, 16 MiB: 1.11x on 500 MB); extra pairs grow as group bytes x data / window^2.
-# an epoch's plan drops the index pages it mapped every this many batches (lirs.sidecar.release_pages):
+# an epoch's plan drops the index pages it mapped every this many batches (lirs.pages.release_pages):
 # RSS then holds the offsets of a few batches, not of the whole dataset, at one madvise per interval.
 # Each page fault maps its neighbours too (the kernel's fault-around): a group batch of 1024 records
 # maps ~3.6 MB of a 38 GB dataset's index, so 16 batches hold ~60 MB (256 held the whole index).

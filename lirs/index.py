@@ -28,8 +28,9 @@ import numpy as np
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .offsets import OffsetTable
+from .pages import release_pages
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, offsets_of, read_arrays, read_header, relpath,
-                      release_pages, sidecar_path, staleness, verify_arrays)
+                      sidecar_path, staleness, verify_arrays)
 from . import verified
 
 log = logging.getLogger("lirs.index")
@@ -157,7 +158,7 @@ class Index:
     def release_pages(self) -> int:
         """Drop this process's resident pages of the memory-mapped sidecar arrays (offsets,
         labels): they stay in the page cache and map again when next touched (see
-        :func:`lirs.sidecar.release_pages`). Returns the number of maps released."""
+        :func:`lirs.pages.release_pages`). Returns the number of maps released."""
         t = self._offsets
         tables = () if t is None else (t.base, t.rel, t.wide)
         return release_pages(*tables, self.label_codes, self.label_values)

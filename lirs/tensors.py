@@ -1,24 +1,34 @@
-"""lirs batches as torch tensors, and their packing across DataLoader worker processes.
+"""lirs batches as torch tensors: built from the decoded arrays, laid out in one buffer, moved to a
+device.
 
-A batch becomes ``(ids, X, y)`` tensors (:func:`to_tensors`); in a DataLoader worker it travels
-packed in one buffer (:class:`Packed`): one pickle or shared-memory transfer instead of one per
-tensor, rebuilt in the main process as views of that buffer (:func:`unpack`). Used by
-:mod:`lirs.torch`; torch is imported only by these two modules.
+A batch becomes ``(ids, X, y)`` tensors (:func:`to_tensors`); its tensors can be laid out back to
+back in one uint8 buffer (:func:`pack_spans`, :func:`pack_into`) and rebuilt as views of it
+(:func:`unpack`): how a batch crosses from a DataLoader worker (:mod:`lirs.workers`) and how it
+reaches a GPU (:class:`Feeder`). Used by :mod:`lirs.torch`; torch is imported only by the modules
+of the torch adapter (this one, :mod:`lirs.workers`, :mod:`lirs.torch`).
 """
 from __future__ import annotations
 
-import ctypes
-import multiprocessing
-import os
-import pickle
-import weakref
-from typing import NamedTuple
-from multiprocessing.context import get_spawning_popen
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
 import torch
-import torch.utils.data as tud
+
+
+def _quiet_torch_notices() -> None:
+    """torch warns once per process that sparse CSR is in beta, and that sparse invariant checks
+    are implicitly off (when a sparse tensor from a DataLoader worker is rebuilt here). Emit both
+    once, silenced, at import on the importing thread: ``catch_warnings`` is not thread-safe and
+    the tensors are built on pool threads."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        z = torch.zeros(1, dtype=torch.int64)
+        torch.sparse_csr_tensor(z, z[:0], torch.zeros(0), size=(0, 1), check_invariants=False)
+        torch.sparse_coo_tensor(torch.zeros((2, 0), dtype=torch.int64), torch.zeros(0), (1, 1))
+
+
+_quiet_torch_notices()
 
 
 def to_tensors(b, sparse: str = "csr", label_dtype=torch.float32):
@@ -42,24 +52,6 @@ def to_tensors(b, sparse: str = "csr", label_dtype=torch.float32):
     elif isinstance(X, np.ndarray):
         X = torch.from_numpy(X)
     return ids, X, y  # lines data stays a list of bytes
-
-
-class Convert:
-    """The Loader transform of a dataset: a Batch to its torch output (picklable, stateless). In a
-    DataLoader worker the output travels packed in one buffer (see :class:`Packed`)."""
-
-    def __init__(self, sparse, output, label_dtype, user, ring=None):
-        self.sparse, self.output, self.label_dtype, self.user = sparse, output, label_dtype, user
-        self.ring = ring
-
-    def __call__(self, b):
-        ids, X, y = to_tensors(b, self.sparse, self.label_dtype)
-        if self.user is not None:
-            return self.user({"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids))
-        info = tud.get_worker_info()
-        if isinstance(X, torch.Tensor) and info is not None:
-            return Packed(ids, X, y, self.output, self.ring, info.id)
-        return {"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids)
 
 
 def x_parts(X) -> tuple[str, list]:
@@ -89,7 +81,6 @@ def build_output(ts: list, kind: str, shape, has_y: bool, output: str, other=Non
 
 
 ALIGN = 64                # bytes: every tensor of a packed batch starts aligned
-INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pickle stream
 
 
 def pack_spans(ts) -> tuple[list, int]:
@@ -116,314 +107,10 @@ def pack_into(host: np.ndarray, ts, spans) -> None:
             host[a:a + nb] = t.contiguous().numpy().reshape(-1).view(np.uint8)
 
 
-class Packed:
-    """A batch on its way from a DataLoader worker to the main process: every tensor of it (ids, y,
-    the arrays of X) copied into one uint8 buffer, so that the batch crosses processes in the
-    pickle stream (up to ``INBAND_BYTES``) or as one shared-memory segment, not as one segment
-    and one file descriptor per tensor (about a millisecond each). The main process rebuilds the
-    output from views of the buffer, without copying (:func:`unpack`)."""
-
-    __slots__ = ("buf", "meta", "slot")
-
-    def __init__(self, ids, X, y, output, ring=None, worker=0):
-        parts, head = packed_parts(X, ids, y)
-        spans, o = pack_spans(parts)
-        self.buf, self.slot = slot_or_buffer(ring, worker, o)
-        pack_into(self.buf.numpy(), parts, spans)
-        self.meta = (*head, output, spans)
-
-    def __reduce__(self):
-        if self.slot is not None:
-            return unpack_slot, (*self.slot, self.buf.numel(), self.meta)
-        # a small batch is cheaper in the pickle stream; a large one as one shared-memory segment
-        if self.buf.numel() <= INBAND_BYTES:
-            return unpack_array, (self.buf.numpy(), self.meta)
-        return unpack, (self.buf, self.meta)
-
-
-def slot_or_buffer(ring, worker: int, nbytes: int):
-    """(uint8 tensor of ``nbytes``, ``(ring token, slot)`` or None): a free slot of ``worker`` in
-    ``ring`` when there is one (then only its number crosses), else a private buffer."""
-    s = None if ring is None else ring.take(worker, nbytes)
-    if s is None:
-        return torch.empty(max(nbytes, 1), dtype=torch.uint8), None
-    return ring.view(s)[:max(nbytes, 1)], (ring.token, s)
-
-
-def packed_parts(X, ids, y) -> tuple[list, tuple]:
-    """The tensors of a batch in packing order ``[ids, (y), *parts of X]`` and its head
-    ``(kind, shape, has_y)``: what :func:`unpack` needs besides the output form and the spans."""
-    kind, parts = x_parts(X)
-    return [ids] + ([] if y is None else [y]) + parts, (kind, tuple(X.shape), y is not None)
-
-
-class Bundle:
-    """Consecutive batches of one DataLoader worker that cross to the main process as one item
-    (:mod:`lirs.torch`): torch's fixed cost per item (an index queue, a result queue, a pickle
-    and a pipe each way: tens of microseconds in each process) is then paid once for up to
-    ``BUNDLE_BATCHES`` batches instead of once each. Their tensors are packed back to back into
-    one buffer (a slot of the worker's :class:`SlotRing` when one is free), each batch laid out
-    as :class:`Packed` lays out one; the main process gets ``(indices, outputs)``: each batch's
-    number in the epoch and its output, views of that buffer (:func:`unpack_bundle`)."""
-
-    __slots__ = ("buf", "metas", "indices", "slot")
-
-    def __init__(self, items: list, output: str, ring=None, worker: int = 0):
-        # items: [(batch number, tensors in packing order, head, (spans, nbytes))] (Bundler.add)
-        layouts, o = [], 0
-        for *_, (spans, n) in items:
-            layouts.append([(a + o, nb, dt, sh) for a, nb, dt, sh in spans])
-            o += n  # a multiple of ALIGN: every part of the next batch stays aligned
-        self.buf, self.slot = slot_or_buffer(ring, worker, o)
-        host = self.buf.numpy()
-        for (_, parts, _, _), spans in zip(items, layouts):
-            pack_into(host, parts, spans)
-        self.metas = [(*head, output, spans) for (_, _, head, _), spans in zip(items, layouts)]
-        self.indices = [it[0] for it in items]
-
-    def __reduce__(self):
-        if self.slot is not None:
-            return unpack_bundle_slot, (*self.slot, self.buf.numel(), self.metas, self.indices)
-        # no free slot: in the pickle stream when small, else as one shared-memory segment
-        buf = self.buf.numpy() if self.buf.numel() <= INBAND_BYTES else self.buf
-        return unpack_bundle, (buf, self.metas, self.indices)
-
-
-class Bundler:
-    """A DataLoader worker's batches of one pass gathered into :class:`Bundle` items: :meth:`add`
-    returns a full bundle, :meth:`flush` what is left at the end of the pass. The pass's bundles
-    hold 1, 2, 4, ... batches up to ``max_batches`` (or as many as fit a slot of ``ring``): the
-    consumer's first batch waits for one batch of each worker, not for a whole bundle."""
-
-    def __init__(self, output: str, ring=None, worker: int = 0, max_batches: int = 0):
-        self.output, self.ring, self.worker = output, ring, int(worker)
-        self.max_batches = int(max_batches or BUNDLE_BATCHES)
-        self.cap = BUNDLE_SLOT_BYTES if ring is None else ring.slot_bytes
-        self.items, self.nbytes = [], 0
-        self.size = 1  # batches of the next bundle
-
-    def add(self, index: int, ids, X, y) -> list:
-        """Add batch ``index`` (its tensors); the bundles completed by it (none, or one)."""
-        parts, head = packed_parts(X, ids, y)
-        layout = pack_spans(parts)
-        n = layout[1]
-        done = []
-        if self.items and self.nbytes + n > self.cap:
-            done.append(self.flush())  # it would not fit the slot with the others: send them first
-        self.items.append((index, parts, head, layout))
-        self.nbytes += n
-        if len(self.items) >= self.size:
-            done.append(self.flush())
-        return done
-
-    def flush(self):
-        """The bundle of the batches added since the last one (None when there are none)."""
-        if not self.items:
-            return None
-        b = Bundle(self.items, self.output, self.ring, self.worker)
-        self.items, self.nbytes = [], 0
-        self.size = min(self.size * 2, self.max_batches)
-        return b
-
-
-SLOT_BYTES = 2 << 20  # a slot of a SlotRing: a kdd-like batch of 1024 records packs into ~300 KB
-BUNDLE_BATCHES = 16   # batches of a worker per DataLoader item (see Bundle)
-BUNDLE_SLOT_BYTES = 8 << 20  # a slot of the ring of bundles: 16 kdd-like batches of 1024 records
-_RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that made it (the DataLoader's)
-
-
-class SlotRing:
-    """Shared memory the DataLoader workers pack their batches into: ``slots`` slots of
-    ``slot_bytes`` for each of ``workers`` workers (a ``multiprocessing.RawArray``, made in the
-    main process before the workers start), and an int32 busy flag per slot. A worker takes a free
-    slot of its own, packs the batch there and sends only ``(slot, meta)``; the main process
-    rebuilds the tensors as views of the slot and frees it when the last of them is gone (a
-    finalizer on the view). No copy through the pickle stream and the pipe, each of which costs
-    about what decoding the batch does. A batch that does not fit, or finds no free slot (the
-    consumer still holds the batches of every slot), travels in the pickle stream as before."""
-
-    def __init__(self, workers: int, slots: int, slot_bytes: int = SLOT_BYTES, token=None, raw=None, flags=None):
-        self.workers, self.slots, self.slot_bytes = int(workers), int(slots), int(slot_bytes)
-        n = self.workers * self.slots
-        self.raw = multiprocessing.RawArray(ctypes.c_uint8, n * self.slot_bytes) if raw is None else raw
-        self.flags = multiprocessing.RawArray(ctypes.c_int32, n) if flags is None else flags
-        self.mem, self.busy = np.frombuffer(self.raw, np.uint8), np.frombuffer(self.flags, np.int32)
-        self.token = token or os.urandom(8).hex()
-        if raw is None:
-            _RINGS[self.token] = self
-
-    def __reduce__(self):
-        if get_spawning_popen() is None:  # not a worker starting: a copy would share nothing
-            return _no_ring, ()
-        return SlotRing, (self.workers, self.slots, self.slot_bytes, self.token, self.raw, self.flags)
-
-    def take(self, worker: int, nbytes: int):
-        """A free slot of ``worker`` for ``nbytes``, now marked busy; None when none fits."""
-        if nbytes > self.slot_bytes or not 0 <= worker < self.workers:
-            return None
-        for s in range(worker * self.slots, (worker + 1) * self.slots):
-            if self.busy[s] == 0:
-                self.busy[s] = 1
-                return s
-        return None
-
-    def view(self, s: int, nbytes: int | None = None, free_when_gone: bool = False):
-        """uint8 tensor over slot ``s``; ``free_when_gone``: the slot is freed once it is collected."""
-        a = self.mem[s * self.slot_bytes:s * self.slot_bytes + (self.slot_bytes if nbytes is None else nbytes)]
-        if free_when_gone:
-            weakref.finalize(a, _free, self.busy, s)
-        return torch.from_numpy(a)
-
-
-def _free(busy, s):
-    busy[s] = 0
-
-
-def _no_ring():
-    return None
-
-
-def unpack_slot(token, s, nbytes, meta):
-    """The output of a batch a worker packed into slot ``s`` of the ring ``token``."""
-    return unpack(_RINGS[token].view(s, nbytes, free_when_gone=True), meta)
-
-
-def unpack_array(a: np.ndarray, meta):
-    return unpack(torch.from_numpy(a), meta)
-
-
-def unpack_bundle_slot(token, s, nbytes, metas, indices):
-    """``(indices, outputs)`` of a :class:`Bundle` packed into slot ``s`` of the ring ``token``."""
-    return unpack_bundle(_RINGS[token].view(s, nbytes, free_when_gone=True), metas, indices)
-
-
-def unpack_bundle(buf, metas, indices):
-    """``(indices, outputs)`` of a :class:`Bundle`: every output views ``buf`` (a slot is free
-    again once the last of them is gone)."""
-    if isinstance(buf, np.ndarray):
-        buf = torch.from_numpy(buf)
-    return Unbundled(indices, [unpack(buf, m) for m in metas])
-
-
-class Unbundled(NamedTuple):
-    """A :class:`Bundle` in the main process: the key of each batch (its number in the epoch, or
-    for a piece of a batch ``(number, first window, records of the whole batch)``) and their
-    outputs, in order."""
-
-    indices: list
-    outputs: list
-
-
-def output_rows(out) -> int:
-    """Records in a batch output (dict or tuple)."""
-    return len(out["ids"] if isinstance(out, dict) else out[2])
-
-
-def join_outputs(outs: list):
-    """One batch output from the outputs of its pieces, in order (dict or tuple, as they are):
-    ids and y concatenated, X stacked by rows (CSR: the row pointers of each piece shifted by the
-    values before it; COO: the row indices by the rows before it; dense: concatenated)."""
-    if len(outs) == 1:
-        return outs[0]
-    as_dict = isinstance(outs[0], dict)
-    parts = [(o["ids"], o["X"], o["y"]) if as_dict else (o[2], o[0], o[1]) for o in outs]
-    ids = torch.cat([p[0] for p in parts])
-    y = None if parts[0][2] is None else torch.cat([p[2] for p in parts])
-    X = _stack_rows([p[1] for p in parts])
-    return {"ids": ids, "X": X, "y": y} if as_dict else (X, y, ids)
-
-
-def _stack_rows(Xs: list):
-    rows = sum(int(X.shape[0]) for X in Xs)
-    shape = (rows, *Xs[0].shape[1:])
-    if Xs[0].layout == torch.sparse_csr:
-        crows, cols, vals, at = [Xs[0].crow_indices()[:1]], [], [], 0
-        wide = any(X.col_indices().dtype == torch.int64 for X in Xs)
-        for X in Xs:
-            c = X.crow_indices()
-            crows.append(c[1:] + at)
-            cols.append(X.col_indices())
-            vals.append(X.values())
-            at += int(c[-1])
-        dt = torch.int64 if wide or at > torch.iinfo(torch.int32).max else Xs[0].crow_indices().dtype
-        return torch.sparse_csr_tensor(torch.cat(crows).to(dt), torch.cat(cols).to(dt), torch.cat(vals),
-                                       size=shape, check_invariants=False)
-    if Xs[0].layout == torch.sparse_coo:
-        idx, vals, at = [], [], 0
-        for X in Xs:
-            i = X._indices().clone()
-            i[0] += at
-            idx.append(i)
-            vals.append(X._values())
-            at += int(X.shape[0])
-        return torch.sparse_coo_tensor(torch.cat(idx, 1), torch.cat(vals), shape, is_coalesced=True,
-                                       check_invariants=False)
-    return torch.cat(Xs)
-
-
 def unpack(buf, meta):
     """The output of a :class:`Packed` batch, its tensors views of ``buf``."""
     kind, shape, has_y, output, spans = meta
     return build_output(span_views(buf, spans), kind, shape, has_y, output)
-
-
-# --------------------------------------------------------------------------- workers' pass board
-
-BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
-
-
-class PassBoard:
-    """What the next pass of a dataset delivers, posted by the main process for its DataLoader
-    workers: a block of shared memory (``multiprocessing.RawArray``), made with the dataset (before
-    any worker starts) and travelling with every copy of it (inherited by a forked worker, passed
-    as a descriptor to a spawned one), so a *persistent* worker, whose copy was made once, still
-    reads the epoch and resume point chosen for each pass. Layout: int64 generation (bytes 0-8),
-    int64 payload length (8-16), the pickled ``(epoch, resume state dict or None)`` after.
-
-    The main process posts before the pass starts (``DataLoader.__iter__``) and a worker reads as
-    its pass starts (after torch's index queue told it to), so no lock is needed. (Not a torch
-    shared tensor: allocating one in a process forked after another was shared can deadlock.)
-    Pickled outside a process start (a user's ``pickle.dumps(dataset)``) it becomes a private copy."""
-
-    __slots__ = ("raw", "a")
-
-    def __init__(self, raw=None):
-        self.raw = multiprocessing.RawArray(ctypes.c_uint8, BOARD_BYTES) if raw is None else raw
-        self.a = np.frombuffer(self.raw, np.uint8)
-
-    def __reduce__(self):
-        from multiprocessing.context import get_spawning_popen
-
-        if get_spawning_popen() is not None:  # a worker starting: share the memory itself
-            return PassBoard, (self.raw,)
-        return _board_copy, (self.a.tobytes(),)
-
-    def post(self, epoch: int, resume) -> int:
-        """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation."""
-        payload = pickle.dumps((int(epoch), None if resume is None else resume.to_dict(worker=True)))
-        if len(payload) > BOARD_BYTES - 16:
-            raise ValueError(f"a resume state of {len(payload)} bytes does not fit the workers' board "
-                             f"({BOARD_BYTES - 16} bytes)")
-        head = self.a[:16].view(np.int64)
-        gen = int(head[0]) + 1
-        self.a[16:16 + len(payload)] = np.frombuffer(payload, np.uint8)
-        head[1] = len(payload)
-        head[0] = gen  # last: the generation names a complete post
-        return gen
-
-    def read(self):
-        """(generation, epoch, ResumeState or None) of the last post."""
-        from .state import ResumeState
-
-        gen, n = (int(v) for v in self.a[:16].view(np.int64))
-        epoch, res = pickle.loads(self.a[16:16 + n].tobytes())
-        return gen, epoch, None if res is None else ResumeState.from_dict(res)
-
-
-def _board_copy(data: bytes) -> PassBoard:
-    b = PassBoard()
-    b.a[:] = np.frombuffer(data, np.uint8)
-    return b
 
 
 # --------------------------------------------------------------------------- feeding a device

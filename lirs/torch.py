@@ -18,17 +18,14 @@ contiguous slice of the epoch's global order: the union over ranks is every reco
 **Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids,
 order, sizes and count) whatever ``num_workers``. Under :func:`make_dataloader` worker ``w`` of
 ``W`` delivers batches ``w, w + W, ...`` or, with window steps, the rows of windows ``w, w + W,
-...`` (``Loader.epoch(windows=)``: each window read once between the workers; a batch across two
-workers' windows comes as pieces), and sends them in bundles of 1, 2, 4, ... up to 16 batches
-(:class:`lirs.tensors.Bundle`, packed into a slot of a shared ring, :class:`lirs.tensors.SlotRing`),
-which the main process puts back in order (:func:`in_order`) and hands out one batch at a time.
-A hand-built DataLoader gets one batch per item (worker ``w`` takes batches ``w, w + W, ...``).
-Each worker's pool is its share of the usable cores (:func:`worker_threads`);
-:func:`make_dataloader`'s workers are persistent, and every pass still delivers the epoch the main
-process chose (``set_epoch``, a loaded state, or the next epoch for a plain pass): it is posted on
-a shared board each worker reads as its pass starts (also in a hand-built
-``DataLoader(persistent_workers=True)``). ``device="cuda"`` moves each batch to the GPU on a side
-stream (:class:`lirs.tensors.Feeder`).
+...`` (each window read once between the workers), in bundles the main process puts back in
+order (:mod:`lirs.workers`); a hand-built DataLoader gets one batch per item, worker ``w`` taking
+batches ``w, w + W, ...``. Each worker's pool is its share of the usable cores
+(:func:`~lirs.workers.worker_threads`). :func:`make_dataloader`'s workers are persistent, and
+every pass still delivers the epoch the main process chose (``set_epoch``, a loaded state, or the
+next epoch for a plain pass), posted on a board each worker reads as its pass starts (also in a
+hand-built ``DataLoader(persistent_workers=True)``). ``device="cuda"`` moves each batch to the
+GPU on a side stream (:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
 consumes the batch: a few ``from_numpy`` calls, cheaper than a task of their own on the Loader's
@@ -51,46 +48,31 @@ ranks, each delivered once (see :mod:`lirs.loader`; pass the list of every old r
 the ranks did not step together). A state from another seed, granularity or dataset is refused
 with a UsageError.
 
-torch is an optional dependency: it is imported only by this module and :mod:`lirs.tensors`.
+torch is an optional dependency: it is imported only by this module, :mod:`lirs.tensors` and
+:mod:`lirs.workers`.
 """
 from __future__ import annotations
 
 import logging
 import multiprocessing
 import os
-import warnings
 
 import numpy as np
 import torch
 import torch.utils.data as tud
 
-from .cores import usable_cores
 from .errors import UsageError
 from .loader import Loader
-from .policies import DEFAULT_GRANULARITY, POLICIES
+from .policies import POLICIES
 from .state import ResumeState, states_of
-from .tensors import (BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, SLOT_BYTES, Bundler, Convert, Feeder, PassBoard,  # noqa: F401
-                      SlotRing, Unbundled, check_device, join_outputs, output_rows, to_tensors)  # to_tensors is public here too
+from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
+from .workers import (BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, SLOT_BYTES, Bundler, Convert, PassBoard, SlotRing,
+                      in_order, worker_of, worker_threads)
 
 log = logging.getLogger("lirs.torch")
 
 _OUTPUTS = ("dict", "tuple")
 _SPARSE = ("csr", "coo", "dense")
-
-
-def _quiet_torch_notices() -> None:
-    """torch warns once per process that sparse CSR is in beta, and that sparse invariant checks
-    are implicitly off (when a sparse tensor from a DataLoader worker is rebuilt here). Emit both
-    once, silenced, at import on the importing thread: ``catch_warnings`` is not thread-safe and
-    the tensors are built on pool threads."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        z = torch.zeros(1, dtype=torch.int64)
-        torch.sparse_csr_tensor(z, z[:0], torch.zeros(0), size=(0, 1), check_invariants=False)
-        torch.sparse_coo_tensor(torch.zeros((2, 0), dtype=torch.int64), torch.zeros(0), (1, 1))
-
-
-_quiet_torch_notices()
 
 
 def _dist_rank_world() -> tuple[int, int]:
@@ -99,21 +81,6 @@ def _dist_rank_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def _worker() -> tuple[int, int]:
-    info = tud.get_worker_info()
-    return (0, 1) if info is None else (info.id, info.num_workers)
-
-
-def worker_threads(num_workers: int) -> int | None:
-    """Pool threads of a :class:`lirs.Loader` in one of ``num_workers`` DataLoader worker
-    processes: its share of the usable cores and one more (a thread waiting on its read leaves a
-    core to decoding), so that W workers do not start W pools each sized to every core. None in
-    the main process: the Loader's default."""
-    if tud.get_worker_info() is None:
-        return None
-    return max(1, usable_cores() // max(1, int(num_workers))) + 1
 
 
 class LirsIterableDataset(tud.IterableDataset):
@@ -239,7 +206,7 @@ class LirsIterableDataset(tud.IterableDataset):
             # a user transform runs on the pool with the tensors, beside the decoding (it may be
             # heavy); the tensors alone are built where the batch is consumed (see _deliver)
             kw = dict(self.loader_kwargs)
-            kw.setdefault("threads", worker_threads(_worker()[1]))
+            kw.setdefault("threads", worker_threads(worker_of()[1]))
             self._loader = Loader(source, self.batch_size, rank=rank, world_size=world,
                                   transform=None if self.transform is None else self._converter(), **kw)
             self._loader_key = key
@@ -294,7 +261,7 @@ class LirsIterableDataset(tud.IterableDataset):
         :class:`LirsDataLoader`: the consumer received); in a DataLoader worker (torchdata's
         ``StatefulDataLoader``) that worker's next batch, ``worker = (id, num_workers)``."""
         pos = self._resume if self._resume is not None else self._pos
-        worker = None if tud.get_worker_info() is None else _worker()
+        worker = None if tud.get_worker_info() is None else worker_of()
         return pos.replace(config=self.loader().state().config, worker=worker)
 
     def state_dict(self) -> dict:
@@ -310,8 +277,8 @@ class LirsIterableDataset(tud.IterableDataset):
         states = states_of(state)
         one = states[0] if isinstance(state, (dict, ResumeState)) else None
         if one is not None and one.worker is not None:
-            here = "the main process" if tud.get_worker_info() is None else "worker %d of %d" % _worker()
-            if tud.get_worker_info() is None or one.worker != _worker():
+            here = "the main process" if tud.get_worker_info() is None else "worker %d of %d" % worker_of()
+            if tud.get_worker_info() is None or one.worker != worker_of():
                 raise UsageError(f"this state was taken in DataLoader worker {one.worker[0]} of "
                                  f"{one.worker[1]}; it resumes only there (through the DataLoader's "
                                  f"own state), not in {here}")
@@ -366,7 +333,7 @@ class LirsIterableDataset(tud.IterableDataset):
             self._follow_board()
         loader = self.loader()
         res, self._resume = self._resume, None
-        w, nw = _worker()
+        w, nw = worker_of()
         if res is not None and res.epoch != self.epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
                         res.epoch, self.epoch)
@@ -425,7 +392,7 @@ class LirsIterableDataset(tud.IterableDataset):
 
     def _bundler(self, loader):
         """In a worker of a :class:`LirsDataLoader` (which puts the batches back in order), the
-        :class:`~lirs.tensors.Bundler` its tensor batches cross in; else None (one item a batch)."""
+        :class:`~lirs.workers.Bundler` its tensor batches cross in; else None (one item a batch)."""
         info = tud.get_worker_info()
         if info is None or not getattr(self, "_bundle", 0) or self.transform is not None \
                 or loader.index.format == "lines":
@@ -435,11 +402,9 @@ class LirsIterableDataset(tud.IterableDataset):
     def _bundles(self, it, loader, bundler):
         for b in it:
             self._pos = loader.position
-            ids, X, y = to_tensors(b, self.sparse, self.label_dtype)
-            yield from bundler.add(b.index if b.piece is None else (b.index, *b.piece), ids, X, y)
-        last = bundler.flush()
-        if last is not None:
-            yield last
+            yield from bundler.add(b.index if b.piece is None else (b.index, *b.piece),
+                                   *to_tensors(b, self.sparse, self.label_dtype))
+        yield from filter(None, [bundler.flush()])
 
 
 class LirsDataLoader(tud.DataLoader):
@@ -480,7 +445,7 @@ class LirsDataLoader(tud.DataLoader):
         if ctx.get_start_method() == "fork" and not (self.persistent_workers and self._iterator is not None):
             ds.loader().plan(ds.epoch)  # workers about to fork inherit the index and its unit tables
         if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
-            # the workers' batches cross in bundles (lirs.tensors.Bundle), put back in order here
+            # the workers' batches cross in bundles (lirs.workers.Bundle), put back in order here
             ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0
             ds._ring = SlotRing(self.num_workers, (self.prefetch_factor or 2) + 2,
                                 BUNDLE_SLOT_BYTES if ds._bundle else SLOT_BYTES)
@@ -503,37 +468,6 @@ class LirsDataLoader(tud.DataLoader):
     def load_state_dict(self, state) -> None:
         """Resume the next iteration at ``state`` (see :meth:`LirsIterableDataset.load_state_dict`)."""
         self.dataset.load_state_dict(state)
-
-
-def in_order(items, first: int):
-    """The batches of a pass from DataLoader ``items``: a worker's bundle
-    (:class:`~lirs.tensors.Unbundled`) holds its batches ``i, i + W, ...``, or with window steps
-    the batches and pieces of batches of its windows, so the bundles of the W workers (in torch's
-    round robin) are held until each next batch ``first, first + 1, ...`` has arrived, whole or
-    as every one of its pieces (joined in the order of their windows); an item of one batch is
-    already in order."""
-    held, pieces, k = {}, {}, int(first)
-    for item in items:
-        if not isinstance(item, Unbundled):
-            yield item
-            continue
-        for key, out in zip(item.indices, item.outputs):
-            if not isinstance(key, tuple):
-                held[key] = out
-                continue
-            j, window, total = key
-            got = pieces.setdefault(j, [])
-            got.append((window, out))
-            if sum(output_rows(o) for _, o in got) == total:
-                held[j] = join_outputs([o for _, o in sorted(got, key=lambda p: p[0])])
-                del pieces[j]
-        while k in held:
-            yield held.pop(k)
-            k += 1
-    if held or pieces:
-        some = f" and pieces of {sorted(pieces)[:4]}" if pieces else ""
-        raise RuntimeError(f"the DataLoader workers sent batches {sorted(held)[:4]}{some} but not "
-                           f"all of batch {k}")
 
 
 def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False,

@@ -777,7 +777,7 @@ def _walker():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc/self/smaps (Linux)")
 def test_release_pages_without_libc_falls_back_to_mmap_madvise(tmp_path, monkeypatch):
-    from lirs import sidecar
+    from lirs import pages
 
     p = tmp_path / "d.svm"
     p.write_bytes(b"".join(b"1 1:%d\n" % i for i in range(200_000)))
@@ -785,7 +785,7 @@ def test_release_pages_without_libc_falls_back_to_mmap_madvise(tmp_path, monkeyp
     idx = open_index(str(p))
     side = os.path.realpath(idx.sidecar)
     calls = []
-    monkeypatch.setattr(sidecar, "_madvise_nogil", lambda a: calls.append(a) or False)
+    monkeypatch.setattr(pages, "_madvise_nogil", lambda a: calls.append(a) or False)
     idx.offsets.copy()
     assert _mapped_rss(side) >= 500_000
     assert idx.release_pages() >= 1 and calls

@@ -428,16 +428,16 @@ def test_packed_batches_cross_processes_intact(small_svm, monkeypatch, sparse, i
     import torch.multiprocessing  # noqa: F401 - registers the tensor reductions
 
     import lirs.torch as lt
-    from lirs import tensors
+    from lirs import workers
 
-    monkeypatch.setattr(tensors, "INBAND_BYTES", 1 << 30 if inband else 0)
+    monkeypatch.setattr(workers, "INBAND_BYTES", 1 << 30 if inband else 0)
     with lirs.Loader(small_svm, 50) as loader:
         b = next(iter(loader))
     for output, label in (("dict", True), ("tuple", False)):
         b.y = b.y if label else None
         ids, X, y = lt.to_tensors(b, sparse)
         buf = io.BytesIO()
-        ForkingPickler(buf).dump(tensors.Packed(ids, X, y, output))
+        ForkingPickler(buf).dump(workers.Packed(ids, X, y, output))
         got = pickle.loads(buf.getvalue())
         if output == "tuple":
             got = {"X": got[0], "y": got[1], "ids": got[2]}
@@ -513,12 +513,13 @@ def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
     import torch.utils.data as tud
 
     import lirs.torch as lt
+    from lirs import workers
 
     assert lt.worker_threads(4) is None, "the main process keeps the Loader's default"
-    monkeypatch.setattr(lt, "usable_cores", lambda: 16)
+    monkeypatch.setattr(workers, "usable_cores", lambda: 16)
     monkeypatch.setattr(tud, "get_worker_info", lambda: object())
     assert [lt.worker_threads(w) for w in (1, 2, 4, 8, 16, 32)] == [17, 9, 5, 3, 2, 2]
-    monkeypatch.setattr(lt, "_worker", lambda: (1, 4))
+    monkeypatch.setattr(lt, "worker_of", lambda: (1, 4))
     ds = lt.LirsIterableDataset(kdd_file, 50)
     assert ds.loader().threads == 5
     assert lt.LirsIterableDataset(kdd_file, 50, threads=3).loader().threads == 3, "the user's choice stands"
@@ -526,7 +527,7 @@ def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
 
 def test_pass_board_round_trip():
     from lirs.state import ResumeState
-    from lirs.tensors import BOARD_BYTES, PassBoard
+    from lirs.workers import BOARD_BYTES, PassBoard
 
     b = PassBoard()
     g1 = b.post(3, None)
@@ -572,7 +573,7 @@ def test_device_cpu_is_the_plain_path_and_cuda_needs_cuda(kdd_file, small_svm):
 def test_pass_board_pickled_outside_a_process_start_is_a_copy():
     import pickle as pk
 
-    from lirs.tensors import PassBoard
+    from lirs.workers import PassBoard
 
     b = PassBoard()
     b.post(2, None)
@@ -599,13 +600,13 @@ def test_slot_ring_batches_cross_without_the_pickle_stream(small_svm):
     import gc
 
     import lirs.torch as lt
-    from lirs import tensors
+    from lirs import workers
 
-    ring = tensors.SlotRing(2, 2, slot_bytes=1 << 16)
+    ring = workers.SlotRing(2, 2, slot_bytes=1 << 16)
     with lirs.Loader(small_svm, 50) as loader:
         b = next(iter(loader))
     ids, X, y = lt.to_tensors(b, "csr")
-    p = tensors.Packed(ids, X, y, "dict", ring, 1)
+    p = workers.Packed(ids, X, y, "dict", ring, 1)
     assert p.slot == (ring.token, 2) and list(ring.busy) == [0, 0, 1, 0]
     data = pickle.dumps(p)
     assert len(data) < 1000, "only the slot's number crosses"
@@ -617,9 +618,9 @@ def test_slot_ring_batches_cross_without_the_pickle_stream(small_svm):
     del got
     gc.collect()
     assert ring.busy[2] == 0, "freed with the batch"
-    held = [tensors.Packed(ids, X, y, "dict", ring, 0) for _ in range(3)]
+    held = [workers.Packed(ids, X, y, "dict", ring, 0) for _ in range(3)]
     assert [h.slot is not None for h in held] == [True, True, False], "a full ring falls back"
-    assert tensors.Packed(ids, X, y, "dict", tensors.SlotRing(1, 1, slot_bytes=64), 0).slot is None
+    assert workers.Packed(ids, X, y, "dict", workers.SlotRing(1, 1, slot_bytes=64), 0).slot is None
     assert pickle.loads(pickle.dumps(ring)) is None, "outside a process start a ring is not shared"
 
 
@@ -678,7 +679,7 @@ def test_window_workers_read_their_own_windows(kdd_file, small_svm, monkeypatch)
     warning any more: each window is read once); a batch across windows of two workers comes in
     pieces, joined in the main process into the Loader's batch."""
     import lirs.torch as lt
-    from lirs.tensors import Unbundled
+    from lirs.workers import Unbundled
 
     items = []
     real = lt.in_order
@@ -706,7 +707,7 @@ def test_window_workers_read_their_own_windows(kdd_file, small_svm, monkeypatch)
 
 
 def test_join_outputs_stacks_pieces_by_rows():
-    from lirs.tensors import join_outputs
+    from lirs.workers import join_outputs
 
     dense = torch.arange(12, dtype=torch.float32).reshape(4, 3)
     dense[1, 1] = dense[2, 0] = 0
@@ -760,7 +761,7 @@ def test_workers_send_bundles_of_batches_put_back_in_order(kdd_file, monkeypatch
     """make_dataloader's workers send their batches in bundles (1, 2, 4, ... batches: one DataLoader
     item each), and the main process hands them out in the Loader's order, counted one by one."""
     import lirs.torch as lt
-    from lirs.tensors import Unbundled
+    from lirs.workers import Unbundled
 
     items = []
     real = lt.in_order
@@ -788,12 +789,12 @@ def test_bundles_cross_in_a_slot_and_free_it_with_their_last_batch(small_svm):
     import gc
 
     import lirs.torch as lt
-    from lirs import tensors
+    from lirs import workers
 
-    ring = tensors.SlotRing(1, 2, slot_bytes=1 << 16)
+    ring = workers.SlotRing(1, 2, slot_bytes=1 << 16)
     with lirs.Loader(small_svm, 50) as loader:
         batches = [b for _, b in zip(range(3), loader)]
-    bundler = tensors.Bundler("dict", ring, 0, max_batches=2)
+    bundler = workers.Bundler("dict", ring, 0, max_batches=2)
     sent = [x for b in batches for x in bundler.add(b.index, *lt.to_tensors(b, "csr"))]
     assert bundler.flush() is None and [b.indices for b in sent] == [[0], [1, 2]]
     assert len(pickle.dumps(sent[1])) < 2000, "only the slot's number and the layout cross"
@@ -812,7 +813,7 @@ def test_bundles_cross_in_a_slot_and_free_it_with_their_last_batch(small_svm):
     gc.collect()
     assert ring.busy[slot] == 0, "and freed with the last"
     # a batch too big for a slot travels with its bundle in the pickle stream
-    big = tensors.Bundler("tuple", tensors.SlotRing(1, 1, slot_bytes=64), 0, max_batches=1)
+    big = workers.Bundler("tuple", workers.SlotRing(1, 1, slot_bytes=64), 0, max_batches=1)
     (b,) = big.add(0, *lt.to_tensors(batches[0], "csr"))
     X, y, ids = pickle.loads(pickle.dumps(b)).outputs[0]
     assert b.slot is None and torch.equal(ids, lt.to_tensors(batches[0], "csr")[0])
@@ -820,7 +821,7 @@ def test_bundles_cross_in_a_slot_and_free_it_with_their_last_batch(small_svm):
 
 def test_in_order_refuses_a_missing_batch():
     import lirs.torch as lt
-    from lirs.tensors import Unbundled
+    from lirs.workers import Unbundled
 
     assert list(lt.in_order([Unbundled([1, 3], ["b", "d"]), Unbundled([0, 2], ["a", "c"])], 0)) == list("abcd")
     with pytest.raises(RuntimeError, match="batches \\[2\\] but not all of batch 1"):
