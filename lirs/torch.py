@@ -67,7 +67,7 @@ from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 from .workers import (BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, SLOT_BYTES, Bundler, Convert, PassBoard, SlotRing,
-                      in_order, worker_of, worker_threads)
+                      in_order, share_of, worker_of, worker_threads)
 
 log = logging.getLogger("lirs.torch")
 
@@ -339,14 +339,18 @@ class LirsIterableDataset(tud.IterableDataset):
                         res.epoch, self.epoch)
             res = None
         by_window = self._by_window(loader, nw)
+        if nw > 1 and w == 0 and not by_window and POLICIES[loader.granularity].uses_window:
+            log.warning("%d DataLoader workers with granularity=%r, one batch an item: each worker reads "
+                        "nearly every window (make_dataloader's workers read their own windows)",
+                        nw, loader.granularity)
         if res is None:
             start, off, spans = 0, 0 if by_window else w, None
-            it = loader.epoch(self.epoch, 0, **self._share_of(by_window, w, nw))
+            it = loader.epoch(self.epoch, 0, **share_of(by_window, w, nw))
         else:
             # a worker's own state names its next batch; from the rank's, worker w takes next + w
             start, off, spans = res.next_batch, 0 if res.worker or by_window else w, res.spans
             loader.load_state_dict(res.replace(worker=None))
-            it = loader.epoch(self.epoch, **self._share_of(by_window, w if by_window else off, nw))
+            it = loader.epoch(self.epoch, **share_of(by_window, w if by_window else off, nw))
         nb = loader.plan(self.epoch, None if spans is None else [list(s) for s in spans]).num_batches
         self._pos = ResumeState(self.epoch, min(start + off, nb), spans)
         return self._deliver(it, loader)
@@ -358,10 +362,6 @@ class LirsIterableDataset(tud.IterableDataset):
         otherwise (a hand-built DataLoader: one batch an item) worker w takes batches w, w + W, ..."""
         return workers > 1 and bool(getattr(self, "_bundle", 0)) and self.transform is None \
             and POLICIES[loader.granularity].uses_window and loader.index.format != "lines"
-
-    @staticmethod
-    def _share_of(by_window: bool, w: int, nw: int) -> dict:
-        return dict(windows=(w, nw)) if by_window else dict(stride=nw, offset=w)
 
     def _follow_board(self) -> None:
         """In a DataLoader worker, as a pass starts: take the epoch and resume point the main

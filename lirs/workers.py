@@ -43,6 +43,11 @@ def worker_threads(num_workers: int) -> int | None:
     return max(1, usable_cores() // max(1, int(num_workers))) + 1
 
 
+def share_of(by_window: bool, w: int, nw: int) -> dict:
+    """The ``Loader.epoch`` keywords of worker ``w`` of ``nw``: its windows, or its batches."""
+    return dict(windows=(w, nw)) if by_window else dict(stride=nw, offset=w)
+
+
 INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pickle stream
 
 

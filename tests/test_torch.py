@@ -826,3 +826,25 @@ def test_in_order_refuses_a_missing_batch():
     assert list(lt.in_order([Unbundled([1, 3], ["b", "d"]), Unbundled([0, 2], ["a", "c"])], 0)) == list("abcd")
     with pytest.raises(RuntimeError, match="batches \\[2\\] but not all of batch 1"):
         list(lt.in_order([Unbundled([0, 2], ["a", "c"])], 0))
+
+
+def test_a_hand_built_dataloaders_window_workers_are_warned_about(small_svm, monkeypatch, caplog):
+    """A hand-built DataLoader's workers take every W-th batch (they cannot join pieces), so with
+    window steps each reads nearly every window: worker 0 says so; make_dataloader's do not."""
+    import types
+
+    import torch.utils.data as tud
+
+    import lirs.torch as lt
+
+    with caplog.at_level("WARNING", logger="lirs.torch"):
+        for bundle, gran in ((0, "group"), (16, "window"), (0, "window")):
+            ds = lt.LirsIterableDataset(small_svm, 32, granularity=gran, group_bytes=4096)
+            ds._bundle = bundle
+            with monkeypatch.context() as m:  # as worker 0 of 2 sees it
+                m.setattr(tud, "get_worker_info", lambda: types.SimpleNamespace(id=0, num_workers=2))
+                next(iter(ds))
+            ds.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "2 DataLoader workers with granularity='window', one batch an item: each worker reads nearly every "
+        "window (make_dataloader's workers read their own windows)"]
