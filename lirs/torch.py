@@ -66,8 +66,8 @@ from .loader import Loader
 from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
-from .workers import (BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, SLOT_BYTES, Bundler, Convert, PassBoard, SlotRing,
-                      in_order, share_of, worker_of, worker_threads)
+from .workers import (BUNDLE_BATCHES, SLOT_BYTES, Bundler, Convert, PassBoard, SlotRing,
+                      bundle_slot_bytes, in_order, share_of, worker_of, worker_threads)
 
 log = logging.getLogger("lirs.torch")
 
@@ -341,7 +341,7 @@ class LirsIterableDataset(tud.IterableDataset):
         by_window = self._by_window(loader, nw)
         if nw > 1 and w == 0 and not by_window and POLICIES[loader.granularity].uses_window:
             log.warning("%d DataLoader workers with granularity=%r, one batch an item: each worker reads "
-                        "nearly every window (make_dataloader's workers read their own windows)",
+                        "nearly every window (make_dataloader's workers without a transform read their own windows)",
                         nw, loader.granularity)
         if res is None:
             start, off, spans = 0, 0 if by_window else w, None
@@ -448,7 +448,7 @@ class LirsDataLoader(tud.DataLoader):
             # the workers' batches cross in bundles (lirs.workers.Bundle), put back in order here
             ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0
             ds._ring = SlotRing(self.num_workers, (self.prefetch_factor or 2) + 2,
-                                BUNDLE_SLOT_BYTES if ds._bundle else SLOT_BYTES)
+                                bundle_slot_bytes(ds.batch_size, ds.loader().index) if ds._bundle else SLOT_BYTES)
         it = super().__iter__()  # the workers start here, with the loaded state
         epoch = ds.epoch
         if res is not None and res.epoch == epoch:

@@ -181,7 +181,18 @@ class Bundler:
 
 SLOT_BYTES = 2 << 20  # a slot of a SlotRing: a kdd-like batch of 1024 records packs into ~300 KB
 BUNDLE_BATCHES = 16   # batches of a worker per DataLoader item (see Bundle)
-BUNDLE_SLOT_BYTES = 8 << 20  # a slot of the ring of bundles: 16 kdd-like batches of 1024 records
+BUNDLE_SLOT_BYTES = 8 << 20  # the largest slot of a ring of bundles: 16 kdd-like batches of 1024 records
+BUNDLE_PACKED_PER_BYTE = 1.5  # packed tensor bytes per byte of LIBSVM text (values, indices, ids, y)
+
+
+def bundle_slot_bytes(batch_size: int, index) -> int:
+    """Bytes of a slot for bundles of ``BUNDLE_BATCHES`` batches of ``batch_size`` records of
+    :class:`~lirs.index.Index` ``index`` (by its mean record size): between ``SLOT_BYTES`` and ``BUNDLE_SLOT_BYTES``, so that
+    a ring of small records is not sized for kdd-like ones (the ring is zeroed, hence resident, when
+    the DataLoader starts). A bundle that would not fit is sent sooner (:class:`Bundler`)."""
+    record_bytes = index.payload_bytes / max(int(index.n), 1)
+    want = BUNDLE_BATCHES * int(batch_size) * record_bytes * BUNDLE_PACKED_PER_BYTE
+    return int(min(BUNDLE_SLOT_BYTES, max(SLOT_BYTES, -(-int(want) // 4096) * 4096)))
 _RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that made it (the DataLoader's)
 
 

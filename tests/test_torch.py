@@ -847,4 +847,19 @@ def test_a_hand_built_dataloaders_window_workers_are_warned_about(small_svm, mon
             ds.close()
     assert [r.getMessage() for r in caplog.records] == [
         "2 DataLoader workers with granularity='window', one batch an item: each worker reads nearly every "
-        "window (make_dataloader's workers read their own windows)"]
+        "window (make_dataloader's workers without a transform read their own windows)"]
+
+
+def test_bundle_slots_are_sized_by_the_records():
+    import types
+
+    from lirs.workers import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, SLOT_BYTES, bundle_slot_bytes
+
+    def index(record_bytes):
+        return types.SimpleNamespace(n=1000, payload_bytes=1000 * record_bytes)
+
+    assert bundle_slot_bytes(1024, index(20)) == SLOT_BYTES, "small records: the smallest slot"
+    assert bundle_slot_bytes(1024, index(360)) == BUNDLE_SLOT_BYTES, "kdd-like: the largest"
+    mid = bundle_slot_bytes(1024, index(200))
+    assert SLOT_BYTES < mid < BUNDLE_SLOT_BYTES and mid % 4096 == 0
+    assert mid >= BUNDLE_BATCHES * 1024 * 200
