@@ -394,10 +394,11 @@ class Loader:
         finally:
             run.abandon()
 
-    async def aepoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0):
-        """``async for batch in loader.aepoch(e)``: the same batches; the caller's event loop awaits
-        the pool's work and stays free meanwhile."""
-        run = self._begin(epoch, start, stride, offset)
+    async def aepoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0,
+                     windows: tuple | None = None):
+        """``async for batch in loader.aepoch(e)``: the same batches as :meth:`epoch`; the caller's
+        event loop awaits the pool's work and stays free meanwhile."""
+        run = self._begin(epoch, start, stride, offset, windows)
         try:
             while (item := run.next()) is not None:
                 yield self._deliver(run, item, await run.await_parts(item))

@@ -2,6 +2,7 @@
 number of windows the loader holds at once."""
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -367,6 +368,12 @@ def test_a_loader_over_some_windows_delivers_pieces_that_join_into_its_batches(k
     with lirs.Loader(kdd, 100, **kw) as loader:
         pieces = [list(loader.epoch(1, windows=(w, 2))) for w in range(2)]
         assert loader.stats.payload_bytes == one, "the two walks read each record once between them"
+
+        async def second():
+            return [b async for b in loader.aepoch(1, windows=(1, 2))]
+        again = asyncio.run(second())
+    assert [(b.index, b.piece) for b in again] == [(b.index, b.piece) for b in pieces[1]]
+    assert all(np.array_equal(a.ids, b.ids) for a, b in zip(again, pieces[1]))
     got = {}
     for ps in pieces:
         for b in ps:
