@@ -44,7 +44,7 @@ def _madvise_nogil(a: np.ndarray) -> bool:
         lib = Libc.get().lib
     except OSError:
         return False
-    page = mmap.PAGESIZE
-    lo = a.ctypes.data // page * page
-    hi = -(-(a.ctypes.data + a.nbytes) // page) * page
+    page, addr = mmap.PAGESIZE, a.ctypes.data
+    lo = addr // page * page
+    hi = -(-(addr + a.nbytes) // page) * page
     return lib.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), mmap.MADV_DONTNEED) == 0

@@ -40,12 +40,12 @@ def walk(plan, start: int, stride: int, extents: bool | str, windows: tuple | No
     :attr:`~lirs.steps.BatchPlan.piece`); W such walks read each window once between them."""
     if stride < 1:
         raise UsageError(f"stride must be >= 1, got {stride}")
-    steps = POLICIES[plan.granularity].steps
-    if windows is not None and (not POLICIES[plan.granularity].uses_window or stride != 1):
+    pol = POLICIES[plan.granularity]
+    if windows is not None and (not pol.uses_window or stride != 1):
         raise UsageError(f"windows= needs window steps and stride 1 (granularity {plan.granularity!r}, "
                          f"stride {stride})")
     mine = rank_spans(plan)
-    source = STEP_SOURCES[steps](plan, mine, int(stride), extents)
+    source = STEP_SOURCES[pol.steps](plan, mine, int(stride), extents)
     if windows is not None:
         source.own(*windows)
     B = plan.batch_size

@@ -863,3 +863,33 @@ def test_bundle_slots_are_sized_by_the_records():
     mid = bundle_slot_bytes(1024, index(200))
     assert SLOT_BYTES < mid < BUNDLE_SLOT_BYTES and mid % 4096 == 0
     assert mid >= BUNDLE_BATCHES * 1024 * 200
+
+
+def test_a_bundle_without_a_slot_crosses_in_band_or_as_shared_memory(small_svm, monkeypatch):
+    """No ring (or no free slot): a small bundle travels in the pickle stream, a large one as one
+    shared-memory tensor; both unpack to the same batches."""
+    import io
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401 - registers the tensor reductions
+
+    import lirs.torch as lt
+    from lirs import workers
+
+    with lirs.Loader(small_svm, 50) as loader:
+        batches = [b for _, b in zip(range(3), loader)]
+    for inband in (1 << 30, 0):
+        monkeypatch.setattr(workers, "INBAND_BYTES", inband)
+        bundler = workers.Bundler("dict", None, 0, max_batches=4)
+        sent = [x for b in batches for x in bundler.add(b.index, *lt.to_tensors(b, "csr"))]
+        sent += [x for x in [bundler.flush()] if x is not None]
+        got = []
+        for x in sent:
+            assert x.slot is None
+            buf = io.BytesIO()
+            ForkingPickler(buf).dump(x)
+            got += pickle.loads(buf.getvalue()).outputs
+        assert len(got) == 3
+        for out, b in zip(got, batches):
+            ids, X, y = lt.to_tensors(b, "csr")
+            assert torch.equal(out["ids"], ids) and torch.equal(out["X"].to_dense(), X.to_dense())
