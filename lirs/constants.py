@@ -43,6 +43,17 @@ STEP_MIN_BYTES = 4 << 20
 # chunks of 1, 2, 4, ... up to PLAN_CHUNK batches, at most PLAN_AHEAD_CHUNKS chunks ahead.
 PLAN_CHUNK = 8
 PLAN_AHEAD_CHUNKS = 2
+# a loader's pool has a thread per usable core and one more (reads wait for the device), but with
+# an engine whose reads are copies (not direct) only usable cores - 1 of them take steps whenever
+# there are some: the consumer runs queued steps itself
+# while it waits, and a thread more than the cores preempts it while it holds the GIL (a group epoch
+# from /dev/shm on 2 cores held the GIL 41% of the wall time with three threads taking steps, 17%
+# with one and the consumer helping, at the same rate). The others take a step when the process
+# kept fewer than cores - CORE_IDLE cores busy over the last UTIL_WINDOW_S (a consumer away on a
+# GPU step, threads waiting for the device), looking every EXTRA_POLL_S.
+CORE_IDLE = 0.5
+UTIL_WINDOW_S = 0.02
+EXTRA_POLL_S = 0.002
 PLAN_AHEAD_MIN_THREADS = 5  # a pool of fewer threads (usable cores + 1) plans on the consumer's thread
 # A read from a filesystem held in memory (tmpfs, ramfs) is a copy: one thread per this many bytes
 # of the step (up to the engine's depth) copies it, so a batch or a group step is read by the

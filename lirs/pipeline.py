@@ -10,12 +10,23 @@ on them either blocking (:meth:`EpochRun.wait`) or from an event loop (:meth:`Ep
 assembled and finished on the pool: in the task that decoded its step when the batch is exactly
 one step, else in a task queued once its steps are decoded (:meth:`Pipeline.after`; no pool
 thread waits for them meanwhile).
+
+Who runs a step: it is queued unclaimed, and the first thread to claim it runs it. The pool has a
+thread per usable core and one more, but only ``cores - 1`` of them claim steps whenever there are
+some; a consumer that must wait for a batch claims the oldest queued step itself instead of
+sleeping (not a window: that one is decoded by every core already). With a direct engine, whose
+reads wait for the device, every thread claims steps and the consumer only waits, as before. The other threads claim steps only while the process leaves a core
+idle (the consumer away on a GPU step). So a consumer that is inside the loader shares the cores
+with ``cores - 1`` busy threads, not ``cores + 1``: a thread preempted while it holds the GIL holds
+it longer, and one more runnable thread than cores preempts them all in turn (see
+:data:`lirs.constants.CORE_IDLE`).
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import contextlib
+import itertools
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,11 +37,12 @@ import numpy as np
 
 from .ahead import PlanAhead, PlanInline
 from .assemble import batch_of, detached
-from .constants import BLOCK, PLAN_AHEAD_MIN_THREADS
+from .constants import BLOCK, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
+from .cores import usable_cores
 from .engines import aligned_empty, open_engine
 from . import memory
 from .errors import TransformError
-from .policies import steps_in_flight
+from .policies import POLICIES, steps_in_flight
 from .steps import BatchPlan
 from .warmup import Warmup
 
@@ -82,7 +94,21 @@ class Pipeline:
         self.warm.wait("read")
         self.engine = open_engine(list(paths), engine, direct=direct, depth=depth)
         self.workers = int(workers)
-        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-loader")
+        # the first ``primary`` threads run steps whenever there are some; the others only while
+        # the consumer is away (its training step): a consumer that waits runs steps itself
+        # (:meth:`result`), and more threads than cores would preempt it while it holds the GIL
+        # with a direct engine a step's read waits for the device: every thread keeps one in flight,
+        # and the consumer, which would stop handing out batches and new steps while it read one,
+        # leaves them to the pool (as it does windows)
+        self.consumer_helps = not self.engine.direct
+        self.primary = max(1, min(self.workers, usable_cores() - 1)) if self.consumer_helps else self.workers
+        self._started = itertools.count()
+        self._role = threading.local()
+        self.cores = usable_cores()
+        self._window = (time.perf_counter(), time.process_time())  # start of the CPU use window
+        self.busy_cores = float(self.cores)  # cores busy over the last whole window
+        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-loader",
+                                           initializer=self._number_thread)
         # a wide step (a window) is decoded by every core at once: one at a time, so that the next
         # window is read while this one is decoded (two windows decoded together finish together,
         # and the two after them are then read together while the cores idle)
@@ -92,6 +118,10 @@ class Pipeline:
         self.stats = stats
         self.stats_lock = threading.Lock()
         self.active: set = set()  # futures of steps in flight
+        self.unclaimed: collections.OrderedDict = collections.OrderedDict()  # future -> task, not yet started
+        self.claims_lock = threading.Lock()
+        self.pool_only: set = set()  # futures of unclaimed steps the consumer leaves to the pool
+        self.closing = False
         self.planners: set = set()  # PlanAhead of the epochs being iterated
         self.planners_lock = threading.Lock()
 
@@ -108,13 +138,68 @@ class Pipeline:
             self.planners.discard(p)
         p.close()
 
-    def submit(self, step, then=None):
-        """The future of ``step``'s decoded (X, y), or of ``then((X, y))`` computed in the same task."""
-        fut = self.executor.submit(self._read_decode, step) if then is None else \
-            self.executor.submit(lambda: then(self._read_decode(step)))
+    def submit(self, step, then=None, helpable: bool = True):
+        """The future of ``step``'s decoded (X, y), or of ``then((X, y))`` computed in the same task.
+        The task is run by whichever thread claims it first: a pool thread, or (``helpable``) the
+        consumer while it waits (:meth:`result`)."""
+        fut = Future()
+        fn = (lambda: self._read_decode(step)) if then is None else (lambda: then(self._read_decode(step)))
+        with self.claims_lock:
+            self.unclaimed[fut] = fn
+            if not helpable:
+                self.pool_only.add(fut)
+                fut.add_done_callback(self.pool_only.discard)
         self.active.add(fut)
         fut.add_done_callback(self.active.discard)
+        self.executor.submit(self._claim, None)
         return fut
+
+    def _number_thread(self) -> None:
+        self._role.extra = next(self._started) >= self.primary
+
+    def _claim(self, _=None) -> None:
+        """Run the oldest unclaimed task, then the next, until none is left (a queued ``_claim``
+        wakes a thread; which task it runs is first come, first served); a thread beyond the
+        ``primary`` ones runs one task, once a core is idle (:meth:`_core_idle`)."""
+        extra = getattr(self._role, "extra", False)
+        while True:
+            if extra:
+                while not self._core_idle():
+                    if not self.unclaimed or self.closing:
+                        return
+                    time.sleep(EXTRA_POLL_S)
+            with self.claims_lock:
+                if not self.unclaimed:
+                    return
+                fut, fn = self.unclaimed.popitem(last=False)
+            _run_into(fut, fn)
+            if extra:
+                return  # back to the queue: the next step waits for the next look at the cores
+
+    def _core_idle(self) -> bool:
+        """Whether this process kept fewer than ``cores - CORE_IDLE`` cores busy over the last
+        whole UTIL_WINDOW_S (its CPU time over that wall time): the consumer is away (a GPU step)
+        or the steps' threads wait for the device."""
+        now = time.perf_counter()
+        t, cpu = self._window
+        if now - t >= UTIL_WINDOW_S:
+            c = time.process_time()
+            self.busy_cores = (c - cpu) / (now - t) if now - t < 1.0 else self.cores
+            self._window = (now, c)
+        return self.busy_cores < self.cores - CORE_IDLE
+
+    def result(self, fut: Future):
+        """``fut.result()``, the consumer's thread running queued steps meanwhile (the oldest first):
+        a consumer that would wait does a step's work instead of sleeping while the pool's threads
+        share the cores with it."""
+        while self.consumer_helps and not fut.done():
+            with self.claims_lock:
+                other = next(iter(self.unclaimed), None)
+                if other is None or other in self.pool_only:
+                    break
+                fn = self.unclaimed.pop(other)
+            _run_into(other, fn)
+        return fut.result()
 
     def after(self, futures: list, fn) -> Future:
         """The future of ``fn()``, run on the pool once every one of ``futures`` is done: no thread
@@ -185,6 +270,7 @@ class Pipeline:
         """Cancel what has not started, wait for started steps (they write into pooled buffers),
         close the files, unmap the recycled blocks waiting for reuse. Called from a pool thread, it
         cannot wait for itself: it only stops."""
+        self.closing = True
         with self.planners_lock:
             planners, self.planners = list(self.planners), set()
         for p in planners:
@@ -200,6 +286,16 @@ class Pipeline:
         self.executor.shutdown(wait=True)
         self.engine.close()
         memory.RECYCLER.trim()  # the blocks kept for the next window: a closed loader reads none
+
+
+def _run_into(fut: Future, fn) -> None:
+    """Run ``fn`` for ``fut`` (skipped when it was cancelled): its result or exception into ``fut``."""
+    if not fut.set_running_or_notify_cancel():
+        return
+    try:
+        fut.set_result(fn())
+    except BaseException as e:  # noqa: BLE001 - delivered to whoever waits on the future
+        fut.set_exception(e)
 
 
 class Flight(NamedTuple):
@@ -252,6 +348,7 @@ class EpochRun:
         self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents="defer", stride=int(stride),
                                                                  windows=windows))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
+        self.helpable = POLICIES[plan.granularity].consumer_helps
         self.pending: collections.deque = collections.deque()  # Pending batches, in order
         self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1
         # every thread of the pool has a step to work on, whatever ``prefetch``
@@ -318,7 +415,7 @@ class EpochRun:
             step = part.step
             fut = self.steps.get(step.number)
             if fut is None:
-                fut = self.steps[step.number] = self.pipeline.submit(step)
+                fut = self.steps[step.number] = self.pipeline.submit(step, helpable=self.helpable)
             parts.append(Flight(fut, part.lo, part.hi, part.last, step))
         return parts
 
@@ -364,7 +461,7 @@ class EpochRun:
         """Block until a batch's futures (:meth:`Pending.waits`) are done: their results in order."""
         t = time.perf_counter()
         try:
-            return [f.result() for f in item.waits()]
+            return [self.pipeline.result(f) for f in item.waits()]
         finally:
             self.pipeline.stats.wait_s += time.perf_counter() - t
 

@@ -44,6 +44,13 @@ class Policy:
     def uses_window(self) -> bool:
         return self.steps == "window"
 
+    @property
+    def consumer_helps(self) -> bool:
+        """Whether a consumer waiting for a batch runs queued read steps itself (lirs.pipeline). Not
+        windows: a window is decoded by every core at once and feeds many batches, and a consumer
+        reading the next one while the current one is decoded would hold back the current one's."""
+        return self.steps != "window"
+
     def batches_per_step(self, plan) -> int:
         """Consecutive batches one read step covers (1 unless the steps are ``batches``): enough for
         STEP_MIN_BYTES by the dataset's mean record size, at least one."""

@@ -201,9 +201,9 @@ def test_next_window_is_read_while_the_batch_ending_one_waits(kdd, monkeypatch, 
         delivered, submitted_at, most = [0], {}, [0]
         real_submit, real_next = pipeline.Pipeline.submit, pipeline.EpochRun.next
 
-        def submit(self, step, then=None):
+        def submit(self, step, then=None, **kw):
             submitted_at[step.number] = delivered[0]
-            return real_submit(self, step, then)
+            return real_submit(self, step, then, **kw)
 
         def next_(self):
             out = real_next(self)

@@ -1,0 +1,133 @@
+"""Who runs a read step: the pool's threads, or the consumer while it waits; the extra threads."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import lirs
+from lirs import loader as loader_mod
+from lirs import pipeline
+from lirs.errors import TransformError
+
+
+def _write(path, n, seed=3):
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        for i in range(n):
+            cols = np.sort(rng.choice(50, int(rng.integers(1, 8)), replace=False)) + 1
+            f.write(f"{rng.choice([-1, 1])}" + "".join(f" {c}:{v}" for c, v in zip(cols, rng.integers(1, 9, len(cols))))
+                    + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def svm(tmp_path):
+    return _write(tmp_path / "d.svm", 3000)
+
+
+def _runners(monkeypatch):
+    """Who ran every step, in order of running: "primary" or "extra" (pool threads), or the name
+    of the thread (the consumer's)."""
+    names = []
+    real = pipeline.Pipeline._read_decode
+
+    def read_decode(self, step):
+        extra = getattr(self._role, "extra", None)
+        names.append(threading.current_thread().name if extra is None else ("extra" if extra else "primary"))
+        return real(self, step)
+    monkeypatch.setattr(pipeline.Pipeline, "_read_decode", read_decode)
+    return names
+
+
+def _plain_ids(ld, epoch):
+    return [bp.ids for bp in ld.plan(epoch).batches(extents=False)]
+
+
+@pytest.mark.parametrize("granularity", ["instance", "group"])
+def test_the_consumer_runs_every_step_when_the_pool_takes_none(svm, monkeypatch, granularity):
+    # the pool's threads claim nothing: a consumer that waits runs the queued steps itself, oldest
+    # first, and the batches are exactly the plan's (reads that are copies: engine buffered)
+    monkeypatch.setattr(pipeline.Pipeline, "_claim", lambda self, _=None: None)
+    names = _runners(monkeypatch)
+    with lirs.Loader(svm, 64, granularity=granularity, group_bytes=4096, seed=1, engine="buffered", direct=False) as ld:
+        got = [b for b in ld.epoch(0)]
+        want = _plain_ids(ld, 0)
+        X, y = lirs.load_svmlight(svm, n_features=ld.n_features)
+    assert len(got) == len(want)
+    for b, ids in zip(got, want):
+        assert np.array_equal(b.ids, ids)
+        assert (b.X != X[b.ids]).nnz == 0 and np.array_equal(b.y, y[b.ids])
+    assert names and set(names) == {threading.current_thread().name}
+
+
+def test_an_error_in_a_step_the_consumer_ran_comes_at_its_batch(svm, monkeypatch):
+    monkeypatch.setattr(pipeline.Pipeline, "_claim", lambda self, _=None: None)
+
+    def transform(b):
+        if b.index == 17:
+            raise ValueError("no batch 17")
+        return b.index
+    with lirs.Loader(svm, 64, granularity="instance", seed=2, transform=transform, engine="buffered",
+                     direct=False) as ld:
+        got = []
+        with pytest.raises(TransformError, match="batch 17 of epoch 0"):
+            for i in ld.epoch(0):
+                got.append(i)
+    assert got == list(range(17))
+
+
+def test_the_consumer_leaves_window_steps_to_the_pool(svm, monkeypatch):
+    # a window is decoded by every core at once: the consumer delivers the current one's batches
+    names = _runners(monkeypatch)
+    with lirs.Loader(svm, 64, granularity="window", group_bytes=4096, window=4, seed=1) as ld:
+        n = sum(len(b) for b in ld.epoch(0))
+    assert n == 3000
+    assert names and threading.current_thread().name not in names
+
+
+def test_threads_beyond_the_primary_ones_wait_for_an_idle_core(svm, monkeypatch):
+    monkeypatch.setattr(loader_mod, "usable_cores", lambda: 4)
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 4)
+    with lirs.Loader(svm, 64, granularity="group", engine="buffered", direct=False) as ld:
+        ld._ensure_started()
+        p = ld._pipeline
+        assert (p.workers, p.primary, p.cores) == (5, 3, 4)
+        # the last window kept the 4 cores busy: no extra thread takes a step
+        p._window = (time.perf_counter() - 0.05, time.process_time() - 0.05 * 4)
+        assert not p._core_idle() and p.busy_cores > 3.5
+        # one core and a half busy over a whole window: an extra thread may take a step
+        p._window = (time.perf_counter() - 0.05, time.process_time() - 0.05 * 1.5)
+        assert p._core_idle() and 1.0 < p.busy_cores < 2.0
+        # the window just rolled: the last whole one's figure stands until the next one ends
+        assert p._core_idle()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_with_a_direct_engine_every_thread_reads_and_the_consumer_only_waits(svm, monkeypatch, direct):
+    # reads from the device wait: every thread of the pool keeps a read in flight, and the consumer
+    # keeps handing out batches and steps instead of reading one itself
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 4)
+    names = _runners(monkeypatch)
+    with lirs.Loader(svm, 64, granularity="group", group_bytes=4096, threads=5, direct=direct) as ld:
+        ld._ensure_started()
+        p = ld._pipeline
+        if direct and not p.engine.direct:
+            pytest.skip("O_DIRECT does not work on this filesystem")
+        assert (p.primary, p.consumer_helps) == ((5, False) if direct else (3, True))
+        assert sum(len(b) for b in ld.epoch(0)) == 3000
+    if direct:
+        assert threading.current_thread().name not in names
+
+
+def test_extra_threads_take_steps_while_the_consumer_sleeps(svm, monkeypatch):
+    # a consumer away on a (GPU) training step leaves the cores idle: the extra threads read too
+    monkeypatch.setattr(loader_mod, "usable_cores", lambda: 2)
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
+    names = _runners(monkeypatch)
+    with lirs.Loader(svm, 16, granularity="instance", engine="buffered", direct=False, prefetch=8) as ld:
+        for _ in ld.epoch(0):
+            time.sleep(0.004)
+    assert "extra" in names, sorted(set(names))
