@@ -160,11 +160,12 @@ class Pipeline:
     def _claim(self, _=None) -> None:
         """Run the oldest unclaimed task, then the next, until none is left (a queued ``_claim``
         wakes a thread; which task it runs is first come, first served); a thread beyond the
-        ``primary`` ones runs one task, once a core is idle (:meth:`_core_idle`)."""
+        ``primary`` ones runs one task, once a core is idle (:meth:`_core_idle`) or at once when
+        the consumer would not run it (a window)."""
         extra = getattr(self._role, "extra", False)
         while True:
             if extra:
-                while not self._core_idle():
+                while not (self._pool_only_next() or self._core_idle()):
                     if not self.unclaimed or self.closing:
                         return
                     time.sleep(EXTRA_POLL_S)
@@ -175,6 +176,13 @@ class Pipeline:
             _run_into(fut, fn)
             if extra:
                 return  # back to the queue: the next step waits for the next look at the cores
+
+    def _pool_only_next(self) -> bool:
+        """Whether the oldest unclaimed task is one the consumer leaves to the pool (a window): no
+        consumer runs it meanwhile, so any thread reads it (the next window while this one is
+        decoded)."""
+        with self.claims_lock:
+            return next(iter(self.unclaimed), None) in self.pool_only
 
     def _core_idle(self) -> bool:
         """Whether this process kept fewer than ``cores - CORE_IDLE`` cores busy over the last

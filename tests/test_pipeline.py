@@ -131,3 +131,24 @@ def test_extra_threads_take_steps_while_the_consumer_sleeps(svm, monkeypatch):
         for _ in ld.epoch(0):
             time.sleep(0.004)
     assert "extra" in names, sorted(set(names))
+
+
+def test_threads_beyond_the_primary_ones_read_windows_at_once(svm, monkeypatch):
+    # the consumer never runs a window: the next one is read by any thread while this one decodes
+    from concurrent.futures import Future
+
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 4)
+    with lirs.Loader(svm, 64, granularity="window", engine="buffered", direct=False) as ld:
+        ld._ensure_started()
+        p = ld._pipeline
+        a, b = Future(), Future()
+        with p.claims_lock:
+            p.unclaimed[a] = lambda: 1
+            p.unclaimed[b] = lambda: 2
+            p.pool_only.add(b)
+        assert not p._pool_only_next()
+        with p.claims_lock:
+            del p.unclaimed[a]
+        assert p._pool_only_next()
+        with p.claims_lock:
+            p.unclaimed.clear()
