@@ -771,7 +771,7 @@ def cores_16_glance() -> str | None:
                 + ("" if not tw.get("ratio_vs_w0") else
                    "; window " + ", ".join(f"{v:.2f}×" for v in tw["ratio_vs_w0"].values()))
                 + f"; lirs at {t.get('code_commit', '?')}, before workers sent bundles of batches and read "
-                  f"their own windows).")
+                  f"their own windows, and before a read step went to the thread that claims it first).")
     gpu = load(f"{MANY}/train_gpu")
     if gpu and gpu.get("train_vs_step_or_loader"):
         rate = gpu["records_per_s"]
@@ -814,7 +814,9 @@ def sec_cores_16():
                        f"{GOALS_16[g] / 1e6:g}M: {goal(bool(r16) and r16 >= GOALS_16[g])}"])
     text = (f"### Sixteen cores and a GPU\n\nThe same benchmark on {machine_16()}, a machine lent to one "
             f"session ({source(d)}; `tools/device_all.sh`): page cache (the file in /dev/shm, engine `buffered`), "
-            f"{d['data']['bytes'] / 1e9:.1f} GB kdd-like, batch {d['batch_size']}. M records/s by cores; the "
+            f"{d['data']['bytes'] / 1e9:.1f} GB kdd-like, batch {d['batch_size']}, lirs at "
+            f"{d.get('code_commit', '?')} (before a read step went to the thread that claims it first: "
+            f"`cores - 1` pool threads and the waiting consumer). M records/s by cores; the "
             f"first run of that session (before its pipeline changes: plans made ahead on a thread of their "
             f"own, extents found by the pool, windows copied by several threads) beside it.\n\n"
             + table(["granularity"] + [f"{c} cores" for c in counts] + ["8 → 16", "GIL at 16", "first run, 16",
@@ -828,7 +830,8 @@ def sec_cores_16():
         win = "" if not tw or not tw.get("ratio_vs_w0") else (
             "; with granularity window " + ", ".join(f"{k[7:]}: {v:.2f}×" for k, v in tw["ratio_vs_w0"].items()))
         text += (f"\n\n`make_dataloader` on that machine ({source(t)}; lirs at {t.get('code_commit', '?')}, "
-                 f"before workers sent bundles of batches and read their own windows), group granularity, workers against "
+                 f"before workers sent bundles of batches and read their own windows, and before a read step went "
+                 f"to the thread that claims it first), group granularity, workers against "
                  f"`num_workers=0` ({t['records_per_s']['torch_w0'] / 1e6:.2f}M records/s): "
                  + ", ".join(f"{k[7:]} workers {v:.2f}×" for k, v in t["ratio_vs_w0"].items()) + was + win
                  + f" (goal ≥ 1.0: {goal(all(v >= 1.0 for v in t['ratio_vs_w0'].values()))}).")
