@@ -86,7 +86,6 @@ class BlockSums:
         return np.asarray(self.out, np.uint32)
 
 
-_POOLS: dict = {}
 _LOCAL = threading.local()
 
 
@@ -100,12 +99,9 @@ def _pool(kind: str = "crc"):
     """Threads that checksum whole blocks in parallel (one per usable core); ``kind`` "check":
     those of the checks of old bytes, apart, so that a scan's sums never wait behind a check
     running beside it (:func:`check_in_background`)."""
-    pool = _POOLS.get(kind)
-    if pool is None:
-        from concurrent.futures import ThreadPoolExecutor
+    from .parallel import shared_pool
 
-        pool = _POOLS[kind] = ThreadPoolExecutor(_cores(), thread_name_prefix=f"lirs-{kind}")
-    return pool
+    return shared_pool(kind)
 
 
 def _bar(total: int, desc: str):
@@ -153,10 +149,10 @@ _CHECKER = None
 
 
 def _forget_threads() -> None:
-    """In a forked child: the parent's pool threads do not exist here, and a pool that believes
-    they do would queue work nobody runs (a DataLoader worker indexing on first use would hang)."""
+    """In a forked child: the parent's checker thread does not exist here, and a pool that believes
+    it does would queue work nobody runs (a DataLoader worker indexing on first use would hang;
+    the shared pools are forgotten by :mod:`lirs.parallel`)."""
     global _CHECKER
-    _POOLS.clear()
     _CHECKER = None
 
 

@@ -21,6 +21,7 @@ from .cores import usable_cores
 from .kernels import libsvm as K
 from .kernels import libsvm_plain as KP
 from . import memory
+from .parallel import on_cores
 from .memory import output_empty
 from .svmlight import parse_record
 
@@ -146,20 +147,20 @@ def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, que
     runs = _span_runs(starts, ends, parts)
     k = len(starts)
     y, qid, has_qid, status = _record_arrays(k)
-    with ThreadPoolExecutor(len(runs)) as pool:
-        caps = list(pool.map(lambda r: int(K.span_colons(buf, starts[r[0]:r[1]], ends[r[0]:r[1]])), runs))
-        kofs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
-        # a loader decodes a window like the one it just let go: the memory of that one's arrays
-        # is taken again (lirs.memory.Recycler), its pages in place
-        indices = memory.RECYCLER.empty(int(kofs[-1]), index_dtype)
-        data = memory.RECYCLER.empty(int(kofs[-1]), _work_dtype(dtype))
+    caps = on_cores(lambda r: int(K.span_colons(buf, starts[r[0]:r[1]], ends[r[0]:r[1]])), runs, "decode")
+    kofs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
+    # a loader decodes a window like the one it just let go: the memory of that one's arrays
+    # is taken again (lirs.memory.Recycler), its pages in place
+    indices = memory.RECYCLER.empty(int(kofs[-1]), index_dtype)
+    data = memory.RECYCLER.empty(int(kofs[-1]), _work_dtype(dtype))
 
-        def run(i):
-            (a, b), ka, kb = runs[i], int(kofs[i]), int(kofs[i + 1])
-            return _spans_run(buf, starts[a:b], ends[a:b], zero_based, n_features, query_id, indices[ka:kb],
-                              data[ka:kb], y[a:b], qid[a:b], has_qid[a:b], status[a:b])
+    def run(i):
+        (a, b), ka, kb = runs[i], int(kofs[i]), int(kofs[i + 1])
+        return _spans_run(buf, starts[a:b], ends[a:b], zero_based, n_features, query_id, indices[ka:kb],
+                          data[ka:kb], y[a:b], qid[a:b], has_qid[a:b], status[a:b])
 
-        res = list(pool.map(run, range(len(runs))))
+    # the shared threads, the caller taking the first run: no threads started and joined per window
+    res = on_cores(run, list(range(len(runs))), "decode")
     nk = np.array([r[1] for r in res], np.int64)
     new_k = np.concatenate([[0], np.cumsum(nk)])
     indptr = np.concatenate([[0]] + [r[0][1:b - a + 1] + new_k[i] for i, (r, (a, b)) in enumerate(zip(res, runs))])
