@@ -135,7 +135,9 @@ class Loader:
         TFRecord: check each record's payload CRC-32C as it is read (the length CRC always is).
     threads : int or None
         Threads of the read-and-decode pool; None: one per usable core and one more (a process that
-        shares the cores with others, such as a DataLoader worker, takes its share).
+        shares the cores with others, such as a DataLoader worker, takes its share). Where reads are
+        copies (not a direct engine) usable cores - 1 of them take steps whenever there are some,
+        the others only while a core is idle, and a consumer that waits runs steps itself.
     """
 
     @keyword_only(_OLD_POSITIONAL)
