@@ -14,6 +14,8 @@ import scipy.sparse as sp
 
 from .decode import csr_batch, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from .errors import DataError
+from .kernels import io as KI
+from .svmlight import Where
 from .svmdecode import span_parts
 
 
@@ -41,14 +43,19 @@ class StepDecoder:
         ids = np.asarray(step.ids, np.int64)
         if len(ids) == 0:
             return self.empty()
-        rext = np.asarray(step.rec_extent, np.int64)
+        rext = np.asarray(step.rec_extent, np.int32)
         rpos = np.asarray(step.rec_pos, np.int64)
         rlen = np.asarray(step.rec_len, np.int64)
-        _check_complete(self.index, step, ids, rext, rpos, rlen, got)
-        starts = buf_pos[rext] + rpos
+        # where each record lies in the buffer and whether the reads returned all of it, in one
+        # native pass (a group step holds ~10k records: numpy's gathers cost ~40 us under the GIL)
+        starts, ends = np.empty(len(ids), np.int64), np.empty(len(ids), np.int64)
+        short = KI.record_spans(np.asarray(buf_pos, np.int64), np.asarray(got, np.int64), rext, rpos, rlen,
+                                starts, ends)
+        if short >= 0:
+            raise _incomplete(self.index, step, ids, rext, rpos, rlen, got, short)
         fmt = self.index.format
         if fmt == "libsvm":
-            return self._libsvm(step, buf, ids, rext, rpos, starts, starts + rlen)
+            return self._libsvm(step, buf, ids, rext, rpos, starts, ends)
         if fmt in ("npy", "fixed"):
             return (decode_fixed(buf, starts, self.index.record_dtype, self.index.record_shape),
                     self.index.labels_of(ids))
@@ -56,18 +63,22 @@ class StepDecoder:
             # errors name the record within its file, as the index scan does
             files = np.asarray(step.ext_file)[rext]
             local = ids - np.asarray(self.index.file_starts, np.int64)[files]
-            return self._by_file(decode_tfrecord, step, buf, local, rext, rpos, starts, starts + rlen,
+            return self._by_file(decode_tfrecord, step, buf, local, rext, rpos, starts, ends,
                                  verify=self.verify), None
-        return decode_lines(buf, starts, starts + rlen), self.index.labels_of(ids)
+        return decode_lines(buf, starts, ends), self.index.labels_of(ids)
 
-    def wide(self, step) -> bool:
-        """Whether decoding ``step`` spreads over several cores by itself (a LIBSVM window)."""
-        return self.index.format == "libsvm" and span_parts(step.payload_bytes, len(step.ids)) > 1
+    def wide(self, step, nbytes: int | None = None) -> bool:
+        """Whether decoding ``step`` spreads over several cores by itself (a LIBSVM window).
+        ``nbytes``: its buffer's size when known, a bound on its records' bytes (a step smaller
+        than two cores' shares is not summed)."""
+        if self.index.format != "libsvm" or (nbytes is not None and span_parts(nbytes, len(step.ids)) == 1):
+            return False
+        return span_parts(step.payload_bytes, len(step.ids)) > 1
 
     def _libsvm(self, step, buf, ids, rext, rpos, starts, ends):
-        # the spans lie in the buffer: the extents were read whole (_check_complete) around them
-        return self._by_file(decode_libsvm, step, buf, ids, rext, rpos, starts, ends, n_features=self.n_features,
-                             zero_based=self.zero_based, dtype=self.dtype, trusted=True)
+        # the spans lie in the buffer: the extents were read whole (record_spans) around them
+        return decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
+                             dtype=self.dtype, trusted=True, where=StepWhere(self.index, step, ids, rext, rpos, starts))
 
     def _by_file(self, decode, step, buf, ids, rext, rpos, starts, ends, **opts):
         """``decode(buf, starts, ends, source=, file_offsets=, record_ids=, **opts)`` of a step whose
@@ -100,16 +111,28 @@ class StepDecoder:
         return [], idx.labels_of(ids)
 
 
-def _check_complete(idx, step, ids, rext, rpos, rlen, got) -> None:
-    """Never hand out a record with missing bytes (file truncated or rewritten after indexing)."""
-    short = np.flatnonzero(rpos + rlen > got[rext])
-    if not short.size:
-        return
-    j = int(short[0])
+class StepWhere:
+    """``where(j, pos)`` of the records of a read step, for error messages: the file record ``j``
+    came from, the line and byte of ``pos`` (a position in the step's buffer) in it, and the
+    record's ID. Worked out only when an error is raised (a step of one file or many)."""
+
+    def __init__(self, index, step, ids, rext, rpos, starts):
+        self.index, self.step, self.ids, self.rext, self.rpos, self.starts = index, step, ids, rext, rpos, starts
+
+    def __call__(self, j: int, pos: int) -> str:
+        e = int(self.rext[j])
+        f = int(self.step.ext_file[e])
+        at = np.array([int(self.step.ext_offset[e]) + int(self.rpos[j])], np.int64)
+        return Where(self.index.paths[f], self.starts[j:j + 1], at, self.ids[j:j + 1])(0, pos)
+
+
+def _incomplete(idx, step, ids, rext, rpos, rlen, got, j: int) -> DataError:
+    """The error for record ``j`` of a step, whose bytes a read did not return (the file was
+    truncated or rewritten after indexing): never hand out a record with missing bytes."""
     e = int(rext[j])
     f = int(step.ext_file[e])
     off = int(step.ext_offset[e])
-    raise DataError(
+    return DataError(
         f"{idx.paths[f]}: record {int(ids[j])} needs bytes {off + int(rpos[j])}.."
         f"{off + int(rpos[j] + rlen[j])} but the file ends at byte {off + int(got[e])} "
         f"(truncated after indexing? re-run `lirs index`)")

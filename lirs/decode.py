@@ -111,7 +111,7 @@ def csr_batch(data, indices, indptr, shape):
 
 def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype=np.float32,
                   source: str = "", file_offsets=None, query_id: bool = False, record_ids=None, threads=None,
-                  trusted: bool = False):
+                  trusted: bool = False, where=None):
     """Decode LIBSVM records into a CSR matrix, with ``load_svmlight_file``'s semantics.
 
     Parameters
@@ -140,6 +140,10 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     trusted : bool
         The spans are known to lie in ``buf`` (a Loader's, from its index and its reads): their
         O(k) bounds check is skipped. False (the default) checks them.
+    where : callable or None
+        ``where(j, pos) -> str`` naming byte ``pos`` of ``buf`` in record j for error messages,
+        instead of ``source``, ``file_offsets`` and ``record_ids`` (a Loader's read step, whose
+        records may come from several files, works out only the one an error names).
 
     Returns
     -------
@@ -170,13 +174,15 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
         if file_offsets.shape != starts.shape:
             raise UsageError("file_offsets must have the shape of starts")
     index_dtype = np.int32 if n_features <= _INT32_MAX else np.int64
-    where = Where(source, starts, file_offsets, record_ids)
+    if where is None:
+        where = Where(source, starts, file_offsets, record_ids)
     indptr, indices, data, y, qid, has_qid = decode_spans(buf, starts, ends, n_features, bool(zero_based),
                                                           dtype, query_id, where, index_dtype, threads)
     if query_id:
         qid[has_qid == 0] = NO_QID
-    with np.errstate(over="ignore"):
-        data = np.asarray(data, dtype=dtype)
+    if data.dtype != dtype:
+        with np.errstate(over="ignore"):
+            data = np.asarray(data, dtype=dtype)
     X = csr_batch(data, indices, indptr, (len(starts), n_features))
     return (X, y, qid) if query_id else (X, y)
 
@@ -255,8 +261,9 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
     n_features = int(n_features)
     if n_features > _INT32_MAX:
         indices = indices.astype(np.int64)
-    with np.errstate(over="ignore"):
-        data = np.asarray(data, dtype=dtype)
+    if data.dtype != dtype:
+        with np.errstate(over="ignore"):
+            data = np.asarray(data, dtype=dtype)
     X = csr_batch(data, indices, indptr, (len(y), n_features))
     if query_id:
         return X, y, qid[has_qid.astype(bool)]

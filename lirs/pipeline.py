@@ -41,6 +41,7 @@ from .buffers import BufferPool
 from .constants import BLOCK, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
 from .cores import usable_cores
 from .engines import open_engine
+from .kernels import io as KI
 from . import memory
 from .errors import TransformError
 from .policies import POLICIES, steps_in_flight
@@ -52,7 +53,7 @@ class Pipeline:
     """The engine, the pool of threads and the buffers of one process.
 
     ``decode(step, buf, buf_pos, got) -> (X, y)`` turns a read step's bytes into rows (see
-    :class:`lirs.assemble.StepDecoder`; its ``wide(step)``, when it has one, says whether decoding
+    :class:`lirs.assemble.StepDecoder`; its ``wide(step, nbytes)``, when it has one, says whether decoding
     ``step`` spreads over every core by itself); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
     ``warm`` (:class:`lirs.warmup.Warmup`): the engine opens, and the first decode runs, once the
     warm-up helper has compiled their kernels (when there is one).
@@ -215,29 +216,28 @@ class Pipeline:
         if len(ext_nbytes) == 0:
             return self.decode(step, None, None, None)
         # extents back to back, each starting on a block boundary
-        sizes = -(-ext_nbytes // BLOCK) * BLOCK
-        buf_pos = np.zeros(len(sizes), np.int64)
-        if len(sizes) > 1:
-            np.cumsum(sizes[:-1], out=buf_pos[1:])
-        buf = self.buffers.take(int(sizes.sum()))
+        buf_pos = np.empty(len(ext_nbytes), np.int64)
+        nbytes = int(KI.block_positions(ext_nbytes, BLOCK, buf_pos))
+        buf = self.buffers.take(nbytes)
         try:
             t0 = time.perf_counter()
             got = self.engine.read(step.ext_file, step.ext_offset, ext_nbytes, buf, buf_pos)
             self.warm.wait("decode")
             wide = getattr(self.decode, "wide", None)
-            with self.wide if wide is not None and wide(step) else contextlib.nullcontext():
+            with self.wide if wide is not None and wide(step, nbytes) else contextlib.nullcontext():
                 t1 = time.perf_counter()
                 out = self.decode(step, buf, buf_pos, got)
                 t2 = time.perf_counter()
         finally:
             self.buffers.give(buf)
+        got_bytes, payload = KI.step_totals(got, np.asarray(step.rec_len, np.int64))
         with self.stats_lock:
             st = self.stats
             st.io_s += t1 - t0
             st.decode_s += t2 - t1
             st.reads += len(ext_nbytes)
-            st.bytes_read += int(got.sum())
-            st.payload_bytes += int(np.asarray(step.rec_len, np.int64).sum())
+            st.bytes_read += int(got_bytes)
+            st.payload_bytes += int(payload)
         return out
 
     def threads(self) -> tuple:

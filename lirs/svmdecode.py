@@ -49,7 +49,9 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
     ``threads`` threads (default: the CPUs this process may use) decode at once, each into its
     slice of the output; a batch-sized input is one run, decoded on the calling thread."""
     k = len(starts)
-    parts = span_parts(int((ends - starts).sum()) if k else 0, k, threads)
+    # the spans' bytes are summed only where they may fill two regions: spans inside a buffer
+    # smaller than that (a loader's batch or group step) do not
+    parts = 1 if len(buf) < 2 * _MIN_REGION else span_parts(int((ends - starts).sum()) if k else 0, k, threads)
     if parts > 1:
         return _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, query_id, where,
                                       index_dtype, parts)
@@ -60,6 +62,8 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
     indptr, nnz, nfb, fb = _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data,
                                       y, qid, has_qid, status)
     out = [indptr, indices[:nnz], data[:nnz], y, qid, has_qid]
+    if fb is None:  # the plain kernel took every record: no token for float(), no record to re-parse
+        return out
     return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, nfb,
                    zero_based, query_id, n_features, where)
 

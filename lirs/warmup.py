@@ -47,10 +47,11 @@ def _engine_name(requested: str) -> str:
 
 
 def _read_kernels(opts: dict) -> list:
-    """The numba dispatchers the engine ``opts["engine"]`` calls to read."""
+    """The numba dispatchers the engine ``opts["engine"]`` calls to read, and those that lay out
+    a read step's buffer (every engine)."""
     from .kernels import io, ring
     return {"uring": [ring.ring_read, ring.init_array], "threads": [io.pread_worker]}.get(
-        _engine_name(opts.get("engine")), [])
+        _engine_name(opts.get("engine")), []) + [io.block_positions, io.record_spans, io.step_totals]
 
 
 def _compile_read(opts: dict) -> None:
@@ -62,6 +63,17 @@ def _compile_read(opts: dict) -> None:
         with open(path, "wb") as f:
             f.write(b"\0" * BLOCK)
         open_engine([path], opts.get("engine") or "auto", direct=False, depth=opts.get("depth")).close()
+    _compile_step_layout()
+
+
+def _compile_step_layout() -> None:
+    """A read step of one record, laid out with the types lirs.pipeline and lirs.assemble pass."""
+    from .kernels import io
+    one, pos = np.ones(1, np.int64), np.empty(1, np.int64)
+    io.block_positions(one, BLOCK, pos)
+    io.record_spans(pos, one, np.zeros(1, np.int32), np.zeros(1, np.int64), one, np.empty(1, np.int64),
+                    np.empty(1, np.int64))
+    io.step_totals(one, one)
 
 
 def _decode_kernels(opts: dict) -> list:

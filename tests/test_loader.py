@@ -199,6 +199,30 @@ def test_truncated_file_raises_in_consumer(tmp_path, engine_name):
     assert p in msg and "byte" in msg and "ends at byte" in msg
 
 
+@pytest.mark.parametrize("granularity", ["group", "instance"])
+def test_a_bad_record_in_a_step_of_two_files_names_its_file_line_and_record(tmp_path, granularity):
+    # a byte rewritten in place while the loader is open, size and modification time kept
+    # (nothing the checks on open and after each read can see): the decode error names b.svm, the
+    # line and byte in it, and the record's global ID, in a step that mixes records of both files
+    a, b = tmp_path / "a.svm", tmp_path / "b.svm"
+    a.write_bytes(b"".join(b"1 1:1 2:0.5\n" for _ in range(300)))
+    b.write_bytes(b"".join(b"-1 3:1 4:0.25\n" for _ in range(200)))
+    side = str(tmp_path / "ab.lirs")
+    lirs.build_index([str(a), str(b)], out=side, progress=False)
+    line = 50  # 0-based: record 300 + 50 of the dataset
+    with Loader(side, 64, granularity=granularity, group_bytes=4096, n_features=10, engine="buffered") as loader:
+        st = os.stat(b)
+        raw = bytearray(b.read_bytes())
+        at = raw.index(b"3:1", line * 14)
+        raw[at + 2:at + 3] = b"x"
+        with open(b, "r+b") as f:
+            f.write(bytes(raw))
+        os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns))
+        with pytest.raises(DataError) as ei:
+            _collect(loader, 0)
+    assert str(ei.value).startswith(f"{b}: line {line + 1}, byte {at} (record {300 + line}): ")
+
+
 def test_read_error_raises_in_consumer(svm, engine_name):
     from lirs.engines import ReadError
 

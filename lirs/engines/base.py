@@ -16,6 +16,7 @@ from ..errors import LirsError, StaleIndexError, UsageError
 O_DIRECT = getattr(os, "O_DIRECT", 0)
 log = logging.getLogger("lirs.engines")
 
+_U8 = np.dtype(np.uint8)
 _EXTENT_ERRORS = {  # check_extents' verdicts, as the engines report them
     K.EXTENTS_BAD_FILE: "ext_file out of range [0, {files})",
     K.EXTENTS_NEGATIVE: "negative offset, size or buffer position",
@@ -252,14 +253,15 @@ class Engine:
         e = ext_file.shape[0]
         got = np.zeros(e, np.int64)
         stall = np.zeros(e, np.uint8)
-        self._batch(ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall)
-        if stall.any():
+        stalled = self._batch(ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall)
+        if stalled or (stalled is None and stall.any()):
             self._finish_stalled(ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall)
         return got
 
-    def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall) -> None:
+    def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall) -> bool | None:
         """Read the extents from ``got`` (int64 (e,), in/out) on; set ``stall`` (uint8 (e,)) where a
-        continuation descriptor (:attr:`cfds`) is needed but not open; raise :class:`ReadError`."""
+        continuation descriptor (:attr:`cfds`) is needed but not open; raise :class:`ReadError`.
+        Returns whether an extent stalled, or None when the caller must look at ``stall``."""
         raise NotImplementedError
 
     def _finish_stalled(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall) -> None:
@@ -313,8 +315,8 @@ class Engine:
         e = ext_file.shape[0]
         if not (ext_offset.shape == ext_nbytes.shape == buf_pos.shape == (e,)) or ext_file.ndim != 1:
             raise ValueError("ext_file, ext_offset, ext_nbytes and buf_pos must be 1-D of equal length")
-        if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1 \
-                or not buf.flags.c_contiguous or not buf.flags.writeable:
+        flags = buf.flags if isinstance(buf, np.ndarray) else None
+        if flags is None or buf.dtype != _U8 or buf.ndim != 1 or not (flags.c_contiguous and flags.writeable):
             raise ValueError("buf must be a writable, C-contiguous 1-D uint8 array")
         if e == 0:
             return ext_file, ext_offset, ext_nbytes, buf, buf_pos

@@ -77,10 +77,10 @@ class ThreadsEngine(Engine):
     def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
         e = ext_file.shape[0]
         errs = np.zeros(e, np.int32)
-        counter = np.zeros(1, np.int64)
+        counter = np.zeros(3, np.int64)  # next extent, failed extents, stalled extents
         lc = self._libc
         args = (lc.pread, lc.errno_location, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
-                buf.ctypes.data, buf_pos, self.direct, got, errs, stall, counter.ctypes.data)
+                buf, buf_pos, self.direct, got, errs, stall, counter)
         parties = min(self.depth, e)
         if self.party_bytes and parties > 1:
             parties = min(parties, -(-buf.nbytes // self.party_bytes))
@@ -95,10 +95,10 @@ class ThreadsEngine(Engine):
             job.done.wait()
             if job.error is not None:
                 raise job.error
-        bad = np.flatnonzero(errs)
-        if bad.size:
-            i = int(bad[0])
+        if counter[1]:
+            i = int(np.flatnonzero(errs)[0])
             raise self._error(errs[i], i, ext_offset[i] + got[i], ext_file, ext_nbytes)
+        return bool(counter[2])
 
     def _close(self):
         for _ in self._workers:

@@ -26,6 +26,7 @@ file, so the common end-of-file case costs no extra read); a short read is never
 from __future__ import annotations
 
 from llvmlite import ir
+import numpy as np
 from numba import njit
 from numba.core import types
 from numba.extending import intrinsic
@@ -193,6 +194,50 @@ def call_errno(typingctx, fn):
     return types.int32(fn), codegen
 
 
+# --------------------------------------------------------------------------- a read step's buffer
+
+
+@njit(cache=True, nogil=True)
+def block_positions(ext_nbytes, block, buf_pos):
+    """Lay a read step's extents (``ext_nbytes`` int64 (e,)) back to back in one buffer, each from
+    a multiple of ``block``: ``buf_pos`` int64 (e,) (out) gets where extent i goes. Returns the
+    buffer's size (the last extent rounded up to the block too)."""
+    at = 0
+    for i in range(ext_nbytes.shape[0]):
+        buf_pos[i] = at
+        at += (ext_nbytes[i] + block - 1) // block * block
+    return at
+
+
+@njit(cache=True, nogil=True)
+def record_spans(buf_pos, got, rec_extent, rec_pos, rec_len, starts, ends):
+    """Where each record of a read step lies in its buffer: ``starts``/``ends`` int64 (k,) (out)
+    from the extents' ``buf_pos`` and ``got`` int64 (e,) (bytes each read returned) and the
+    records' ``rec_extent`` int32 (k,), ``rec_pos``/``rec_len`` int64 (k,). Returns the first
+    record whose bytes the read did not return (its file ended early), or -1: every record whole."""
+    short = -1
+    for j in range(rec_extent.shape[0]):
+        e = rec_extent[j]
+        starts[j] = buf_pos[e] + rec_pos[j]
+        ends[j] = starts[j] + rec_len[j]
+        if short < 0 and rec_pos[j] + rec_len[j] > got[e]:
+            short = j
+    return short
+
+
+@njit(cache=True, nogil=True)
+def step_totals(got, rec_len):
+    """(bytes the reads returned, bytes of the records) of a read step: the sums of ``got`` int64
+    (e,) and ``rec_len`` int64 (k,), in one call."""
+    a = 0
+    for i in range(got.shape[0]):
+        a += got[i]
+    b = 0
+    for j in range(rec_len.shape[0]):
+        b += rec_len[j]
+    return a, b
+
+
 # --------------------------------------------------------------------------- pread workers
 
 
@@ -221,18 +266,23 @@ def check_extents(ext_file, ext_offset, ext_nbytes, buf_pos, files, buf_len, dir
 
 
 @njit(cache=True, nogil=True)
-def pread_worker(fn_pread, fn_errno, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf_addr, buf_pos,
-                 direct, got, errs, stall, counter_addr):
+def pread_worker(fn_pread, fn_errno, fds, cfds, sizes, ext_file, ext_offset, ext_nbytes, buf, buf_pos,
+                 direct, got, errs, stall, counter):
     """Read extents until none is left; several threads run this on the same batch.
 
-    Extents are handed out one at a time through an atomic counter at ``counter_addr`` (int64,
-    zero on entry), so threads that finish early take more. ``fds``/``cfds`` int32 (files,): the
+    ``buf`` is the uint8 buffer (the arrays are passed, not their addresses: numba reads a pointer
+    where Python's ``.ctypes`` builds an object per call). Extents are handed out one at a time
+    through an atomic counter, ``counter`` int64 (3,), zero on entry, so threads that finish early
+    take more; its second and third items count the extents that failed and stalled (the caller
+    looks at two numbers, not at every extent). ``fds``/``cfds`` int32 (files,): the
     descriptors and the page-cache continuation descriptors (-1: not open), ``sizes`` int64
     (files,). ``errs`` int32 (e,) receives the errno of a failed extent (0 = fine), ``stall`` uint8
     (e,) is set for an extent that needs a continuation descriptor not yet open (see the module
     doc). Returns the number of extents this thread read.
     """
     e = ext_file.shape[0]
+    buf_addr = np.int64(buf.ctypes.data)  # int64: uint64 + int64 offsets would be float64
+    counter_addr = np.int64(counter.ctypes.data)
     mine = 0
     while True:
         i = fetch_add_i64(counter_addr, 1)
@@ -250,6 +300,7 @@ def pread_worker(fn_pread, fn_errno, fds, cfds, sizes, ext_file, ext_offset, ext
                 fd = cfds[f]
                 if fd < 0:
                     stall[i] = 1
+                    fetch_add_i64(counter_addr + 16, 1)
                     break
                 room = _BLOCK - got[i] % _BLOCK
                 if n > room:
@@ -263,6 +314,7 @@ def pread_worker(fn_pread, fn_errno, fds, cfds, sizes, ext_file, ext_offset, ext
                     retries += 1
                     continue
                 errs[i] = en
+                fetch_add_i64(counter_addr + 8, 1)
                 break
             if r == 0:
                 break  # end of file
