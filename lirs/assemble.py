@@ -173,16 +173,22 @@ def stack(Xs: list, ys):
                 indptr.astype(Xs[0].indptr.dtype, copy=False), (sum(X.shape[0] for X in Xs), first.shape[1])), y
 
 
+def rows_of(step_rows, lo: int, hi: int):
+    """(X, y) of rows lo:hi of one decoded step ``step_rows`` = (X, y): the step itself when that
+    is all of it, else slices sharing its arrays (:func:`batch_of` of one part)."""
+    X, y = step_rows
+    if lo == 0 and hi == _nrows(X):
+        return X, y
+    return rows(X, lo, hi), None if y is None else y[lo:hi]
+
+
 def batch_of(got: list, empty):
     """(X, y) of one batch from its parts ``got``: a list of ``((X, y), lo, hi)``, rows lo:hi of
     decoded steps in order; ``empty()`` gives the (X, y) of a batch with no records."""
     if not got:
         return empty()
     if len(got) == 1:
-        (X, y), lo, hi = got[0]
-        if lo == 0 and hi == _nrows(X):
-            return X, y
-        return rows(X, lo, hi), None if y is None else y[lo:hi]
+        return rows_of(*got[0])
     ys = None if got[0][0][1] is None else [yy[lo:hi] for (_, yy), lo, hi in got]
     return stack([rows(X, lo, hi) for (X, _), lo, hi in got], ys)
 

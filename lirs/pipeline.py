@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .ahead import PlanAhead, PlanInline
-from .assemble import batch_of, detached
+from .assemble import batch_of, detached, rows_of
 from .buffers import BufferPool
 from .constants import BLOCK, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
 from .cores import usable_cores
@@ -349,7 +349,8 @@ class EpochRun:
             if bp is None:
                 break
             self.pending.append(self._submit(bp))
-        self._finish_ahead()
+        if self.finish is not None:
+            self._finish_ahead()
 
     def _finish_ahead(self) -> None:
         """Queue the finish task of the first ``prefetch + 1`` pending batches (transform path): the
@@ -454,10 +455,17 @@ class EpochRun:
     def deliver(self, item: Pending, results: list):
         """What the consumer gets for ``item`` given the results of its waits: the finished batch,
         or (X, y) assembled from its parts' decoded steps. Releases the steps it used last."""
-        self.release(item)
         if item.finishing:
+            self.release(item)
             return results[0]
-        return batch_of([(r, f.lo, f.hi) for r, f in zip(results, item.parts)], self.empty)
+        parts = item.parts
+        if len(parts) == 1:  # most batches: rows of one step (no lists built for batch_of)
+            f = parts[0]
+            if f.last and f.step is not None:
+                self.steps.pop(f.step.number, None)
+            return rows_of(results[0], f.lo, f.hi)
+        self.release(item)
+        return batch_of([(r, f.lo, f.hi) for r, f in zip(results, parts)], self.empty)
 
     def abandon(self) -> None:
         """The consumer left the epoch: cancel what has not started (started steps run to the end)."""
