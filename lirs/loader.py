@@ -172,8 +172,10 @@ class Loader:
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
         self.transform = transform
+        # the pool's threads are its cores and one more: a pool sized by hand (a DataLoader worker's
+        # share) decodes a window on that many cores
         self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype,
-                                    verify=verify)
+                                    verify=verify, cores=None if self.threads is None else self.threads - 1)
         self.n_features, self.zero_based = self._decoder.n_features, self._decoder.zero_based
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, BLOCK, permutation)

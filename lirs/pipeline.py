@@ -14,7 +14,7 @@ thread waits for them meanwhile).
 Who runs a step: it is queued unclaimed, and the first thread to claim it runs it. The pool has a
 thread per usable core and one more, but only ``cores - 1`` of them claim steps whenever there are
 some; a consumer that must wait for a batch claims the oldest queued step itself instead of
-sleeping (not a window: that one is decoded by every core already). With a direct engine, whose
+sleeping (not a window: that one is decoded by the cores but one already). With a direct engine, whose
 reads wait for the device, every thread claims steps and the consumer only waits, as before. The other threads claim steps only while the process leaves a core
 idle (the consumer away on a GPU step). So a consumer that is inside the loader shares the cores
 with ``cores - 1`` busy threads, not ``cores + 1``: a thread preempted while it holds the GIL holds
@@ -79,7 +79,7 @@ class Pipeline:
         self.busy_cores = float(self.cores)  # cores busy over the last whole window
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-loader",
                                            initializer=self._number_thread)
-        # a wide step (a window) is decoded by every core at once: one at a time, so that the next
+        # a wide step (a window) is decoded by the cores but one at once: one at a time, so that the next
         # window is read while this one is decoded (two windows decoded together finish together,
         # and the two after them are then read together while the cores idle)
         self.wide = threading.Lock()

@@ -47,7 +47,7 @@ class Policy:
     @property
     def consumer_helps(self) -> bool:
         """Whether a consumer waiting for a batch runs queued read steps itself (lirs.pipeline). Not
-        windows: a window is decoded by every core at once and feeds many batches, and a consumer
+        windows: a window is decoded by the cores but one at once and feeds many batches, and a consumer
         reading the next one while the current one is decoded would hold back the current one's."""
         return self.steps != "window"
 

@@ -51,7 +51,7 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
     k = len(starts)
     # the spans' bytes are summed only where they may fill two regions: spans inside a buffer
     # smaller than that (a loader's batch or group step) do not
-    parts = 1 if len(buf) < 2 * _MIN_REGION else span_parts(int((ends - starts).sum()) if k else 0, k, threads)
+    parts = 1 if not may_split(len(buf)) else span_parts(int((ends - starts).sum()) if k else 0, k, threads)
     if parts > 1:
         return _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, query_id, where,
                                       index_dtype, parts)
@@ -66,6 +66,12 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
         return out
     return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, nfb,
                    zero_based, query_id, n_features, where)
+
+
+def may_split(nbytes: int) -> bool:
+    """Whether spans inside a buffer of ``nbytes`` may be decoded by more than one thread (they
+    fill two regions at most when it is that large)."""
+    return int(nbytes) >= 2 * _MIN_REGION
 
 
 def span_parts(nbytes: int, k: int, threads=None) -> int:

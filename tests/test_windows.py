@@ -231,6 +231,7 @@ def test_wide_steps_are_decoded_one_at_a_time(kdd, monkeypatch):
 
     monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 16)
     monkeypatch.setattr(svmdecode, "usable_cores", lambda: 2)
+    monkeypatch.setattr(assemble, "usable_cores", lambda: 3)  # a core for the consumer, two decoding
     real = assemble.StepDecoder.__call__
     lock, now, most, wide = threading.Lock(), [0], [0], [0]
 
@@ -253,6 +254,32 @@ def test_wide_steps_are_decoded_one_at_a_time(kdd, monkeypatch):
         ids = np.concatenate([b.ids for b in ld.epoch(0)])
     assert wide[0] >= 3 and most[0] == 1
     assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+
+
+def test_a_window_is_decoded_by_the_loaders_cores_but_one(kdd, monkeypatch):
+    # the core left over is the consumer's: it delivers the last window's batches meanwhile
+    from lirs import assemble, svmdecode
+
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 16)
+    monkeypatch.setattr(assemble, "usable_cores", lambda: 8)
+    seen = []
+    real = assemble.decode_libsvm
+
+    def spy(*a, **kw):
+        seen.append(kw["threads"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(assemble, "decode_libsvm", spy)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K") as ld:
+        assert ld._decoder.decode_threads() == 7
+        ids = np.concatenate([b.ids for b in ld.epoch(0)])
+    assert np.array_equal(np.sort(ids), np.arange(len(ids)))
+    assert 7 in seen and set(seen) <= {1, 7}  # 1: a window's last, small step
+    with lirs.Loader(kdd, 64, granularity="window", threads=4) as ld:  # a DataLoader worker's share: 3 cores
+        assert ld._decoder.decode_threads() == 2
+    monkeypatch.setattr(assemble, "usable_cores", lambda: 1)
+    with lirs.Loader(kdd, 64, granularity="window") as ld:
+        assert ld._decoder.decode_threads() == 1
 
 
 def test_detached_rows_share_nothing_with_their_step(kdd):
