@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import lirs
-from lirs import memory, svmdecode
+from lirs import assemble, memory, svmdecode
 from lirs.loader import Loader
 from lirs.memory import Recycler
 
@@ -61,6 +61,7 @@ def recycled_everything(monkeypatch):
     monkeypatch.setattr(memory, "RECYCLER", rec)
     monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 12)
     monkeypatch.setattr(svmdecode, "usable_cores", lambda: 2)
+    monkeypatch.setattr(assemble, "usable_cores", lambda: 3)  # two decoding, one for the consumer
     return rec
 
 
