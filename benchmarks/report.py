@@ -700,10 +700,16 @@ def sec_cores_gil():
             f"step, {d['data']['bytes'] / 1e6:.0f} MB kdd-like, batch {d['batch_size']}, under `taskset` "
             f"({source(d)}; a {m.get('cpus', '?')}-core machine). Page cache: the file in /dev/shm, engine "
             f"`buffered`; device: the file on disk, the default engine. The GIL's share of the wall time comes "
-            f"from `py-spy record --gil`; the ceiling (records/s divided by that share) is what the pipeline "
-            f"could reach with every core it wants while the GIL stays this busy.\n\n"
+            f"from `py-spy record --gil`{gil_records(d)}; the ceiling (records/s divided by that share) is what "
+            f"the pipeline could reach with every core it wants while the GIL stays this busy.\n\n"
             + table(["mode", "granularity", "cores", "engine", "M records/s", "CPU µs/record", "GIL held",
                      "ceiling M/s"], rows))
+
+
+def gil_records(d) -> str:
+    """How many GIL records each share is the median of, when more than one."""
+    n = (d.get("gil_method") or {}).get("records", 1)
+    return "" if n <= 1 else f" (the median of {n} records of {d['gil_method']['duration_s']:g} s each)"
 
 
 def sec_consumer():

@@ -54,7 +54,7 @@ class Pipeline:
 
     ``decode(step, buf, buf_pos, got) -> (X, y)`` turns a read step's bytes into rows (see
     :class:`lirs.assemble.StepDecoder`; its ``wide(step, nbytes)``, when it has one, says whether decoding
-    ``step`` spreads over every core by itself); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
+    ``step`` spreads over several cores by itself); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
     ``warm`` (:class:`lirs.warmup.Warmup`): the engine opens, and the first decode runs, once the
     warm-up helper has compiled their kernels (when there is one).
     """

@@ -86,6 +86,15 @@ def test_py_spy_missing_or_refused_gives_a_reason(bc, tmp_path):
     assert res is None and "exited with 1" in why and "Permission Denied" in why
 
 
+def test_the_median_of_several_gil_records_is_kept(bc, monkeypatch):
+    shares = iter([0.30, 0.10, 0.20])
+    monkeypatch.setattr(bc, "measure_gil", lambda *a: ({"share": next(shares), "ticks": 5}, None))
+    res, why = bc.median_gil("py-spy", 1, 1, 100, records=3)
+    assert why is None and res["share"] == 0.20 and res["shares"] == [0.30, 0.10, 0.20]
+    monkeypatch.setattr(bc, "measure_gil", lambda *a: (None, "refused"))
+    assert bc.median_gil("py-spy", 1, 1, 100, records=3) == (None, "refused")
+
+
 def test_one_core_run_on_a_tiny_file(bc, tmp_path):
     """The whole benchmark on ~2 MB, one core, page cache: one row with records/s, CPU per record,
     and a GIL share (or a reason where py-spy is missing or refused)."""
@@ -95,7 +104,7 @@ def test_one_core_run_on_a_tiny_file(bc, tmp_path):
     try:
         assert bc.main(["--size", "2MB", "--dir", str(tmp_path / "d"), "--shm", shm, "--modes", "page-cache",
                         "--granularities", "group", "--cores", "1", "--repeat", "1", "--gil-seconds", "1",
-                        "--gil-rate", "100", "--out", str(out)]) == 0
+                        "--gil-rate", "100", "--gil-records", "2", "--out", str(out)]) == 0
     finally:
         import shutil
         shutil.rmtree(shm, ignore_errors=True)
@@ -108,6 +117,6 @@ def test_one_core_run_on_a_tiny_file(bc, tmp_path):
         assert r["gil_reason"] and r["ceiling_records_per_s"] is None
     else:
         assert 0 <= r["gil_share"] <= 1 and r["gil_reason"] is None
-        assert r["gil"]["ticks"] > 0 and r["profiled"]["records"] > 0
+        assert r["gil"]["ticks"] > 0 and r["profiled"]["records"] > 0 and len(r["gil"]["shares"]) == 2
         if r["gil_share"]:
             assert r["ceiling_records_per_s"] == pytest.approx(r["records_per_s"] / r["gil_share"])
