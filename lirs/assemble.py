@@ -77,9 +77,9 @@ class StepDecoder:
 
     def wide(self, step, nbytes: int | None = None) -> bool:
         """Whether decoding ``step`` spreads over several cores by itself (a LIBSVM window).
-        ``nbytes``: its buffer's size when known, a bound on its records' bytes (a step smaller
-        than two cores' shares is not summed)."""
-        if self.index.format != "libsvm" or (nbytes is not None and span_parts(nbytes, len(step.ids)) == 1):
+        ``nbytes``: its buffer's size when known, a bound on its records' bytes (the records of a
+        buffer too small to split are not summed)."""
+        if self.index.format != "libsvm" or (nbytes is not None and not may_split(nbytes)):
             return False
         return span_parts(step.payload_bytes, len(step.ids), self.decode_threads()) > 1
 
