@@ -392,10 +392,16 @@ class Loader:
         a piece (:attr:`Batch.piece`), and the W walks together read each window once and
         deliver every record once (what :mod:`lirs.torch`'s DataLoader workers do)."""
         run = self._begin(epoch, start, stride, offset, windows)
+        pipe = self._pipeline
         try:
+            pipe.consumer_in = True
             while (item := run.next()) is not None:
-                yield self._deliver(run, item, run.wait(item))
+                out = self._deliver(run, item, run.wait(item))
+                pipe.consumer_in = False  # away with the batch: the pool's extra threads may help
+                yield out
+                pipe.consumer_in = True
         finally:
+            pipe.consumer_in = False
             run.abandon()
 
     async def aepoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0,

@@ -92,6 +92,12 @@ class Pipeline:
         self.claims_lock = threading.Lock()
         self.pool_only: set = set()  # futures of unclaimed steps the consumer leaves to the pool
         self.closing = False
+        # the consumer is inside the loader (Loader.epoch, between being resumed and yielding): it
+        # runs queued steps itself whenever it would wait, so with it and the primary threads on
+        # the cores an extra thread would only preempt them, some while holding the GIL (on 2 cores
+        # a loop epoch held the GIL 15% of its wall time with extras let in, 13% without; median of 5
+        # py-spy records each, ad hoc). Set without a lock: it only steers the extras.
+        self.consumer_in = False
         self.planners: set = set()  # PlanAhead of the epochs being iterated
         self.planners_lock = threading.Lock()
 
@@ -130,12 +136,12 @@ class Pipeline:
     def _claim(self, _=None) -> None:
         """Run the oldest unclaimed task, then the next, until none is left (a queued ``_claim``
         wakes a thread; which task it runs is first come, first served); a thread beyond the
-        ``primary`` ones runs one task, once a core is idle (:meth:`_core_idle`) or at once when
-        the consumer would not run it (a window)."""
+        ``primary`` ones runs one task, once a core is idle (:meth:`_core_idle`) while the consumer
+        is away (not :attr:`consumer_in`), or at once when the consumer would not run it (a window)."""
         extra = getattr(self._role, "extra", False)
         while True:
             if extra:
-                while not (self._pool_only_next() or self._core_idle()):
+                while not (self._pool_only_next() or (not self.consumer_in and self._core_idle())):
                     if not self.unclaimed or self.closing:
                         return
                     time.sleep(EXTRA_POLL_S)

@@ -133,6 +133,37 @@ def test_extra_threads_take_steps_while_the_consumer_sleeps(svm, monkeypatch):
     assert "extra" in names, sorted(set(names))
 
 
+def test_extra_threads_leave_steps_to_a_consumer_inside_the_loader(svm, monkeypatch):
+    # the consumer inside Loader.epoch runs queued steps itself when it would wait: an extra thread
+    # takes none then, idle cores or not; once the consumer is away with its batch, it may
+    from concurrent.futures import Future
+
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
+    monkeypatch.setattr(pipeline.Pipeline, "_core_idle", lambda self: True)
+    with lirs.Loader(svm, 64, granularity="group", engine="buffered", direct=False) as ld:
+        it = ld.epoch(0)
+        next(it)
+        p = ld._pipeline
+        assert not p.consumer_in  # away with its batch
+        p.consumer_in = True
+        ran = threading.Event()
+        fut = Future()
+        with p.claims_lock:
+            p.unclaimed[fut] = ran.set
+
+        def extra():
+            p._role.extra = True
+            p._claim()
+        t = threading.Thread(target=extra)
+        t.start()
+        assert not ran.wait(0.05) and fut in p.unclaimed
+        p.consumer_in = False
+        assert ran.wait(5)
+        t.join(5)
+        it.close()
+        assert not p.consumer_in
+
+
 def test_threads_beyond_the_primary_ones_read_windows_at_once(svm, monkeypatch):
     # the consumer never runs a window: the next one is read by any thread while this one decodes
     from concurrent.futures import Future
