@@ -135,9 +135,10 @@ class Loader:
         TFRecord: check each record's payload CRC-32C as it is read (the length CRC always is).
     threads : int or None
         Threads of the read-and-decode pool; None: one per usable core and one more (a process that
-        shares the cores with others, such as a DataLoader worker, takes its share). Where reads are
-        copies (not a direct engine) usable cores - 1 of them take steps whenever there are some,
-        the others only while a core is idle, and a consumer that waits runs steps itself.
+        shares the cores with others, such as a DataLoader worker, takes its share); ``threads`` set,
+        the loader keeps ``threads - 1`` cores busy. Where reads are copies (not a direct engine)
+        those cores - 1 threads take steps whenever there are some, the others only while the
+        consumer is away and a core is idle, and a consumer that waits runs steps itself.
     """
 
     @keyword_only(_OLD_POSITIONAL)
@@ -233,7 +234,7 @@ class Loader:
             workers = self.threads if self.threads is not None else usable_cores() + 1
             self._pipeline = Pipeline(self.index.paths, engine=self.engine_name, direct=self.direct,
                                       depth=self.depth, decode=self._decoder, workers=workers, stats=self.stats,
-                                      warm=self._warm)
+                                      warm=self._warm, cores=None if self.threads is None else self.threads - 1)
             self._pid = pid
 
     def close(self) -> None:

@@ -56,10 +56,12 @@ class Pipeline:
     :class:`lirs.assemble.StepDecoder`; its ``wide(step, nbytes)``, when it has one, says whether decoding
     ``step`` spreads over several cores by itself); ``stats`` is the loader's :class:`~lirs.loader.LoaderStats`.
     ``warm`` (:class:`lirs.warmup.Warmup`): the engine opens, and the first decode runs, once the
-    warm-up helper has compiled their kernels (when there is one).
+    warm-up helper has compiled their kernels (when there is one). ``cores``: the cores the pool
+    may keep busy (None: every usable one).
     """
 
-    def __init__(self, paths, *, engine: str, direct, depth, decode, workers: int, stats, warm=None):
+    def __init__(self, paths, *, engine: str, direct, depth, decode, workers: int, stats, warm=None,
+                 cores: int | None = None):
         self.warm = warm if warm is not None else Warmup()
         self.warm.wait("read")
         self.engine = open_engine(list(paths), engine, direct=direct, depth=depth)
@@ -71,10 +73,12 @@ class Pipeline:
         # and the consumer, which would stop handing out batches and new steps while it read one,
         # leaves them to the pool (as it does windows)
         self.consumer_helps = not self.engine.direct
-        self.primary = max(1, min(self.workers, usable_cores() - 1)) if self.consumer_helps else self.workers
+        # the cores this pool may keep busy: the usable ones, or a share of them (a DataLoader
+        # worker's: judged against every core, its own use always looked idle to its extras)
+        self.cores = max(1, min(usable_cores(), int(cores))) if cores is not None else usable_cores()
+        self.primary = max(1, min(self.workers, self.cores - 1)) if self.consumer_helps else self.workers
         self._started = itertools.count()
         self._role = threading.local()
-        self.cores = usable_cores()
         self._window = (time.perf_counter(), time.process_time())  # start of the CPU use window
         self.busy_cores = float(self.cores)  # cores busy over the last whole window
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-loader",

@@ -105,6 +105,18 @@ def test_threads_beyond_the_primary_ones_wait_for_an_idle_core(svm, monkeypatch)
         assert p._core_idle()
 
 
+def test_a_pool_sized_by_hand_judges_idle_cores_by_its_share(svm, monkeypatch):
+    # threads=3 (a DataLoader worker's share of 2 cores and one more) on 4 cores: the pool keeps 2
+    # busy, and its own use of them, not of all 4, says whether a core is idle
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 4)
+    with lirs.Loader(svm, 64, granularity="group", engine="buffered", direct=False, threads=3) as ld:
+        ld._ensure_started()
+        p = ld._pipeline
+        assert (p.workers, p.primary, p.cores) == (3, 1, 2)
+        p._window = (time.perf_counter() - 0.05, time.process_time() - 0.05 * 1.8)
+        assert not p._core_idle()
+
+
 @pytest.mark.parametrize("direct", [True, False])
 def test_with_a_direct_engine_every_thread_reads_and_the_consumer_only_waits(svm, monkeypatch, direct):
     # reads from the device wait: every thread of the pool keeps a read in flight, and the consumer
