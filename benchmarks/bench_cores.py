@@ -24,11 +24,17 @@ After the timed epochs the process keeps running epochs while py-spy samples it 
 2. ``py-spy record --idle --threads`` (same D, R): every thread at every tick, each stack rooted in
    its thread. A thread alive throughout (the main thread) appears once per tick, so the largest
    per-thread count is T, the ticks py-spy actually took. T is measured rather than taken as
-   D x R because py-spy falls behind its rate when a process has many threads to walk (it pauses
-   the process for each sample); both runs walk the same threads, so they lag alike.
+   D x R because py-spy falls behind its rate when a process has many threads to walk; both runs
+   walk the same threads, so they lag alike.
 
-The GIL share is G / T (checked on canned processes: a thread spinning in Python gives 1.00, one
-spinning half the time 0.47, a sleeping process 0). ``--gil-records`` N such pairs are taken in a
+Both records are ``--nonblocking``: py-spy reads the process's memory without stopping it. By
+default py-spy stops every thread for each sample, and at 400 Hz that changed what it measured:
+a canned thread spinning in Python 2 ms and sleeping 2 ms read 0.31 stopped, 0.50 not (a thread
+spinning throughout 1.00 and one in a nogil kernel 0.00 either way), and a 2-core group epoch ran
+~10% slower while sampled (ad hoc, py-spy 0.4 on this machine). ``--gil-blocking`` takes the
+stopped samples, as the runs before this option did.
+
+The GIL share is G / T. ``--gil-records`` N such pairs are taken in a
 row and the one with the median share is kept, every share listed (``gil.shares``): one record of
 a 2-core epoch moves by several points from run to run. ``expected_ticks`` = D x R is kept next to T.
 Should the second run fail, T falls back to D x R (``ticks_source`` says which). The share is a
@@ -209,13 +215,13 @@ def py_spy_record(py_spy: str, pid: int, duration: float, rate: int, extra: list
             os.unlink(out)
 
 
-def median_gil(py_spy, pid, duration, rate, cpus=None, records: int = 1) -> tuple:
+def median_gil(py_spy, pid, duration, rate, cpus=None, records: int = 1, blocking: bool = False) -> tuple:
     """:func:`measure_gil` ``records`` times in a row: ``(the record of the median share, with
     every record's share as "shares", or None; reason or None)``. One record's share moves by
     several points from one run to the next (2 cores: 20-25% for the same group epoch)."""
     got, why = [], None
     for _ in range(max(1, int(records))):
-        res, why = measure_gil(py_spy, pid, duration, rate, cpus)
+        res, why = measure_gil(py_spy, pid, duration, rate, cpus, blocking)
         if res is None:
             break
         got.append(res)
@@ -228,16 +234,18 @@ def median_gil(py_spy, pid, duration, rate, cpus=None, records: int = 1) -> tupl
     return mid, None
 
 
-def measure_gil(py_spy, pid, duration, rate, cpus=None) -> tuple:
-    """``(gil_share(...) dict or None, reason or None)`` of a running process."""
+def measure_gil(py_spy, pid, duration, rate, cpus=None, blocking: bool = False) -> tuple:
+    """``(gil_share(...) dict or None, reason or None)`` of a running process, sampled without
+    stopping it (``blocking``: stopped for each sample, py-spy's default)."""
     if py_spy is None:
         return None, "py-spy not found (pip install py-spy, or pass --py-spy / set PYSPY)"
-    gil, why = py_spy_record(py_spy, pid, duration, rate, ["--gil"], cpus)
+    how = [] if blocking else ["--nonblocking"]
+    gil, why = py_spy_record(py_spy, pid, duration, rate, ["--gil", *how], cpus)
     if gil is None:
         return None, why
-    idle, why_idle = py_spy_record(py_spy, pid, duration, rate, ["--idle", "--threads"], cpus)
+    idle, why_idle = py_spy_record(py_spy, pid, duration, rate, ["--idle", "--threads", *how], cpus)
     res = gil_share(gil, idle, duration, rate)
-    res.update(duration_s=duration, rate_hz=rate, idle_record_error=why_idle)
+    res.update(duration_s=duration, rate_hz=rate, blocking=bool(blocking), idle_record_error=why_idle)
     return res, None
 
 
@@ -252,7 +260,7 @@ def core_sets(counts=None) -> list[list[int]]:
 
 
 def run(path, gran, cpus, *, batch, repeat, engine, max_s, py_spy=None, gil_s=0.0, gil_rate=200,
-        gil_records=1) -> dict:
+        gil_records=1, gil_blocking=False) -> dict:
     """One measured process on ``cpus``: its row (see the module docstring)."""
     env = dict(os.environ, NUMBA_NUM_THREADS=str(len(cpus)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)  # this tree's lirs
@@ -266,7 +274,7 @@ def run(path, gran, cpus, *, batch, repeat, engine, max_s, py_spy=None, gil_s=0.
             timed = _line(p, "TIMED ", err)
             gil, reason, profiled = None, "not measured (--gil-seconds 0)", None
             if profile:
-                gil, reason = median_gil(py_spy, p.pid, gil_s, gil_rate, spare, gil_records)
+                gil, reason = median_gil(py_spy, p.pid, gil_s, gil_rate, spare, gil_records, gil_blocking)
                 p.stdin.write("stop\n")
                 p.stdin.flush()
                 profiled = _line(p, "PROFILED ", err)
@@ -341,6 +349,8 @@ def main(argv=None) -> int:
     ap.add_argument("--gil-rate", type=int, default=200, help="py-spy sampling rate R, Hz")
     ap.add_argument("--gil-records", type=int, default=3,
                     help="GIL records per run, the median share kept (each record: D seconds, twice)")
+    ap.add_argument("--gil-blocking", action="store_true",
+                    help="py-spy stops the process for each sample (its default; here off, see the docstring)")
     ap.add_argument("--py-spy", default=None, help="py-spy executable (default: $PYSPY, PATH, beside python)")
     ap.add_argument("--budget-s", type=float, default=0.0, help="skip the runs left after this many seconds (0: none)")
     ap.add_argument("--note", default="", help="recorded in the JSON (e.g. other work sharing the machine)")
@@ -357,7 +367,7 @@ def main(argv=None) -> int:
            "data": {"profile": "kdd", "path": path, "bytes": size, "records": n_records},
            "batch_size": args.batch_size, "repeat": args.repeat, "max_seconds": args.max_seconds,
            "gil_method": {"py_spy": py_spy, "duration_s": args.gil_seconds, "rate_hz": args.gil_rate,
-                          "records": args.gil_records,
+                          "records": args.gil_records, "blocking": args.gil_blocking,
                           "share": "GIL samples of `py-spy record --gil` / ticks of an `--idle --threads` record "
                                    "of the same duration and rate (see the module docstring)"},
            "what": "an epoch with CSR decoding and no training step under taskset; page-cache: data in /dev/shm, "
@@ -376,7 +386,7 @@ def main(argv=None) -> int:
                 r = {"mode": mode, "granularity": gran,
                      **run(src, gran, cpus, batch=args.batch_size, repeat=args.repeat, engine=MODES[mode],
                            max_s=args.max_seconds, py_spy=py_spy, gil_s=args.gil_seconds, gil_rate=args.gil_rate,
-                           gil_records=args.gil_records)}
+                           gil_records=args.gil_records, gil_blocking=args.gil_blocking)}
                 r["MB_per_s"] = r["records_per_s"] * size / n_records / 1e6
                 one = r["records_per_s"] if len(cpus) == 1 else one
                 r["speedup_vs_1_core"] = r["records_per_s"] / one if one else None

@@ -86,6 +86,26 @@ def test_py_spy_missing_or_refused_gives_a_reason(bc, tmp_path):
     assert res is None and "exited with 1" in why and "Permission Denied" in why
 
 
+def test_gil_records_sample_without_stopping_the_process(bc, tmp_path):
+    # a py-spy that logs its arguments and writes a raw record: --nonblocking on both records
+    # unless blocking is asked for
+    log = tmp_path / "args.log"
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\n"
+                    f"echo \"$*\" >> {log}\n"
+                    "while [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then out=$2; fi; shift; done\n"
+                    "echo 'MainThread;run (<string>:1) 3' > $out\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    res, why = bc.measure_gil(str(fake), os.getpid(), 1, 10)
+    assert why is None and res["blocking"] is False and res["gil_samples"] == 3
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2 and all("--nonblocking" in c for c in calls)
+    assert "--gil" in calls[0] and "--idle --threads" in calls[1]
+    log.unlink()
+    res, why = bc.measure_gil(str(fake), os.getpid(), 1, 10, blocking=True)
+    assert res["blocking"] is True and not any("--nonblocking" in c for c in log.read_text().splitlines())
+
+
 def test_the_median_of_several_gil_records_is_kept(bc, monkeypatch):
     shares = iter([0.30, 0.10, 0.20])
     monkeypatch.setattr(bc, "measure_gil", lambda *a: ({"share": next(shares), "ticks": 5}, None))
