@@ -103,8 +103,8 @@ class BatchSteps:
         per = min(self.per, 1 << min(self.made, 30))
         self.made += 1
         js = range(j0, p.num_batches, self.stride)[:per]
-        if len(self.mine) == 1 and self.stride == 1:  # the batches' records are one run of the stream
-            self._share_run(js)
+        if len(self.mine) == 1:  # a plain plan: each batch's records are one run of the stream
+            self._share_span(js)
             return
         ids, orders, cuts = [], [], [0]
         for j in js:
@@ -120,18 +120,27 @@ class BatchSteps:
                       piece_runs=STEP_PIECE_RUNS)
         self.held = {j: Part(step, cuts[i], cuts[i + 1], j == js[-1]) for i, j in enumerate(js)}
 
-    def _share_run(self, js: range) -> None:
-        """:meth:`_share` of a plan of one span: the records taken in one piece, every batch's deal
-        order drawn by one kernel call (the consumer's thread plans this under the GIL)."""
+    def _share_span(self, js: range) -> None:
+        """:meth:`_share` of a plan of one span: the batches' records taken in one piece (stride 1)
+        or one piece a batch (a DataLoader worker's every stride-th), every batch's deal order
+        drawn by one kernel call (the consumer's thread plans this under the GIL)."""
         p, B = self.plan, self.plan.batch_size
         s0, j0 = int(self.mine[0, 0]), js[0]
-        end = min(js[-1] * B + B, p.size)  # the last batch may be short
-        ids = self.cursor.take(s0 + j0 * B, s0 + end)
-        cuts = np.minimum(np.arange(len(js) + 1, dtype=np.int64) * B, end - j0 * B)
+        firsts = np.arange(js.start, js.stop, js.step, dtype=np.int64) * B  # each batch's first position - s0
+        if js.step == 1:
+            end = min(js[-1] * B + B, p.size)  # the last batch may be short
+            ids = self.cursor.take(s0 + j0 * B, s0 + end)
+            cuts = np.minimum(np.arange(len(js) + 1, dtype=np.int64) * B, end - j0 * B)
+        else:
+            sizes = np.minimum(B, p.size - firsts)
+            ids = np.concatenate([self.cursor.take(s0 + a, s0 + a + k)
+                                  for a, k in zip(firsts.tolist(), sizes.tolist())])
+            cuts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         order = None
         if self.deals:
             order = np.empty(len(ids), np.int64)
-            batch_orders(order, cuts, np.uint64(p.batch_key), (s0 + j0 * B + cuts[:-1]).astype(np.uint64))
+            # a batch's stream counter is its first position
+            batch_orders(order, cuts, np.uint64(p.batch_key), (s0 + firsts).astype(np.uint64))
         step = p.step(j0, ids, self.extents, order=order, piece_runs=STEP_PIECE_RUNS)
         c = cuts.tolist()
         self.held = {j: Part(step, c[i], c[i + 1], j == js[-1]) for i, j in enumerate(js)}
