@@ -700,10 +700,29 @@ def sec_cores_gil():
             f"step, {d['data']['bytes'] / 1e6:.0f} MB kdd-like, batch {d['batch_size']}, under `taskset` "
             f"({source(d)}; a {m.get('cpus', '?')}-core machine). Page cache: the file in /dev/shm, engine "
             f"`buffered`; device: the file on disk, the default engine. The GIL's share of the wall time comes "
-            f"from `py-spy record --gil`{gil_records(d)}; the ceiling (records/s divided by that share) is what "
+            f"from `py-spy record --gil{gil_mode(d)}`{gil_records(d)}; the ceiling (records/s divided by that share) is what "
             f"the pipeline could reach with every core it wants while the GIL stays this busy.\n\n"
             + table(["mode", "granularity", "cores", "engine", "M records/s", "CPU µs/record", "GIL held",
-                     "ceiling M/s"], rows))
+                     "ceiling M/s"], rows) + gil_blocking_note())
+
+
+def gil_blocking_note() -> str:
+    """The shares of the same code sampled with the process stopped for each sample (py-spy's
+    default), when that run was kept (``cores_gil_blocking.json``)."""
+    b = load("cores_gil_blocking")
+    if not b:
+        return ""
+    got = ", ".join(f"{r['granularity']} {100 * r['gil_share']:.0f}%" for r in b["rows"] if r.get("gil_share") is not None)
+    return (f"\n\nThe same code with py-spy stopping the process for each sample, its default ({source(b)}): "
+            f"{got} ({b['rows'][0]['mode']}, {b['rows'][0]['cores']} cores). Stopped 400 times a second, "
+            f"a window epoch read as holding the GIL twice as long; see `benchmarks/bench_cores.py`.")
+
+
+def gil_mode(d) -> str:
+    """The py-spy flag of a run's GIL records: `--nonblocking` (the process is not stopped for each
+    sample) unless the run stopped it (``blocking``; runs before that option did)."""
+    m = d.get("gil_method") or {}
+    return "" if m.get("blocking", True) else " --nonblocking"
 
 
 def gil_records(d) -> str:
