@@ -48,13 +48,18 @@ def walk(plan, start: int, stride: int, extents: bool | str, windows: tuple | No
     source = STEP_SOURCES[pol.steps](plan, mine, int(stride), extents)
     if windows is not None:
         source.own(*windows)
-    B = plan.batch_size
     for j in range(int(start), plan.num_batches, int(stride)):
-        bp = source.batch(j, pieces_of(mine, j * B, j * B + plan.batch_size_of(j)))
+        bp = source.batch(j)
         if isinstance(bp, list):  # the pieces a walk over some windows takes of batch j
             yield from bp
         else:
             yield bp
+
+
+def batch_pieces(plan, mine: np.ndarray, j: int) -> list:
+    """The stream positions of batch ``j`` of ``plan`` (its rank's spans ``mine``): :func:`pieces_of`."""
+    B = plan.batch_size
+    return pieces_of(mine, j * B, j * B + plan.batch_size_of(j))
 
 
 def pieces_of(mine: np.ndarray, a: int, b: int) -> list:
@@ -77,29 +82,33 @@ class BatchSteps:
         self.deals = pol.deals_batch
         self.per = pol.batches_per_step(plan)
         self.cursor = Cursor(plan.stream)
-        self.held: dict = {}  # batch -> its part of the shared step being handed out
+        self.held: dict = {}  # batch -> its plan, a part of the shared step being handed out
         self.made = 0  # shared steps planned so far
 
     def _ids(self, pieces: list) -> np.ndarray:
         ids = [self.cursor.take(int(lo), int(hi)) for lo, hi in pieces]
         return ids[0] if len(ids) == 1 else (np.concatenate(ids) if ids else np.empty(0, np.int64))
 
-    def batch(self, j: int, pieces: list) -> BatchPlan:
+    def batch(self, j: int) -> BatchPlan:
+        """The :class:`BatchPlan` of batch ``j`` (the next one of the walk)."""
         if self.per == 1:
+            pieces = batch_pieces(self.plan, self.mine, j)
             ids = self._ids(pieces)
             at = int(pieces[0][0]) if self.deals and len(pieces) else -1
             step = self.plan.step(j, ids, self.extents, at)
             return BatchPlan(j, step.ids, (Part(step, 0, len(ids), True),))
-        if j not in self.held:
+        # a shared step's batches are planned with it: one dict lookup a batch after that
+        bp = self.held.pop(j, None)
+        if bp is None:
             self._share(j)
-        part = self.held.pop(j)
-        return BatchPlan(j, part.step.ids[part.lo:part.hi], (part,))
+            bp = self.held.pop(j)
+        return bp
 
     def _share(self, j0: int) -> None:
         """Plan one step for batches ``j0 ..`` (``per`` of them; the walk's first steps 1, 2, 4, ..:
         its first batch waits for one batch's read, not a whole step's): their records in unit
         order (runs), each batch then dealt in its own order."""
-        p, B = self.plan, self.plan.batch_size
+        p = self.plan
         per = min(self.per, 1 << min(self.made, 30))
         self.made += 1
         js = range(j0, p.num_batches, self.stride)[:per]
@@ -108,7 +117,7 @@ class BatchSteps:
             return
         ids, orders, cuts = [], [], [0]
         for j in js:
-            pieces = pieces_of(self.mine, j * B, j * B + p.batch_size_of(j))
+            pieces = batch_pieces(p, self.mine, j)
             b_ids = self._ids(pieces)
             k = len(b_ids)
             ids.append(b_ids)
@@ -118,7 +127,7 @@ class BatchSteps:
         order = np.concatenate(orders) if self.deals else None
         step = p.step(j0, ids[0] if len(ids) == 1 else np.concatenate(ids), self.extents, order=order,
                       piece_runs=STEP_PIECE_RUNS)
-        self.held = {j: Part(step, cuts[i], cuts[i + 1], j == js[-1]) for i, j in enumerate(js)}
+        self._hold(step, js, cuts)
 
     def _share_span(self, js: range) -> None:
         """:meth:`_share` of a plan of one span: the batches' records taken in one piece (stride 1)
@@ -142,8 +151,13 @@ class BatchSteps:
             # a batch's stream counter is its first position
             batch_orders(order, cuts, np.uint64(p.batch_key), (s0 + firsts).astype(np.uint64))
         step = p.step(j0, ids, self.extents, order=order, piece_runs=STEP_PIECE_RUNS)
-        c = cuts.tolist()
-        self.held = {j: Part(step, c[i], c[i + 1], j == js[-1]) for i, j in enumerate(js)}
+        self._hold(step, js, cuts.tolist())
+
+    def _hold(self, step, js, cuts: list) -> None:
+        """The plans of batches ``js``, rows ``cuts[i]:cuts[i + 1]`` of ``step``, held until walked."""
+        last, ids = js[-1], step.ids
+        self.held = {j: BatchPlan(j, ids[a:b], (Part(step, a, b, j == last),))
+                     for j, a, b in zip(js, cuts[:-1], cuts[1:])}
 
 
 class WindowSteps:
@@ -181,10 +195,11 @@ class WindowSteps:
         lo = window_bounds(self.plan, w)[0]
         return w, self.stream.count(lo, upos) + within
 
-    def batch(self, j: int, pieces: list):
-        """The :class:`BatchPlan` of batch ``j`` (stream positions ``pieces``); with :meth:`own`, a
+    def batch(self, j: int):
+        """The :class:`BatchPlan` of batch ``j`` (the next one of the walk); with :meth:`own`, a
         list of its pieces in the windows owned: none, one, or more when another walk's window
         lies between two of them (each piece is rows of consecutive windows)."""
+        pieces = batch_pieces(self.plan, self.mine, j)
         segs = []          # [first window, parts, ids] of each piece, in delivery order
         gap = False        # a window of another walk since the last part taken
         for lo, hi in pieces:
@@ -257,10 +272,10 @@ class WindowSteps:
     def _rows_ahead(self, j: int, w: int, first: int) -> list:
         """The row ranges of window ``w`` (its row 0 at stream position ``first``) of batches
         j, j + stride, ... of this walk, in walk order."""
-        p, B, size = self.plan, self.plan.batch_size, self.size(w)
+        p, size = self.plan, self.size(w)
         out = []
         for jj in range(j, p.num_batches, self.stride):
-            pieces = pieces_of(self.mine, jj * B, jj * B + p.batch_size_of(jj))
+            pieces = batch_pieces(p, self.mine, jj)
             for lo, hi in pieces:
                 r0, r1 = max(int(lo) - first, 0), min(int(hi) - first, size)
                 if r0 < r1:
