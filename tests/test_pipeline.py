@@ -152,11 +152,19 @@ def test_extra_threads_leave_steps_to_a_consumer_inside_the_loader(svm, monkeypa
 
     monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
     monkeypatch.setattr(pipeline.Pipeline, "_core_idle", lambda self: True)
+    inside, away = [], []
+    real = loader_mod.Loader._deliver
+
+    def deliver(self, run, item, results):
+        inside.append(self._pipeline.consumer_in)
+        return real(self, run, item, results)
+    monkeypatch.setattr(loader_mod.Loader, "_deliver", deliver)
     with lirs.Loader(svm, 64, granularity="group", engine="buffered", direct=False) as ld:
-        it = ld.epoch(0)
-        next(it)
+        for _ in ld.epoch(0):
+            away.append(ld._pipeline.consumer_in)
         p = ld._pipeline
-        assert not p.consumer_in  # away with its batch
+        assert inside and all(inside) and not any(away) and not p.consumer_in
+        time.sleep(0.1)  # the pool's threads are done with the epoch's steps
         p.consumer_in = True
         ran = threading.Event()
         fut = Future()
@@ -172,8 +180,6 @@ def test_extra_threads_leave_steps_to_a_consumer_inside_the_loader(svm, monkeypa
         p.consumer_in = False
         assert ran.wait(5)
         t.join(5)
-        it.close()
-        assert not p.consumer_in
 
 
 def test_threads_beyond_the_primary_ones_read_windows_at_once(svm, monkeypatch):
