@@ -317,8 +317,12 @@ def sec_torch():
             f"its share of the cores, its batches crossing in bundles of up to 16 in shared-memory slots, put "
             f"back in order in the main process) on this 2-core machine it is "
             f"{f(r['torch_w2'])}× the Loader and {f(d['ratio_vs_w0']['torch_w2'])}× `num_workers=0` (goal ≥ "
-            f"{d['goal_ratio_workers_vs_w0']}: {goal(d['ratio_vs_w0']['torch_w2'] >= d['goal_ratio_workers_vs_w0'])}): "
-            f"the workers and the main process compete for the same two cores."
+            f"{d['goal_ratio_workers_vs_w0']}: {goal(d['ratio_vs_w0']['torch_w2'] >= d['goal_ratio_workers_vs_w0'])})"
+            + ("" if d['ratio_vs_w0']['torch_w2'] >= d['goal_ratio_workers_vs_w0'] else
+               ": the workers and the main process compete for the same two cores")
+            + f"; a worker's pool keeps its share of the cores busy, and its extra threads take steps only "
+            f"while its delivering thread is away. The run before these ({source(load('torch_before_away'))}): "
+            f"{f(load('torch_before_away')['ratio_vs_w0']['torch_w2'])}×."
             + _torch_window_line())
 
 
