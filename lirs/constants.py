@@ -72,6 +72,10 @@ POPULATE_MIN_BYTES = 4 << 20
 # them kept waiting (lirs.memory.Recycler): memory given back and touched again cost ~17x more
 # than reused memory on the virtual machines measured here (free pages reported to the host; ad hoc)
 RECYCLE_MIN_BYTES = 8 << 20
+# a read step's decoded arrays (a group step's: ~2 MB each for kdd-like records) are recycled from
+# this size on: numpy's memory of that size went back to the system when a step's last batch was
+# dropped, the consumer's thread holding the GIL through free() and its madvise (lirs.svmdecode)
+RECYCLE_STEP_MIN_BYTES = 1 << 20
 RECYCLE_KEEP_BLOCKS = 6
 WINDOW_AUTO_SHARE = 0.05
 WINDOW_AUTO_MIN = 16 << 20

@@ -68,12 +68,12 @@ class Recycler:
         self.made = 0                   # blocks mapped (for tests and benchmarks)
         self.reused = 0
 
-    def empty(self, n: int, dtype) -> np.ndarray:
+    def empty(self, n: int, dtype, min_bytes: int | None = None) -> np.ndarray:
         """An uninitialised, writable 1-D array of ``n`` items of ``dtype``, page-aligned when it
-        is at least ``min_bytes`` (then in a recycled block), else from numpy."""
+        is at least ``min_bytes`` (default: the pool's; then in a recycled block), else from numpy."""
         dtype = np.dtype(dtype)
         nbytes = int(n) * dtype.itemsize
-        if nbytes < self.min_bytes:
+        if nbytes < (self.min_bytes if min_bytes is None else int(min_bytes)):
             return np.empty(int(n), dtype)
         block = self._take(nbytes)
         holder = np.frombuffer(block, np.uint8, nbytes)

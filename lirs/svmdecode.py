@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .constants import RECYCLE_STEP_MIN_BYTES
 from .cores import usable_cores
 from .kernels import libsvm as K
 from .kernels import libsvm_plain as KP
@@ -57,8 +58,10 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
                                       index_dtype, parts)
     cap = int(K.span_colons(buf, starts, ends))
     y, qid, has_qid, status = _record_arrays(k)
-    indices = np.empty(cap, index_dtype)
-    data = np.empty(cap, _work_dtype(dtype))
+    # a loader decodes a step like the one before: its arrays take that one's memory again
+    # (numpy's would go back to the system, on the consumer's thread, when its last batch did)
+    indices = memory.RECYCLER.empty(cap, index_dtype, RECYCLE_STEP_MIN_BYTES)
+    data = memory.RECYCLER.empty(cap, _work_dtype(dtype), RECYCLE_STEP_MIN_BYTES)
     indptr, nnz, nfb, fb = _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data,
                                       y, qid, has_qid, status)
     out = [indptr, indices[:nnz], data[:nnz], y, qid, has_qid]

@@ -101,3 +101,36 @@ def test_a_window_epoch_takes_its_memory_again(tmp_path, recycled_everything):
     assert rec.free_bytes > 0
     loader.close()
     assert rec.free_bytes == 0  # a closed loader keeps no block waiting
+
+
+def test_group_steps_take_their_memory_again_and_kept_batches_stay_intact(tmp_path, recycled_everything,
+                                                                          monkeypatch):
+    # a group step's decoded arrays come from the pool (small ones here) and go back when its last
+    # batch is gone: batches kept meanwhile still hold their rows
+    from sklearn.datasets import load_svmlight_file
+
+    monkeypatch.setattr(svmdecode, "RECYCLE_STEP_MIN_BYTES", 1 << 12)
+    monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 30)  # each step decoded by one thread, as a group step is
+    p = _write(tmp_path / "d.svm", 6000, 5)
+    idx = lirs.build_index(p, progress=False)
+    X, y = load_svmlight_file(p, dtype=np.float32, n_features=500)
+    rec = recycled_everything
+    with Loader(idx, 64, granularity="group", group_bytes=4096, n_features=500, seed=1) as loader:
+        kept = [b for i, b in enumerate(loader.epoch(0)) if i % 7 == 0]
+        reused = rec.reused
+        for e in (1, 2):
+            for _ in loader.epoch(e):
+                pass
+        assert rec.reused > reused  # later steps took blocks that earlier ones gave back
+        for b in kept:
+            assert _pool_block(b.X.data) and _pool_block(b.X.indices)
+            assert np.array_equal(b.X.toarray(), X[b.ids].toarray()) and np.array_equal(b.y, y[b.ids])
+
+
+def _pool_block(a) -> bool:
+    """Whether array ``a`` is a view of a recycled block (an anonymous map) rather than numpy's memory."""
+    import mmap
+
+    while isinstance(a, np.ndarray):
+        a = a.base
+    return isinstance(getattr(a, "obj", a), mmap.mmap)  # np.frombuffer's base: a memoryview of the map
