@@ -719,7 +719,7 @@ def gil_blocking_note() -> str:
     got = ", ".join(f"{r['granularity']} {100 * r['gil_share']:.0f}%" for r in b["rows"] if r.get("gil_share") is not None)
     return (f"\n\nThe same code with py-spy stopping the process for each sample, its default ({source(b)}): "
             f"{got} ({b['rows'][0]['mode']}, {b['rows'][0]['cores']} cores). Stopped 400 times a second, "
-            f"a window epoch read as holding the GIL twice as long; see `benchmarks/bench_cores.py`.")
+            f"a window epoch read as holding the GIL more than twice as long; see `benchmarks/bench_cores.py`.")
 
 
 def gil_mode(d) -> str:
