@@ -321,9 +321,15 @@ def sec_torch():
             + ("" if d['ratio_vs_w0']['torch_w2'] >= d['goal_ratio_workers_vs_w0'] else
                ": the workers and the main process compete for the same two cores")
             + f"; a worker's pool keeps its share of the cores busy, and its extra threads take steps only "
-            f"while its delivering thread is away. The run before these ({source(load('torch_before_away'))}): "
-            f"{f(load('torch_before_away')['ratio_vs_w0']['torch_w2'])}×."
-            + _torch_window_line())
+            f"while its delivering thread is away." + _torch_before_line() + _torch_window_line())
+
+
+def _torch_before_line() -> str:
+    """What 2 workers gave against ``num_workers=0`` in the run kept from before that change."""
+    b = load("torch_before_away")
+    if not b:
+        return ""
+    return f" The run before it ({source(b)}): {f(b['ratio_vs_w0']['torch_w2'])}×."
 
 
 def _torch_window_line() -> str:

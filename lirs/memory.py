@@ -75,7 +75,10 @@ class Recycler:
         nbytes = int(n) * dtype.itemsize
         if nbytes < (self.min_bytes if min_bytes is None else int(min_bytes)):
             return np.empty(int(n), dtype)
-        block = self._take(nbytes)
+        try:
+            block = self._take(nbytes)
+        except OSError:  # no new map (address space, a map-count limit): numpy's memory, as below the size
+            return np.empty(int(n), dtype)
         holder = np.frombuffer(block, np.uint8, nbytes)
         # views of `holder` keep it as their base (it does not own its memory): it goes when the
         # last view of the array does, and only then is the block given back
@@ -89,10 +92,10 @@ class Recycler:
                 if nbytes <= len(block) <= 2 * nbytes:
                     self.reused += 1
                     return self._free.pop(i)
-        self.made += 1
         # a little headroom: balanced windows differ in size by a few records, rarely more
         block = mmap.mmap(-1, -(-(nbytes + (nbytes >> 5)) // mmap.PAGESIZE) * mmap.PAGESIZE,
                           flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.made += 1
         try:
             # huge pages, as numpy asks for its large arrays: a window's records are decoded in
             # their dealt (random) order, and with 4 KiB pages every record cost a TLB miss (one

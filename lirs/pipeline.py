@@ -98,9 +98,8 @@ class Pipeline:
         self.closing = False
         # the consumer is inside the loader (Loader.epoch, between being resumed and yielding): it
         # runs queued steps itself whenever it would wait, so with it and the primary threads on
-        # the cores an extra thread would only preempt them, some while holding the GIL (on 2 cores
-        # a loop epoch held the GIL 15% of its wall time with extras let in, 13% without; median of 5
-        # py-spy records each, ad hoc). Set without a lock: it only steers the extras.
+        # the cores an extra thread would only preempt them, some while holding the GIL (the
+        # figures: docs/engines.md). Set without a lock: it only steers the extras.
         self.consumer_in = False
         self.planners: set = set()  # PlanAhead of the epochs being iterated
         self.planners_lock = threading.Lock()
@@ -449,9 +448,6 @@ class EpochRun:
         """Block until a batch's futures (:meth:`Pending.waits`) are done: their results in order."""
         t = time.perf_counter()
         try:
-            parts = item.parts
-            if len(parts) == 1 and not item.finishing:  # most batches: rows of one step
-                return [self.pipeline.result(parts[0].future)]
             return [self.pipeline.result(f) for f in item.waits()]
         finally:
             self.pipeline.stats.wait_s += time.perf_counter() - t

@@ -136,15 +136,13 @@ class BatchSteps:
         p, B = self.plan, self.plan.batch_size
         s0, j0 = int(self.mine[0, 0]), js[0]
         firsts = np.arange(js.start, js.stop, js.step, dtype=np.int64) * B  # each batch's first position - s0
-        if js.step == 1:
-            end = min(js[-1] * B + B, p.size)  # the last batch may be short
-            ids = self.cursor.take(s0 + j0 * B, s0 + end)
-            cuts = np.minimum(np.arange(len(js) + 1, dtype=np.int64) * B, end - j0 * B)
+        sizes = np.minimum(B, p.size - firsts)  # the last batch may be short
+        cuts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        if js.step == 1:  # consecutive batches: their records in one piece
+            ids = self.cursor.take(s0 + j0 * B, s0 + j0 * B + int(cuts[-1]))
         else:
-            sizes = np.minimum(B, p.size - firsts)
             ids = np.concatenate([self.cursor.take(s0 + a, s0 + a + k)
                                   for a, k in zip(firsts.tolist(), sizes.tolist())])
-            cuts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         order = None
         if self.deals:
             order = np.empty(len(ids), np.int64)

@@ -45,6 +45,20 @@ def test_small_arrays_are_numpys_and_the_pool_keeps_the_largest_blocks():
     assert r.trim() == 1 and r.free_bytes == 0
 
 
+def test_no_map_to_be_had_gives_numpys_memory(monkeypatch):
+    # a map refused (address space, vm.max_map_count): the array comes from numpy, sized and usable
+    import mmap as mmap_mod
+
+    r = Recycler(keep=4, min_bytes=1 << 16)
+
+    def refuse(*a, **k):
+        raise OSError(12, "Cannot allocate memory")
+    monkeypatch.setattr(mmap_mod, "mmap", refuse)
+    a = r.empty(1 << 16, np.float32)
+    a[:] = 3
+    assert a.shape == (1 << 16,) and a.dtype == np.float32 and a.base is None and r.made == 0
+
+
 def test_a_huge_request_never_takes_a_block_twice_its_size():
     r = Recycler(keep=4, min_bytes=1 << 16)
     big = r.empty(1 << 22, np.uint8)
