@@ -28,11 +28,10 @@ After the timed epochs the process keeps running epochs while py-spy samples it 
    walk the same threads, so they lag alike.
 
 Both records are ``--nonblocking``: py-spy reads the process's memory without stopping it. By
-default py-spy stops every thread for each sample, and at 400 Hz that changed what it measured:
-a canned thread spinning in Python 2 ms and sleeping 2 ms read 0.31 stopped, 0.50 not (a thread
-spinning throughout 1.00 and one in a nogil kernel 0.00 either way), and a 2-core group epoch ran
-~10% slower while sampled (ad hoc, py-spy 0.4 on this machine). ``--gil-blocking`` takes the
-stopped samples, as the runs before this option did.
+default py-spy stops every thread for each sample, and at 400 Hz that changed what it measured.
+``--calibrate`` reads canned processes of known share both ways (``gil_calibration.json``): a
+thread running Python 2 ms and sleeping 2 ms, 0.50, read lower when stopped.
+``--gil-blocking`` takes the stopped samples, as the runs before this option did.
 
 The GIL share is G / T. ``--gil-records`` N such pairs are taken in a
 row and the one with the median share is kept, every share listed (``gil.shares``): one record of
@@ -77,6 +76,45 @@ from _common import kdd_file, machine, write_result  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = {"page-cache": "buffered", "device": "auto"}  # mode -> engine
+
+# Canned processes of a known GIL share (--calibrate): "spin" runs Python throughout (1.0), "half"
+# 2 ms of Python then 2 ms asleep (0.5), "nogil" sorts an array in numpy's C, the GIL released (0.0).
+_CANNED = r"""
+import sys, time
+import numpy as np
+mode, end = sys.argv[1], time.time() + float(sys.argv[2])
+a = np.random.default_rng(0).random(1 << 22)
+while time.time() < end:
+    if mode == "nogil":
+        np.sort(a)
+        continue
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.002:
+        pass
+    if mode == "half":
+        time.sleep(0.002)
+"""
+CANNED = {"spin": 1.0, "half": 0.5, "nogil": 0.0}  # canned process -> its GIL share
+
+
+def calibrate(py_spy, duration: float, rate: int) -> list[dict]:
+    """The GIL share read of each canned process (:data:`CANNED`), sampled without and with
+    stopping it: ``[{"process", "expected", "blocking", "share", "ticks", "reason"}]``."""
+    rows = []
+    for name, expected in CANNED.items():
+        for blocking in (False, True):
+            p = subprocess.Popen([sys.executable, "-c", _CANNED, name, str(2 * duration + 10)])
+            try:
+                time.sleep(1.0)  # numpy imported, the loop running
+                res, why = measure_gil(py_spy, p.pid, duration, rate, None, blocking)
+            finally:
+                p.kill()
+                p.wait()
+            rows.append({"process": name, "expected": expected, "blocking": blocking,
+                         "share": None if res is None else res["share"],
+                         "ticks": None if res is None else res["ticks"], "reason": why})
+    return rows
+
 
 # The measured process: prints one "TIMED <json>" line after the timed epochs; with profiling on,
 # it then runs epochs until a line arrives on stdin (py-spy samples it meanwhile) and prints
@@ -351,11 +389,26 @@ def main(argv=None) -> int:
                     help="GIL records per run, the median share kept (each record: D seconds, twice)")
     ap.add_argument("--gil-blocking", action="store_true",
                     help="py-spy stops the process for each sample (its default; here off, see the docstring)")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="only read canned processes of known GIL share, both ways (gil_calibration.json)")
     ap.add_argument("--py-spy", default=None, help="py-spy executable (default: $PYSPY, PATH, beside python)")
     ap.add_argument("--budget-s", type=float, default=0.0, help="skip the runs left after this many seconds (0: none)")
     ap.add_argument("--note", default="", help="recorded in the JSON (e.g. other work sharing the machine)")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/cores_gil.json)")
     args = ap.parse_args(argv)
+    if args.calibrate:
+        rows = calibrate(find_py_spy(args.py_spy), args.gil_seconds, args.gil_rate)
+        out = write_result("gil_calibration", {
+            "command": "python benchmarks/bench_cores.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "what": "the GIL share py-spy reads of canned processes whose share is known, sampled without "
+                    "stopping them (--nonblocking) and stopping them for each sample (py-spy's default)",
+            "duration_s": args.gil_seconds, "rate_hz": args.gil_rate, "note": args.note, "rows": rows}, args.out)
+        for r in rows:
+            got = "-" if r["share"] is None else f"{r['share']:.2f}"
+            print(f"{r['process']:>6} {'stopped' if r['blocking'] else 'running':>8}: {got} "
+                  f"(expected {r['expected']:.1f})" + (f" {r['reason']}" if r["reason"] else ""))
+        print(out)
+        return 0
     t0 = time.perf_counter()
     path = kdd_file(args.dir, args.size)
     py_spy = find_py_spy(args.py_spy)

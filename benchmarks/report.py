@@ -725,7 +725,19 @@ def gil_blocking_note() -> str:
     got = ", ".join(f"{r['granularity']} {100 * r['gil_share']:.0f}%" for r in b["rows"] if r.get("gil_share") is not None)
     return (f"\n\nThe same code with py-spy stopping the process for each sample, its default ({source(b)}): "
             f"{got} ({b['rows'][0]['mode']}, {b['rows'][0]['cores']} cores). Stopped 400 times a second, "
-            f"a window epoch read as holding the GIL more than twice as long; see `benchmarks/bench_cores.py`.")
+            f"a window epoch read as holding the GIL more than twice as long." + gil_calibration_note())
+
+
+def gil_calibration_note() -> str:
+    """What py-spy read of canned processes of known GIL share, both ways (``gil_calibration.json``)."""
+    c = load("gil_calibration")
+    if not c:
+        return ""
+    got = "; ".join(f"{r['process']} ({r['expected']:g}): "
+                    + "/".join("–" if x["share"] is None else f"{x['share']:.2f}"
+                               for x in c["rows"] if x["process"] == r["process"])
+                    for r in c["rows"] if not r["blocking"])
+    return (f" Canned processes whose share is known, read running/stopped ({source(c)}): {got}.")
 
 
 def gil_mode(d) -> str:

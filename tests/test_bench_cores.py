@@ -106,6 +106,23 @@ def test_gil_records_sample_without_stopping_the_process(bc, tmp_path):
     assert res["blocking"] is True and not any("--nonblocking" in c for c in log.read_text().splitlines())
 
 
+def test_calibration_reads_each_canned_process_both_ways(bc, tmp_path, monkeypatch):
+    # the canned processes run for real; py-spy is a fake whose records say the GIL was always held
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\n"
+                    "while [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then out=$2; fi; shift; done\n"
+                    "echo 'MainThread;run (<string>:1) 4' > $out\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(bc.time, "sleep", lambda s: None)
+    out = tmp_path / "cal.json"
+    assert bc.main(["--calibrate", "--py-spy", str(fake), "--gil-seconds", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["process"], r["blocking"]) for r in rows] == [(p, b) for p in ("spin", "half", "nogil")
+                                                               for b in (False, True)]
+    assert all(r["share"] == 1.0 and r["reason"] is None for r in rows)
+    assert {r["process"]: r["expected"] for r in rows} == {"spin": 1.0, "half": 0.5, "nogil": 0.0}
+
+
 def test_the_median_of_several_gil_records_is_kept(bc, monkeypatch):
     shares = iter([0.30, 0.10, 0.20])
     monkeypatch.setattr(bc, "measure_gil", lambda *a: ({"share": next(shares), "ticks": 5}, None))
