@@ -773,22 +773,39 @@ def sec_consumer():
               f"{f(d['first_batch_preload_vs_off'])}×.")
 
 
-# the 16-core GPU machine lent to a session (tools/device_all.sh): its JSONs sit in results/16cores/
+# the 16-core GPU machine lent to a session (tools/device_all.sh): its JSONs sit in results/16cores/, the
+# run before this round's pipeline changes beside them as *_before.json
 MANY = "16cores"
 GOALS_16 = {"group": 10e6, "window": 10e6, "instance": 2.5e6}  # records/s, page cache, 16 cores
 
 
-def machine_16() -> str:
+def machine_16(suffix: str = "") -> str:
     """The lent machine in words, from the run's machine.txt and its GPU benchmark."""
     try:
-        with open(os.path.join(RESULTS, MANY, "machine.txt")) as fh:
+        with open(os.path.join(RESULTS, MANY, f"machine{suffix}.txt")) as fh:
             txt = fh.read()
     except OSError:
         return "a 16-core machine"
     model = next((ln.split(":", 1)[1].strip() for ln in txt.splitlines() if ln.startswith("Model name")), "")
-    gpu = (load(f"{MANY}/train_gpu") or {}).get("device", "")
+    gpu = (load(f"{MANY}/train_gpu{suffix}") or {}).get("device", "")
     gpu = gpu[gpu.find("(") + 1:gpu.rfind(")")] if "(" in gpu else ""
     return "16 cores" + (f" ({model})" if model else "") + (f", an {gpu}" if gpu else "")
+
+
+def load_cores_16(suffix: str = ""):
+    """The 16-core cores run; granularities its time budget left out are taken from a run made right
+    after on the same machine (cores_gil{suffix}_<granularity>.json), where there is one."""
+    d = load(f"{MANY}/cores_gil{suffix}")
+    if not d:
+        return None
+    d = dict(d, extra=[])
+    have = {r["granularity"] for r in d["rows"]}
+    for g in ("group", "window", "instance"):
+        more = load(f"{MANY}/cores_gil{suffix}_{g}")
+        if g not in have and more:
+            d["rows"] = d["rows"] + [r for r in more["rows"] if r["granularity"] == g]
+            d["extra"].append((g, more))
+    return d
 
 
 def _rate(d, gran: str, cores: int):
@@ -796,9 +813,13 @@ def _rate(d, gran: str, cores: int):
                  if r["mode"] == "page-cache" and r["granularity"] == gran and r["cores"] == cores), None)
 
 
+def _ratios(t) -> str:
+    return ", ".join(f"{k[7:]}: {v:.2f}×" for k, v in t["ratio_vs_w0"].items())
+
+
 def cores_16_glance() -> str | None:
     """The README's line on the 16-core run."""
-    d = load(f"{MANY}/cores_gil")
+    d = load_cores_16()
     if not d:
         return None
     size = d["data"]["bytes"] / d["data"]["records"]
@@ -816,9 +837,7 @@ def cores_16_glance() -> str | None:
         out += (" `make_dataloader` with " + ", ".join(f"{k[7:]} workers {v:.2f}×" for k, v in t["ratio_vs_w0"].items())
                 + f" its rate with `num_workers=0` ({t['granularity']}"
                 + ("" if not tw.get("ratio_vs_w0") else
-                   "; window " + ", ".join(f"{v:.2f}×" for v in tw["ratio_vs_w0"].values()))
-                + f"; lirs at {t.get('code_commit', '?')}, before workers sent bundles of batches and read "
-                  f"their own windows, and before a read step went to the thread that claims it first).")
+                   "; window " + ", ".join(f"{v:.2f}×" for v in tw["ratio_vs_w0"].values())) + ").")
     gpu = load(f"{MANY}/train_gpu")
     if gpu and gpu.get("train_vs_step_or_loader"):
         rate = gpu["records_per_s"]
@@ -830,7 +849,7 @@ def cores_16_glance() -> str | None:
 
 def cores_16_table() -> str | None:
     """The README's cores table of the 16-core run: records/s by cores, page cache."""
-    d = load(f"{MANY}/cores_gil")
+    d = load_cores_16()
     if not d:
         return None
     size = d["data"]["bytes"] / d["data"]["records"]
@@ -842,57 +861,60 @@ def cores_16_table() -> str | None:
 
 
 def sec_cores_16():
-    d = load(f"{MANY}/cores_gil")
+    d = load_cores_16()
     if not d:
         return None
-    first = load(f"{MANY}/cores_gil_first")
+    before = load_cores_16("_before")
     counts = sorted({r["cores"] for r in d["rows"] if r["mode"] == "page-cache"})
     rows = []
     for g in ("group", "window", "instance"):
         rates = [_rate(d, g, c) for c in counts]
         if not any(rates):
             continue
-        r8, r16, was = _rate(d, g, 8), _rate(d, g, 16), _rate(first, g, 16)
+        r8, r16, was = _rate(d, g, 8), _rate(d, g, 16), _rate(before, g, 16)
         gil = next((r.get("gil_share") for r in d["rows"] if r["mode"] == "page-cache" and r["granularity"] == g
                     and r["cores"] == 16), None)
         rows.append([g] + [f(None if x is None else x / 1e6) for x in rates]
                     + [f(r16 / r8 if r16 and r8 else None), "–" if gil is None else f"{100 * gil:.0f}%",
                        f(None if was is None else was / 1e6),
                        f"{GOALS_16[g] / 1e6:g}M: {goal(bool(r16) and r16 >= GOALS_16[g])}"])
+    extra = "".join(f" The {g} rows come from a second run right after on the same machine ({source(m)}), "
+                    f"since the first one's time budget ran out before them." for g, m in d["extra"])
+    was = "" if not before else (f"; the column \"before\" is the same benchmark on {machine_16('_before')} "
+                                 f"with lirs at {before.get('code_commit', '?')}, before this round's pipeline "
+                                 f"changes (a read step run by the thread that claims it first, kept decode "
+                                 f"threads, a step's Python in kernels, recycled step memory)")
     text = (f"### Sixteen cores and a GPU\n\nThe same benchmark on {machine_16()}, a machine lent to one "
             f"session ({source(d)}; `tools/device_all.sh`): page cache (the file in /dev/shm, engine `buffered`), "
             f"{d['data']['bytes'] / 1e9:.1f} GB kdd-like, batch {d['batch_size']}, lirs at "
-            f"{d.get('code_commit', '?')} (before a read step went to the thread that claims it first: "
-            f"`cores - 1` pool threads and the waiting consumer). M records/s by cores; the "
-            f"first run of that session (before its pipeline changes: plans made ahead on a thread of their "
-            f"own, extents found by the pool, windows copied by several threads) beside it.\n\n"
-            + table(["granularity"] + [f"{c} cores" for c in counts] + ["8 → 16", "GIL at 16", "first run, 16",
+            f"{d.get('code_commit', '?')}. M records/s by cores{was}.{extra}\n\n"
+            + table(["granularity"] + [f"{c} cores" for c in counts] + ["8 → 16", "GIL at 16", "before, 16",
                                                                          "goal at 16"], rows))
     t = load(f"{MANY}/torch")
     if t and t.get("ratio_vs_w0"):
-        tf = load(f"{MANY}/torch_first")
-        was = "" if not tf else (" (first run: " + ", ".join(f"{k[7:]}: {v:.2f}×" for k, v in tf["ratio_vs_w0"].items())
-                                 + ")")
-        tw = load(f"{MANY}/torch_window")
+        tb = load(f"{MANY}/torch_before")
+        tw, twb = load(f"{MANY}/torch_window"), load(f"{MANY}/torch_window_before")
         win = "" if not tw or not tw.get("ratio_vs_w0") else (
-            "; with granularity window " + ", ".join(f"{k[7:]}: {v:.2f}×" for k, v in tw["ratio_vs_w0"].items()))
-        text += (f"\n\n`make_dataloader` on that machine ({source(t)}; lirs at {t.get('code_commit', '?')}, "
-                 f"before workers sent bundles of batches and read their own windows, and before a read step went "
-                 f"to the thread that claims it first), group granularity, workers against "
-                 f"`num_workers=0` ({t['records_per_s']['torch_w0'] / 1e6:.2f}M records/s): "
-                 + ", ".join(f"{k[7:]} workers {v:.2f}×" for k, v in t["ratio_vs_w0"].items()) + was + win
-                 + f" (goal ≥ 1.0: {goal(all(v >= 1.0 for v in t['ratio_vs_w0'].values()))}).")
+            "; with granularity window " + _ratios(tw)
+            + ("" if not twb else f" (before: {_ratios(twb)})"))
+        ok = all(v >= 1.0 for x in (t, tw or {}) for v in x.get("ratio_vs_w0", {}).values())
+        text += (f"\n\n`make_dataloader` on that machine ({source(t)}; lirs at {t.get('code_commit', '?')}), "
+                 f"workers against `num_workers=0` ({t['records_per_s']['torch_w0'] / 1e6:.2f}M records/s), group "
+                 f"granularity: " + _ratios(t) + ("" if not tb else f" (before: {_ratios(tb)})") + win
+                 + f" (goal ≥ 1.0 for 2, 4 and 8 workers: {goal(ok)}).")
     g = load(f"{MANY}/train_gpu")
     if g and g.get("train_vs_step_or_loader"):
-        rate, gf = g["records_per_s"], load(f"{MANY}/train_gpu_first")
+        rate, gb = g["records_per_s"], load(f"{MANY}/train_gpu_before")
         text += (f"\n\nFeeding the GPU ({g['device']}, {source(g)}): the README's `EmbeddingBag` model, its step "
                  f"alone on batches already on the GPU {rate['step'] / 1e6:.2f}M records/s, the Loader alone "
                  f"{rate['loader'] / 1e6:.2f}M, `make_dataloader(device=\"cuda\")` alone (batches moved, no step) "
                  f"{rate['feed'] / 1e6:.2f}M, training fed by it {rate['train'] / 1e6:.2f}M: "
                  f"{g['train_vs_step_or_loader']:.2f}× the slower of the step alone and the Loader alone (goal ≥ "
                  f"0.8: {goal(g['train_vs_step_or_loader'] >= 0.8)})"
-                 + ("" if not gf else f"; the first run fed {gf['records_per_s']['feed'] / 1e6:.2f}M and trained "
-                                      f"{gf['records_per_s']['train'] / 1e6:.2f}M, one pinned copy per tensor")
+                 + ("" if not gb else f"; before ({gb['device']}): step {gb['records_per_s']['step'] / 1e6:.2f}M, "
+                                      f"feed {gb['records_per_s']['feed'] / 1e6:.2f}M, training "
+                                      f"{gb['records_per_s']['train'] / 1e6:.2f}M, "
+                                      f"{gb['train_vs_step_or_loader']:.2f}×")
                  + ".")
     return text
 
