@@ -103,18 +103,23 @@ class PlanAhead:
         return item
 
     def close(self) -> None:
-        """Stop planning and wait for the thread (it finishes the plan it is making)."""
+        """Stop planning and wait for the thread (it finishes the plan it is making), then close
+        ``make()``'s iterator here (its cleanup runs now, not when it is collected)."""
         self._stop.set()
         self._stopped = self._stopped or not self._done
         self._done = True
-        if self._thread is None or self._thread is threading.current_thread():
+        if self._thread is threading.current_thread():
             return
-        while self._thread.is_alive():
-            try:
-                self._q.get(timeout=0.05)  # a put waiting for room returns
-            except queue.Empty:
-                pass
-        self._have.clear()
+        if self._thread is not None:
+            while self._thread.is_alive():
+                try:
+                    self._q.get(timeout=0.05)  # a put waiting for room returns
+                except queue.Empty:
+                    pass
+            self._have.clear()
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
 
 
 class PlanInline:

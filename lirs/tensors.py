@@ -158,6 +158,7 @@ def to_device(out, device, non_blocking: bool = False):
 
 STAGING_SLOTS = 4         # pinned staging buffers a Feeder cycles through (a copy k is done long before k+4)
 STAGING_BYTES = 1 << 20   # each one's first size; grown (doubled, at least to the batch) when a batch needs it
+FEED_AHEAD = 2            # batches a Feeder's thread moves ahead of the one the consumer holds
 
 
 class Staging:
@@ -188,51 +189,65 @@ class Staging:
 
 
 class Feeder:
-    """Batches moved to a CUDA ``device`` one step ahead: the tensors of batch k+1 (ids, y, the
-    arrays of X) are packed into one pinned staging buffer and copied to one device buffer on a
-    side stream while the consumer's step on batch k runs on its current stream. One allocation,
-    one copy and one event per batch, not one pin, copy and allocation per tensor: the consumer's
-    thread launches the training step too, and every call here is taken from it. Before batch k is
-    handed out, the current stream waits for the copy's event and the device buffer is marked as
-    used by the current stream (``record_stream``), so the caching allocator does not reuse it
-    while the step may still read it; the batch's tensors are views of that buffer, kept alive as
-    long as the consumer holds any of them."""
+    """Batches moved to a CUDA ``device`` ahead of the consumer, on a thread of their own: the tensors
+    of a batch (ids, y, the arrays of X) are packed into one pinned staging buffer and copied to one
+    device buffer on a side stream, up to ``FEED_AHEAD`` batches ahead, while the consumer's step
+    runs on its current stream. One allocation, one copy and one event per batch, not one pin, copy
+    and allocation per tensor. The feeding thread also pulls the batches from ``batches`` (the
+    Loader's Python per batch, the tensors' construction) and rebuilds them as views of the device
+    buffer, so the consumer's thread, which launches the training step, only waits for the copy's
+    event on its current stream and marks the device buffer as used by that stream
+    (``record_stream``: the caching allocator does not reuse it while the step may still read it).
+    The batch's tensors are views of that buffer, kept alive as long as the consumer holds any of
+    them. The first batch is made on the consumer's thread (no hand-off before it); an error comes
+    out where its batch would have (:class:`lirs.ahead.PlanAhead`)."""
 
-    def __init__(self, batches, device, staging: Staging | None = None, position=None):
+    def __init__(self, batches, device, staging: Staging | None = None, position=None, ahead: int | None = None):
         self.batches, self.device = batches, device
         self.staging = staging
-        # (get, set) of the consumer's position: taken as each batch is pulled from ``batches``,
-        # put back as that batch is handed out (the next one is pulled first, and a state_dict
-        # taken while the consumer holds batch k must resume at k + 1, not k + 2)
+        # (get, set) of the consumer's position: taken as each batch is pulled from ``batches`` (on
+        # the feeding thread), set as that batch is handed out (later ones are pulled first, and a
+        # state_dict taken while the consumer holds batch k must resume at k + 1)
         self.position = position
+        self.ahead = FEED_AHEAD if ahead is None else max(1, int(ahead))
 
-    def __iter__(self):
+    def _moved(self):
+        """The batches, each moved: (output on the device, its device buffer, the copy's event, the
+        position taken as it was pulled); runs on the feeding thread, the first on the consumer's."""
         side = torch.cuda.Stream(self.device)
         staging = self.staging or Staging()
-        ahead = None
-        get, put = self.position or (lambda: None, lambda p: None)
-        for out in self.batches:
-            pos = get()
-            rebuild, ts = _parts(out)
-            spans, total = pack_spans(ts)
-            s, host = staging.take(total)
-            pack_into(host.numpy(), ts, spans)
-            with torch.cuda.stream(side):
-                dev = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
-                dev.copy_(host[:max(total, 1)], non_blocking=True)
-                done = torch.cuda.Event()
-                done.record(side)
-            staging.used(s, done)
-            if ahead is not None:
-                put(ahead[-1])
-                yield self._ready(*ahead[:-1])
-            ahead = (rebuild, dev, spans, done, pos)
-        if ahead is not None:
-            put(ahead[-1])
-            yield self._ready(*ahead[:-1])
+        get = self.position[0] if self.position else (lambda: None)
+        try:
+            for out in self.batches:
+                pos = get()
+                rebuild, ts = _parts(out)
+                spans, total = pack_spans(ts)
+                s, host = staging.take(total)
+                pack_into(host.numpy(), ts, spans)
+                with torch.cuda.stream(side):
+                    dev = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
+                    dev.copy_(host[:max(total, 1)], non_blocking=True)
+                    done = torch.cuda.Event()
+                    done.record(side)
+                staging.used(s, done)
+                # views and a sparse tensor's metadata only (no kernel reads the buffer here)
+                yield rebuild(span_views(dev, spans)), dev, done, pos
+        finally:  # a consumer that stopped early: the source's cleanup now (its epoch, its workers)
+            close = getattr(self.batches, "close", None)
+            if close is not None:
+                close()
 
-    def _ready(self, rebuild, dev, spans, done):
-        cur = torch.cuda.current_stream(self.device)
-        cur.wait_event(done)
-        dev.record_stream(cur)  # one storage: every view of it is covered
-        return rebuild(span_views(dev, spans))  # built on the current stream, after the wait
+    def __iter__(self):
+        from .ahead import PlanAhead
+
+        put = self.position[1] if self.position else (lambda p: None)
+        moved = PlanAhead(self._moved, chunk=1, ahead=self.ahead, name="lirs-feed")
+        try:
+            for out, dev, done, pos in moved:
+                cur = torch.cuda.current_stream(self.device)
+                cur.wait_event(done)
+                dev.record_stream(cur)  # one storage: every view of it is covered
+                put(pos)
+                yield out
+        finally:
+            moved.close()

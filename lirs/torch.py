@@ -142,6 +142,7 @@ class LirsIterableDataset(tud.IterableDataset):
         self._loader = None
         self._loader_key = None
         self._pos = ResumeState(self.epoch)        # this process's deliveries (the consumer's position)
+        self._shown: ResumeState | None = None  # while a device feeder's thread pulls ahead (None: _pos)
         self._chosen = True  # the epoch of the next pass was chosen (here, set_epoch, a loaded state)
         self._resume: ResumeState | None = None    # an exact Loader state the next iteration starts from
         # DataLoader workers do not see the process group: read it here, in the rank's process
@@ -167,6 +168,7 @@ class LirsIterableDataset(tud.IterableDataset):
             self._resume = None
         if self._resume is None:
             self._pos = ResumeState(self.epoch)
+        self._shown = None
         self.publish()
 
     def publish(self) -> None:
@@ -260,7 +262,7 @@ class LirsIterableDataset(tud.IterableDataset):
         """Where this process is: in the main process the batches it delivered (with
         :class:`LirsDataLoader`: the consumer received); in a DataLoader worker (torchdata's
         ``StatefulDataLoader``) that worker's next batch, ``worker = (id, num_workers)``."""
-        pos = self._resume if self._resume is not None else self._pos
+        pos = self._resume if self._resume is not None else self._shown if self._shown is not None else self._pos
         worker = None if tud.get_worker_info() is None else worker_of()
         return pos.replace(config=self.loader().state().config, worker=worker)
 
@@ -285,6 +287,7 @@ class LirsIterableDataset(tud.IterableDataset):
         if one is None and any(s.worker is not None for s in states):
             raise UsageError("an elastic resume takes the main-process states of the old ranks")
         loader.load_state_dict([s.replace(worker=None) for s in states])
+        self._shown = None
         exact = loader.state()  # the loaded position, elastic remainders resolved
         if exact.epoch is None:
             self._resume = None
@@ -299,6 +302,7 @@ class LirsIterableDataset(tud.IterableDataset):
         """A new pass over the dataset starts (in the main process): unless its epoch was chosen
         since the last pass (:meth:`set_epoch`, a loaded state), it is the next epoch, so that two
         passes never repeat an order by accident. Returns the pass's epoch."""
+        self._shown = None
         if not self._chosen:
             self.set_epoch(self.epoch + 1)
         self._chosen = False
@@ -309,8 +313,7 @@ class LirsIterableDataset(tud.IterableDataset):
         return self._resume
 
     def begin_at(self, position: ResumeState) -> None:
-        """An iteration started (its workers took the resume point): forget the resume point; the
-        consumer is at ``position``."""
+        """An iteration started (its workers took the resume point): forget it; the consumer is at ``position``."""
         self._resume = None
         self._pos = position
 
@@ -320,8 +323,8 @@ class LirsIterableDataset(tud.IterableDataset):
 
     def handed_out(self, position: ResumeState) -> None:
         """The consumer is at ``position`` (taken when its batch was made; batches made after it
-        are still held back, by a device feeder)."""
-        self._pos = position
+        are still held back, by a device feeder, which calls this on the consumer's thread)."""
+        self._shown = position
 
     # ------------------------------------------------------------------ iteration
     def __iter__(self):
@@ -417,11 +420,10 @@ class LirsDataLoader(tud.DataLoader):
     device = None  # make_dataloader(device=...): where the consumer gets the batches (None: as made)
 
     def __iter__(self):
-        it = self._batches()
         if self.device is None or self.device.type == "cpu":
-            return it
+            return self._batches()
         ds = self.dataset
-        return iter(Feeder(it, self.device, position=(lambda: ds._pos, ds.handed_out)))
+        return iter(Feeder(self._batches(), self.device, position=(lambda: ds._pos, ds.handed_out)))
 
     def _batches(self):
         ds = self.dataset
@@ -429,10 +431,9 @@ class LirsDataLoader(tud.DataLoader):
             if self.pin_memory:  # torch pins each batch
                 yield from super().__iter__()
                 return
-            # The batches are tensors already: torch's single-process iterator would only add its
-            # fixed cost per batch (a profiler range, the fetcher, the conversion walk), a sizeable
-            # share of a lirs batch's cost (benchmarks/bench_torch.py). Its one draw from the torch
-            # RNG per epoch is kept, so a training's random stream is what it would be with it.
+            # The batches are tensors already: torch's single-process iterator would only add its fixed
+            # cost per batch (a profiler range, the fetcher, the conversion walk), a sizeable share of a
+            # batch's (bench_torch.py). Its one draw from the torch RNG per epoch is kept.
             torch.empty((), dtype=torch.int64).random_(generator=self.generator)
             convert = self.collate_fn
             for b in ds:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import pickle
 import socket
+import time
 import warnings
 
 import numpy as np
@@ -672,6 +673,56 @@ def test_the_device_feeder_packs_each_batch_into_one_buffer(small_svm, monkeypat
     for g, w in zip(got, want):
         assert torch.equal(g["ids"], w["ids"]) and torch.equal(g["y"], w["y"])
         assert g["X"].layout == w["X"].layout and torch.equal(g["X"].to_dense(), w["X"].to_dense())
+
+
+def _stand_ins(monkeypatch, log):
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: _Stream(log))
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _Stream(log))
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, s: None)
+
+
+def test_the_device_feeder_pulls_ahead_on_a_thread_of_its_own(monkeypatch):
+    """The Feeder's thread pulls and moves the batches (all but the first, made on the consumer's
+    thread) at most FEED_AHEAD + 1 ahead of the one handed out; an error raised by the source comes
+    out after the batches before it; a consumer that stops early stops the thread and closes the
+    source on its own thread."""
+    import threading
+
+    from lirs import tensors
+
+    _stand_ins(monkeypatch, [])
+    me = threading.get_ident()
+    pulled, closed = [], []
+
+    def source(n, fail_at=None):
+        try:
+            for i in range(n):
+                if i == fail_at:
+                    raise ValueError(f"bad batch {i}")
+                pulled.append((i, threading.get_ident()))
+                yield {"ids": torch.arange(i, i + 3), "X": torch.full((3, 2), float(i)), "y": torch.zeros(3)}
+        finally:
+            closed.append(threading.get_ident())
+
+    feed = tensors.Feeder(source(50), torch.device("cpu"), tensors.Staging(pin=False), ahead=2)
+    for k, b in enumerate(feed):
+        assert b["ids"].tolist() == [k, k + 1, k + 2] and float(b["X"][0, 0]) == k
+        if k == 5:
+            time.sleep(0.2)  # the thread fills its queue meanwhile, and no further
+            assert len(pulled) <= k + 1 + 2 + 1
+            break
+    assert pulled[0][1] == me and all(t != me for _, t in pulled[1:]), "the first batch on the consumer's thread"
+    assert closed == [me], "the source closed when the consumer stopped, on the consumer's thread"
+    assert not any(t.name == "lirs-feed" for t in threading.enumerate())
+
+    pulled.clear()
+    got = []
+    with pytest.raises(ValueError, match="bad batch 7"):
+        for b in tensors.Feeder(source(20, fail_at=7), torch.device("cpu"), tensors.Staging(pin=False)):
+            got.append(int(b["ids"][0]))
+    assert got == list(range(7)), "the error comes out where its batch would have"
 
 
 def test_window_workers_read_their_own_windows(kdd_file, small_svm, monkeypatch):
