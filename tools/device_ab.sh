@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# This checkout against earlier lirs trees on one lent 16-core GPU machine, in one call: the same
+# data, the same machine, runs one after the other (no two at once). Most wanted first, each part
+# cut by `timeout`:
+#   1. benchmarks/bench_torch.py --train (the GPU fed by make_dataloader(device="cuda")): this tree,
+#      then each tree named in TRAIN_AB; into $OUT/train_gpu.json and train_gpu_<commit>.json.
+#   2. benchmarks/bench_cores.py, page cache, cores $CORES, granularities $GRANS, no GIL records:
+#      this tree, then each tree named in CORES_AB; into $OUT/cores_ab.json, cores_ab_<commit>.json.
+# An earlier tree is lirs/ and benchmarks/*.py of a commit, made here before the call with
+#   bash tools/device_ab.sh --make COMMIT...      (into .ab/COMMIT/; add /.ab/ to .git/info/exclude)
+# and carried (run's carry: [".ab"]). Each tree runs its own benchmark scripts on its own lirs.
+#
+#   TRAIN_AB=49dc7d9 CORES_AB=75594c1 OUT=/tmp/out bash tools/device_ab.sh           # 1 GB, ~4 minutes
+# THIS names this checkout's commit in the notes (default: git's HEAD, where there is a .git).
+#   TRAIN_AB=49dc7d9 CORES_AB=75594c1 OUT=/tmp/out bash tools/device_ab.sh --small   # 30 MB, a check here
+set -uo pipefail
+if [[ ${1:-} == --make ]]; then
+  shift
+  for c in "$@"; do
+    rm -rf ".ab/$c" && mkdir -p ".ab/$c"
+    git archive "$c" lirs benchmarks | tar -x -C ".ab/$c" --exclude 'benchmarks/results'
+    rm -rf ".ab/$c/benchmarks/results"
+  done
+  du -sh .ab
+  exit 0
+fi
+source "$(dirname "$0")/device_env.sh"
+SIZE=1GB BYTES=1e9 CORES=${CORES:-2,16} GRANS=${GRANS:-group,window} REPEATS=3 TRAIN_T=${TRAIN_T:-90} CORES_T=${CORES_T:-90}
+if [[ ${1:-} == --small ]]; then
+  SIZE=30MB BYTES=30e6 CORES=1,2 REPEATS=1
+fi
+D=/tmp/lirs-ab
+THIS=${THIS:-$(git rev-parse --short HEAD 2>/dev/null || echo "this checkout")}  # the device's copy has no .git
+mkdir -p "$D"
+t0=$SECONDS
+NOTE="tools/device_ab.sh ${1:-}: $(nproc) cores; nothing else ran on the machine"
+nvidia-smi --query-gpu=name --format=csv,noheader > "$OUT/machine_ab.txt" 2>&1
+{ echo "cores: $(nproc)"; lscpu 2>/dev/null | grep -E 'Model name'; } >> "$OUT/machine_ab.txt"
+LOG="$OUT/device_ab.log"
+: > "$LOG"
+
+tree_run() {  # TREE TIMEOUT SCRIPT ARGS...: a benchmark script of TREE ("." this one) on TREE's lirs
+  local tree=$1 t=$2 script=$3
+  shift 3
+  echo "== $tree: $script $* ($((SECONDS - t0)) s)" | tee -a "$LOG"
+  (cd "$tree" && PYTHONPATH=. timeout "$t" "$PY" "$script" "$@") 2>&1 \
+    | grep -v -e UserWarning -e check_worker_number | tee -a "$LOG"
+}
+
+# 1. the GPU fed by make_dataloader: one file (made by this tree's bench_torch), every tree
+DATA=$D/kdd.svm
+tree_run . "$TRAIN_T" benchmarks/bench_torch.py --train --data "$DATA" --size "$BYTES" --repeats "$REPEATS" \
+  --note "$NOTE; lirs at $THIS" --out "$OUT/train_gpu.json"
+for c in ${TRAIN_AB:-}; do
+  tree_run ".ab/$c" "$TRAIN_T" benchmarks/bench_torch.py --train --data "$DATA" --size "$BYTES" --repeats "$REPEATS" \
+    --note "$NOTE; lirs at $c" --out "$OUT/train_gpu_$c.json"
+done
+
+# 2. the cores benchmark: each tree indexes its own hard link of one file (made once, by this tree)
+cores_run() {  # TREE NAME
+  local dir=$D/cores-$2
+  mkdir -p "$dir"
+  if [[ ! -e $dir/kdd.svm ]]; then
+    [[ -e $D/cores-src/kdd.svm ]] || (PYTHONPATH=. "$PY" -m lirs.cli gen --profile kdd --size "$SIZE" -o "$D/cores-src/kdd.svm" --quiet)
+    ln "$D/cores-src/kdd.svm" "$dir/kdd.svm"
+    (cd "$1" && PYTHONPATH=. "$PY" -m lirs.cli index "$dir/kdd.svm" > /dev/null)  # else bench_cores makes its own file
+  fi
+  tree_run "$1" "$CORES_T" benchmarks/bench_cores.py --size "$SIZE" --dir "$dir" --modes page-cache \
+    --granularities "$GRANS" --cores "$CORES" --shm "/dev/shm/lirs-ab-$2" --repeat 2 --max-seconds 2 --gil-seconds 0 \
+    --note "$NOTE; lirs at $2" --out "$OUT/cores_ab${3:-}.json"
+  rm -rf "/dev/shm/lirs-ab-$2"
+}
+mkdir -p "$D/cores-src"
+cores_run . "$THIS"
+for c in ${CORES_AB:-}; do
+  cores_run ".ab/$c" "$c" "_$c"
+done
+echo "all: $((SECONDS - t0)) s" | tee -a "$LOG"
