@@ -3,7 +3,8 @@
 # data, the same machine, runs one after the other (no two at once). Most wanted first, each part
 # cut by `timeout`:
 #   1. benchmarks/bench_torch.py --train (the GPU fed by make_dataloader(device="cuda")): this tree,
-#      then each tree named in TRAIN_AB; into $OUT/train_gpu.json and train_gpu_<commit>.json.
+#      then the CUDA tests (tests/test_torch_gpu.py, this tree), then each tree named in TRAIN_AB;
+#      into $OUT/train_gpu.json and train_gpu_<commit>.json.
 #   2. benchmarks/bench_cores.py, page cache, cores $CORES, granularities $GRANS, no GIL records:
 #      this tree, then each tree named in CORES_AB; into $OUT/cores_ab.json, cores_ab_<commit>.json.
 # An earlier tree is lirs/ and benchmarks/*.py of a commit, made here before the call with
@@ -51,6 +52,8 @@ tree_run() {  # TREE TIMEOUT SCRIPT ARGS...: a benchmark script of TREE ("." thi
 DATA=$D/kdd.svm
 tree_run . "$TRAIN_T" benchmarks/bench_torch.py --train --data "$DATA" --size "$BYTES" --repeats "$REPEATS" \
   --note "$NOTE; lirs at $THIS" --out "$OUT/train_gpu.json"
+echo "== tests/test_torch_gpu.py ($((SECONDS - t0)) s)" | tee -a "$LOG"
+timeout "${TESTS_T:-60}" "$PY" -m pytest -q -p no:cacheprovider tests/test_torch_gpu.py 2>&1 | tail -n 15 | tee -a "$LOG"
 for c in ${TRAIN_AB:-}; do
   tree_run ".ab/$c" "$TRAIN_T" benchmarks/bench_torch.py --train --data "$DATA" --size "$BYTES" --repeats "$REPEATS" \
     --note "$NOTE; lirs at $c" --out "$OUT/train_gpu_$c.json"
