@@ -12,6 +12,7 @@ tests/test_docs.py checks that the committed page and summary are what this scri
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -890,6 +891,9 @@ def sec_cores_16():
             f"{d.get('code_commit', '?')}. M records/s by cores{was}.{extra}\n\n"
             + table(["granularity"] + [f"{c} cores" for c in counts] + ["8 → 16", "GIL at 16", "before, 16",
                                                                          "goal at 16"], rows))
+    ab = ab_cores_16()
+    if ab:
+        text += "\n\n" + ab
     t = load(f"{MANY}/torch")
     if t and t.get("ratio_vs_w0"):
         tb = load(f"{MANY}/torch_before")
@@ -915,8 +919,51 @@ def sec_cores_16():
                                       f"feed {gb['records_per_s']['feed'] / 1e6:.2f}M, training "
                                       f"{gb['records_per_s']['train'] / 1e6:.2f}M, "
                                       f"{gb['train_vs_step_or_loader']:.2f}×")
-                 + ".")
+                 + "." + ab_train_16(g))
     return text
+
+
+def _earlier(prefix: str) -> list:
+    """``(commit, result)`` of the earlier trees a same-machine A/B (tools/device_ab.sh) ran:
+    ``16cores/<prefix>_<commit>.json``."""
+    found = sorted(glob.glob(os.path.join(RESULTS, MANY, f"{prefix}_[0-9a-f]*.json")))
+    names = [os.path.basename(p)[len(prefix) + 1:-5] for p in found]
+    return [(c, load(f"{MANY}/{prefix}_{c}")) for c in names if re.fullmatch(r"[0-9a-f]{7,40}", c)]
+
+
+def ab_cores_16() -> str | None:
+    """The same-machine comparison of this tree's pipeline with earlier ones (tools/device_ab.sh)."""
+    d = load(f"{MANY}/cores_ab")
+    if not d:
+        return None
+    parts = []
+    for c, e in _earlier("cores_ab"):
+        cells = []
+        for n in sorted({r["cores"] for r in d["rows"]}):
+            for g in ("group", "window"):
+                now, was = _rate(d, g, n), _rate(e, g, n)
+                if now and was:
+                    cells.append(f"{g} on {n} cores {now / 1e6:.2f}M against {was / 1e6:.2f}M ({now / was:.2f}×)")
+        parts.append(f"lirs at {d.get('code_commit', '?')} against {c}: " + ", ".join(cells))
+    return (f"The same machine class again, a later lease, this tree and an earlier one run one after the other "
+            f"on the same data (`tools/device_ab.sh`, {source(d)}; no GIL records), page cache, M records/s: "
+            + "; ".join(parts) + ".")
+
+
+def ab_train_16(g) -> str:
+    """The GPU-feeding runs of the same A/B: the earlier trees right after, and reruns."""
+    out = []
+    for c, e in _earlier("train_gpu"):
+        r = e["records_per_s"]
+        out.append(f"lirs at {c} on the same machine right after (feeding on the consumer's thread): step "
+                   f"{r['step'] / 1e6:.2f}M, feed {r['feed'] / 1e6:.2f}M, training {r['train'] / 1e6:.2f}M, "
+                   f"{e['train_vs_step_or_loader']:.2f}×")
+    again = load(f"{MANY}/train_gpu_rerun")
+    if again:
+        r = again["records_per_s"]
+        out.append(f"the same benchmark again right after: step {r['step'] / 1e6:.2f}M, training {r['train'] / 1e6:.2f}M, "
+                   f"{again['train_vs_step_or_loader']:.2f}×")
+    return "" if not out else " In that run " + "; ".join(out) + "."
 
 
 def sec_paper():
