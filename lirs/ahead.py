@@ -118,7 +118,7 @@ class PlanAhead:
                     pass
             self._have.clear()
         close = getattr(self._it, "close", None)
-        if close is not None:
+        if close is not None and not getattr(self._it, "gi_running", False):  # a first item made elsewhere now
             close()
 
 

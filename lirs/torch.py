@@ -25,7 +25,7 @@ batches ``w, w + W, ...``. Each worker's pool is its share of the usable cores
 every pass still delivers the epoch the main process chose (``set_epoch``, a loaded state, or the
 next epoch for a plain pass), posted on a board each worker reads as its pass starts (also in a
 hand-built ``DataLoader(persistent_workers=True)``). ``device="cuda"`` moves each batch to the
-GPU on a side stream (:class:`lirs.tensors.Feeder`).
+GPU on a side stream, from a thread of its own (:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
 consumes the batch: a few ``from_numpy`` calls, cheaper than a task of their own on the Loader's
@@ -432,8 +432,8 @@ class LirsDataLoader(tud.DataLoader):
                 yield from super().__iter__()
                 return
             # The batches are tensors already: torch's single-process iterator would only add its fixed
-            # cost per batch (a profiler range, the fetcher, the conversion walk), a sizeable share of a
-            # batch's (bench_torch.py). Its one draw from the torch RNG per epoch is kept.
+            # cost per batch (a profiler range, the fetcher, the conversion walk; bench_torch.py). Its one
+            # draw from the torch RNG per epoch is kept, so a training's random stream is as with it.
             torch.empty((), dtype=torch.int64).random_(generator=self.generator)
             convert = self.collate_fn
             for b in ds:

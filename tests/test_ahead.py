@@ -57,6 +57,23 @@ def test_the_lead_is_bounded_and_close_stops_the_thread():
         next(p)
 
 
+def test_close_closes_the_iterator_on_the_closing_thread():
+    # what the iterator holds (an epoch, a device feeder's source) is released at close, not when
+    # the iterator is collected, and on the thread that closes (the thread that ran it has stopped)
+    closed = []
+
+    def make():
+        try:
+            yield from range(10**6)
+        finally:
+            closed.append(threading.get_ident())
+
+    p = PlanAhead(make, chunk=2, ahead=1)
+    assert [next(p) for _ in range(5)] == list(range(5))
+    p.close()
+    assert closed == [threading.get_ident()] and not p._thread.is_alive()
+
+
 @pytest.mark.parametrize("threads", [6, 2])
 def test_a_loader_leaves_no_planning_thread_behind(tmp_path, threads):
     """A pool of 5 threads or more plans on a thread of its own, a smaller one on the consumer's;
