@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 BLOCK = 4096               # O_DIRECT alignment of offsets, sizes and buffers; the planner's page
+COPY_ALIGN = 64            # where a copying engine's extents start in a step's buffer (a cache line)
 FORMATS = ("libsvm", "lines", "tfrecord", "npy", "fixed")   # record formats of an index
 VARIABLE_FORMATS = ("libsvm", "lines", "tfrecord")          # formats whose records have their own lengths
 DEFAULT_GROUP_BYTES = 65536  # group granularity: records whose start lies in one aligned 64 KiB span

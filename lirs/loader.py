@@ -55,6 +55,7 @@ from .api import keyword_only, positive_int
 from .batch import Batch, LoaderStats
 from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH, DEFAULT_WINDOW
 from .cores import usable_cores
+from .engines import reads_are_copies
 from .errors import UsageError
 from .firstuse import open_or_index
 from .index import Index
@@ -291,7 +292,7 @@ class Loader:
         plan = plan_epoch(self.index, self.batch_size, self.granularity, seed=self.seed, epoch=int(epoch),
                           rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
                           group_bytes=self.group_bytes, window=self.window, permutation=self.permutation,
-                          block=BLOCK)
+                          block=BLOCK, align=1 if reads_are_copies(self.engine_name, self.direct) else BLOCK)
         return plan if spans is None else over_spans(plan, spans)
 
     def num_batches(self, epoch: int = 0) -> int:

@@ -38,7 +38,7 @@ import numpy as np
 from .ahead import PlanAhead, PlanInline
 from .assemble import batch_of, detached, rows_of
 from .buffers import BufferPool
-from .constants import BLOCK, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
+from .constants import BLOCK, COPY_ALIGN, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
 from .cores import usable_cores
 from .engines import open_engine
 from .kernels import io as KI
@@ -224,9 +224,10 @@ class Pipeline:
         ext_nbytes = np.asarray(step.ext_nbytes, np.int64)
         if len(ext_nbytes) == 0:
             return self.decode(step, None, None, None)
-        # extents back to back, each starting on a block boundary
+        # extents back to back, each starting on a block boundary (a cache line where reads are
+        # copies: a plan for such an engine reads each record's bytes alone)
         buf_pos = np.empty(len(ext_nbytes), np.int64)
-        nbytes = int(KI.block_positions(ext_nbytes, BLOCK, buf_pos))
+        nbytes = int(KI.block_positions(ext_nbytes, BLOCK if self.engine.direct else COPY_ALIGN, buf_pos))
         buf = self.buffers.take(nbytes)
         try:
             t0 = time.perf_counter()

@@ -146,6 +146,8 @@ class EpochPlan:
     position ranges); ``units``: unit count; ``stream``: the epoch's
     :class:`~lirs.stream.UnitStream`; ``batch_key``/``window_key``: the keys batches and windows
     deal their records with; ``batches(start)`` iterates :class:`~lirs.steps.BatchPlan` objects.
+    ``align``: the bytes a read step's extents are aligned to, ``block`` for reads that may bypass
+    the page cache (O_DIRECT), 1 where the engine's reads are copies (exactly the records' bytes).
     """
 
     index: object
@@ -168,6 +170,7 @@ class EpochPlan:
     spans: np.ndarray | None = None
     batch_key: int = 0
     window_key: int = 0
+    align: int = BLOCK
 
     def __post_init__(self):
         idx = self.index
@@ -273,7 +276,7 @@ class EpochPlan:
         base, rel, wide = self._offs
         for lo in range(0, len(runs), step):
             ne = K.extents(ids, heads, runs[lo:lo + step], base, rel, wide, *self._libc, fd, rel_off, INDEX_READ_GAP,
-                           INDEX_READ_SPAN, self._fs, self._de, self._hs, self._rs, self.block, *out, state)
+                           INDEX_READ_SPAN, self._fs, self._de, self._hs, self._rs, self.align, *out, state)
             if state[3]:
                 raise _index_read_error(self._rel_file[0].path, int(state[3]))
             if piece_runs > 0:
@@ -381,12 +384,16 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
 
 def plan_epoch(index, batch_size: int, granularity: str = DEFAULT_GRANULARITY, *, seed: int = 0, epoch: int = 0,
                rank: int = 0, world_size: int = 1, drop_last: bool = False, group_bytes: int = DEFAULT_GROUP_BYTES,
-               window=DEFAULT_WINDOW, permutation: str = "auto", block: int = BLOCK) -> EpochPlan:
+               window=DEFAULT_WINDOW, permutation: str = "auto", block: int = BLOCK,
+               align: int | None = None) -> EpochPlan:
     """Plan epoch ``epoch`` of ``index`` for ``rank`` of ``world_size``: see the module docstring.
 
     ``window`` (granularity ``window``): a group count, a memory budget such as ``"64M"``, or a
     share of the data such as ``"5%"`` (see :func:`lirs.windows.window_groups`); the plan's
     ``window`` is the resulting group count.
+
+    ``align`` (default ``block``): what the read steps' extents are aligned to; 1 (exact bytes)
+    only for an engine whose reads are copies (:func:`lirs.engines.reads_are_copies`).
 
     Returns an :class:`EpochPlan`; nothing is read and no per-batch work is done until its
     batches are iterated.
@@ -404,4 +411,4 @@ def plan_epoch(index, batch_size: int, granularity: str = DEFAULT_GRANULARITY, *
                      group_bytes=int(group_bytes), window=int(window), block=int(block), perm=perm,
                      ufirst=ufirst, num_batches=nb, first=first, size=size, plan_s=time.perf_counter() - t,
                      batch_key=seeds.key(seed, epoch, seeds.PLAN_BATCH),
-                     window_key=seeds.key(seed, epoch, seeds.PLAN_WINDOW))
+                     window_key=seeds.key(seed, epoch, seeds.PLAN_WINDOW), align=int(block if align is None else align))

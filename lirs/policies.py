@@ -53,8 +53,10 @@ class Policy:
 
     def batches_per_step(self, plan) -> int:
         """Consecutive batches one read step covers (1 unless the steps are ``batches``): enough for
-        STEP_MIN_BYTES by the dataset's mean record size, at least one."""
-        if self.steps != "batches":
+        STEP_MIN_BYTES by the dataset's mean record size, at least one. Record units only where the
+        reads are copies (``plan.align`` 1: a step reads its records' bytes alone); with O_DIRECT
+        each record reads a whole block, and a batch is a step of its own (the paper's baseline)."""
+        if self.steps != "batches" or (self.unit == "record" and plan.align > 1):
             return 1
         idx = plan.index
         batch_bytes = plan.batch_size * idx.payload_bytes / max(int(idx.n), 1)
@@ -76,7 +78,7 @@ class Policy:
 
 POLICIES: dict[str, Policy] = {
     # most random first
-    "instance": Policy("instance", "record", False, "batch",
+    "instance": Policy("instance", "record", False, "batches",
                        "every record a unit: the most random, one small read each (the LIRS paper's Fig. 6a)", 0),
     "page": Policy("page", "block", True, "batch",
                    "the records starting in one 4 KiB page (Fig. 6b): about 2x read amplification on small records", 2),

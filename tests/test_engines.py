@@ -231,6 +231,23 @@ def test_env_overrides_auto(tmp_path, monkeypatch):
         open_engine(paths)
 
 
+def test_reads_are_copies_where_no_engine_may_use_o_direct(tmp_path, monkeypatch):
+    # the planner reads exact bytes (no block around a record) only where this holds: it must
+    # agree with the engine open_engine gives for the same arguments
+    from lirs.engines import reads_are_copies
+
+    paths, _ = _files(tmp_path)
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    cases = [("buffered", None), ("auto", False), ("threads", False), ("auto", None), ("threads", None)]
+    for engine, direct in cases:
+        with open_engine(paths, engine, direct=direct) as eng:
+            assert not (reads_are_copies(engine, direct) and eng.direct)
+    assert reads_are_copies("buffered") and reads_are_copies("uring", direct=False)
+    assert not reads_are_copies("auto") and not reads_are_copies("threads", direct=True)
+    monkeypatch.setenv("LIRS_ENGINE", "buffered")
+    assert reads_are_copies("auto") and not reads_are_copies("threads")
+
+
 def _refuse_o_direct(monkeypatch):
     """Make every O_DIRECT open fail as tmpfs or an overlay filesystem does."""
     import lirs.engines.base as base

@@ -186,6 +186,26 @@ def test_aepoch_equals_epoch(svm, engine_name):
         assert np.array_equal(s.ids, a.ids) and (s.X != a.X).nnz == 0
 
 
+@pytest.mark.parametrize("start", [0, 13])
+def test_an_instance_epoch_of_copied_reads_reads_the_records_bytes_alone(svm, start):
+    """Engine buffered (reads are copies): an instance step reads its records' bytes and nothing
+    else (no block around each), so it holds several batches; the batches, from any start, are the
+    ones a loader whose reads may be O_DIRECT delivers."""
+    p, idx, X, y = svm
+    kw = dict(granularity="instance", seed=3, n_features=300)
+    # engine threads plans block-aligned reads whether or not this filesystem takes O_DIRECT
+    with Loader(p, 50, engine="buffered", **kw) as copied, Loader(p, 50, engine="threads", **kw) as aligned:
+        assert copied.plan(0).batches_per_step > 1 and aligned.plan(0).batches_per_step == 1
+        got, want = _collect(copied, 0, start=start), _collect(aligned, 0, start=start)
+        assert [b.index for b in got] == [b.index for b in want]
+        for a, b in zip(got, want):
+            assert np.array_equal(a.ids, b.ids) and (a.X != b.X).nnz == 0 and np.array_equal(a.y, b.y)
+        assert copied.stats.bytes_read == copied.stats.payload_bytes > 0
+        assert aligned.stats.bytes_read > 4 * aligned.stats.payload_bytes
+    with Loader(p, 50, engine="buffered", **kw) as again:
+        _assert_libsvm_batches(_collect(again, 1), X, y, len(y))
+
+
 def test_truncated_file_raises_in_consumer(tmp_path, engine_name):
     p = _write_libsvm(tmp_path / "t.svm", 2000, seed=3)
     lirs.build_index(p, progress=False)

@@ -50,9 +50,9 @@ def _all_orders(idx, B, g, W, **kw):
     return plans, [p.order() for p in plans]
 
 
-def _check_step_extents(idx, step):
+def _check_step_extents(idx, step, align=BLOCK):
     f, s, e = idx.spans(step.ids)
-    assert np.all(step.ext_offset % BLOCK == 0) and np.all(step.ext_nbytes % BLOCK == 0)
+    assert np.all(step.ext_offset % align == 0) and np.all(step.ext_nbytes % align == 0)
     assert np.all(step.ext_nbytes > 0)
     # sorted by (file, offset), disjoint and not touching (touching ones would have merged)
     for a in range(len(step.ext_file) - 1):
@@ -65,13 +65,14 @@ def _check_step_extents(idx, step):
     assert np.array_equal(step.ext_offset[x] + step.rec_pos, s)
     assert np.array_equal(step.rec_len, e - s)
     assert np.all(step.rec_pos >= 0) and np.all(step.rec_pos + step.rec_len <= step.ext_nbytes[x])
-    # exactly the needed bytes: every block of every extent holds part of some record
+    # exactly the needed bytes: every block (every byte, for align 1) of every extent holds part of
+    # some record
     needed = set()
     for fi, a, b in zip(f, s, e):
-        needed.update((int(fi), blk) for blk in range(int(a) // BLOCK, -(-int(b) // BLOCK)))
+        needed.update((int(fi), blk) for blk in range(int(a) // align, -(-int(b) // align)))
     have = set()
     for fi, o, nb in zip(step.ext_file, step.ext_offset, step.ext_nbytes):
-        have.update((int(fi), blk) for blk in range(int(o) // BLOCK, int(o + nb) // BLOCK))
+        have.update((int(fi), blk) for blk in range(int(o) // align, int(o + nb) // align))
     assert have == needed
 
 
@@ -170,13 +171,13 @@ def test_a_step_found_in_pieces_of_runs_equals_the_one_pass_step(fixed, pieces):
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 300), B=st.integers(1, 40), seed=st.integers(0, 10**6), g=st.sampled_from(GRANULARITIES),
-       stride=st.integers(1, 3), files=st.integers(1, 3))
-def test_deferred_extents_are_the_planned_ones(n, B, seed, g, stride, files):
+       stride=st.integers(1, 3), files=st.integers(1, 3), align=st.sampled_from([BLOCK, 1]))
+def test_deferred_extents_are_the_planned_ones(n, B, seed, g, stride, files, align):
     """The Loader plans with extents="defer" (its pool threads find the extents of a batch's step
     when they read it): the same steps, records and order, and once ready the same extents as
     planned at once."""
     idx = _variable_index(n, seed, files=files, big=0.1)
-    p = plan_epoch(idx, B, g, seed=seed, group_bytes=8192, window=2)
+    p = plan_epoch(idx, B, g, seed=seed, group_bytes=8192, window=2, align=align)
     now, later = list(p.batches(stride=stride)), list(p.batches(extents="defer", stride=stride))
     assert len(now) == len(later)
     seen = set()
@@ -187,7 +188,8 @@ def test_deferred_extents_are_the_planned_ones(n, B, seed, g, stride, files):
         for pa, pb in zip(a.parts, b.parts):
             if id(pb.step) not in seen:  # a step several batches share is made ready once
                 # a batch's own step is deferred (a step of many runs may not be)
-                assert pb.step.fill is not None or g not in ("instance", "page") or len(pb.step.ids) == 0
+                assert pb.step.fill is not None or g not in ("instance", "page") or len(pb.step.ids) == 0 \
+                    or p.batches_per_step > 1
                 seen.add(id(pb.step))
             assert pb.step.ready() is pb.step and pb.step.fill is None
             for x, y in zip(_delivered(pa.step), _delivered(pb.step)):
@@ -485,6 +487,32 @@ def test_batches_sharing_a_read_step_equal_a_step_per_batch(monkeypatch, fixed):
                                             for i in range(len(many))]
     for g in ("page", "instance", "window"):  # the paper's baselines keep a step per batch
         assert plan_epoch(idx, 70, g, seed=4, group_bytes=8192, window=3).batches_per_step == 1
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_instance_steps_of_copied_reads_hold_many_batches_of_the_same_records(monkeypatch, fixed):
+    """Where the engine's reads are copies (align 1) an instance step reads its records' bytes
+    alone, and so holds STEP_MIN_BYTES of records: several consecutive batches, each with the same
+    records, order and bytes as its own step of block-aligned reads (O_DIRECT), from any start."""
+    idx = _fixed_index(3000, 50, files=2) if fixed else _variable_index(3000, 3, files=2, big=0.02)
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", int(5.5 * 70 * idx.payload_bytes / idx.n))
+    aligned = plan_epoch(idx, 70, "instance", seed=4)
+    assert aligned.align == BLOCK and aligned.batches_per_step == 1
+    copied = plan_epoch(idx, 70, "instance", seed=4, align=1)
+    assert copied.batches_per_step == 6
+    for start in (0, 7):
+        one = list(aligned.batches(start))
+        many = list(copied.batches(start))
+        assert [b.index for b in one] == [b.index for b in many]
+        shared = 0
+        for a, b in zip(one, many):
+            ((sa, la, ha, _),), ((sb, lb, hb, last),) = a.parts, b.parts
+            shared += len(sb.ids) > hb - lb
+            for x, y in zip(_delivered(sa), _delivered(sb)):
+                assert np.array_equal(x[la:ha], y[lb:hb])
+            if last:
+                _check_step_extents(idx, sb, align=1)
+        assert shared > len(many) // 2
 
 
 # --------------------------------------------------------------------------- offsets read with pread

@@ -38,7 +38,7 @@ AUTO_ORDER = ("uring", "threads")
 ENV = "LIRS_ENGINE"
 
 __all__ = ["open_engine", "available_engines", "engine_class", "aligned_empty", "probe_direct", "Engine",
-           "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK"]
+           "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK", "reads_are_copies", "requested_engine"]
 
 
 def engine_class(name: str) -> type:
@@ -75,6 +75,19 @@ def _open(name: str, paths, direct: bool, depth) -> Engine:
     return eng
 
 
+def requested_engine(engine: str = "auto") -> str:
+    """The engine name ``engine`` asks for: ``$LIRS_ENGINE`` replaces ``"auto"`` when set."""
+    engine = engine or "auto"
+    return os.environ[ENV].strip() if engine == "auto" and os.environ.get(ENV) else engine
+
+
+def reads_are_copies(engine: str = "auto", direct: bool | None = None) -> bool:
+    """Whether an engine opened with these arguments reads through the page cache whatever the
+    files (``buffered``, or ``direct=False``): its reads are copies, so a read step's extents need
+    no alignment (:attr:`lirs.plan.EpochPlan.align`). False where O_DIRECT may be used."""
+    return direct is False or requested_engine(engine) == "buffered"
+
+
 def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, depth: int | None = None) -> Engine:
     """Open an engine on ``paths`` (sequence of str; ``ext_file`` indexes it).
 
@@ -92,11 +105,8 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
     The chosen engine carries ``.name``, ``.direct`` and ``.reason`` (why it was chosen).
     """
     paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
-    requested = engine or "auto"
-    why = []
-    if requested == "auto" and os.environ.get(ENV):
-        requested = os.environ[ENV].strip()
-        why.append(f"{ENV}={requested}")
+    requested = requested_engine(engine)
+    why = [f"{ENV}={requested}"] if requested != (engine or "auto") else []
     if requested != "auto":
         engine_class(requested)  # validate the name early
 
@@ -108,7 +118,7 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
                 break
         if refused and direct:
             raise UsageError(f"O_DIRECT was required but {refused}")
-    use_direct = (direct is not False) and refused is None and requested != "buffered"
+    use_direct = refused is None and not reads_are_copies(requested, direct)
 
     if requested == "auto":
         if refused:

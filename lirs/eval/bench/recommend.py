@@ -85,7 +85,8 @@ def goals(rows: list[dict]) -> dict:
             if inst and inst.get("ratio") is not None:
                 g["instance" + suffix + "_vs_fio_iops"] = _goal(inst["ratio"], GOALS["instance_vs_fio_iops"],
                                                                 [inst["name"]])
-            groups = [r for r in ok.values() if r["kind"] == "lirs" and POLICIES[r["granularity"]].steps == "batches"
+            groups = [r for r in ok.values() if r["kind"] == "lirs" and POLICIES[r["granularity"]].unit == "group"
+                      and POLICIES[r["granularity"]].steps == "batches"
                       and bool(r.get("reads_only")) == only and r.get("ratio") is not None]
             if groups:
                 best = max(groups, key=lambda r: r["ratio"])
