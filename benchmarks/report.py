@@ -724,8 +724,14 @@ def gil_blocking_note() -> str:
     if not b:
         return ""
     got = ", ".join(f"{r['granularity']} {100 * r['gil_share']:.0f}%" for r in b["rows"] if r.get("gil_share") is not None)
-    return (f"\n\nThe same code with py-spy stopping the process for each sample, its default ({source(b)}): "
-            f"{got} ({b['rows'][0]['mode']}, {b['rows'][0]['cores']} cores). Stopped 400 times a second, "
+    mode, n = b["rows"][0]["mode"], b["rows"][0]["cores"]
+    # the blocking run is of the code before instance steps of copied reads (cores_gil_before_copies)
+    was = load("cores_gil_before_copies")
+    running = "" if not was else " (sampled running: " + ", ".join(
+        f"{r['granularity']} {100 * r['gil_share']:.0f}%" for r in was["rows"]
+        if r["mode"] == mode and r["cores"] == n and r.get("gil_share") is not None) + ", `cores_gil_before_copies.json`)"
+    return (f"\n\nThe code before instance steps of copied reads, with py-spy stopping the process for each sample, "
+            f"its default ({source(b)}): {got} ({mode}, {n} cores){running}. Stopped 400 times a second, "
             f"a window epoch read as holding the GIL more than twice as long." + gil_calibration_note())
 
 
