@@ -43,6 +43,7 @@ twice never repeats an order by accident.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -288,11 +289,17 @@ class Loader:
         self._last_plan = (key, plan)
         return plan
 
+    @functools.cached_property
+    def _copies(self) -> bool:
+        """Whether this Loader's engine reads through the page cache (its plans read each record's
+        bytes alone): asked once, with one O_DIRECT probe of the first file at most."""
+        return reads_are_copies(self.engine_name, self.direct, self.index.paths)
+
     def _make_plan(self, epoch: int, spans=None):
         plan = plan_epoch(self.index, self.batch_size, self.granularity, seed=self.seed, epoch=int(epoch),
                           rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
                           group_bytes=self.group_bytes, window=self.window, permutation=self.permutation,
-                          block=BLOCK, align=1 if reads_are_copies(self.engine_name, self.direct) else BLOCK)
+                          block=BLOCK, align=1 if self._copies else BLOCK)
         return plan if spans is None else over_spans(plan, spans)
 
     def num_batches(self, epoch: int = 0) -> int:

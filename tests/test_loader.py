@@ -186,6 +186,34 @@ def test_aepoch_equals_epoch(svm, engine_name):
         assert np.array_equal(s.ids, a.ids) and (s.X != a.X).nnz == 0
 
 
+def test_a_filesystem_refusing_o_direct_makes_reads_copies(tmp_path, monkeypatch):
+    """As on tmpfs: every engine that may use O_DIRECT reads through the page cache, so the
+    Loader's default engine plans exact extents (an instance step holds several batches) and its
+    batches are the aligned plan's."""
+    from lirs.engines import reads_are_copies
+
+    from test_engines import _refuse_o_direct
+
+    p = _write_libsvm(tmp_path / "d.svm", 2000, seed=6)
+    paths = [p]
+    lirs.build_index(p, progress=False)
+    kw = dict(granularity="instance", seed=2, n_features=300)
+    with lirs.Loader(p, 40, **kw) as aligned:
+        assert aligned.plan(0).align == lirs.constants.BLOCK and aligned.plan(0).batches_per_step == 1
+        want = [(b.ids, b.X) for b in aligned.epoch(0)]
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    _refuse_o_direct(monkeypatch)
+    assert reads_are_copies("auto", None, paths) and reads_are_copies("threads", None, paths)
+    assert not reads_are_copies("auto", True, paths) and not reads_are_copies("auto", None, [])
+    with lirs.Loader(p, 40, **kw) as copied:
+        assert copied.plan(0).align == 1 and copied.plan(0).batches_per_step > 1
+        got = [(b.ids, b.X) for b in copied.epoch(0)]
+        assert not copied.engine.direct
+        assert copied.stats.bytes_read == copied.stats.payload_bytes
+    assert len(got) == len(want)
+    assert all(np.array_equal(a[0], b[0]) and (a[1] != b[1]).nnz == 0 for a, b in zip(got, want))
+
+
 @pytest.mark.parametrize("start", [0, 13])
 def test_an_instance_epoch_of_copied_reads_reads_the_records_bytes_alone(svm, start):
     """Engine buffered (reads are copies): an instance step reads its records' bytes and nothing

@@ -81,11 +81,20 @@ def requested_engine(engine: str = "auto") -> str:
     return os.environ[ENV].strip() if engine == "auto" and os.environ.get(ENV) else engine
 
 
-def reads_are_copies(engine: str = "auto", direct: bool | None = None) -> bool:
-    """Whether an engine opened with these arguments reads through the page cache whatever the
-    files (``buffered``, or ``direct=False``): its reads are copies, so a read step's extents need
-    no alignment (:attr:`lirs.plan.EpochPlan.align`). False where O_DIRECT may be used."""
-    return direct is False or requested_engine(engine) == "buffered"
+def reads_are_copies(engine: str = "auto", direct: bool | None = None, paths=()) -> bool:
+    """Whether an engine opened with these arguments on ``paths`` reads through the page cache
+    (``buffered``, ``direct=False``, or, with ``direct=None``, a first file whose filesystem refuses
+    O_DIRECT, as tmpfs does: :func:`open_engine` then reads every file that way): its reads are
+    copies, so a read step's extents need no alignment (:attr:`lirs.plan.EpochPlan.align`). False
+    where O_DIRECT may be used; a probe that fails otherwise is left to the engine's open to report."""
+    if direct is False or requested_engine(engine) == "buffered":
+        return True
+    if direct is None and len(paths):
+        try:
+            return probe_direct(os.fspath(paths[0])) is not None
+        except OSError:
+            return False
+    return False
 
 
 def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, depth: int | None = None) -> Engine:
