@@ -399,6 +399,8 @@ def plan_epoch(index, batch_size: int, granularity: str = DEFAULT_GRANULARITY, *
     batches are iterated.
     """
     check_args(batch_size, granularity, group_bytes, window, rank, world_size, seed, epoch, block, permutation)
+    if align not in (None, 1, block):
+        raise UsageError(f"align must be 1 (reads that are copies) or the block ({block}), got {align!r}")
     t = time.perf_counter()
     ub = unit_bytes_of(granularity, group_bytes, block)
     ufirst = unit_table(index, ub)

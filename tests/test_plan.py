@@ -500,6 +500,8 @@ def test_instance_steps_of_copied_reads_hold_many_batches_of_the_same_records(mo
     assert aligned.align == BLOCK and aligned.batches_per_step == 1
     copied = plan_epoch(idx, 70, "instance", seed=4, align=1)
     assert copied.batches_per_step == 6
+    with pytest.raises(UsageError, match="align"):
+        plan_epoch(idx, 70, "instance", seed=4, align=512)
     for start in (0, 7):
         one = list(aligned.batches(start))
         many = list(copied.batches(start))
