@@ -836,7 +836,8 @@ def cores_16_glance() -> str | None:
         if r16:
             parts.append(f"{g} {r16 / 1e6:.2f}M records/s ({r16 * size / 1e9:.2f} GB/s"
                          + (f", {r16 / r8:.2f}× its 8-core rate" if r8 else "") + ")")
-    out = (f"On {machine_16()} ({(d.get('date') or '?')[:10]}, `benchmarks/results/{MANY}/`): an epoch from the "
+    out = (f"On {machine_16()} ({(d.get('date') or '?')[:10]}, lirs at {d.get('code_commit', '?')}, "
+           f"`benchmarks/results/{MANY}/`): an epoch from the "
            f"page cache at " + ", ".join(parts) + ".")
     t = load(f"{MANY}/torch")
     if t and t.get("ratio_vs_w0"):
