@@ -74,6 +74,29 @@ def test_close_closes_the_iterator_on_the_closing_thread():
     assert closed == [threading.get_ident()] and not p._thread.is_alive()
 
 
+def test_close_from_another_thread_during_the_first_item():
+    # Loader.close from another thread while the consumer's thread makes the first plan: the
+    # iterator is running there, so close leaves it (closing it would raise "generator already
+    # executing"); the consumer still gets its item and no thread outlives the stop
+    started, release, got = threading.Event(), threading.Event(), []
+
+    def make():
+        started.set()
+        release.wait(5)
+        yield from range(10**6)
+
+    p = PlanAhead(make, chunk=2, ahead=1)
+    consumer = threading.Thread(target=lambda: got.append(next(p)))
+    consumer.start()
+    assert started.wait(5)
+    p.close()
+    release.set()
+    consumer.join(5)
+    assert got == [0]
+    p._thread.join(5)
+    assert not p._thread.is_alive()
+
+
 @pytest.mark.parametrize("threads", [6, 2])
 def test_a_loader_leaves_no_planning_thread_behind(tmp_path, threads):
     """A pool of 5 threads or more plans on a thread of its own, a smaller one on the consumer's;

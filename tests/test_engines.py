@@ -246,6 +246,15 @@ def test_reads_are_copies_where_no_engine_may_use_o_direct(tmp_path, monkeypatch
     assert not reads_are_copies("auto") and not reads_are_copies("threads", direct=True)
     monkeypatch.setenv("LIRS_ENGINE", "buffered")
     assert reads_are_copies("auto") and not reads_are_copies("threads")
+    # a probe that fails for another reason (the device's EIO) plans aligned reads, which every
+    # engine takes; the engine's own open reports the error
+    import lirs.engines as engines
+
+    def eio(path):
+        raise OSError(errno.EIO, "Input/output error", path)
+
+    monkeypatch.setattr(engines, "probe_direct", eio)
+    assert not reads_are_copies("threads", None, paths) and reads_are_copies("threads", False, paths)
 
 
 def _refuse_o_direct(monkeypatch):
