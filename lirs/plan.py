@@ -197,6 +197,12 @@ class EpochPlan:
         return int(self.index.n)
 
     @property
+    def _maps_no_index(self) -> bool:
+        """Whether finding a step's extents maps no page of the index: its offsets are read with
+        pread from the sidecar (:meth:`_extents`), or its records have a fixed size."""
+        return self._rel_file is not None or self._rs > 0
+
+    @property
     def units(self) -> int:
         return self.perm.n
 
@@ -221,14 +227,18 @@ class EpochPlan:
         window's runs lie all over the index); 0: in one pass (small batches). ``extents``: True,
         False (record IDs only), or ``"defer"``: for a batch's step (``piece_runs`` 0), found by
         :meth:`ReadStep.ready` on the thread that calls it (the pool thread that reads the step,
-        not the one planning); a step of many runs has its extents found now, as with True."""
+        not the one planning). A step of many runs (``piece_runs`` > 0) defers them too where
+        finding them maps no page of the index (its offsets read with pread, or records of a fixed
+        size); otherwise it has its extents found now, as with True."""
         k = len(ids)
         if order is None and shuffle_at >= 0 and k > 1:
             order = self.batch_order(k, shuffle_at)
-        if extents == "defer" and k and piece_runs <= 0:
-            # a batch's step (one pass through the table) only: a step of many runs releases the
-            # index pages after each piece, and pool threads doing that at once fault each
-            # other's pages back in (a group epoch waited 10-12% of its time instead of 5%)
+        if extents == "defer" and k and (piece_runs <= 0 or self._maps_no_index):
+            # a step of many runs that maps the index releases its pages after each piece, and pool
+            # threads doing that at once fault each other's pages back in (a group epoch waited
+            # 10-12% of its time instead of 5%); one that reads its offsets with pread maps none,
+            # and its extents (over half the planning of a group step) are then found by the pool's
+            # threads at once instead of by the one planning thread, which set the rate on many cores
             return ReadStep(number, ids if order is None else ids[order], *(None,) * 6,
                             fill=lambda st: self._fill(st, ids, order, piece_runs))
         if not extents:

@@ -97,7 +97,9 @@ def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool 
     extents in unit order (runs of consecutive records, their offsets read with pread, or visited
     STEP_PIECE_RUNS at a time with the index pages released in between where the index is not a
     map of its sidecar: :meth:`lirs.plan.EpochPlan.step`), then are dealt: a whole window in the order ``o``, a
-    part of one in its rows' order."""
+    part of one in its rows' order. Such a step's extents are found here even when ``extents`` is
+    ``"defer"``: on the planning thread, ahead, not on the pool thread that reads the window (a
+    window is decoded by the cores at once, and its read is on the epoch's critical path)."""
     ids, o = window_records(plan, w)
     b = len(ids) if b is None else min(b, len(ids))
     if b - a <= plan.batch_size:
@@ -105,10 +107,16 @@ def window_step(plan, number: int, w: int, a: int, b: int | None, extents: bool 
         # the pages released every INDEX_RELEASE_BATCHES batches; releasing them at every such step
         # made each batch fault all its pages again (+25-40% planning time per batch)
         return plan.step(number, ids[o[a:b]], extents)
+    now = _now(extents)
     if a == 0 and b == len(ids):
-        return plan.step(number, ids, extents, order=o, piece_runs=STEP_PIECE_RUNS)
+        return plan.step(number, ids, now, order=o, piece_runs=STEP_PIECE_RUNS)
     rows = np.sort(o[a:b])  # the part's records in unit order: runs again, not scattered single records
-    return plan.step(number, ids[rows], extents, order=np.searchsorted(rows, o[a:b]), piece_runs=STEP_PIECE_RUNS)
+    return plan.step(number, ids[rows], now, order=np.searchsorted(rows, o[a:b]), piece_runs=STEP_PIECE_RUNS)
+
+
+def _now(extents: bool | str) -> bool:
+    """``extents`` of a window's step of many batches: "defer" found now (see :func:`window_step`)."""
+    return True if extents == "defer" else bool(extents)
 
 
 def window_rows_step(plan, number: int, w: int, ranges: list, extents: bool | str):
@@ -119,4 +127,5 @@ def window_rows_step(plan, number: int, w: int, ranges: list, extents: bool | st
     ids, o = window_records(plan, w)
     sel = np.concatenate([o[a:b] for a, b in ranges])
     rows = np.sort(sel)
-    return plan.step(number, ids[rows], extents, order=np.searchsorted(rows, sel), piece_runs=STEP_PIECE_RUNS)
+    return plan.step(number, ids[rows], _now(extents), order=np.searchsorted(rows, sel),
+                     piece_runs=STEP_PIECE_RUNS)

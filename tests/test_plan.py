@@ -567,6 +567,38 @@ def test_offsets_read_with_pread_plan_the_steps_of_the_index_in_memory(tmp_path,
             assert np.array_equal(a.ext_offset, b.ext_offset) and np.array_equal(a.ext_nbytes, b.ext_nbytes)
 
 
+@pytest.mark.parametrize("gran", ["group", "instance", "window"])
+def test_steps_of_many_batches_defer_their_extents_where_they_map_no_index(tmp_path, monkeypatch, gran):
+    """extents="defer" (the Loader's walk): a group or instance step of several batches leaves its
+    extents to the pool thread that reads it where they are read with pread (no index page is
+    mapped), and finds them while planning where the index is mapped; a window step of several
+    batches always finds them while planning. Ready, each is the step planned at once."""
+    from lirs import policies
+    from lirs.index import open_index
+
+    side = _sidecar_index(tmp_path)
+    monkeypatch.setattr(policies, "STEP_MIN_BYTES", 1 << 26)  # ~8 of these batches (~0.5 MB records)
+    for mmap in (True, False):
+        # instance steps hold several batches where reads are copies (align 1)
+        kw = {"window": 40} if gran == "window" else {"align": 1} if gran == "instance" else {}
+        p = plan_epoch(open_index(side, check=False, mmap=mmap), 16, gran, seed=5, group_bytes=8192, **kw)
+        assert (p._rel_file is not None) == mmap and p.batches_per_step > 1 or gran == "window"
+        now, later = list(p.batches()), list(p.batches(extents="defer"))
+        deferred = {}
+        for a, b in zip(now, later, strict=True):
+            assert np.array_equal(a.ids, b.ids)
+            for pa, pb in zip(a.parts, b.parts, strict=True):
+                if id(pb.step) not in deferred:  # before a batch sharing the step made it ready
+                    deferred[id(pb.step)] = (pb.step.fill is not None, len(pb.step.ids) > 16)
+                pb.step.ready()
+                for x, y in zip(_delivered(pa.step), _delivered(pb.step)):
+                    assert np.array_equal(x, y)
+                assert np.array_equal(pa.step.ext_nbytes, pb.step.ext_nbytes)
+        many = [d for d, big in deferred.values() if big]
+        assert len(many) > 3
+        assert all(many) == (mmap and gran != "window") and any(many) == all(many)
+
+
 def test_a_failed_offset_read_names_the_index(tmp_path):
     import os
 
