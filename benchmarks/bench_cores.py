@@ -8,8 +8,9 @@ sizes itself by the affinity mask), LIBSVM decoded to CSR, no training step:
 * mode ``device``: the data file where it was generated, default engine (``auto``: O_DIRECT).
 
 Per run: records/s over ``--repeat`` epochs (each cut at ``--max-seconds``: records/s of the part
-read; the median run is kept), the consumer's stall share, CPU microseconds per record (the
-process's user + system time from ``getrusage(RUSAGE_SELF)``, all threads, over the timed epochs,
+read; the median run is kept), the consumer's stall share (waiting for read steps) and plan share
+(getting batch plans: planning them itself, or waiting for the planning thread; ``LoaderStats.plan_s``),
+CPU microseconds per record (the process's user + system time from ``getrusage(RUSAGE_SELF)``, all threads, over the timed epochs,
 divided by the records), the cores kept busy (CPU s / wall s), and the speed-up over one core of
 the same mode and granularity.
 
@@ -147,7 +148,7 @@ with lirs.Loader(path, batch, granularity=gran, engine=engine) as ld:
         n, s, c, complete = run(ld, e, lambda el: max_s > 0 and el > max_s)
         st = ld.stats.as_dict()
         out.append({"epoch_s": s, "records": n, "complete": complete, "cpu_s": c, "wait_s": st["wait_s"],
-                    "decode_s": st["decode_s"], "io_s": st["io_s"], "workers": ld._pipeline.workers,
+                    "plan_s": st["plan_s"], "decode_s": st["decode_s"], "io_s": st["io_s"], "workers": ld._pipeline.workers,
                     "engine": ld._pipeline.engine.name})
     print("TIMED " + json.dumps(out), flush=True)
     if profile:
@@ -342,6 +343,7 @@ def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
     row = {"cores": cores, "workers": best["workers"], "engine": best["engine"], "epoch_s": best["epoch_s"],
            "records": best["records"], "complete": all(r["complete"] for r in timed), "records_per_s": med,
            "stall_share": statistics.median(r["wait_s"] / r["epoch_s"] for r in timed),
+           "plan_share": statistics.median(r["plan_s"] / r["epoch_s"] for r in timed),
            "cpu_us_per_record": 1e6 * cpu_s / n if n else None, "cpu_util_cores": cpu_s / wall if wall else None,
            "gil_share": share, "gil_reason": None if gil else reason,
            "ceiling_records_per_s": med / share if share else None,
@@ -448,7 +450,8 @@ def main(argv=None) -> int:
                     f"GIL {r['gil_share']:.0%} -> ceiling {r['ceiling_records_per_s'] / 1e6:.2f}M rec/s"
                 print(f"{mode:>10} {gran:>8} {r['cores']:>2} cores ({r['workers']} threads, {r['engine']}): "
                       f"{r['records_per_s'] / 1e3:.0f}k rec/s ({r['MB_per_s']:.0f} MB/s), "
-                      f"{r['cpu_us_per_record']:.2f} CPU us/rec, stall {r['stall_share']:.0%}, {gs}"
+                      f"{r['cpu_us_per_record']:.2f} CPU us/rec, stall {r['stall_share']:.0%}, "
+                      f"plans {r['plan_share']:.0%}, {gs}"
                       + ("" if r["gil_reason"] is None else f" ({r['gil_reason']})"), flush=True)
                 res["load1_after"] = os.getloadavg()[0]
                 res["seconds"] = time.perf_counter() - t0

@@ -45,8 +45,11 @@ class LoaderStats:
 
     ``bytes_read``: bytes the engine read; ``payload_bytes``: bytes of the delivered records
     (amplification = bytes_read / payload_bytes); ``reads``: extents read; ``records`` and
-    ``batches`` delivered; ``wait_s``: time the consumer spent waiting for a batch;
-    ``io_s``/``decode_s``: time spent in engine reads and decoding (summed over concurrent work).
+    ``batches`` delivered; ``wait_s``: time the consumer spent waiting for a batch's read steps;
+    ``plan_s``: time it spent getting batch plans (planning them itself where the pool is small,
+    else waiting for the planning thread: on many cores a planning thread slower than the pool
+    shows here, not in ``wait_s``); ``io_s``/``decode_s``: time spent in engine reads and decoding
+    (summed over concurrent work).
     """
 
     bytes_read: int = 0
@@ -55,6 +58,7 @@ class LoaderStats:
     records: int = 0
     batches: int = 0
     wait_s: float = 0.0
+    plan_s: float = 0.0
     io_s: float = 0.0
     decode_s: float = 0.0
 

@@ -354,8 +354,11 @@ class EpochRun:
         return item
 
     def _top_up(self) -> None:
+        stats = self.pipeline.stats
         while len(self.steps) < self.max_steps or not self.pending:
+            t = time.perf_counter()
             bp = next(self.batches, None)
+            stats.plan_s += time.perf_counter() - t
             if bp is None:
                 break
             self.pending.append(self._submit(bp))

@@ -201,3 +201,32 @@ def test_threads_beyond_the_primary_ones_read_windows_at_once(svm, monkeypatch):
         assert p._pool_only_next()
         with p.claims_lock:
             p.unclaimed.clear()
+
+
+@pytest.mark.parametrize("threads", [1, 8])  # planned on the consumer's thread, and on a thread of its own
+def test_time_spent_getting_plans_is_counted_apart_from_waiting_for_reads(svm, monkeypatch, threads):
+    """LoaderStats.plan_s: the consumer's time getting batch plans (a slow planner shows there, not
+    in wait_s, which counts the waits for read steps)."""
+    from lirs import plan as plan_mod
+
+    real = plan_mod.EpochPlan.batches
+
+    def slow(self, *a, **kw):
+        for bp in real(self, *a, **kw):
+            time.sleep(0.004)
+            yield bp
+
+    with lirs.Loader(svm, 100, granularity="group", group_bytes=4096, threads=threads, seed=0) as ld:
+        list(ld.epoch(9))
+        ld.stats.reset()
+        fast = sum(1 for _ in ld.epoch(0))
+        fast_plan = ld.stats.plan_s
+        monkeypatch.setattr(plan_mod.EpochPlan, "batches", slow)
+        ld.stats.reset()
+        t = time.perf_counter()
+        n = sum(1 for _ in ld.epoch(1))
+        took = time.perf_counter() - t
+    assert n == fast == 30
+    st = ld.stats
+    assert st.plan_s >= 0.8 * 0.004 * n and st.plan_s + st.wait_s <= took
+    assert fast_plan < st.plan_s / 4
