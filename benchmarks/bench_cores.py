@@ -186,16 +186,37 @@ def ticks_of(stacks) -> int:
     return max(per.values(), default=0)
 
 
+# the roles of lirs's threads by name (thread_name_prefix / Thread(name=)); any other thread: "other"
+ROLES = (("MainThread", "consumer"), ("lirs-plan", "planning"), ("lirs-loader", "pool"),
+         ("lirs-decode", "decode"), ("lirs-feed", "feeding"))
+
+
+def thread_role(frames: list) -> tuple[str | None, list]:
+    """``(role, frames)`` of a stack from a ``--threads`` record: the role of the thread its first
+    frame names (``thread (tid): name``, see :data:`ROLES`) and the stack without that frame; a
+    stack with no thread frame: ``(None, frames)``."""
+    if not frames or not frames[0].startswith("thread "):
+        return None, frames
+    name = frames[0].partition("): ")[2].strip()
+    return next((role for prefix, role in ROLES if name.startswith(prefix)), "other"), frames[1:]
+
+
 def holders(stacks, ticks: int, top: int = 15) -> dict:
-    """Who holds the GIL: ``{"frames": [...], "functions": [...], "lirs": [...]}``, each entry
-    ``{"frame", "samples", "share_of_wall", "share_of_gil"}``, most samples first. ``frames``: the
+    """Who holds the GIL: ``{"frames": [...], "functions": [...], "lirs": [...], "threads": {...}}``,
+    each list entry ``{"frame", "samples", "share_of_wall", "share_of_gil"}``, most samples first;
+    ``threads``: the samples by the role of the holding thread (:func:`thread_role`: consumer,
+    planning, pool, decode, feeding, other), where the record names threads. ``frames``: the
     leaf frame of each GIL sample as py-spy prints it, ``function (file:line)``; ``functions``: the
     same with the lines of one function merged; ``lirs``: the deepest frame in lirs's own files
     (``lirs/...``) of each sample — the lirs line that called into ``threading``, numpy or scipy
     (a sample with no lirs frame counts under its leaf)."""
     g = sum(c for _, c in stacks) or 1
     by_frame, by_fn, by_lirs = collections.Counter(), collections.Counter(), collections.Counter()
+    by_role = collections.Counter()
     for frames, count in stacks:
+        role, frames = thread_role(frames)
+        if role is not None:
+            by_role[role] += count
         leaf = frames[-1] if frames else "?"
         by_frame[leaf] += count
         fn, _, where = leaf.rpartition(" (")
@@ -205,7 +226,9 @@ def holders(stacks, ticks: int, top: int = 15) -> dict:
     def rows(counter):
         return [{"frame": f, "samples": c, "share_of_wall": c / ticks if ticks else None, "share_of_gil": c / g}
                 for f, c in counter.most_common(top)]
-    return {"frames": rows(by_frame), "functions": rows(by_fn), "lirs": rows(by_lirs)}
+    return {"frames": rows(by_frame), "functions": rows(by_fn), "lirs": rows(by_lirs),
+            "threads": {r: {"samples": c, "share_of_wall": c / ticks if ticks else None, "share_of_gil": c / g}
+                        for r, c in by_role.most_common()}}
 
 
 def gil_share(gil_raw: str, idle_raw: str | None, duration: float, rate: int) -> dict:
@@ -279,7 +302,7 @@ def measure_gil(py_spy, pid, duration, rate, cpus=None, blocking: bool = False) 
     if py_spy is None:
         return None, "py-spy not found (pip install py-spy, or pass --py-spy / set PYSPY)"
     how = [] if blocking else ["--nonblocking"]
-    gil, why = py_spy_record(py_spy, pid, duration, rate, ["--gil", *how], cpus)
+    gil, why = py_spy_record(py_spy, pid, duration, rate, ["--gil", "--threads", *how], cpus)
     if gil is None:
         return None, why
     idle, why_idle = py_spy_record(py_spy, pid, duration, rate, ["--idle", "--threads", *how], cpus)
@@ -351,6 +374,12 @@ def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
     if profiled and profiled["seconds"]:
         row["profiled"] = {**profiled, "records_per_s": profiled["records"] / profiled["seconds"]}
     return row
+
+
+def by_role(gil) -> str:
+    """`` (consumer 6%, pool 3%, ...)``: a GIL record's share of wall time by thread role, or ""."""
+    th = (gil or {}).get("holders", {}).get("threads") or {}
+    return " (" + ", ".join(f"{r} {v['share_of_wall']:.0%}" for r, v in th.items()) + ")" if th else ""
 
 
 def page_cache_copy(path: str, shm: str) -> tuple[str, str]:
@@ -447,7 +476,7 @@ def main(argv=None) -> int:
                 r["speedup_vs_1_core"] = r["records_per_s"] / one if one else None
                 res["rows"].append(r)
                 gs = "GIL -" if r["gil_share"] is None else \
-                    f"GIL {r['gil_share']:.0%} -> ceiling {r['ceiling_records_per_s'] / 1e6:.2f}M rec/s"
+                    f"GIL {r['gil_share']:.0%}{by_role(r['gil'])} -> ceiling {r['ceiling_records_per_s'] / 1e6:.2f}M rec/s"
                 print(f"{mode:>10} {gran:>8} {r['cores']:>2} cores ({r['workers']} threads, {r['engine']}): "
                       f"{r['records_per_s'] / 1e3:.0f}k rec/s ({r['MB_per_s']:.0f} MB/s), "
                       f"{r['cpu_us_per_record']:.2f} CPU us/rec, stall {r['stall_share']:.0%}, "

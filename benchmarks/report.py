@@ -705,7 +705,8 @@ def sec_cores_gil():
     rows = [[r["mode"], r["granularity"], r["cores"], r.get("engine", ""), f"{r['records_per_s'] / 1e6:.2f}",
              f(r.get("cpu_us_per_record")),
              "–" if r.get("gil_share") is None else f"{100 * r['gil_share']:.0f}%",
-             "–" if not r.get("ceiling_records_per_s") else f"{r['ceiling_records_per_s'] / 1e6:.1f}"]
+             "–" if not r.get("ceiling_records_per_s") else f"{r['ceiling_records_per_s'] / 1e6:.1f}",
+             gil_roles(r)]
             for r in d["rows"]]
     return (f"### The GIL's share and the ceiling it implies\n\nOne epoch with CSR decoding and no training "
             f"step, {d['data']['bytes'] / 1e6:.0f} MB kdd-like, batch {d['batch_size']}, under `taskset` "
@@ -714,7 +715,14 @@ def sec_cores_gil():
             f"from `py-spy record --gil{gil_mode(d)}`{gil_records(d)}; the ceiling (records/s divided by that share) is what "
             f"the pipeline could reach with every core it wants while the GIL stays this busy.\n\n"
             + table(["mode", "granularity", "cores", "engine", "M records/s", "CPU µs/record", "GIL held",
-                     "ceiling M/s"], rows) + gil_blocking_note())
+                     "ceiling M/s", "held by (% of wall)"], rows) + gil_blocking_note())
+
+
+def gil_roles(row) -> str:
+    """The GIL's holders by thread role (consumer, planning, pool, decode), % of wall time: runs
+    whose py-spy record named the threads; "–" for older ones."""
+    th = ((row.get("gil") or {}).get("holders") or {}).get("threads")
+    return ", ".join(f"{r} {100 * v['share_of_wall']:.0f}" for r, v in th.items()) if th else "–"
 
 
 def gil_blocking_note() -> str:

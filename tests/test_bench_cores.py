@@ -66,6 +66,26 @@ def test_gil_share_from_both_records(bc):
                     "csr_batch (lirs/decode.py:106)": 6, "csr_batch (lirs/decode.py:103)": 4, "run (<string>:13)": 5}
 
 
+def test_gil_holders_by_the_role_of_their_thread(bc):
+    # the --gil record is taken with --threads: each stack rooted in its thread, named by lirs
+    named = "".join(f"thread (0x7f0{i}): {name};{line}\n" for i, (name, line) in enumerate([
+        ("MainThread", "<module> (<string>:40);Loader._deliver (lirs/loader.py:420) 30"),
+        ("lirs-plan", "walk (lirs/walker.py:50) 12"),
+        ("lirs-loader_3", "Pipeline._read_decode (lirs/pipeline.py:140) 20"),
+        ("lirs-loader_12", "Pipeline._read_decode (lirs/pipeline.py:140) 5"),
+        ("lirs-decode_0", "_spans_run (lirs/svmdecode.py:100) 8"),
+        ("Thread-7", "run (<string>:3) 5")]))
+    g = bc.gil_share(named, IDLE_RAW, duration=1, rate=200)
+    th = g["holders"]["threads"]
+    assert {r: v["samples"] for r, v in th.items()} == {"consumer": 30, "pool": 25, "planning": 12, "decode": 8,
+                                                         "other": 5}
+    assert th["pool"]["share_of_wall"] == pytest.approx(25 / 190) and th["pool"]["share_of_gil"] == pytest.approx(25 / 80)
+    # the thread frame is no holder: the leaves are the frames under it
+    fn = {h["frame"]: h["samples"] for h in g["holders"]["functions"]}
+    assert fn["Pipeline._read_decode (lirs/pipeline.py)"] == 25 and not any(f.startswith("thread") for f in fn)
+    assert bc.gil_share(GIL_RAW, IDLE_RAW, duration=1, rate=200)["holders"]["threads"] == {}
+
+
 def test_gil_share_without_idle_record_uses_duration_times_rate(bc):
     g = bc.gil_share(GIL_RAW, None, duration=2, rate=100)
     assert g["ticks"] == 200 and g["ticks_source"] == "duration x rate"
@@ -100,7 +120,7 @@ def test_gil_records_sample_without_stopping_the_process(bc, tmp_path):
     assert why is None and res["blocking"] is False and res["gil_samples"] == 3
     calls = log.read_text().splitlines()
     assert len(calls) == 2 and all("--nonblocking" in c for c in calls)
-    assert "--gil" in calls[0] and "--idle --threads" in calls[1]
+    assert "--gil --threads" in calls[0] and "--idle --threads" in calls[1]
     log.unlink()
     res, why = bc.measure_gil(str(fake), os.getpid(), 1, 10, blocking=True)
     assert res["blocking"] is True and not any("--nonblocking" in c for c in log.read_text().splitlines())
