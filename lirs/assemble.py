@@ -16,8 +16,11 @@ from .cores import usable_cores
 from .decode import csr_batch, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from .errors import DataError
 from .kernels import io as KI
+from .kernels import rows as KR
 from .svmdecode import may_split, span_parts
 from .svmlight import Where
+
+_INT32_MAX = 2**31 - 1
 
 
 class StepDecoder:
@@ -153,13 +156,18 @@ def _incomplete(idx, step, ids, rext, rpos, rlen, got, j: int) -> DataError:
 
 
 def rows(X, lo: int, hi: int):
-    """Rows lo:hi of a decoded step. A CSR slice shares the step's arrays (no copy, no checks):
-    the step is never modified and lives as long as a batch refers to it."""
+    """Rows lo:hi of a decoded step. A CSR slice shares the step's data and indices (no copy, no
+    checks): the step is never modified and lives as long as a batch refers to it. Its row
+    pointers are rebased to start at 0 (int32 where the indices are and they fit, as
+    :func:`~lirs.decode.csr_batch` makes them) by a kernel that keeps the GIL (:mod:`lirs.kernels.rows`)."""
     # the type first: issparse's isinstance goes through the ABC machinery, once per batch
     if type(X) is sp.csr_matrix or sp.issparse(X):
-        a, b = int(X.indptr[lo]), int(X.indptr[hi])
-        indptr = X.indptr[lo:hi + 1] - a if a else X.indptr[lo:hi + 1]
-        return csr_batch(X.data[a:b], X.indices[a:b], indptr, (hi - lo, X.shape[1]))
+        ip, ind = X.indptr, X.indices
+        a, b = int(ip[lo]), int(ip[hi])
+        small = ind.dtype == np.int32 and b - a <= _INT32_MAX
+        indptr = np.empty(hi - lo + 1, np.int32 if small else ip.dtype)
+        KR.rebase_into(ip, lo, indptr)
+        return csr_batch(X.data[a:b], ind[a:b], indptr, (hi - lo, X.shape[1]))
     return X[lo:hi]
 
 

@@ -821,6 +821,29 @@ def test_decoded_batches_feed_sklearn(tmp_path):
     np.testing.assert_array_equal(Xs.toarray(), ref[[0, 1, 3, 4]].toarray())
 
 
+@pytest.mark.parametrize("ind,ptr", [(np.int32, np.int64), (np.int32, np.int32), (np.int64, np.int64)])
+def test_rows_of_a_step_are_scipys_rows_with_their_own_row_pointers(ind, ptr):
+    """lirs.assemble.rows: rows lo:hi of a step's CSR matrix, as scipy slices them, the row
+    pointers rebased to 0 in a new array (int32 where the indices are), data and indices shared."""
+    import scipy.sparse as sp
+
+    from lirs.assemble import rows
+    from lirs.decode import csr_batch
+
+    rng = np.random.default_rng(4)
+    S = sp.random(700, 50, density=0.1, format="csr", random_state=5, dtype=np.float32)
+    X = csr_batch(S.data, S.indices.astype(ind), S.indptr.astype(ptr), S.shape)
+    before = X.indptr.copy()
+    for lo, hi in [(0, 700), (0, 1), (3, 3), (123, 640), (699, 700)] + [tuple(sorted(rng.integers(0, 701, 2))) for _ in range(20)]:
+        R = rows(X, lo, hi)
+        assert R.shape == (hi - lo, 50) and R.indptr[0] == 0 and R.indptr.dtype == (np.int32 if ind == np.int32 else ptr)
+        assert not np.shares_memory(R.indptr, X.indptr)
+        assert R.nnz == 0 or np.shares_memory(R.data, X.data) and np.shares_memory(R.indices, X.indices)
+        R.check_format(full_check=True)  # (it may copy the arrays it checks)
+        np.testing.assert_array_equal(R.toarray(), S[lo:hi].toarray())
+    np.testing.assert_array_equal(X.indptr, before)  # the step's own pointers are never touched
+
+
 def _write(tmp_path, recs):
     p = tmp_path / "b.svm"
     p.write_bytes(b"".join(recs))
