@@ -15,6 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .kernels import pack as KP
+
 
 def _quiet_torch_notices() -> None:
     """torch warns once per process that sparse CSR is in beta, and that sparse invariant checks
@@ -107,6 +109,60 @@ def pack_into(host: np.ndarray, ts, spans) -> None:
             host[a:a + nb] = t.contiguous().numpy().reshape(-1).view(np.uint8)
 
 
+_TORCH_DTYPES: dict = {}
+_LABELS = {torch.float32: np.float32, torch.float64: np.float64}  # label dtypes numpy casts as torch does
+_NO_PART = np.empty(0, np.uint8)
+
+
+def torch_dtype(dt) -> torch.dtype:
+    """The torch dtype of numpy dtype ``dt`` (found once per dtype)."""
+    t = _TORCH_DTYPES.get(dt)
+    if t is None:
+        t = _TORCH_DTYPES[dt] = torch.from_numpy(np.empty(0, dt)).dtype
+    return t
+
+
+def batch_arrays(b, sparse: str = "csr", label_dtype=torch.float32):
+    """``(kind, shape, arrays)`` of a :class:`lirs.loader.Batch`: its arrays in packing order
+    ``[ids int64 (k,), (y label_dtype (k,)), *parts of X]`` (X a CSR matrix: indptr, indices of one
+    dtype, data; an ndarray: itself), the numpy arrays :func:`to_tensors` would wrap; None for a
+    batch only tensors carry (lines, ``sparse`` "coo" or "dense", a label dtype numpy casts otherwise)."""
+    ydt = _LABELS.get(label_dtype)
+    X = b.X
+    if ydt is None or not (isinstance(X, np.ndarray) or (sparse == "csr" and isinstance(X, sp.csr_matrix))):
+        return None
+    if isinstance(X, np.ndarray):
+        kind, xs = "dense", [np.ascontiguousarray(X)]
+    else:
+        kind, (indptr, indices) = "csr", (X.indptr, X.indices)
+        if indptr.dtype != indices.dtype:
+            indptr, indices = indptr.astype(np.int64), indices.astype(np.int64)
+        xs = [indptr, indices, X.data]
+    ys = [] if b.y is None else [np.ascontiguousarray(b.y, ydt)]
+    return kind, tuple(X.shape), [np.ascontiguousarray(b.ids, np.int64)] + ys + xs
+
+
+def array_spans(arrays) -> tuple[list, int]:
+    """:func:`pack_spans` of numpy ``arrays`` (torch dtypes in the spans, for :func:`span_views`)."""
+    spans, o = [], 0
+    for a in arrays:
+        spans.append((o, a.nbytes, torch_dtype(a.dtype), a.shape))
+        o += -(-a.nbytes // ALIGN) * ALIGN
+    return spans, o
+
+
+def pack_arrays(host: np.ndarray, arrays, spans) -> None:
+    """Copy up to five contiguous numpy ``arrays`` into the uint8 array ``host`` at their ``spans``
+    (:func:`array_spans`), in one kernel call (:mod:`lirs.kernels.pack`)."""
+    if len(arrays) > 5 or (spans and spans[-1][0] + spans[-1][1] > len(host)):
+        raise ValueError(f"{len(arrays)} arrays of {spans[-1][0] + spans[-1][1]} bytes do not fit in 5 parts "
+                         f"of a {len(host)}-byte buffer")
+    parts = [a.reshape(-1).view(np.uint8) for a in arrays] + [_NO_PART] * (5 - len(arrays))
+    offs = np.zeros(5, np.int64)
+    offs[:len(spans)] = [a for a, *_ in spans]
+    KP.pack5(host, offs, *parts)
+
+
 def unpack(buf, meta):
     """The output of a :class:`Packed` batch, its tensors views of ``buf``."""
     kind, shape, has_y, output, spans = meta
@@ -168,6 +224,7 @@ class Staging:
 
     def __init__(self, slots: int = STAGING_SLOTS, nbytes: int = STAGING_BYTES, pin: bool = True):
         self.bufs = [None] * slots
+        self.arrays = [None] * slots  # each buffer's numpy view (made once: a torch call lets the GIL go)
         self.events = [None] * slots
         self.nbytes, self.k, self.pin = int(nbytes), 0, bool(pin)
 
@@ -181,6 +238,7 @@ class Staging:
         if buf is None or buf.numel() < nbytes:
             self.nbytes = max(self.nbytes, 1 << max(int(nbytes) - 1, 1).bit_length())
             buf = self.bufs[s] = torch.empty(self.nbytes, dtype=torch.uint8, pin_memory=self.pin)
+            self.arrays[s] = buf.numpy()
         return s, buf
 
     def used(self, s: int, event) -> None:
@@ -200,10 +258,19 @@ class Feeder:
     (``record_stream``: the caching allocator does not reuse it while the step may still read it).
     The batch's tensors are views of that buffer, kept alive as long as the consumer holds any of
     them. The first batch is made on the consumer's thread (no hand-off before it); an error comes
-    out where its batch would have (:class:`lirs.ahead.PlanAhead`)."""
+    out where its batch would have (:class:`lirs.ahead.PlanAhead`).
 
-    def __init__(self, batches, device, staging: Staging | None = None, position=None, ahead: int | None = None):
-        self.batches, self.device = batches, device
+    With ``convert`` (:class:`lirs.workers.Convert`: its ``sparse``, ``output`` and ``label_dtype``),
+    ``batches`` yields :class:`lirs.loader.Batch` objects, and a batch's numpy arrays go into the
+    staging buffer in one kernel call (:func:`batch_arrays`, :func:`pack_arrays`) without CPU
+    tensors made and taken apart first: every torch or numpy call lets the GIL go and takes it
+    back, and each such hand-off with the thread launching the training step waited for it (the
+    CPU tensors and their packing cost ~65 of them a batch). A batch they cannot carry is made
+    into tensors by ``convert``, as without it."""
+
+    def __init__(self, batches, device, staging: Staging | None = None, position=None, ahead: int | None = None,
+                 convert=None):
+        self.batches, self.device, self.convert = batches, device, convert
         self.staging = staging
         # (get, set) of the consumer's position: taken as each batch is pulled from ``batches`` (on
         # the feeding thread), set as that batch is handed out (later ones are pulled first, and a
@@ -218,12 +285,9 @@ class Feeder:
         staging = self.staging or Staging()
         get = self.position[0] if self.position else (lambda: None)
         try:
-            for out in self.batches:
+            for item in self.batches:
                 pos = get()
-                rebuild, ts = _parts(out)
-                spans, total = pack_spans(ts)
-                s, host = staging.take(total)
-                pack_into(host.numpy(), ts, spans)
+                rebuild, spans, total, s, host = self._packed(item, staging)
                 with torch.cuda.stream(side):
                     dev = torch.empty(max(total, 1), dtype=torch.uint8, device=self.device)
                     dev.copy_(host[:max(total, 1)], non_blocking=True)
@@ -236,6 +300,25 @@ class Feeder:
             close = getattr(self.batches, "close", None)
             if close is not None:
                 close()
+
+    def _packed(self, item, staging: Staging):
+        """``(rebuild, spans, bytes, slot, host buffer)`` of one batch packed into a staging slot: a
+        :class:`~lirs.loader.Batch`'s arrays (with ``convert``; its tensors where they cannot
+        carry it), or a batch output's tensors."""
+        c = self.convert
+        got = None if c is None else batch_arrays(item, c.sparse, c.label_dtype)
+        if got is not None:
+            kind, shape, arrays = got
+            spans, total = array_spans(arrays)
+            s, host = staging.take(total)
+            pack_arrays(staging.arrays[s], arrays, spans)
+            has_y, output = item.y is not None, c.output
+            return (lambda moved: build_output(moved, kind, shape, has_y, output)), spans, total, s, host
+        rebuild, ts = _parts(item if c is None else c(item))
+        spans, total = pack_spans(ts)
+        s, host = staging.take(total)
+        pack_into(staging.arrays[s], ts, spans)
+        return rebuild, spans, total, s, host
 
     def __iter__(self):
         from .ahead import PlanAhead

@@ -28,14 +28,13 @@ hand-built ``DataLoader(persistent_workers=True)``). ``device="cuda"`` moves eac
 GPU on a side stream, from a thread of its own (:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
-consumes the batch: a few ``from_numpy`` calls, cheaper than a task of their own on the Loader's
-pool. A user ``transform`` runs with them on the pool (``Loader(transform=)``). They are: ids int64
-(k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder makes them, int64 when
-n_features or the batch's values need it), a COO or a dense float tensor (k, n_features) for
-LIBSVM, a dense tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines; y (k,)
-``label_dtype`` or None. Construction raises no warning: torch's one-time notices ("sparse CSR is
-in beta", "sparse invariant checks are implicitly disabled" when a worker's sparse batch is
-rebuilt) are emitted, silenced, when this module is imported.
+consumes the batch (cheaper than a task of their own on the Loader's pool; a device feeder packs
+the arrays themselves). A user ``transform`` runs with them on the pool (``Loader(transform=)``).
+They are: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder
+makes them, int64 when needed), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense
+tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines; y (k,) ``label_dtype`` or
+None. torch's one-time notices (sparse CSR in beta, invariant checks off) are emitted, silenced,
+when this module is imported.
 
 **Resume.** ``state_dict()`` / ``load_state_dict(sd)`` on the dataset (and on the DataLoader that
 :func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer
@@ -46,10 +45,7 @@ A state saved with another world size (same global batch ``batch_size * world_si
 resumes *elastically*: the records of the epoch no old rank consumed are split over the new
 ranks, each delivered once (see :mod:`lirs.loader`; pass the list of every old rank's state when
 the ranks did not step together). A state from another seed, granularity or dataset is refused
-with a UsageError.
-
-torch is an optional dependency: it is imported only by this module, :mod:`lirs.tensors` and
-:mod:`lirs.workers`.
+with a UsageError. torch is imported only by this module, :mod:`lirs.tensors` and :mod:`lirs.workers`.
 """
 from __future__ import annotations
 
@@ -172,15 +168,13 @@ class LirsIterableDataset(tud.IterableDataset):
         self.publish()
 
     def publish(self) -> None:
-        """Post this copy's epoch and resume point for the next pass of its DataLoader workers,
-        persistent ones included (each reads it when its pass starts). Called by ``set_epoch``,
-        ``load_state_dict`` and :class:`LirsDataLoader` in the main process; a no-op in a worker."""
+        """Post this copy's epoch and resume point for its DataLoader workers' next pass (persistent
+        ones included); called in the main process, a no-op in a worker."""
         if tud.get_worker_info() is None:
             self._seen = self._board.post(self.epoch, self._resume)
 
     def shard(self) -> tuple[int, int]:
-        """(rank, world_size) this process reads for (its DataLoader workers split the rank's
-        batches among them)."""
+        """(rank, world_size) this process reads for (its DataLoader workers split the rank's batches)."""
         rank, world = _dist_rank_world() if tud.get_worker_info() is None else self._dist
         if (rank, world) == (0, 1):
             rank, world = self._dist  # a worker, or the group was set up after this dataset
@@ -328,6 +322,10 @@ class LirsIterableDataset(tud.IterableDataset):
 
     # ------------------------------------------------------------------ iteration
     def __iter__(self):
+        return self.iterate()
+
+    def iterate(self, raw: bool = False):
+        """``iter(dataset)``; ``raw``: the Loader's Batch objects, no tensors (a device feeder's)."""
         # eager (not a generator function): the position is known when the iterator is made, as
         # StatefulDataLoader reads the state before the first batch
         if tud.get_worker_info() is None:
@@ -356,7 +354,7 @@ class LirsIterableDataset(tud.IterableDataset):
             it = loader.epoch(self.epoch, **share_of(by_window, w if by_window else off, nw))
         nb = loader.plan(self.epoch, None if spans is None else [list(s) for s in spans]).num_batches
         self._pos = ResumeState(self.epoch, min(start + off, nb), spans)
-        return self._deliver(it, loader)
+        return self._deliver(it, loader, raw)
 
     def _by_window(self, loader, workers: int) -> bool:
         """Whether this process is one of several workers of a :class:`LirsDataLoader` reading
@@ -381,14 +379,13 @@ class LirsIterableDataset(tud.IterableDataset):
     def _converter(self) -> "Convert":
         return Convert(self.sparse, self.output, self.label_dtype, self.transform, getattr(self, "_ring", None))
 
-    def _deliver(self, it, loader):
-        # without a user transform the tensors (a few from_numpy calls) are built here: as a task of
-        # their own on the Loader's pool they cost more in hand-offs between threads than they take
+    def _deliver(self, it, loader, raw: bool = False):
+        # without a user transform the tensors are built here (a pool task costs more in hand-offs)
         bundler = self._bundler(loader)
         if bundler is not None:
             yield from self._bundles(it, loader, bundler)
             return
-        convert = self._converter() if self.transform is None else None
+        convert = self._converter() if self.transform is None and not raw else None
         for out in it:
             self._pos = loader.position
             yield out if convert is None else convert(out)
@@ -414,8 +411,7 @@ class LirsDataLoader(tud.DataLoader):
     """A ``DataLoader(batch_size=None)`` over a :class:`LirsIterableDataset` that knows how many
     batches the consumer received: ``state_dict()`` / ``load_state_dict()`` resume there exactly,
     whatever ``num_workers`` (batches workers prefetched are not counted). With ``num_workers=0``
-    (and no ``pin_memory``) it steps the dataset itself, each batch through ``collate_fn``, without
-    torch's per-batch iterator (so no ``enumerate(DataLoader)`` profiler range per batch)."""
+    (and no ``pin_memory``) it steps the dataset itself, each batch through ``collate_fn``."""
 
     device = None  # make_dataloader(device=...): where the consumer gets the batches (None: as made)
 
@@ -423,18 +419,22 @@ class LirsDataLoader(tud.DataLoader):
         if self.device is None or self.device.type == "cpu":
             return self._batches()
         ds = self.dataset
-        return iter(Feeder(self._batches(), self.device, position=(lambda: ds._pos, ds.handed_out)))
+        raw = self.num_workers == 0 and not self.pin_memory and ds.transform is None
+        return iter(Feeder(self._batches(raw), self.device, position=(lambda: ds._pos, ds.handed_out),
+                           convert=ds._converter() if raw else None))
 
-    def _batches(self):
+    def _batches(self, raw: bool = False):
         ds = self.dataset
         if self.num_workers == 0:  # the dataset iterates in this process and counts itself
             if self.pin_memory:  # torch pins each batch
                 yield from super().__iter__()
                 return
-            # The batches are tensors already: torch's single-process iterator would only add its fixed
-            # cost per batch (a profiler range, the fetcher, the conversion walk; bench_torch.py). Its one
-            # draw from the torch RNG per epoch is kept, so a training's random stream is as with it.
+            # torch's single-process iterator would only add its fixed cost per batch (bench_torch.py);
+            # its one draw from the torch RNG per epoch is kept (a training's random stream is as with it)
             torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+            if raw:  # the Loader's batches as they are (a device feeder makes the tensors)
+                yield from ds.iterate(raw=True)
+                return
             convert = self.collate_fn
             for b in ds:
                 yield convert(b)

@@ -675,6 +675,76 @@ def test_the_device_feeder_packs_each_batch_into_one_buffer(small_svm, monkeypat
         assert g["X"].layout == w["X"].layout and torch.equal(g["X"].to_dense(), w["X"].to_dense())
 
 
+def _same_output(g, w):
+    """Two batch outputs (dict or tuple) hold equal tensors of the same dtypes and layouts."""
+    g, w = (g, w) if isinstance(g, dict) else (dict(zip("Xyi", g)), dict(zip("Xyi", w)))
+    assert g.keys() == w.keys()
+    for k in g:
+        a, b = g[k], w[k]
+        if b is None or not isinstance(b, torch.Tensor):
+            assert a is None if b is None else a == b
+            continue
+        assert a.dtype == b.dtype and a.layout == b.layout and a.shape == b.shape
+        assert torch.equal(a.to_dense(), b.to_dense()) if b.layout != torch.strided else torch.equal(a, b)
+
+
+@pytest.mark.parametrize("data,kw", [
+    ("svm", dict(sparse="csr")), ("svm", dict(sparse="csr", output="tuple", label_dtype=torch.float64)),
+    ("svm", dict(sparse="coo")), ("svm", dict(sparse="dense")), ("svm", dict(label_dtype=torch.int64)),
+    ("npy", dict()), ("npy", dict(output="tuple"))])
+def test_a_device_feeder_packs_the_loaders_arrays_as_the_tensors_would_be(small_svm, higgs_file, monkeypatch,
+                                                                          data, kw):
+    """make_dataloader(device=...) with num_workers=0 and no transform hands the feeder the Loader's
+    own batches: their numpy arrays are packed in one kernel call (CSR with labels float32/float64,
+    dense npy); the rest (COO, dense from LIBSVM, other label dtypes) through the tensors. Either way
+    each batch equals the CPU one: dtypes, layouts, shapes and values."""
+    from lirs import tensors
+    from lirs import torch as lt
+    from lirs.torch import make_dataloader
+
+    _stand_ins(monkeypatch, [])
+    path = small_svm if data == "svm" else higgs_file
+    kw = dict(granularity="group", group_bytes=4096, seed=3, **kw)
+    want = list(make_dataloader(path, 32, **kw))
+    dl = make_dataloader(path, 32, **kw)
+    made = []
+    monkeypatch.setattr(lt, "Feeder", lambda *a, **k: made.append(k["convert"]) or tensors.Feeder(*a, **k))
+    empty = torch.empty  # the "device" buffer in CPU memory, for a stand-in device of type cuda
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: empty(*a, **k))
+    monkeypatch.setattr(tensors, "Staging", lambda s=tensors.Staging: s(2, 256, pin=False))  # no pinned memory here
+    dl.device = type("Dev", (), {"type": "cuda"})()
+    packed = []
+    real = tensors.pack_arrays
+    monkeypatch.setattr(tensors, "pack_arrays", lambda *a: packed.append(1) or real(*a))
+    got = list(dl)
+    dl.dataset.close()
+    assert made and made[0] is not None and made[0].output == kw.get("output", "dict")
+    fast = kw.get("sparse", "csr") == "csr" and kw.get("label_dtype", torch.float32) != torch.int64
+    assert len(packed) == (len(got) if fast else 0)
+    assert len(got) == len(want) > 4
+    for g, w in zip(got, want):
+        _same_output(g, w)
+
+
+def test_pack_arrays_lays_out_what_span_views_read():
+    from lirs import tensors
+
+    rng = np.random.default_rng(1)
+    arrays = [rng.integers(0, 9, 7).astype(np.int64), rng.random(7).astype(np.float32),
+              np.arange(8, dtype=np.int32), rng.integers(0, 50, 13).astype(np.int32),
+              rng.random((13, 3)).astype(np.float64)]
+    spans, total = tensors.array_spans(arrays)
+    assert all(a % tensors.ALIGN == 0 for a, *_ in spans) and total % tensors.ALIGN == 0
+    host = np.zeros(total, np.uint8)
+    tensors.pack_arrays(host, arrays, spans)
+    for v, a in zip(tensors.span_views(torch.from_numpy(host), spans), arrays):
+        assert v.dtype == torch.from_numpy(a).dtype and torch.equal(v, torch.from_numpy(a))
+    with pytest.raises(ValueError, match="do not fit"):
+        tensors.pack_arrays(np.zeros(spans[-1][0] + spans[-1][1] - 1, np.uint8), arrays, spans)
+    with pytest.raises(ValueError, match="6 arrays"):
+        tensors.pack_arrays(np.zeros(2 * total, np.uint8), arrays + arrays[:1], tensors.array_spans(arrays + arrays[:1])[0])
+
+
 def _stand_ins(monkeypatch, log):
     monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: _Stream(log))
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
