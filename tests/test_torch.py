@@ -845,10 +845,11 @@ def test_join_outputs_stacks_pieces_by_rows():
             assert t[1] is None and torch.equal(t[0].to_dense(), dense) and torch.equal(t[2], torch.arange(4))
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_a_device_feeder_counts_the_batches_handed_out(small_svm, monkeypatch, num_workers):
+@pytest.mark.parametrize("num_workers,raw", [(0, False), (0, True), (2, False)])
+def test_a_device_feeder_counts_the_batches_handed_out(small_svm, monkeypatch, num_workers, raw):
     """The feeder pulls batch k + 1 before it hands out batch k: a state taken while the consumer
-    holds batch k resumes at k + 1 (streams and events stood in for, as above)."""
+    holds batch k resumes at k + 1 (streams and events stood in for, as above), whether it is fed
+    tensors or the Loader's own batches (``raw``, as make_dataloader(device=) without workers)."""
     from lirs import tensors
     from lirs.torch import make_dataloader
 
@@ -862,8 +863,8 @@ def test_a_device_feeder_counts_the_batches_handed_out(small_svm, monkeypatch, n
     want = [b["ids"] for b in make_dataloader(small_svm, 32, **kw)]
     dl = make_dataloader(small_svm, 32, **kw)
     ds = dl.dataset
-    feed = tensors.Feeder(dl._batches(), torch.device("cpu"), tensors.Staging(pin=False),
-                          position=(lambda: ds._pos, ds.handed_out))
+    feed = tensors.Feeder(dl._batches(raw), torch.device("cpu"), tensors.Staging(pin=False),
+                          position=(lambda: ds._pos, ds.handed_out), convert=ds._converter() if raw else None)
     state = None
     for i, b in enumerate(feed):
         assert torch.equal(b["ids"], want[i]) and dl.state_dict()["next_batch"] == i + 1
