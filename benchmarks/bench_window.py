@@ -26,6 +26,8 @@ WINDOWS = ("1M", "4M", "16M", "64M", "256M")
 _CHILD = r"""
 import json, resource, sys, time
 import lirs
+from lirs.cores import usable_cores
+from lirs.policies import windows_in_flight
 path, gran, window, batch, repeat, read = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1"
 kw = {"window": window} if gran == "window" else {}
 with lirs.Loader(path, batch, granularity=gran, **kw) as ld:
@@ -36,7 +38,10 @@ with lirs.Loader(path, batch, granularity=gran, **kw) as ld:
         n = sum(len(b.ids) for b in ld.epoch(e))
         times.append(time.perf_counter() - t)
     st = ld.stats.as_dict()
-    out = {"epoch_s": times, "groups": ld.window, "records": ld.index.n,
+    eng = ld.engine if read else None
+    held = windows_in_flight(eng.direct, usable_cores()) if eng is not None and gran == "window" else None
+    out = {"epoch_s": times, "groups": ld.window, "records": ld.index.n, "engine": eng and eng.name,
+           "windows_in_flight": held,
            "payload_bytes": ld.index.payload_bytes, "amplification": st.get("amplification"),
            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 print(json.dumps(out))
@@ -84,7 +89,8 @@ def _row(r: dict, base: dict, group_s: float) -> dict:
     s = statistics.median(r["epoch_s"])
     return {"groups": r["groups"], "epoch_s": s, "epoch_s_all": r["epoch_s"], "vs_group": group_s / s,
             "mb_per_s": r["payload_bytes"] / s / 1e6, "amplification": r["amplification"],
-            "peak_rss": r["peak_rss"], "rss_over_baseline": r["peak_rss"] - base["peak_rss"]}
+            "peak_rss": r["peak_rss"], "rss_over_baseline": r["peak_rss"] - base["peak_rss"],
+            "engine": r.get("engine"), "windows_in_flight": r.get("windows_in_flight")}
 
 
 if __name__ == "__main__":

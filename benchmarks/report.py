@@ -680,9 +680,19 @@ def sec_window():
     return (f"### What a window's memory costs\n\nOne epoch with CSR decoding of a {d['data']['bytes'] / 1e6:.0f} MB "
             f"kdd-like file, warm cache, batch {d['batch_size']} ({source(d)}). `× group`: the group epoch's time "
             f"over this one's, same run; memory: peak RSS above a process that planned without reading. A window "
-            f"epoch holds two windows (the one consumed, the next one read meanwhile), raw bytes while they "
-            f"decode and their decoded rows.\n\n"
+            f"epoch holds {held_windows(d)} (the one consumed, the next one read meanwhile, and where the reads "
+            f"wait for a device or on 8 cores or more the one after), raw bytes while they decode and their "
+            f"decoded rows.\n\n"
             + table(["configuration", "epoch s", "× group", "MiB held", "÷ window bytes"], rows))
+
+
+def held_windows(d) -> str:
+    """"two windows" / "three windows (engine uring)": what the run's window epochs held, where its
+    JSON records it (runs before ``windows_in_flight`` was recorded held two)."""
+    got = {(r.get("windows_in_flight"), r.get("engine")) for r in d["rows"] if r.get("window")}
+    n, eng = next(iter(got)) if len(got) == 1 else (None, None)
+    word = {2: "two", 3: "three"}.get(n or 2, str(n))
+    return f"{word} windows" + (f" (engine `{eng}`)" if eng else "")
 
 
 def sec_cores():

@@ -109,7 +109,8 @@ class Loader:
         memory budget and wins over the window ``lirs bench --auto`` saved. A group's
         records spread over about ``window / (batch_size x record bytes)`` batches, so a larger
         window makes batches closer to uniform; memory is about two windows (the one being
-        consumed and the next one being read), read and decoded.
+        consumed and the next one being read), read and decoded; three where the reads wait for
+        a device or on 8 cores or more (:func:`lirs.policies.windows_in_flight`).
     permutation : ``"auto"``, ``"table"`` or ``"stateless"`` (see :mod:`lirs.permutation`).
     seed : int
         The epoch order is a function of ``(seed, epoch, rank, world_size)`` only.

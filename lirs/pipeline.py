@@ -44,7 +44,7 @@ from .engines import open_engine
 from .kernels import io as KI
 from . import memory
 from .errors import TransformError
-from .policies import POLICIES, steps_in_flight
+from .policies import POLICIES, steps_in_flight, windows_in_flight
 from .steps import BatchPlan
 from .warmup import Warmup
 
@@ -318,8 +318,9 @@ class EpochRun:
 
     A window step feeds many batches and holds a whole window, so for granularity ``window`` the
     count follows the bytes: two windows (the one being consumed and the next one, read while the
-    current one is consumed), or as many small windows as ``prefetch + 1`` batches span — memory
-    stays about two windows whatever ``prefetch``. The batch that ends a window also needs the next
+    current one is consumed; three where the reads wait for a device or on many cores:
+    :func:`~lirs.policies.windows_in_flight`), or as many small windows as ``prefetch + 1`` batches
+    span — memory stays about two or three windows whatever ``prefetch``. The batch that ends a window also needs the next
     one: once it is taken, the ended window's rows in it are copied out and the window let go, so
     the window after is read while the next one is still being read or decoded."""
 
@@ -339,7 +340,8 @@ class EpochRun:
         self.pending: collections.deque = collections.deque()  # Pending batches, in order
         self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1
         # every thread of the pool has a step to work on, whatever ``prefetch``
-        self.max_steps = steps_in_flight(plan, max(self.prefetch, pipeline.workers - 1), pipeline.workers)
+        self.max_steps = steps_in_flight(plan, max(self.prefetch, pipeline.workers - 1), pipeline.workers,
+                                         windows_in_flight(pipeline.engine.direct, pipeline.cores))
 
     def next(self) -> Pending | None:
         """The oldest submitted batch, after topping up so that ``prefetch`` batches are in flight

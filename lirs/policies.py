@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .constants import BLOCK, STEP_MIN_BYTES
+from .constants import BLOCK, STEP_MIN_BYTES, WINDOW_THIRD_MIN_CORES, WINDOWS_IN_FLIGHT, WINDOWS_IN_FLIGHT_AHEAD
 
 STEP_SHAPES = ("batch", "batches", "window")
 UNIT_KINDS = ("record", "block", "group")
@@ -62,16 +62,16 @@ class Policy:
         batch_bytes = plan.batch_size * idx.payload_bytes / max(int(idx.n), 1)
         return max(1, min(plan.num_batches, -int(-STEP_MIN_BYTES // max(batch_bytes, 1.0))))
 
-    def steps_in_flight(self, plan, prefetch: int, workers: int = 0) -> int:
+    def steps_in_flight(self, plan, prefetch: int, workers: int = 0, windows: int = WINDOWS_IN_FLIGHT) -> int:
         """Read steps an epoch keeps in flight: ``prefetch + 1`` (one per batch); when a step feeds
         several batches, the steps that ``prefetch + 1`` batches span or one per thread of a pool of
-        ``workers``, and the one being consumed; for window steps two windows, or the windows that
-        ``prefetch + 1`` batches span if more."""
+        ``workers``, and the one being consumed; for window steps ``windows`` windows (see
+        :func:`windows_in_flight`), or the windows that ``prefetch + 1`` batches span if more."""
         if self.steps == "window":
             index = plan.index
             batch_bytes = plan.batch_size * index.payload_bytes / max(index.n, 1)
             window_bytes = plan.window * plan.group_bytes
-            return max(2, -(-int((prefetch + 1) * batch_bytes) // window_bytes) + 1)
+            return max(int(windows), -(-int((prefetch + 1) * batch_bytes) // window_bytes) + 1)
         per = self.batches_per_step(plan)
         return prefetch + 1 if per == 1 else max(-(-(prefetch + 1) // per), int(workers)) + 1
 
@@ -99,6 +99,14 @@ def policy(granularity: str) -> Policy:
     return POLICIES[granularity]
 
 
-def steps_in_flight(plan, prefetch: int, workers: int = 0) -> int:
+def steps_in_flight(plan, prefetch: int, workers: int = 0, windows: int = WINDOWS_IN_FLIGHT) -> int:
     """:meth:`Policy.steps_in_flight` of ``plan``'s granularity."""
-    return POLICIES[plan.granularity].steps_in_flight(plan, prefetch, workers)
+    return POLICIES[plan.granularity].steps_in_flight(plan, prefetch, workers, windows)
+
+
+def windows_in_flight(direct: bool, cores: int) -> int:
+    """Window steps an epoch keeps in flight (:data:`lirs.constants.WINDOWS_IN_FLIGHT`): three where
+    the reads wait for a device (``direct``) or on ``WINDOW_THIRD_MIN_CORES`` cores or more (the
+    window after the next one is read while the next one is decoded), else two."""
+    many = bool(direct) or int(cores) >= WINDOW_THIRD_MIN_CORES
+    return WINDOWS_IN_FLIGHT_AHEAD if many else WINDOWS_IN_FLIGHT

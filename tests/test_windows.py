@@ -87,13 +87,20 @@ def _max_steps_in_flight(monkeypatch, loader, epoch=0):
 
 
 @pytest.mark.parametrize("window", ["256K", "512K"])
-def test_large_windows_hold_two_at_a_time(kdd, monkeypatch, window):
+@pytest.mark.parametrize("engine,cores,held", [("buffered", 2, 2), ("buffered", 8, 3), ("auto", 2, 3)])
+def test_large_windows_hold_two_or_three_at_a_time(kdd, monkeypatch, window, engine, cores, held):
     # prefetch 8 would be 9 steps in flight; a large window step feeds many batches, so only the
-    # window being consumed and the next one are held
-    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window=window, prefetch=8) as ld:
+    # window being consumed and the next one are held, and the one after where the reads wait for
+    # a device (O_DIRECT, the default engine on this disk) or on 8 cores or more
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: cores)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window=window, prefetch=8,
+                     engine=engine) as ld:
         assert ld.window * 16384 * 3 < ld.index.payload_bytes  # several windows in the epoch
+        ld._ensure_started()
+        if engine == "auto" and not ld._pipeline.engine.direct:
+            pytest.skip("this filesystem refuses O_DIRECT")
         most, ids = _max_steps_in_flight(monkeypatch, ld)
-    assert most == 2
+    assert most == held
     assert np.array_equal(np.sort(ids), np.arange(len(ids)))
 
 
@@ -191,9 +198,11 @@ def test_quality_and_bench_refuse_a_bad_window_before_any_work(kdd, capsys):
 def test_next_window_is_read_while_the_batch_ending_one_waits(kdd, monkeypatch, transform):
     # a batch that ends window k also needs window k + 1: window k's rows are copied out as soon
     # as that batch is taken, so window k + 2 is submitted before that batch is delivered (not
-    # once window k + 1 is decoded); two windows are still held at most, and rows stay exact
+    # once window k + 1 is decoded); two windows are still held at most (reads that are copies, on
+    # fewer than 8 cores), and rows stay exact
     X, y = lirs.load_svmlight(kdd, dtype=np.float32)
-    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K",
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K", engine="buffered",
                      n_features=X.shape[1], transform=transform) as ld:
         ends = {bp.parts[0][0].number: bp.index for bp in ld.plan(0).batches(extents=False)
                 if len(bp.parts) > 1}

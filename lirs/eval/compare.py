@@ -18,7 +18,8 @@ from ..constants import DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ..decode import resolve_libsvm_params
 from ..errors import UsageError
 from ..loader import Loader
-from ..policies import steps_in_flight
+from ..cores import usable_cores
+from ..policies import steps_in_flight, windows_in_flight
 from .reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buffer_order
 from .spans import Ahead, Records, SpanReader, records_per_run, run_ranges, write_blocks
 from .train import LinearSVM, as_pm1, reference_objective, relative_difference
@@ -167,7 +168,7 @@ def _run_lirs(run: _Run, rec, svm, gran, index_s, group_bytes, window, nf, zb):
                 break
         last_plan = ld.plan(run.epochs - 1)
         plan_bytes = last_plan.nbytes
-        in_flight = steps_in_flight(last_plan, run.prefetch)
+        in_flight = steps_in_flight(last_plan, run.prefetch, windows=windows_in_flight(ld.engine.direct, usable_cores()))
         window_bytes = _window_bytes(ld)
         rec["loader"] = {"granularity": gran, "group_bytes": int(ld.group_bytes), "window": int(ld.window)}
     idx_bytes = index.index_bytes()  # compact offsets + label codes

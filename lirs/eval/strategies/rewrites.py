@@ -9,7 +9,8 @@ import numpy as np
 from ...policies import POLICIES
 from ... import seeds
 from ...constants import DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH
-from ...policies import steps_in_flight
+from ...cores import usable_cores
+from ...policies import steps_in_flight, windows_in_flight
 from ...plan import plan_epoch
 from ..kernels import strategies as K
 from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, budget_bytes, byte_units,
@@ -118,7 +119,8 @@ def lirs_strategy(granularity: str):
             steps = max(1, -(-plan.units // int(plan.window)) if pol.uses_window else plan.num_batches)
             step_bytes = int(reads.sum()) / steps
             idx_bytes = 8 * src.n  # the offset table the planner and reads need
-            in_flight = min(steps, steps_in_flight(plan, DEFAULT_PREFETCH))  # as the Loader keeps them
+            # as the Loader keeps them, reading with O_DIRECT
+            in_flight = min(steps, steps_in_flight(plan, DEFAULT_PREFETCH, windows=windows_in_flight(True, usable_cores())))
             mem = int(idx_bytes + plan.nbytes + in_flight * step_bytes)
             amp = int(reads.sum()) / src.payload
             return Cost(mem, f"offset index (8 B/record) + plan tables + {in_flight} read steps "
