@@ -680,9 +680,9 @@ def sec_window():
     return (f"### What a window's memory costs\n\nOne epoch with CSR decoding of a {d['data']['bytes'] / 1e6:.0f} MB "
             f"kdd-like file, warm cache, batch {d['batch_size']} ({source(d)}). `× group`: the group epoch's time "
             f"over this one's, same run; memory: peak RSS above a process that planned without reading. A window "
-            f"epoch holds {held_windows(d)} (the one consumed, the next one read meanwhile, and where the reads "
-            f"wait for a device or on 8 cores or more the one after), raw bytes while they decode and their "
-            f"decoded rows.\n\n"
+            f"epoch here held {held_windows(d)}: the one consumed, the next one read meanwhile and, where the "
+            f"reads wait for a device or on 8 cores or more, the one after; raw bytes while they decode, then "
+            f"their decoded rows.\n\n"
             + table(["configuration", "epoch s", "× group", "MiB held", "÷ window bytes"], rows))
 
 
