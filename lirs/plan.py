@@ -281,6 +281,8 @@ class EpochPlan:
         if piece_runs > 0 and self._rel_file is not None:
             (file, rel_off), piece_runs = self._rel_file, 0
             fd = file.fd
+        elif piece_runs > 0 and self._rs > 0:
+            piece_runs = 0  # records of a fixed size: no offset is read, no index page is mapped
         step = len(runs) if piece_runs <= 0 else int(piece_runs)
         ne = 0
         base, rel, wide = self._offs

@@ -599,6 +599,20 @@ def test_steps_of_many_batches_defer_their_extents_where_they_map_no_index(tmp_p
         assert all(many) == (mmap and gran != "window") and any(many) == all(many)
 
 
+def test_a_step_of_fixed_size_records_maps_no_index_and_releases_none(monkeypatch):
+    """Records of a fixed size have their extents by arithmetic: a step of many runs is found in one
+    pass with no index page released after each piece (pool threads find them at once), and is
+    deferred by the Loader's walk."""
+    idx = _fixed_index(4000, 50, files=3)
+    p = plan_epoch(idx, 64, "group", seed=2, group_bytes=8192)
+    calls = []
+    monkeypatch.setattr(type(idx), "release_pages", lambda self: calls.append(1) or 0)
+    ids = np.sort(np.random.default_rng(0).permutation(idx.n)[:900])
+    got, one = p.step(0, ids, piece_runs=1), p.step(0, ids)
+    assert calls == [] and np.array_equal(got.ext_offset, one.ext_offset)
+    assert p.step(0, ids, "defer", piece_runs=16).fill is not None
+
+
 def test_a_failed_offset_read_names_the_index(tmp_path):
     import os
 
