@@ -89,10 +89,14 @@ def pack_spans(ts) -> tuple[list, int]:
     """The layout of tensors ``ts`` packed in one uint8 buffer: ``[(offset, nbytes, dtype, shape)]``
     (each offset a multiple of ``ALIGN``, so every part can be viewed as its dtype there) and the
     buffer's length in bytes."""
+    return _laid_out((t.numel() * t.element_size(), t.dtype, tuple(t.shape)) for t in ts)
+
+
+def _laid_out(parts) -> tuple[list, int]:
+    """Spans of ``parts`` ((nbytes, torch dtype, shape) each) back to back from ALIGN boundaries."""
     spans, o = [], 0
-    for t in ts:
-        nb = t.numel() * t.element_size()
-        spans.append((o, nb, t.dtype, tuple(t.shape)))
+    for nb, dt, shape in parts:
+        spans.append((o, nb, dt, shape))
         o += -(-nb // ALIGN) * ALIGN
     return spans, o
 
@@ -144,19 +148,15 @@ def batch_arrays(b, sparse: str = "csr", label_dtype=torch.float32):
 
 def array_spans(arrays) -> tuple[list, int]:
     """:func:`pack_spans` of numpy ``arrays`` (torch dtypes in the spans, for :func:`span_views`)."""
-    spans, o = [], 0
-    for a in arrays:
-        spans.append((o, a.nbytes, torch_dtype(a.dtype), a.shape))
-        o += -(-a.nbytes // ALIGN) * ALIGN
-    return spans, o
+    return _laid_out((a.nbytes, torch_dtype(a.dtype), a.shape) for a in arrays)
 
 
 def pack_arrays(host: np.ndarray, arrays, spans) -> None:
     """Copy up to five contiguous numpy ``arrays`` into the uint8 array ``host`` at their ``spans``
     (:func:`array_spans`), in one kernel call (:mod:`lirs.kernels.pack`)."""
-    if len(arrays) > 5 or (spans and spans[-1][0] + spans[-1][1] > len(host)):
-        raise ValueError(f"{len(arrays)} arrays of {spans[-1][0] + spans[-1][1]} bytes do not fit in 5 parts "
-                         f"of a {len(host)}-byte buffer")
+    need = spans[-1][0] + spans[-1][1] if spans else 0
+    if len(arrays) > 5 or need > len(host):
+        raise ValueError(f"{len(arrays)} arrays of {need} bytes do not fit in 5 parts of a {len(host)}-byte buffer")
     parts = [a.reshape(-1).view(np.uint8) for a in arrays] + [_NO_PART] * (5 - len(arrays))
     offs = np.zeros(5, np.int64)
     offs[:len(spans)] = [a for a, *_ in spans]
