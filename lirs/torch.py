@@ -402,8 +402,8 @@ class LirsIterableDataset(tud.IterableDataset):
     def _bundles(self, it, loader, bundler):
         for b in it:
             self._pos = loader.position
-            yield from bundler.add(b.index if b.piece is None else (b.index, *b.piece),
-                                   *to_tensors(b, self.sparse, self.label_dtype))
+            yield from bundler.add_batch(b.index if b.piece is None else (b.index, *b.piece), b,
+                                         self.sparse, self.label_dtype)
         yield from filter(None, [bundler.flush()])
 
 

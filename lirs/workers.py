@@ -24,7 +24,7 @@ import torch
 import torch.utils.data as tud
 
 from .cores import usable_cores
-from .tensors import pack_into, pack_spans, to_tensors, unpack, x_parts
+from .tensors import array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, unpack, x_parts
 
 
 def worker_of() -> tuple[int, int]:
@@ -130,7 +130,8 @@ class Bundle:
         self.buf, self.slot = slot_or_buffer(ring, worker, o)
         host = self.buf.numpy()
         for (_, parts, _, _), spans in zip(items, layouts):
-            pack_into(host, parts, spans)
+            # a Batch's own numpy arrays in one kernel call (Bundler.add_batch), else its tensors
+            (pack_arrays if isinstance(parts[0], np.ndarray) else pack_into)(host, parts, spans)
         self.metas = [(*head, output, spans) for (_, _, head, _), spans in zip(items, layouts)]
         self.indices = [it[0] for it in items]
 
@@ -158,7 +159,19 @@ class Bundler:
     def add(self, index: int, ids, X, y) -> list:
         """Add batch ``index`` (its tensors); the bundles completed by it (none, or one)."""
         parts, head = packed_parts(X, ids, y)
-        layout = pack_spans(parts)
+        return self._add(index, parts, head, pack_spans(parts))
+
+    def add_batch(self, index, b, sparse: str, label_dtype) -> list:
+        """:meth:`add` of a :class:`lirs.loader.Batch` ``b``: its numpy arrays are packed as they
+        are where :func:`~lirs.tensors.batch_arrays` carries them (no tensors made only to be taken
+        apart: each torch call lets the worker's GIL go and waits to take it back), else its tensors."""
+        got = batch_arrays(b, sparse, label_dtype)
+        if got is None:
+            return self.add(index, *to_tensors(b, sparse, label_dtype))
+        kind, shape, arrays = got
+        return self._add(index, arrays, (kind, shape, b.y is not None), array_spans(arrays))
+
+    def _add(self, index, parts, head, layout) -> list:
         n = layout[1]
         done = []
         if self.items and self.nbytes + n > self.cap:

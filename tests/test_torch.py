@@ -726,6 +726,34 @@ def test_a_device_feeder_packs_the_loaders_arrays_as_the_tensors_would_be(small_
         _same_output(g, w)
 
 
+@pytest.mark.parametrize("data,sparse,label", [("svm", "csr", torch.float32), ("svm", "csr", torch.float64),
+                                               ("npy", "csr", torch.float32), ("svm", "coo", torch.float32),
+                                               ("svm", "csr", torch.int64)])
+def test_a_workers_bundle_packs_the_loaders_arrays_as_the_tensors_would_be(small_svm, higgs_file, monkeypatch,
+                                                                           data, sparse, label):
+    """Bundler.add_batch (a DataLoader worker's path): a Batch's numpy arrays packed as they are
+    where batch_arrays carries them (CSR with float labels, dense npy), its tensors otherwise; the
+    bundle unpacks to the outputs to_tensors would give, in one buffer either way."""
+    import lirs.torch as lt
+    from lirs import tensors, workers
+
+    path = small_svm if data == "svm" else higgs_file
+    with lirs.Loader(path, 40, granularity="group", group_bytes=4096, seed=1) as loader:
+        batches = [b for _, b in zip(range(5), loader)]
+    packed = []
+    real = workers.pack_arrays
+    monkeypatch.setattr(workers, "pack_arrays", lambda *a: packed.append(1) or real(*a))
+    bundler = workers.Bundler("tuple", None, 0, max_batches=8)
+    sent = [x for b in batches for x in bundler.add_batch(b.index, b, sparse, label)] + [bundler.flush()]
+    got = [o for x in sent if x is not None for o in workers.unpack_bundle(x.buf, x.metas, x.indices).outputs]
+    fast = sparse == "csr" and label != torch.int64
+    assert len(packed) == (len(batches) if fast else 0) and len(got) == len(batches)
+    for g, b in zip(got, batches):
+        ids, X, y = lt.to_tensors(b, sparse, label)
+        _same_output(g, (X, y, ids))
+    assert tensors.batch_arrays(batches[0], sparse, label) is None or fast
+
+
 def test_pack_arrays_lays_out_what_span_views_read():
     from lirs import tensors
 
