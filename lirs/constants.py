@@ -82,9 +82,9 @@ RECYCLE_KEEP_BLOCKS = 6
 # meanwhile; a third where the reads wait for a device (O_DIRECT) or the pool has
 # WINDOW_THIRD_MIN_CORES usable cores or more: the window after the next is then read while the next
 # one is decoded (a window is decoded by the cores at once, one at a time), instead of after it.
-# Measured on 2 cores from this machine's NVMe disk (engine uring, 300 MB kdd-like, 16 MiB windows,
-# medians of 9 epochs, ad hoc): 2.42M -> 2.64M records/s, peak RSS +35 MB. From the page cache on 2
-# cores it changed nothing (the cores read and decode either way); on 16 cores a window epoch kept 7.8
+# Measured on 2 cores from this machine's NVMe disk (engine uring, 300 MB kdd-like, 16 MiB windows):
+# 1.06x the records/s of two, peak RSS +34 MiB (benchmarks/results/stages.json). From the page cache on
+# 2 cores it changed nothing measurable (ad hoc: the cores read and decode either way); on 16 cores a window epoch kept 7.8
 # of 16 cores busy and its consumer waited 38% of the time with two (benchmarks/results/16cores).
 WINDOWS_IN_FLIGHT = 2
 WINDOWS_IN_FLIGHT_AHEAD = 3

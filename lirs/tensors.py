@@ -265,7 +265,8 @@ class Feeder:
     staging buffer in one kernel call (:func:`batch_arrays`, :func:`pack_arrays`) without CPU
     tensors made and taken apart first: every torch or numpy call lets the GIL go and takes it
     back, and each such hand-off with the thread launching the training step waited for it (the
-    CPU tensors and their packing cost ~65 of them a batch). A batch they cannot carry is made
+    CPU tensors, their packing and the rebuilt batch cost 65 of them a batch, 29 without the
+    tensors: ``benchmarks/results/stages.json``). A batch they cannot carry is made
     into tensors by ``convert``, as without it."""
 
     def __init__(self, batches, device, staging: Staging | None = None, position=None, ahead: int | None = None,

@@ -2,8 +2,8 @@
 
 Cutting a batch's rows out of a step's CSR matrix rebases its row pointers (``indptr[lo:hi + 1] -
 indptr[lo]``, cast to the indices' dtype). In numpy that is a subtraction and a cast over k + 1
-values, and numpy lets the GIL go for every array operation of more than 500 values: twice per
-batch, the consumer's thread gave the GIL away and then waited to get it back behind the threads
+values, and numpy lets the GIL go for every array operation of more than 500 values: once or
+twice a batch (a cast where the pointers are int64), the consumer's thread gave the GIL away and then waited to get it back behind the threads
 that wanted it (on 16 cores, up to one Python stretch of each). These kernels are compiled without
 ``nogil``: the call keeps the GIL through its few microseconds, so the consumer never hands it over.
 """
