@@ -637,6 +637,34 @@ def test_a_failed_offset_read_names_the_index(tmp_path):
     assert plan.step(0, ids).reads >= 1  # a batch's step reads the map itself
 
 
+def test_a_deferred_steps_failed_offset_read_comes_out_at_its_batch(tmp_path, monkeypatch):
+    """A group step of several batches finds its extents on the thread that reads it (offsets by
+    pread): a failed read of the offset table there is raised in the consumer's loop, naming the
+    index, at the step's first batch (here the epoch's first: every step reads the table)."""
+    import os
+
+    import lirs
+    from lirs import policies
+    from lirs.sidecar import ArrayFile
+
+    data = tmp_path / "d.svm"
+    data.write_text("".join(f"{i % 2} {i % 7 + 1}:{i}\n" for i in range(6000)))
+    lirs.build_index(str(data), progress=False)
+    monkeypatch.setattr(policies, "STEP_MIN_BYTES", 1 << 12)  # steps of several 64-record batches
+    with lirs.Loader(str(data), 64, granularity="group", group_bytes=4096, seed=1, engine="buffered") as ld:
+        plan = ld.plan(0)
+        assert plan._rel_file is not None and plan.batches_per_step > 1
+        r, w = os.pipe()
+        os.close(w)
+        plan._rel_file = (ArrayFile("/somewhere/set.lirs", r), 0)  # pread on a pipe: ESPIPE
+        got = []
+        with pytest.raises(OSError, match="offset table") as e:
+            for b in ld.epoch(0):
+                got.append(b.index)
+        assert e.value.filename == "/somewhere/set.lirs"
+        assert got == []
+
+
 def test_an_offset_table_pickles_without_its_file(tmp_path):
     import pickle
 
