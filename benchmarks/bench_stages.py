@@ -13,8 +13,11 @@ threads that want it. In one run, on one kdd-like file:
 * ``handoffs``: GIL releases (CPython's ``PyEval_SaveThread``, counted by a ``perf`` uprobe) per
   batch of the consumer's row slicing with numpy (the old ``rows``) against the GIL-keeping kernel,
   and of a device feeder's packing through CPU tensors (``to_tensors``, ``_parts``, ``pack_into``,
-  views) against the Loader's arrays in one kernel call (``batch_arrays``, ``pack_arrays``). Needs
-  root and ``perf``; otherwise null with the reason.
+  views) against the Loader's arrays in one kernel call (``batch_arrays``, ``pack_arrays``); and per
+  read step of a pool thread (``step_group``, ``step_instance``, ``step_window``: planned steps, their
+  deferred extents found, read with engine ``buffered`` and decoded on the measured thread), each
+  release a wait to take the GIL back behind the other threads on many cores. Needs root and
+  ``perf``; otherwise null with the reason. ``--parts`` runs some of the three.
 
 Writes ``benchmarks/results/stages.json``.
 
@@ -131,11 +134,30 @@ def array_pack(b):
     s, host = st.take(total)
     tensors.pack_arrays(st.arrays[s], arrays, spans)
     return tensors.build_output(tensors.span_views(host, spans), kind, shape, True, "dict")
+kept = []
+def read_steps(gran, n=8):  # a pool thread's work: planned read steps (deferred extents) read and decoded
+    import dataclasses
+    ld = lirs.Loader(path, 1024, granularity=gran, seed=0, engine="buffered")
+    for _ in ld.epoch(0):
+        pass
+    seen, steps = set(), []
+    for bp in ld.plan(1).batches(0, extents="defer"):
+        for part in bp.parts:
+            if part.step.number not in seen:
+                seen.add(part.step.number)
+                steps.append(part.step)
+    steps = steps[4:4 + n] if len(steps) > 4 + n else steps[-n:]  # past the first steps' ramp
+    pipe = ld._pipeline
+    kept.append(ld)  # open while its steps are read
+    # a fresh copy each time: a deferred step finds its extents when first read, as on the pool
+    return len(steps), lambda: [pipe._read_decode(dataclasses.replace(s)) for s in steps]
+steps = {g: read_steps(g) for g in ("group", "instance", "window") if which == "step_" + g}
 work = {"rows_numpy": lambda: [numpy_rows(big, a, b) for a, b in zip(cuts[:-1], cuts[1:])],
         "rows_kernel": lambda: [assemble.rows(big, a, b) for a, b in zip(cuts[:-1], cuts[1:])],
         "pack_tensors": lambda: [tensor_pack(b) for b in batches],
-        "pack_arrays": lambda: [array_pack(b) for b in batches]}[which]
-per = 8 if which.startswith("rows") else len(batches)
+        "pack_arrays": lambda: [array_pack(b) for b in batches],
+        **{"step_" + g: fn for g, (_, fn) in steps.items()}}[which]
+per = 8 if which.startswith("rows") else steps[which[5:]][0] if which.startswith("step_") else len(batches)
 work()  # compile, allocate
 print("go", flush=True)
 sys.stdin.readline()
@@ -171,7 +193,8 @@ def handoffs(path: str, loops: int) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     out = {"event": event}
     try:
-        for which in ("rows_numpy", "rows_kernel", "pack_tensors", "pack_arrays"):
+        for which in ("rows_numpy", "rows_kernel", "pack_tensors", "pack_arrays", "step_group", "step_instance",
+                      "step_window"):
             p = subprocess.Popen([sys.executable, "-c", _HANDOFF_CHILD, which, path, "64", str(loops)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
             assert p.stdout.readline().strip() == "go"
@@ -187,8 +210,10 @@ def handoffs(path: str, loops: int) -> dict:
             p.stdin.write("\n")
             p.stdin.flush()
             p.wait()
-            out[which] = {"releases": count, "batches": batches, "per_batch": count / batches}
-            print(f"handoffs {which:12s}: {count / batches:.2f} GIL releases a batch", file=sys.stderr)
+            unit = "step" if which.startswith("step_") else "batch"  # a read step's: per step
+            out[which] = {"releases": count, unit + "es" if unit == "batch" else "steps": batches,
+                          "per_" + unit: count / batches}
+            print(f"handoffs {which:13s}: {count / batches:.2f} GIL releases a {unit}", file=sys.stderr)
     finally:
         subprocess.run(["perf", "probe", "-d", event], capture_output=True)
     return out
@@ -202,14 +227,18 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="window processes each way, alternating")
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs in each window process")
     ap.add_argument("--loops", type=int, default=20, help="passes over 64 batches in each hand-off count")
+    ap.add_argument("--parts", default="planning,windows,handoffs", help="which stages to run")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     path = kdd_file(a.dir, a.size)
     res = {"command": "python benchmarks/bench_stages.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "data": {"profile": "kdd", "path": path, "bytes": os.path.getsize(path)}, "note": a.note,
-           "planning": planning(path, a.repeat), "windows": windows(path, a.rounds, a.epochs),
-           "handoffs": handoffs(path, a.loops), "machine": machine(),
+           **{part: run() for part, run in (("planning", lambda: planning(path, a.repeat)),
+                                            ("windows", lambda: windows(path, a.rounds, a.epochs)),
+                                            ("handoffs", lambda: handoffs(path, a.loops)))
+              if part in a.parts.split(",")},
+           "machine": machine(),
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     print(write_result("stages", res, a.out), file=sys.stderr)
     return 0
