@@ -149,8 +149,10 @@ def read_steps(gran, n=8):  # a pool thread's work: planned read steps (deferred
     steps = steps[4:4 + n] if len(steps) > 4 + n else steps[-n:]  # past the first steps' ramp
     pipe = ld._pipeline
     kept.append(ld)  # open while its steps are read
-    # a fresh copy each time: a deferred step finds its extents when first read, as on the pool
-    return len(steps), lambda: [pipe._read_decode(dataclasses.replace(s)) for s in steps]
+    def work():  # a fresh copy each time: a deferred step finds its extents when first read, as on the pool
+        for s in steps:
+            pipe._read_decode(dataclasses.replace(s))  # dropped, as its last batch is: its memory recycled
+    return len(steps), work
 steps = {g: read_steps(g) for g in ("group", "instance", "window") if which == "step_" + g}
 work = {"rows_numpy": lambda: [numpy_rows(big, a, b) for a, b in zip(cuts[:-1], cuts[1:])],
         "rows_kernel": lambda: [assemble.rows(big, a, b) for a, b in zip(cuts[:-1], cuts[1:])],
