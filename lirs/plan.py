@@ -255,7 +255,7 @@ class EpochPlan:
         ne = self._extents(ids, (ef, eo, en, rx, rp, rl), piece_runs) if k else 0
         if order is not None:
             # extents are found on the unit-ordered records (runs sort fast), then all move together
-            ids, rx, rp, rl = ids[order], rx[order], rp[order], rl[order]
+            ids, rx, rp, rl = K.gather_records(order, ids, rx, rp, rl)
         return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, rl)
 
     def _fill(self, step: ReadStep, ids: np.ndarray, order, piece_runs: int) -> None:

@@ -369,6 +369,17 @@ def test_positions_are_uniform(mode):
     assert p > 1e-4, p
 
 
+@pytest.mark.parametrize("k", [0, 1, 257])
+def test_a_steps_records_move_to_delivery_order_in_one_kernel_call(k):
+    from lirs.kernels.plan import gather_records
+    rng = np.random.default_rng(k)
+    order = rng.permutation(k).astype(np.int64)
+    arrays = (rng.integers(0, 10**9, k).astype(np.int64), rng.integers(0, 99, k).astype(np.int32),
+              rng.integers(0, 4096, k).astype(np.int64), rng.integers(1, 999, k).astype(np.int64))
+    for got, a in zip(gather_records(order, *arrays), arrays):
+        assert got.dtype == a.dtype and np.array_equal(got, a[order])
+
+
 # --------------------------------------------------------------------------- rules and errors
 
 
