@@ -10,7 +10,9 @@ sizes itself by the affinity mask), LIBSVM decoded to CSR, no training step:
 Per run: records/s over ``--repeat`` epochs (each cut at ``--max-seconds``: records/s of the part
 read; the median run is kept), the consumer's stall share (waiting for read steps) and plan share
 (getting batch plans: planning them itself, or waiting for the planning thread; ``LoaderStats.plan_s``),
-CPU microseconds per record (the process's user + system time from ``getrusage(RUSAGE_SELF)``, all threads, over the timed epochs,
+the consumer's CPU share and CPU microseconds per batch (its thread's ``time.thread_time()``: on many
+cores, where it rarely waits for steps, a share near 1 says its own Python sets the rate and one well
+below says it waits for the GIL), CPU microseconds per record (the process's user + system time from ``getrusage(RUSAGE_SELF)``, all threads, over the timed epochs,
 divided by the records), the cores kept busy (CPU s / wall s), and the speed-up over one core of
 the same mode and granularity.
 
@@ -131,23 +133,24 @@ def cpu():
     return r.ru_utime + r.ru_stime
 
 def run(ld, e, stop):
-    n, t, c = 0, time.perf_counter(), cpu()
+    n, t, c, mine = 0, time.perf_counter(), cpu(), time.thread_time()
     complete = True
     for b in ld.epoch(e):
         n += len(b.ids)
         if stop(time.perf_counter() - t):
             complete = False
             break
-    return n, time.perf_counter() - t, cpu() - c, complete
+    return n, time.perf_counter() - t, cpu() - c, complete, time.thread_time() - mine
 
 with lirs.Loader(path, batch, granularity=gran, engine=engine) as ld:
     next(iter(ld.epoch(99)))  # start the pool and compile before timing
     out = []
     for e in range(repeat):
         ld.stats.reset()
-        n, s, c, complete = run(ld, e, lambda el: max_s > 0 and el > max_s)
+        n, s, c, complete, mine = run(ld, e, lambda el: max_s > 0 and el > max_s)
         st = ld.stats.as_dict()
-        out.append({"epoch_s": s, "records": n, "complete": complete, "cpu_s": c, "wait_s": st["wait_s"],
+        out.append({"epoch_s": s, "records": n, "complete": complete, "cpu_s": c, "consumer_cpu_s": mine,
+                    "batches": st["batches"], "wait_s": st["wait_s"],
                     "plan_s": st["plan_s"], "decode_s": st["decode_s"], "io_s": st["io_s"], "workers": ld._pipeline.workers,
                     "engine": ld._pipeline.engine.name})
     print("TIMED " + json.dumps(out), flush=True)
@@ -356,6 +359,12 @@ def _line(p, tag: str, err):
     raise RuntimeError(f"the measured process exited with {p.returncode} before {tag.strip()}:\n{err.read()[-3000:]}")
 
 
+def _median_ratio(pairs: list):
+    """The median of a / b over the (a, b) pairs with both present and b > 0, or None."""
+    got = [a / b for a, b in pairs if a is not None and b]
+    return statistics.median(got) if got else None
+
+
 def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
     """A row from the child's timed runs, the GIL record and the profiled phase."""
     rates = [r["records"] / r["epoch_s"] for r in timed]
@@ -367,6 +376,12 @@ def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
            "records": best["records"], "complete": all(r["complete"] for r in timed), "records_per_s": med,
            "stall_share": statistics.median(r["wait_s"] / r["epoch_s"] for r in timed),
            "plan_share": statistics.median(r["plan_s"] / r["epoch_s"] for r in timed),
+           # the consumer's thread on a core (with copying reads this counts the steps it runs itself
+           # instead of waiting): where it rarely waits (many cores) near 1 when its own Python sets
+           # the rate, well below where it waits for the GIL (older records have no such field: None)
+           "consumer_cpu_share": _median_ratio([(r.get("consumer_cpu_s"), r["epoch_s"]) for r in timed]),
+           "consumer_cpu_us_per_batch": _median_ratio([(r.get("consumer_cpu_s"), (r.get("batches") or 0) / 1e6)
+                                                       for r in timed]),
            "cpu_us_per_record": 1e6 * cpu_s / n if n else None, "cpu_util_cores": cpu_s / wall if wall else None,
            "gil_share": share, "gil_reason": None if gil else reason,
            "ceiling_records_per_s": med / share if share else None,
@@ -480,7 +495,7 @@ def main(argv=None) -> int:
                 print(f"{mode:>10} {gran:>8} {r['cores']:>2} cores ({r['workers']} threads, {r['engine']}): "
                       f"{r['records_per_s'] / 1e3:.0f}k rec/s ({r['MB_per_s']:.0f} MB/s), "
                       f"{r['cpu_us_per_record']:.2f} CPU us/rec, stall {r['stall_share']:.0%}, "
-                      f"plans {r['plan_share']:.0%}, {gs}"
+                      f"plans {r['plan_share']:.0%}, consumer on CPU {r['consumer_cpu_share']:.0%}, {gs}"
                       + ("" if r["gil_reason"] is None else f" ({r['gil_reason']})"), flush=True)
                 res["load1_after"] = os.getloadavg()[0]
                 res["seconds"] = time.perf_counter() - t0

@@ -170,6 +170,10 @@ def test_one_core_run_on_a_tiny_file(bc, tmp_path):
     assert r["mode"] == "page-cache" and r["engine"] == "buffered" and r["cores"] == 1
     assert r["records"] == res["data"]["records"] and r["complete"]
     assert r["records_per_s"] > 0 and r["cpu_us_per_record"] > 0 and r["speedup_vs_1_core"] == 1
+    # the consumer's thread: some of the wall time on a core, and a CPU cost per batch
+    assert 0 < r["consumer_cpu_share"] <= 1.05 and r["consumer_cpu_us_per_batch"] > 0
+    run0 = r["runs"][0]
+    assert r["consumer_cpu_us_per_batch"] == pytest.approx(1e6 * run0["consumer_cpu_s"] / run0["batches"])
     if r["gil_share"] is None:
         assert r["gil_reason"] and r["ceiling_records_per_s"] is None
     else:
