@@ -159,7 +159,10 @@ work = {"rows_numpy": lambda: [numpy_rows(big, a, b) for a, b in zip(cuts[:-1], 
         "pack_tensors": lambda: [tensor_pack(b) for b in batches],
         "pack_arrays": lambda: [array_pack(b) for b in batches],
         **{"step_" + g: fn for g, (_, fn) in steps.items()}}[which]
-per = 8 if which.startswith("rows") else steps[which[5:]][0] if which.startswith("step_") else len(batches)
+if which.startswith("step_"):
+    per = steps[which[5:]][0]  # read steps
+else:
+    per = 8 if which.startswith("rows") else len(batches)
 work()  # compile, allocate
 print("go", flush=True)
 sys.stdin.readline()
@@ -212,9 +215,8 @@ def handoffs(path: str, loops: int) -> dict:
             p.stdin.write("\n")
             p.stdin.flush()
             p.wait()
-            unit = "step" if which.startswith("step_") else "batch"  # a read step's: per step
-            out[which] = {"releases": count, unit + "es" if unit == "batch" else "steps": batches,
-                          "per_" + unit: count / batches}
+            unit, units = ("step", "steps") if which.startswith("step_") else ("batch", "batches")
+            out[which] = {"releases": count, units: batches, "per_" + unit: count / batches}
             print(f"handoffs {which:13s}: {count / batches:.2f} GIL releases a {unit}", file=sys.stderr)
     finally:
         subprocess.run(["perf", "probe", "-d", event], capture_output=True)

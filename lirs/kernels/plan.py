@@ -415,7 +415,8 @@ def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off,
 def gather_records(order, ids, rec_extent, rec_pos, rec_len):
     """A read step's record arrays put in delivery order in one pass without the GIL: ``ids[order]``
     int64, ``rec_extent[order]`` int32, ``rec_pos[order]`` and ``rec_len[order]`` int64 (all (k,);
-    numpy's four gathers let the GIL go and took it back four times)."""
+    numpy's four gathers let the GIL go and took it back four times). ``order`` int64 (k,) is a
+    permutation of ``range(k)`` made by the planner: unchecked, as in the other planning kernels."""
     k = order.shape[0]
     i2, x2 = np.empty(k, ids.dtype), np.empty(k, rec_extent.dtype)
     p2, l2 = np.empty(k, rec_pos.dtype), np.empty(k, rec_len.dtype)
