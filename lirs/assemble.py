@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .constants import INT32_MAX
 from .cores import usable_cores
 from .decode import csr_batch, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from .errors import DataError
@@ -19,8 +20,6 @@ from .kernels import io as KI
 from .kernels import rows as KR
 from .svmdecode import may_split, span_parts
 from .svmlight import Where
-
-_INT32_MAX = 2**31 - 1
 
 
 class StepDecoder:
@@ -164,7 +163,7 @@ def rows(X, lo: int, hi: int):
     if type(X) is sp.csr_matrix or sp.issparse(X):
         ip, ind = X.indptr, X.indices
         a, b = int(ip[lo]), int(ip[hi])
-        small = ind.dtype == np.int32 and b - a <= _INT32_MAX
+        small = ind.dtype == np.int32 and b - a <= INT32_MAX
         indptr = np.empty(hi - lo + 1, np.int32 if small else ip.dtype)
         KR.rebase_into(ip, lo, indptr)
         return csr_batch(X.data[a:b], ind[a:b], indptr, (hi - lo, X.shape[1]))

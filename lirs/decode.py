@@ -29,6 +29,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
+from .constants import INT32_MAX
 from .errors import DataError, UsageError
 from .kernels import libsvm as K
 from .svmdecode import decode_file, decode_spans
@@ -40,8 +41,6 @@ __all__ = ["decode_libsvm", "decode_fixed", "decode_lines", "decode_tfrecord", "
 
 #: ``qid`` given to records without a ``qid:`` token by :func:`decode_libsvm` (``query_id=True``).
 NO_QID = np.iinfo(np.int64).min
-
-_INT32_MAX = 2**31 - 1
 
 
 def _as_u8(buf) -> np.ndarray:
@@ -100,7 +99,7 @@ def csr_batch(data, indices, indptr, shape):
     by scipy when asked, as for a constructed matrix. indptr int64 becomes int32 when indices are
     int32 and it fits (scipy's rule: one index dtype, the smallest that fits; sklearn estimators
     refuse int64)."""
-    if indices.dtype == np.int32 and indptr.dtype != np.int32 and (len(indptr) == 0 or indptr[-1] <= _INT32_MAX):
+    if indices.dtype == np.int32 and indptr.dtype != np.int32 and (len(indptr) == 0 or indptr[-1] <= INT32_MAX):
         indptr = indptr.astype(np.int32)
     if _CSR_BASE is None:
         return _csr_checked(data, indices, indptr, shape)
@@ -173,7 +172,7 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
         file_offsets = np.asarray(file_offsets, np.int64)
         if file_offsets.shape != starts.shape:
             raise UsageError("file_offsets must have the shape of starts")
-    index_dtype = np.int32 if n_features <= _INT32_MAX else np.int64
+    index_dtype = np.int32 if n_features <= INT32_MAX else np.int64
     if where is None:
         where = Where(source, starts, file_offsets, record_ids)
     indptr, indices, data, y, qid, has_qid = decode_spans(buf, starts, ends, n_features, bool(zero_based),
@@ -259,7 +258,7 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
         raise DataError(f"{path}: n_features was set to {n_features}, but the file contains "
                         f"{n_f} features")
     n_features = int(n_features)
-    if n_features > _INT32_MAX:
+    if n_features > INT32_MAX:
         indices = indices.astype(np.int64)
     if data.dtype != dtype:
         with np.errstate(over="ignore"):

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .constants import RECYCLE_STEP_MIN_BYTES
+from .constants import INT32_MAX, RECYCLE_STEP_MIN_BYTES
 from .cores import usable_cores
 from .kernels import libsvm as K
 from .kernels import libsvm_plain as KP
@@ -31,7 +31,6 @@ _MIN_REGION = 4 << 20   # bytes of a region below which another thread costs mor
 # the full kernel's first stretch after a record that is not plain (then the plain kernel goes on)
 _STRETCH_RECORDS = 64
 _STRETCH_BYTES = 16 << 10
-_INT32_MAX = 2**31 - 1
 
 
 def _work_dtype(dtype):
@@ -242,7 +241,7 @@ def decode_file(buf, *, zero_based, dtype, query_id, where, threads=None):
         data = output_empty(n_feat, _work_dtype(dtype))
         ends, rec = _record_outputs(n_rec)
         shift = 0 if zero_based else 1
-        bound = np.int64(_INT32_MAX) + 1
+        bound = np.int64(INT32_MAX) + 1
 
         def run(i):
             a, b = regions[i]
@@ -352,7 +351,7 @@ def _finish(buf, span, status, out, fb, nfb, zero_based, query_id, n_features, w
         raise AssertionError(f"token of record {fb_err} was refused by float() but re-parsed fine")
     if not slow:
         return out
-    if indices.dtype == np.int32 and any(c and c[-1] > _INT32_MAX for _, _, c, _ in slow.values()):
+    if indices.dtype == np.int32 and any(c and c[-1] > INT32_MAX for _, _, c, _ in slow.values()):
         indices = indices.astype(np.int64)  # whole-file loads: an index past int32 widens them all
     for j, (label, q, cols, vals) in slow.items():
         y[j] = label
