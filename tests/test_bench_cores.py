@@ -181,3 +181,16 @@ def test_one_core_run_on_a_tiny_file(bc, tmp_path):
         assert r["gil"]["ticks"] > 0 and r["profiled"]["records"] > 0 and len(r["gil"]["shares"]) == 2
         if r["gil_share"]:
             assert r["ceiling_records_per_s"] == pytest.approx(r["records_per_s"] / r["gil_share"])
+
+
+def test_a_record_without_the_consumers_cpu_reads_none(bc):
+    """Runs recorded before the consumer's thread time was kept (or with no batch) give None, not
+    an error; runs that have it give the median share and CPU per batch."""
+    old = {"records": 1000, "epoch_s": 0.5, "cpu_s": 0.8, "wait_s": 0.1, "plan_s": 0.0, "workers": 3,
+           "engine": "buffered", "complete": True}
+    row = bc.summarize([old], None, "not measured", None, 2)
+    assert row["consumer_cpu_share"] is None and row["consumer_cpu_us_per_batch"] is None
+    new = [dict(old, consumer_cpu_s=c, batches=10) for c in (0.2, 0.3, 0.4)]
+    row = bc.summarize(new, None, "not measured", None, 2)
+    assert row["consumer_cpu_share"] == pytest.approx(0.6)
+    assert row["consumer_cpu_us_per_batch"] == pytest.approx(30000.0)
