@@ -152,7 +152,8 @@ with lirs.Loader(path, batch, granularity=gran, engine=engine) as ld:
         out.append({"epoch_s": s, "records": n, "complete": complete, "cpu_s": c, "consumer_cpu_s": mine,
                     "batches": st["batches"], "wait_s": st["wait_s"],
                     "plan_s": st["plan_s"], "decode_s": st["decode_s"], "io_s": st["io_s"], "workers": ld._pipeline.workers,
-                    "engine": ld._pipeline.engine.name})
+                    "engine": ld._pipeline.engine.name,
+                    "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
     print("TIMED " + json.dumps(out), flush=True)
     if profile:
         stop = threading.Event()
@@ -383,6 +384,8 @@ def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
            "consumer_cpu_us_per_batch": _median_ratio([(r.get("consumer_cpu_s"), (r.get("batches") or 0) / 1e6)
                                                        for r in timed]),
            "cpu_us_per_record": 1e6 * cpu_s / n if n else None, "cpu_util_cores": cpu_s / wall if wall else None,
+           # the process's peak resident memory after its timed epochs (older records: None)
+           "peak_rss_bytes": max((r.get("peak_rss_bytes") or 0 for r in timed), default=0) or None,
            "gil_share": share, "gil_reason": None if gil else reason,
            "ceiling_records_per_s": med / share if share else None,
            "gil": gil, "profiled": None, "runs": timed}

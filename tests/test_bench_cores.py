@@ -174,6 +174,8 @@ def test_one_core_run_on_a_tiny_file(bc, tmp_path):
     assert 0 < r["consumer_cpu_share"] <= 1.05 and r["consumer_cpu_us_per_batch"] > 0
     run0 = r["runs"][0]
     assert r["consumer_cpu_us_per_batch"] == pytest.approx(1e6 * run0["consumer_cpu_s"] / run0["batches"])
+    # the child's peak resident memory: a loader's, more than the data it read at once
+    assert r["peak_rss_bytes"] == run0["peak_rss_bytes"] and 20 << 20 < r["peak_rss_bytes"] < 4 << 30
     if r["gil_share"] is None:
         assert r["gil_reason"] and r["ceiling_records_per_s"] is None
     else:
@@ -190,7 +192,8 @@ def test_a_record_without_the_consumers_cpu_reads_none(bc):
            "engine": "buffered", "complete": True}
     row = bc.summarize([old], None, "not measured", None, 2)
     assert row["consumer_cpu_share"] is None and row["consumer_cpu_us_per_batch"] is None
-    new = [dict(old, consumer_cpu_s=c, batches=10) for c in (0.2, 0.3, 0.4)]
+    assert row["peak_rss_bytes"] is None
+    new = [dict(old, consumer_cpu_s=c, batches=10, peak_rss_bytes=m) for c, m in ((0.2, 5), (0.3, 9), (0.4, 7))]
     row = bc.summarize(new, None, "not measured", None, 2)
-    assert row["consumer_cpu_share"] == pytest.approx(0.6)
+    assert row["consumer_cpu_share"] == pytest.approx(0.6) and row["peak_rss_bytes"] == 9
     assert row["consumer_cpu_us_per_batch"] == pytest.approx(30000.0)
