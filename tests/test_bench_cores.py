@@ -174,8 +174,8 @@ def test_one_core_run_on_a_tiny_file(bc, tmp_path):
     assert 0 < r["consumer_cpu_share"] <= 1.05 and r["consumer_cpu_us_per_batch"] > 0
     run0 = r["runs"][0]
     assert r["consumer_cpu_us_per_batch"] == pytest.approx(1e6 * run0["consumer_cpu_s"] / run0["batches"])
-    # the child's peak resident memory: a loader's, more than the data it read at once
-    assert r["peak_rss_bytes"] == run0["peak_rss_bytes"] and 20 << 20 < r["peak_rss_bytes"] < 4 << 30
+    # the child's peak resident memory is recorded (its size is the benchmark's, not asserted here)
+    assert isinstance(r["peak_rss_bytes"], int) and r["peak_rss_bytes"] == run0["peak_rss_bytes"] > 0
     if r["gil_share"] is None:
         assert r["gil_reason"] and r["ceiling_records_per_s"] is None
     else:
