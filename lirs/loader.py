@@ -185,9 +185,7 @@ class Loader:
                    self.seed, 0, BLOCK, permutation)
         self.stats = LoaderStats()
         self._cfg = self._make_config()
-        # where the consumer is (epoch None: nothing delivered yet): (a state, None or the (next batch,
-        # epoch) it moved to since), one attribute set at once: another thread reads it whole
-        self._where = (ResumeState(), None)
+        self._pos = ResumeState()  # where the consumer is (epoch None: nothing delivered yet)
         self._resume: ResumeState | None = None  # a loaded state the next epoch(e) starts from
         self._next_epoch = 0  # the epoch a plain pass (``for b in loader``) starts
         self._stride, self._nb = 1, 0  # of the epoch being walked
@@ -322,14 +320,13 @@ class Loader:
     def position(self) -> ResumeState:
         """Where the consumer is, without the configuration (cheap: read once per batch by the
         torch adapter); :meth:`state` has the whole state."""
-        pos, moved = self._where  # a delivery notes where it moved; the state is made when asked
-        return pos if moved is None else pos.at(*moved)
+        return self._pos
 
     def state(self) -> ResumeState:
         """Where the consumer is: the :class:`~lirs.state.ResumeState` of the next batch this loader
         would deliver (batches before it were received; with a stride, the next of its own
         sequence), or the loaded state it would start from, with this loader's configuration."""
-        pos = self.position
+        pos = self._pos
         if self._resume is not None and pos.epoch is None:
             pos = self._resume
         return pos.replace(config=self._config(), worker=None)
@@ -372,7 +369,7 @@ class Loader:
             left = remainder(self.index.n, states[0].spans_list(), old["batch_size"], old["world_size"],
                              self.drop_last, self._progress(states, old["world_size"]))
             self._resume = ResumeState(epoch, 0, left)
-        self._where = (ResumeState(), None)
+        self._pos = ResumeState()
 
     def _check_state(self, state: ResumeState) -> None:
         cfg = self._config()
@@ -464,7 +461,7 @@ class Loader:
         if not 0 <= start <= nb:
             raise UsageError(f"start batch {start} outside [0, {nb}] for epoch {epoch}")
         first = min(int(start) + offset, nb)
-        self._where = (ResumeState(epoch, first, spans), None)
+        self._pos = ResumeState(epoch, first, spans)
         self._stride, self._nb = stride, nb
         finish = None if self.transform is None else self._finisher(epoch)
         return EpochRun(self._pipeline, plan, epoch, first, self.prefetch, self._decoder.empty,
@@ -485,7 +482,7 @@ class Loader:
         out = run.deliver(item, results)
         if self.transform is None:
             out = Batch(np.asarray(bp.ids, np.int64), *out, run.epoch, bp.index, bp.piece)
-        self._where = (self._where[0], (min(bp.index + self._stride, self._nb), run.epoch))
+        self._pos = self._pos.at(min(bp.index + self._stride, self._nb), run.epoch)
         self.stats.batches += 1
         self.stats.records += len(bp.ids)
         return out
