@@ -155,19 +155,30 @@ def _incomplete(idx, step, ids, rext, rpos, rlen, got, j: int) -> DataError:
 
 
 def rows(X, lo: int, hi: int):
-    """Rows lo:hi of a decoded step. A CSR slice shares the step's data and indices (no copy, no
-    checks): the step is never modified and lives as long as a batch refers to it. Its row
-    pointers are rebased to start at 0 (int32 where the indices are and they fit, as
-    :func:`~lirs.decode.csr_batch` makes them) by a kernel that keeps the GIL (:mod:`lirs.kernels.rows`)."""
+    """Rows lo:hi of a decoded step: :func:`cut_rows` of one piece."""
+    return cut_rows(X, [int(lo), int(hi)])[0]
+
+
+def cut_rows(X, cuts: list) -> list:
+    """Rows ``cuts[i]:cuts[i + 1]`` of a decoded step for each i (``cuts``: ints, ascending). A CSR
+    piece shares the step's data and indices (no copy, no checks): the step is never modified and
+    lives as long as a batch refers to it. The pieces' row pointers are rebased to start at 0
+    (int32 where the indices are and they fit, as :func:`~lirs.decode.csr_batch` makes them), all
+    of them by one call of a kernel that keeps the GIL (:mod:`lirs.kernels.rows`)."""
+    pairs = list(zip(cuts[:-1], cuts[1:]))
     # the type first: issparse's isinstance goes through the ABC machinery, once per batch
-    if type(X) is sp.csr_matrix or sp.issparse(X):
-        ip, ind = X.indptr, X.indices
-        a, b = int(ip[lo]), int(ip[hi])
-        small = ind.dtype == np.int32 and b - a <= INT32_MAX
-        indptr = np.empty(hi - lo + 1, np.int32 if small else ip.dtype)
-        KR.rebase_into(ip, lo, indptr)
-        return csr_batch(X.data[a:b], ind[a:b], indptr, (hi - lo, X.shape[1]))
-    return X[lo:hi]
+    if not (type(X) is sp.csr_matrix or sp.issparse(X)):
+        return [X[lo:hi] for lo, hi in pairs]
+    ip, ind, data, n = X.indptr, X.indices, X.data, X.shape[1]
+    c0 = cuts[0]
+    small = ind.dtype == np.int32 and int(ip[cuts[-1]]) - int(ip[c0]) <= INT32_MAX
+    indptr = np.empty(cuts[-1] - c0 + len(pairs), np.int32 if small else ip.dtype)
+    KR.rebase_each(ip, np.asarray(cuts, np.int64), indptr)
+    out = []
+    for i, (lo, hi) in enumerate(pairs):
+        a, b, o = int(ip[lo]), int(ip[hi]), lo - c0 + i
+        out.append(csr_batch(data[a:b], ind[a:b], indptr[o:o + hi - lo + 1], (hi - lo, n)))
+    return out
 
 
 def detached(step_rows, lo: int, hi: int):
@@ -201,6 +212,18 @@ def rows_of(step_rows, lo: int, hi: int):
     if lo == 0 and hi == _nrows(X):
         return X, y
     return rows(X, lo, hi), None if y is None else y[lo:hi]
+
+
+def rows_each(step_rows, cuts: list) -> list:
+    """:func:`rows_of` of rows ``cuts[i]:cuts[i + 1]`` of one decoded step for each i (the batches
+    of a shared step, cut in one pass): a list of (X, y)."""
+    if len(cuts) == 2:
+        return [rows_of(step_rows, cuts[0], cuts[1])]
+    X, y = step_rows
+    Xs = cut_rows(X, cuts)
+    if y is None:
+        return [(x, None) for x in Xs]
+    return [(x, y[lo:hi]) for x, lo, hi in zip(Xs, cuts[:-1], cuts[1:])]
 
 
 def batch_of(got: list, empty):

@@ -1,16 +1,14 @@
 """The Loader: batches of a fresh random order every epoch, read and decoded ahead of the consumer.
 
-The consumer's thread draws each batch's plan (cheap, in order) and hands its read step to a small
-pool of threads, ``prefetch`` batches ahead; a pool thread reads the step's extents with the engine
-(io_uring or pread, no GIL held) into a pooled aligned buffer and decodes it (numba, no GIL), so
-reading and decoding of the next batches run on the other cores while the training step computes.
-One hand-off to the pool and one back per read step: no event loop sits between the consumer and
-the reads. Batches arrive in plan order; an error in any stage is raised in the consumer at that
-batch. ``aepoch`` serves asyncio code with the same pipeline (the caller's loop awaits the pool's
-futures). Consecutive group batches share a read step of at least STEP_MIN_BYTES
-(each batch a slice of it): a step costs the pool Python work under the GIL, which bounded epochs
-of small batches. Memory stays about index + plan + the read steps that ``prefetch + 1`` batches
-span (at least one per thread of the pool, plus the one being consumed).
+The consumer's thread draws the batches' plans in order and hands each read step to a pool of
+threads, ``prefetch`` batches ahead; a pool thread reads the step's extents with the engine
+(io_uring or pread, no GIL held) into a pooled aligned buffer and decodes it (numba, no GIL)
+while the training step computes: one hand-off to the pool and one back per read step.
+Consecutive group batches share a read step of at least STEP_MIN_BYTES (a step costs Python under
+the GIL), and the consumer takes such a step's batches as one: one plan, one wait, then each
+batch's rows (:class:`~lirs.steps.SharedStep`). Batches arrive in plan order; an error in any
+stage is raised in the consumer at that batch. ``aepoch`` serves asyncio code with the same
+pipeline. Memory stays about index + plan + the read steps that ``prefetch + 1`` batches span.
 
 ``transform=fn`` runs ``fn(batch)`` on the pool thread right after the batch is decoded, and the
 consumer receives what it returns (the torch adapter builds its tensors there). numba kernels
@@ -51,7 +49,7 @@ import threading
 
 import numpy as np
 
-from .assemble import StepDecoder
+from .assemble import StepDecoder, rows_each
 from .api import keyword_only, positive_int
 from .batch import Batch, LoaderStats
 from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH, DEFAULT_WINDOW
@@ -67,6 +65,7 @@ from .recommendation import AUTO
 from .ranges import over_spans, remainder
 from .recommendation import auto_settings
 from .state import ResumeState, states_of
+from .steps import SharedStep
 from .windows import window_groups
 from . import warmup
 
@@ -164,15 +163,10 @@ class Loader:
             window = DEFAULT_WINDOW
         # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
         self.window = window_groups(window, max(self.group_bytes, BLOCK), self.index.payload_bytes)
-        self.seed = int(seed)
-        self.rank = int(rank)
-        self.world_size = int(world_size)
-        self.drop_last = bool(drop_last)
-        self.permutation = permutation
+        self.seed, self.rank, self.world_size = int(seed), int(rank), int(world_size)
+        self.drop_last, self.permutation = bool(drop_last), permutation
         self.dtype = np.dtype(dtype)
-        self.engine_name = engine
-        self.depth = depth
-        self.direct = direct
+        self.engine_name, self.depth, self.direct = engine, depth, direct
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
         self.transform = transform
@@ -406,10 +400,10 @@ class Loader:
         try:
             pipe.consumer_in = True
             while (item := run.next()) is not None:
-                out = self._deliver(run, item, run.wait(item))
-                pipe.consumer_in = False  # away with the batch: the pool's extra threads may help
-                yield out
-                pipe.consumer_in = True
+                for out in self._delivered(run, item, run.wait(item)):
+                    pipe.consumer_in = False  # away with the batch: the pool's extra threads may help
+                    yield out
+                    pipe.consumer_in = True
         finally:
             pipe.consumer_in = False
             run.abandon()
@@ -421,7 +415,8 @@ class Loader:
         run = self._begin(epoch, start, stride, offset, windows)
         try:
             while (item := run.next()) is not None:
-                yield self._deliver(run, item, await run.await_parts(item))
+                for out in self._delivered(run, item, await run.await_parts(item)):
+                    yield out
         finally:
             run.abandon()
 
@@ -465,7 +460,7 @@ class Loader:
         self._stride, self._nb = stride, nb
         finish = None if self.transform is None else self._finisher(epoch)
         return EpochRun(self._pipeline, plan, epoch, first, self.prefetch, self._decoder.empty,
-                        stride=stride, finish=finish, windows=windows)
+                        stride=stride, finish=finish, windows=windows, units=True)
 
     def _finisher(self, epoch: int):
         """finish(bp, X, y) for the pool: the batch through the transform (EpochRun names its errors)."""
@@ -475,11 +470,23 @@ class Loader:
             return transform(Batch(np.asarray(bp.ids, np.int64), X, y, epoch, bp.index, bp.piece))
         return finish
 
-    def _deliver(self, run: EpochRun, item, results):
-        """The one delivery of ``epoch`` and ``aepoch``: the batch (or the transform's result) of
-        ``item`` from the results of its waits; the position moves past it."""
-        bp = item.plan
-        out = run.deliver(item, results)
+    def _delivered(self, run: EpochRun, item, results):
+        """The one delivery of ``epoch`` and ``aepoch``: yield the batch (or the transform's result)
+        of ``item`` from the results of its waits, or each batch of a shared step in turn (rows of
+        the decoded step; the position moves past each as it is yielded)."""
+        unit = item.plan
+        if type(unit) is not SharedStep:
+            yield self._made(run, unit, run.deliver(item, results))
+            return
+        run.release(item)
+        plans = unit.plans
+        cuts = [bp.parts[0].lo for bp in plans] + [plans[-1].parts[0].hi]
+        for bp, got in zip(plans, rows_each(results[0], cuts)):
+            yield self._made(run, bp, got)
+
+    def _made(self, run: EpochRun, bp, out):
+        """Batch ``bp`` from its rows ``out`` = (X, y) (or the transform's result); the position
+        moves past it."""
         if self.transform is None:
             out = Batch(np.asarray(bp.ids, np.int64), *out, run.epoch, bp.index, bp.piece)
         self._pos = self._pos.at(min(bp.index + self._stride, self._nb), run.epoch)

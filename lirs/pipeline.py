@@ -299,9 +299,10 @@ class Flight(NamedTuple):
 
 @dataclass(eq=False)
 class Pending:
-    """A batch handed to the pool: its plan, the :class:`Flight` of each of its parts, and with a
-    finish function (the Loader's transform) ``head``, the future of the finished batch (queued
-    once the batch is near the consumer, see :meth:`EpochRun._finish_ahead`)."""
+    """A batch handed to the pool (or a :class:`~lirs.steps.SharedStep`'s batches): its plan, the
+    :class:`Flight` of each of its parts, and with a finish function (the Loader's transform)
+    ``head``, the future of the finished batch (queued once the batch is near the consumer, see
+    :meth:`EpochRun._finish_ahead`)."""
 
     plan: BatchPlan
     parts: list
@@ -325,7 +326,7 @@ class EpochRun:
     the window after is read while the next one is still being read or decoded."""
 
     def __init__(self, pipeline: Pipeline, plan, epoch: int, start: int, prefetch: int, empty, *,
-                 stride: int = 1, finish=None, windows=None):
+                 stride: int = 1, finish=None, windows=None, units: bool = False):
         self.pipeline = pipeline
         self.epoch = int(epoch)
         self.prefetch = int(prefetch)
@@ -333,8 +334,9 @@ class EpochRun:
         self.finish = finish  # finish(bp, X, y) -> what the consumer gets, run on the pool
         # planned on a thread of its own, ahead of the consumer (lirs.ahead)
         # extents deferred to the pool thread that reads each step: many threads find them at once
+        # units (no finish): a shared step's batches are one pending item (lirs.steps.SharedStep)
         self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents="defer", stride=int(stride),
-                                                                 windows=windows))
+                                                                 windows=windows, units=units and finish is None))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.helpable = POLICIES[plan.granularity].consumer_helps
         self.pending: collections.deque = collections.deque()  # Pending batches, in order
@@ -402,7 +404,8 @@ class EpochRun:
         return Pending(bp, self._flights(bp))
 
     def _flights(self, bp) -> list:
-        """The :class:`Flight` of each of a batch's parts; a step other batches share is submitted once."""
+        """The :class:`Flight` of each of a batch's parts (of a :class:`~lirs.steps.SharedStep`: its
+        one step); a step other batches share is submitted once."""
         parts = []
         for part in bp.parts:
             step = part.step

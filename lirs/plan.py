@@ -66,7 +66,7 @@ from .offsets import offset_arrays
 from .permutation import PERMUTATIONS, Permutation
 from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 from .ranges import rank_slice
-from .steps import ReadStep
+from .steps import ReadStep, SharedStep
 from .stream import UnitStream
 from .walker import walk
 from .windows import window_groups
@@ -295,18 +295,23 @@ class EpochPlan:
                 self.index.release_pages()
         return ne
 
-    def batches(self, start: int = 0, *, extents: bool | str = True, stride: int = 1, windows=None):
+    def batches(self, start: int = 0, *, extents: bool | str = True, stride: int = 1, windows=None,
+                units: bool = False):
         """Iterate over the :class:`BatchPlan` of batches ``start .. num_batches - 1``
         (``extents=False``: record IDs only, the steps carry no extents; ``"defer"``: found by
         :meth:`ReadStep.ready` where the step is read); with ``stride``, only
         batches ``start, start + stride, ...`` (the others are skipped, not planned); with
         ``windows=(w, W)`` (window granularity), only the rows of windows ``w, w + W, ...``
-        (pieces of batches, see :func:`lirs.walker.walk`)."""
+        (pieces of batches, see :func:`lirs.walker.walk`); ``units=True``: the batches of a shared
+        step as one :class:`~lirs.steps.SharedStep`."""
         start = int(start)
         if not 0 <= start <= self.num_batches:
             raise UsageError(f"start batch {start} outside [0, {self.num_batches}]")
-        for j, bp in enumerate(walk(self, start, int(stride), extents, windows), 1):
-            if j % INDEX_RELEASE_BATCHES == 0:
+        walked = 0
+        for bp in walk(self, start, int(stride), extents, windows, units):
+            walked += len(bp.plans) if type(bp) is SharedStep else 1
+            if walked >= INDEX_RELEASE_BATCHES:
+                walked = 0
                 self.index.release_pages()  # the offsets walked so far leave this process's RSS
             yield bp
 

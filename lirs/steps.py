@@ -99,3 +99,18 @@ class BatchPlan:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+
+class SharedStep(NamedTuple):
+    """The batches of one read step that several consecutive batches of a walk share, planned and
+    handed out as one (``walk(..., units=True)``): the consumer waits for ``step`` once and then
+    takes each batch's rows, instead of handling a batch at a time. ``plans``: the
+    :class:`BatchPlan` of each of its batches, in walk order, each one :class:`Part` of ``step``."""
+
+    step: ReadStep
+    plans: tuple
+
+    @property
+    def parts(self) -> tuple:
+        """What the batches take together: all of ``step``, which none after them needs."""
+        return (Part(self.step, 0, len(self.step.ids), True),)

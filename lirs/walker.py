@@ -28,16 +28,19 @@ from .errors import UsageError
 from .policies import POLICIES
 from .ranges import cut, rank_spans
 from .stream import Cursor
-from .steps import BatchPlan, Part
+from .steps import BatchPlan, Part, SharedStep
 from .windows import window_bounds, window_count, window_of, window_rows_step, window_step
 
 
-def walk(plan, start: int, stride: int, extents: bool | str, windows: tuple | None = None):
+def walk(plan, start: int, stride: int, extents: bool | str, windows: tuple | None = None,
+         units: bool = False):
     """Yield the :class:`~lirs.steps.BatchPlan` of batches ``start, start + stride, ...`` of ``plan``
     (``extents=False``: record IDs only, the steps carry no extents). ``windows=(w, W)`` (window
     steps, stride 1): only the rows of windows ``w, w + W, ...``: every batch that takes rows of
     them, cut to those rows (a piece of a batch whose other rows lie in other windows carries
-    :attr:`~lirs.steps.BatchPlan.piece`); W such walks read each window once between them."""
+    :attr:`~lirs.steps.BatchPlan.piece`); W such walks read each window once between them.
+    ``units=True``: the batches of a step several batches share come together, as one
+    :class:`~lirs.steps.SharedStep` (the same plans, in the same order)."""
     if stride < 1:
         raise UsageError(f"stride must be >= 1, got {stride}")
     pol = POLICIES[plan.granularity]
@@ -48,6 +51,9 @@ def walk(plan, start: int, stride: int, extents: bool | str, windows: tuple | No
     source = STEP_SOURCES[pol.steps](plan, mine, int(stride), extents)
     if windows is not None:
         source.own(*windows)
+    if units and getattr(source, "per", 1) > 1:
+        yield from source.units(int(start))
+        return
     for j in range(int(start), plan.num_batches, int(stride)):
         bp = source.batch(j)
         if isinstance(bp, list):  # the pieces a walk over some windows takes of batch j
@@ -100,21 +106,29 @@ class BatchSteps:
         # a shared step's batches are planned with it: one dict lookup a batch after that
         bp = self.held.pop(j, None)
         if bp is None:
-            self._share(j)
+            self.held = {b.index: b for b in self._share(j)}
             bp = self.held.pop(j)
         return bp
 
-    def _share(self, j0: int) -> None:
+    def units(self, j: int):
+        """Yield a :class:`~lirs.steps.SharedStep` for each step from batch ``j`` on (the walk's
+        batches, in order): a consumer that takes a step's batches together does the per-batch
+        work of planning, waiting and bookkeeping once a step."""
+        while j < self.plan.num_batches:
+            plans = self._share(j)
+            yield SharedStep(plans[0].parts[0].step, plans)
+            j = plans[-1].index + self.stride
+
+    def _share(self, j0: int) -> tuple:
         """Plan one step for batches ``j0 ..`` (``per`` of them; the walk's first steps 1, 2, 4, ..:
         its first batch waits for one batch's read, not a whole step's): their records in unit
-        order (runs), each batch then dealt in its own order."""
+        order (runs), each batch then dealt in its own order. Returns the batches' plans."""
         p = self.plan
         per = min(self.per, 1 << min(self.made, 30))
         self.made += 1
         js = range(j0, p.num_batches, self.stride)[:per]
         if len(self.mine) == 1:  # a plain plan: each batch's records are one run of the stream
-            self._share_span(js)
-            return
+            return self._share_span(js)
         ids, orders, cuts = [], [], [0]
         for j in js:
             pieces = batch_pieces(p, self.mine, j)
@@ -127,9 +141,9 @@ class BatchSteps:
         order = np.concatenate(orders) if self.deals else None
         step = p.step(j0, ids[0] if len(ids) == 1 else np.concatenate(ids), self.extents, order=order,
                       piece_runs=STEP_PIECE_RUNS)
-        self._hold(step, js, cuts)
+        return self._plans(step, js, cuts)
 
-    def _share_span(self, js: range) -> None:
+    def _share_span(self, js: range) -> tuple:
         """:meth:`_share` of a plan of one span: the batches' records taken in one piece (stride 1)
         or one piece a batch (a DataLoader worker's every stride-th), every batch's deal order
         drawn by one kernel call (the consumer's thread plans this under the GIL)."""
@@ -149,13 +163,14 @@ class BatchSteps:
             # a batch's stream counter is its first position
             batch_orders(order, cuts, np.uint64(p.batch_key), (s0 + firsts).astype(np.uint64))
         step = p.step(j0, ids, self.extents, order=order, piece_runs=STEP_PIECE_RUNS)
-        self._hold(step, js, cuts.tolist())
+        return self._plans(step, js, cuts.tolist())
 
-    def _hold(self, step, js, cuts: list) -> None:
-        """The plans of batches ``js``, rows ``cuts[i]:cuts[i + 1]`` of ``step``, held until walked."""
+    @staticmethod
+    def _plans(step, js, cuts: list) -> tuple:
+        """The plans of batches ``js``: rows ``cuts[i]:cuts[i + 1]`` of ``step``."""
         last, ids = js[-1], step.ids
-        self.held = {j: BatchPlan(j, ids[a:b], (Part(step, a, b, j == last),))
-                     for j, a, b in zip(js, cuts[:-1], cuts[1:])}
+        return tuple(BatchPlan(j, ids[a:b], (Part(step, a, b, j == last),))
+                     for j, a, b in zip(js, cuts[:-1], cuts[1:]))
 
 
 class WindowSteps:

@@ -80,7 +80,7 @@ def _decode_kernels(opts: dict) -> list:
     if opts.get("format") != "libsvm":
         return []
     from .kernels import libsvm_plain, rows
-    return [libsvm_plain.libsvm_spans_plain, rows.rebase_into]
+    return [libsvm_plain.libsvm_spans_plain, rows.rebase_each]
 
 
 def _compile_decode(opts: dict) -> None:

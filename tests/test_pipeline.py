@@ -11,6 +11,7 @@ import lirs
 from lirs import loader as loader_mod
 from lirs import pipeline
 from lirs.errors import TransformError
+from lirs.steps import SharedStep
 
 
 def _write(path, n, seed=3):
@@ -153,12 +154,12 @@ def test_extra_threads_leave_steps_to_a_consumer_inside_the_loader(svm, monkeypa
     monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
     monkeypatch.setattr(pipeline.Pipeline, "_core_idle", lambda self: True)
     inside, away = [], []
-    real = loader_mod.Loader._deliver
+    real = loader_mod.Loader._made
 
-    def deliver(self, run, item, results):
+    def made(self, run, bp, out):
         inside.append(self._pipeline.consumer_in)
-        return real(self, run, item, results)
-    monkeypatch.setattr(loader_mod.Loader, "_deliver", deliver)
+        return real(self, run, bp, out)
+    monkeypatch.setattr(loader_mod.Loader, "_made", made)
     with lirs.Loader(svm, 64, granularity="group", engine="buffered", direct=False) as ld:
         for _ in ld.epoch(0):
             away.append(ld._pipeline.consumer_in)
@@ -212,8 +213,8 @@ def test_time_spent_getting_plans_is_counted_apart_from_waiting_for_reads(svm, m
     real = plan_mod.EpochPlan.batches
 
     def slow(self, *a, **kw):
-        for bp in real(self, *a, **kw):
-            time.sleep(0.004)
+        for bp in real(self, *a, **kw):  # 4 ms a batch (a shared step's batches come as one item)
+            time.sleep(0.004 * (len(bp.plans) if isinstance(bp, SharedStep) else 1))
             yield bp
 
     with lirs.Loader(svm, 100, granularity="group", group_bytes=4096, threads=threads, seed=0) as ld:

@@ -13,9 +13,14 @@ from numba import njit
 
 
 @njit(cache=True)
-def rebase_into(indptr, lo, out):
-    """``out[i] = indptr[lo + i] - indptr[lo]`` for i < len(out): a batch's row pointers (int32 or
-    int64 (k + 1,), ``out``'s dtype) from a step's ``indptr`` (int32/int64 (n + 1,)), starting at 0."""
-    a = indptr[lo]
-    for i in range(out.shape[0]):
-        out[i] = indptr[lo + i] - a
+def rebase_each(indptr, cuts, out):
+    """The row pointers of rows ``cuts[i]:cuts[i + 1]`` of a step (``indptr`` int32/int64 (n + 1,)),
+    each starting at 0, for every i, one after another in ``out`` (``out``'s dtype, (cuts[-1] -
+    cuts[0] + len(cuts) - 1,)): those of piece i are ``out[cuts[i] - cuts[0] + i:][:cuts[i + 1] -
+    cuts[i] + 1]``. ``cuts`` int64 (m + 1,), ascending. One call cuts every batch of a shared step."""
+    o = 0
+    for i in range(cuts.shape[0] - 1):
+        a = indptr[cuts[i]]
+        for r in range(cuts[i], cuts[i + 1] + 1):
+            out[o] = indptr[r] - a
+            o += 1
