@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-from _common import kdd_file, write_result  # noqa: E402
+from _common import kdd_file, tree_python, write_result  # noqa: E402
 
 GRANULARITIES = ("group", "window", "instance")
 POOL = 5  # threads: at PLAN_AHEAD_MIN_THREADS, so both arms run the same pool
@@ -71,7 +71,7 @@ def first_batch(path: str, preload: bool) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
     if not preload:
         env["LIRS_WARMUP"] = "0"
-    out = subprocess.run([sys.executable, "-c", _FIRST, path], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(tree_python(_FIRST, path), env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -75,7 +75,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree's lirs
-from _common import kdd_file, machine, write_result  # noqa: E402
+from _common import kdd_file, machine, tree_python, write_result  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = {"page-cache": "buffered", "device": "auto"}  # mode -> engine
@@ -331,8 +331,8 @@ def run(path, gran, cpus, *, batch, repeat, engine, max_s, py_spy=None, gil_s=0.
     env = dict(os.environ, NUMBA_NUM_THREADS=str(len(cpus)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)  # this tree's lirs
     profile = gil_s > 0
-    cmd = ["taskset", "-c", ",".join(map(str, cpus)), sys.executable, "-c", _CHILD, path, gran, str(batch),
-           str(repeat), engine, str(max_s), "1" if profile else "0"]
+    cmd = ["taskset", "-c", ",".join(map(str, cpus)),
+           *tree_python(_CHILD, path, gran, batch, repeat, engine, max_s, "1" if profile else "0")]
     spare = sorted(set(os.sched_getaffinity(0)) - set(cpus))[-1:]  # py-spy off the measured cores
     with tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env)

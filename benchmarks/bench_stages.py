@@ -41,7 +41,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
-from _common import kdd_file, machine, write_result  # noqa: E402
+from _common import kdd_file, machine, tree_python, write_result  # noqa: E402
 
 GRANS = ("group", "instance", "window")
 
@@ -95,7 +95,7 @@ def windows(path: str, rounds: int, epochs: int) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     for _ in range(rounds):
         for held in (2, 3):
-            r = subprocess.run([sys.executable, "-c", _WINDOW_CHILD, path, str(held), str(epochs)],
+            r = subprocess.run(tree_python(_WINDOW_CHILD, path, held, epochs),
                                capture_output=True, text=True, check=True, env=env)
             runs[held].append(json.loads(r.stdout.strip().splitlines()[-1]))
     med = {k: statistics.median(x for run in v for x in run["rates"]) for k, v in runs.items()}
@@ -200,7 +200,7 @@ def handoffs(path: str, loops: int) -> dict:
     try:
         for which in ("rows_numpy", "rows_kernel", "pack_tensors", "pack_arrays", "step_group", "step_instance",
                       "step_window"):
-            p = subprocess.Popen([sys.executable, "-c", _HANDOFF_CHILD, which, path, "64", str(loops)],
+            p = subprocess.Popen(tree_python(_HANDOFF_CHILD, which, path, 64, loops),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
             assert p.stdout.readline().strip() == "go"
             with tempfile.NamedTemporaryFile("r", suffix=".txt") as f:

@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import kdd_file, machine, write_result  # noqa: E402
+from _common import kdd_file, machine, tree_python, write_result  # noqa: E402
 
 WINDOWS = ("1M", "4M", "16M", "64M", "256M")
 
@@ -49,7 +49,7 @@ print(json.dumps(out))
 
 
 def run_child(path, gran, window, batch, repeat, read=True) -> dict:
-    r = subprocess.run([sys.executable, "-c", _CHILD, path, gran, window, str(batch), str(repeat), "1" if read else "0"],
+    r = subprocess.run(tree_python(_CHILD, path, gran, window, batch, repeat, "1" if read else "0"),
                        capture_output=True, text=True, check=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
 

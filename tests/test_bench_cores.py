@@ -197,3 +197,20 @@ def test_a_record_without_the_consumers_cpu_reads_none(bc):
     row = bc.summarize(new, None, "not measured", None, 2)
     assert row["consumer_cpu_share"] == pytest.approx(0.6) and row["peak_rss_bytes"] == 9
     assert row["consumer_cpu_us_per_batch"] == pytest.approx(30000.0)
+
+
+def test_a_measured_process_imports_the_lirs_beside_the_script_from_any_directory(bc, tmp_path):
+    """The measured process (``python -c``) imports the lirs of the script's own tree, even run from
+    a directory that holds another lirs: ``-c`` puts the working directory ahead of PYTHONPATH, so an
+    A/B of two checkouts run from one of them would measure that one twice."""
+    import subprocess
+    import sys
+
+    (tmp_path / "lirs").mkdir()
+    (tmp_path / "lirs" / "__init__.py").write_text("")
+    code = "import lirs; print(lirs.__file__)"
+    plain = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONPATH=REPO))
+    assert plain.stdout.strip() == str(tmp_path / "lirs" / "__init__.py")  # the hazard is real
+    ours = subprocess.run(bc.tree_python(code), cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert ours.stdout.strip() == os.path.join(REPO, "lirs", "__init__.py")
