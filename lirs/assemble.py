@@ -155,8 +155,17 @@ def _incomplete(idx, step, ids, rext, rpos, rlen, got, j: int) -> DataError:
 
 
 def rows(X, lo: int, hi: int):
-    """Rows lo:hi of a decoded step: :func:`cut_rows` of one piece."""
-    return cut_rows(X, [int(lo), int(hi)])[0]
+    """Rows lo:hi of a decoded step: :func:`cut_rows` of one piece (a kernel of its own: this runs
+    once a batch for window batches)."""
+    # the type first: issparse's isinstance goes through the ABC machinery, once per batch
+    if type(X) is sp.csr_matrix or sp.issparse(X):
+        ip, ind = X.indptr, X.indices
+        a, b = int(ip[lo]), int(ip[hi])
+        small = ind.dtype == np.int32 and b - a <= INT32_MAX
+        indptr = np.empty(hi - lo + 1, np.int32 if small else ip.dtype)
+        KR.rebase_into(ip, lo, indptr)
+        return csr_batch(X.data[a:b], ind[a:b], indptr, (hi - lo, X.shape[1]))
+    return X[lo:hi]
 
 
 def cut_rows(X, cuts: list) -> list:
@@ -166,7 +175,6 @@ def cut_rows(X, cuts: list) -> list:
     (int32 where the indices are and they fit, as :func:`~lirs.decode.csr_batch` makes them), all
     of them by one call of a kernel that keeps the GIL (:mod:`lirs.kernels.rows`)."""
     pairs = list(zip(cuts[:-1], cuts[1:]))
-    # the type first: issparse's isinstance goes through the ABC machinery, once per batch
     if not (type(X) is sp.csr_matrix or sp.issparse(X)):
         return [X[lo:hi] for lo, hi in pairs]
     ip, ind, data, n = X.indptr, X.indices, X.data, X.shape[1]

@@ -2,13 +2,12 @@
 
 The consumer's thread draws the batches' plans in order and hands each read step to a pool of
 threads, ``prefetch`` batches ahead; a pool thread reads the step's extents with the engine
-(io_uring or pread, no GIL held) into a pooled aligned buffer and decodes it (numba, no GIL)
-while the training step computes: one hand-off to the pool and one back per read step.
-Consecutive group batches share a read step of at least STEP_MIN_BYTES (a step costs Python under
-the GIL), and the consumer takes such a step's batches as one: one plan, one wait, then each
+(io_uring or pread, no GIL held) into a pooled buffer and decodes it (numba, no GIL) while the
+training step computes. Consecutive group batches share a read step of at least STEP_MIN_BYTES
+(a step costs Python under the GIL), taken by the consumer as one: one plan, one wait, then each
 batch's rows (:class:`~lirs.steps.SharedStep`). Batches arrive in plan order; an error in any
-stage is raised in the consumer at that batch. ``aepoch`` serves asyncio code with the same
-pipeline. Memory stays about index + plan + the read steps that ``prefetch + 1`` batches span.
+stage is raised in the consumer at that batch; ``aepoch`` serves asyncio code. Memory stays about
+index + plan + the read steps that ``prefetch + 1`` batches span.
 
 ``transform=fn`` runs ``fn(batch)`` on the pool thread right after the batch is decoded, and the
 consumer receives what it returns (the torch adapter builds its tensors there). numba kernels
@@ -471,15 +470,16 @@ class Loader:
         return finish
 
     def _delivered(self, run: EpochRun, item, results):
-        """The one delivery of ``epoch`` and ``aepoch``: yield the batch (or the transform's result)
-        of ``item`` from the results of its waits, or each batch of a shared step in turn (rows of
-        the decoded step; the position moves past each as it is yielded)."""
-        unit = item.plan
-        if type(unit) is not SharedStep:
-            yield self._made(run, unit, run.deliver(item, results))
-            return
+        """The one delivery of ``epoch`` and ``aepoch``: the batch (or the transform's result) of
+        ``item`` from the results of its waits, or each batch of a shared step in turn (rows of the
+        decoded step; the position moves past each as it is taken)."""
+        if type(item.plan) is not SharedStep:
+            return (self._made(run, item.plan, run.deliver(item, results)),)
+        return self._shared(run, item, results)
+
+    def _shared(self, run: EpochRun, item, results):
         run.release(item)
-        plans = unit.plans
+        plans = item.plan.plans
         cuts = [bp.parts[0].lo for bp in plans] + [plans[-1].parts[0].hi]
         for bp, got in zip(plans, rows_each(results[0], cuts)):
             yield self._made(run, bp, got)

@@ -80,18 +80,19 @@ def _decode_kernels(opts: dict) -> list:
     if opts.get("format") != "libsvm":
         return []
     from .kernels import libsvm_plain, rows
-    return [libsvm_plain.libsvm_spans_plain, rows.rebase_each]
+    return [libsvm_plain.libsvm_spans_plain, rows.rebase_into, rows.rebase_each]
 
 
 def _compile_decode(opts: dict) -> None:
     """Decode two plain LIBSVM lines with the loader's dtype (the kernels' types do not depend on
     the data, only on the arrays the decoder passes)."""
-    from .assemble import rows
+    from .assemble import cut_rows, rows
     from .decode import decode_libsvm
     buf = np.frombuffer(b"1 1:1 3:0.5\n-1 2:2.25\n", np.uint8)
     X, _ = decode_libsvm(buf, np.array([0, 12], np.int64), np.array([12, 22], np.int64), n_features=3,
                          zero_based=False, dtype=np.dtype(opts.get("dtype", "float32")))
-    rows(X, 1, 2)  # a batch cut from a step (the consumer's kernel, lirs.kernels.rows)
+    rows(X, 1, 2)  # a batch cut from a step, and a shared step's batches (the consumer's kernels, lirs.kernels.rows)
+    cut_rows(X, [0, 1, 2])
 
 
 #: group -> (kernels it compiles (opts -> dispatchers), how to compile them (opts -> None)), in the

@@ -13,6 +13,15 @@ from numba import njit
 
 
 @njit(cache=True)
+def rebase_into(indptr, lo, out):
+    """``out[i] = indptr[lo + i] - indptr[lo]`` for i < len(out): a batch's row pointers (int32 or
+    int64 (k + 1,), ``out``'s dtype) from a step's ``indptr`` (int32/int64 (n + 1,)), starting at 0."""
+    a = indptr[lo]
+    for i in range(out.shape[0]):
+        out[i] = indptr[lo + i] - a
+
+
+@njit(cache=True)
 def rebase_each(indptr, cuts, out):
     """The row pointers of rows ``cuts[i]:cuts[i + 1]`` of a step (``indptr`` int32/int64 (n + 1,)),
     each starting at 0, for every i, one after another in ``out`` (``out``'s dtype, (cuts[-1] -
