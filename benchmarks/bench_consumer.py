@@ -8,6 +8,10 @@ On a generated kdd-like LIBSVM file (engine ``buffered``, page cache warm):
   (``time.thread_time``) per batch, with the batch plans made ahead on a thread of their own
   (``lirs.ahead.PlanAhead``) and made on the consumer's thread (``PlanInline``), the pool the same
   size (``threads=5``) in both, interleaved; ratio ahead / inline.
+* ``own``: the same epochs with every read step decoded before the consumer asks for it (the
+  pool's results served at once): the consumer's own CPU per batch, plans made ahead, and the
+  rate it then reaches alone: the ceiling where the pool keeps up (many cores), set by the
+  consumer's Python under the GIL.
 * ``first_batch``: a fresh process opens a Loader and takes the first batch of a group epoch
   (numba's cache warm), with the cached kernels loaded before the first batch (the default) and
   without (``LIRS_WARMUP=0``), interleaved; ratio default / off.
@@ -67,6 +71,39 @@ def consumer_epoch(path: str, gran: str, ahead: bool, epoch: int) -> tuple[float
         pipeline.PLAN_AHEAD_MIN_THREADS = saved
 
 
+def consumer_own(path: str, gran: str, epoch: int) -> tuple[float, float]:
+    """(consumer CPU seconds per batch, records/s) of one epoch whose read steps were all decoded
+    beforehand: a first pass keeps each step's (X, y), the timed pass's submits get it at once."""
+    from concurrent.futures import Future
+
+    import lirs
+    import lirs.pipeline as pipeline
+
+    saved = pipeline.PLAN_AHEAD_MIN_THREADS
+    pipeline.PLAN_AHEAD_MIN_THREADS = POOL
+    try:
+        with lirs.Loader(path, 1024, granularity=gran, engine="buffered", threads=POOL, seed=1) as ld:
+            ld._ensure_started()
+            pipe, done = ld._pipeline, {}
+
+            def submit(step, then=None, helpable=True):
+                if step.number not in done:
+                    done[step.number] = pipe._read_decode(step)
+                fut = Future()
+                fut.set_result(done[step.number] if then is None else then(done[step.number]))
+                return fut
+            pipe.submit = submit  # this Loader's pipeline only
+            for _ in ld.epoch(epoch):
+                pass
+            t, c, n, nb = time.perf_counter(), time.thread_time(), 0, 0
+            for b in ld.epoch(epoch):
+                n += len(b.ids)
+                nb += 1
+            return (time.thread_time() - c) / nb, n / (time.perf_counter() - t)
+    finally:
+        pipeline.PLAN_AHEAD_MIN_THREADS = saved
+
+
 def first_batch(path: str, preload: bool) -> dict:
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
     if not preload:
@@ -87,8 +124,9 @@ def main(argv=None) -> int:
     cons = {}
     for rep in range(a.repeats):
         for gran in GRANULARITIES:
-            for arm in ("ahead", "inline"):
-                cpu, rate = consumer_epoch(path, gran, arm == "ahead", rep)
+            for arm in ("ahead", "inline", "own"):
+                cpu, rate = (consumer_own(path, gran, rep) if arm == "own"
+                             else consumer_epoch(path, gran, arm == "ahead", rep))
                 cons.setdefault(gran, {}).setdefault(arm, []).append({"cpu_us_per_batch": cpu * 1e6,
                                                                        "records_per_s": rate})
                 print(f"  rep {rep} {gran:8s} {arm:6s} consumer {cpu * 1e6:7.1f} us/batch, {rate / 1e6:.2f}M rec/s",

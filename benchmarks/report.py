@@ -778,20 +778,41 @@ def gil_records(d) -> str:
     return "" if n <= 1 else f" (the median of {n} records of {d['gil_method']['duration_s']:g} s each)"
 
 
+def _consumer_ab() -> str:
+    """The consumer's own cost a batch before and after it took a shared step's batches as one."""
+    d = load("consumer_ab_units")
+    if not d:
+        return ""
+    (b, sb), (a, sa) = d["summary"].items()
+    per = ", ".join(f"{g} {sb[g]['own']['median_cpu_us_per_batch']:.1f} µs against "
+                    f"{sa[g]['own']['median_cpu_us_per_batch']:.1f}" for g in sb)
+    n = len(d["runs"]) // 2
+    return (f" Before the consumer took a shared step's batches as one (lirs at {b}; after: {a}), steps done, "
+            f"medians of {n} rounds in turns: {per} (`benchmarks/results/consumer_ab_units.json`).")
+
+
 def sec_consumer():
     d = load("consumer")
     if not d:
         return None
+    own = all("own" in v for v in d["consumer"].values())
     rows = [[g, f(v["inline"]["cpu_us_per_batch"], ".1f"), f(v["ahead"]["cpu_us_per_batch"], ".1f"),
              f(d["consumer_cpu_ahead_vs_inline"][g]), f(v["inline"]["records_per_s"] / 1e6),
-             f(v["ahead"]["records_per_s"] / 1e6)] for g, v in d["consumer"].items()]
+             f(v["ahead"]["records_per_s"] / 1e6)]
+            + ([f(v["own"]["cpu_us_per_batch"], ".1f"), f(v["own"]["records_per_s"] / 1e6)] if own else [])
+            for g, v in d["consumer"].items()]
     fb = d["first_batch"]
     return (f"### The consumer's thread and the first batch\n\nCPU of the consumer's thread per batch, "
             f"batch plans made on it or ahead on a thread of their own, the pool {d['pool_threads']} threads in "
             f"both, engine `{d['engine']}`, {d['data']['bytes'] / 1e6:.0f} MB kdd-like in the page cache, medians "
             f"of {d['repeats']} interleaved epochs ({source(d)}):\n\n"
             + table(["granularity", "µs/batch, inline", "µs/batch, ahead", "ahead / inline", "M rec/s, inline",
-                     "M rec/s, ahead"], rows)
+                     "M rec/s, ahead"] + (["µs/batch, steps done", "M rec/s, steps done"] if own else []), rows)
+            + ("\n\n*Steps done*: every read step decoded before the consumer asks for it, plans made ahead: "
+               "the consumer's own cost a batch, and the rate it reaches alone where the pool keeps up "
+               "(many cores). In the other columns a group or instance consumer runs queued read steps "
+               "itself whenever it would wait, and that is most of its CPU." if own else "")
+            + _consumer_ab()
             + f"\n\nA fresh process's first group batch (numba's cache warm) with the cached kernels loaded "
               f"while the Loader opens: {fb['preload']['first_batch_s'] * 1e3:.1f} ms, against "
               f"{fb['off']['first_batch_s'] * 1e3:.1f} ms without (`LIRS_WARMUP=0`): "
