@@ -844,6 +844,46 @@ def test_rows_of_a_step_are_scipys_rows_with_their_own_row_pointers(ind, ptr):
     np.testing.assert_array_equal(X.indptr, before)  # the step's own pointers are never touched
 
 
+@pytest.mark.parametrize("kind", ["csr32", "csr64", "csr_wide", "dense", "list"])
+def test_a_shared_steps_batches_cut_in_one_pass_are_each_batchs_rows(kind):
+    """lirs.assemble.rows_each (a shared step's batches, cut at once): for every piece, what
+    rows_of gives (values, labels, dtypes); CSR pieces keep their own row pointers, never
+    overlapping another's, and share the step's data."""
+    import scipy.sparse as sp
+
+    from lirs.assemble import rows_each, rows_of
+    from lirs.decode import csr_batch
+
+    rng = np.random.default_rng(7)
+    S = sp.random(500, 40, density=0.1, format="csr", random_state=3, dtype=np.float32)
+    ind, ptr = {"csr32": (np.int32, np.int32), "csr64": (np.int32, np.int64)}.get(kind, (np.int64, np.int64))
+    X = {"dense": S.toarray(), "list": [bytes([i % 256]) * 3 for i in range(500)]}.get(
+        kind, csr_batch(S.data, S.indices.astype(ind), S.indptr.astype(ptr), S.shape))
+    before = None if kind in ("dense", "list") else X.indptr.copy()
+    for y in (None, rng.random(500)):
+        for cuts in ([0, 500], [0, 1, 2, 500], [10, 10, 300, 499], [0, 100, 200, 300, 400, 500],
+                     sorted(rng.integers(0, 501, 9).tolist())):
+            got = rows_each((X, y), cuts)
+            assert len(got) == len(cuts) - 1
+            for (gx, gy), lo, hi in zip(got, cuts[:-1], cuts[1:]):
+                wx, wy = rows_of((X, y), lo, hi)
+                assert (gy is None and wy is None) or np.array_equal(gy, wy)
+                if kind == "list":
+                    assert gx == wx
+                elif kind == "dense":
+                    assert np.array_equal(gx, wx)
+                else:
+                    assert gx.shape == wx.shape and gx.indptr.dtype == wx.indptr.dtype and gx.indptr[0] == 0
+                    gx.check_format(full_check=True)
+                    np.testing.assert_array_equal(gx.toarray(), S[lo:hi].toarray())
+                    assert (len(cuts), lo, hi) == (2, 0, 500) or not np.shares_memory(gx.indptr, X.indptr)
+            if kind not in ("dense", "list") and len(cuts) > 2:
+                ptrs = [g[0].indptr for g in got]
+                assert not any(np.shares_memory(a, b) for i, a in enumerate(ptrs) for b in ptrs[i + 1:])
+        if before is not None:
+            np.testing.assert_array_equal(X.indptr, before)
+
+
 def _write(tmp_path, recs):
     p = tmp_path / "b.svm"
     p.write_bytes(b"".join(recs))

@@ -491,6 +491,40 @@ def test_batches_of_a_step_shared_by_several_batches(svm, monkeypatch, transform
         assert transformed == (list(range(len(batches))) if transform else [])
 
 
+@pytest.mark.parametrize("granularity", ["group", "instance"])
+def test_a_shared_steps_batches_come_from_one_wait_and_resume_inside_it(svm, monkeypatch, granularity):
+    """The consumer takes a shared step's batches as one: one wait a step, not a batch; the
+    batches are the plan's, matching sklearn, and a state saved between two batches of one step
+    resumes with exactly the batches after it."""
+    from lirs.pipeline import EpochRun
+
+    p, idx, X, y = svm
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", int(4.5 * 50 * idx.payload_bytes / idx.n))
+    waits = []
+    real = EpochRun.wait
+    monkeypatch.setattr(EpochRun, "wait", lambda self, item: waits.append(item) or real(self, item))
+    kw = dict(granularity=granularity, group_bytes=8192, seed=5, engine="buffered", direct=False, n_features=300)
+    with Loader(p, 50, **kw) as loader:
+        plan = loader.plan(0)
+        steps = [bp.parts[0].step.number for bp in plan.batches(extents=False)]
+        batches, states = [], []
+        for b in loader.epoch(0):
+            batches.append(b)
+            states.append(loader.state_dict())
+    assert plan.batches_per_step > 1 and len(waits) == len(set(steps)) < len(batches)
+    assert [b.index for b in batches] == list(range(plan.num_batches))
+    for b, bp in zip(batches, plan.batches(extents=False)):
+        assert np.array_equal(b.ids, bp.ids)
+    _assert_libsvm_batches(batches, X, y, idx.n)
+    k = next(i for i in range(1, len(steps) - 1) if steps[i] == steps[i + 1] == steps[i - 1])
+    with Loader(p, 50, **kw) as loader:
+        loader.load_state_dict(states[k])
+        rest = list(loader.epoch(0))
+    assert [b.index for b in rest] == list(range(k + 1, plan.num_batches))
+    for a, b in zip(rest, batches[k + 1:]):
+        assert np.array_equal(a.ids, b.ids) and (a.X != b.X).nnz == 0 and np.array_equal(a.y, b.y)
+
+
 def test_the_last_plan_is_let_go_before_the_next_is_made(svm):
     """Two epochs' permutations (4 B a unit each) are never held at once by the Loader's cache."""
     import weakref

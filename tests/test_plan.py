@@ -528,6 +528,42 @@ def test_instance_steps_of_copied_reads_hold_many_batches_of_the_same_records(mo
         assert shared > len(many) // 2
 
 
+@pytest.mark.parametrize("g,align", [("group", None), ("instance", 1), ("instance", None)])
+@pytest.mark.parametrize("start,stride,spans", [(0, 1, None), (5, 1, None), (2, 3, None),
+                                                (1, 1, [(7, 300), (900, 2500)]), (0, 2, [(40, 2900)])])
+def test_a_walk_in_units_gives_the_same_batches_a_shared_step_at_a_time(monkeypatch, g, align, start, stride, spans):
+    """``batches(units=True)`` (the Loader's walk): each step that several batches share comes
+    once, as a SharedStep holding exactly the plans the plain walk gives for those batches, in the
+    same order (from any start, with a stride, over an elastic resume's spans); a step of one
+    batch comes as its plan."""
+    from lirs.ranges import over_spans
+    from lirs.steps import SharedStep
+
+    idx = _variable_index(3000, 3, files=2, big=0.02)
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", int(5.5 * 70 * idx.payload_bytes / idx.n))
+    p = over_spans(plan_epoch(idx, 70, g, seed=4, group_bytes=8192, align=align), spans)
+    plain = list(p.batches(start, stride=stride))
+    units = list(p.batches(start, stride=stride, units=True))
+    flat = []
+    for u in units:
+        if not isinstance(u, SharedStep):
+            flat.append(u)
+            continue
+        assert all(bp.parts[0].step is u.step for bp in u.plans) and u.parts[0].step is u.step
+        (first, *_), (*_, end) = u.plans[0].parts, u.plans[-1].parts
+        assert first.lo == 0 and end.hi == len(u.step.ids) and end.last
+        assert [bp.parts[0].hi for bp in u.plans[:-1]] == [bp.parts[0].lo for bp in u.plans[1:]]
+        flat.extend(u.plans)
+    assert [bp.index for bp in flat] == [bp.index for bp in plain] == list(range(start, p.num_batches, stride))
+    assert (len(units) < len(flat)) == (p.batches_per_step > 1)
+    for a, b in zip(plain, flat):
+        assert np.array_equal(a.ids, b.ids)
+        ((sa, la, ha, lasta),), ((sb, lb, hb, lastb),) = a.parts, b.parts
+        assert (la, ha, lasta) == (lb, hb, lastb) and np.array_equal(sa.ids, sb.ids)
+        for x, y in zip(_delivered(sa), _delivered(sb)):
+            assert np.array_equal(x, y)
+
+
 # --------------------------------------------------------------------------- offsets read with pread
 
 
