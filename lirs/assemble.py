@@ -18,7 +18,7 @@ from .decode import csr_batch, decode_fixed, decode_libsvm, decode_lines, decode
 from .errors import DataError
 from .kernels import io as KI
 from .kernels import rows as KR
-from .svmdecode import may_split, span_parts
+from .svmdecode import may_split, nnz_bound, span_parts
 from .svmlight import Where
 
 
@@ -59,13 +59,13 @@ class StepDecoder:
         # where each record lies in the buffer and whether the reads returned all of it, in one
         # native pass (a group step holds ~10k records: numpy's gathers cost ~40 us under the GIL)
         starts, ends = np.empty(len(ids), np.int64), np.empty(len(ids), np.int64)
-        short = KI.record_spans(np.asarray(buf_pos, np.int64), np.asarray(got, np.int64), rext, rpos, rlen,
-                                starts, ends)
+        short, payload = KI.record_spans(np.asarray(buf_pos, np.int64), np.asarray(got, np.int64), rext, rpos,
+                                         rlen, starts, ends)
         if short >= 0:
             raise _incomplete(self.index, step, ids, rext, rpos, rlen, got, short)
         fmt = self.index.format
         if fmt == "libsvm":
-            return self._libsvm(step, buf, ids, rext, rpos, starts, ends)
+            return self._libsvm(step, buf, ids, rext, rpos, starts, ends, payload)
         if fmt in ("npy", "fixed"):
             return (decode_fixed(buf, starts, self.index.record_dtype, self.index.record_shape),
                     self.index.labels_of(ids))
@@ -89,12 +89,13 @@ class StepDecoder:
         """Threads that decode a wide step: the loader's cores but one (at least one)."""
         return max(1, (usable_cores() if self.cores is None else self.cores) - 1)
 
-    def _libsvm(self, step, buf, ids, rext, rpos, starts, ends):
-        # the spans lie in the buffer: the extents were read whole (record_spans) around them
+    def _libsvm(self, step, buf, ids, rext, rpos, starts, ends, payload):
+        # the spans lie in the buffer: the extents were read whole (record_spans) around them; the
+        # outputs are sized from the records' bytes (``payload``), not from a pass counting them
         threads = self.decode_threads() if may_split(len(buf)) else 1  # no affinity syscall per step
         return decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
                              dtype=self.dtype, trusted=True, where=StepWhere(self.index, step, ids, rext, rpos, starts),
-                             threads=threads)
+                             threads=threads, nnz_bound=nnz_bound(payload))
 
     def _by_file(self, decode, step, buf, ids, rext, rpos, starts, ends, **opts):
         """``decode(buf, starts, ends, source=, file_offsets=, record_ids=, **opts)`` of a step whose

@@ -110,7 +110,7 @@ def csr_batch(data, indices, indptr, shape):
 
 def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype=np.float32,
                   source: str = "", file_offsets=None, query_id: bool = False, record_ids=None, threads=None,
-                  trusted: bool = False, where=None):
+                  trusted: bool = False, where=None, nnz_bound: int | None = None):
     """Decode LIBSVM records into a CSR matrix, with ``load_svmlight_file``'s semantics.
 
     Parameters
@@ -143,6 +143,11 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
         ``where(j, pos) -> str`` naming byte ``pos`` of ``buf`` in record j for error messages,
         instead of ``source``, ``file_offsets`` and ``record_ids`` (a Loader's read step, whose
         records may come from several files, works out only the one an error names).
+    nnz_bound : int or None
+        A bound on the stored values, that sizes the outputs instead of a pass counting the spans'
+        ``:`` (a Loader's read step passes :func:`lirs.svmdecode.nnz_bound` of its records' bytes).
+        A record whose values would pass it is decoded by Python's parser: a bound too low costs
+        time, never a value. Spans decoded by several threads count their ``:`` regardless.
 
     Returns
     -------
@@ -176,7 +181,7 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     if where is None:
         where = Where(source, starts, file_offsets, record_ids)
     indptr, indices, data, y, qid, has_qid = decode_spans(buf, starts, ends, n_features, bool(zero_based),
-                                                          dtype, query_id, where, index_dtype, threads)
+                                                          dtype, query_id, where, index_dtype, threads, nnz_bound)
     if query_id:
         qid[has_qid == 0] = NO_QID
     if data.dtype != dtype:

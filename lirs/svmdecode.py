@@ -31,6 +31,7 @@ _MIN_REGION = 4 << 20   # bytes of a region below which another thread costs mor
 # the full kernel's first stretch after a record that is not plain (then the plain kernel goes on)
 _STRETCH_RECORDS = 64
 _STRETCH_BYTES = 16 << 10
+FEATURE_MIN_BYTES = 4   # a blank and an I:V token: the fewest bytes a feature takes in a line
 
 
 def _work_dtype(dtype):
@@ -41,13 +42,23 @@ def _fallbacks(n):
     return [np.empty(max(1, min(_FB_CAP, n)), np.int64) for _ in range(3)]
 
 
-def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype, threads=None):
+def nnz_bound(nbytes: int) -> int:
+    """A bound on the features of LIBSVM records of ``nbytes`` bytes in all that native code
+    decodes: a feature is a token ``I:V`` (3 bytes at least) after a blank, and a line starts with
+    its label, so a record of L bytes holds at most (L - 1) // 4 of them."""
+    return int(nbytes) // FEATURE_MIN_BYTES + 1
+
+
+def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype, threads=None,
+                 cap=None):
     """Records buf[starts[j]:ends[j]] -> (indptr int64 (k+1,), indices, data, y float64 (k,),
-    qid int64 (k,), has_qid uint8 (k,)). ``where(j, pos)`` names a position for errors.
+    qid int64 (k,), has_qid uint8 (k,)); qid and has_qid are None when ``query_id`` is False and
+    the plain kernel took every record. ``where(j, pos)`` names a position for errors.
 
     Spans of many bytes (a window of the loader) are cut into runs of consecutive records that
     ``threads`` threads (default: the CPUs this process may use) decode at once, each into its
-    slice of the output; a batch-sized input is one run, decoded on the calling thread."""
+    slice of the output; a batch-sized input is one run, decoded on the calling thread, into
+    outputs of ``cap`` features (None: the spans' ':' counted; a record past it goes to Python)."""
     k = len(starts)
     # the spans' bytes are summed only where they may fill two regions: spans inside a buffer
     # smaller than that (a loader's batch or group step) do not
@@ -55,14 +66,13 @@ def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, whe
     if parts > 1:
         return _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, query_id, where,
                                       index_dtype, parts)
-    cap = int(K.span_colons(buf, starts, ends))
-    y, qid, has_qid, status = _record_arrays(k)
-    # a loader decodes a step like the one before: its arrays take that one's memory again
-    # (numpy's would go back to the system, on the consumer's thread, when its last batch did)
-    indices = memory.RECYCLER.empty(cap, index_dtype, RECYCLE_STEP_MIN_BYTES)
-    data = memory.RECYCLER.empty(cap, _work_dtype(dtype), RECYCLE_STEP_MIN_BYTES)
-    indptr, nnz, nfb, fb = _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data,
-                                      y, qid, has_qid, status)
+    cap = int(K.span_colons(buf, starts, ends)) if cap is None else max(0, int(cap))
+    y = np.empty(k, np.float64)
+    indices, data = _feature_arrays(cap, index_dtype, _work_dtype(dtype))
+    indptr, nnz, nfb, fb, rec = _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y)
+    if rec is None:
+        rec = _record_arrays(k) if query_id else (None, None, None)
+    qid, has_qid, status = rec
     out = [indptr, indices[:nnz], data[:nnz], y, qid, has_qid]
     if fb is None:  # the plain kernel took every record: no token for float(), no record to re-parse
         return out
@@ -87,13 +97,28 @@ def span_parts(nbytes: int, k: int, threads=None) -> int:
 
 
 def _record_arrays(k):
-    """y float64, qid int64, has_qid uint8, status int8 (all (k,)) of k records."""
-    return np.empty(k, np.float64), np.zeros(k, np.int64), np.zeros(k, np.uint8), np.zeros(k, np.int8)
+    """qid int64, has_qid uint8, status int8 (all (k,), zeros): what the full kernel writes of k
+    records besides their labels."""
+    return np.zeros(k, np.int64), np.zeros(k, np.uint8), np.zeros(k, np.int8)
 
 
-def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, qid, has_qid, status):
-    """Both kernels over one run of spans, writing from indices[0], data[0] and y[0] etc. (views
-    of the caller's arrays). Returns (indptr int64 (k+1,), nnz, fallbacks, fallback arrays).
+def _feature_arrays(cap, index_dtype, work_dtype):
+    """(indices index_dtype (cap,), data work_dtype (cap,)) of a step, in one block.
+
+    A loader decodes a step like the one before: its arrays take that one's memory again (numpy's
+    would go back to the system, on the consumer's thread, when its last batch did). One block
+    for both is one take and one finalizer a step, under the GIL, instead of two."""
+    isz, wsz = np.dtype(index_dtype).itemsize, np.dtype(work_dtype).itemsize
+    at = -(-cap * isz // 64) * 64  # data from a cache line
+    block = memory.RECYCLER.empty(at + cap * wsz, np.uint8, RECYCLE_STEP_MIN_BYTES)
+    return block[:cap * isz].view(index_dtype), block[at:at + cap * wsz].view(work_dtype)
+
+
+def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, rec=None):
+    """Both kernels over one run of spans, writing from indices[0], data[0] and y[0] (views of the
+    caller's arrays). ``rec``: (qid, has_qid, status) views of the caller's, or None: made here
+    (:func:`_record_arrays`) once the full kernel runs. Returns (indptr int64 (k+1,), nnz,
+    fallbacks, fallback arrays, rec), rec None when the plain kernel took every record.
 
     The plain kernel goes as far as it can; the full kernel takes a stretch of records from the
     one it stopped at, then the plain kernel goes on. A stretch doubles while the plain kernel
@@ -111,12 +136,14 @@ def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, dat
         j = min(k, j2 + stretch)
         if fb is None:
             fb = _fallbacks(len(indices) + k)
-        _, n = K.libsvm_spans(buf, starts[:j], ends[:j], j2, shift, nf, bool(query_id), indices, data, y, qid,
-                              has_qid, indptr, status, *(f[nfb:] for f in fb))
+        if rec is None:
+            rec = _record_arrays(k)
+        _, n = K.libsvm_spans(buf, starts[:j], ends[:j], j2, shift, nf, bool(query_id), indices, data, y, *rec[:2],
+                              indptr, rec[2], *(f[nfb:] for f in fb))
         nfb += int(n)
         if j >= k:
             break
-    return indptr, int(indptr[k]), nfb, fb
+    return indptr, int(indptr[k]), nfb, fb, rec
 
 
 def _lines_run(buf, a, b, shift, bound, query_id, indices, data, k0, rec, r0, fb_cap):
@@ -158,7 +185,8 @@ def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, que
     one output; the slices are then joined (no copy when every ':' was a feature)."""
     runs = _span_runs(starts, ends, parts)
     k = len(starts)
-    y, qid, has_qid, status = _record_arrays(k)
+    y = np.empty(k, np.float64)
+    qid, has_qid, status = _record_arrays(k)
     caps = on_cores(lambda r: int(K.span_colons(buf, starts[r[0]:r[1]], ends[r[0]:r[1]])), runs, "decode")
     kofs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
     # a loader decodes a window like the one it just let go: the memory of that one's arrays
@@ -169,7 +197,7 @@ def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, que
     def run(i):
         (a, b), ka, kb = runs[i], int(kofs[i]), int(kofs[i + 1])
         return _spans_run(buf, starts[a:b], ends[a:b], zero_based, n_features, query_id, indices[ka:kb],
-                          data[ka:kb], y[a:b], qid[a:b], has_qid[a:b], status[a:b])
+                          data[ka:kb], y[a:b], (qid[a:b], has_qid[a:b], status[a:b]))
 
     # the shared threads, the caller taking the first run: no threads started and joined per window
     res = on_cores(run, list(range(len(runs))), "decode")

@@ -888,3 +888,50 @@ def _write(tmp_path, recs):
     p = tmp_path / "b.svm"
     p.write_bytes(b"".join(recs))
     return p
+
+
+@HYP
+@given(raw=libsvm_file(one_based=True, qid_p=0.0), data=st.data())
+def test_outputs_sized_by_a_bound_match_sklearn(tmp_path, raw, data):
+    """A loader's step sizes its outputs by ``nnz_bound`` of its records' bytes, with no pass
+    counting them: that bound holds for every record sklearn accepts, and a bound too low only
+    sends records to Python's parser (same rows)."""
+    from lirs.svmdecode import nnz_bound
+    p = tmp_path / "b.svm"
+    p.write_bytes(raw)
+    ref = sk_load(p, zero_based=False)
+    if isinstance(ref, Exception):
+        return
+    Xr, yr = ref
+    starts, ends = split_records(raw)
+    if not len(starts):
+        return
+    assert len(starts) == Xr.shape[0]
+    assert (np.diff(Xr.indptr) <= (ends - starts - 1) // 4).all()  # a feature takes 4 bytes at least
+    total = int((ends - starts).sum())
+    bound = data.draw(st.sampled_from([nnz_bound(total), 0, 1, data.draw(st.integers(0, nnz_bound(total)))]))
+    X, y = decode_libsvm(np.frombuffer(raw, np.uint8), starts, ends, n_features=Xr.shape[1], zero_based=False,
+                         dtype=np.float64, nnz_bound=bound)
+    assert_same((X, y), (Xr, yr))
+
+
+def test_a_loaders_step_counts_no_colons(tmp_path, monkeypatch):
+    """A group step (one thread) is decoded into outputs sized from its records' bytes: the pass
+    counting ':' over every byte is gone from it (and the batches are sklearn's rows)."""
+    rng = np.random.default_rng(5)
+    lines = [f"{rng.integers(0, 2)} " + " ".join(f"{i}:{rng.integers(1, 99) / 10}"
+                                                  for i in sorted(rng.choice(np.arange(1, 200), 12, replace=False)))
+             for _ in range(600)]
+    p = tmp_path / "g.svm"
+    p.write_text("\n".join(lines) + "\n")
+    Xr, yr = load_svmlight_file(str(p), n_features=200, dtype=np.float32)
+
+    def counted(*a):
+        raise AssertionError("a loader's step counted its ':'")
+    monkeypatch.setattr(K, "span_colons", counted)
+    with lirs.Loader(str(p), 50, granularity="group", group_bytes=8192, engine="buffered", n_features=200) as ld:
+        got = list(ld.epoch(0))
+    ids = np.concatenate([b.ids for b in got])
+    assert np.array_equal(np.sort(ids), np.arange(600))
+    for b in got:
+        assert (b.X != Xr[b.ids]).nnz == 0 and np.array_equal(b.y, yr[b.ids])

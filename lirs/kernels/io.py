@@ -213,16 +213,19 @@ def block_positions(ext_nbytes, block, buf_pos):
 def record_spans(buf_pos, got, rec_extent, rec_pos, rec_len, starts, ends):
     """Where each record of a read step lies in its buffer: ``starts``/``ends`` int64 (k,) (out)
     from the extents' ``buf_pos`` and ``got`` int64 (e,) (bytes each read returned) and the
-    records' ``rec_extent`` int32 (k,), ``rec_pos``/``rec_len`` int64 (k,). Returns the first
-    record whose bytes the read did not return (its file ended early), or -1: every record whole."""
+    records' ``rec_extent`` int32 (k,), ``rec_pos``/``rec_len`` int64 (k,). Returns (the first
+    record whose bytes the read did not return (its file ended early), or -1: every record whole;
+    the records' bytes, the sum of ``rec_len``: a LIBSVM decoder sizes its outputs from it)."""
     short = -1
+    payload = 0
     for j in range(rec_extent.shape[0]):
         e = rec_extent[j]
         starts[j] = buf_pos[e] + rec_pos[j]
         ends[j] = starts[j] + rec_len[j]
+        payload += rec_len[j]
         if short < 0 and rec_pos[j] + rec_len[j] > got[e]:
             short = j
-    return short
+    return short, payload
 
 
 @njit(cache=True, nogil=True)
