@@ -96,6 +96,11 @@ class Recycler:
         block = mmap.mmap(-1, -(-(nbytes + (nbytes >> 5)) // mmap.PAGESIZE) * mmap.PAGESIZE,
                           flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.made += 1
+        if nbytes < self.min_bytes:
+            # a read step's decoded arrays, written from their start: a block sized by a bound on
+            # them is partly used, and huge pages would bring in 2 MiB around the end of each use
+            # (a group epoch's peak RSS +15 MiB; ad hoc)
+            return block
         try:
             # huge pages, as numpy asks for its large arrays: a window's records are decoded in
             # their dealt (random) order, and with 4 KiB pages every record cost a TLB miss (one

@@ -103,15 +103,14 @@ def _record_arrays(k):
 
 
 def _feature_arrays(cap, index_dtype, work_dtype):
-    """(indices index_dtype (cap,), data work_dtype (cap,)) of a step, in one block.
+    """(indices index_dtype (cap,), data work_dtype (cap,)) of a step, each in a recycled block.
 
     A loader decodes a step like the one before: its arrays take that one's memory again (numpy's
-    would go back to the system, on the consumer's thread, when its last batch did). One block
-    for both is one take and one finalizer a step, under the GIL, instead of two."""
-    isz, wsz = np.dtype(index_dtype).itemsize, np.dtype(work_dtype).itemsize
-    at = -(-cap * isz // 64) * 64  # data from a cache line
-    block = memory.RECYCLER.empty(at + cap * wsz, np.uint8, RECYCLE_STEP_MIN_BYTES)
-    return block[:cap * isz].view(index_dtype), block[at:at + cap * wsz].view(work_dtype)
+    would go back to the system, on the consumer's thread, when its last batch did). Each is
+    written from its block's start: of a block sized by a bound, only the pages its uses reached
+    are ever touched."""
+    return (memory.RECYCLER.empty(cap, index_dtype, RECYCLE_STEP_MIN_BYTES),
+            memory.RECYCLER.empty(cap, work_dtype, RECYCLE_STEP_MIN_BYTES))
 
 
 def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, rec=None):

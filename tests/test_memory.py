@@ -45,6 +45,42 @@ def test_small_arrays_are_numpys_and_the_pool_keeps_the_largest_blocks():
     assert r.trim() == 1 and r.free_bytes == 0
 
 
+def _thp_eligible(addr: int):
+    """The ``THPeligible`` of the mapping holding ``addr`` in /proc/self/smaps (None: not there)."""
+    try:
+        text = open("/proc/self/smaps").read()
+    except OSError:
+        return None
+    hit = False
+    for line in text.splitlines():
+        head = line.split()[0]
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            hit = lo <= addr < hi
+        elif hit and head == "THPeligible:":
+            return line.split()[1] == "1"
+    return None
+
+
+def test_huge_pages_only_for_blocks_of_a_windows_size():
+    """A read step's decoded arrays (under ``min_bytes``) lie in blocks of small pages: sized by a
+    bound on them, they are partly used, and a huge page would bring 2 MiB in around each end. A
+    window's blocks (``min_bytes`` and up) ask for huge pages, as before."""
+    try:
+        mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        pytest.skip("no transparent huge pages here")
+    if "[madvise]" not in mode:
+        pytest.skip(f"transparent huge pages not in madvise mode ({mode.strip()}): the advice changes nothing")
+    r = Recycler(keep=4, min_bytes=8 << 20)
+    step = r.empty(4 << 20, np.uint8, 1 << 20)
+    window = r.empty(8 << 20, np.uint8)
+    if _thp_eligible(window.ctypes.data) is None:
+        pytest.skip("no THPeligible in /proc/self/smaps")
+    assert _thp_eligible(window.ctypes.data) is True
+    assert _thp_eligible(step.ctypes.data) is False
+
+
 def test_no_map_to_be_had_gives_numpys_memory(monkeypatch):
     # a map refused (address space, vm.max_map_count): the array comes from numpy, sized and usable
     import mmap as mmap_mod
