@@ -31,7 +31,7 @@ _MIN_REGION = 4 << 20   # bytes of a region below which another thread costs mor
 # the full kernel's first stretch after a record that is not plain (then the plain kernel goes on)
 _STRETCH_RECORDS = 64
 _STRETCH_BYTES = 16 << 10
-FEATURE_MIN_BYTES = 4   # a blank and an I:V token: the fewest bytes a feature takes in a line
+_FEATURE_MIN_BYTES = 4  # a blank and an I:V token: the fewest bytes a feature takes in a line
 
 
 def _work_dtype(dtype):
@@ -46,7 +46,7 @@ def nnz_bound(nbytes: int) -> int:
     """A bound on the features of LIBSVM records of ``nbytes`` bytes in all that native code
     decodes: a feature is a token ``I:V`` (3 bytes at least) after a blank, and a line starts with
     its label, so a record of L bytes holds at most (L - 1) // 4 of them."""
-    return int(nbytes) // FEATURE_MIN_BYTES + 1
+    return int(nbytes) // _FEATURE_MIN_BYTES + 1
 
 
 def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype, threads=None,
