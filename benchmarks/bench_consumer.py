@@ -52,16 +52,20 @@ print(json.dumps({"open_s": t1 - t, "first_batch_s": t2 - t1}))
 """
 
 
-def consumer_epoch(path: str, gran: str, ahead: bool, epoch: int) -> tuple[float, float]:
-    """(consumer CPU seconds per batch, records/s) of one epoch."""
+def consumer_epoch(path: str, gran: str, arm: str, epoch: int) -> tuple[float, float]:
+    """(consumer CPU seconds per batch, records/s) of one epoch: batch plans made ahead or inline,
+    or (``own``) ahead with every read step decoded before the consumer asks for it."""
     import lirs
     import lirs.pipeline as pipeline
 
     saved = pipeline.PLAN_AHEAD_MIN_THREADS
-    pipeline.PLAN_AHEAD_MIN_THREADS = POOL if ahead else POOL + 1
+    pipeline.PLAN_AHEAD_MIN_THREADS = POOL + 1 if arm == "inline" else POOL
     try:
         with lirs.Loader(path, 1024, granularity=gran, engine="buffered", threads=POOL, seed=1) as ld:
-            next(iter(ld.epoch(99)))  # kernels loaded, pool started
+            if arm == "own":
+                _decoded_ahead(ld, epoch)
+            else:
+                next(iter(ld.epoch(99)))  # kernels loaded, pool started
             t, c, n, nb = time.perf_counter(), time.thread_time(), 0, 0
             for b in ld.epoch(epoch):
                 n += len(b.ids)
@@ -71,37 +75,23 @@ def consumer_epoch(path: str, gran: str, ahead: bool, epoch: int) -> tuple[float
         pipeline.PLAN_AHEAD_MIN_THREADS = saved
 
 
-def consumer_own(path: str, gran: str, epoch: int) -> tuple[float, float]:
-    """(consumer CPU seconds per batch, records/s) of one epoch whose read steps were all decoded
-    beforehand: a first pass keeps each step's (X, y), the timed pass's submits get it at once."""
+def _decoded_ahead(ld, epoch: int) -> None:
+    """Make ``ld`` serve the read steps of ``epoch`` decoded: a first pass keeps each step's
+    (X, y), and every later submit of that step gets it at once."""
     from concurrent.futures import Future
 
-    import lirs
-    import lirs.pipeline as pipeline
+    ld._ensure_started()
+    pipe, done = ld._pipeline, {}
 
-    saved = pipeline.PLAN_AHEAD_MIN_THREADS
-    pipeline.PLAN_AHEAD_MIN_THREADS = POOL
-    try:
-        with lirs.Loader(path, 1024, granularity=gran, engine="buffered", threads=POOL, seed=1) as ld:
-            ld._ensure_started()
-            pipe, done = ld._pipeline, {}
-
-            def submit(step, then=None, helpable=True):
-                if step.number not in done:
-                    done[step.number] = pipe._read_decode(step)
-                fut = Future()
-                fut.set_result(done[step.number] if then is None else then(done[step.number]))
-                return fut
-            pipe.submit = submit  # this Loader's pipeline only
-            for _ in ld.epoch(epoch):
-                pass
-            t, c, n, nb = time.perf_counter(), time.thread_time(), 0, 0
-            for b in ld.epoch(epoch):
-                n += len(b.ids)
-                nb += 1
-            return (time.thread_time() - c) / nb, n / (time.perf_counter() - t)
-    finally:
-        pipeline.PLAN_AHEAD_MIN_THREADS = saved
+    def submit(step, then=None, helpable=True):
+        if step.number not in done:
+            done[step.number] = pipe._read_decode(step)
+        fut = Future()
+        fut.set_result(done[step.number] if then is None else then(done[step.number]))
+        return fut
+    pipe.submit = submit  # this Loader's pipeline only
+    for _ in ld.epoch(epoch):
+        pass
 
 
 def first_batch(path: str, preload: bool) -> dict:
@@ -125,8 +115,7 @@ def main(argv=None) -> int:
     for rep in range(a.repeats):
         for gran in GRANULARITIES:
             for arm in ("ahead", "inline", "own"):
-                cpu, rate = (consumer_own(path, gran, rep) if arm == "own"
-                             else consumer_epoch(path, gran, arm == "ahead", rep))
+                cpu, rate = consumer_epoch(path, gran, arm, rep)
                 cons.setdefault(gran, {}).setdefault(arm, []).append({"cpu_us_per_batch": cpu * 1e6,
                                                                        "records_per_s": rate})
                 print(f"  rep {rep} {gran:8s} {arm:6s} consumer {cpu * 1e6:7.1f} us/batch, {rate / 1e6:.2f}M rec/s",
