@@ -92,9 +92,8 @@ class StepDecoder:
     def _libsvm(self, step, buf, ids, rext, rpos, starts, ends, payload):
         # the spans lie in the buffer: the extents were read whole (record_spans) around them. A
         # step's outputs are sized from its records' bytes (``payload``), not from a pass counting
-        # them; a window's by that count still: sized by the bound, they were the size of the read
-        # buffers and took their blocks, every page touched, from the recycler (2 cores, 16 MiB
-        # windows: peak RSS 311 MiB against 274; ad hoc)
+        # them; a window's by that count still: sized by the bound, its outputs were the size of
+        # the read buffers and took their recycled blocks, every page of them already touched
         wide = may_split(len(buf))
         return decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
                              dtype=self.dtype, trusted=True, where=StepWhere(self.index, step, ids, rext, rpos, starts),
@@ -166,8 +165,7 @@ def rows(X, lo: int, hi: int):
     if type(X) is sp.csr_matrix or sp.issparse(X):
         ip, ind = X.indptr, X.indices
         a, b = int(ip[lo]), int(ip[hi])
-        small = ind.dtype == np.int32 and b - a <= INT32_MAX
-        indptr = np.empty(hi - lo + 1, np.int32 if small else ip.dtype)
+        indptr = _row_pointers(X, b - a, hi - lo + 1)
         KR.rebase_into(ip, lo, indptr)
         return csr_batch(X.data[a:b], ind[a:b], indptr, (hi - lo, X.shape[1]))
     return X[lo:hi]
@@ -184,14 +182,21 @@ def cut_rows(X, cuts: list) -> list:
         return [X[lo:hi] for lo, hi in pairs]
     ip, ind, data, n = X.indptr, X.indices, X.data, X.shape[1]
     c0 = cuts[0]
-    small = ind.dtype == np.int32 and int(ip[cuts[-1]]) - int(ip[c0]) <= INT32_MAX
-    indptr = np.empty(cuts[-1] - c0 + len(pairs), np.int32 if small else ip.dtype)
+    indptr = _row_pointers(X, int(ip[cuts[-1]]) - int(ip[c0]), cuts[-1] - c0 + len(pairs))
     KR.rebase_each(ip, np.asarray(cuts, np.int64), indptr)
     out = []
     for i, (lo, hi) in enumerate(pairs):
         a, b, o = int(ip[lo]), int(ip[hi]), lo - c0 + i
         out.append(csr_batch(data[a:b], ind[a:b], indptr[o:o + hi - lo + 1], (hi - lo, n)))
     return out
+
+
+def _row_pointers(X, nnz: int, n: int) -> np.ndarray:
+    """An empty array of ``n`` row pointers for rows of CSR ``X`` holding ``nnz`` values: int32
+    where the indices are and they fit (scipy's rule, as :func:`~lirs.decode.csr_batch` keeps),
+    else the step's own dtype."""
+    small = X.indices.dtype == np.int32 and nnz <= INT32_MAX
+    return np.empty(n, np.int32 if small else X.indptr.dtype)
 
 
 def detached(step_rows, lo: int, hi: int):

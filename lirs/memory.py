@@ -99,7 +99,6 @@ class Recycler:
         if nbytes < self.min_bytes:
             # a read step's decoded arrays, written from their start: a block sized by a bound on
             # them is partly used, and huge pages would bring in 2 MiB around the end of each use
-            # (a group epoch's peak RSS +15 MiB; ad hoc)
             return block
         try:
             # huge pages, as numpy asks for its large arrays: a window's records are decoded in
