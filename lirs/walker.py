@@ -149,21 +149,24 @@ class BatchSteps:
         drawn by one kernel call (the consumer's thread plans this under the GIL)."""
         p, B = self.plan, self.plan.batch_size
         s0, j0 = int(self.mine[0, 0]), js[0]
-        firsts = np.arange(js.start, js.stop, js.step, dtype=np.int64) * B  # each batch's first position - s0
-        sizes = np.minimum(B, p.size - firsts)  # the last batch may be short
-        cuts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        # a dozen batches: Python ints cost less than numpy's small-array calls, each under the GIL
+        firsts = [j * B for j in js]  # each batch's first position - s0
+        cuts = [0]
+        for f in firsts:
+            cuts.append(cuts[-1] + min(B, p.size - f))  # the last batch may be short
         if js.step == 1:  # consecutive batches: their records in one piece
-            ids = self.cursor.take(s0 + j0 * B, s0 + j0 * B + int(cuts[-1]))
+            ids = self.cursor.take(s0 + j0 * B, s0 + j0 * B + cuts[-1])
         else:
-            ids = np.concatenate([self.cursor.take(s0 + a, s0 + a + k)
-                                  for a, k in zip(firsts.tolist(), sizes.tolist())])
-        order = None
+            ids = np.concatenate([self.cursor.take(s0 + f, s0 + f + cuts[i + 1] - cuts[i])
+                                  for i, f in enumerate(firsts)])
+        order = dealt = None
         if self.deals:
-            order = np.empty(len(ids), np.int64)
-            # a batch's stream counter is its first position
-            batch_orders(order, cuts, np.uint64(p.batch_key), (s0 + firsts).astype(np.uint64))
-        step = p.step(j0, ids, self.extents, order=order, piece_runs=STEP_PIECE_RUNS)
-        return self._plans(step, js, cuts.tolist())
+            order, dealt = np.empty(len(ids), np.int64), np.empty(len(ids), np.int64)
+            # a batch's stream counter is its first position; the records dealt in the same call
+            batch_orders(order, np.array(cuts, np.int64), np.uint64(p.batch_key),
+                         np.array([s0 + f for f in firsts], np.uint64), ids, dealt)
+        step = p.step(j0, ids, self.extents, order=order, piece_runs=STEP_PIECE_RUNS, dealt=dealt)
+        return self._plans(step, js, cuts)
 
     @staticmethod
     def _plans(step, js, cuts: list) -> tuple:

@@ -94,15 +94,19 @@ def run_heads(ids, out):
 
 
 @njit(cache=True, nogil=True)
-def batch_orders(out, cuts, key, counters):
+def batch_orders(out, cuts, key, counters, ids, dealt):
     """The deal orders of consecutive batches in one call: ``out[cuts[i]:cuts[i + 1]]`` (int64) is
     ``cuts[i] + `` a Fisher-Yates of ``arange(cuts[i + 1] - cuts[i])`` with the stream (key,
-    ``counters[i]``), as :func:`shuffle_inplace` draws it for one batch."""
+    ``counters[i]``), as :func:`shuffle_inplace` draws it for one batch; and ``dealt[r] =
+    ids[out[r]]`` (int64 (cuts[-1],)): the records in delivery order, gathered here without the
+    GIL instead of by numpy's fancy index with it."""
     for i in range(counters.shape[0]):
         a, b = cuts[i], cuts[i + 1]
         for r in range(a, b):
             out[r] = r
         shuffle_inplace(out[a:b], key, counters[i])
+        for r in range(a, b):
+            dealt[r] = ids[out[r]]
 
 
 @njit(cache=True, nogil=True)
