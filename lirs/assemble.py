@@ -177,17 +177,19 @@ def cut_rows(X, cuts: list) -> list:
     lives as long as a batch refers to it. The pieces' row pointers are rebased to start at 0
     (int32 where the indices are and they fit, as :func:`~lirs.decode.csr_batch` makes them), all
     of them by one call of a kernel that keeps the GIL (:mod:`lirs.kernels.rows`)."""
-    pairs = list(zip(cuts[:-1], cuts[1:]))
     if not (type(X) is sp.csr_matrix or sp.issparse(X)):
-        return [X[lo:hi] for lo, hi in pairs]
+        return [X[lo:hi] for lo, hi in zip(cuts[:-1], cuts[1:])]
     ip, ind, data, n = X.indptr, X.indices, X.data, X.shape[1]
-    c0 = cuts[0]
-    indptr = _row_pointers(X, int(ip[cuts[-1]]) - int(ip[c0]), cuts[-1] - c0 + len(pairs))
-    KR.rebase_each(ip, np.asarray(cuts, np.int64), indptr)
+    c = np.asarray(cuts, np.int64)
+    at = ip[c].tolist()  # each cut's first value: one gather, not two numpy scalars a piece
+    indptr = _row_pointers(X, at[-1] - at[0], cuts[-1] - cuts[0] + len(cuts) - 1)
+    KR.rebase_each(ip, c, indptr)
     out = []
-    for i, (lo, hi) in enumerate(pairs):
-        a, b, o = int(ip[lo]), int(ip[hi]), lo - c0 + i
-        out.append(csr_batch(data[a:b], ind[a:b], indptr[o:o + hi - lo + 1], (hi - lo, n)))
+    o = 0
+    for i in range(len(cuts) - 1):
+        k, a, b = cuts[i + 1] - cuts[i], at[i], at[i + 1]
+        out.append(csr_batch(data[a:b], ind[a:b], indptr[o:o + k + 1], (k, n)))
+        o += k + 1
     return out
 
 
