@@ -15,8 +15,10 @@ threads that want it. In one run, on one kdd-like file:
   and of a device feeder's packing through CPU tensors (``to_tensors``, ``_parts``, ``pack_into``,
   views) against the Loader's arrays in one kernel call (``batch_arrays``, ``pack_arrays``); and per
   read step of a pool thread (``step_group``, ``step_instance``, ``step_window``: planned steps, their
-  deferred extents found, read with engine ``buffered`` and decoded on the measured thread), each
-  release a wait to take the GIL back behind the other threads on many cores. Needs root and
+  deferred extents found, read with engine ``buffered`` and decoded on the measured thread) and per
+  planned shared step (``plan_group``, ``plan_instance``: the units walk the consumer runs where
+  the pool is too small for a planning thread), each release a wait to take the GIL back behind
+  the other threads on many cores. Needs root and
   ``perf``; otherwise null with the reason. ``--parts`` runs some of the three.
 
 Writes ``benchmarks/results/stages.json``.
@@ -154,13 +156,27 @@ def read_steps(gran, n=8):  # a pool thread's work: planned read steps (deferred
             pipe._read_decode(dataclasses.replace(s))  # dropped, as its last batch is: its memory recycled
     return len(steps), work
 steps = {g: read_steps(g) for g in ("group", "instance", "window") if which == "step_" + g}
+def plan_steps(gran, n=16):  # the consumer's planning on 2 cores (PlanInline): a shared step at a time
+    ld = lirs.Loader(path, 1024, granularity=gran, seed=0, engine="buffered")
+    kept.append(ld)
+    for _ in ld.epoch(0):
+        pass
+    epoch = [1]
+    def work():  # the first n shared steps of a fresh epoch's units walk, extents deferred as the Loader's
+        walk = ld.plan(epoch[0]).batches(0, extents="defer", units=True)
+        epoch[0] += 1
+        return sum(1 for _, _u in zip(range(n), walk))
+    return work() or n, work
+plans = {g: plan_steps(g) for g in ("group", "instance") if which == "plan_" + g}
 work = {"rows_numpy": lambda: [numpy_rows(big, a, b) for a, b in zip(cuts[:-1], cuts[1:])],
         "rows_kernel": lambda: [assemble.rows(big, a, b) for a, b in zip(cuts[:-1], cuts[1:])],
         "pack_tensors": lambda: [tensor_pack(b) for b in batches],
         "pack_arrays": lambda: [array_pack(b) for b in batches],
-        **{"step_" + g: fn for g, (_, fn) in steps.items()}}[which]
+        **{"step_" + g: fn for g, (_, fn) in steps.items()}, **{"plan_" + g: fn for g, (_, fn) in plans.items()}}[which]
 if which.startswith("step_"):
     per = steps[which[5:]][0]  # read steps
+elif which.startswith("plan_"):
+    per = plans[which[5:]][0]  # planned shared steps
 else:
     per = 8 if which.startswith("rows") else len(batches)
 work()  # compile, allocate
@@ -199,7 +215,7 @@ def handoffs(path: str, loops: int) -> dict:
     out = {"event": event}
     try:
         for which in ("rows_numpy", "rows_kernel", "pack_tensors", "pack_arrays", "step_group", "step_instance",
-                      "step_window"):
+                      "step_window", "plan_group", "plan_instance"):
             p = subprocess.Popen(tree_python(_HANDOFF_CHILD, which, path, 64, loops),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
             assert p.stdout.readline().strip() == "go"
@@ -215,7 +231,7 @@ def handoffs(path: str, loops: int) -> dict:
             p.stdin.write("\n")
             p.stdin.flush()
             p.wait()
-            unit, units = ("step", "steps") if which.startswith("step_") else ("batch", "batches")
+            unit, units = ("step", "steps") if which.startswith(("step_", "plan_")) else ("batch", "batches")
             out[which] = {"releases": count, units: batches, "per_" + unit: count / batches}
             print(f"handoffs {which:13s}: {count / batches:.2f} GIL releases a {unit}", file=sys.stderr)
     finally:
