@@ -448,13 +448,13 @@ class Loader:
         self._resume = None
         self._next_epoch = epoch + 1
         plan = self.plan(epoch, spans)
-        # the pipeline (engine, pool) starts after planning: on a cold numba cache the planning
-        # kernels compile here while the warm-up helper compiles the read and decode ones
-        self._ensure_started()
         nb = int(plan.num_batches)
         if not 0 <= start <= nb:
             raise UsageError(f"start batch {start} outside [0, {nb}] for epoch {epoch}")
         first = min(int(start) + offset, nb)
+        # the pipeline starts after planning: cold, the planning kernels compile while helpers compile the rest
+        warmup.prime_walk(self._warm, plan, first, stride, windows)
+        self._ensure_started()
         self._pos = ResumeState(epoch, first, spans)
         self._stride, self._nb = stride, nb
         finish = None if self.transform is None else self._finisher(epoch)

@@ -157,6 +157,11 @@ class Warmup:
         if t is not None and t is not threading.current_thread() and os.getpid() == self.pid:
             t.join()
 
+    def compiling(self, group: str) -> bool:
+        """Whether a helper of this process is still compiling ``group`` (or has yet to begin it)."""
+        ev = self.done.get(group)
+        return ev is not None and not ev.is_set() and os.getpid() == self.pid
+
     def wait(self, group: str) -> None:
         """Block until ``group`` is compiled into the cache, when a helper has begun it; a group no
         helper has begun yet is compiled here (not waiting for the groups before it)."""
@@ -165,6 +170,26 @@ class Warmup:
             return
         if not ev.wait(WAIT_S):
             log.debug("warm-up of %s still running after %.0f s: compiling in-process", group, WAIT_S)
+
+
+def prime_walk(warm: Warmup, plan, first: int, stride: int, windows) -> None:
+    """On a cold numba cache, while a helper still compiles the read kernels (the pipeline waits for
+    them before it opens the engine), plan the epoch's first step here and find its extents: the
+    walk's kernels (the cursor's, the deal's, the extents') compile during that wait instead of
+    after it. The step is thrown away (the epoch plans it again); an error it meets is left to the
+    epoch's own walk, which raises it where it belongs."""
+    if not warm.compiling("read"):
+        return
+    walk = plan.batches(first, extents="defer", stride=stride, windows=windows, units=True)
+    try:
+        item = next(walk, None)
+        if item is not None:
+            for part in item.parts:
+                part.step.ready()
+    except Exception as e:  # noqa: BLE001 - the epoch's walk raises it again, at its batch
+        log.debug("priming the walk's kernels stopped: %s", e)
+    finally:
+        walk.close()
 
 
 def _spawn(opts: dict, groups: list[str]):

@@ -196,3 +196,86 @@ def test_a_failing_preload_leaves_the_kernels_to_first_use(monkeypatch, caplog):
     assert ran == [{"engine": "uring"}], "a failed group does not stop the next one"
     assert any("preloading read failed: no engine here" in r.getMessage() for r in caplog.records)
     assert warmup.loaded(object()) is True  # not a dispatcher: nothing to preload
+
+
+def _helper_compiling_read():
+    """A helper that has begun the read group and finishes it when a line comes on its stdin."""
+    r, w_ = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; print('start read', flush=True); "
+                             "sys.stdin.readline(); print('done read', flush=True)"],
+                            stdin=r, stdout=subprocess.PIPE, text=True)
+    os.close(r)
+    w = warmup.Warmup([(["read"], proc)])
+    assert w.started["read"].wait(30)
+    return w, w_, proc
+
+
+@pytest.mark.parametrize("granularity", ["group", "window"])
+def test_a_cold_epoch_finds_its_first_steps_extents_before_it_waits_for_the_read_helper(tmp_path, monkeypatch,
+                                                                                       granularity):
+    """Cold, the pipeline waits for the helper compiling the read kernels before it opens the
+    engine; the walk's kernels (cursor, deal, extents) compile here meanwhile: the epoch's first
+    step is planned and its extents found before that wait. The batches are those of a warm epoch."""
+    import lirs
+    from lirs.steps import ReadStep
+    path = _svm(str(tmp_path / "a.svm"), n=600)
+    with lirs.Loader(path, 64, granularity=granularity, seed=1) as ref:
+        want = [(b.ids.tolist(), b.X.toarray().tolist(), b.y.tolist()) for b in ref.epoch(2)]
+    events = []
+    ready = ReadStep.ready
+    monkeypatch.setattr(ReadStep, "ready", lambda self: events.append("extents") or ready(self))
+    w, w_, proc = _helper_compiling_read()
+    wait = w.wait
+    monkeypatch.setattr(w, "wait", lambda group: events.append("wait " + group) or wait(group))
+    try:
+        with lirs.Loader(path, 64, granularity=granularity, seed=1) as loader:
+            loader._warm = w
+            threading.Timer(0.5, os.write, (w_, b"go\n")).start()
+            got = [(b.ids.tolist(), b.X.toarray().tolist(), b.y.tolist()) for b in loader.epoch(2)]
+    finally:
+        os.close(w_)
+        proc.wait()
+    assert "wait read" in events and "extents" in events[:events.index("wait read")], events[:5]
+    assert got == want
+
+
+def test_a_warm_epoch_plans_nothing_twice_and_a_priming_error_is_the_walks(tmp_path, monkeypatch):
+    """No helper compiling: nothing is planned ahead of the epoch. With one, an error met while
+    priming is not raised there (the epoch's own walk meets it, at its batch): one that happens
+    only once costs the epoch nothing, one that stays is raised by the epoch."""
+    import lirs
+    from lirs.steps import ReadStep
+    path = _svm(str(tmp_path / "a.svm"), n=300)
+    calls = []
+    ready = ReadStep.ready
+    monkeypatch.setattr(ReadStep, "ready", lambda self: calls.append(1) or ready(self))
+    with lirs.Loader(path, 64, granularity="group", seed=0, engine="buffered") as loader:
+        loader._warm = warmup.Warmup()
+        walks = []
+        batches = loader.plan(0).batches
+        monkeypatch.setattr(type(loader.plan(0)), "batches",
+                            lambda self, *a, **k: walks.append(1) or batches.__func__(self, *a, **k))
+        n = sum(len(b.ids) for b in loader.epoch(0))
+        assert n == 300 and len(walks) == 1  # the epoch's own walk only
+    for fails in (1, 10**9):
+        left = [fails]
+
+        def flaky(self):
+            left[0] -= 1
+            if left[0] >= 0:
+                raise OSError("index read failed")
+            return ready(self)
+        monkeypatch.setattr(ReadStep, "ready", flaky)
+        w, w_, proc = _helper_compiling_read()
+        try:
+            with lirs.Loader(path, 64, granularity="group", seed=0, engine="buffered") as loader:
+                loader._warm = w
+                threading.Timer(0.5, os.write, (w_, b"go\n")).start()
+                if fails == 1:  # the priming step's: the epoch is whole
+                    assert sum(len(b.ids) for b in loader.epoch(0)) == 300
+                else:
+                    with pytest.raises(OSError, match="index read failed"):
+                        next(iter(loader.epoch(0)))
+        finally:
+            os.close(w_)
+            proc.wait()
