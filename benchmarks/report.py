@@ -298,6 +298,12 @@ def sec_decode():
                 f"(one for the read kernels, one for the decode kernels) compile the rest into the same cache; without them (`LIRS_WARMUP=0`) the first "
                 f"batch took {c['first_batch']['cold_without_helper']['first_batch_s']:.1f} s in the same run. "
                 f"Plain LIBSVM compiles only the small plain kernels.")
+        b = c.get("before")
+        if b:
+            out += (f" The epoch plans its first step and finds its extents before the pipeline waits for the "
+                    f"read helper, so the walk's kernels compile during that wait: without it (lirs at "
+                    f"{b['code_commit']}, measured just before) the first batch came after "
+                    f"{b['first_batch_cold_s']:.1f} s (goal: {goal(bool(b['goal_met']))}).")
     return out
 
 
