@@ -6,7 +6,9 @@ cannot overlap them (numba compiles under one global lock), processes can: when 
 decode kernels are not in numba's cache, it starts ``python -m lirs.warmup`` for each group (read,
 decode), which compiles it into the same cache while this process compiles its planning kernels.
 Before its first read and first decode, the pipeline waits for the helper to finish the group,
-then loads it from the cache in milliseconds; a group no helper has begun is compiled here.
+then loads it from the cache in milliseconds; a group no helper has begun is compiled here. The
+epoch's first step is planned, its extents found, before the pipeline waits for the read group
+(:func:`prime_walk`): all the walk's kernels compile here during that wait, not after it.
 
 With the cache warm, the groups this process has not loaded yet are loaded by a thread while the
 caller opens the engine and plans (loading a cached kernel takes milliseconds, and a fresh
