@@ -14,12 +14,12 @@ thread waits for them meanwhile).
 Who runs a step: it is queued unclaimed, and the first thread to claim it runs it. The pool has a
 thread per usable core and one more, but only ``cores - 1`` of them claim steps whenever there are
 some; a consumer that must wait for a batch claims the oldest queued step itself instead of
-sleeping (not a window: that one is decoded by the cores but one already). With a direct engine, whose
-reads wait for the device, every thread claims steps and the consumer only waits, as before. The other threads claim steps only while the process leaves a core
-idle (the consumer away on a GPU step). So a consumer that is inside the loader shares the cores
-with ``cores - 1`` busy threads, not ``cores + 1``: a thread preempted while it holds the GIL holds
-it longer, and one more runnable thread than cores preempts them all in turn (see
-:data:`lirs.constants.CORE_IDLE`).
+sleeping (not a window: the cores but one decode it already). With a direct engine, whose reads
+wait for the device, every thread claims steps and the consumer only waits. The other threads
+claim steps only while the process leaves a core idle (the consumer away on a GPU step). So a
+consumer inside the loader shares the cores with ``cores - 1`` busy threads, not ``cores + 1``: a
+thread preempted while it holds the GIL holds it longer, and one more runnable thread than cores
+preempts them all in turn (see :data:`lirs.constants.CORE_IDLE`).
 """
 from __future__ import annotations
 

@@ -246,7 +246,7 @@ class EpochPlan:
                             fill=lambda st: self._fill(st, ids, order, piece_runs))
         if not extents:
             if order is not None:
-                ids = ids[order]
+                ids = ids[order] if dealt is None else dealt
             z = np.empty(0, np.int64)
             return ReadStep(number, ids, np.empty(0, np.int32), z, z, np.empty(0, np.int32), z, z)
         ef = np.empty(k, np.int32)

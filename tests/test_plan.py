@@ -485,6 +485,10 @@ def test_batches_sharing_a_read_step_equal_a_step_per_batch(monkeypatch, fixed):
             for (_, a, _, _), (_, b, _, _) in zip(one[start:], many):
                 for x, y in zip(a, b):
                     assert np.array_equal(x, y)
+            # record IDs only (no extents): the same records, dealt the same way
+            for (_, a, _, _), bp in zip(one[start:], p.batches(start, extents=False)):
+                assert np.array_equal(a[0], bp.ids) and np.array_equal(bp.ids, bp.parts[0].step.ids[
+                    bp.parts[0].lo:bp.parts[0].hi])
             # a step feeds batches_per_step consecutive batches (the walk's first steps 1, 2, 4, ..
             # of them: its first batch waits for one batch's read), the last of them marked
             numbers = [b[3] for b in many]
