@@ -29,7 +29,7 @@ import contextlib
 import itertools
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -46,6 +46,7 @@ from . import memory
 from .errors import TransformError
 from .policies import POLICIES, steps_in_flight, windows_in_flight
 from .steps import BatchPlan
+from .taskthreads import TaskThreads
 from .warmup import Warmup
 
 
@@ -81,8 +82,7 @@ class Pipeline:
         self._role = threading.local()
         self._window = (time.perf_counter(), time.process_time())  # start of the CPU use window
         self.busy_cores = float(self.cores)  # cores busy over the last whole window
-        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="lirs-loader",
-                                           initializer=self._number_thread)
+        self.executor = TaskThreads(self.workers, "lirs-loader", initializer=self._number_thread)
         # a wide step (a window) is decoded by the cores but one at once: one at a time, so that the next
         # window is read while this one is decoded (two windows decoded together finish together,
         # and the two after them are then read together while the cores idle)
@@ -130,7 +130,7 @@ class Pipeline:
                 fut.add_done_callback(self.pool_only.discard)
         self.active.add(fut)
         fut.add_done_callback(self.active.discard)
-        self.executor.submit(self._claim, None)
+        self.executor.submit(self._claim)
         return fut
 
     def _number_thread(self) -> None:
@@ -251,7 +251,7 @@ class Pipeline:
         return out
 
     def threads(self) -> tuple:
-        return tuple(getattr(self.executor, "_threads", ()))
+        return self.executor.threads()
 
     def close(self) -> None:
         """Cancel what has not started, wait for started steps (they write into pooled buffers),

@@ -1,0 +1,112 @@
+"""The pipeline's threads: a hand-off to them is one put on a native queue.
+
+``ThreadPoolExecutor.submit`` holds the GIL through two locks, a future and a work item of its
+own, and a look for an idle thread through a Python ``Semaphore`` (a ``Condition`` and its lock,
+contended by the threads going idle). The pipeline hands its pool a task per read step and keeps
+its own futures, so all of that is overhead on the path the GIL serialises: in a 2-core group
+epoch, py-spy found that idle-thread check alone in about a tenth of the samples that held the GIL.
+Here a hand-off is one ``SimpleQueue.put`` (C), and an idle thread waits in ``SimpleQueue.get``
+without the GIL. The threads start together on the first hand-off and run until shut down, the
+pool is collected, or the interpreter exits (then, like the executor's, each ends after the task
+it is running and the ones already queued).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import traceback
+import weakref
+
+_LIVE: "weakref.WeakSet[TaskThreads]" = weakref.WeakSet()
+_EXITING = False
+
+
+class TaskThreads:
+    """``n`` threads named ``{name}_{i}`` running the calls handed to :meth:`submit`, oldest first.
+
+    ``initializer()``, when given, runs first on each thread. A call's exception is printed and the
+    thread goes on (the pipeline's tasks deliver theirs through their own futures).
+    """
+
+    def __init__(self, n: int, name: str, initializer=None):
+        self.n = max(1, int(n))
+        self.name = name
+        self._initializer = initializer
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list = []
+        self._lock = threading.Lock()
+        self._shut = False
+        # a pool dropped without shutdown lets its threads end (they hold the queue, not the pool)
+        weakref.finalize(self, _stop, self._q, self.n)
+        _LIVE.add(self)
+
+    def submit(self, fn, *args) -> None:
+        """Queue ``fn(*args)`` for the first thread free. Raises RuntimeError once shut down."""
+        if self._shut or _EXITING:
+            raise RuntimeError("cannot hand a task to threads that were shut down")
+        if not self._threads:
+            self._start()
+        self._q.put((fn, args))
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._threads or self._shut:
+                return
+            for i in range(self.n):
+                t = threading.Thread(target=_serve, args=(self._q, self._initializer), name=f"{self.name}_{i}",
+                                     daemon=not _JOINED_AT_EXIT)
+                t.start()
+                self._threads.append(t)
+
+    def threads(self) -> tuple:
+        """The threads started so far."""
+        return tuple(self._threads)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Let each thread end after the tasks queued so far; ``wait``: join them (never the calling
+        thread itself). Idempotent."""
+        with self._lock:
+            first, self._shut = not self._shut, True
+        if first:
+            _stop(self._q, len(self._threads))
+        if wait:
+            me = threading.current_thread()
+            for t in self._threads:
+                if t is not me:
+                    t.join()
+
+
+def _stop(q: queue.SimpleQueue, n: int) -> None:
+    for _ in range(n):
+        q.put(None)
+
+
+def _serve(q: queue.SimpleQueue, initializer) -> None:
+    if initializer is not None:
+        initializer()
+    while True:
+        item = q.get()
+        if item is None:
+            return
+        fn, args = item
+        try:
+            fn(*args)
+        except BaseException:  # noqa: BLE001 - a task's bug must not take the thread (and the steps queued) with it
+            traceback.print_exc()
+        del item, fn, args  # no reference to the last task's objects while waiting
+
+
+def _at_exit() -> None:
+    """Before the interpreter joins its threads: no new tasks, and each pool's threads end."""
+    global _EXITING
+    _EXITING = True
+    for pool in list(_LIVE):
+        pool.shutdown(wait=False)
+
+
+# non-daemon threads, stopped before the interpreter joins them (as concurrent.futures does), so a
+# thread never dies inside a native read; daemon threads where that hook is missing
+_register = getattr(threading, "_register_atexit", None)
+_JOINED_AT_EXIT = _register is not None
+if _register is not None:
+    _register(_at_exit)

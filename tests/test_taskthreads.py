@@ -1,0 +1,118 @@
+"""The pipeline's threads (lirs.taskthreads): hand-offs run in order, shutdown, exit, dropped pools."""
+import gc
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from lirs.taskthreads import TaskThreads
+
+
+def _alive(prefix):
+    return [t for t in threading.enumerate() if t.name.startswith(prefix) and t.is_alive()]
+
+
+def test_one_thread_runs_the_tasks_in_the_order_handed():
+    pool = TaskThreads(1, "tt-order")
+    got = []
+    for i in range(50):
+        pool.submit(got.append, i)
+    pool.shutdown(wait=True)
+    assert got == list(range(50))
+    assert _alive("tt-order") == []
+
+
+def test_every_thread_starts_named_and_runs_the_initializer_once():
+    names, lock = [], threading.Lock()
+
+    def init():
+        with lock:
+            names.append(threading.current_thread().name)
+
+    pool = TaskThreads(3, "tt-init", initializer=init)
+    assert pool.threads() == ()
+    done = threading.Event()
+    pool.submit(done.set)
+    assert done.wait(10)
+    pool.shutdown(wait=True)
+    assert sorted(names) == ["tt-init_0", "tt-init_1", "tt-init_2"]
+    assert [t.name for t in pool.threads()] == ["tt-init_0", "tt-init_1", "tt-init_2"]
+
+
+def test_tasks_run_at_once_on_several_threads():
+    pool = TaskThreads(3, "tt-par")
+    barrier = threading.Barrier(3, timeout=10)
+    ok = []
+    for _ in range(3):
+        pool.submit(lambda: ok.append(barrier.wait() is not None))
+    pool.shutdown(wait=True)
+    assert ok == [True, True, True], "three tasks were running together"
+
+
+def test_shutdown_runs_what_was_queued_then_refuses_new_tasks():
+    pool = TaskThreads(2, "tt-shut")
+    got = []
+    gate = threading.Event()
+    pool.submit(gate.wait, 10)
+    for i in range(5):
+        pool.submit(lambda i=i: (time.sleep(0.01), got.append(i)))
+    gate.set()
+    pool.shutdown(wait=True)
+    assert sorted(got) == list(range(5))
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit(got.append, 9)
+    pool.shutdown(wait=True)  # idempotent
+    assert _alive("tt-shut") == []
+
+
+def test_a_task_that_raises_is_printed_and_the_thread_goes_on(capfd):
+    pool = TaskThreads(1, "tt-raise")
+    got = []
+
+    def boom():
+        raise ValueError("task bug")
+
+    pool.submit(boom)
+    pool.submit(got.append, 1)
+    pool.shutdown(wait=True)
+    assert got == [1]
+    assert "ValueError: task bug" in capfd.readouterr().err
+
+
+def test_shutdown_from_one_of_its_threads_does_not_wait_for_itself():
+    pool = TaskThreads(2, "tt-self")
+    done = threading.Event()
+
+    def stop():
+        pool.shutdown(wait=True)
+        done.set()
+
+    pool.submit(stop)
+    assert done.wait(10)
+    for t in pool.threads():
+        t.join(10)
+    assert _alive("tt-self") == []
+
+
+def test_a_pool_dropped_without_shutdown_lets_its_threads_end():
+    pool = TaskThreads(2, "tt-drop")
+    done = threading.Event()
+    pool.submit(done.set)
+    assert done.wait(10)
+    threads = pool.threads()
+    del pool
+    gc.collect()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_the_interpreter_exits_with_a_pool_left_running():
+    code = ("import threading; from lirs.taskthreads import TaskThreads\n"
+            "keep = TaskThreads(3, 'tt-exit'); e = threading.Event(); keep.submit(e.set); e.wait(10)\n"
+            "keep.submit(lambda: print('queued before exit', flush=True))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "queued before exit" in out.stdout
