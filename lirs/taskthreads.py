@@ -12,6 +12,7 @@ it is running and the ones already queued).
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import traceback
@@ -110,3 +111,6 @@ _register = getattr(threading, "_register_atexit", None)
 _JOINED_AT_EXIT = _register is not None
 if _register is not None:
     _register(_at_exit)
+# a forked child has none of its parent's threads (a Loader there starts a pipeline of its own): at
+# its exit it must not take a parent pool's lock, which a parent thread may have held at the fork
+os.register_at_fork(after_in_child=_LIVE.clear)

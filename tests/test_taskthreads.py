@@ -116,3 +116,24 @@ def test_the_interpreter_exits_with_a_pool_left_running():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "queued before exit" in out.stdout
+
+
+def test_a_forked_child_exits_though_a_parent_pool_was_mid_shutdown():
+    # the parent's pool lock held at the fork (a parent thread inside shutdown): the child, which
+    # has none of the parent's threads, must not wait for that lock at its exit
+    code = ("import os, sys, time; from lirs.taskthreads import TaskThreads\n"
+            "pool = TaskThreads(2, 'tt-fork'); pool.submit(len, '')\n"
+            "pool._lock.acquire()\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    sys.exit(0)\n"
+            "for _ in range(200):\n"
+            "    done, status = os.waitpid(pid, os.WNOHANG)\n"
+            "    if done: break\n"
+            "    time.sleep(0.05)\n"
+            "else:\n"
+            "    os.kill(pid, 9); print('child hung', flush=True)\n"
+            "pool._lock.release(); pool.shutdown()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "child hung" not in out.stdout
