@@ -17,6 +17,9 @@ DEFAULT_WINDOW = "auto"     # window granularity: the memory its random groups a
 # Each page fault maps its neighbours too (the kernel's fault-around): a group batch of 1024 records
 # maps ~3.6 MB of a 38 GB dataset's index, so 16 batches hold ~60 MB (256 held the whole index).
 INDEX_RELEASE_BATCHES = 16
+# a sidecar map smaller than this stays mapped (its RSS is at most its size): the offsets' block
+# bases (8 B per 1024 records) below 8M records, so that a release is one madvise, not two
+INDEX_RELEASE_MIN_BYTES = 64 << 10
 # the unit table's scan of every offset goes this many records at a time, releasing the index pages
 # after each (32 MiB of offsets): the whole index of a large dataset is never mapped at once
 UNIT_SCAN_RECORDS = 1 << 23
