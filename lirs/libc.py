@@ -26,6 +26,8 @@ class Libc:
                              ctypes.c_long]
         lib.munmap.restype = ctypes.c_int
         lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.madvise.restype = ctypes.c_int  # ints pass as they are (lirs.pages)
+        lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
     @classmethod
     def get(cls) -> "Libc":

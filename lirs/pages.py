@@ -2,7 +2,6 @@
 its RSS (what memory limits and the OOM killer look at)."""
 from __future__ import annotations
 
-import ctypes
 import mmap
 
 import numpy as np
@@ -81,14 +80,10 @@ _MADVISE = []
 
 
 def _libc_madvise():
-    """libc's ``madvise`` with its argument types set (ints pass without ctypes objects), or None."""
+    """libc's ``madvise`` (:class:`lirs.libc.Libc` sets its argument types), or None."""
     if not _MADVISE:
         try:
-            f = Libc.get().lib.madvise
+            _MADVISE.append(Libc.get().lib.madvise)
         except (OSError, AttributeError):
-            f = None
-        else:
-            f.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            f.restype = ctypes.c_int
-        _MADVISE.append(f)
+            _MADVISE.append(None)
     return _MADVISE[0]
