@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import weakref
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -29,7 +28,7 @@ import numpy as np
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .offsets import OffsetTable
-from .pages import MapPages
+from .pages import release_pages
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, offsets_of, read_arrays, read_header, relpath,
                       sidecar_path, staleness, verify_arrays)
 from . import verified
@@ -38,10 +37,6 @@ log = logging.getLogger("lirs.index")
 
 
 # --------------------------------------------------------------------------- the Index
-
-
-# each index's MapPages, kept beside it (the maps are not pickled with it)
-_PAGES: "weakref.WeakKeyDictionary[Index, MapPages]" = weakref.WeakKeyDictionary()
 
 
 @dataclass(eq=False)
@@ -165,11 +160,8 @@ class Index:
         labels): they stay in the page cache and map again when next touched (see
         :func:`lirs.pages.release_pages`). Returns the number of maps released."""
         t = self._offsets
-        arrays = (() if t is None else (t.base, t.rel, t.wide)) + (self.label_codes, self.label_values)
-        pages = _PAGES.get(self)
-        if pages is None or not pages.holds(arrays):
-            pages = _PAGES[self] = MapPages(arrays)  # the ranges found once, not at every release
-        return pages.release()
+        tables = () if t is None else (t.base, t.rel, t.wide)
+        return release_pages(*tables, self.label_codes, self.label_values, owner=self)
 
     @property
     def offsets(self) -> np.ndarray:

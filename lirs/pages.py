@@ -3,6 +3,7 @@ its RSS (what memory limits and the OOM killer look at)."""
 from __future__ import annotations
 
 import mmap
+import weakref
 
 import numpy as np
 
@@ -10,16 +11,26 @@ from .constants import INDEX_RELEASE_MIN_BYTES
 from .libc import Libc
 
 
-def release_pages(*arrays) -> int:
+def release_pages(*arrays, owner=None) -> int:
     """Unmap this process's resident pages of those ``arrays`` that are memory maps of a sidecar
     (``MADV_DONTNEED``); other arrays, and maps under ``INDEX_RELEASE_MIN_BYTES``, are ignored.
-    Returns the number of maps released.
+    Returns the number of maps released. ``owner`` (an index): the arrays' page ranges are kept
+    beside it (:class:`MapPages`) and found again only when its arrays are other objects.
 
     A read-only shared file map keeps every page a process touched in its RSS, and RSS is what
     memory limits and the OOM killer look at: an epoch that walks the offsets of 10^8 records would
     hold the whole table (~4 B/record). The pages stay in the page cache (the kernel reclaims them
     as it needs), the data is unchanged, and the next touch maps a page again (a minor fault)."""
-    return MapPages(arrays).release()
+    if owner is None:
+        return MapPages(arrays).release()
+    pages = _KEPT.get(owner)
+    if pages is None or not pages.holds(arrays):
+        pages = _KEPT[owner] = MapPages(arrays)
+    return pages.release()
+
+
+# each owner's MapPages, kept beside it (an index pickles without them: maps do not pickle)
+_KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class MapPages:
