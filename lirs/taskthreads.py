@@ -4,7 +4,8 @@
 own, and a look for an idle thread through a Python ``Semaphore`` (a ``Condition`` and its lock,
 contended by the threads going idle). The pipeline hands its pool a task per read step and keeps
 its own futures, so all of that is overhead on the path the GIL serialises: in a 2-core group
-epoch, py-spy found that idle-thread check alone in about a tenth of the samples that held the GIL.
+epoch, a py-spy profile found that idle-thread check alone in about a tenth of the samples that held
+the GIL (ad hoc; `benchmarks/results/cores_gil_ab_taskthreads.json` is the A/B).
 Here a hand-off is one ``SimpleQueue.put`` (C), and an idle thread waits in ``SimpleQueue.get``
 without the GIL. The threads start together on the first hand-off and run until shut down, the
 pool is collected, or the interpreter exits (then, like the executor's, each ends after the task
