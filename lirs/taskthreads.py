@@ -1,4 +1,4 @@
-"""The pipeline's threads: a hand-off to them is one put on a native queue.
+"""The pipeline's threads (and the ``threads`` engine's): a hand-off to them is one put on a native queue.
 
 ``ThreadPoolExecutor.submit`` holds the GIL through two locks, a future and a work item of its
 own, and a look for an idle thread through a Python ``Semaphore`` (a ``Condition`` and its lock,
@@ -63,6 +63,10 @@ class TaskThreads:
     def threads(self) -> tuple:
         """The threads started so far."""
         return tuple(self._threads)
+
+    def __len__(self) -> int:
+        """How many threads have started (0 until the first hand-off)."""
+        return len(self._threads)
 
     def shutdown(self, wait: bool = True) -> None:
         """Let each thread end after the tasks queued so far; ``wait``: join them (never the calling

@@ -414,6 +414,20 @@ def test_aiofiles_loader_aepoch_first(tmp_path):
         assert a.index == s.index and np.array_equal(a.ids, s.ids) and a.X.tobytes() == s.X.tobytes()
 
 
+def test_a_read_shared_with_workers_that_were_shut_down_is_read_by_the_caller(tmp_path):
+    # at interpreter exit the workers refuse new shares: the calling thread reads them itself
+    path = tmp_path / "d.bin"
+    data = np.arange(64 * 4096 // 8, dtype=np.int64)
+    path.write_bytes(data.tobytes())
+    with open_engine([str(path)], "threads", direct=False, depth=4) as e:
+        e._workers.shutdown(wait=True)
+        n = 64
+        buf = aligned_empty(n * 4096)
+        offs = np.arange(n, dtype=np.int64) * 4096
+        got = e.read(np.zeros(n, np.int32), offs, np.full(n, 4096, np.int64), buf, offs)
+        assert (got == 4096).all() and np.array_equal(buf.view(np.int64), data)
+
+
 def test_the_buffered_engine_shares_in_memory_reads_by_bytes(tmp_path):
     """On tmpfs a read is a copy: a step smaller than IN_MEMORY_PARTY_BYTES is read by the calling
     thread alone, whatever its extents (helpers would only hand the GIL around), a larger one by

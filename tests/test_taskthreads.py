@@ -32,13 +32,13 @@ def test_every_thread_starts_named_and_runs_the_initializer_once():
             names.append(threading.current_thread().name)
 
     pool = TaskThreads(3, "tt-init", initializer=init)
-    assert pool.threads() == ()
+    assert pool.threads() == () and len(pool) == 0
     done = threading.Event()
     pool.submit(done.set)
     assert done.wait(10)
     pool.shutdown(wait=True)
     assert sorted(names) == ["tt-init_0", "tt-init_1", "tt-init_2"]
-    assert [t.name for t in pool.threads()] == ["tt-init_0", "tt-init_1", "tt-init_2"]
+    assert [t.name for t in pool.threads()] == ["tt-init_0", "tt-init_1", "tt-init_2"] and len(pool) == 3
 
 
 def test_tasks_run_at_once_on_several_threads():

@@ -7,7 +7,6 @@ until none is left. Several callers may read at once (their jobs interleave in t
 from __future__ import annotations
 
 import os
-import queue
 import threading
 
 import numpy as np
@@ -17,6 +16,7 @@ from ..cores import usable_cores
 from ..kernels.io import pread_worker
 from ..libc import Libc
 from ..mounts import in_memory
+from ..taskthreads import TaskThreads
 from .base import Engine
 
 
@@ -53,26 +53,8 @@ class ThreadsEngine(Engine):
     def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
         super().__init__(paths, direct=direct, depth=depth)
         self._libc = Libc.get()
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._workers: list[threading.Thread] = []
-        self._start_lock = threading.Lock()
-
-    def _ensure_workers(self):
-        if len(self._workers) == self.depth - 1:
-            return
-        with self._start_lock:
-            while len(self._workers) < self.depth - 1:
-                t = threading.Thread(target=self._work, name=f"lirs-{self.name}-{len(self._workers)}",
-                                     daemon=True)
-                t.start()
-                self._workers.append(t)
-
-    def _work(self):
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            job.run()
+        # started on the first read that shares its extents
+        self._workers = TaskThreads(max(1, self.depth - 1), f"lirs-{self.name}")
 
     def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
         e = ext_file.shape[0]
@@ -88,9 +70,11 @@ class ThreadsEngine(Engine):
             pread_worker(*args)
         else:
             job = _Job(args, parties)
-            self._ensure_workers()
             for _ in range(parties - 1):
-                self._jobs.put(job)
+                try:
+                    self._workers.submit(job.run)
+                except RuntimeError:  # the workers were shut down (the interpreter exits): this thread's share
+                    job.run()
             job.run()
             job.done.wait()
             if job.error is not None:
@@ -101,11 +85,7 @@ class ThreadsEngine(Engine):
         return bool(counter[2])
 
     def _close(self):
-        for _ in self._workers:
-            self._jobs.put(None)
-        for t in self._workers:
-            t.join()
-        self._workers.clear()
+        self._workers.shutdown(wait=True)
 
 
 class BufferedEngine(ThreadsEngine):
