@@ -12,6 +12,7 @@
 # and carried (run's carry: [".ab"]). Each tree runs its own benchmark scripts on its own lirs.
 #
 #   TRAIN_AB=49dc7d9 CORES_AB=75594c1 OUT=/tmp/out bash tools/device_ab.sh           # 1 GB, ~4 minutes
+# PARTS picks the parts (default "train cores"; PARTS=cores runs the cores benchmark alone).
 # THIS names this checkout's commit in the notes (default: git's HEAD, where there is a .git).
 #   TRAIN_AB=49dc7d9 CORES_AB=75594c1 OUT=/tmp/out bash tools/device_ab.sh --small   # 30 MB, a check here
 set -uo pipefail
@@ -48,8 +49,10 @@ tree_run() {  # TREE TIMEOUT SCRIPT ARGS...: a benchmark script of TREE ("." thi
     | grep -v -e UserWarning -e check_worker_number | tee -a "$LOG"
 }
 
+PARTS=${PARTS:-train cores}
 # 1. the GPU fed by make_dataloader: one file (made by this tree's bench_torch), every tree
 DATA=$D/kdd.svm
+if [[ " $PARTS " == *" train "* ]]; then
 tree_run . "$TRAIN_T" benchmarks/bench_torch.py --train --data "$DATA" --size "$BYTES" --repeats "$REPEATS" \
   --note "$NOTE; lirs at $THIS" --out "$OUT/train_gpu.json"
 echo "== tests/test_torch_gpu.py ($((SECONDS - t0)) s)" | tee -a "$LOG"
@@ -58,6 +61,7 @@ for c in ${TRAIN_AB:-}; do
   tree_run ".ab/$c" "$TRAIN_T" benchmarks/bench_torch.py --train --data "$DATA" --size "$BYTES" --repeats "$REPEATS" \
     --note "$NOTE; lirs at $c" --out "$OUT/train_gpu_$c.json"
 done
+fi
 
 # 2. the cores benchmark: each tree indexes its own hard link of one file (made once, by this tree)
 cores_run() {  # TREE NAME
@@ -73,9 +77,11 @@ cores_run() {  # TREE NAME
     --note "$NOTE; lirs at $2" --out "$OUT/cores_ab${3:-}.json"
   rm -rf "/dev/shm/lirs-ab-$2"
 }
+if [[ " $PARTS " == *" cores "* ]]; then
 mkdir -p "$D/cores-src"
 cores_run . "$THIS"
 for c in ${CORES_AB:-}; do
   cores_run ".ab/$c" "$c" "_$c"
 done
+fi
 echo "all: $((SECONDS - t0)) s" | tee -a "$LOG"
