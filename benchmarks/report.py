@@ -943,9 +943,9 @@ def sec_cores_16():
             f"{d.get('code_commit', '?')}. M records/s by cores{was}.{extra}\n\n"
             + table(["granularity"] + [f"{c} cores" for c in counts] + ["8 → 16", "GIL at 16", "before, 16",
                                                                          "goal at 16"], rows))
-    ab = ab_cores_16()
-    if ab:
-        text += "\n\n" + ab
+    for more in (ab_cores_16(), bisect_16()):
+        if more:
+            text += "\n\n" + more
     t = load(f"{MANY}/torch")
     if t and t.get("ratio_vs_w0"):
         tb = load(f"{MANY}/torch_before")
@@ -1000,6 +1000,18 @@ def ab_cores_16() -> str | None:
     return (f"The same machine class again, a later lease, this tree and an earlier one run one after the other "
             f"on the same data (`tools/device_ab.sh`, {source(d)}; no GIL records), page cache, M records/s: "
             + "; ".join(parts) + ".")
+
+
+def bisect_16() -> str | None:
+    """The 16-core bisect of the group rate (16cores/bisect.json): each tree's records/s against the first."""
+    d = load(f"{MANY}/bisect")
+    if not d:
+        return None
+    first = d["trees"][0]
+    cells = [f"{t['commit']} ({t['what']}) {t['records_per_s'] / 1e6:.2f}M, {t['vs_' + first['commit']]:.2f}×"
+             for t in d["trees"][1:]]
+    return (f"A bisect of the group rate on 16 cores, a third lease ({source(d)}; {d['what']}): lirs at "
+            f"{first['commit']} {first['records_per_s'] / 1e6:.2f}M records/s; " + "; ".join(cells) + ".")
 
 
 def ab_train_16(g) -> str:
