@@ -60,6 +60,16 @@ CORE_IDLE = 0.5
 UTIL_WINDOW_S = 0.02
 EXTRA_POLL_S = 0.002
 PLAN_AHEAD_MIN_THREADS = 5  # a pool of fewer threads (usable cores + 1) plans on the consumer's thread
+# On POOL_ALONE_MIN_CORES usable cores or more with copying reads, the pool's threads run every read
+# step and the consumer only waits (as with a direct engine), and a group step's extents are found
+# by the planning thread (not deferred to the thread that reads the step): there the consumer's own
+# Python, not the cores, sets the rate, and a consumer that ran a step while the step it waited for
+# was done delayed every batch; a deferred step's extents cost the pool's threads GIL hand-offs.
+# On 16 cores from the page cache (1 GB kdd-like, group, one run each in one call), 5.99M records/s
+# at the time, 7.70M with the consumer running no step, 6.88M with the extents found ahead
+# (benchmarks/results/16cores/bisect.json). Fewer cores keep both: there the consumer's help is a core's
+# worth and planning runs on its thread. 4 and 8 cores were not measured apart.
+POOL_ALONE_MIN_CORES = 8
 # A read from a filesystem held in memory (tmpfs, ramfs) is a copy: one thread per this many bytes
 # of the step (up to the engine's depth) copies it, so a batch or a group step is read by the
 # calling thread alone (helpers woken for it only hand the GIL around: a group epoch from /dev/shm

@@ -15,11 +15,11 @@ Who runs a step: it is queued unclaimed, and the first thread to claim it runs i
 thread per usable core and one more, but only ``cores - 1`` of them claim steps whenever there are
 some; a consumer that must wait for a batch claims the oldest queued step itself instead of
 sleeping (not a window: the cores but one decode it already). With a direct engine, whose reads
-wait for the device, every thread claims steps and the consumer only waits. The other threads
-claim steps only while the process leaves a core idle (the consumer away on a GPU step). So a
-consumer inside the loader shares the cores with ``cores - 1`` busy threads, not ``cores + 1``: a
-thread preempted while it holds the GIL holds it longer, and one more runnable thread than cores
-preempts them all in turn (see :data:`lirs.constants.CORE_IDLE`).
+wait for the device, or on many cores (:func:`~lirs.policies.pool_alone`), every thread claims
+steps and the consumer only waits. The others claim steps only while the process leaves a core idle
+(the consumer away on a GPU step). So a consumer inside the loader shares the cores with ``cores -
+1`` busy threads, not ``cores + 1``: a thread preempted while it holds the GIL holds it longer, and
+one more runnable thread than cores preempts them all in turn (:data:`lirs.constants.CORE_IDLE`).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from .engines import open_engine
 from .kernels import io as KI
 from . import memory
 from .errors import TransformError
-from .policies import POLICIES, steps_in_flight, windows_in_flight
+from .policies import POLICIES, pool_alone, steps_in_flight, walk_extents, windows_in_flight
 from .steps import BatchPlan
 from .taskthreads import TaskThreads
 from .warmup import Warmup
@@ -70,13 +70,12 @@ class Pipeline:
         # the first ``primary`` threads run steps whenever there are some; the others only while
         # the consumer is away (its training step): a consumer that waits runs steps itself
         # (:meth:`result`), and more threads than cores would preempt it while it holds the GIL
-        # with a direct engine a step's read waits for the device: every thread keeps one in flight,
-        # and the consumer, which would stop handing out batches and new steps while it read one,
-        # leaves them to the pool (as it does windows)
-        self.consumer_helps = not self.engine.direct
         # the cores this pool may keep busy: the usable ones, or a share of them (a DataLoader
         # worker's: judged against every core, its own use always looked idle to its extras)
         self.cores = max(1, min(usable_cores(), int(cores))) if cores is not None else usable_cores()
+        # with a direct engine (reads wait for the device) or on many cores every thread keeps a
+        # step in flight and the consumer leaves them to the pool (as it does windows)
+        self.consumer_helps = not pool_alone(self.engine.direct, self.cores)
         self.primary = max(1, min(self.workers, self.cores - 1)) if self.consumer_helps else self.workers
         self._started = itertools.count()
         self._role = threading.local()
@@ -333,9 +332,10 @@ class EpochRun:
         self.empty = empty
         self.finish = finish  # finish(bp, X, y) -> what the consumer gets, run on the pool
         # planned on a thread of its own, ahead of the consumer (lirs.ahead)
-        # extents deferred to the pool thread that reads each step: many threads find them at once
+        # extents deferred to the pool thread that reads each step, or found ahead (walk_extents)
         # units (no finish): a shared step's batches are one pending item (lirs.steps.SharedStep)
-        self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents="defer", stride=int(stride),
+        ext = walk_extents(plan.granularity, pipeline.engine.direct, pipeline.cores)
+        self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents=ext, stride=int(stride),
                                                                  windows=windows, units=units and finish is None))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.helpable = POLICIES[plan.granularity].consumer_helps

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .constants import BLOCK, STEP_MIN_BYTES, WINDOW_THIRD_MIN_CORES, WINDOWS_IN_FLIGHT, WINDOWS_IN_FLIGHT_AHEAD
+from .constants import BLOCK, POOL_ALONE_MIN_CORES, STEP_MIN_BYTES, WINDOW_THIRD_MIN_CORES, WINDOWS_IN_FLIGHT, WINDOWS_IN_FLIGHT_AHEAD
 
 STEP_SHAPES = ("batch", "batches", "window")
 UNIT_KINDS = ("record", "block", "group")
@@ -110,3 +110,22 @@ def windows_in_flight(direct: bool, cores: int) -> int:
     window after the next one is read while the next one is decoded), else two."""
     many = bool(direct) or int(cores) >= WINDOW_THIRD_MIN_CORES
     return WINDOWS_IN_FLIGHT_AHEAD if many else WINDOWS_IN_FLIGHT
+
+
+def pool_alone(direct: bool, cores: int) -> bool:
+    """Whether the pool's threads run every read step and a waiting consumer only waits: where the
+    reads wait for a device (``direct``: the consumer would stop handing out batches while it read
+    one) or on ``POOL_ALONE_MIN_CORES`` usable cores or more (the consumer's own Python sets the
+    rate there; see :data:`lirs.constants.POOL_ALONE_MIN_CORES`)."""
+    return bool(direct) or int(cores) >= POOL_ALONE_MIN_CORES
+
+
+def walk_extents(granularity: str, direct: bool, cores: int) -> bool | str:
+    """The ``extents`` an epoch's walk plans its steps with (:meth:`lirs.plan.EpochPlan.batches`):
+    ``"defer"`` (a batch step's extents are found by the thread that reads it), but for group steps
+    read by copies on ``POOL_ALONE_MIN_CORES`` cores or more True: found by the planning thread in
+    one short pass (a group step's records lie in few runs), sparing the pool's threads the GIL
+    hand-offs of finding them. Instance steps keep deferring: an extent a record made the one
+    planning thread the limit."""
+    many = not direct and int(cores) >= POOL_ALONE_MIN_CORES
+    return True if many and POLICIES[granularity].unit == "group" else "defer"

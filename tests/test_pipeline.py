@@ -135,6 +135,61 @@ def test_with_a_direct_engine_every_thread_reads_and_the_consumer_only_waits(svm
         assert threading.current_thread().name not in names
 
 
+@pytest.mark.parametrize("cores", [2, 7, 8, 16])
+def test_on_many_cores_every_thread_reads_and_the_consumer_only_waits(svm, monkeypatch, cores):
+    # on POOL_ALONE_MIN_CORES (8) or more with copying reads, the consumer's own Python sets the rate:
+    # it runs no step, and every thread of the pool claims steps; below, cores - 1 threads and the consumer
+    monkeypatch.setattr(loader_mod, "usable_cores", lambda: cores)
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: cores)
+    names = _runners(monkeypatch)
+    with lirs.Loader(svm, 64, granularity="group", group_bytes=4096, seed=1, engine="buffered", direct=False) as ld:
+        ld._ensure_started()
+        p = ld._pipeline
+        alone = cores >= 8
+        assert (p.workers, p.primary, p.consumer_helps) == (cores + 1, cores + 1 if alone else cores - 1, not alone)
+        got = [b.ids for b in ld.epoch(0)]
+        want = _plain_ids(ld, 0)
+    assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
+    if alone:
+        assert names and threading.current_thread().name not in names
+
+
+@pytest.mark.parametrize("granularity,cores,engine,ahead", [
+    ("group", 2, "buffered", False), ("group", 8, "buffered", True), ("group", 16, "buffered", True),
+    ("instance", 16, "buffered", False), ("group", 16, "auto", False)])
+def test_group_steps_come_with_their_extents_on_many_cores(svm, monkeypatch, granularity, cores, engine, ahead):
+    # on many cores with copying reads a group step's extents are found by the planning thread (the
+    # pool's threads only read and decode); an instance step's, and any on few cores or with
+    # direct reads, are found by the thread that reads the step
+    monkeypatch.setattr(loader_mod, "usable_cores", lambda: cores)
+    monkeypatch.setattr(pipeline, "usable_cores", lambda: cores)
+    deferred = []
+    real = pipeline.Pipeline.submit
+
+    def submit(self, step, then=None, helpable=True):
+        deferred.append(step.fill is not None)
+        return real(self, step, then, helpable)
+    monkeypatch.setattr(pipeline.Pipeline, "submit", submit)
+    with lirs.Loader(svm, 64, granularity=granularity, group_bytes=4096, seed=1, engine=engine) as ld:
+        ld._ensure_started()
+        if engine == "auto" and not ld._pipeline.engine.direct:
+            pytest.skip("this filesystem refuses O_DIRECT")
+        got = [b.ids for b in ld.epoch(0)]
+        want = _plain_ids(ld, 0)
+    assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert len(deferred) > 1 and set(deferred) == {not ahead}
+
+
+def test_pool_alone_and_walk_extents_follow_the_cores_and_the_engine():
+    from lirs.policies import pool_alone, walk_extents
+
+    assert [pool_alone(False, c) for c in (1, 2, 7, 8, 64)] == [False, False, False, True, True]
+    assert pool_alone(True, 2)
+    assert walk_extents("group", False, 8) is True and walk_extents("window", False, 16) is True
+    assert {walk_extents("group", False, 7), walk_extents("group", True, 16), walk_extents("instance", False, 16),
+            walk_extents("page", False, 16)} == {"defer"}
+
+
 def test_extra_threads_take_steps_while_the_consumer_sleeps(svm, monkeypatch):
     # a consumer away on a (GPU) training step leaves the cores idle: the extra threads read too
     monkeypatch.setattr(loader_mod, "usable_cores", lambda: 2)
