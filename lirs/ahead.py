@@ -5,10 +5,11 @@ read step) is kernels that release the GIL plus their Python glue. On the consum
 was over half of what that thread did per batch besides waiting (a group epoch from /dev/shm), so
 on many cores, where the pool keeps up, it set the epoch's rate. :class:`PlanAhead` runs the walk
 on a thread of its own (the first plan on the consumer's, so that the first batch waits for no
-hand-off) and hands the plans over in chunks (1, 2, 4, ... up to ``PLAN_CHUNK``
-batches: the first batch is not held back, and later hand-offs cost one lock per chunk), at most
-``PLAN_AHEAD_CHUNKS`` chunks ahead. The plans, and an error raised while planning, reach the
-consumer in the walk's order: an error comes out where the batch it stopped would have. A pool of
+hand-off) and hands the plans over in chunks (1, 2, 4, ... up to ``PLAN_CHUNK`` batches: the first
+batch is not held back, and later hand-offs cost one lock per chunk), at most ``PLAN_AHEAD_CHUNKS``
+chunks ahead, or as many as a given count of plans fills (a window's). The plans, and an error
+raised while planning, reach the consumer in the walk's order: an error comes out where the batch
+it stopped would have. A pool of
 fewer than ``PLAN_AHEAD_MIN_THREADS`` threads plans on the consumer's thread (:class:`PlanInline`):
 there the pool, not the consumer, sets the rate, and no core is idle to plan on.
 """
@@ -18,7 +19,7 @@ import collections
 import queue
 import threading
 
-from .constants import PLAN_AHEAD_CHUNKS, PLAN_CHUNK
+from .constants import PLAN_AHEAD_CHUNKS, PLAN_AHEAD_MAX_BATCHES, PLAN_CHUNK
 
 _END = object()
 
@@ -34,9 +35,15 @@ class PlanAhead:
     """Iterator over ``make()``'s items (``make`` returns an iterator, called on the planning
     thread), produced ahead on a daemon thread. :meth:`close` stops it and waits for it."""
 
-    def __init__(self, make, *, chunk: int = PLAN_CHUNK, ahead: int = PLAN_AHEAD_CHUNKS, name: str = "lirs-plan"):
+    def __init__(self, make, *, chunk: int = PLAN_CHUNK, ahead: int = PLAN_AHEAD_CHUNKS, batches: int = 0,
+                 name: str = "lirs-plan"):
         self._make, self._name = make, name
-        self._q: queue.Queue = queue.Queue(maxsize=max(1, int(ahead)))
+        # ``ahead`` chunks, or enough for ``batches`` plans (window steps: the consumer takes a window's
+        # plans at once to hand out the window after), up to PLAN_AHEAD_MAX_BATCHES plans; the first
+        # chunks are short (1, 2, 4, ...): three more cover them
+        b = min(int(batches), PLAN_AHEAD_MAX_BATCHES)
+        many = -(-b // max(1, int(chunk))) + 3 if b > 0 else 0
+        self._q: queue.Queue = queue.Queue(maxsize=max(1, int(ahead), many))
         self._stop = threading.Event()
         self._have: collections.deque = collections.deque()
         self._done = False

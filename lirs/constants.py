@@ -48,6 +48,12 @@ STEP_MIN_BYTES = 4 << 20
 # chunks of 1, 2, 4, ... up to PLAN_CHUNK batches, at most PLAN_AHEAD_CHUNKS chunks ahead.
 PLAN_CHUNK = 8
 PLAN_AHEAD_CHUNKS = 2
+# A window epoch's planning runs a window's batches ahead (lirs.policies.plans_ahead): its consumer
+# takes the plans of a whole window at once (the batches before the first one of the window after,
+# which it then hands out), and with two chunks ready it waited for the planning thread to plan
+# them (on 16 cores a window epoch's consumer spent 43% of its time waiting for plans, 32% on 8,
+# benchmarks/results/16cores/cores_gil.json). A plan holds its batch's record IDs (8 B a record).
+PLAN_AHEAD_MAX_BATCHES = 4096
 # a loader's pool has a thread per usable core and one more (reads wait for the device), but with
 # an engine whose reads are copies (not direct) only usable cores - 1 of them take steps whenever
 # there are some: the consumer runs queued steps itself

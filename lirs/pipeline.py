@@ -44,7 +44,7 @@ from .engines import open_engine
 from .kernels import io as KI
 from . import memory
 from .errors import TransformError
-from .policies import POLICIES, pool_alone, steps_in_flight, walk_extents, windows_in_flight
+from .policies import POLICIES, plans_ahead, pool_alone, steps_in_flight, walk_extents, windows_in_flight
 from .steps import BatchPlan
 from .taskthreads import TaskThreads
 from .warmup import Warmup
@@ -103,10 +103,10 @@ class Pipeline:
         self.planners: set = set()  # PlanAhead of the epochs being iterated
         self.planners_lock = threading.Lock()
 
-    def plan_ahead(self, make):
-        """A :class:`~lirs.ahead.PlanAhead` of ``make()``, stopped by :meth:`close` if still running;
-        with fewer than ``PLAN_AHEAD_MIN_THREADS`` pool threads a :class:`~lirs.ahead.PlanInline`."""
-        p = PlanAhead(make) if self.workers >= PLAN_AHEAD_MIN_THREADS else PlanInline(make)
+    def plan_ahead(self, make, batches: int = 0):
+        """A :class:`~lirs.ahead.PlanAhead` of ``make()`` (``batches`` plans ahead at least), stopped by :meth:`close`
+        if still running; with fewer than ``PLAN_AHEAD_MIN_THREADS`` pool threads a :class:`~lirs.ahead.PlanInline`."""
+        p = PlanAhead(make, batches=batches) if self.workers >= PLAN_AHEAD_MIN_THREADS else PlanInline(make)
         with self.planners_lock:
             self.planners.add(p)
         return p
@@ -331,12 +331,12 @@ class EpochRun:
         self.prefetch = int(prefetch)
         self.empty = empty
         self.finish = finish  # finish(bp, X, y) -> what the consumer gets, run on the pool
-        # planned on a thread of its own, ahead of the consumer (lirs.ahead)
+        # planned on a thread of its own, ahead of the consumer (lirs.ahead): a window's batches ahead
         # extents deferred to the pool thread that reads each step, or found ahead (walk_extents)
         # units (no finish): a shared step's batches are one pending item (lirs.steps.SharedStep)
         ext = walk_extents(plan.granularity, pipeline.engine.direct, pipeline.cores)
-        self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents=ext, stride=int(stride),
-                                                                 windows=windows, units=units and finish is None))
+        self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents=ext, stride=int(stride), windows=windows,
+                                                                 units=units and finish is None), plans_ahead(plan))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.helpable = POLICIES[plan.granularity].consumer_helps
         self.pending: collections.deque = collections.deque()  # Pending batches, in order

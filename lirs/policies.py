@@ -129,3 +129,14 @@ def walk_extents(granularity: str, direct: bool, cores: int) -> bool | str:
     planning thread the limit."""
     many = not direct and int(cores) >= POOL_ALONE_MIN_CORES
     return True if many and POLICIES[granularity].unit == "group" else "defer"
+
+
+def plans_ahead(plan) -> int:
+    """Batch plans an epoch keeps ready ahead of its consumer (0: the planner's default): for window
+    steps, the batches one window feeds, which the consumer takes at once to hand out the window
+    after (see :data:`lirs.constants.PLAN_AHEAD_MAX_BATCHES`)."""
+    if not POLICIES[plan.granularity].uses_window:
+        return 0
+    index = plan.index
+    batch_bytes = max(plan.batch_size * index.payload_bytes / max(int(index.n), 1), 1.0)
+    return -int(-plan.window * plan.group_bytes // batch_bytes)

@@ -57,6 +57,54 @@ def test_the_lead_is_bounded_and_close_stops_the_thread():
         next(p)
 
 
+@pytest.mark.parametrize("batches", [100, 10**6])
+def test_a_count_of_plans_sets_the_lead(batches):
+    # a window epoch's consumer takes a window's plans at once: the planner runs that many ahead,
+    # up to PLAN_AHEAD_MAX_BATCHES, still bounded
+    from lirs.constants import PLAN_AHEAD_MAX_BATCHES
+    made = []
+
+    def make():
+        for i in range(10**7):
+            made.append(i)
+            yield i
+
+    p = PlanAhead(make, chunk=8, ahead=2, batches=batches)
+    try:
+        assert next(p) == 0
+        want = min(batches, PLAN_AHEAD_MAX_BATCHES)
+        deadline = time.monotonic() + 10
+        while len(made) < want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        # at least ``want`` ahead; at most the chunks that cover them, three more, one being filled
+        assert want <= len(made) <= 1 + want + 8 + 3 * 8 + 8
+    finally:
+        p.close()
+
+
+def test_a_window_epoch_plans_a_window_ahead(tmp_path):
+    from lirs.policies import plans_ahead
+
+    path = str(tmp_path / "w.svm")
+    rng = np.random.default_rng(5)
+    with open(path, "w") as f:
+        for i in range(4000):
+            f.write(f"{i % 2} {int(rng.integers(1, 40))}:1 {int(rng.integers(41, 80))}:2\n")
+    with lirs.Loader(path, 32, granularity="window", group_bytes=4096, window=8, threads=6) as ld:
+        plan = ld.plan(0)
+        per = plans_ahead(plan)
+        batch_bytes = 32 * ld.index.payload_bytes / ld.index.n
+        assert per == -int(-8 * 4096 // batch_bytes) and per > 16  # more than the default two chunks
+        run = ld._begin(0, 0)  # the epoch's planner keeps that many plans ahead
+        try:
+            assert isinstance(run.batches, PlanAhead) and run.batches._q.maxsize * 8 >= per
+        finally:
+            run.abandon()
+    with lirs.Loader(path, 32, granularity="group", group_bytes=4096) as ld:
+        assert plans_ahead(ld.plan(0)) == 0
+
+
 def test_close_closes_the_iterator_on_the_closing_thread():
     # what the iterator holds (an epoch, a device feeder's source) is released at close, not when
     # the iterator is collected, and on the thread that closes (the thread that ran it has stopped)
