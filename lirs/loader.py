@@ -138,8 +138,8 @@ class Loader:
         Threads of the read-and-decode pool; None: one per usable core and one more (a process that
         shares the cores with others, such as a DataLoader worker, takes its share); ``threads`` set,
         the loader keeps ``threads - 1`` cores busy. Where reads are copies (not a direct engine)
-        those cores - 1 threads take steps whenever there are some, the others only while the
-        consumer is away and a core is idle, and a consumer that waits runs steps itself.
+        on fewer than 8 cores, cores - 1 threads take steps whenever there are some, the others only
+        while the consumer is away and a core is idle, and a consumer that waits runs steps itself.
     """
 
     @keyword_only(_OLD_POSITIONAL)
