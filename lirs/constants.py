@@ -52,7 +52,9 @@ PLAN_AHEAD_CHUNKS = 2
 # takes the plans of a whole window at once (the batches before the first one of the window after,
 # which it then hands out), and with two chunks ready it waited for the planning thread to plan
 # them (on 16 cores a window epoch's consumer spent 43% of its time waiting for plans, 32% on 8,
-# benchmarks/results/16cores/cores_gil.json). A plan holds its batch's record IDs (8 B a record).
+# benchmarks/results/16cores/cores_gil.json). That holds about one window more of planned records:
+# the plans' record IDs and the next window's step arrays, about 36 B a record (1/10 of a kdd-like
+# window's bytes), a small part of the two or three windows in flight, read and decoded.
 PLAN_AHEAD_MAX_BATCHES = 4096
 # a loader's pool has a thread per usable core and one more (reads wait for the device), but with
 # an engine whose reads are copies (not direct) only usable cores - 1 of them take steps whenever
