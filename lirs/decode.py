@@ -32,6 +32,7 @@ import scipy.sparse as sp
 from .constants import INT32_MAX
 from .errors import DataError, UsageError
 from .kernels import libsvm as K
+from .kernels.rows import rebase_into
 from .svmdecode import decode_file, decode_spans
 from .svmlight import Where, WhereLine
 from .tfrecord import payloads as decode_tfrecord
@@ -100,7 +101,12 @@ def csr_batch(data, indices, indptr, shape):
     int32 and it fits (scipy's rule: one index dtype, the smallest that fits; sklearn estimators
     refuse int64)."""
     if indices.dtype == np.int32 and indptr.dtype != np.int32 and (len(indptr) == 0 or indptr[-1] <= INT32_MAX):
-        indptr = indptr.astype(np.int32)
+        # cast by a kernel that keeps the GIL (a read step's pointers: numpy's astype lets it go
+        # over 500 values, and the pool thread then waits behind the others to take it back)
+        narrow = np.empty(len(indptr), np.int32)
+        if len(indptr):
+            rebase_into(indptr, 0, narrow)  # indptr[0] == 0: the same values
+        indptr = narrow
     if _CSR_BASE is None:
         return _csr_checked(data, indices, indptr, shape)
     X = object.__new__(sp.csr_matrix)
