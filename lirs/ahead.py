@@ -9,9 +9,9 @@ hand-off) and hands the plans over in chunks (1, 2, 4, ... up to ``PLAN_CHUNK`` 
 batch is not held back, and later hand-offs cost one lock per chunk), at most ``PLAN_AHEAD_CHUNKS``
 chunks ahead, or as many as a given count of plans fills (a window's). The plans, and an error
 raised while planning, reach the consumer in the walk's order: an error comes out where the batch
-it stopped would have. A pool of
-fewer than ``PLAN_AHEAD_MIN_THREADS`` threads plans on the consumer's thread (:class:`PlanInline`):
-there the pool, not the consumer, sets the rate, and no core is idle to plan on.
+it stopped would have. A pool of fewer than ``PLAN_AHEAD_MIN_THREADS`` threads plans on the
+consumer's thread (:class:`PlanInline`): there the pool, not the consumer, sets the rate, and no
+core is idle to plan on.
 """
 from __future__ import annotations
 

@@ -58,9 +58,7 @@ class Policy:
         each record reads a whole block, and a batch is a step of its own (the paper's baseline)."""
         if self.steps != "batches" or (self.unit == "record" and plan.align > 1):
             return 1
-        idx = plan.index
-        batch_bytes = plan.batch_size * idx.payload_bytes / max(int(idx.n), 1)
-        return max(1, min(plan.num_batches, -int(-STEP_MIN_BYTES // max(batch_bytes, 1.0))))
+        return max(1, min(plan.num_batches, -int(-STEP_MIN_BYTES // max(batch_bytes(plan), 1.0))))
 
     def steps_in_flight(self, plan, prefetch: int, workers: int = 0, windows: int = WINDOWS_IN_FLIGHT) -> int:
         """Read steps an epoch keeps in flight: ``prefetch + 1`` (one per batch); when a step feeds
@@ -68,10 +66,8 @@ class Policy:
         ``workers``, and the one being consumed; for window steps ``windows`` windows (see
         :func:`windows_in_flight`), or the windows that ``prefetch + 1`` batches span if more."""
         if self.steps == "window":
-            index = plan.index
-            batch_bytes = plan.batch_size * index.payload_bytes / max(index.n, 1)
             window_bytes = plan.window * plan.group_bytes
-            return max(int(windows), -(-int((prefetch + 1) * batch_bytes) // window_bytes) + 1)
+            return max(int(windows), -(-int((prefetch + 1) * batch_bytes(plan)) // window_bytes) + 1)
         per = self.batches_per_step(plan)
         return prefetch + 1 if per == 1 else max(-(-(prefetch + 1) // per), int(workers)) + 1
 
@@ -91,6 +87,12 @@ GRANULARITIES = tuple(POLICIES)
 # most random first: instance, then window (its batches close to uniform), page, group
 RANDOMNESS_ORDER = tuple(sorted(POLICIES, key=lambda g: POLICIES[g].randomness))
 DEFAULT_GRANULARITY = "window"
+
+
+def batch_bytes(plan) -> float:
+    """A batch's mean bytes in ``plan``: its batch size times the dataset's mean record size."""
+    index = plan.index
+    return plan.batch_size * index.payload_bytes / max(int(index.n), 1)
 
 
 def policy(granularity: str) -> Policy:
@@ -127,7 +129,7 @@ def walk_extents(granularity: str, direct: bool, cores: int) -> bool | str:
     one short pass (a group step's records lie in few runs), sparing the pool's threads the GIL
     hand-offs of finding them. Instance steps keep deferring: an extent a record made the one
     planning thread the limit."""
-    many = not direct and int(cores) >= POOL_ALONE_MIN_CORES
+    many = not direct and pool_alone(False, cores)
     return True if many and POLICIES[granularity].unit == "group" else "defer"
 
 
@@ -137,6 +139,4 @@ def plans_ahead(plan) -> int:
     after (see :data:`lirs.constants.PLAN_AHEAD_MAX_BATCHES`)."""
     if not POLICIES[plan.granularity].uses_window:
         return 0
-    index = plan.index
-    batch_bytes = max(plan.batch_size * index.payload_bytes / max(int(index.n), 1), 1.0)
-    return -int(-plan.window * plan.group_bytes // batch_bytes)
+    return -int(-plan.window * plan.group_bytes // max(batch_bytes(plan), 1.0))
