@@ -100,6 +100,10 @@ RECYCLE_MIN_BYTES = 8 << 20
 # dropped, the consumer's thread holding the GIL through free() and its madvise (lirs.svmdecode)
 RECYCLE_STEP_MIN_BYTES = 1 << 20
 RECYCLE_KEEP_BLOCKS = 6
+# a read step's small arrays (the engine's per-extent counts, the plan's extents) up to this size are
+# zeroed or copied with the GIL held (lirs.memory.zeros_held, copy_held): numpy lets it go from
+# about 1 KiB on, and each such release on a pool thread is a hand-off the other threads wait on
+HELD_MAX_BYTES = 1 << 20
 # window steps an epoch keeps in flight: the one being consumed and the next one, read and decoded
 # meanwhile; a third where the reads wait for a device (O_DIRECT) or the pool has
 # WINDOW_THIRD_MIN_CORES usable cores or more: the window after the next is then read while the next

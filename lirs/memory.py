@@ -21,7 +21,7 @@ import weakref
 
 import numpy as np
 
-from .constants import POPULATE_MIN_BYTES, RECYCLE_KEEP_BLOCKS, RECYCLE_MIN_BYTES
+from .constants import HELD_MAX_BYTES, POPULATE_MIN_BYTES, RECYCLE_KEEP_BLOCKS, RECYCLE_MIN_BYTES
 
 
 def output_empty(n: int, dtype) -> np.ndarray:
@@ -41,6 +41,29 @@ def output_empty(n: int, dtype) -> np.ndarray:
     except OSError:  # address space or a locked-memory limit: numpy's allocator then
         return np.empty(n, dtype)
     return np.frombuffer(m, dtype, n)
+
+
+def zeros_held(n: int, dtype) -> np.ndarray:
+    """A zeroed, writable array of ``n`` items of ``dtype`` (1-D, C-contiguous), made without
+    letting the GIL go up to ``HELD_MAX_BYTES``.
+
+    ``np.zeros`` lets the GIL go (around calloc) from 1 KiB on: a read step made three such arrays
+    a step (the engine's per-extent counts), each a hand-off that a pool thread waits to take back
+    behind every other thread on many cores. A bytearray is zeroed with the GIL held (a memset of
+    a few KiB); larger arrays still get ``np.zeros``."""
+    dtype = np.dtype(dtype)
+    nbytes = int(n) * dtype.itemsize
+    if nbytes > HELD_MAX_BYTES:
+        return np.zeros(int(n), dtype)
+    return np.frombuffer(bytearray(nbytes), dtype)
+
+
+def copy_held(a: np.ndarray) -> np.ndarray:
+    """A writable copy of the C-contiguous 1-D array ``a``, made with the GIL held up to
+    ``HELD_MAX_BYTES`` (``a.copy()`` lets it go from 500 items on; see :func:`zeros_held`)."""
+    if a.nbytes > HELD_MAX_BYTES or not a.flags.c_contiguous:
+        return a.copy()
+    return np.frombuffer(bytearray(memoryview(a).cast("B")), a.dtype)
 
 
 class Recycler:

@@ -62,6 +62,7 @@ from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, INDEX_READ_G
 from .errors import IndexFormatError, UsageError
 from .kernels import plan as K
 from .libc import Libc
+from .memory import copy_held
 from .offsets import offset_arrays
 from .permutation import PERMUTATIONS, Permutation
 from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
@@ -259,7 +260,8 @@ class EpochPlan:
         if order is not None:
             # extents are found on the unit-ordered records (runs sort fast), then all move together
             ids, rx, rp, rl = K.gather_records(order, ids, rx, rp, rl)
-        return ReadStep(number, ids, ef[:ne].copy(), eo[:ne].copy(), en[:ne].copy(), rx, rp, rl)
+        # copied with the GIL held (numpy's copies let it go from 500 extents on: an instance step's)
+        return ReadStep(number, ids, copy_held(ef[:ne]), copy_held(eo[:ne]), copy_held(en[:ne]), rx, rp, rl)
 
     def _fill(self, step: ReadStep, ids: np.ndarray, order, piece_runs: int) -> None:
         """Set the deferred extents of ``step`` (the records ``ids`` delivered as ``ids[order]``)."""

@@ -60,10 +60,14 @@ class UnitStream:
     def records(self, upos: int, within: int, k: int) -> tuple[np.ndarray, int, int]:
         """``(ids, upos, within)``: int64 (k,) the next k records of the stream from ``(upos,
         within)``, and the place after them."""
-        out = np.empty(k, np.int64)
         if self.ufirst is None:
-            out[:] = self.perm.take(upos, upos + k)
-            return out, upos + k, 0
+            # a stateless permutation's units are a new int64 array: taken as they are (copying them
+            # again let the planning thread's GIL go once a batch); a table's are cast, a new array too
+            ids = np.asarray(self.perm.take(upos, upos + k), np.int64)
+            if len(ids) != k:
+                raise RuntimeError("unit stream ended early (asked past its end)")
+            return (ids.copy() if ids.base is not None else ids), upos + k, 0
+        out = np.empty(k, np.int64)
         o = 0
         per_unit = self._per_unit()
         while o < k:

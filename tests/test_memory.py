@@ -184,3 +184,48 @@ def _pool_block(a) -> bool:
     while isinstance(a, np.ndarray):
         a = a.base
     return isinstance(getattr(a, "obj", a), mmap.mmap)  # np.frombuffer's base: a memoryview of the map
+
+
+@pytest.mark.parametrize("n, dtype", [(0, np.int64), (1, np.uint8), (5000, np.int32), (4097, np.int64)])
+def test_held_arrays_are_zeroed_or_copied_writable_and_their_own(n, dtype):
+    z = memory.zeros_held(n, dtype)
+    assert z.shape == (n,) and z.dtype == dtype and z.flags.writeable and z.flags.c_contiguous
+    assert z.flags.aligned and not z.any()
+    src = np.arange(n + 3, dtype=dtype)
+    c = memory.copy_held(src[2:n + 2])
+    assert c.dtype == dtype and c.flags.writeable and np.array_equal(c, src[2:n + 2])
+    if n:
+        c[0] += 1  # its own memory: the source is untouched
+        assert src[2] == 2
+
+
+def test_held_arrays_above_the_bound_are_numpys(monkeypatch):
+    monkeypatch.setattr(memory, "HELD_MAX_BYTES", 64)
+    assert isinstance(memory.zeros_held(8, np.int64).base.obj, bytearray)  # 64 bytes: held
+    big = memory.zeros_held(9, np.int64)
+    assert big.base is None and not big.any()  # numpy's zeros (the GIL goes: worth it for a large array)
+    c = memory.copy_held(np.arange(20))
+    assert c.base is None and c.tolist() == list(range(20))
+
+
+def test_a_read_step_makes_its_small_arrays_with_the_gil_held(tmp_path, monkeypatch):
+    # an instance step's engine counts (one per extent) and its extents are made by zeros_held and
+    # copy_held, not numpy's zeros and copies, which let the GIL go on the pool thread reading it
+    from lirs import plan
+    from lirs.engines import base, threads
+
+    made = {"zeros": 0, "copies": 0}
+
+    def counted(fn, key):
+        def f(*a):
+            made[key] += 1
+            return fn(*a)
+        return f
+    monkeypatch.setattr(base, "zeros_held", counted(memory.zeros_held, "zeros"))
+    monkeypatch.setattr(threads, "zeros_held", counted(memory.zeros_held, "zeros"))
+    monkeypatch.setattr(plan, "copy_held", counted(memory.copy_held, "copies"))
+    p = _write(tmp_path / "d.svm", 3000, 6)
+    with Loader(p, 256, granularity="instance", engine="buffered", n_features=500, seed=2) as loader:
+        got = sorted(i for b in loader.epoch(0) for i in b.ids.tolist())
+    assert got == list(range(3000))
+    assert made["copies"] >= 3 and made["zeros"] >= 3  # three each a step (and each read of the engine)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..constants import BLOCK
 from ..kernels import io as K
+from ..memory import zeros_held
 from ..errors import LirsError, StaleIndexError, UsageError
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)
@@ -251,8 +252,8 @@ class Engine:
         """Checked arguments in, int64 (e,) bytes read out: one :meth:`_batch` call, and another on
         the extents whose short ``O_DIRECT`` reads waited for a continuation descriptor."""
         e = ext_file.shape[0]
-        got = np.zeros(e, np.int64)
-        stall = np.zeros(e, np.uint8)
+        got = zeros_held(e, np.int64)  # with the GIL held: a step of many extents (instance) made
+        stall = zeros_held(e, np.uint8)  # each a GIL hand-off on the pool thread reading it
         stalled = self._batch(ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall)
         if stalled or (stalled is None and stall.any()):
             self._finish_stalled(ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall)

@@ -15,6 +15,7 @@ from ..constants import IN_MEMORY_PARTY_BYTES
 from ..cores import usable_cores
 from ..kernels.io import pread_worker
 from ..libc import Libc
+from ..memory import zeros_held
 from ..mounts import in_memory
 from ..taskthreads import TaskThreads
 from .base import Engine
@@ -58,7 +59,7 @@ class ThreadsEngine(Engine):
 
     def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
         e = ext_file.shape[0]
-        errs = np.zeros(e, np.int32)
+        errs = zeros_held(e, np.int32)
         counter = np.zeros(3, np.int64)  # next extent, failed extents, stalled extents
         lc = self._libc
         args = (lc.pread, lc.errno_location, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
