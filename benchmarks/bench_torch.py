@@ -24,6 +24,8 @@ Run it under the shared lock: ``flock /tmp/lirs-bench.lock python benchmarks/ben
 already on the device (``step``), the Loader alone (``loader``), ``make_dataloader(device=...)``
 alone (``feed``: batches moved to the device on a side stream, no step) and feeding the step
 (``train``), interleaved; writes benchmarks/results/train_gpu.json with the device named.
+``--train-workers 2,4``: also ``feed_wW`` and ``train_wW``, the same with ``num_workers=W`` (the
+Loader's threads in the workers, the main process left to rebuild, move and step).
 """
 from __future__ import annotations
 
@@ -126,6 +128,8 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="a 5 MB file, one repeat")
     ap.add_argument("--train", action="store_true", help="the GPU-feeding benchmark (train_gpu.json)")
     ap.add_argument("--device", default=None, help="--train: cuda (default when available) or cpu")
+    ap.add_argument("--train-workers", default="", help="--train: comma-separated num_workers whose feed and "
+                                                        "training also run (feed_wW, train_wW)")
     ap.add_argument("--note", default="", help="recorded in the JSON (e.g. 'machine shared with other jobs')")
     ap.add_argument("--json", default=None, help="result file name (default: torch / train_gpu, smoke: none)")
     ap.add_argument("--out", default=None, help="result file path (default benchmarks/results/NAME.json)")
@@ -145,9 +149,18 @@ def main(argv=None) -> int:
             "torch_w0": make_dataloader(a.data, a.batch_size, num_workers=0, **kw)}
     for w in workers:
         made[f"torch_w{w}"] = make_dataloader(a.data, a.batch_size, num_workers=w, **kw)
+    from lirs.workers import CROSSED
+
+    crossed = {}  # name -> how its last epoch's items reached the main process (lirs.workers.CROSSED)
+
+    def runner(name, obj, e):
+        before = dict(CROSSED)
+        got = (run_loader if name == "loader" else run_torch)(obj, e)
+        crossed[name] = {k: v - before.get(k, 0) for k, v in CROSSED.items() if v - before.get(k, 0)}
+        return got
+
     load_before = os.getloadavg()
-    first, runs, cpus = interleave(made, lambda name, obj, e: (run_loader if name == "loader" else run_torch)(obj, e),
-                                   a.repeats, idx.n)
+    first, runs, cpus = interleave(made, runner, a.repeats, idx.n)
     med = {k: statistics.median(v) for k, v in runs.items()}
     cpu_med = {k: statistics.median(v) for k, v in cpus.items()}
     size = os.path.getsize(a.data)
@@ -166,6 +179,9 @@ def main(argv=None) -> int:
         # CPU seconds per epoch (all threads and workers): what the adapter costs, less load-sensitive
         "cpu_s": cpus, "cpu_median_s": cpu_med,
         "cpu_ratio_vs_loader": {k: v / cpu_med["loader"] for k, v in cpu_med.items() if k != "loader"},
+        # items of the workers' last epoch by how they crossed: in a ring slot, in the pickle stream,
+        # or as a shared-memory segment of their own (no free slot)
+        "crossed_last_epoch": {k: v for k, v in crossed.items() if k.startswith("torch_w") and k != "torch_w0"},
         "goal_ratio": GOAL, "goal_ratio_workers_vs_w0": GOAL_WORKERS,
         # the machine is shared: a load above its core count slows every run, not their ratio alone
         "load_average_1m": {"before": load_before[0], "after": os.getloadavg()[0]},
@@ -196,6 +212,10 @@ def train(a, idx, argv) -> int:
     cuda = device.type == "cuda"
     kw = dict(granularity=a.granularity, seed=0)
     dl = make_dataloader(a.data, a.batch_size, device=device, **kw)
+    # the same feed with the Loader in DataLoader worker processes: the main process then only
+    # rebuilds the workers' batches and moves them, beside the step's kernel launches
+    workers = [int(w) for w in a.train_workers.split(",") if w.strip() and int(w) > 0]
+    dls = {w: make_dataloader(a.data, a.batch_size, device=device, num_workers=w, **kw) for w in workers}
     model = torch.nn.EmbeddingBag(dl.dataset.n_features, 1, mode="sum", sparse=True).to(device)
     torch.nn.init.zeros_(model.weight)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -223,12 +243,13 @@ def train(a, idx, argv) -> int:
         elif name == "loader":
             n = sum(len(b.ids) for b in loader.epoch(epoch))
         else:
-            dl.dataset.set_epoch(epoch)
-            n = sum((step(b) if name == "train" else None) or len(b["ids"]) for b in dl)
+            obj.dataset.set_epoch(epoch)
+            n = sum((step(b) if name.startswith("train") else None) or len(b["ids"]) for b in obj)
         sync()
         return time.perf_counter() - t, 0.0, n
 
-    made = {"step": None, "loader": None, "feed": None, "train": None}
+    made = {"step": None, "loader": None, "feed": dl, "train": dl,
+            **{f"{k}_w{w}": d for w, d in dls.items() for k in ("feed", "train")}}
     load_before = os.getloadavg()
     _, runs, _ = interleave(made, runner, a.repeats, idx.n)
     med = {k: statistics.median(v) for k, v in runs.items()}
@@ -246,14 +267,22 @@ def train(a, idx, argv) -> int:
         "feed_vs_loader": rate["feed"] / rate["loader"],
         # the issue's goal: training at >= 0.8x the slower of the GPU step alone and the Loader alone
         "train_vs_step_or_loader": rate["train"] / min(rate["step"], rate["loader"]),
+        # the same with the Loader in W DataLoader workers (--train-workers)
+        "workers": {f"w{w}": {"feed_vs_loader": rate[f"feed_w{w}"] / rate["loader"],
+                              "train_vs_slower_alone": rate[f"train_w{w}"] / min(rate["step"], rate[f"feed_w{w}"]),
+                              "train_vs_step_or_loader": rate[f"train_w{w}"] / min(rate["step"], rate["loader"])}
+                    for w in workers},
         "load_average_1m": {"before": load_before[0], "after": os.getloadavg()[0]},
     }
     for k, v in rate.items():
         print(f"{k:7s} {v:>12,.0f} records/s", file=sys.stderr)
     print(f"train / slower alone: {res['train_vs_slower_alone']:.2f}; train / min(step, loader): "
           f"{res['train_vs_step_or_loader']:.2f}", file=sys.stderr)
+    for w, r in res["workers"].items():
+        print(f"{w}: train / min(step, loader): {r['train_vs_step_or_loader']:.2f}", file=sys.stderr)
     loader.close()
-    dl.dataset.close()
+    for d in (dl, *dls.values()):
+        d.dataset.close()
     name = a.json or (None if a.smoke and not a.out else "train_gpu")
     if name:
         print(write_result(name, res, a.out), file=sys.stderr)

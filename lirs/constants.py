@@ -56,6 +56,11 @@ PLAN_AHEAD_CHUNKS = 2
 # the plans' record IDs and the next window's step arrays, about 36 B a record (1/10 of a kdd-like
 # window's bytes), a small part of the two or three windows in flight, read and decoded.
 PLAN_AHEAD_MAX_BATCHES = 4096
+# the most bytes of shared memory a DataLoader's ring of slots for its workers' items may take
+# (lirs.policies.ring_slots; the ring is zeroed, hence resident, when the DataLoader starts): with
+# window steps each worker's slots hold a window's items back while the main process hands out
+# another worker's window; past this, an item finding no free slot crosses as a segment of its own
+RING_MAX_BYTES = 1 << 30
 # a loader's pool has a thread per usable core and one more (reads wait for the device), but with
 # an engine whose reads are copies (not direct) only usable cores - 1 of them take steps whenever
 # there are some: the consumer runs queued steps itself

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .constants import BLOCK, POOL_ALONE_MIN_CORES, STEP_MIN_BYTES, WINDOW_THIRD_MIN_CORES, WINDOWS_IN_FLIGHT, WINDOWS_IN_FLIGHT_AHEAD
+from .constants import BLOCK, POOL_ALONE_MIN_CORES, RING_MAX_BYTES, STEP_MIN_BYTES, WINDOW_THIRD_MIN_CORES, WINDOWS_IN_FLIGHT, WINDOWS_IN_FLIGHT_AHEAD
 
 STEP_SHAPES = ("batch", "batches", "window")
 UNIT_KINDS = ("record", "block", "group")
@@ -140,3 +140,20 @@ def plans_ahead(plan) -> int:
     if not POLICIES[plan.granularity].uses_window:
         return 0
     return -int(-plan.window * plan.group_bytes // max(batch_bytes(plan), 1.0))
+
+
+def ring_slots(plan, workers: int, prefetch: int, slot_bytes: int, bundle_batches: int, by_window: bool) -> int:
+    """Slots for each of ``workers`` DataLoader workers in their ring (:class:`lirs.workers.SlotRing`,
+    ``slot_bytes`` each): the items torch keeps asked of a worker (``prefetch``) and two more. With
+    ``by_window`` (each worker reads whole windows of ``plan``) also one window's items: torch takes
+    the workers' items in turn while the main process hands out one worker's window, so it holds the
+    others' next windows, each item in a slot (an item finding none crossed as a shared-memory
+    segment of its own, made and faulted in afresh: window epochs with 4 workers of 2 cores sent 41%
+    of their items so). A window's items: its batches (:func:`plans_ahead`) ``bundle_batches`` an
+    item, and the smaller items a worker's pass starts with. At most ``RING_MAX_BYTES`` in all."""
+    base = int(prefetch) + 2
+    if not by_window or workers <= 1 or not POLICIES[plan.granularity].uses_window:
+        return base
+    per = max(1, int(bundle_batches))
+    items = -(-plans_ahead(plan) // per) + per.bit_length() - 1  # a pass's items start at 1, 2, 4, ... batches
+    return max(base, min(base + items, RING_MAX_BYTES // max(1, int(workers) * int(slot_bytes))))

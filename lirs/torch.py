@@ -62,8 +62,8 @@ from .loader import Loader
 from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
-from .workers import (BUNDLE_BATCHES, SLOT_BYTES, Bundler, Convert, PassBoard, SlotRing,
-                      bundle_slot_bytes, in_order, share_of, worker_of, worker_threads)
+from .workers import (BUNDLE_BATCHES, Bundler, Convert, PassBoard, in_order, ring_for, share_of, worker_of,
+                      worker_threads)
 
 log = logging.getLogger("lirs.torch")
 
@@ -448,8 +448,7 @@ class LirsDataLoader(tud.DataLoader):
         if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
             # the workers' batches cross in bundles (lirs.workers.Bundle), put back in order here
             ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0
-            ds._ring = SlotRing(self.num_workers, (self.prefetch_factor or 2) + 2,
-                                bundle_slot_bytes(ds.batch_size, ds.loader().index) if ds._bundle else SLOT_BYTES)
+            ds._ring = ring_for(ds, self.num_workers, self.prefetch_factor or 2)
         it = super().__iter__()  # the workers start here, with the loaded state
         epoch = ds.epoch
         if res is not None and res.epoch == epoch:

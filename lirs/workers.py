@@ -11,6 +11,7 @@ workers read (:class:`PassBoard`).
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import multiprocessing
 import os
@@ -24,6 +25,7 @@ import torch
 import torch.utils.data as tud
 
 from .cores import usable_cores
+from .policies import ring_slots
 from .tensors import array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, unpack, x_parts
 
 
@@ -49,6 +51,13 @@ def share_of(by_window: bool, w: int, nw: int) -> dict:
 
 
 INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pickle stream
+
+#: How the workers' items reached this process (a DataLoader's main process) since it started, by
+#: way: ``slot`` (a slot of the ring: only its number crossed), ``inband`` (in the pickle stream),
+#: ``segment`` (a shared-memory segment of its own, made, mapped and faulted in afresh for the
+#: item: an item finds no free slot when the main process holds the slots' batches back to put
+#: them in order). ``benchmarks/bench_torch.py`` records it for each run.
+CROSSED = collections.Counter()
 
 
 class Convert:
@@ -91,7 +100,7 @@ class Packed:
         # a small batch is cheaper in the pickle stream; a large one as one shared-memory segment
         if self.buf.numel() <= INBAND_BYTES:
             return unpack_array, (self.buf.numpy(), self.meta)
-        return unpack, (self.buf, self.meta)
+        return unpack_segment, (self.buf, self.meta)
 
 
 def slot_or_buffer(ring, worker: int, nbytes: int):
@@ -206,6 +215,20 @@ def bundle_slot_bytes(batch_size: int, index) -> int:
     record_bytes = index.payload_bytes / max(int(index.n), 1)
     want = BUNDLE_BATCHES * int(batch_size) * record_bytes * BUNDLE_PACKED_PER_BYTE
     return int(min(BUNDLE_SLOT_BYTES, max(SLOT_BYTES, -(-int(want) // 4096) * 4096)))
+
+
+def ring_for(dataset, workers: int, prefetch: int) -> "SlotRing":
+    """The :class:`SlotRing` of ``workers`` DataLoader workers over ``dataset`` (a
+    :class:`lirs.torch.LirsIterableDataset` whose ``_bundle`` is set), ``prefetch`` items asked of
+    each: its slots sized for bundles (or one batch each) and counted by
+    :func:`lirs.policies.ring_slots`."""
+    loader = dataset.loader()
+    slot_bytes = bundle_slot_bytes(dataset.batch_size, loader.index) if dataset._bundle else SLOT_BYTES
+    slots = ring_slots(loader.plan(dataset.epoch), workers, prefetch, slot_bytes, dataset._bundle or 1,
+                       dataset._by_window(loader, workers))
+    return SlotRing(workers, slots, slot_bytes)
+
+
 _RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that made it (the DataLoader's)
 
 
@@ -262,23 +285,36 @@ def _no_ring():
 
 def unpack_slot(token, s, nbytes, meta):
     """The output of a batch a worker packed into slot ``s`` of the ring ``token``."""
+    CROSSED["slot"] += 1
     return unpack(_RINGS[token].view(s, nbytes, free_when_gone=True), meta)
 
 
 def unpack_array(a: np.ndarray, meta):
+    CROSSED["inband"] += 1
     return unpack(torch.from_numpy(a), meta)
+
+
+def unpack_segment(buf, meta):
+    CROSSED["segment"] += 1
+    return unpack(buf, meta)
 
 
 def unpack_bundle_slot(token, s, nbytes, metas, indices):
     """``(indices, outputs)`` of a :class:`Bundle` packed into slot ``s`` of the ring ``token``."""
-    return unpack_bundle(_RINGS[token].view(s, nbytes, free_when_gone=True), metas, indices)
+    CROSSED["slot"] += 1
+    return _unbundled(_RINGS[token].view(s, nbytes, free_when_gone=True), metas, indices)
 
 
 def unpack_bundle(buf, metas, indices):
-    """``(indices, outputs)`` of a :class:`Bundle`: every output views ``buf`` (a slot is free
-    again once the last of them is gone)."""
-    if isinstance(buf, np.ndarray):
-        buf = torch.from_numpy(buf)
+    """``(indices, outputs)`` of a :class:`Bundle` that crossed in the pickle stream (``buf`` a
+    numpy array) or as a shared-memory segment (a tensor)."""
+    inband = isinstance(buf, np.ndarray)
+    CROSSED["inband" if inband else "segment"] += 1
+    return _unbundled(torch.from_numpy(buf) if inband else buf, metas, indices)
+
+
+def _unbundled(buf, metas, indices):
+    """Every output of a bundle views ``buf`` (a slot is free again once the last of them is gone)."""
     return Unbundled(indices, [unpack(buf, m) for m in metas])
 
 

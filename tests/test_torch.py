@@ -4,6 +4,7 @@ through DataLoader (0, 1, 2 workers) and StatefulDataLoader; no warnings; 2-rank
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import pickle
 import socket
@@ -1043,3 +1044,47 @@ def test_a_bundle_without_a_slot_crosses_in_band_or_as_shared_memory(small_svm, 
         for out, b in zip(got, batches):
             ids, X, y = lt.to_tensors(b, "csr")
             assert torch.equal(out["ids"], ids) and torch.equal(out["X"].to_dense(), X.to_dense())
+
+
+def test_ring_slots_hold_a_window_of_each_worker_within_the_budget(kdd_file, monkeypatch):
+    from lirs import policies
+    from lirs.policies import plans_ahead, ring_slots
+
+    with lirs.Loader(kdd_file, 8, granularity="window", group_bytes=8192, window=40) as ld:
+        plan = ld.plan(0)
+        items = -(-plans_ahead(plan) // 16) + 4  # a window's bundles, and a pass's first small ones
+        assert items > 4
+        assert ring_slots(plan, 2, 2, 1 << 21, 16, by_window=True) == 4 + items
+        assert ring_slots(plan, 2, 3, 1 << 21, 16, by_window=False) == 5  # a hand-built DataLoader's items
+        assert ring_slots(plan, 1, 2, 1 << 21, 16, by_window=True) == 4  # one worker holds nothing back
+        monkeypatch.setattr(policies, "RING_MAX_BYTES", 2 * 6 * (1 << 21))
+        assert ring_slots(plan, 2, 2, 1 << 21, 16, by_window=True) == 6  # the budget: 6 slots a worker
+        monkeypatch.setattr(policies, "RING_MAX_BYTES", 1 << 21)
+        assert ring_slots(plan, 2, 2, 1 << 21, 16, by_window=True) == 4  # never below the items asked
+    with lirs.Loader(kdd_file, 8, granularity="group", group_bytes=8192) as ld:
+        assert ring_slots(ld.plan(0), 2, 2, 1 << 21, 16, by_window=True) == 4
+
+
+def test_window_workers_items_all_cross_in_slots(kdd_file):
+    """With window steps the main process holds the other workers' items while it hands out one
+    worker's window (torch takes the workers' items in turn): each worker's ring has slots for a
+    window's items, so none crosses as a shared-memory segment of its own (with prefetch + 2 slots,
+    over a third did); the batches are those of one process."""
+    from lirs.torch import make_dataloader
+    from lirs.workers import CROSSED
+
+    kw = dict(granularity="window", group_bytes=8192, window=40, seed=3)
+    ref = list(make_dataloader(kdd_file, 8, **kw))
+    dl = make_dataloader(kdd_file, 8, num_workers=2, **kw)
+    try:
+        for _ in range(2):  # a persistent worker's second pass too
+            before, n = dict(CROSSED), 0
+            for a, b in itertools.zip_longest(dl, ref):  # each batch let go once used, as a training loop does
+                assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["y"], b["y"])
+                _same_tensors(a, b)
+                n += 1
+            crossed = {k: v - before.get(k, 0) for k, v in CROSSED.items() if v - before.get(k, 0)}
+            assert n == len(ref) and crossed.get("slot", 0) > 20 and set(crossed) == {"slot"}, crossed
+            dl.dataset.set_epoch(0)
+    finally:
+        dl.dataset.close()
