@@ -448,7 +448,8 @@ class LirsDataLoader(tud.DataLoader):
         if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
             # the workers' batches cross in bundles (lirs.workers.Bundle), put back in order here
             ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0
-            ds._ring = ring_for(ds, self.num_workers, self.prefetch_factor or 2)
+            ds._ring = ring_for(ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
+                                ds._by_window(ds.loader(), self.num_workers))
         it = super().__iter__()  # the workers start here, with the loaded state
         epoch = ds.epoch
         if res is not None and res.epoch == epoch:

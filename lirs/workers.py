@@ -217,15 +217,13 @@ def bundle_slot_bytes(batch_size: int, index) -> int:
     return int(min(BUNDLE_SLOT_BYTES, max(SLOT_BYTES, -(-int(want) // 4096) * 4096)))
 
 
-def ring_for(dataset, workers: int, prefetch: int) -> "SlotRing":
-    """The :class:`SlotRing` of ``workers`` DataLoader workers over ``dataset`` (a
-    :class:`lirs.torch.LirsIterableDataset` whose ``_bundle`` is set), ``prefetch`` items asked of
-    each: its slots sized for bundles (or one batch each) and counted by
-    :func:`lirs.policies.ring_slots`."""
-    loader = dataset.loader()
-    slot_bytes = bundle_slot_bytes(dataset.batch_size, loader.index) if dataset._bundle else SLOT_BYTES
-    slots = ring_slots(loader.plan(dataset.epoch), workers, prefetch, slot_bytes, dataset._bundle or 1,
-                       dataset._by_window(loader, workers))
+def ring_for(loader, epoch: int, workers: int, prefetch: int, bundle: int, by_window: bool) -> "SlotRing":
+    """The :class:`SlotRing` of ``workers`` DataLoader workers of a dataset over ``loader`` (a
+    :class:`lirs.Loader`; its plan of ``epoch`` sizes windows), ``prefetch`` items asked of each:
+    slots for bundles of up to ``bundle`` batches (0: one batch an item), counted by
+    :func:`lirs.policies.ring_slots` (``by_window``: each worker reads whole windows)."""
+    slot_bytes = bundle_slot_bytes(loader.batch_size, loader.index) if bundle else SLOT_BYTES
+    slots = ring_slots(loader.plan(epoch), workers, prefetch, slot_bytes, bundle or 1, by_window)
     return SlotRing(workers, slots, slot_bytes)
 
 
