@@ -24,7 +24,9 @@ Run it under the shared lock: ``flock /tmp/lirs-bench.lock python benchmarks/ben
 already on the device (``step``), the Loader alone (``loader``), ``make_dataloader(device=...)``
 alone (``feed``: batches moved to the device on a side stream, no step) and feeding the step
 (``train``), interleaved; writes benchmarks/results/train_gpu.json with the device named.
-``--train-workers 2,4``: also ``feed_wW`` and ``train_wW``, the same with ``num_workers=W`` (the
+``--train-gil S``: then py-spy samples for S seconds which thread holds the GIL while each training
+row runs (the step's thread, the feeder, the Loader's threads). ``--train-workers 2,4``: also
+``feed_wW`` and ``train_wW``, the same with ``num_workers=W`` (the
 Loader's threads in the workers, the main process left to rebuild, move and step).
 """
 from __future__ import annotations
@@ -128,6 +130,8 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true", help="a 5 MB file, one repeat")
     ap.add_argument("--train", action="store_true", help="the GPU-feeding benchmark (train_gpu.json)")
     ap.add_argument("--device", default=None, help="--train: cuda (default when available) or cpu")
+    ap.add_argument("--train-gil", type=float, default=0.0, help="--train: seconds py-spy samples which thread "
+                                                                   "holds the GIL while train (and train_wW) run")
     ap.add_argument("--train-workers", default="", help="--train: comma-separated num_workers whose feed and "
                                                         "training also run (feed_wW, train_wW)")
     ap.add_argument("--note", default="", help="recorded in the JSON (e.g. 'machine shared with other jobs')")
@@ -252,6 +256,8 @@ def train(a, idx, argv) -> int:
             **{f"{k}_w{w}": d for w, d in dls.items() for k in ("feed", "train")}}
     load_before = os.getloadavg()
     _, runs, _ = interleave(made, runner, a.repeats, idx.n)
+    gil = {name: train_gil(runner, made[name], name, a.train_gil) for name in made
+           if name.startswith("train") and a.train_gil > 0}
     med = {k: statistics.median(v) for k, v in runs.items()}
     rate = {k: idx.n / v for k, v in med.items()}
     res = {
@@ -274,6 +280,10 @@ def train(a, idx, argv) -> int:
                     for w in workers},
         "load_average_1m": {"before": load_before[0], "after": os.getloadavg()[0]},
     }
+    if gil:  # who holds the GIL while training: the step's launches (consumer), the feeder, the Loader's threads
+        res["gil"] = gil
+        for name, g in gil.items():
+            print(f"{name}: GIL {g.get('share') or 0:.0%} by thread {g.get('threads') or g.get('reason')}", file=sys.stderr)
     for k, v in rate.items():
         print(f"{k:7s} {v:>12,.0f} records/s", file=sys.stderr)
     print(f"train / slower alone: {res['train_vs_slower_alone']:.2f}; train / min(step, loader): "
@@ -287,6 +297,38 @@ def train(a, idx, argv) -> int:
     if name:
         print(write_result(name, res, a.out), file=sys.stderr)
     return 0
+
+
+def train_gil(runner, dl, name: str, seconds: float) -> dict:
+    """The GIL-held share of wall time while ``name`` (a training row of :func:`train`) runs epochs,
+    sampled by py-spy from a thread of this process (``bench_cores.measure_gil``: a ``--gil``
+    record, then an ``--idle`` one for the ticks, ``seconds`` each), with the share by holding
+    thread's role (consumer: the main thread, which launches the step; feeding: the device feeder;
+    pool, planning: the Loader's) and the top functions; ``{"reason": ...}`` where py-spy is
+    missing or may not attach."""
+    import threading
+
+    import bench_cores as bc
+
+    py_spy = bc.find_py_spy()
+    if py_spy is None:
+        return {"reason": "py-spy not found (pip install py-spy, or set PYSPY)"}
+    out = {}
+
+    def sample():
+        res, why = bc.measure_gil(py_spy, os.getpid(), seconds, 200)
+        out.update(res or {"reason": why})
+    t = threading.Thread(target=sample, name="bench-gil", daemon=True)
+    t.start()
+    e = 1000
+    while t.is_alive():  # epochs go on until both records are taken
+        runner(name, dl, e)
+        e += 1
+    if "share" not in out:
+        return out
+    threads = {r: round(v["share_of_wall"], 4) for r, v in out["holders"]["threads"].items()}
+    top = [{"function": f["frame"], "share_of_wall": round(f["share_of_wall"], 4)} for f in out["holders"]["functions"][:8]]
+    return {"share": out["share"], "threads": threads, "functions": top, "ticks": out["ticks"], "seconds": seconds}
 
 
 if __name__ == "__main__":

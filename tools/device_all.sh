@@ -2,7 +2,8 @@
 # Every device measurement of issue #25 as one prepared run for a 16-core GPU machine, in the order
 # of what matters most: the cores benchmark (tools/device_cores.sh, page cache), the torch adapter's
 # workers against num_workers=0 (benchmarks/bench_torch.py --workers 2,4,8, group and window), the
-# GPU-feeding benchmark (bench_torch.py --train, also with the Loader in 2 and 4 DataLoader workers) and the CUDA tests (tests/test_torch_gpu.py), all
+# GPU-feeding benchmark (bench_torch.py --train, also with the Loader in 2 and 4 DataLoader workers, and
+# who holds the GIL while each trains) and the CUDA tests (tests/test_torch_gpu.py), all
 # on one generated kdd-like file. Writes into $OUT: machine.txt, cores_gil.json/.log, torch.json,
 # torch_window.json, train_gpu.json, and device.log (the output of the torch parts and the tests).
 #
@@ -31,7 +32,9 @@ torch_run() {  # NAME TIMEOUT ARGS...: one bench_torch.py run into $OUT/NAME.jso
     --note "$NOTE" --out "$OUT/$name.json" "$@" 2>&1 | grep -v -e UserWarning -e check_worker_number | tee -a "$LOG"
 }
 torch_run torch "${TORCH_T:-100}" --workers 2,4,8
-torch_run train_gpu "${TRAIN_T:-150}" --train --train-workers 2,4
+# py-spy as device_cores.sh found or installed it (its own process: the variable does not come back)
+[[ -z ${PYSPY:-} && -x /tmp/pyspy/bin/py-spy ]] && export PYSPY=/tmp/pyspy/bin/py-spy
+torch_run train_gpu "${TRAIN_T:-190}" --train --train-workers 2,4 --train-gil 4
 torch_run torch_window "${TORCH_T:-100}" --workers 2,4,8 --granularity window
 echo "== tests/test_torch_gpu.py ($((SECONDS - t0)) s)" | tee -a "$LOG"
 timeout "${TESTS_T:-100}" "$PY" -m pytest -q -p no:cacheprovider tests/test_torch_gpu.py 2>&1 | tail -n 30 | tee -a "$LOG"
