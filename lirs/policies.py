@@ -142,7 +142,8 @@ def plans_ahead(plan) -> int:
     return -int(-plan.window * plan.group_bytes // max(batch_bytes(plan), 1.0))
 
 
-def ring_slots(plan, workers: int, prefetch: int, slot_bytes: int, bundle_batches: int, by_window: bool) -> int:
+def ring_slots(plan, workers: int, prefetch: int, slot_bytes: int, bundle_batches: int, by_window: bool,
+               max_bytes: int = RING_MAX_BYTES) -> int:
     """Slots for each of ``workers`` DataLoader workers in their ring (:class:`lirs.workers.SlotRing`,
     ``slot_bytes`` each): the items torch keeps asked of a worker (``prefetch``) and two more. With
     ``by_window`` (each worker reads whole windows of ``plan``) also one window's items: torch takes
@@ -150,10 +151,11 @@ def ring_slots(plan, workers: int, prefetch: int, slot_bytes: int, bundle_batche
     others' next windows, each item in a slot (an item finding none crossed as a shared-memory
     segment of its own, made and faulted in afresh: window epochs with 4 workers of 2 cores sent 41%
     of their items so). A window's items: its batches (:func:`plans_ahead`) ``bundle_batches`` an
-    item, and the smaller items a worker's pass starts with. At most ``RING_MAX_BYTES`` in all."""
+    item, and the smaller items a worker's pass starts with. At most ``max_bytes`` in all (default
+    ``RING_MAX_BYTES``), never fewer than the items asked."""
     base = int(prefetch) + 2
     if not by_window or workers <= 1 or not POLICIES[plan.granularity].uses_window:
         return base
     per = max(1, int(bundle_batches))
     items = -(-plans_ahead(plan) // per) + per.bit_length() - 1  # a pass's items start at 1, 2, 4, ... batches
-    return max(base, min(base + items, RING_MAX_BYTES // max(1, int(workers) * int(slot_bytes))))
+    return max(base, min(base + items, int(max_bytes) // max(1, int(workers) * int(slot_bytes))))

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
+from .constants import RING_MAX_BYTES
 from .cores import usable_cores
 from .policies import ring_slots
 from .tensors import array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, unpack, x_parts
@@ -223,8 +224,19 @@ def ring_for(loader, epoch: int, workers: int, prefetch: int, bundle: int, by_wi
     slots for bundles of up to ``bundle`` batches (0: one batch an item), counted by
     :func:`lirs.policies.ring_slots` (``by_window``: each worker reads whole windows)."""
     slot_bytes = bundle_slot_bytes(loader.batch_size, loader.index) if bundle else SLOT_BYTES
-    slots = ring_slots(loader.plan(epoch), workers, prefetch, slot_bytes, bundle or 1, by_window)
+    slots = ring_slots(loader.plan(epoch), workers, prefetch, slot_bytes, bundle or 1, by_window, ring_budget())
     return SlotRing(workers, slots, slot_bytes)
+
+
+def ring_budget(shm: str = "/dev/shm") -> int:
+    """The most bytes a ring may take: ``RING_MAX_BYTES``, and at most half the free space of
+    ``shm``: multiprocessing puts shared memory there while it has room, else in a file of the
+    temporary folder on disk (a container's 64 MiB /dev/shm), which zeroing the ring would write out."""
+    try:
+        st = os.statvfs(shm)
+    except OSError:  # no such folder (not Linux): multiprocessing's own choice
+        return RING_MAX_BYTES
+    return int(min(RING_MAX_BYTES, st.f_bavail * st.f_frsize // 2))
 
 
 _RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that made it (the DataLoader's)

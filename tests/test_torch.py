@@ -1046,7 +1046,7 @@ def test_a_bundle_without_a_slot_crosses_in_band_or_as_shared_memory(small_svm, 
             assert torch.equal(out["ids"], ids) and torch.equal(out["X"].to_dense(), X.to_dense())
 
 
-def test_ring_slots_hold_a_window_of_each_worker_within_the_budget(kdd_file, monkeypatch):
+def test_ring_slots_hold_a_window_of_each_worker_within_the_budget(kdd_file):
     from lirs import policies
     from lirs.policies import plans_ahead, ring_slots
 
@@ -1057,12 +1057,28 @@ def test_ring_slots_hold_a_window_of_each_worker_within_the_budget(kdd_file, mon
         assert ring_slots(plan, 2, 2, 1 << 21, 16, by_window=True) == 4 + items
         assert ring_slots(plan, 2, 3, 1 << 21, 16, by_window=False) == 5  # a hand-built DataLoader's items
         assert ring_slots(plan, 1, 2, 1 << 21, 16, by_window=True) == 4  # one worker holds nothing back
-        monkeypatch.setattr(policies, "RING_MAX_BYTES", 2 * 6 * (1 << 21))
-        assert ring_slots(plan, 2, 2, 1 << 21, 16, by_window=True) == 6  # the budget: 6 slots a worker
-        monkeypatch.setattr(policies, "RING_MAX_BYTES", 1 << 21)
-        assert ring_slots(plan, 2, 2, 1 << 21, 16, by_window=True) == 4  # never below the items asked
+        assert ring_slots(plan, 2, 2, 1 << 21, 16, True, max_bytes=2 * 6 * (1 << 21)) == 6  # 6 slots a worker
+        assert ring_slots(plan, 2, 2, 1 << 21, 16, True, max_bytes=1 << 21) == 4  # never below the items asked
+        assert 2 * (4 + items) * (1 << 21) < policies.RING_MAX_BYTES  # the default budget left it whole
     with lirs.Loader(kdd_file, 8, granularity="group", group_bytes=8192) as ld:
         assert ring_slots(ld.plan(0), 2, 2, 1 << 21, 16, by_window=True) == 4
+
+
+def test_a_ring_takes_at_most_half_the_free_shared_memory(monkeypatch):
+    import collections
+
+    from lirs import workers
+
+    vfs = collections.namedtuple("vfs", "f_bavail f_frsize")
+    monkeypatch.setattr(workers.os, "statvfs", lambda p: vfs(16 << 10, 4096))  # 64 MiB free
+    assert workers.ring_budget() == 32 << 20
+    monkeypatch.setattr(workers.os, "statvfs", lambda p: vfs(1 << 30, 4096))
+    assert workers.ring_budget() == workers.RING_MAX_BYTES
+
+    def missing(p):
+        raise FileNotFoundError(p)
+    monkeypatch.setattr(workers.os, "statvfs", missing)
+    assert workers.ring_budget() == workers.RING_MAX_BYTES
 
 
 def test_window_workers_items_all_cross_in_slots(kdd_file):
