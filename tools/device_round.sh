@@ -4,7 +4,9 @@
 # `bash tools/device_ab.sh --make COMMIT...` and carried as .ab), on the same 1 GB file. The results
 # come back as two tarballs ($OUT/all.tgz, $OUT/ab.tgz), each written whole after its part, since
 # the device tool returns at most 8 files and a call cut at its limit keeps what $OUT holds.
-# AB_AFTER_S (default 420): the A/B part starts only if the first part ended before it.
+# AB_AFTER_S (default 420): the A/B part starts only if the first part ended before it. ROUND picks
+# the parts (default "all,ab"; ROUND=ab in a second call on the still-warm machine: the A/B alone,
+# on the file the first call generated).
 #
 #   CORES_AB="be03bae 36f8182" THIS=abc1234 OUT=/tmp/out bash tools/device_round.sh [--small]
 set -uo pipefail
@@ -17,10 +19,12 @@ pack() {  # NAME: $RES/NAME as $OUT/NAME.tgz, written whole
   tar czf "$OUT/.$1.tgz" -C "$RES" "$1" && mv "$OUT/.$1.tgz" "$OUT/$1.tgz"
 }
 t0=$SECONDS
-OUT=$RES/all bash tools/device_all.sh ${1:-} 2>&1 | grep -v -e UserWarning -e check_worker_number > "$RES/all/round.log"
-grep -E "^page-cache|^device|cores part" "$RES/all/round.log"; tail -n 22 "$RES/all/round.log"
-pack all
-if (( SECONDS - t0 < ${AB_AFTER_S:-420} )) && [[ -n ${CORES_AB:-} ]]; then
+if [[ ${ROUND:-all,ab} == *all* ]]; then
+  OUT=$RES/all bash tools/device_all.sh ${1:-} 2>&1 | grep -v -e UserWarning -e check_worker_number > "$RES/all/round.log"
+  grep -E "^page-cache|^device|cores part" "$RES/all/round.log"; tail -n 22 "$RES/all/round.log"
+  pack all
+fi
+if [[ ${ROUND:-all,ab} == *ab* ]] && (( SECONDS - t0 < ${AB_AFTER_S:-420} )) && [[ -n ${CORES_AB:-} ]]; then
   src=/tmp/lirs-cores${1:+-small}/kdd.svm  # device_all's file, the same generator and size
   mkdir -p /tmp/lirs-ab/cores-src
   [[ -e $src && ! -e /tmp/lirs-ab/cores-src/kdd.svm ]] && ln "$src" /tmp/lirs-ab/cores-src/kdd.svm
