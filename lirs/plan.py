@@ -278,9 +278,10 @@ class EpochPlan:
         large folio) around it: its offsets are read with pread from the sidecar instead, in one
         kernel call, when the table is a map of one; else the runs go ``piece_runs`` per call, the
         index pages released after each. 0: one pass through the table (a batch's step)."""
-        heads = np.empty(len(ids), np.int64)
-        heads = heads[:K.run_heads(ids, heads)]
-        runs = np.argsort(ids[heads]) if len(heads) > 1 else np.zeros(len(heads), np.int64)
+        heads, keys = np.empty(len(ids), np.int64), np.empty(len(ids), np.int64)
+        n = K.run_heads(ids, heads, keys)
+        heads = heads[:n]
+        runs = np.argsort(keys[:n]) if n > 1 else np.zeros(n, np.int64)
         state = np.array([-1, -1, -1, 0], np.int64)  # last extent, its file, its end; error
         fd, rel_off = -1, 0
         if piece_runs > 0 and self._rel_file is not None:

@@ -380,6 +380,16 @@ def test_a_steps_records_move_to_delivery_order_in_one_kernel_call(k):
         assert got.dtype == a.dtype and np.array_equal(got, a[order])
 
 
+@pytest.mark.parametrize("ids", [[], [7], [3, 4, 5, 9, 10, 2, 40, 41, 42, 43, 0]])
+def test_run_heads_gives_each_runs_start_and_first_id(ids):
+    from lirs.kernels.plan import run_heads
+    ids = np.asarray(ids, np.int64)
+    heads, keys = np.full(len(ids), -1, np.int64), np.full(len(ids), -1, np.int64)
+    n = run_heads(ids, heads, keys)
+    want = np.flatnonzero(np.diff(ids, prepend=ids[0] - 2) != 1) if len(ids) else np.empty(0, np.int64)
+    assert n == len(want) and np.array_equal(heads[:n], want) and np.array_equal(keys[:n], ids[want])
+
+
 # --------------------------------------------------------------------------- rules and errors
 
 
