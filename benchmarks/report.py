@@ -348,7 +348,22 @@ def _torch_window_line() -> str:
             f"{goal(w['ratio_vs_w0']['torch_w2'] >= w['goal_ratio_workers_vs_w0'])}) and `num_workers=1` at "
             f"{f(w['ratio_vs_w0']['torch_w1'])}×; worker w of W reads windows w, w + W, ..., each window read "
             f"once between them, and a batch across two workers' windows is joined from its pieces in the main "
-            f"process.")
+            f"process." + _torch_window_ring_line())
+
+
+def _torch_window_ring_line() -> str:
+    """The window workers' later rounds in turns, before and after each ring held a window's items."""
+    r = load("torch_window_ring_ab")
+    if not r:
+        return ""
+    m, p = r["median_ratio_vs_w0"], r["mann_whitney_p"]
+    before, after = m[r["code_commit"]["before"]], m["ring"]
+    return (f" Later, {len(r['rounds']['ring'])} rounds in turns (`benchmarks/results/torch_window_ring_ab.json`, "
+            f"{(r.get('date') or '')[:10]}) put `num_workers=2` at {f(before['torch_w2'])}× before each worker's ring "
+            f"held a window's items and {f(after['torch_w2'])}× after (p = {f(p['torch_w2'])}): the 2-worker goal sits "
+            f"at the edge of this machine's spread; 4 workers went from {f(before['torch_w4'])}× to "
+            f"{f(after['torch_w4'])}× (p = {f(p['torch_w4'])}), their items no longer crossing as shared-memory "
+            f"segments of their own.")
 
 
 def sec_tfrecord():
