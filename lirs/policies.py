@@ -149,8 +149,8 @@ def ring_slots(plan, workers: int, prefetch: int, slot_bytes: int, bundle_batche
     ``by_window`` (each worker reads whole windows of ``plan``) also one window's items: torch takes
     the workers' items in turn while the main process hands out one worker's window, so it holds the
     others' next windows, each item in a slot (an item finding none crossed as a shared-memory
-    segment of its own, made and faulted in afresh: window epochs with 4 workers of 2 cores sent 41%
-    of their items so). A window's items: its batches (:func:`plans_ahead`) ``bundle_batches`` an
+    segment of its own, made and faulted in afresh: ad hoc, window epochs with 4 workers on 2 cores and
+    50 MB windows sent 27 of 66 items so; ``benchmarks/results/torch_window_ring_ab.json`` for the rates). A window's items: its batches (:func:`plans_ahead`) ``bundle_batches`` an
     item, and the smaller items a worker's pass starts with. At most ``max_bytes`` in all (default
     ``RING_MAX_BYTES``), never fewer than the items asked."""
     base = int(prefetch) + 2
