@@ -224,8 +224,31 @@ def start(opts: dict) -> Warmup:
     preload = None
     if unloaded:
         preload = threading.Thread(target=_preload, args=(opts, unloaded), name="lirs-preload", daemon=True)
+        with _PRELOADS_LOCK:
+            _PRELOADS.add(preload)
         preload.start()
     return Warmup(helpers, preload)
+
+
+_PRELOADS: set = set()  # this process's preload threads still running
+_PRELOADS_LOCK = threading.Lock()
+
+
+def join_preloads() -> None:
+    """Wait for every preload thread of this process (called just before the process forks).
+
+    Loading a cached kernel holds numba's compiler lock. A fork copies the lock held but not the
+    thread holding it, so a child that compiles or loads any kernel waits forever: a DataLoader's
+    workers, forked while the Loader made in the main process to size their ring was still
+    preloading, hung on their first plan, every time in a fresh process with a warm cache."""
+    with _PRELOADS_LOCK:
+        threads = [t for t in _PRELOADS if t is not threading.current_thread()]
+    for t in threads:
+        t.join()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; multiprocessing's fork and os.fork run it, subprocess does not
+    os.register_at_fork(before=join_preloads)
 
 
 def loaded(dispatcher) -> bool:
@@ -237,11 +260,15 @@ def loaded(dispatcher) -> bool:
 
 
 def _preload(opts: dict, groups: list) -> None:
-    for g in groups:
-        try:
-            GROUPS[g][1](opts)
-        except Exception as e:  # the pipeline loads what failed here on first use
-            log.debug("preloading %s failed: %s", g, e)
+    try:
+        for g in groups:
+            try:
+                GROUPS[g][1](opts)
+            except Exception as e:  # the pipeline loads what failed here on first use
+                log.debug("preloading %s failed: %s", g, e)
+    finally:
+        with _PRELOADS_LOCK:
+            _PRELOADS.discard(threading.current_thread())
 
 
 # ---------------------------------------------------------------- helper side

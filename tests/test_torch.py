@@ -1107,3 +1107,39 @@ def test_window_workers_items_all_cross_in_slots(kdd_file, monkeypatch):
             dl.dataset.set_epoch(0)
     finally:
         dl.dataset.close()
+
+
+_FRESH_WORKERS = r"""
+import sys
+from lirs.torch import make_dataloader
+dl = make_dataloader(sys.argv[1], 300, num_workers=2, granularity="group", engine="buffered")
+print(sum(int(b["X"].shape[0]) for b in dl))
+"""
+
+
+def _fresh_process(path: str, timeout: float) -> str:
+    """Run ``_FRESH_WORKERS`` over ``path`` in a new process (its own session, so that on a timeout
+    its hung DataLoader workers go with it); its standard output."""
+    import signal
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-c", _FRESH_WORKERS, path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, PYTHONPATH=root))
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"a fresh process's DataLoader with 2 workers hung for {timeout:.0f} s") from None
+    assert proc.returncode == 0, err[-3000:]
+    return out
+
+
+def test_workers_of_a_fresh_process_start(kdd_file):
+    """A fresh process with numba's cache warm: the Loader made in the main process to size the
+    workers' ring loads the cached kernels on a thread, and the workers forked meanwhile hung on
+    numba's compiler lock (copied held) at their first plan, every time."""
+    _fresh_process(kdd_file, 600)  # fills the cache where it was cold (no preload thread then)
+    assert _fresh_process(kdd_file, 180).split() == ["2500"]

@@ -153,6 +153,34 @@ def test_wait_after_fork_returns_at_once():
         proc.wait()
 
 
+
+def test_a_fork_waits_for_the_preload_threads():
+    # loading a cached kernel holds numba's compiler lock: a child forked meanwhile inherits the lock
+    # held by no thread of its own, so the fork waits for this process's preload threads first
+    done = threading.Event()
+    go = threading.Event()
+
+    def preload():
+        go.wait(30)
+        time.sleep(0.3)
+        done.set()
+        with warmup._PRELOADS_LOCK:
+            warmup._PRELOADS.discard(threading.current_thread())
+
+    t = threading.Thread(target=preload, daemon=True)
+    with warmup._PRELOADS_LOCK:
+        warmup._PRELOADS.add(t)
+    t.start()
+    go.set()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if done.is_set() else 1)
+    _, status = os.waitpid(pid, 0)
+    t.join()
+    assert os.waitstatus_to_exitcode(status) == 0, "the child was forked while the preload still ran"
+    assert t not in warmup._PRELOADS
+
+
 _PRELOAD_CHILD = r"""
 import json, sys
 import lirs
