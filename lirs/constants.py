@@ -57,7 +57,7 @@ PLAN_AHEAD_CHUNKS = 2
 # window's bytes), a small part of the two or three windows in flight, read and decoded.
 PLAN_AHEAD_MAX_BATCHES = 4096
 # the most bytes of shared memory a DataLoader's ring of slots for its workers' items may take
-# (lirs.policies.ring_slots; the ring is zeroed, hence resident, when the DataLoader starts): with
+# (lirs.policies.ring_slots; a slot's pages are resident once a worker has used it): with
 # window steps each worker's slots hold a window's items back while the main process hands out
 # another worker's window; past this, an item finding no free slot crosses as a segment of its own
 RING_MAX_BYTES = 1 << 30

@@ -26,6 +26,7 @@ import torch.utils.data as tud
 
 from .constants import RING_MAX_BYTES
 from .cores import usable_cores
+from .memory import shared_array, shared_block
 from .policies import ring_slots
 from .tensors import array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, unpack, x_parts
 
@@ -211,8 +212,7 @@ BUNDLE_PACKED_PER_BYTE = 1.5  # packed tensor bytes per byte of LIBSVM text (val
 def bundle_slot_bytes(batch_size: int, index) -> int:
     """Bytes of a slot for bundles of ``BUNDLE_BATCHES`` batches of ``batch_size`` records of
     :class:`~lirs.index.Index` ``index`` (by its mean record size): between ``SLOT_BYTES`` and ``BUNDLE_SLOT_BYTES``, so that
-    a ring of small records is not sized for kdd-like ones (the ring is zeroed, hence resident, when
-    the DataLoader starts). A bundle that would not fit is sent sooner (:class:`Bundler`)."""
+    a ring of small records is not sized for kdd-like ones (a slot's pages stay resident once used). A bundle that would not fit is sent sooner (:class:`Bundler`)."""
     record_bytes = index.payload_bytes / max(int(index.n), 1)
     want = BUNDLE_BATCHES * int(batch_size) * record_bytes * BUNDLE_PACKED_PER_BYTE
     return int(min(BUNDLE_SLOT_BYTES, max(SLOT_BYTES, -(-int(want) // 4096) * 4096)))
@@ -231,7 +231,7 @@ def ring_for(loader, epoch: int, workers: int, prefetch: int, bundle: int, by_wi
 def ring_budget(shm: str = "/dev/shm") -> int:
     """The most bytes a ring may take: ``RING_MAX_BYTES``, and at most half the free space of
     ``shm``: multiprocessing puts shared memory there while it has room, else in a file of the
-    temporary folder on disk (a container's 64 MiB /dev/shm), which zeroing the ring would write out."""
+    temporary folder on disk (a container's 64 MiB /dev/shm), whose used slots would then be written out."""
     try:
         st = os.statvfs(shm)
     except OSError:  # no such folder (not Linux): multiprocessing's own choice
@@ -244,8 +244,9 @@ _RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that
 
 class SlotRing:
     """Shared memory the DataLoader workers pack their batches into: ``slots`` slots of
-    ``slot_bytes`` for each of ``workers`` workers (a ``multiprocessing.RawArray``, made in the
-    main process before the workers start), and an int32 busy flag per slot. A worker takes a free
+    ``slot_bytes`` for each of ``workers`` workers (:func:`lirs.memory.shared_block`, made in the
+    main process before the workers start; a page comes in when a worker first packs into it), and
+    an int32 busy flag per slot. A worker takes a free
     slot of its own, packs the batch there and sends only ``(slot, meta)``; the main process
     rebuilds the tensors as views of the slot and frees it when the last of them is gone (a
     finalizer on the view). No copy through the pickle stream and the pipe, each of which costs
@@ -255,9 +256,9 @@ class SlotRing:
     def __init__(self, workers: int, slots: int, slot_bytes: int = SLOT_BYTES, token=None, raw=None, flags=None):
         self.workers, self.slots, self.slot_bytes = int(workers), int(slots), int(slot_bytes)
         n = self.workers * self.slots
-        self.raw = multiprocessing.RawArray(ctypes.c_uint8, n * self.slot_bytes) if raw is None else raw
+        self.raw = shared_block(n * self.slot_bytes) if raw is None else raw
         self.flags = multiprocessing.RawArray(ctypes.c_int32, n) if flags is None else flags
-        self.mem, self.busy = np.frombuffer(self.raw, np.uint8), np.frombuffer(self.flags, np.int32)
+        self.mem, self.busy = shared_array(self.raw)[:n * self.slot_bytes], np.frombuffer(self.flags, np.int32)
         self.token = token or os.urandom(8).hex()
         if raw is None:
             _RINGS[self.token] = self

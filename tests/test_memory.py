@@ -229,3 +229,38 @@ def test_a_read_step_makes_its_small_arrays_with_the_gil_held(tmp_path, monkeypa
         got = sorted(i for b in loader.epoch(0) for i in b.ids.tolist())
     assert got == list(range(3000))
     assert made["copies"] >= 3 and made["zeros"] >= 3  # three each a step (and each read of the engine)
+
+
+def test_a_shared_block_starts_zeroed_and_is_shared_with_a_forked_child():
+    import os
+    block = memory.shared_block(3 << 20)
+    a = memory.shared_array(block)
+    assert a.shape == (3 << 20,) and a.dtype == np.uint8 and not a.any()
+    pid = os.fork()
+    if pid == 0:  # the child writes where the parent reads
+        a[12345] = 7
+        memory.shared_array(block, np.int32)[-1] = -2
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert a[12345] == 7 and memory.shared_array(block, np.int32)[-1] == -2
+    assert memory.shared_array(memory.shared_block(0)).size >= 1  # never an empty mapping
+
+
+def test_a_ring_takes_its_slots_unwritten(monkeypatch):
+    # multiprocessing.RawArray writes every byte of its memory (a memset) before returning: 1 GiB,
+    # a second before the workers could start, and all of it resident for good; the ring's slots
+    # come from a shared block instead (its small busy flags may stay a RawArray)
+    pytest.importorskip("torch")
+    import multiprocessing
+
+    from lirs.workers import SlotRing
+    raw = multiprocessing.RawArray
+
+    def small_only(typecode, n):
+        assert n <= 4096, f"a RawArray of {n} items"
+        return raw(typecode, n)
+
+    monkeypatch.setattr(multiprocessing, "RawArray", small_only)
+    ring = SlotRing(2, 3, 1 << 20)
+    assert ring.mem.size == 6 << 20 and ring.busy.size == 6 and not ring.mem.any()
