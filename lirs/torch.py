@@ -62,7 +62,7 @@ from .loader import Loader
 from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
-from .workers import (BUNDLE_BATCHES, Bundler, Convert, PassBoard, in_order, ring_for, share_of, worker_of,
+from .workers import (BUNDLE_BATCHES, Bundler, Convert, PassBoard, before_fork, in_order, ring_for, share_of, worker_of,
                       worker_threads)
 
 log = logging.getLogger("lirs.torch")
@@ -444,7 +444,7 @@ class LirsDataLoader(tud.DataLoader):
         res = ds.resume_point()
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         if ctx.get_start_method() == "fork" and not (self.persistent_workers and self._iterator is not None):
-            ds.loader().plan(ds.epoch)  # workers about to fork inherit the index and its unit tables
+            before_fork(ds.loader(), ds.epoch)  # the workers inherit the plan's tables and the kernels
         if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
             # the workers' batches cross in bundles (lirs.workers.Bundle), put back in order here
             ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0

@@ -14,6 +14,11 @@ With the cache warm, the groups this process has not loaded yet are loaded by a 
 caller opens the engine and plans (loading a cached kernel takes milliseconds, and a fresh
 process's first batch waited for all of them).
 
+DataLoader workers fork from a process that has made a Loader (to size their ring): before they
+fork, that process compiles the walk's kernels and waits for its helpers (:func:`settle`), so that
+every worker inherits the kernels instead of compiling them again, and no fork happens while a
+preload thread holds numba's compiler lock (:func:`join_preloads`).
+
 Best effort: when the helper cannot start, fails, or compiled for other argument types, the
 pipeline compiles in-process as it would have (a debug log says why). ``LIRS_WARMUP=0`` turns it
 off, the loading thread too; a process the helper starts never starts another.
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 
 import numpy as np
 
@@ -129,9 +135,12 @@ class Warmup:
     and finished it (both set when that helper is gone). ``helpers``: ``[(groups, Popen), ...]``.
     ``wait(group)`` returns at once in another process (after a fork)."""
 
-    def __init__(self, helpers=(), preload=None):
+    def __init__(self, helpers=(), preload=None, opts=None):
         self.pid = os.getpid()
         self.preload = preload  # the thread loading cached kernels into this process (or None)
+        self.opts = opts  # the loader's options: settle() loads its groups
+        if opts is not None:
+            _LIVE.add(self)
         self.procs = [proc for _, proc in helpers]
         self.started = {g: threading.Event() for groups, _ in helpers for g in groups}
         self.done = {g: threading.Event() for groups, _ in helpers for g in groups}
@@ -159,6 +168,22 @@ class Warmup:
         if t is not None and t is not threading.current_thread() and os.getpid() == self.pid:
             t.join()
 
+    def settle(self) -> None:
+        """Have every group compiled or loaded in this process, waiting for its helper where one
+        began it (see :func:`settle`)."""
+        if self.opts is None or os.getpid() != self.pid:
+            return
+        self.join_preload()
+        for group, (kernels, load) in GROUPS.items():
+            ev = self.done.get(group)
+            if ev is not None and not ev.wait(WAIT_S):
+                log.debug("warm-up of %s still running after %.0f s: compiling in-process", group, WAIT_S)
+            if not all(loaded(k) for k in kernels(self.opts)):
+                try:
+                    load(self.opts)
+                except Exception as e:  # noqa: BLE001 - each child then compiles or loads it on first use
+                    log.debug("settling %s failed: %s", group, e)
+
     def compiling(self, group: str) -> bool:
         """Whether a helper of this process is still compiling ``group`` (or has yet to begin it)."""
         ev = self.done.get(group)
@@ -174,14 +199,32 @@ class Warmup:
             log.debug("warm-up of %s still running after %.0f s: compiling in-process", group, WAIT_S)
 
 
+_LIVE = weakref.WeakSet()  # this process's Warmups of open loaders
+
+
+def settle() -> None:
+    """Before worker processes fork: every kernel group of this process's loaders compiled or
+    loaded here, so that each child inherits them. On an empty cache the workers otherwise each
+    compiled every group themselves, side by side with the helpers compiling the same into the
+    cache (a 2-worker DataLoader's first batch took twice that of ``num_workers=0`` on 2 cores);
+    with a warm cache each loaded them again."""
+    for w in list(_LIVE):
+        w.settle()
+
+
 def prime_walk(warm: Warmup, plan, first: int, stride: int, windows) -> None:
     """On a cold numba cache, while a helper still compiles the read kernels (the pipeline waits for
     them before it opens the engine), plan the epoch's first step here and find its extents: the
     walk's kernels (the cursor's, the deal's, the extents') compile during that wait instead of
     after it. The step is thrown away (the epoch plans it again); an error it meets is left to the
     epoch's own walk, which raises it where it belongs."""
-    if not warm.compiling("read"):
-        return
+    if warm.compiling("read"):
+        walk_first(plan, first, stride, windows)
+
+
+def walk_first(plan, first: int = 0, stride: int = 1, windows=None) -> None:
+    """Plan the first step of ``plan``'s walk from batch ``first`` and find its extents, then throw
+    it away: the walk's kernels are compiled (or loaded) here by the end (see :func:`prime_walk`)."""
     walk = plan.batches(first, extents="defer", stride=stride, windows=windows, units=True)
     try:
         item = next(walk, None)
@@ -227,7 +270,7 @@ def start(opts: dict) -> Warmup:
         with _PRELOADS_LOCK:
             _PRELOADS.add(preload)
         preload.start()
-    return Warmup(helpers, preload)
+    return Warmup(helpers, preload, opts)
 
 
 _PRELOADS: set = set()  # this process's preload threads still running

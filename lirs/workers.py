@@ -25,6 +25,7 @@ import torch
 import torch.utils.data as tud
 
 from .constants import RING_MAX_BYTES
+from . import warmup
 from .cores import usable_cores
 from .memory import shared_array, shared_block
 from .policies import ring_slots
@@ -216,6 +217,15 @@ def bundle_slot_bytes(batch_size: int, index) -> int:
     record_bytes = index.payload_bytes / max(int(index.n), 1)
     want = BUNDLE_BATCHES * int(batch_size) * record_bytes * BUNDLE_PACKED_PER_BYTE
     return int(min(BUNDLE_SLOT_BYTES, max(SLOT_BYTES, -(-int(want) // 4096) * 4096)))
+
+
+def before_fork(loader, epoch: int) -> None:
+    """Ready this process for DataLoader workers about to fork: ``loader``'s plan of ``epoch`` made
+    (the workers inherit the index and its unit tables), its walk's kernels (:func:`lirs.warmup.walk_first`)
+    and the read and decode kernels (:func:`lirs.warmup.settle`) compiled or loaded here: the workers
+    inherit them instead of each compiling or loading its own."""
+    warmup.walk_first(loader.plan(epoch))
+    warmup.settle()
 
 
 def ring_for(loader, epoch: int, workers: int, prefetch: int, bundle: int, by_window: bool) -> "SlotRing":

@@ -307,3 +307,27 @@ def test_a_warm_epoch_plans_nothing_twice_and_a_priming_error_is_the_walks(tmp_p
         finally:
             os.close(w_)
             proc.wait()
+
+
+def test_settle_loads_every_group_here_and_a_failure_is_left_to_first_use(monkeypatch, caplog):
+    ran = []
+
+    def broken(opts):
+        raise OSError("no engine here")
+
+    monkeypatch.setattr(warmup, "GROUPS", {"read": (lambda o: [object.__new__(_Unloaded)], broken),
+                                            "decode": (lambda o: [object.__new__(_Unloaded)], ran.append)})
+    w = warmup.Warmup(opts={"engine": "uring"})
+    assert w in warmup._LIVE  # warmup.settle() settles it with the process's other loaders
+    with caplog.at_level("DEBUG", logger="lirs.warmup"):
+        w.settle()
+    assert ran == [{"engine": "uring"}], "a failed group does not stop the next one"
+    assert any("settling read failed: no engine here" in r.getMessage() for r in caplog.records)
+    w.pid = -1  # another process's (after a fork): nothing to settle
+    ran.clear()
+    w.settle()
+    assert ran == []
+
+
+class _Unloaded:
+    overloads = {}
