@@ -74,8 +74,9 @@ def shared_block(nbytes: int) -> heap.BufferWrapper:
 
     ``multiprocessing.RawArray`` takes the same memory and zeroes it with a memset: every page
     faulted in and written before anyone uses it (1 GiB: 0.96 s here, ad hoc), and all of it
-    resident for good. The file is new, so its pages are zero already; they come in as first
-    written."""
+    resident for good. Here nothing writes it: its pages come in as first written. Its bytes are
+    not promised: zero when the heap makes a new file for it (as for any block larger than the
+    heap's free ones: a ring), else what a block freed earlier in this process left there."""
     return heap.BufferWrapper(max(int(nbytes), 1))
 
 
