@@ -363,7 +363,22 @@ def _torch_window_ring_line() -> str:
             f"held a window's items and {f(after['torch_w2'])}× after (p = {f(p['torch_w2'])}): the 2-worker goal sits "
             f"at the edge of this machine's spread; 4 workers went from {f(before['torch_w4'])}× to "
             f"{f(after['torch_w4'])}× (p = {f(p['torch_w4'])}), their items no longer crossing as shared-memory "
-            f"segments of their own.")
+            f"segments of their own." + _torch_window_unwritten_line())
+
+
+def _torch_window_unwritten_line() -> str:
+    """Later and first passes of window workers, the ring taken unwritten against written whole."""
+    r = load("torch_window_ring_unwritten_ab")
+    if not r:
+        return ""
+    m, p = r["median"], r["mann_whitney_p"]
+    ratio, first = m["ratio_vs_w0"], m["first_epoch_s"]
+    return (f" Taking the ring's memory unwritten (`benchmarks/results/torch_window_ring_unwritten_ab.json`, "
+            f"{len(r['rounds']['unwritten'])} rounds in turns, {(r.get('date') or '')[:10]}) left later passes as they were "
+            f"(2 workers {f(ratio['unwritten']['torch_w2'])}× against {f(ratio['memset']['torch_w2'])}× written whole, "
+            f"p = {f(p['ratio_vs_w0']['torch_w2'])}) and shortened the first pass of 4 workers from "
+            f"{f(first['memset']['torch_w4'])} s to {f(first['unwritten']['torch_w4'])} s "
+            f"(p = {f(p['first_epoch_s']['torch_w4'], '.3f')}).")
 
 
 def sec_tfrecord():
