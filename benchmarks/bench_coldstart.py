@@ -11,6 +11,12 @@ for (a) a script that opens ``lirs.Loader(path, 1024, granularity="window")`` an
 batch of epoch 0 (wall from process start, and the compile time of each kernel, from numba's
 compile events), and (b) ``python -m lirs.cli epoch PATH`` (wall of the whole process).
 Writes benchmarks/results/coldstart.json; the goal is a first batch in <= 5 s cold.
+
+    python benchmarks/bench_coldstart.py --dataloader 0,2 [--size 20MB] [--repeats 3]
+
+times instead a fresh process's first batch of ``lirs.torch.make_dataloader`` with each number of
+workers, cold and warm (benchmarks/results/coldstart_dataloader.json). The children import the lirs
+that PYTHONPATH names (they start outside any checkout), so one script times two trees in turns.
 """
 from __future__ import annotations
 
@@ -61,11 +67,25 @@ json.dump({"import_s": t1 - t0, "first_batch_s": t2 - t0, "first_batch_cpu_s": c
 """
 
 
-def _child(args, cache_dir, env_extra=None):
+# Runs in the child: the first batch of a DataLoader with argv[2] workers (the fork happens inside).
+_DATALOADER_FIRST = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from lirs.torch import make_dataloader
+dl = make_dataloader(sys.argv[1], 1024, num_workers=int(sys.argv[2]), granularity="window", seed=0)
+it = iter(dl)
+next(it)
+t1 = time.perf_counter()
+import lirs
+json.dump({"first_batch_s": t1 - t0, "lirs": lirs.__file__}, sys.stdout)
+"""
+
+
+def _child(args, cache_dir, env_extra=None, cwd=None):
     """Run ``python args`` with a given numba cache; returns (wall seconds, stdout)."""
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, **(env_extra or {}))
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, check=True, cwd=cwd)
     return time.perf_counter() - t0, out.stdout
 
 
@@ -82,6 +102,31 @@ def first_batch(path, cache_dir, env_extra=None):
             "first_batch_cpu_s": r["first_batch_cpu_s"],
             "epoch_s": r["epoch_s"], "records": r["records"], "kernels_compiled": len(r["compiles"]),
             "compile_s": _top_level_sum(r["compiles"]), "slowest": _top_compiles(r["compiles"])}
+
+
+def dataloader_first(path, cache_dir, workers: int):
+    """Seconds from a fresh process's first line to the first batch of ``make_dataloader`` with
+    ``workers`` workers (window granularity), and the process's whole wall."""
+    # the child starts in the temporary folder: with -c, its working directory comes first in
+    # sys.path, and a checkout's would shadow the lirs that PYTHONPATH names
+    wall, out = _child(["-c", _DATALOADER_FIRST, path, str(workers)], cache_dir, cwd=tempfile.gettempdir())
+    return {"process_wall_s": wall, **json.loads(out)}
+
+
+def dataloader_runs(path, workers: list, repeats: int) -> dict:
+    """{"wW": {"cold": [seconds...], "warm": [...]}}: in turns, each cold run on a new empty cache
+    and its warm run on that cache again."""
+    runs = {f"w{w}": {"cold": [], "warm": []} for w in workers}
+    for _ in range(repeats):
+        for w in workers:
+            with tempfile.TemporaryDirectory(prefix="numba-cold-") as cache:
+                for kind in ("cold", "warm"):
+                    r = dataloader_first(path, cache, w)
+                    runs[f"w{w}"][kind].append(r["first_batch_s"])
+                    runs["lirs"] = os.path.dirname(r["lirs"])  # the lirs the children imported
+            print(f"num_workers={w}: cold {runs[f'w{w}']['cold'][-1]:.2f} s, "
+                  f"warm {runs[f'w{w}']['warm'][-1]:.2f} s", file=sys.stderr)
+    return runs
 
 
 def _top_level_sum(compiles):
@@ -112,6 +157,9 @@ def main(argv=None):
     ap.add_argument("--size", default="4MB")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "lirs-coldstart"))
     ap.add_argument("--repeats", type=int, default=1, help="cold/warm pairs (the median is kept)")
+    ap.add_argument("--dataloader", default="", help="comma-separated num_workers: only the first batch of "
+                    "make_dataloader (lirs.torch) cold and warm, into coldstart_dataloader.json (or --json)")
+    ap.add_argument("--json", default=None, help="result file name (default coldstart / coldstart_dataloader)")
     args = ap.parse_args(argv)
     os.makedirs(args.dir, exist_ok=True)
     path = os.path.join(args.dir, "cold-kdd.svm")
@@ -125,6 +173,8 @@ def main(argv=None):
             if not os.path.exists(p + ".lirs"):
                 _child(["-m", "lirs.cli", "index", p], warm_cache)
 
+    if args.dataloader:
+        return _dataloader_main(args, argv, path)
     runs = {"first_batch": {"cold": [], "warm": []}, "lirs_epoch": {"cold": [], "warm": []}}
     alone = []
     for _ in range(args.repeats):
@@ -171,7 +221,27 @@ def main(argv=None):
         "goal_met": fb_cold["first_batch_s"] <= 5.0,
         "load_average_at_end": os.getloadavg()[0],
     }
-    print(write_result("coldstart", res))
+    print(write_result(args.json or "coldstart", res))
+    return 0
+
+
+def _dataloader_main(args, argv, path) -> int:
+    import statistics
+    workers = [int(w) for w in args.dataloader.split(",")]
+    runs = dataloader_runs(path, workers, args.repeats)
+    res = {
+        "command": "python benchmarks/bench_coldstart.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "file": {"bytes": os.path.getsize(path), "generator": "generate_kdd_like (bench_decode, seed 0)"},
+        "lirs": runs.pop("lirs"),
+        "method": "each figure a fresh process: seconds from its first line to the first batch of "
+                  "make_dataloader(path, 1024, num_workers=W, granularity='window') (imports, the "
+                  "workers' start and their kernels included); cold = NUMBA_CACHE_DIR a new empty "
+                  "directory, warm = the same directory again; the worker counts in turns",
+        "repeats": args.repeats, "runs": runs,
+        "median_first_batch_s": {w: {k: statistics.median(v) for k, v in r.items()} for w, r in runs.items()},
+        "load_average_at_end": os.getloadavg()[0],
+    }
+    print(write_result(args.json or "coldstart_dataloader", res))
     return 0
 
 

@@ -304,7 +304,23 @@ def sec_decode():
                     f"read helper, so the walk's kernels compile during that wait: without it (lirs at "
                     f"{b['code_commit']}, measured just before) the first batch came after "
                     f"{b['first_batch_cold_s']:.1f} s (goal: {goal(bool(b['goal_met']))}).")
-    return out
+    return out + _coldstart_dataloader_line()
+
+
+def _coldstart_dataloader_line() -> str:
+    """A fresh process's first DataLoader batch with workers, before and after they inherit the kernels."""
+    c = load("coldstart_dataloader")
+    if not c:
+        return ""
+    m, p, cc = c["median_first_batch_s"], c["mann_whitney_p"], c["code_commit"]
+    before, after = m[cc["before"]], m[cc["after"]]
+    return (f" A fresh process's `make_dataloader` with 2 workers (`benchmarks/results/coldstart_dataloader.json`, "
+            f"{len(c['rounds'][next(iter(c['rounds']))])} rounds in turns, {c['date'][:10]}, a "
+            f"{c['file']['bytes'] / 1e6:.0f} MB file): with an empty cache each worker compiled every kernel again, "
+            f"{before['w2']['cold']:.1f} s to the first batch; now the main process compiles the walk's kernels and "
+            f"waits for its helpers before the workers fork, and they inherit them: {after['w2']['cold']:.1f} s "
+            f"(p = {f(p['w2']['cold'], '.3f')}; `num_workers=0` {after['w0']['cold']:.1f} s). Warm: "
+            f"{before['w2']['warm']:.1f} s and {after['w2']['warm']:.1f} s.")
 
 
 def sec_torch():
