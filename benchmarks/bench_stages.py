@@ -17,10 +17,11 @@ threads that want it. In one run, on one kdd-like file:
   read step of a pool thread (``step_group``, ``step_instance``, ``step_window``: planned steps, their
   deferred extents found, read with engine ``buffered`` and decoded on the measured thread) and per
   planned shared step (``plan_group``, ``plan_instance``: the units walk the consumer runs where
-  the pool is too small for a planning thread; ``plan_instance_stateless``: with the stateless
-  permutation, which a dataset of over 2**20 records gets), each release a wait to take the GIL back behind
-  the other threads on many cores. Needs root and
-  ``perf``; otherwise null with the reason. ``--parts`` runs some of the three.
+  the pool is too small for a planning thread; ``plan_group_extents``: the planning thread of 8
+  cores or more, which finds a group step's extents as it plans it; ``plan_instance_stateless``:
+  with the stateless permutation, which a dataset of over 2**20 records gets), each release a wait
+  to take the GIL back behind the other threads on many cores. Needs root and ``perf``; otherwise
+  null with the reason. ``--parts`` runs some of the three.
 
 Writes ``benchmarks/results/stages.json``.
 
@@ -157,19 +158,23 @@ def read_steps(gran, n=8):  # a pool thread's work: planned read steps (deferred
             pipe._read_decode(dataclasses.replace(s))  # dropped, as its last batch is: its memory recycled
     return len(steps), work
 steps = {g: read_steps(g) for g in ("group", "instance", "window") if which == "step_" + g}
-def plan_steps(gran, n=16, permutation="auto"):  # the consumer's planning on 2 cores (PlanInline): a shared step at a time
+def plan_steps(gran, n=16, permutation="auto", extents="defer"):  # the consumer's planning on 2 cores (PlanInline): a shared step at a time
     ld = lirs.Loader(path, 1024, granularity=gran, seed=0, engine="buffered", permutation=permutation)
     kept.append(ld)
     for _ in ld.epoch(0):
         pass
     epoch = [1]
     def work():  # the first n shared steps of a fresh epoch's units walk, extents deferred as the Loader's
-        walk = ld.plan(epoch[0]).batches(0, extents="defer", units=True)
+        walk = ld.plan(epoch[0]).batches(0, extents=extents, units=True)
         epoch[0] += 1
         return sum(1 for _, _u in zip(range(n), walk))
     return work() or n, work
 # "instance_stateless": the permutation a dataset of over 2**20 records gets (auto: a table below)
-plans = {g: plan_steps(g.split("_")[0], permutation=(g.split("_") + ["auto"])[1]) for g in ("group", "instance", "instance_stateless") if which == "plan_" + g}
+# "group_extents": the planning thread of 8 cores or more, which finds a group step's extents as it
+# plans it (lirs.policies.walk_extents)
+plans = {g: plan_steps(g.split("_")[0], permutation="stateless" if g.endswith("stateless") else "auto",
+                       extents=True if g.endswith("extents") else "defer")
+         for g in ("group", "group_extents", "instance", "instance_stateless") if which == "plan_" + g}
 work = {"rows_numpy": lambda: [numpy_rows(big, a, b) for a, b in zip(cuts[:-1], cuts[1:])],
         "rows_kernel": lambda: [assemble.rows(big, a, b) for a, b in zip(cuts[:-1], cuts[1:])],
         "pack_tensors": lambda: [tensor_pack(b) for b in batches],
@@ -217,7 +222,7 @@ def handoffs(path: str, loops: int) -> dict:
     out = {"event": event}
     try:
         for which in ("rows_numpy", "rows_kernel", "pack_tensors", "pack_arrays", "step_group", "step_instance",
-                      "step_window", "plan_group", "plan_instance", "plan_instance_stateless"):
+                      "step_window", "plan_group", "plan_group_extents", "plan_instance", "plan_instance_stateless"):
             p = subprocess.Popen(tree_python(_HANDOFF_CHILD, which, path, 64, loops),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
             assert p.stdout.readline().strip() == "go"

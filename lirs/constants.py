@@ -109,6 +109,11 @@ RECYCLE_KEEP_BLOCKS = 6
 # zeroed or copied with the GIL held (lirs.memory.zeros_held, copy_held): numpy lets it go from
 # about 1 KiB on, and each such release on a pool thread is a hand-off the other threads wait on
 HELD_MAX_BYTES = 1 << 20
+# a read step's runs up to this many are put in ID order by the kernel that finds them
+# (lirs.kernels.plan.run_heads, an insertion sort: ~90 runs a page step, ~70 a group step, ~255 a
+# window's, a few microseconds) instead of numpy's argsort, which lets the GIL go once more a step;
+# an instance step's thousands of runs still go to numpy
+RUNS_SORTED_MAX = 256
 # window steps an epoch keeps in flight: the one being consumed and the next one, read and decoded
 # meanwhile; a third where the reads wait for a device (O_DIRECT) or the pool has
 # WINDOW_THIRD_MIN_CORES usable cores or more: the window after the next is then read while the next

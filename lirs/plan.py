@@ -58,7 +58,7 @@ import numpy as np
 
 from . import seeds
 from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, INDEX_READ_GAP, INDEX_READ_SPAN,
-                        INDEX_RELEASE_BATCHES, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
+                        INDEX_RELEASE_BATCHES, RUNS_SORTED_MAX, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
 from .errors import IndexFormatError, UsageError
 from .kernels import plan as K
 from .libc import Libc
@@ -279,9 +279,10 @@ class EpochPlan:
         kernel call, when the table is a map of one; else the runs go ``piece_runs`` per call, the
         index pages released after each. 0: one pass through the table (a batch's step)."""
         heads, keys = np.empty(len(ids), np.int64), np.empty(len(ids), np.int64)
-        n = K.run_heads(ids, heads, keys)
+        order = np.empty(min(len(ids), RUNS_SORTED_MAX), np.int64)
+        n = K.run_heads(ids, heads, keys, order, RUNS_SORTED_MAX)
         heads = heads[:n]
-        runs = np.argsort(keys[:n]) if n > 1 else np.zeros(n, np.int64)
+        runs = order[:n] if n <= RUNS_SORTED_MAX else np.argsort(keys[:n])
         state = np.array([-1, -1, -1, 0], np.int64)  # last extent, its file, its end; error
         fd, rel_off = -1, 0
         if piece_runs > 0 and self._rel_file is not None:

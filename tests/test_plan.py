@@ -380,14 +380,43 @@ def test_a_steps_records_move_to_delivery_order_in_one_kernel_call(k):
         assert got.dtype == a.dtype and np.array_equal(got, a[order])
 
 
-@pytest.mark.parametrize("ids", [[], [7], [3, 4, 5, 9, 10, 2, 40, 41, 42, 43, 0]])
-def test_run_heads_gives_each_runs_start_and_first_id(ids):
+@pytest.mark.parametrize("ids", [[], [7], [3, 4, 5, 9, 10, 2, 40, 41, 42, 43, 0],
+                                 np.random.default_rng(3).permutation(600).tolist()])
+@pytest.mark.parametrize("sort_max", [0, 3, 256])
+def test_run_heads_gives_each_runs_start_first_id_and_order(ids, sort_max):
     from lirs.kernels.plan import run_heads
     ids = np.asarray(ids, np.int64)
     heads, keys = np.full(len(ids), -1, np.int64), np.full(len(ids), -1, np.int64)
-    n = run_heads(ids, heads, keys)
+    order = np.full(min(len(ids), sort_max), -1, np.int64)
+    n = run_heads(ids, heads, keys, order, sort_max)
     want = np.flatnonzero(np.diff(ids, prepend=ids[0] - 2) != 1) if len(ids) else np.empty(0, np.int64)
     assert n == len(want) and np.array_equal(heads[:n], want) and np.array_equal(keys[:n], ids[want])
+    if n <= sort_max:  # the runs in the order of their first IDs, as numpy's argsort puts them
+        assert np.array_equal(order[:n], np.argsort(keys[:n]))
+    else:  # too many to sort here: left to the caller
+        assert (order == -1).all()
+
+
+@pytest.mark.parametrize("g,sorted_by_numpy", [("group", False), ("page", False), ("instance", True)])
+def test_a_steps_few_runs_are_sorted_without_numpy(monkeypatch, g, sorted_by_numpy):
+    # numpy's argsort lets the GIL go at any size: a group or page step's few dozen runs are put in
+    # ID order by the kernel that finds them; an instance step's many runs still go to numpy
+    import sys
+    from lirs import plan as P
+    callers, argsort = [], np.argsort
+
+    def counted(*a, **kw):
+        callers.append(sys._getframe(1).f_code.co_name)
+        return argsort(*a, **kw)
+
+    monkeypatch.setattr(np, "argsort", counted)
+    idx = _variable_index(20000, 5)
+    p = plan_epoch(idx, 1000, g, seed=1)  # group steps of 5-39 runs, page steps of ~77
+    steps = {id(part[0]): part[0] for b in p.batches() for part in b.parts}
+    assert len(steps) > 1
+    for step in steps.values():
+        _check_step_extents(idx, step)
+    assert ("_extents" in callers) == sorted_by_numpy and P.RUNS_SORTED_MAX == 256
 
 
 # --------------------------------------------------------------------------- rules and errors

@@ -82,17 +82,29 @@ def shuffle_inplace(a, key, counter):
 
 
 @njit(cache=True, nogil=True)
-def run_heads(ids, out, keys):
+def run_heads(ids, out, keys, order, sort_max):
     """Where the runs of consecutive IDs of ``ids`` (int64 (k,)) start: their positions into
-    ``out`` and their first IDs into ``keys`` (both int64 (k,)); returns how many
+    ``out`` and their first IDs into ``keys`` (both int64 (k,)); returns how many, n
     (``np.flatnonzero(np.diff(ids, prepend=ids[0] - 2) != 1)``). The first IDs here spare the
-    caller numpy's gather ``ids[heads]``, which lets the GIL go from 500 runs on (an instance step)."""
+    caller numpy's gather ``ids[heads]``, which lets the GIL go from 500 runs on (an instance step).
+
+    When n <= ``sort_max`` (a group or page step's few dozen runs), ``order`` (int64, at least
+    min(k, sort_max) long) gets the runs in the order of their first IDs (``np.argsort(keys[:n])``),
+    sorted here by insertion: numpy's argsort lets the GIL go at any size, once more a step. Past
+    ``sort_max`` (an instance step's thousands) ``order`` is left as it is."""
     n = 0
     for i in range(ids.shape[0]):
         if i == 0 or ids[i] - ids[i - 1] != 1:
             out[n] = i
             keys[n] = ids[i]
             n += 1
+    if n <= sort_max:
+        for i in range(n):
+            r, v, p = i, keys[i], i - 1
+            while p >= 0 and keys[order[p]] > v:
+                order[p + 1] = order[p]
+                p -= 1
+            order[p + 1] = r
     return n
 
 
