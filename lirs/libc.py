@@ -1,10 +1,25 @@
 """libc entry points for the native kernels: addresses of ``syscall``, ``pread`` and
 ``__errno_location`` that numba kernels call through (:mod:`lirs.kernels.io`), resolved once per
-process. Below the planner and the engines alike: both read files from kernels."""
+process; and a file's size and modification time read with the GIL held (:meth:`Libc.size_mtime`).
+Below the planner and the engines alike: both read files from kernels."""
 from __future__ import annotations
 
 import ctypes
+import errno
+import os
+import platform
+import struct
 import threading
+
+# statx(2), the one file status call whose record has the same layout on every architecture
+# (struct stat's differs); its number differs, and where it is not known here os.fstat serves
+STATX_NR = {"x86_64": 332, "aarch64": 291}
+AT_EMPTY_PATH = 0x1000
+STATX_MTIME, STATX_SIZE = 0x40, 0x200
+STATX_BYTES = 256
+# stx_mask (u32) at 0, stx_size (u64) at 40, stx_mtime at 112 (s64 seconds, u32 nanoseconds)
+STATX_FIELDS = struct.Struct("=I36xQ64xqI")
+STATX_MISSING = (errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EINVAL)  # no statx here, for any file
 
 
 class Libc:
@@ -28,6 +43,34 @@ class Libc:
         lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         lib.madvise.restype = ctypes.c_int  # ints pass as they are (lirs.pages)
         lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+        self._statx = STATX_NR.get(platform.machine())
+        self._held = ctypes.PyDLL(None, use_errno=True).syscall  # a PyDLL call keeps the GIL
+        self._held.restype = ctypes.c_long
+        self._statx_args = (ctypes.c_long(self._statx or 0), ctypes.c_long(AT_EMPTY_PATH),
+                            ctypes.c_long(STATX_SIZE | STATX_MTIME))
+        self._bufs = threading.local()
+
+    def size_mtime(self, fd: int) -> tuple[int, int]:
+        """(size in bytes, modification time in ns) of open file ``fd``, as ``os.fstat`` gives
+        ``st_size`` and ``st_mtime_ns``, by statx(2) with the GIL held: a read step checks its
+        files with it (:meth:`lirs.engines.base.Engine.check_unchanged`), and ``os.fstat`` lets
+        the GIL go around a microsecond's syscall, a pool thread then waiting behind the others to
+        take it back. Falls back to ``os.fstat`` where statx is missing (an older kernel, a
+        sandbox, an architecture not listed in ``STATX_NR``). OSError as ``os.fstat`` raises it."""
+        if self._statx is not None:
+            buf = getattr(self._bufs, "buf", None)
+            if buf is None:
+                buf = self._bufs.buf = ctypes.create_string_buffer(STATX_BYTES)
+            nr, flags, mask = self._statx_args
+            if self._held(nr, ctypes.c_long(fd), b"", flags, mask, buf) == 0:
+                got, size, sec, nsec = STATX_FIELDS.unpack_from(buf)
+                if got & (STATX_SIZE | STATX_MTIME) == STATX_SIZE | STATX_MTIME:
+                    return size, sec * 1_000_000_000 + nsec
+            elif ctypes.get_errno() in STATX_MISSING:
+                self._statx = None  # not on this kernel or in this sandbox: os.fstat from now on
+        st = os.fstat(fd)  # also where statx failed on this file: os.fstat's error, as before
+        return st.st_size, st.st_mtime_ns
 
     @classmethod
     def get(cls) -> "Libc":

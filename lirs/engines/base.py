@@ -11,6 +11,7 @@ import numpy as np
 
 from ..constants import BLOCK
 from ..kernels import io as K
+from ..libc import Libc
 from ..memory import zeros_held
 from ..errors import LirsError, StaleIndexError, UsageError
 
@@ -197,7 +198,7 @@ class Engine:
 
     def check_unchanged(self, ext_file) -> None:
         """Raise StaleIndexError when a file of ``ext_file`` (int32 file numbers) changed size or
-        modification time since the engine opened it: one ``fstat`` per distinct file. A dataset
+        modification time since the engine opened it: one ``statx`` (:meth:`lirs.libc.Libc.size_mtime`) per distinct file. A dataset
         rewritten while it is read fails at the next step, naming the file, instead of decoding
         a mix of old offsets and new bytes into a DataError at a random batch."""
         n = len(self.fds)
@@ -207,10 +208,11 @@ class Engine:
             files = np.flatnonzero(np.bincount(ext_file, minlength=n)).tolist()
         else:
             files = np.unique(ext_file).tolist()
+        libc = Libc.get()
         for f in files:
-            st = os.fstat(int(self.fds[f]))
-            if st.st_size != self.sizes[f] or st.st_mtime_ns != self.mtimes[f]:
-                what = (f"its size changed ({int(self.sizes[f])} -> {st.st_size})" if st.st_size != self.sizes[f]
+            size, mtime_ns = libc.size_mtime(int(self.fds[f]))  # with the GIL held (os.fstat lets it go)
+            if size != self.sizes[f] or mtime_ns != self.mtimes[f]:
+                what = (f"its size changed ({int(self.sizes[f])} -> {size})" if size != self.sizes[f]
                         else "its modification time moved")
                 raise StaleIndexError(f"{self.paths[f]} changed while it was being read ({what}); its index no "
                                       f"longer describes it: re-run `lirs index {self.paths[f]}`")
