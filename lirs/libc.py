@@ -44,7 +44,8 @@ class Libc:
         lib.madvise.restype = ctypes.c_int  # ints pass as they are (lirs.pages)
         lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
-        self._statx = STATX_NR.get(platform.machine())
+        # the numbers are the 64-bit tables': a 32-bit process on a 64-bit kernel has others
+        self._statx = STATX_NR.get(platform.machine()) if ctypes.sizeof(ctypes.c_void_p) == 8 else None
         self._held = ctypes.PyDLL(None, use_errno=True).syscall  # a PyDLL call keeps the GIL
         self._held.restype = ctypes.c_long
         self._statx_args = (ctypes.c_long(self._statx or 0), ctypes.c_long(AT_EMPTY_PATH),

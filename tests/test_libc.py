@@ -70,3 +70,21 @@ def test_without_statx_it_falls_back_to_os_fstat(tmp_path, monkeypatch):
         assert lc.size_mtime(fd) == (3, st.st_mtime_ns)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("machine,pointer", [("mips64", 8), ("i686", 4), ("x86_64", 4)])
+def test_an_architecture_without_a_known_statx_number_uses_os_fstat(tmp_path, monkeypatch, machine, pointer):
+    # a wrong syscall number would run another syscall: only the listed 64-bit tables are used (a
+    # 32-bit process on an x86_64 kernel reports x86_64 and has the i386 table)
+    sizeof = L.ctypes.sizeof
+    monkeypatch.setattr(L.platform, "machine", lambda: machine)
+    monkeypatch.setattr(L.ctypes, "sizeof", lambda t: pointer if t is L.ctypes.c_void_p else sizeof(t))
+    lc = L.Libc()
+    assert lc._statx is None
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"abcd")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert lc.size_mtime(fd) == (4, os.fstat(fd).st_mtime_ns)
+    finally:
+        os.close(fd)
