@@ -75,6 +75,11 @@ class Libc:
 
     @classmethod
     def get(cls) -> "Libc":
+        """This process's instance. Once made, no lock: a read step asks for it (its files' check),
+        and a lock another pool thread holds would be waited for with the GIL let go."""
+        inst = cls._inst
+        if inst is not None:
+            return inst
         with cls._lock:
             if cls._inst is None:
                 cls._inst = cls()
