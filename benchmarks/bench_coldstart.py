@@ -113,9 +113,9 @@ def dataloader_first(path, cache_dir, workers: int):
     return {"process_wall_s": wall, **json.loads(out)}
 
 
-def dataloader_runs(path, workers: list, repeats: int) -> dict:
-    """{"wW": {"cold": [seconds...], "warm": [...]}}: in turns, each cold run on a new empty cache
-    and its warm run on that cache again."""
+def dataloader_runs(path, workers: list, repeats: int) -> tuple[dict, str]:
+    """({"wW": {"cold": [seconds...], "warm": [...]}}, the folder of the lirs the children
+    imported): in turns, each cold run on a new empty cache and its warm run on that cache again."""
     runs = {f"w{w}": {"cold": [], "warm": []} for w in workers}
     for _ in range(repeats):
         for w in workers:
@@ -123,10 +123,10 @@ def dataloader_runs(path, workers: list, repeats: int) -> dict:
                 for kind in ("cold", "warm"):
                     r = dataloader_first(path, cache, w)
                     runs[f"w{w}"][kind].append(r["first_batch_s"])
-                    runs["lirs"] = os.path.dirname(r["lirs"])  # the lirs the children imported
+                    lirs_dir = os.path.dirname(r["lirs"])  # the lirs the children imported
             print(f"num_workers={w}: cold {runs[f'w{w}']['cold'][-1]:.2f} s, "
                   f"warm {runs[f'w{w}']['warm'][-1]:.2f} s", file=sys.stderr)
-    return runs
+    return runs, lirs_dir
 
 
 def _top_level_sum(compiles):
@@ -228,11 +228,11 @@ def main(argv=None):
 def _dataloader_main(args, argv, path) -> int:
     import statistics
     workers = [int(w) for w in args.dataloader.split(",")]
-    runs = dataloader_runs(path, workers, args.repeats)
+    runs, lirs_dir = dataloader_runs(path, workers, args.repeats)
     res = {
         "command": "python benchmarks/bench_coldstart.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "file": {"bytes": os.path.getsize(path), "generator": "generate_kdd_like (bench_decode, seed 0)"},
-        "lirs": runs.pop("lirs"),
+        "lirs": lirs_dir,
         "method": "each figure a fresh process: seconds from its first line to the first batch of "
                   "make_dataloader(path, 1024, num_workers=W, granularity='window') (imports, the "
                   "workers' start and their kernels included); cold = NUMBA_CACHE_DIR a new empty "
