@@ -31,6 +31,23 @@ def in_memory(path: str) -> bool:
     return (fs_type(path) or "") in MEMORY_FS
 
 
+def held_in_memory(paths) -> str | None:
+    """Why ``paths`` (str or path-like) are best read through the page cache: every one lies on a
+    filesystem held in memory (tmpfs, ramfs), said as ``"PATH is held in memory (tmpfs)"``; None when
+    some file does not or cannot be looked at (one file of each filesystem is: a dataset of many
+    files). :func:`lirs.engines.open_engine` reads such files without O_DIRECT unless asked for it."""
+    one_per_fs = {}
+    for p in paths:
+        try:
+            one_per_fs.setdefault(os.stat(p).st_dev, os.fspath(p))
+        except OSError:
+            return None  # left to the engine's open to report
+    if not one_per_fs or not all(in_memory(p) for p in one_per_fs.values()):
+        return None
+    first = next(iter(one_per_fs.values()))
+    return f"{first} is held in memory ({fs_type(first)})"
+
+
 def map_safe(path: str) -> bool:
     """Whether the arrays of ``path`` may be memory-mapped: not on FUSE or network filesystems,
     where an I/O error under a mapped page is a SIGBUS instead of an exception."""

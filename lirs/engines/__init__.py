@@ -29,6 +29,7 @@ import os
 import warnings
 
 from ..errors import UsageError
+from ..mounts import held_in_memory
 from .base import BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, probe_direct
 
 log = logging.getLogger("lirs.engines")
@@ -83,13 +84,16 @@ def requested_engine(engine: str = "auto") -> str:
 
 def reads_are_copies(engine: str = "auto", direct: bool | None = None, paths=()) -> bool:
     """Whether an engine opened with these arguments on ``paths`` reads through the page cache
-    (``buffered``, ``direct=False``, or, with ``direct=None``, a first file whose filesystem refuses
-    O_DIRECT, as tmpfs does: :func:`open_engine` then reads every file that way): its reads are
-    copies, so a read step's extents need no alignment (:attr:`lirs.plan.EpochPlan.align`). False
-    where O_DIRECT may be used; a probe that fails otherwise is left to the engine's open to report."""
+    (``buffered``, ``direct=False``, or, with ``direct=None``, files held in memory
+    (:func:`lirs.mounts.held_in_memory`) or a first file whose filesystem refuses O_DIRECT: :func:`open_engine`
+    then reads every file that way): its reads are copies, so a read step's extents need no
+    alignment (:attr:`lirs.plan.EpochPlan.align`). False where O_DIRECT may be used; a probe that
+    fails otherwise is left to the engine's open to report."""
     if direct is False or requested_engine(engine) == "buffered":
         return True
     if direct is None and len(paths):
+        if held_in_memory(paths) is not None:
+            return True
         try:
             return probe_direct(os.fspath(paths[0])) is not None
         except OSError:
@@ -107,7 +111,11 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
         one of :data:`ENGINE_NAMES`.
     direct : bool or None
         None: O_DIRECT when every file allows it (probed with a real aligned read), else page cache
-        with a warning. True: require O_DIRECT (error if refused). False: page cache.
+        with a warning; page cache, without a warning, when every file is held in memory (tmpfs,
+        ramfs: :func:`lirs.mounts.held_in_memory`): tmpfs takes O_DIRECT since Linux 6.6, but a
+        direct read there is still a copy out of the same memory, of whole blocks around the
+        records instead of their own bytes (``benchmarks/results/memfs_engines.json``). True:
+        require O_DIRECT (error if refused). False: page cache.
     depth : int or None
         Reads in flight; the engine's default when None.
 
@@ -119,18 +127,24 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
     if requested != "auto":
         engine_class(requested)  # validate the name early
 
-    refused = None
-    if direct is None or direct:
+    refused = held = None
+    if direct is None:
+        held = held_in_memory(paths)
+    if held is None and (direct is None or direct):
         for p in paths:
             refused = probe_direct(p)
             if refused:
                 break
         if refused and direct:
             raise UsageError(f"O_DIRECT was required but {refused}")
-    use_direct = refused is None and not reads_are_copies(requested, direct)
+    use_direct = refused is None and held is None and not reads_are_copies(requested, direct)
 
     if requested == "auto":
-        if refused:
+        if held:  # not a refusal: the right reads for memory, said without a warning
+            why.append(f"{held}: page-cache reads")
+            log.info("%s; reading through the page cache", held)
+            order = ("buffered",)
+        elif refused:
             why.append(f"{refused}: page-cache reads")
             log.warning("%s; reading through the page cache", refused)
             order = ("buffered",)
@@ -151,7 +165,9 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
             return eng
         raise OSError(f"no engine works on {paths[0] if paths else 'these files'}: {'; '.join(why)}") from last
 
-    if refused and requested != "buffered" and direct is None:
+    if held and requested != "buffered":
+        why.append(f"{held}; engine {requested} reads through the page cache")
+    elif refused and requested != "buffered" and direct is None:
         msg = f"{refused}; engine {requested} reads through the page cache"
         warnings.warn(msg, RuntimeWarning, stacklevel=2)
         why.append(msg)

@@ -6,7 +6,6 @@ until none is left. Several callers may read at once (their jobs interleave in t
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -16,7 +15,7 @@ from ..cores import usable_cores
 from ..kernels.io import pread_worker
 from ..libc import Libc
 from ..memory import zeros_held
-from ..mounts import in_memory
+from ..mounts import held_in_memory
 from ..taskthreads import TaskThreads
 from .base import Engine
 
@@ -100,10 +99,8 @@ class BufferedEngine(ThreadsEngine):
     default_depth = 8
 
     def __init__(self, paths, *, direct: bool = False, depth: int | None = None):
-        if paths:
-            one_per_fs = {os.stat(p).st_dev: p for p in paths}.values()  # (a dataset of many files)
-            if all(in_memory(p) for p in one_per_fs):
-                self.party_bytes = IN_MEMORY_PARTY_BYTES
-                if depth is None:
-                    depth = max(1, min(self.default_depth, usable_cores()))
+        if paths and held_in_memory(paths):
+            self.party_bytes = IN_MEMORY_PARTY_BYTES
+            if depth is None:
+                depth = max(1, min(self.default_depth, usable_cores()))
         super().__init__(paths, direct=False, depth=depth)

@@ -1,0 +1,82 @@
+"""Files held in memory (tmpfs, ramfs) are read through the page cache unless O_DIRECT is asked
+for: tmpfs takes O_DIRECT since Linux 6.6, but a direct read there copies whole blocks out of the
+same memory (``lirs.mounts.held_in_memory``, ``benchmarks/results/memfs_engines.json``)."""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import lirs
+import lirs.mounts as mounts
+from lirs.engines import open_engine, probe_direct, reads_are_copies
+from lirs.mounts import held_in_memory, in_memory
+
+from test_loader import _write_libsvm
+
+
+def _blob(path, n=3 * 4096):
+    np.arange(n, dtype=np.uint8).tofile(path)
+    return str(path)
+
+
+def test_held_in_memory_names_a_dataset_wholly_in_memory(shm_dir, tmp_path):
+    shm = _blob(os.path.join(shm_dir, "a.bin"))
+    why = held_in_memory([shm, _blob(os.path.join(shm_dir, "b.bin"))])
+    assert why is not None and shm in why and mounts.fs_type(shm) in why
+    assert held_in_memory([]) is None
+    assert held_in_memory([os.path.join(shm_dir, "missing.bin")]) is None
+    if in_memory(str(tmp_path)):
+        pytest.skip("the test folder is in memory too: no file on a device to mix in")
+    disk = _blob(tmp_path / "c.bin")
+    assert held_in_memory([disk]) is None
+    assert held_in_memory([shm, disk]) is None and held_in_memory([disk, shm]) is None
+
+
+def _pretend_in_memory(monkeypatch):
+    """Every filesystem reported as tmpfs (the test's files stay on a filesystem taking O_DIRECT)."""
+    monkeypatch.setattr(mounts, "fs_type", lambda path: "tmpfs")
+
+
+def test_files_in_memory_are_read_through_the_page_cache_unless_o_direct_is_asked(tmp_path, monkeypatch,
+                                                                                   caplog):
+    paths = [_blob(tmp_path / "a.bin"), _blob(tmp_path / "b.bin")]
+    if probe_direct(paths[0]) is not None:
+        pytest.skip("the test folder refuses O_DIRECT: nothing to choose")
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    _pretend_in_memory(monkeypatch)
+    with warnings.catch_warnings(), caplog.at_level(logging.INFO, logger="lirs.engines"):
+        warnings.simplefilter("error")  # the right reads for memory: no warning
+        with open_engine(paths) as eng:
+            assert eng.name == "buffered" and not eng.direct and "held in memory" in eng.reason
+        with open_engine(paths, "threads") as eng:
+            assert not eng.direct and "held in memory" in eng.reason
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    with open_engine(paths, "threads", direct=True) as eng:
+        assert eng.direct  # asked for: O_DIRECT still, where the filesystem takes it
+    assert reads_are_copies("auto", None, paths) and reads_are_copies("threads", None, paths)
+    assert not reads_are_copies("auto", True, paths)
+
+
+def test_a_loader_reads_a_file_on_tmpfs_through_the_page_cache(shm_dir):
+    """The default engine on tmpfs: page-cache reads of each record's bytes alone (an instance step
+    holds several batches), the same batches as the buffered engine's."""
+    if not in_memory(shm_dir):
+        pytest.skip("/dev/shm is not held in memory here")
+    p = _write_libsvm(os.path.join(shm_dir, "d.svm"), 2000, seed=8)
+    lirs.build_index(p, progress=False)
+    kw = dict(granularity="instance", seed=3, n_features=300)
+    with lirs.Loader(p, 40, engine="buffered", **kw) as ref:
+        want = [(b.ids, b.X) for b in ref.epoch(0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with lirs.Loader(p, 40, **kw) as ld:
+            assert ld.plan(0).align == 1 and ld.plan(0).batches_per_step > 1
+            got = [(b.ids, b.X) for b in ld.epoch(0)]
+            assert not ld.engine.direct
+            assert ld.stats.bytes_read == ld.stats.payload_bytes
+    assert len(got) == len(want)
+    assert all(np.array_equal(a[0], b[0]) and (a[1] != b[1]).nnz == 0 for a, b in zip(got, want))
