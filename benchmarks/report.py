@@ -450,7 +450,29 @@ def sec_engines():
                      f"fraction when the training step takes as long as loading — goal ≤ 5 %: "
                      f"{goal(ld['meets_goal'])}.\n\n"
                      + table(["compute ms/batch", "compute / load", "records/s", "MB/s", "stall"], rows))
+    memfs = _memfs_part()
+    if memfs:
+        parts.append(memfs)
     return "\n\n".join(parts) if parts else None
+
+
+def _memfs_part() -> str | None:
+    """Engine settings on a file held in memory (tmpfs), and what the default chose there."""
+    d = load("memfs_engines")
+    if not d:
+        return None
+    names = {"buffered": "`buffered`", "uring_copy": "`uring`, `direct=False`", "uring_direct": "`uring`, `direct=True`",
+             "auto": "default (`auto`)"}
+    rows = []
+    for gran, by in d["summary"].items():
+        for k, r in by.items():
+            what = names.get(k, k) + (f": {r['engine']}{' with O_DIRECT' if r['direct'] else ''}" if k == "auto" else "")
+            rows.append([gran, what, f(r["records_per_s"] / 1e6), f(r["cpu_us_per_record"]), f(r.get("vs_buffered"))])
+    return (f"### Files held in memory\n\nA {d['data']['bytes'] / 1e6:.0f} MB kdd-like file in /dev/shm (tmpfs, kernel "
+            f"{d['kernel']}, which takes O_DIRECT), batch {d['batch_size']}, each setting in a fresh process, "
+            f"{d['rounds']} rounds in turns, the median epoch of {d['epochs']} a run ({source(d)}). M records/s and CPU "
+            f"µs per record, medians over the rounds; the rate against `buffered` of the same round (median):\n\n"
+            + table(["granularity", "engine", "M records/s", "CPU µs/record", "vs buffered"], rows))
 
 
 def sec_plan():
