@@ -1,6 +1,7 @@
 """Shared fixtures: the engines that work on this machine, and a tmpfs directory."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 
@@ -36,6 +37,17 @@ def shm_dir():
         pytest.skip("no writable /dev/shm")
     with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
         yield d
+
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+def benchmark_module(name: str):
+    """The script ``benchmarks/NAME.py`` loaded as a module (its own imports set up as when run)."""
+    spec = importlib.util.spec_from_file_location(f"lirs_{name}", os.path.join(BENCHMARKS, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def open_fds() -> dict[int, str]:

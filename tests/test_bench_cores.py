@@ -2,15 +2,15 @@
 refused, and one whole run on a tiny file on one core."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
 
 import pytest
 
+from conftest import benchmark_module
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO, "benchmarks", "bench_cores.py")
 
 # `py-spy record --gil --format raw` of a loader epoch (shortened): one trace per tick at which a
 # thread held the GIL; 40 + 25 + 10 + 5 = 80 samples
@@ -34,10 +34,7 @@ py-spy> Wrote raw flamegraph data
 
 @pytest.fixture(scope="module")
 def bc():
-    spec = importlib.util.spec_from_file_location("bench_cores", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("bench_cores")
 
 
 def test_parse_raw_and_ticks(bc):

@@ -2,20 +2,16 @@
 ratios against ``buffered`` of the same round, and the default's reads on tmpfs."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 from lirs.mounts import in_memory
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_memfs.py")
+from conftest import benchmark_module
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bench_memfs", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("bench_memfs")
 
 
 def test_settings_rounds_and_the_default_on_tmpfs(tmp_path, shm_dir):

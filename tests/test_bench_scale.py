@@ -2,7 +2,6 @@
 size and space checks, the prefix file, the memory sampler, the child runs and the JSON shape."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,16 +14,15 @@ from lirs.errors import UsageError
 from lirs.eval.isolated import run_child
 from lirs.eval.rss import TreeSampler, process_memory, tree_memory
 
+from conftest import benchmark_module
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "benchmarks", "bench_scale.py")
 
 
 @pytest.fixture(scope="module")
 def bs():
-    spec = importlib.util.spec_from_file_location("bench_scale", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("bench_scale")
 
 
 def _lines(path, n, seed=0):

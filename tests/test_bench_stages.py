@@ -2,20 +2,14 @@
 left null with its reason where perf is missing."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import lirs
 from lirs.eval.gen import generate
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_stages.py")
+from conftest import benchmark_module
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bench_stages", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("bench_stages")
 
 
 def test_planning_both_ways_and_no_perf(tmp_path, monkeypatch):

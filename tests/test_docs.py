@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from conftest import benchmark_module
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
 NO_MKDOCS = importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None
@@ -20,10 +22,7 @@ needs_mkdocs = pytest.mark.skipif(NO_MKDOCS, reason="mkdocs and mkdocstrings are
 
 
 def _report():
-    spec = importlib.util.spec_from_file_location("lirs_report", os.path.join(ROOT, "benchmarks", "report.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark_module("report")
 
 
 def _config() -> dict:

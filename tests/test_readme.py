@@ -10,6 +10,8 @@ import re
 import numpy as np
 import pytest
 
+from conftest import benchmark_module
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 README = os.path.join(ROOT, "README.md")
@@ -63,11 +65,7 @@ def test_readme_example_names_its_granularity_and_passes_keywords(i):
 
 
 def test_readme_summary_is_what_report_writes():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("lirs_report", os.path.join(ROOT, "benchmarks", "report.py"))
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = benchmark_module("report")
     text = open(README).read()
     assert report.readme_with_summary(text) == text, "README's results summary is stale: python benchmarks/report.py"
     assert report.readme_summary() in text
