@@ -11,6 +11,7 @@ import numpy as np
 
 from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
+from .mounts import held_in_memory
 
 
 def pread_into(fd: int, mv: memoryview, off: int, path: str) -> int:
@@ -226,11 +227,15 @@ def read_chunks(path: str, start: int, end: int, chunk: int, *, direct: bool = F
     OSError naming the file and the byte offset.
 
     ``direct``: read each chunk with O_DIRECT (:func:`_direct_chunks`) where the filesystem allows
-    it and the range is not in the page cache already (:func:`cached`), else (tmpfs, some FUSE
-    mounts: said once per filesystem) through the page cache.
+    it, the file is not held in memory (tmpfs, ramfs: :func:`lirs.mounts.held_in_memory`; there a
+    direct read is a copy of the same memory, as a page-cache one is) and the range is not in the
+    page cache already (:func:`cached`), else (some FUSE mounts and overlays, said once per
+    filesystem) through the page cache.
     """
     tap = SUM_TAPS.get(path)
-    engine = _scan_engine(path) if direct and end > start and not cached(path, end, start=start) else None
+    engine = None
+    if direct and end > start and held_in_memory([path]) is None and not cached(path, end, start=start):
+        engine = _scan_engine(path)
     if engine is None:
         chunks = _buffered_chunks(path, start, end, chunk)
     else:

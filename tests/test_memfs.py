@@ -80,3 +80,24 @@ def test_a_loader_reads_a_file_on_tmpfs_through_the_page_cache(shm_dir):
             assert ld.stats.bytes_read == ld.stats.payload_bytes
     assert len(got) == len(want)
     assert all(np.array_equal(a[0], b[0]) and (a[1] != b[1]).nnz == 0 for a, b in zip(got, want))
+
+
+def test_an_index_scan_of_a_file_in_memory_opens_no_direct_engine(tmp_path, monkeypatch, caplog):
+    """``lirs index`` reads a file held in memory through the page cache, without probing for
+    O_DIRECT (or warning that it is refused, as tmpfs did before Linux 6.6); elsewhere the probe runs."""
+    import lirs.inputs as I
+
+    p = _blob(tmp_path / "a.bin", 5 * 4096 + 7)
+    want = np.fromfile(p, np.uint8)
+    probed = []
+    real = I._scan_engine
+    monkeypatch.setattr(I, "_scan_engine", lambda path: probed.append(path) or real(path))
+    monkeypatch.setattr(I, "cached", lambda *a, **k: False)  # as a cold file (and tmpfs, which refuses RWF_NOWAIT)
+    got = np.concatenate([buf[:nb].copy() for buf, nb, _ in I.read_chunks(p, 0, len(want), 4096, direct=True)])
+    assert np.array_equal(got, want) and probed == [p]
+    probed.clear()
+    _pretend_in_memory(monkeypatch)
+    with caplog.at_level(logging.DEBUG, logger="lirs"):
+        got = np.concatenate([buf[:nb].copy() for buf, nb, _ in I.read_chunks(p, 0, len(want), 4096, direct=True)])
+    assert np.array_equal(got, want) and probed == []
+    assert not [r for r in caplog.records if "O_DIRECT" in r.getMessage()]
