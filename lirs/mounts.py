@@ -36,16 +36,18 @@ def held_in_memory(paths) -> str | None:
     filesystem held in memory (tmpfs, ramfs), said as ``"PATH is held in memory (tmpfs)"``; None when
     some file does not or cannot be looked at (one file of each filesystem is: a dataset of many
     files). :func:`lirs.engines.open_engine` reads such files without O_DIRECT unless asked for it."""
+    paths = [os.fspath(p) for p in paths]
+    if not paths or not in_memory(paths[0]):
+        return None  # the common case (a dataset on a device) decided by its first file alone
     one_per_fs = {}
     for p in paths:
         try:
-            one_per_fs.setdefault(os.stat(p).st_dev, os.fspath(p))
+            one_per_fs.setdefault(os.stat(p).st_dev, p)
         except OSError:
             return None  # left to the engine's open to report
-    if not one_per_fs or not all(in_memory(p) for p in one_per_fs.values()):
+    if not all(in_memory(p) for p in one_per_fs.values()):
         return None
-    first = next(iter(one_per_fs.values()))
-    return f"{first} is held in memory ({fs_type(first)})"
+    return f"{paths[0]} is held in memory ({fs_type(paths[0])})"
 
 
 def map_safe(path: str) -> bool:
