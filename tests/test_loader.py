@@ -206,10 +206,22 @@ def test_a_filesystem_refusing_o_direct_makes_reads_copies(tmp_path, monkeypatch
     assert reads_are_copies("auto", None, paths) and reads_are_copies("threads", None, paths)
     assert not reads_are_copies("auto", True, paths) and not reads_are_copies("auto", None, [])
     with lirs.Loader(p, 40, **kw) as copied:
-        assert copied.plan(0).align == 1 and copied.plan(0).batches_per_step > 1
-        got = [(b.ids, b.X) for b in copied.epoch(0)]
-        assert not copied.engine.direct
-        assert copied.stats.bytes_read == copied.stats.payload_bytes
+        got = copied_batches(copied)
+    assert_same_batches(got, want)
+
+
+def copied_batches(loader, epoch: int = 0) -> list:
+    """(ids, X) of each batch of ``epoch`` from a Loader whose reads must be copies: its plan's
+    extents exact (an instance step holds several batches), no O_DIRECT, only the records' bytes read."""
+    assert loader.plan(epoch).align == 1 and loader.plan(epoch).batches_per_step > 1
+    got = [(b.ids, b.X) for b in loader.epoch(epoch)]
+    assert not loader.engine.direct
+    assert loader.stats.bytes_read == loader.stats.payload_bytes
+    return got
+
+
+def assert_same_batches(got: list, want: list) -> None:
+    """The same (ids, CSR X) batches, in the same order."""
     assert len(got) == len(want)
     assert all(np.array_equal(a[0], b[0]) and (a[1] != b[1]).nnz == 0 for a, b in zip(got, want))
 
