@@ -394,7 +394,18 @@ def _torch_window_unwritten_line() -> str:
             f"(2 workers {f(ratio['unwritten']['torch_w2'])}× against {f(ratio['memset']['torch_w2'])}× written whole, "
             f"p = {f(p['ratio_vs_w0']['torch_w2'])}) and shortened the first pass of 4 workers from "
             f"{f(first['memset']['torch_w4'])} s to {f(first['unwritten']['torch_w4'])} s "
-            f"(p = {f(p['first_epoch_s']['torch_w4'], '.3f')}).")
+            f"(p = {f(p['first_epoch_s']['torch_w4'], '.3f')})." + _torch_window_recheck_line())
+
+
+def _torch_window_recheck_line() -> str:
+    """The window workers measured again at a later tree, the same benchmark."""
+    r = load("torch_window_recheck")
+    if not r:
+        return ""
+    m, goal_w = r["ratio_vs_w0"], r["goal_ratio_workers_vs_w0"]
+    return (f" Measured again later ({source(r)}, median of {r['repeats']}): `num_workers=2` at {f(m['torch_w2'])}× "
+            f"`num_workers=0` (goal ≥ {goal_w}: {goal(m['torch_w2'] >= goal_w)}), 4 workers at {f(m['torch_w4'])}×; "
+            f"the workers took {f(r['cpu_ratio_vs_loader']['torch_w2'])}× the Loader's CPU.")
 
 
 def sec_tfrecord():
