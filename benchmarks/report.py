@@ -360,8 +360,7 @@ def _torch_window_line() -> str:
     if not w or "torch_w2" not in w.get("ratio_vs_w0", {}):
         return ""
     return (f" With the default granularity, {w['granularity']} ({source(w)}), `num_workers=2` runs at "
-            f"{f(w['ratio_vs_w0']['torch_w2'])}× `num_workers=0` (goal ≥ {w['goal_ratio_workers_vs_w0']}: "
-            f"{goal(w['ratio_vs_w0']['torch_w2'] >= w['goal_ratio_workers_vs_w0'])}) and `num_workers=1` at "
+            f"{_two_workers(w)} and `num_workers=1` at "
             f"{f(w['ratio_vs_w0']['torch_w1'])}×; worker w of W reads windows w, w + W, ..., each window read "
             f"once between them, and a batch across two workers' windows is joined from its pieces in the main "
             f"process." + _torch_window_ring_line())
@@ -402,10 +401,15 @@ def _torch_window_recheck_line() -> str:
     r = load("torch_window_recheck")
     if not r:
         return ""
-    m, goal_w = r["ratio_vs_w0"], r["goal_ratio_workers_vs_w0"]
-    return (f" Measured again later ({source(r)}, median of {r['repeats']}): `num_workers=2` at {f(m['torch_w2'])}× "
-            f"`num_workers=0` (goal ≥ {goal_w}: {goal(m['torch_w2'] >= goal_w)}), 4 workers at {f(m['torch_w4'])}×; "
-            f"the workers took {f(r['cpu_ratio_vs_loader']['torch_w2'])}× the Loader's CPU.")
+    return (f" Measured again later ({source(r)}, median of {r['repeats']}): `num_workers=2` at {_two_workers(r)}, "
+            f"4 workers at {f(r['ratio_vs_w0']['torch_w4'])}×; the workers took "
+            f"{f(r['cpu_ratio_vs_loader']['torch_w2'])}× the Loader's CPU.")
+
+
+def _two_workers(r) -> str:
+    """``X× `num_workers=0` (goal ≥ G: met)`` of a bench_torch.py result's 2-worker rate."""
+    x, g = r["ratio_vs_w0"]["torch_w2"], r["goal_ratio_workers_vs_w0"]
+    return f"{f(x)}× `num_workers=0` (goal ≥ {g}: {goal(x >= g)})"
 
 
 def sec_tfrecord():
