@@ -22,7 +22,7 @@ from multiprocessing import heap
 
 import numpy as np
 
-from .constants import HELD_MAX_BYTES, POPULATE_MIN_BYTES, RECYCLE_KEEP_BLOCKS, RECYCLE_MIN_BYTES
+from .constants import COPY_ALIGN, HELD_MAX_BYTES, POPULATE_MIN_BYTES, RECYCLE_KEEP_BLOCKS, RECYCLE_MIN_BYTES
 
 
 def output_empty(n: int, dtype) -> np.ndarray:
@@ -126,6 +126,27 @@ class Recycler:
         # last view of the array does, and only then is the block given back
         weakref.finalize(holder, self._back.append, block)
         return holder.view(dtype)
+
+    def empties(self, n: int, dtypes: tuple, min_bytes: int | None = None) -> tuple:
+        """Arrays of ``n`` items of each of ``dtypes`` (uninitialised, writable, 1-D), lying one
+        after the other in one block as :meth:`empty` makes it (each starting on a cache line) when
+        together they hold at least ``min_bytes``, else from numpy. The block goes back when the
+        last view of any of them is gone: arrays made and let go together (a read step's decoded
+        indices and values), for the Python work of one block instead of one each."""
+        n = int(n)
+        dtypes = [np.dtype(d) for d in dtypes]
+        starts = [0]
+        for d in dtypes:
+            starts.append(-(-(starts[-1] + n * d.itemsize) // COPY_ALIGN) * COPY_ALIGN)
+        if starts[-1] < (self.min_bytes if min_bytes is None else int(min_bytes)):
+            return tuple(np.empty(n, d) for d in dtypes)
+        try:
+            block = self._take(starts[-1])
+        except OSError:  # no new map, as in empty()
+            return tuple(np.empty(n, d) for d in dtypes)
+        holder = np.frombuffer(block, np.uint8, starts[-1])
+        weakref.finalize(holder, self._back.append, block)
+        return tuple(holder[a:a + n * d.itemsize].view(d) for a, d in zip(starts, dtypes))
 
     def _take(self, nbytes: int) -> mmap.mmap:
         with self._lock:

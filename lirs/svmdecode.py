@@ -103,14 +103,14 @@ def _record_arrays(k):
 
 
 def _feature_arrays(cap, index_dtype, work_dtype):
-    """(indices index_dtype (cap,), data work_dtype (cap,)) of a step, each in a recycled block.
+    """(indices index_dtype (cap,), data work_dtype (cap,)) of a step, in one recycled block.
 
     A loader decodes a step like the one before: its arrays take that one's memory again (numpy's
     would go back to the system, on the consumer's thread, when its last batch did). Each is
-    written from its block's start: of a block sized by a bound, only the pages its uses reached
-    are ever touched."""
-    return (memory.RECYCLER.empty(cap, index_dtype, RECYCLE_STEP_MIN_BYTES),
-            memory.RECYCLER.empty(cap, work_dtype, RECYCLE_STEP_MIN_BYTES))
+    written from its start: of a block sized by a bound, only the pages its uses reached are ever
+    touched. One block for both: each Python call on a step's path costs several microseconds
+    there (the step's bytes have just gone through the caches), and a block is a dozen of them."""
+    return memory.RECYCLER.empties(cap, (index_dtype, work_dtype), RECYCLE_STEP_MIN_BYTES)
 
 
 def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, rec=None):

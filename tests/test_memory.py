@@ -33,6 +33,29 @@ def test_a_block_comes_back_only_when_its_last_view_is_gone():
     assert c.ctypes.data == addr and r.reused == 1 and r.made == 2
 
 
+def test_arrays_made_together_share_one_block_that_comes_back_with_the_last_of_them():
+    r = Recycler(keep=4, min_bytes=1 << 16)
+    idx, val = r.empties(1 << 15, (np.int32, np.float32))
+    assert (idx.dtype, val.dtype, idx.shape, val.shape) == (np.int32, np.float32, (1 << 15,), (1 << 15,))
+    assert idx.flags.writeable and val.flags.writeable and r.made == 1
+    assert val.ctypes.data == idx.ctypes.data + idx.nbytes and val.ctypes.data % 64 == 0  # back to back
+    idx[:] = 3
+    val[:] = 2.5
+    assert (idx == 3).all() and (val == 2.5).all()  # neither overwrote the other
+    addr = idx.ctypes.data
+    kept = val[5:9]
+    del idx, val
+    gc.collect()
+    assert r.free_bytes == 0  # a view of either holds the block
+    del kept
+    assert r.free_bytes >= 1 << 18
+    a, b = r.empties((1 << 15) - 3, (np.int32, np.float32))  # about the same size: the same block
+    assert a.ctypes.data == addr and r.reused == 1 and r.made == 1
+    assert b.ctypes.data % 64 == 0 and b.ctypes.data >= a.ctypes.data + a.nbytes
+    small = r.empties(10, (np.int64, np.uint8))  # below min_bytes: numpy's, one array each
+    assert [x.base for x in small] == [None, None] and [x.dtype for x in small] == [np.int64, np.uint8]
+
+
 def test_small_arrays_are_numpys_and_the_pool_keeps_the_largest_blocks():
     r = Recycler(keep=2, min_bytes=1 << 20)
     small = r.empty(100, np.int64)
