@@ -109,6 +109,12 @@ RECYCLE_KEEP_BLOCKS = 6
 # zeroed or copied with the GIL held (lirs.memory.zeros_held, copy_held): numpy lets it go from
 # about 1 KiB on, and each such release on a pool thread is a hand-off the other threads wait on
 HELD_MAX_BYTES = 1 << 20
+# a read step's extent arrays are made the size of its records (a bound on its extents) and cut to
+# the extents found: the cut is a view of them up to this size (a group step's three arrays hold
+# ~280 KB, a few steps in flight), a copy from it on (a window's hold tens of MB for a few KB of
+# extents). Each copy was several Python calls of a read step's path, where each call costs
+# microseconds (the step's bytes have just gone through the caches)
+EXTENTS_COPY_MIN_BYTES = 1 << 20
 # a read step's runs up to this many are put in ID order by the kernel that finds them
 # (lirs.kernels.plan.run_heads, an insertion sort: ~90 runs a page step, ~70 a group step, ~255 a
 # window's, a few microseconds) instead of numpy's argsort, which lets the GIL go once more a step;

@@ -57,8 +57,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import seeds
-from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, INDEX_READ_GAP, INDEX_READ_SPAN,
-                        INDEX_RELEASE_BATCHES, RUNS_SORTED_MAX, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
+from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, EXTENTS_COPY_MIN_BYTES, INDEX_READ_GAP,
+                        INDEX_READ_SPAN, INDEX_RELEASE_BATCHES, RUNS_SORTED_MAX, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
 from .errors import IndexFormatError, UsageError
 from .kernels import plan as K
 from .libc import Libc
@@ -260,8 +260,11 @@ class EpochPlan:
         if order is not None:
             # extents are found on the unit-ordered records (runs sort fast), then all move together
             ids, rx, rp, rl = K.gather_records(order, ids, rx, rp, rl)
-        # copied with the GIL held (numpy's copies let it go from 500 extents on: an instance step's)
-        return ReadStep(number, ids, copy_held(ef[:ne]), copy_held(eo[:ne]), copy_held(en[:ne]), rx, rp, rl)
+        cut = (ef[:ne], eo[:ne], en[:ne])
+        if eo.nbytes >= EXTENTS_COPY_MIN_BYTES:  # arrays sized by the records: a window's hold tens of MB
+            # copied with the GIL held (numpy's copies let it go from 500 extents on)
+            cut = tuple(copy_held(a) for a in cut)
+        return ReadStep(number, ids, *cut, rx, rp, rl)
 
     def _fill(self, step: ReadStep, ids: np.ndarray, order, piece_runs: int) -> None:
         """Set the deferred extents of ``step`` (the records ``ids`` delivered as ``ids[order]``)."""

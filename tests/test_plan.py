@@ -770,3 +770,23 @@ def _policies():
     """The module whose STEP_MIN_BYTES sizes a group read step."""
     from lirs import policies
     return policies
+
+
+def test_a_large_steps_extents_hold_no_record_sized_arrays_and_a_small_steps_are_cut_in_place():
+    """A step's extent arrays are made the size of its records and cut to the extents found: a
+    step of many records (a window's) copies the cut (the record-sized arrays go), a small one
+    keeps views of them (fewer Python calls a step); either way the extents are exact."""
+    from lirs.constants import EXTENTS_COPY_MIN_BYTES
+
+    n = 2 * EXTENTS_COPY_MIN_BYTES // 8
+    idx = _variable_index(n, 3, files=2, mean=40)
+    p = plan_epoch(idx, 64, "group", seed=1)
+    big = p.step(0, np.arange(n, dtype=np.int64))
+    small = p.step(0, np.arange(1000, 3000, dtype=np.int64))
+    for step in (big, small):
+        _check_step_extents(idx, step)
+        for a in (step.ext_file, step.ext_offset, step.ext_nbytes):
+            assert len(a) == len(np.unique(step.rec_extent)) and a.flags.c_contiguous
+    for a in (big.ext_file, big.ext_offset, big.ext_nbytes):
+        assert a.base is None or a.base.nbytes == a.nbytes  # its own memory: the record-sized array went
+    assert small.ext_offset.base is not None and small.ext_offset.base.nbytes == 2000 * 8
