@@ -14,7 +14,8 @@ import scipy.sparse as sp
 
 from .constants import INT32_MAX
 from .cores import usable_cores
-from .decode import csr_batch, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
+from .decode import (SpanDecoder, csr_batch, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord,
+                     resolve_libsvm_params)
 from .errors import DataError
 from .kernels import io as KI
 from .kernels import rows as KR
@@ -43,6 +44,7 @@ class StepDecoder:
         self.verify = bool(verify)
         if index.format == "libsvm":
             self.n_features, self.zero_based = resolve_libsvm_params(index, zero_based, n_features)
+            self._spans = SpanDecoder(self.n_features, self.zero_based, self.dtype)
         else:
             self.n_features, self.zero_based = None, None
 
@@ -94,11 +96,14 @@ class StepDecoder:
         # step's outputs are sized from its records' bytes (``payload``), not from a pass counting
         # them; a window's by that count still: sized by the bound, its outputs were the size of
         # the read buffers and took their recycled blocks, every page of them already touched
-        wide = may_split(len(buf))
-        return decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
-                             dtype=self.dtype, trusted=True, where=StepWhere(self.index, step, ids, rext, rpos, starts),
-                             threads=self.decode_threads() if wide else 1,  # no affinity syscall per step
-                             nnz_bound=None if wide else nnz_bound(payload))
+        where = StepWhere(self.index, step, ids, rext, rpos, starts)
+        if may_split(len(buf)):
+            return decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
+                                 dtype=self.dtype, trusted=True, where=where, threads=self.decode_threads())
+        # a batch-sized step (a group's, an instance batch's) on this thread: arrays made here are
+        # marked read-only in place (the kernels' types), not viewed
+        starts.flags.writeable = ends.flags.writeable = False
+        return self._spans(buf, starts, ends, where, nnz_bound(payload))
 
     def _by_file(self, decode, step, buf, ids, rext, rpos, starts, ends, **opts):
         """``decode(buf, starts, ends, source=, file_offsets=, record_ids=, **opts)`` of a step whose

@@ -51,9 +51,10 @@ def nnz_bound(nbytes: int) -> int:
 
 def decode_spans(buf, starts, ends, n_features, zero_based, dtype, query_id, where, index_dtype, threads=None,
                  cap=None):
-    """Records buf[starts[j]:ends[j]] -> (indptr int64 (k+1,), indices, data, y float64 (k,),
+    """Records buf[starts[j]:ends[j]] -> (indptr (k+1,), indices, data, y float64 (k,),
     qid int64 (k,), has_qid uint8 (k,)); qid and has_qid are None when ``query_id`` is False and
-    the plain kernel took every record. ``where(j, pos)`` names a position for errors.
+    the plain kernel took every record. ``where(j, pos)`` names a position for errors. indptr is
+    int32 when ``index_dtype`` is and the features fit (scipy's rule), else int64.
 
     Spans of many bytes (a window of the loader) are cut into runs of consecutive records that
     ``threads`` threads (default: the CPUs this process may use) decode at once, each into its
@@ -116,8 +117,11 @@ def _feature_arrays(cap, index_dtype, work_dtype):
 def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, rec=None):
     """Both kernels over one run of spans, writing from indices[0], data[0] and y[0] (views of the
     caller's arrays). ``rec``: (qid, has_qid, status) views of the caller's, or None: made here
-    (:func:`_record_arrays`) once the full kernel runs. Returns (indptr int64 (k+1,), nnz,
-    fallbacks, fallback arrays, rec), rec None when the plain kernel took every record.
+    (:func:`_record_arrays`) once the full kernel runs. Returns (indptr (k+1,), nnz, fallbacks,
+    fallback arrays, rec), rec None when the plain kernel took every record. indptr is int32 where
+    ``indices`` are and their room fits (the features of the run cannot pass it): a read step's
+    row pointers then need no narrowing before its CSR matrix is built (a pass over them under
+    the GIL, a step's slowest Python line), else int64.
 
     The plain kernel goes as far as it can; the full kernel takes a stretch of records from the
     one it stopped at, then the plain kernel goes on. A stretch doubles while the plain kernel
@@ -125,7 +129,7 @@ def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, dat
     k = len(starts)
     shift = 0 if zero_based else 1
     nf = np.int64(n_features)
-    indptr = np.empty(k + 1, np.int64)
+    indptr = np.empty(k + 1, np.int32 if indices.dtype == np.int32 and len(indices) <= INT32_MAX else np.int64)
     j, nfb, fb, stretch = 0, 0, None, _STRETCH_RECORDS
     while True:
         j2 = KP.libsvm_spans_plain(buf, starts, ends, j, shift, nf, indices, data, y, indptr)
@@ -204,8 +208,9 @@ def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, que
     new_k = np.concatenate([[0], np.cumsum(nk)])
     indptr = np.concatenate([[0]] + [r[0][1:b - a + 1] + new_k[i] for i, (r, (a, b)) in enumerate(zip(res, runs))])
     fb = _run_fallbacks(res, runs, new_k)
-    out = [indptr.astype(np.int64, copy=False), _compact(indices, kofs, nk), _compact(data, kofs, nk),
-           y, qid, has_qid]
+    small = indices.dtype == np.int32 and int(new_k[-1]) <= INT32_MAX  # as a run's own (_spans_run)
+    out = [indptr.astype(np.int32 if small else np.int64, copy=False), _compact(indices, kofs, nk),
+           _compact(data, kofs, nk), y, qid, has_qid]
     return _finish(buf, lambda j: (int(starts[j]), int(ends[j])), status, out, fb, len(fb[0]),
                    zero_based, query_id, n_features, where)
 
@@ -400,8 +405,9 @@ def _splice(indptr, indices, data, slow):
         add[j] = len(r[2])
     if not add.any():
         return indptr, indices, data
-    new_ptr = indptr.copy()
     np.cumsum(add, out=add)
+    # int32 pointers (a run's) widen where the re-parsed features take them past int32
+    new_ptr = indptr.astype(np.int64 if int(indptr[-1]) + int(add[-1]) > INT32_MAX else indptr.dtype)
     new_ptr[1:] += add
     new_ind = np.empty(int(new_ptr[-1]), indices.dtype)
     new_dat = np.empty(int(new_ptr[-1]), data.dtype)

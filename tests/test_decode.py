@@ -935,3 +935,45 @@ def test_a_loaders_step_counts_no_colons(tmp_path, monkeypatch):
     assert np.array_equal(np.sort(ids), np.arange(600))
     for b in got:
         assert (b.X != Xr[b.ids]).nnz == 0 and np.array_equal(b.y, yr[b.ids])
+
+
+@HYP
+@given(raw=libsvm_file(one_based=True), data=st.data())
+def test_a_loaders_span_decoder_gives_decode_libsvms_rows_with_int32_row_pointers_from_the_kernels(raw, data):
+    """A loader's read steps decode through SpanDecoder (options fixed once, no argument checks):
+    sklearn's rows (records the kernels leave to Python included: qids, comments, odd tokens),
+    bad records raising as decode_libsvm raises them, and row pointers that come int32 out of the
+    decode (no narrowing pass over them before the CSR matrix is built)."""
+    import lirs.decode as D
+    from lirs.svmdecode import nnz_bound
+    from lirs.svmlight import Where
+    starts, ends = split_records(raw)
+    if not len(starts):
+        return
+    n_features = 1 + max([int(t.split(b":")[0]) for line in raw.split(b"\n") for t in line.split(b"#")[0].split()[1:]
+                          if b":" in t and t.split(b":")[0].isdigit()] or [0])
+    total = int((ends - starts).sum())
+    bound = data.draw(st.sampled_from([nnz_bound(total), data.draw(st.integers(0, nnz_bound(total)))]))
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    buf = np.frombuffer(raw, np.uint8)
+    try:
+        ref = decode_libsvm(buf, starts, ends, n_features=n_features, zero_based=False, dtype=dtype)
+    except DataError as e:
+        ref = e
+    ro = [a.copy() for a in (starts, ends)]
+    for a in ro:
+        a.flags.writeable = False
+    calls = []
+    real = D.rebase_into
+    D.rebase_into = lambda *a: calls.append(a) or real(*a)
+    try:
+        got = D.SpanDecoder(n_features, False, dtype)(buf, *ro, Where("", ro[0], None, None), bound)
+    except DataError as e:
+        got = e
+    finally:
+        D.rebase_into = real
+    if isinstance(ref, Exception):
+        assert isinstance(got, DataError) and str(got) == str(ref)
+        return
+    assert_same(got, ref, dtype)
+    assert got[0].indptr.dtype == np.int32 and not calls
