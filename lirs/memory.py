@@ -103,9 +103,11 @@ class Recycler:
         self.keep = int(keep)
         self.min_bytes = int(min_bytes)
         self._free: list = []           # mmap blocks no array uses, smallest first
-        # blocks come back from a finalizer, which may run on any thread at any moment (even inside
-        # _take, through the garbage collector): it only appends here; the others drain it
+        # blocks come back from a weak reference's callback, which may run on any thread at any
+        # moment (even inside _take, through the garbage collector): it only appends here; the
+        # others drain it
         self._back: collections.deque = collections.deque()
+        self._out: dict = {}            # id of the weak reference to a lent block's array -> (it, the block)
         self._lock = threading.Lock()
         self.made = 0                   # blocks mapped (for tests and benchmarks)
         self.reused = 0
@@ -121,11 +123,7 @@ class Recycler:
             block = self._take(nbytes)
         except OSError:  # no new map (address space, a map-count limit): numpy's memory, as below the size
             return np.empty(int(n), dtype)
-        holder = np.frombuffer(block, np.uint8, nbytes)
-        # views of `holder` keep it as their base (it does not own its memory): it goes when the
-        # last view of the array does, and only then is the block given back
-        weakref.finalize(holder, self._back.append, block)
-        return holder.view(dtype)
+        return self._lend(block, nbytes).view(dtype)
 
     def empties(self, n: int, dtypes: tuple, min_bytes: int | None = None) -> tuple:
         """Arrays of ``n`` items of each of ``dtypes`` (uninitialised, writable, 1-D), lying one
@@ -134,19 +132,35 @@ class Recycler:
         last view of any of them is gone: arrays made and let go together (a read step's decoded
         indices and values), for the Python work of one block instead of one each."""
         n = int(n)
-        dtypes = [np.dtype(d) for d in dtypes]
-        starts = [0]
-        for d in dtypes:
-            starts.append(-(-(starts[-1] + n * d.itemsize) // COPY_ALIGN) * COPY_ALIGN)
-        if starts[-1] < (self.min_bytes if min_bytes is None else int(min_bytes)):
-            return tuple(np.empty(n, d) for d in dtypes)
-        try:
-            block = self._take(starts[-1])
-        except OSError:  # no new map, as in empty()
-            return tuple(np.empty(n, d) for d in dtypes)
-        holder = np.frombuffer(block, np.uint8, starts[-1])
-        weakref.finalize(holder, self._back.append, block)
-        return tuple(holder[a:a + n * d.itemsize].view(d) for a, d in zip(starts, dtypes))
+        spans, end = [], 0
+        for d in dtypes:  # plain loops: a generator's frame is a Python call each time it resumes
+            d = np.dtype(d)
+            spans.append((end, end + n * d.itemsize, d))
+            end = -(-spans[-1][1] // COPY_ALIGN) * COPY_ALIGN
+        block = None
+        if end >= (self.min_bytes if min_bytes is None else int(min_bytes)):
+            try:
+                block = self._take(end)
+            except OSError:  # no new map, as in empty(): numpy's memory
+                pass
+        if block is None:
+            return tuple([np.empty(n, d) for _, _, d in spans])
+        holder = self._lend(block, end)
+        return tuple([holder[a:b].view(d) for a, b, d in spans])
+
+    def _lend(self, block: mmap.mmap, nbytes: int) -> np.ndarray:
+        """The uint8 array over the first ``nbytes`` of ``block``, which comes back to the pool
+        when that array is gone. Views of it keep it as their base (it does not own its memory):
+        it goes when the last view does, and a weak reference's callback then gives the block back
+        (a plain weak reference: ``weakref.finalize`` costs a dozen Python steps more, on a read
+        step's path)."""
+        holder = np.frombuffer(block, np.uint8, nbytes)
+        ref = weakref.ref(holder, self._returned)  # kept here while the array lives (by its id: arrays do not hash)
+        self._out[id(ref)] = ref, block
+        return holder
+
+    def _returned(self, ref) -> None:
+        self._back.append(self._out.pop(id(ref))[1])
 
     def _take(self, nbytes: int) -> mmap.mmap:
         with self._lock:
