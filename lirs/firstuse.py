@@ -10,6 +10,7 @@ from .errors import UsageError
 from .sidecar import SIDECAR_SUFFIX, sidecar_path
 
 log = logging.getLogger("lirs.index")
+INDEX_MODES = ("auto", "never")  # a Loader's ``index=``: index a file that has no sidecar, or refuse it
 
 
 def needs_index(path: str) -> bool:
@@ -45,3 +46,25 @@ def open_or_index(path: str, *, index: str = "auto"):
     if index == "auto" and needs_index(path):
         index_on_first_use(path)
     return open_index(path)
+
+
+def open_source(src, index: str = "auto"):
+    """The :class:`~lirs.index.Index` of a Loader's ``source`` (a data file, a directory, a .lirs
+    sidecar, a one-item list of one of them, or an opened Index): :func:`open_or_index` with
+    ``index`` (one of :data:`INDEX_MODES`). UsageError for what is not a source."""
+    from .index import Index
+
+    if isinstance(index, Index):
+        raise TypeError("Loader takes its index as the source: Loader(index, batch_size, ...)")
+    if index not in INDEX_MODES:
+        raise UsageError(f"index must be one of {', '.join(map(repr, INDEX_MODES))}, got {index!r}")
+    if isinstance(src, Index):
+        return src
+    if isinstance(src, (list, tuple)):
+        if len(src) != 1:
+            raise UsageError("several data files form one dataset: pass their .lirs sidecar "
+                             "(lirs index FILES -o NAME.lirs) or an opened Index")
+        src = src[0]
+    if src is None:
+        raise UsageError("Loader needs a source: a data file, a directory, a .lirs sidecar or an Index")
+    return open_or_index(os.fspath(src), index=index)

@@ -55,8 +55,7 @@ from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH, DEFAULT_WIN
 from .cores import usable_cores
 from .engines import reads_are_copies
 from .errors import UsageError
-from .firstuse import open_or_index
-from .index import Index
+from .firstuse import open_source
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
 from .policies import DEFAULT_GRANULARITY, POLICIES
@@ -77,7 +76,6 @@ _ELASTIC_KEYS = ("batch_size", "rank", "world_size")  # may change between a sav
 # what the Loader took by position before everything after batch_size became keyword-only
 _OLD_POSITIONAL = ("granularity", "group_bytes", "window", "seed", "engine", "prefetch", "rank", "world_size",
                    "drop_last", "dtype", "permutation", "index")
-_INDEX_MODES = ("auto", "never")
 
 
 class Loader:
@@ -147,7 +145,7 @@ class Loader:
                  window=None, seed=0, engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1,
                  drop_last=False, dtype=np.float32, permutation="auto", index="auto", n_features=None,
                  zero_based="auto", depth=None, direct=None, transform=None, verify=False, threads=None):
-        self.index = self._open_index(source, index)
+        self.index = open_source(source, index)
         self._owns_index = self.index is not source  # opened here: released by close()
         self.batch_size = positive_int("batch_size", batch_size)
         self.prefetch = positive_int("prefetch", prefetch)
@@ -192,23 +190,6 @@ class Loader:
                                    "dtype": self.dtype.str})
 
     # ------------------------------------------------------------------ setup / teardown
-    @staticmethod
-    def _open_index(src, index):
-        if isinstance(index, Index):
-            raise TypeError("Loader takes its index as the source: Loader(index, batch_size, ...)")
-        if index not in _INDEX_MODES:
-            raise UsageError(f"index must be one of {', '.join(map(repr, _INDEX_MODES))}, got {index!r}")
-        if isinstance(src, Index):
-            return src
-        if isinstance(src, (list, tuple)):
-            if len(src) != 1:
-                raise UsageError("several data files form one dataset: pass their .lirs sidecar "
-                                 "(lirs index FILES -o NAME.lirs) or an opened Index")
-            src = src[0]
-        if src is None:
-            raise UsageError("Loader needs a source: a data file, a directory, a .lirs sidecar or an Index")
-        return open_or_index(os.fspath(src), index=index)
-
     @property
     def engine(self):
         """The engine of this process (created on first use; a forked child makes its own)."""
