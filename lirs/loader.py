@@ -177,6 +177,7 @@ class Loader:
         self.stats = LoaderStats()
         self._cfg = self._make_config()
         self._pos = ResumeState()  # where the consumer is (epoch None: nothing delivered yet)
+        self._moved = None  # (batch, epoch) delivered last, not folded into _pos yet (_position)
         self._resume: ResumeState | None = None  # a loaded state the next epoch(e) starts from
         self._next_epoch = 0  # the epoch a plain pass (``for b in loader``) starts
         self._stride, self._nb = 1, 0  # of the epoch being walked
@@ -294,13 +295,21 @@ class Loader:
     def position(self) -> ResumeState:
         """Where the consumer is, without the configuration (cheap: read once per batch by the
         torch adapter); :meth:`state` has the whole state."""
+        return self._position()
+
+    def _position(self) -> ResumeState:
+        """``_pos`` past the batch delivered last: folded in when asked for, not at each batch (a
+        state object a batch was a few Python calls on the consumer's thread, under the GIL)."""
+        if self._moved is not None:
+            (j, e), self._moved = self._moved, None
+            self._pos = self._pos.at(min(j + self._stride, self._nb), e)
         return self._pos
 
     def state(self) -> ResumeState:
         """Where the consumer is: the :class:`~lirs.state.ResumeState` of the next batch this loader
         would deliver (batches before it were received; with a stride, the next of its own
         sequence), or the loaded state it would start from, with this loader's configuration."""
-        pos = self._pos
+        pos = self._position()
         if self._resume is not None and pos.epoch is None:
             pos = self._resume
         return pos.replace(config=self._config(), worker=None)
@@ -343,7 +352,7 @@ class Loader:
             left = remainder(self.index.n, states[0].spans_list(), old["batch_size"], old["world_size"],
                              self.drop_last, self._progress(states, old["world_size"]))
             self._resume = ResumeState(epoch, 0, left)
-        self._pos = ResumeState()
+        self._pos, self._moved = ResumeState(), None
 
     def _check_state(self, state: ResumeState) -> None:
         cfg = self._config()
@@ -436,7 +445,7 @@ class Loader:
         # the pipeline starts after planning: cold, the planning kernels compile while helpers compile the rest
         warmup.prime_walk(self._warm, plan, first, stride, windows)
         self._ensure_started()
-        self._pos = ResumeState(epoch, first, spans)
+        self._pos, self._moved = ResumeState(epoch, first, spans), None
         self._stride, self._nb = stride, nb
         finish = None if self.transform is None else self._finisher(epoch)
         return EpochRun(self._pipeline, plan, epoch, first, self.prefetch, self._decoder.empty,
@@ -470,7 +479,7 @@ class Loader:
         moves past it."""
         if self.transform is None:
             out = Batch(np.asarray(bp.ids, np.int64), *out, run.epoch, bp.index, bp.piece)
-        self._pos = self._pos.at(min(bp.index + self._stride, self._nb), run.epoch)
+        self._moved = (bp.index, run.epoch)
         self.stats.batches += 1
         self.stats.records += len(bp.ids)
         return out
