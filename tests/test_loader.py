@@ -163,6 +163,31 @@ def test_resume_equals_uninterrupted(svm, engine_name):
         assert (got.X != want.X).nnz == 0 and np.array_equal(got.y, want.y)
 
 
+@pytest.mark.parametrize("granularity", ["group", "window"])
+def test_the_position_follows_every_batch_delivered_whoever_asks(svm, granularity):
+    # the position moves past a batch when it is asked for, not at each batch: asked after every
+    # batch, after some, or only at the end, with a stride and across epochs, it is the same
+    p, _, _, _ = svm
+    kw = dict(granularity=granularity, group_bytes=8192, window=4, seed=3, n_features=300)
+    with Loader(p, 64, **kw) as ld:
+        assert ld.position.epoch is None
+        for e, (stride, offset) in enumerate([(1, 0), (3, 1), (2, 1)]):
+            nb = ld.num_batches(e)
+            seen = []
+            for i, b in enumerate(ld.epoch(e, stride=stride, offset=offset)):
+                if i % (e + 1) == 0:  # every batch, every second, every third
+                    seen.append((ld.position.epoch, ld.position.next_batch, ld.state().next_batch))
+                    assert seen[-1] == (e, min(b.index + stride, nb), min(b.index + stride, nb))
+            assert (ld.position.epoch, ld.position.next_batch) == (e, nb)
+            assert ld.state().next_batch == nb and seen
+        it = ld.epoch(5)
+        next(it), next(it)
+        it.close()
+        assert (ld.state().epoch, ld.state().next_batch) == (5, 2)
+        next(ld.epoch(6))  # a new epoch starts: the last one's move is not carried into it
+        assert (ld.position.epoch, ld.position.next_batch) == (6, 1)
+
+
 def test_resume_refuses_another_configuration(svm):
     p, *_ = svm
     with Loader(p, 100, seed=1, n_features=300) as a:
