@@ -31,6 +31,8 @@ from .stream import Cursor
 from .steps import BatchPlan, Part, SharedStep
 from .windows import window_bounds, window_count, window_of, window_rows_step, window_step
 
+_tuple_new = tuple.__new__
+
 
 def walk(plan, start: int, stride: int, extents: bool | str, windows: tuple | None = None,
          units: bool = False):
@@ -170,10 +172,12 @@ class BatchSteps:
 
     @staticmethod
     def _plans(step, js, cuts: list) -> tuple:
-        """The plans of batches ``js``: rows ``cuts[i]:cuts[i + 1]`` of ``step``."""
+        """The plans of batches ``js``: rows ``cuts[i]:cuts[i + 1]`` of ``step``. A list, not a
+        generator, and each Part made by tuple's own constructor (a NamedTuple's is a Python
+        function): each Python call a batch costs the planning thread microseconds under the GIL."""
         last, ids = js[-1], step.ids
-        return tuple(BatchPlan(j, ids[a:b], (Part(step, a, b, j == last),))
-                     for j, a, b in zip(js, cuts[:-1], cuts[1:]))
+        return tuple([BatchPlan(j, ids[a:b], (_tuple_new(Part, (step, a, b, j == last)),))
+                      for j, a, b in zip(js, cuts[:-1], cuts[1:])])
 
 
 class WindowSteps:
