@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from .constants import INT32_MAX
 from .cores import usable_cores
-from .decode import (SpanDecoder, csr_batch, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord,
+from .decode import (SpanDecoder, csr_batch, csr_pieces, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord,
                      resolve_libsvm_params)
 from .errors import DataError
 from .kernels import io as KI
@@ -189,13 +189,7 @@ def cut_rows(X, cuts: list) -> list:
     at = ip[c].tolist()  # each cut's first value: one gather, not two numpy scalars a piece
     indptr = _row_pointers(X, at[-1] - at[0], cuts[-1] - cuts[0] + len(cuts) - 1)
     KR.rebase_each(ip, c, indptr)
-    out = []
-    o = 0
-    for i in range(len(cuts) - 1):
-        k, a, b = cuts[i + 1] - cuts[i], at[i], at[i + 1]
-        out.append(csr_batch(data[a:b], ind[a:b], indptr[o:o + k + 1], (k, n)))
-        o += k + 1
-    return out
+    return csr_pieces(data, ind, indptr, at, [hi - lo for lo, hi in zip(cuts[:-1], cuts[1:])], n)
 
 
 def _row_pointers(X, nnz: int, n: int) -> np.ndarray:

@@ -977,3 +977,29 @@ def test_a_loaders_span_decoder_gives_decode_libsvms_rows_with_int32_row_pointer
         return
     assert_same(got, ref, dtype)
     assert got[0].indptr.dtype == np.int32 and not calls
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_csr_pieces_are_each_pieces_csr_batch(monkeypatch, fast):
+    """lirs.decode.csr_pieces (a shared step's batches, made in one call) gives for each piece the
+    matrix csr_batch gives (the arrays shared, not copied), also on the fallback path."""
+    from lirs import decode as D
+    if not fast:
+        monkeypatch.setattr(D, "_CSR_BASE", None)
+    data, indices, indptr, (k, n) = _arrays("int32")
+    sizes = [0, 7, 1, 20, 22]
+    rows = np.concatenate([[0], np.cumsum(sizes)])
+    at = indptr[rows].tolist()
+    ptrs = np.concatenate([indptr[a:b + 1] - indptr[a] for a, b in zip(rows[:-1], rows[1:])]).astype(np.int32)
+    got = D.csr_pieces(data, indices, ptrs, at, sizes, n)
+    full = sp.csr_matrix((data, indices, indptr), shape=(k, n))
+    o = 0
+    for i, X in enumerate(got):
+        kk, a, b = sizes[i], at[i], at[i + 1]
+        want = D.csr_batch(data[a:b], indices[a:b], ptrs[o:o + kk + 1], (kk, n))
+        o += kk + 1
+        assert type(X) is sp.csr_matrix and vars(X).keys() == vars(want).keys() and X.shape == (kk, n)
+        assert a == b or np.shares_memory(X.data, data)
+        X.check_format(full_check=True)
+        np.testing.assert_array_equal(X.toarray(), want.toarray())
+        np.testing.assert_array_equal(X.toarray(), full[rows[i]:rows[i + 1]].toarray())
