@@ -14,12 +14,12 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 TREE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout these scripts belong to
 
 
-def tree_python(code: str, *args) -> list[str]:
-    """argv of ``python -c code args`` importing this tree's lirs, whatever the working directory.
-    ``-c`` puts the working directory first on sys.path, ahead of PYTHONPATH: run from another
-    checkout, a child would import that checkout's lirs (an A/B of two trees from one directory
-    would measure one lirs twice)."""
-    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {TREE!r})\n{code}", *map(str, args)]
+def tree_python(code: str, *args, tree: str = TREE) -> list[str]:
+    """argv of ``python -c code args`` importing this tree's lirs (or ``tree``'s: another checkout),
+    whatever the working directory. ``-c`` puts the working directory first on sys.path, ahead of
+    PYTHONPATH: run from another checkout, a child would import that checkout's lirs (an A/B of two
+    trees from one directory would measure one lirs twice)."""
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {tree!r})\n{code}", *map(str, args)]
 
 
 def drop_caches() -> bool:
