@@ -814,7 +814,46 @@ def sec_cores_gil():
             f"from `py-spy record --gil{gil_mode(d)}`{gil_records(d)}; the ceiling (records/s divided by that share) is what "
             f"the pipeline could reach with every core it wants while the GIL stays this busy.\n\n"
             + table(["mode", "granularity", "cores", "engine", "M records/s", "CPU µs/record", "GIL held",
-                     "ceiling M/s", "held by (% of wall)"], rows) + gil_blocking_note())
+                     "ceiling M/s", "held by (% of wall)"], rows) + gil_blocking_note() + work_note())
+
+
+def work_note() -> str:
+    """The Python work per batch, counted (``work.json``): this tree, and against an earlier one."""
+    w = load("work")
+    if not w:
+        return ""
+    against = w.get("against")
+    head = ["granularity", "bytecodes", "Python calls", "C calls"]
+    rows = []
+    for g, r in w["this"].items():
+        row = [g] + [f(r[k], ".0f" if k == "bytecodes" else ".1f") for k in ("bytecodes", "python_calls", "c_calls")]
+        if against:
+            a, q = against[g], w["this_vs_against"][g]
+            row += [f"{a['bytecodes']:.0f} / {a['python_calls']:.1f} / {a['c_calls']:.1f}",
+                    " / ".join(f(q[k], ".2f") for k in ("bytecodes", "python_calls", "c_calls"))]
+        rows.append(row)
+    if against:
+        head += [f"lirs at {next(iter(against.values()))['commit']}", "ratio"]
+    this = next(iter(w["this"].values()))["commit"]
+    return (f"\n\nThe Python work behind that share, per batch of one epoch, every thread, counted (not timed) under "
+            f"`sys.settrace` ({source(w)}; lirs at {this}{'' if not against else ', and the tree it is compared with'}; "
+            f"{w['data']['bytes'] / 1e6:.0f} MB kdd-like in /dev/shm, engine `buffered`, batch 1024). Each Python "
+            f"step on a read step's path runs after the step's bytes went through the caches, so it costs "
+            f"several times what it costs alone:\n\n" + table(head, rows) + _work_ab())
+
+
+def _work_ab() -> str:
+    """The GIL's share of the same two trees, timed in turns (``cores_gil_ab_work.json``)."""
+    ab = load("cores_gil_ab_work")
+    if not ab:
+        return ""
+    c = ab["after_vs_before"]
+    parts = [f"{g} {100 * r['gil_share']['before']:.1f}% → {100 * r['gil_share']['after']:.1f}% "
+             f"(p = {r['gil_share']['mann_whitney_p']:.2f}; records/s {r['records_per_s']['ratio']:.2f}×)"
+             for g, r in c.items()]
+    return (f"\n\nThe GIL's share of the same two trees on 2 cores, {len(ab['runs']) // 2} runs each in turns "
+            f"(`cores_gil_ab_work.json`; Mann-Whitney p): " + "; ".join(parts)
+            + ": the counted work's direction, within this machine's spread from run to run.")
 
 
 def gil_roles(row) -> str:
