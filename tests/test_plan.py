@@ -790,3 +790,32 @@ def test_a_large_steps_extents_hold_no_record_sized_arrays_and_a_small_steps_are
     for a in (big.ext_file, big.ext_offset, big.ext_nbytes):
         assert a.base is None or a.base.nbytes == a.nbytes  # its own memory: the record-sized array went
     assert small.ext_offset.base is not None and small.ext_offset.base.nbytes == 2000 * 8
+
+
+@pytest.mark.parametrize("files,big", [(1, 0.0), (3, 0.05)])
+def test_a_window_batch_inside_the_step_it_opened_is_planned_as_the_full_walk_plans_it(files, big):
+    """Most window batches take the rows right after the last batch's, inside the window step it
+    opened: planned without the walk's loop, they are the batches the loop plans (the same step,
+    rows and records), across window ends, for plain walks and over the spans of an elastic resume."""
+    from lirs.ranges import rank_spans
+    from lirs.walker import WindowSteps
+
+    idx = _variable_index(6000, 4, files=files, big=big)
+    for spans in (None, [[0, 900], [1500, 4100], [5000, 6000]]):
+        p = plan_epoch(idx, 50, "window", seed=5, group_bytes=8192, window=7, epoch=1)
+        if spans is not None:
+            from lirs.ranges import over_spans
+            p = over_spans(p, np.asarray(spans, np.int64))
+        mine = rank_spans(p)
+        fast, full = WindowSteps(p, mine, 1, False), WindowSteps(p, mine, 1, False)
+        took_fast = 0
+        for j in range(p.num_batches):
+            full.at = None  # the loop's own search, each batch
+            took_fast += fast.at is not None and fast.open is not None and fast.at[1] == fast.open[0]
+            a, b = fast.batch(j), full.batch(j)
+            assert a.index == b.index == j and np.array_equal(a.ids, b.ids) and a.piece == b.piece
+            assert [(q.step.number, q.lo, q.hi, q.last) for q in a.parts] == \
+                [(q.step.number, q.lo, q.hi, q.last) for q in b.parts]
+            assert all(np.array_equal(q.step.ids, r.step.ids) for q, r in zip(a.parts, b.parts))
+            assert a.ids.base is None  # its own copy, as the loop's concatenation makes it
+        assert took_fast > p.num_batches // 2
