@@ -812,7 +812,8 @@ def sec_cores_gil():
             f"({source(d)}; a {m.get('cpus', '?')}-core machine). Page cache: the file in /dev/shm, engine "
             f"`buffered`; device: the file on disk, the default engine. The GIL's share of the wall time comes "
             f"from `py-spy record --gil{gil_mode(d)}`{gil_records(d)}; the ceiling (records/s divided by that share) is what "
-            f"the pipeline could reach with every core it wants while the GIL stays this busy.\n\n"
+            f"the pipeline could reach with every core it wants while the GIL stays this busy."
+            + (f" {d['context']}" if d.get("context") else "") + "\n\n"
             + table(["mode", "granularity", "cores", "engine", "M records/s", "CPU µs/record", "GIL held",
                      "ceiling M/s", "held by (% of wall)"], rows) + gil_blocking_note() + work_note())
 
