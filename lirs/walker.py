@@ -221,11 +221,12 @@ class WindowSteps:
         lies between two of them (each piece is rows of consecutive windows)."""
         pieces = batch_pieces(self.plan, self.mine, j)
         o, at = self.open, self.at
-        if (self.mod is None and self.share and len(pieces) == 1 and o is not None and at is not None
+        if (self.share and len(pieces) == 1 and o is not None and at is not None
                 and at[0] == pieces[0][0] and at[1] == o[0] and o[1] <= at[2]
                 and at[2] + pieces[0][1] - pieces[0][0] <= o[2]):
             # most batches: the rows right after the last batch's, inside the window step it opened
-            # (what the loop below finds, without its Python a batch)
+            # (what the loop below finds, without its Python a batch; with own(), that window is
+            # one of this walk's and the batch is whole)
             a, b = at[2], at[2] + pieces[0][1] - pieces[0][0]
             self.at = (pieces[0][1], o[0], b)
             part = _tuple_new(Part, (o[3], a - o[1], b - o[1], b == o[2]))

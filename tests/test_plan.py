@@ -807,15 +807,22 @@ def test_a_window_batch_inside_the_step_it_opened_is_planned_as_the_full_walk_pl
             from lirs.ranges import over_spans
             p = over_spans(p, np.asarray(spans, np.int64))
         mine = rank_spans(p)
-        fast, full = WindowSteps(p, mine, 1, False), WindowSteps(p, mine, 1, False)
-        took_fast = 0
-        for j in range(p.num_batches):
-            full.at = None  # the loop's own search, each batch
-            took_fast += fast.at is not None and fast.open is not None and fast.at[1] == fast.open[0]
-            a, b = fast.batch(j), full.batch(j)
-            assert a.index == b.index == j and np.array_equal(a.ids, b.ids) and a.piece == b.piece
-            assert [(q.step.number, q.lo, q.hi, q.last) for q in a.parts] == \
-                [(q.step.number, q.lo, q.hi, q.last) for q in b.parts]
-            assert all(np.array_equal(q.step.ids, r.step.ids) for q, r in zip(a.parts, b.parts))
-            assert a.ids.base is None  # its own copy, as the loop's concatenation makes it
-        assert took_fast > p.num_batches // 2
+        for own in (None, (0, 2), (1, 3)):  # a plain walk, and DataLoader workers' walks over some windows
+            fast, full = WindowSteps(p, mine, 1, False), WindowSteps(p, mine, 1, False)
+            if own:
+                fast.own(*own)
+                full.own(*own)
+            took_fast = 0
+            for j in range(p.num_batches):
+                full.at = None  # the loop's own search, each batch
+                took_fast += fast.at is not None and fast.open is not None and fast.at[1] == fast.open[0]
+                a, b = fast.batch(j), full.batch(j)
+                a, b = (a if isinstance(a, list) else [a]), (b if isinstance(b, list) else [b])
+                assert len(a) == len(b)
+                for x, y in zip(a, b):
+                    assert x.index == y.index == j and np.array_equal(x.ids, y.ids) and x.piece == y.piece
+                    assert [(q.step.number, q.lo, q.hi, q.last) for q in x.parts] == \
+                        [(q.step.number, q.lo, q.hi, q.last) for q in y.parts]
+                    assert all(np.array_equal(q.step.ids, r.step.ids) for q, r in zip(x.parts, y.parts))
+                    assert x.ids.base is None  # its own copy, as the loop's concatenation makes it
+            assert took_fast > p.num_batches // (2 if own is None else 2 * own[1])
