@@ -231,10 +231,10 @@ class SpanDecoder:
     on the calling thread, with the options fixed once (no query IDs).
 
     ``decoder(buf, starts, ends, where, nnz_bound)`` -> (X, y): ``buf`` a uint8 (m,) array,
-    ``starts``/``ends`` read-only int64 (k,) arrays (the types the kernels are compiled for), ``where`` and ``nnz_bound`` as for :func:`decode_libsvm`. It skips what
-    :func:`decode_libsvm` does for any caller's arguments (conversions, checks, the choice of
-    dtypes): each Python call on a read step's path costs microseconds (the step's bytes have just
-    gone through the caches)."""
+    ``starts``/``ends`` read-only int64 (k,) arrays (the types the kernels are compiled for),
+    ``where`` and ``nnz_bound`` as for :func:`decode_libsvm`. It skips what :func:`decode_libsvm`
+    does for any caller's arguments (conversions, checks, the choice of dtypes): each Python call
+    on a read step's path costs microseconds (the step's bytes have just gone through the caches)."""
 
     def __init__(self, n_features: int, zero_based: bool, dtype):
         self.n_features, self.zero_based, self.dtype = int(n_features), bool(zero_based), np.dtype(dtype)
