@@ -115,20 +115,12 @@ class Recycler:
     def empty(self, n: int, dtype, min_bytes: int | None = None) -> np.ndarray:
         """An uninitialised, writable 1-D array of ``n`` items of ``dtype``, page-aligned when it
         is at least ``min_bytes`` (default: the pool's; then in a recycled block), else from numpy."""
-        dtype = np.dtype(dtype)
-        nbytes = int(n) * dtype.itemsize
-        if nbytes < (self.min_bytes if min_bytes is None else int(min_bytes)):
-            return np.empty(int(n), dtype)
-        try:
-            block = self._take(nbytes)
-        except OSError:  # no new map (address space, a map-count limit): numpy's memory, as below the size
-            return np.empty(int(n), dtype)
-        return self._lend(block, nbytes).view(dtype)
+        return self.empties(n, (dtype,), min_bytes)[0]
 
     def empties(self, n: int, dtypes: tuple, min_bytes: int | None = None) -> tuple:
         """Arrays of ``n`` items of each of ``dtypes`` (uninitialised, writable, 1-D), lying one
-        after the other in one block as :meth:`empty` makes it (each starting on a cache line) when
-        together they hold at least ``min_bytes``, else from numpy. The block goes back when the
+        after the other in one recycled block (the first page-aligned, each starting on a cache line)
+        when together they hold at least ``min_bytes``, else from numpy. The block goes back when the
         last view of any of them is gone: arrays made and let go together (a read step's decoded
         indices and values), for the Python work of one block instead of one each."""
         n = int(n)
@@ -141,7 +133,7 @@ class Recycler:
         if end >= (self.min_bytes if min_bytes is None else int(min_bytes)):
             try:
                 block = self._take(end)
-            except OSError:  # no new map, as in empty(): numpy's memory
+            except OSError:  # no new map (address space, a map-count limit): numpy's memory
                 pass
         if block is None:
             return tuple([np.empty(n, d) for _, _, d in spans])

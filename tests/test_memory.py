@@ -116,6 +116,9 @@ def test_no_map_to_be_had_gives_numpys_memory(monkeypatch):
     a = r.empty(1 << 16, np.float32)
     a[:] = 3
     assert a.shape == (1 << 16,) and a.dtype == np.float32 and a.base is None and r.made == 0
+    b, c = r.empties(1 << 16, (np.int32, np.float64))  # arrays made together: the same way out
+    assert (b.dtype, c.dtype, b.shape, c.shape) == (np.int32, np.float64, (1 << 16,), (1 << 16,))
+    assert b.base is None and c.base is None and r.made == 0
 
 
 def test_a_huge_request_never_takes_a_block_twice_its_size():
