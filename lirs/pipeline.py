@@ -334,9 +334,9 @@ class EpochRun:
         # planned on a thread of its own, ahead of the consumer (lirs.ahead): a window's batches ahead
         # extents deferred to the pool thread that reads each step, or found ahead (walk_extents)
         # units (no finish): a shared step's batches are one pending item (lirs.steps.SharedStep)
-        ext = walk_extents(plan.granularity, pipeline.engine.direct, pipeline.cores)
+        ext, units = walk_extents(plan.granularity, pipeline.engine.direct, pipeline.cores), units and finish is None
         self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents=ext, stride=int(stride), windows=windows,
-                                                                 units=units and finish is None), plans_ahead(plan))
+                                                                 units=units), plans_ahead(plan, units))
         self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.helpable = POLICIES[plan.granularity].consumer_helps
         self.pending: collections.deque = collections.deque()  # Pending batches, in order

@@ -58,7 +58,14 @@ class Policy:
         each record reads a whole block, and a batch is a step of its own (the paper's baseline)."""
         if self.steps != "batches" or (self.unit == "record" and plan.align > 1):
             return 1
-        return max(1, min(plan.num_batches, -int(-STEP_MIN_BYTES // max(batch_bytes(plan), 1.0))))
+        return _step_batches(plan)
+
+    def batches_per_unit(self, plan) -> int:
+        """Consecutive batches the consumer takes together as one item (a
+        :class:`~lirs.steps.SharedStep`): a step's batches (:meth:`batches_per_step`); for window
+        steps, batches of one window step, as many as STEP_MIN_BYTES holds (a window feeds
+        hundreds: taken a few at a time, what the consumer holds ready stays a step's worth)."""
+        return _step_batches(plan) if self.uses_window else self.batches_per_step(plan)
 
     def steps_in_flight(self, plan, prefetch: int, workers: int = 0, windows: int = WINDOWS_IN_FLIGHT) -> int:
         """Read steps an epoch keeps in flight: ``prefetch + 1`` (one per batch); when a step feeds
@@ -87,6 +94,12 @@ GRANULARITIES = tuple(POLICIES)
 # most random first: instance, then window (its batches close to uniform), page, group
 RANDOMNESS_ORDER = tuple(sorted(POLICIES, key=lambda g: POLICIES[g].randomness))
 DEFAULT_GRANULARITY = "window"
+
+
+def _step_batches(plan) -> int:
+    """Batches whose bytes fill STEP_MIN_BYTES in ``plan`` (by the dataset's mean record size), at
+    least one, at most the epoch's."""
+    return max(1, min(plan.num_batches, -int(-STEP_MIN_BYTES // max(batch_bytes(plan), 1.0))))
 
 
 def batch_bytes(plan) -> float:
@@ -133,13 +146,17 @@ def walk_extents(granularity: str, direct: bool, cores: int) -> bool | str:
     return True if many and POLICIES[granularity].unit == "group" else "defer"
 
 
-def plans_ahead(plan) -> int:
+def plans_ahead(plan, units: bool = False) -> int:
     """Batch plans an epoch keeps ready ahead of its consumer (0: the planner's default): for window
     steps, the batches one window feeds, which the consumer takes at once to hand out the window
-    after (see :data:`lirs.constants.PLAN_AHEAD_MAX_BATCHES`)."""
-    if not POLICIES[plan.granularity].uses_window:
+    after (see :data:`lirs.constants.PLAN_AHEAD_MAX_BATCHES`); with ``units`` (a walk in
+    :class:`~lirs.steps.SharedStep` items) the items those batches come in: their units
+    (:meth:`Policy.batches_per_unit` batches each) and one more at each end."""
+    pol = POLICIES[plan.granularity]
+    if not pol.uses_window:
         return 0
-    return -int(-plan.window * plan.group_bytes // max(batch_bytes(plan), 1.0))
+    n = -int(-plan.window * plan.group_bytes // max(batch_bytes(plan), 1.0))
+    return -(-n // pol.batches_per_unit(plan)) + 2 if units else n
 
 
 def ring_slots(plan, workers: int, prefetch: int, slot_bytes: int, bundle_batches: int, by_window: bool,

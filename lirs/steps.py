@@ -102,15 +102,19 @@ class BatchPlan:
 
 
 class SharedStep(NamedTuple):
-    """The batches of one read step that several consecutive batches of a walk share, planned and
-    handed out as one (``walk(..., units=True)``): the consumer waits for ``step`` once and then
-    takes each batch's rows, instead of handling a batch at a time. ``plans``: the
-    :class:`BatchPlan` of each of its batches, in walk order, each one :class:`Part` of ``step``."""
+    """Consecutive batches of a walk that take rows of one read step only, planned and handed out
+    as one (``walk(..., units=True)``): a group step's batches, or some of a window's. The
+    consumer waits for ``step`` once and then takes each batch's rows, instead of handling a batch
+    at a time. ``plans``: the :class:`BatchPlan` of each of its batches, in walk order, each one
+    :class:`Part` of ``step``, back to back."""
 
     step: ReadStep
     plans: tuple
 
     @property
     def parts(self) -> tuple:
-        """What the batches take together: all of ``step``, which none after them needs."""
-        return (Part(self.step, 0, len(self.step.ids), True),)
+        """What the batches take together: the step's rows from the first one's to the last
+        one's, and whether a later batch still needs the step (all of a group step, which none
+        after them needs)."""
+        first, last = self.plans[0].parts[0], self.plans[-1].parts[0]
+        return (Part(self.step, first.lo, last.hi, last.last),)

@@ -53,8 +53,9 @@ def walk(plan, start: int, stride: int, extents: bool | str, windows: tuple | No
     source = STEP_SOURCES[pol.steps](plan, mine, int(stride), extents)
     if windows is not None:
         source.own(*windows)
-    if units and getattr(source, "per", 1) > 1:
-        yield from source.units(int(start))
+    items = source.units(int(start)) if units else None
+    if items is not None:
+        yield from items
         return
     for j in range(int(start), plan.num_batches, int(stride)):
         bp = source.batch(j)
@@ -113,9 +114,13 @@ class BatchSteps:
         return bp
 
     def units(self, j: int):
-        """Yield a :class:`~lirs.steps.SharedStep` for each step from batch ``j`` on (the walk's
-        batches, in order): a consumer that takes a step's batches together does the per-batch
-        work of planning, waiting and bookkeeping once a step."""
+        """An iterator of a :class:`~lirs.steps.SharedStep` for each step from batch ``j`` on (the
+        walk's batches, in order): a consumer that takes a step's batches together does the
+        per-batch work of planning, waiting and bookkeeping once a step. None where a step feeds
+        one batch."""
+        return self._units(j) if self.per > 1 else None
+
+    def _units(self, j: int):
         while j < self.plan.num_batches:
             plans = self._share(j)
             yield SharedStep(plans[0].parts[0].step, plans)
@@ -199,6 +204,65 @@ class WindowSteps:
         if not 0 <= int(me) < int(mod):
             raise UsageError(f"windows=(w, W) needs 0 <= w < W, got ({me}, {mod})")
         self.me, self.mod = int(me), int(mod)
+
+    def units(self, j: int):
+        """An iterator of the walk's batches from batch ``j`` on, consecutive ones that take rows
+        of one window step only (a window's batches but the one it ends in the next) grouped as a
+        :class:`~lirs.steps.SharedStep` of at most ``batches_per_unit`` (the others, and pieces
+        of batches, as they come): the consumer waits, plans and keeps its books once for them,
+        as for a group step's. None for a strided walk (its steps are the walk's rows only)."""
+        return self._units(j, POLICIES[self.plan.granularity].batches_per_unit(self.plan)) if self.share else None
+
+    def _units(self, j: int, per: int):
+        run: list = []  # plans of consecutive batches, each rows of the step of the first one
+        n = self.plan.num_batches
+        while j < n:
+            if not run:
+                run = self._inside(j, per)
+                if run:
+                    j += len(run)
+                    if len(run) == per or run[-1].parts[0].last:
+                        yield _unit(run)
+                        run = []
+                    continue
+            got = self.batch(j)
+            j += 1
+            for bp in got if type(got) is list else (got,):
+                parts = bp.parts
+                if run and not (len(parts) == 1 and parts[0].step is run[0].parts[0].step):
+                    yield _unit(run)
+                    run = []
+                if len(parts) != 1:
+                    yield bp
+                    continue
+                run.append(bp)
+                if parts[0].last or len(run) >= per:  # the step ends here, or the unit is full
+                    yield _unit(run)
+                    run = []
+        if run:
+            yield _unit(run)
+
+    def _inside(self, j: int, per: int) -> list:
+        """The plans of batches ``j, j + 1, ..`` (``per`` at most) whose rows come right after the
+        last batch's inside the window step it opened, for a plan of one span: what :meth:`batch`
+        plans for each (its short way), in one loop. Whole batches only (the epoch's last one,
+        which may be short, is left to :meth:`batch`); empty where there are none."""
+        o, at, p = self.open, self.at, self.plan
+        if o is None or at is None or len(self.mine) != 1 or at[1] != o[0] or at[2] < o[1]:
+            return []
+        B = p.batch_size
+        pos = int(self.mine[0, 0]) + j * B
+        k = min(per, (o[2] - at[2]) // B, (p.size - j * B) // B - 1)
+        if at[0] != pos or k <= 0:
+            return []
+        step, base, end, ids = o[3], o[1], o[2], o[3].ids
+        plans = []
+        for a in range(at[2], at[2] + k * B, B):
+            part = _tuple_new(Part, (step, a - base, a + B - base, a + B == end))
+            plans.append(BatchPlan(j, ids[part.lo:part.hi].copy(), (part,)))
+            j += 1
+        self.at = (pos + k * B, o[0], at[2] + k * B)
+        return plans
 
     def size(self, w: int) -> int:
         """Records of window ``w``."""
@@ -314,6 +378,11 @@ class WindowSteps:
             if all(int(lo) - first >= size for lo, _ in pieces):
                 break  # this batch starts past the window: the later ones too
         return out
+
+
+def _unit(plans: list):
+    """One plan as it is, or consecutive plans of one step as a :class:`~lirs.steps.SharedStep`."""
+    return plans[0] if len(plans) == 1 else SharedStep(plans[0].parts[0].step, tuple(plans))
 
 
 # how each shape of read step (lirs.policies.STEP_SHAPES) is walked

@@ -84,7 +84,7 @@ def test_a_count_of_plans_sets_the_lead(batches):
 
 
 def test_a_window_epoch_plans_a_window_ahead(tmp_path):
-    from lirs.policies import plans_ahead
+    from lirs.policies import POLICIES, plans_ahead
 
     path = str(tmp_path / "w.svm")
     rng = np.random.default_rng(5)
@@ -96,9 +96,14 @@ def test_a_window_epoch_plans_a_window_ahead(tmp_path):
         per = plans_ahead(plan)
         batch_bytes = 32 * ld.index.payload_bytes / ld.index.n
         assert per == -int(-8 * 4096 // batch_bytes) and per > 16  # more than the default two chunks
-        run = ld._begin(0, 0)  # the epoch's planner keeps that many plans ahead
+        # the Loader's walk hands a window's batches out a few at a time (lirs.walker.WindowSteps.units):
+        # its planner keeps the items those plans come in ahead
+        unit = POLICIES["window"].batches_per_unit(plan)
+        items = plans_ahead(plan, units=True)
+        assert items == -(-per // unit) + 2
+        run = ld._begin(0, 0)
         try:
-            assert isinstance(run.batches, PlanAhead) and run.batches._q.maxsize * 8 >= per
+            assert isinstance(run.batches, PlanAhead) and run.batches._q.maxsize * 8 >= items
         finally:
             run.abandon()
     with lirs.Loader(path, 32, granularity="group", group_bytes=4096) as ld:

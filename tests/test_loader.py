@@ -562,6 +562,45 @@ def test_a_shared_steps_batches_come_from_one_wait_and_resume_inside_it(svm, mon
         assert np.array_equal(a.ids, b.ids) and (a.X != b.X).nnz == 0 and np.array_equal(a.y, b.y)
 
 
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_a_windows_batches_come_a_few_from_one_wait_and_resume_inside_them(svm, monkeypatch, prefetch):
+    """Window epochs: the consumer takes consecutive batches of one window step as one item (one
+    wait for them, lirs.walker.WindowSteps.units), and a batch that spans two windows alone; the
+    batches are the plan's, matching sklearn, and a state saved between two batches of one item
+    resumes with exactly the batches after it."""
+    from lirs.pipeline import EpochRun
+    from lirs.steps import SharedStep
+
+    p, idx, X, y = svm
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", int(3.5 * 50 * idx.payload_bytes / idx.n))
+    waits = []
+    real = EpochRun.wait
+    monkeypatch.setattr(EpochRun, "wait", lambda self, item: waits.append(item) or real(self, item))
+    kw = dict(granularity="window", group_bytes=8192, window=5, seed=5, engine="buffered", direct=False,
+              n_features=300, prefetch=prefetch)
+    with Loader(p, 50, **kw) as loader:
+        plan = loader.plan(0)
+        items = list(plan.batches(extents=False, units=True))
+        batches, states = [], []
+        for b in loader.epoch(0):
+            batches.append(b)
+            states.append(loader.state_dict())
+    assert len(waits) == len(items) < len(batches)
+    assert [type(w.plan) for w in waits] == [type(u) for u in items]
+    assert [b.index for b in batches] == list(range(plan.num_batches))
+    for b, bp in zip(batches, plan.batches(extents=False)):
+        assert np.array_equal(b.ids, bp.ids)
+    _assert_libsvm_batches(batches, X, y, idx.n)
+    first = [u.plans[0].index for u in items if isinstance(u, SharedStep)]
+    k = first[len(first) // 2]  # the first batch of an item, its next one in the same item
+    with Loader(p, 50, **kw) as loader:
+        loader.load_state_dict(states[k])
+        rest = list(loader.epoch(0))
+    assert [b.index for b in rest] == list(range(k + 1, plan.num_batches))
+    for a, b in zip(rest, batches[k + 1:]):
+        assert np.array_equal(a.ids, b.ids) and (a.X != b.X).nnz == 0 and np.array_equal(a.y, b.y)
+
+
 def test_the_last_plan_is_let_go_before_the_next_is_made(svm):
     """Two epochs' permutations (4 B a unit each) are never held at once by the Loader's cache."""
     import weakref

@@ -826,3 +826,57 @@ def test_a_window_batch_inside_the_step_it_opened_is_planned_as_the_full_walk_pl
                     assert all(np.array_equal(q.step.ids, r.step.ids) for q, r in zip(x.parts, y.parts))
                     assert x.ids.base is None  # its own copy, as the loop's concatenation makes it
             assert took_fast > p.num_batches // (2 if own is None else 2 * own[1])
+
+
+@pytest.mark.parametrize("start,spans,own,rank", [(0, None, None, 0), (7, None, None, 0), (2, None, None, 1),
+                                                  (0, [[0, 900], [1500, 4100], [5000, 6000]], None, 0),
+                                                  (3, [[100, 4000], [4500, 6000]], None, 0), (0, None, (0, 2), 0),
+                                                  (0, None, (1, 3), 0)])
+def test_a_window_walk_in_units_gives_the_plain_walks_batches_a_few_at_a_time(monkeypatch, start, spans, own, rank):
+    """``batches(units=True)`` over window steps (the Loader's walk): consecutive batches that take
+    rows of one window step only come as a SharedStep of at most ``batches_per_unit`` of them,
+    back to back, with what they take together (from the first one's rows to the last one's, and
+    whether a later batch needs the step); a batch that spans two windows, and a piece of one,
+    come alone. Flattened, exactly the plain walk's plans (from any start, over an elastic
+    resume's spans, a rank's, for DataLoader workers' walks over some windows)."""
+    from lirs.policies import POLICIES
+    from lirs.steps import SharedStep
+
+    idx = _variable_index(6000, 4, files=2, big=0.02)
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", int(3.5 * 50 * idx.payload_bytes / idx.n))
+    p = plan_epoch(idx, 50, "window", seed=5, group_bytes=8192, window=7, epoch=1, rank=rank, world_size=1 + rank)
+    if spans is not None:
+        from lirs.ranges import over_spans
+        p = over_spans(p, np.asarray(spans, np.int64))
+    windows = own if own is not None else None
+    per = POLICIES["window"].batches_per_unit(p)
+    plain = list(p.batches(start, windows=windows))
+    units = list(p.batches(start, windows=windows, units=True))
+    flat, shared = [], 0
+    for u in units:
+        if not isinstance(u, SharedStep):
+            flat.append(u)
+            continue
+        shared += 1
+        assert 1 < len(u.plans) <= per
+        assert all(len(bp.parts) == 1 and bp.parts[0].step is u.step for bp in u.plans)
+        assert [bp.parts[0].hi for bp in u.plans[:-1]] == [bp.parts[0].lo for bp in u.plans[1:]]
+        assert not any(bp.parts[0].last for bp in u.plans[:-1])
+        ((step, lo, hi, last),) = u.parts
+        assert (step, lo, hi, last) == (u.step, u.plans[0].parts[0].lo, u.plans[-1].parts[0].hi, u.plans[-1].parts[0].last)
+        flat.extend(u.plans)
+    assert per == 4 and shared > len(plain) // 8 and len(units) < len(plain)
+    assert len(flat) == len(plain)
+    for a, b in zip(plain, flat):
+        assert a.index == b.index and a.piece == b.piece and np.array_equal(a.ids, b.ids)
+        assert [(q.step.number, q.lo, q.hi, q.last) for q in a.parts] == [(q.step.number, q.lo, q.hi, q.last) for q in b.parts]
+
+
+def test_a_strided_window_walk_comes_a_batch_at_a_time():
+    """A strided window walk (its steps hold the walk's rows only) has no units: its plans as they are."""
+    idx = _variable_index(3000, 4)
+    p = plan_epoch(idx, 50, "window", seed=5, group_bytes=8192, window=7)
+    plain = list(p.batches(1, stride=3))
+    units = list(p.batches(1, stride=3, units=True))
+    assert [type(u).__name__ for u in units] == ["BatchPlan"] * len(plain)
+    assert [u.index for u in units] == [u.index for u in plain]
