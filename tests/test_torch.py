@@ -1175,3 +1175,28 @@ def test_workers_forked_on_a_cold_cache_inherit_the_kernels(kdd_file, tmp_path):
     assert lines[-2:] == ["2500", ""]
     compiled = {ln.split()[-1] for ln in lines if ln.startswith("worker compiled")}
     assert compiled and all(k.startswith("lirs.kernels.pack.") for k in compiled), sorted(compiled)
+
+
+def test_joined_pieces_keep_their_dtypes_and_take_no_intra_op_threads(monkeypatch):
+    """Pieces of a window batch are joined by numpy on the consumer's thread: torch.cat (which
+    splits a large copy over torch's intra-op threads, slow beside busy workers) is not called for
+    numpy's dtypes; int64 column indices widen the joined row pointers; a bfloat16 label (a dtype
+    numpy lacks) still joins."""
+    from lirs import workers
+
+    dense = torch.arange(1, 13, dtype=torch.float64).reshape(4, 3)
+    a = {"ids": torch.arange(2), "X": dense[:2].to_sparse_csr(), "y": torch.zeros(2, dtype=torch.bfloat16)}
+    b64 = dense[2:].to_sparse_csr()
+    b64 = torch.sparse_csr_tensor(b64.crow_indices().long(), b64.col_indices().long(), b64.values(), size=b64.shape)
+    a32 = torch.sparse_csr_tensor(a["X"].crow_indices().int(), a["X"].col_indices().int(), a["X"].values(), size=(2, 3))
+    cats = []
+    real = torch.cat
+    monkeypatch.setattr(torch, "cat", lambda ts, *args, **kw: cats.append(ts[0].dtype) or real(ts, *args, **kw))
+    j = workers.join_outputs([{**a, "X": a32}, {"ids": torch.arange(2, 4), "X": b64, "y": torch.ones(2, dtype=torch.bfloat16)}])
+    assert cats == [torch.bfloat16]  # the labels only
+    assert j["X"].crow_indices().dtype == j["X"].col_indices().dtype == torch.int64
+    assert torch.equal(j["X"].to_dense(), dense) and j["X"].values().dtype == torch.float64
+    assert j["y"].dtype == torch.bfloat16 and j["y"].tolist() == [0, 0, 1, 1] and torch.equal(j["ids"], torch.arange(4))
+    k = workers.join_outputs([{**a, "X": a32, "y": None}, {**a, "X": a32, "y": None}])
+    assert k["X"].crow_indices().dtype == torch.int32 and k["X"].crow_indices().tolist() == [0, 3, 6, 9, 12]
+    assert cats == [torch.bfloat16] and k["y"] is None
