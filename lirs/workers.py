@@ -29,7 +29,7 @@ from . import warmup
 from .cores import usable_cores
 from .memory import shared_array, shared_block
 from .policies import ring_slots
-from .tensors import array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, unpack, x_parts
+from .tensors import array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, unpack, unpack_many, x_parts
 
 
 def worker_of() -> tuple[int, int]:
@@ -336,7 +336,7 @@ def unpack_bundle(buf, metas, indices):
 
 def _unbundled(buf, metas, indices):
     """Every output of a bundle views ``buf`` (a slot is free again once the last of them is gone)."""
-    return Unbundled(indices, [unpack(buf, m) for m in metas])
+    return Unbundled(indices, unpack_many(buf, metas))
 
 
 class Unbundled(NamedTuple):

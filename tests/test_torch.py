@@ -755,6 +755,35 @@ def test_a_workers_bundle_packs_the_loaders_arrays_as_the_tensors_would_be(small
     assert tensors.batch_arrays(batches[0], sparse, label) is None or fast
 
 
+def test_a_bundles_batches_unpack_as_views_of_its_buffer_as_each_one_alone():
+    """unpack_many (the main process, once a bundle): each batch's output is what unpack gives it
+    alone, its tensors views of the bundle's buffer (no copy); a buffer not on an ALIGN boundary
+    is unpacked a batch at a time."""
+    from lirs import tensors
+
+    rng = np.random.default_rng(2)
+    metas, chunks, o = [], [], 0
+    for k in (3, 5, 1):
+        arrays = [np.arange(k, dtype=np.int64) + o, rng.random(k).astype(np.float64),
+                  rng.random((k, 4)).astype(np.float32)]
+        spans, total = tensors.array_spans(arrays)
+        host = np.zeros(total, np.uint8)
+        tensors.pack_arrays(host, arrays, spans)
+        metas.append(("dense", (k, 4), True, "tuple", [(a + o, nb, dt, sh) for a, nb, dt, sh in spans]))
+        chunks.append(host)
+        o += total
+    buf = torch.from_numpy(np.concatenate(chunks))
+    many, alone = tensors.unpack_many(buf, metas), [tensors.unpack(buf, m) for m in metas]
+    for g, w in zip(many, alone):
+        _same_output(g, w)
+        assert all(t.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr() for t in g if t is not None)
+    off = torch.zeros(o + 8, dtype=torch.uint8)
+    off[8:] = buf
+    assert off[8:].storage_offset() % tensors.ALIGN
+    for g, w in zip(tensors.unpack_many(off[8:], metas), alone):
+        _same_output(g, w)
+
+
 def test_pack_arrays_lays_out_what_span_views_read():
     from lirs import tensors
 
