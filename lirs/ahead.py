@@ -41,14 +41,17 @@ class PlanAhead:
         # ``ahead`` chunks, or enough for ``batches`` plans (window steps: the consumer takes a window's
         # plans at once to hand out the window after), up to PLAN_AHEAD_MAX_BATCHES plans; the first
         # chunks are short (1, 2, 4, ...): three more cover them
+        # chunks; of at most an eighth of them (items of many batches each, a window's units, come
+        # one a chunk), so that the chunks beyond them hold a few items more, not a window more
         b = min(int(batches), PLAN_AHEAD_MAX_BATCHES)
-        many = -(-b // max(1, int(chunk))) + 3 if b > 0 else 0
+        chunk = max(1, min(int(chunk), b // 8)) if b > 0 else max(1, int(chunk))
+        many = -(-b // chunk) + 3 if b > 0 else 0
         self._q: queue.Queue = queue.Queue(maxsize=max(1, int(ahead), many))
         self._stop = threading.Event()
         self._have: collections.deque = collections.deque()
         self._done = False
         self._stopped = False
-        self._chunk = max(1, int(chunk))
+        self._chunk = chunk
         self._it = None
         self._thread = None  # started once the consumer has the first item
 
