@@ -403,7 +403,21 @@ def _torch_window_recheck_line() -> str:
         return ""
     return (f" Measured again later ({source(r)}, median of {r['repeats']}): `num_workers=2` at {_two_workers(r)}, "
             f"4 workers at {f(r['ratio_vs_w0']['torch_w4'])}×; the workers took "
-            f"{f(r['cpu_ratio_vs_loader']['torch_w2'])}× the Loader's CPU.")
+            f"{f(r['cpu_ratio_vs_loader']['torch_w2'])}× the Loader's CPU." + _torch_window_workers_ab_line())
+
+
+def _torch_window_workers_ab_line() -> str:
+    """The 2-worker ratio of two trees in turns (``torch_window_workers_ab.json``)."""
+    r = load("torch_window_workers_ab")
+    if not r:
+        return ""
+    m, p, b, a = r["median"], r["mann_whitney_p"], r["before"], r["after"]
+    w0 = r["lists"][b]["records_per_s_w0"] + r["lists"][a]["records_per_s_w0"]
+    return (f" Two trees in turns, lirs at {b} and at {a}, {len(r['runs']) // 2} runs each (`benchmarks/results/"
+            f"torch_window_workers_ab.json`, {(r['runs'][0]['result'].get('date') or '')[:10]}): `num_workers=2` at "
+            f"{f(m[b]['ratio_w2_vs_w0'])}× and {f(m[a]['ratio_w2_vs_w0'])}× `num_workers=0` (p = "
+            f"{f(p['ratio_w2_vs_w0'])}), below the goal on a slower day (`num_workers=0` {min(w0) / 1e6:.2f}–"
+            f"{max(w0) / 1e6:.2f}M records/s), the workers taking {f(m[a]['cpu_s_w2_vs_loader'])}× the Loader's CPU.")
 
 
 def _two_workers(r) -> str:
