@@ -468,11 +468,16 @@ class Loader:
         return self._shared(run, item, results)
 
     def _shared(self, run: EpochRun, item, results):
+        """Each batch of a shared step (no transform: see EpochRun), as :meth:`_made` makes one,
+        in one loop (a call less a batch, on the consumer's thread)."""
         run.release(item)
-        plans = item.plan.plans
+        plans, epoch, stats = item.plan.plans, run.epoch, self.stats
         cuts = [bp.parts[0].lo for bp in plans] + [plans[-1].parts[0].hi]
-        for bp, got in zip(plans, rows_each(results[0], cuts)):
-            yield self._made(run, bp, got)
+        for bp, (X, y) in zip(plans, rows_each(results[0], cuts)):
+            self._moved = (bp.index, epoch)
+            stats.batches += 1
+            stats.records += len(bp.ids)
+            yield Batch(bp.ids, X, y, epoch, bp.index, bp.piece)
 
     def _made(self, run: EpochRun, bp, out):
         """Batch ``bp`` from its rows ``out`` = (X, y) (or the transform's result); the position
