@@ -208,14 +208,15 @@ def test_extra_threads_leave_steps_to_a_consumer_inside_the_loader(svm, monkeypa
 
     monkeypatch.setattr(pipeline, "usable_cores", lambda: 2)
     monkeypatch.setattr(pipeline.Pipeline, "_core_idle", lambda self: True)
-    inside, away = [], []
-    real = loader_mod.Loader._made
+    inside, away, lds = [], [], []
+    real = loader_mod.rows_each
 
-    def made(self, run, bp, out):
-        inside.append(self._pipeline.consumer_in)
-        return real(self, run, bp, out)
-    monkeypatch.setattr(loader_mod.Loader, "_made", made)
+    def rows_each(step_rows, cuts):  # a shared step's batches cut, on the consumer's thread
+        inside.append(lds[0]._pipeline.consumer_in)
+        return real(step_rows, cuts)
+    monkeypatch.setattr(loader_mod, "rows_each", rows_each)
     with lirs.Loader(svm, 64, granularity="group", engine="buffered", direct=False) as ld:
+        lds.append(ld)
         for _ in ld.epoch(0):
             away.append(ld._pipeline.consumer_in)
         p = ld._pipeline
