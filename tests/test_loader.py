@@ -528,38 +528,51 @@ def test_batches_of_a_step_shared_by_several_batches(svm, monkeypatch, transform
         assert transformed == (list(range(len(batches))) if transform else [])
 
 
+def _one_wait_an_item(svm, monkeypatch, batches_a_unit: float, kw: dict):
+    """A Loader epoch of ``svm`` whose steps hold ``batches_a_unit`` batches of 50 (STEP_MIN_BYTES
+    set so): (plan, its batches, the state after each, the items the consumer waited for), the
+    batches checked to be the plan's and to match sklearn."""
+    from lirs.pipeline import EpochRun
+
+    p, idx, X, y = svm
+    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", int(batches_a_unit * 50 * idx.payload_bytes / idx.n))
+    waits = []
+    real = EpochRun.wait
+    monkeypatch.setattr(EpochRun, "wait", lambda self, item: waits.append(item) or real(self, item))
+    with Loader(p, 50, **kw) as loader:
+        plan = loader.plan(0)
+        batches, states = [], []
+        for b in loader.epoch(0):
+            batches.append(b)
+            states.append(loader.state_dict())
+    assert [b.index for b in batches] == list(range(plan.num_batches))
+    for b, bp in zip(batches, plan.batches(extents=False)):
+        assert np.array_equal(b.ids, bp.ids)
+    _assert_libsvm_batches(batches, X, y, idx.n)
+    return plan, batches, states, waits
+
+
+def _resumes_after(svm, kw: dict, batches: list, state, k: int) -> None:
+    """A Loader resumed at ``state`` (saved after batch ``k``) gives exactly ``batches[k + 1:]``."""
+    with Loader(svm[0], 50, **kw) as loader:
+        loader.load_state_dict(state)
+        rest = list(loader.epoch(0))
+    assert [b.index for b in rest] == list(range(k + 1, len(batches)))
+    for a, b in zip(rest, batches[k + 1:]):
+        assert np.array_equal(a.ids, b.ids) and (a.X != b.X).nnz == 0 and np.array_equal(a.y, b.y)
+
+
 @pytest.mark.parametrize("granularity", ["group", "instance"])
 def test_a_shared_steps_batches_come_from_one_wait_and_resume_inside_it(svm, monkeypatch, granularity):
     """The consumer takes a shared step's batches as one: one wait a step, not a batch; the
     batches are the plan's, matching sklearn, and a state saved between two batches of one step
     resumes with exactly the batches after it."""
-    from lirs.pipeline import EpochRun
-
-    p, idx, X, y = svm
-    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", int(4.5 * 50 * idx.payload_bytes / idx.n))
-    waits = []
-    real = EpochRun.wait
-    monkeypatch.setattr(EpochRun, "wait", lambda self, item: waits.append(item) or real(self, item))
     kw = dict(granularity=granularity, group_bytes=8192, seed=5, engine="buffered", direct=False, n_features=300)
-    with Loader(p, 50, **kw) as loader:
-        plan = loader.plan(0)
-        steps = [bp.parts[0].step.number for bp in plan.batches(extents=False)]
-        batches, states = [], []
-        for b in loader.epoch(0):
-            batches.append(b)
-            states.append(loader.state_dict())
+    plan, batches, states, waits = _one_wait_an_item(svm, monkeypatch, 4.5, kw)
+    steps = [bp.parts[0].step.number for bp in plan.batches(extents=False)]
     assert plan.batches_per_step > 1 and len(waits) == len(set(steps)) < len(batches)
-    assert [b.index for b in batches] == list(range(plan.num_batches))
-    for b, bp in zip(batches, plan.batches(extents=False)):
-        assert np.array_equal(b.ids, bp.ids)
-    _assert_libsvm_batches(batches, X, y, idx.n)
     k = next(i for i in range(1, len(steps) - 1) if steps[i] == steps[i + 1] == steps[i - 1])
-    with Loader(p, 50, **kw) as loader:
-        loader.load_state_dict(states[k])
-        rest = list(loader.epoch(0))
-    assert [b.index for b in rest] == list(range(k + 1, plan.num_batches))
-    for a, b in zip(rest, batches[k + 1:]):
-        assert np.array_equal(a.ids, b.ids) and (a.X != b.X).nnz == 0 and np.array_equal(a.y, b.y)
+    _resumes_after(svm, kw, batches, states[k], k)
 
 
 @pytest.mark.parametrize("prefetch", [1, 3])
@@ -568,37 +581,17 @@ def test_a_windows_batches_come_a_few_from_one_wait_and_resume_inside_them(svm, 
     wait for them, lirs.walker.WindowSteps.units), and a batch that spans two windows alone; the
     batches are the plan's, matching sklearn, and a state saved between two batches of one item
     resumes with exactly the batches after it."""
-    from lirs.pipeline import EpochRun
     from lirs.steps import SharedStep
 
-    p, idx, X, y = svm
-    monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", int(3.5 * 50 * idx.payload_bytes / idx.n))
-    waits = []
-    real = EpochRun.wait
-    monkeypatch.setattr(EpochRun, "wait", lambda self, item: waits.append(item) or real(self, item))
     kw = dict(granularity="window", group_bytes=8192, window=5, seed=5, engine="buffered", direct=False,
               n_features=300, prefetch=prefetch)
-    with Loader(p, 50, **kw) as loader:
-        plan = loader.plan(0)
-        items = list(plan.batches(extents=False, units=True))
-        batches, states = [], []
-        for b in loader.epoch(0):
-            batches.append(b)
-            states.append(loader.state_dict())
+    plan, batches, states, waits = _one_wait_an_item(svm, monkeypatch, 3.5, kw)
+    items = list(plan.batches(extents=False, units=True))
     assert len(waits) == len(items) < len(batches)
     assert [type(w.plan) for w in waits] == [type(u) for u in items]
-    assert [b.index for b in batches] == list(range(plan.num_batches))
-    for b, bp in zip(batches, plan.batches(extents=False)):
-        assert np.array_equal(b.ids, bp.ids)
-    _assert_libsvm_batches(batches, X, y, idx.n)
     first = [u.plans[0].index for u in items if isinstance(u, SharedStep)]
     k = first[len(first) // 2]  # the first batch of an item, its next one in the same item
-    with Loader(p, 50, **kw) as loader:
-        loader.load_state_dict(states[k])
-        rest = list(loader.epoch(0))
-    assert [b.index for b in rest] == list(range(k + 1, plan.num_batches))
-    for a, b in zip(rest, batches[k + 1:]):
-        assert np.array_equal(a.ids, b.ids) and (a.X != b.X).nnz == 0 and np.array_equal(a.y, b.y)
+    _resumes_after(svm, kw, batches, states[k], k)
 
 
 def test_the_last_plan_is_let_go_before_the_next_is_made(svm):
