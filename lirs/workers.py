@@ -388,7 +388,7 @@ def _stack_rows(Xs: list):
         crows, cols, vals, at = [Xs[0].crow_indices()[:1].numpy()], [], [], 0
         for X in Xs:
             c = X.crow_indices().numpy()
-            crows.append(c[1:] + at)
+            crows.append(c[1:] + np.int64(at))  # int64: past 2**31 values the sum is not cut short
             cols.append(X.col_indices())
             vals.append(X.values())
             at += int(c[-1])

@@ -1229,3 +1229,16 @@ def test_joined_pieces_keep_their_dtypes_and_take_no_intra_op_threads(monkeypatc
     k = workers.join_outputs([{**a, "X": a32, "y": None}, {**a, "X": a32, "y": None}])
     assert k["X"].crow_indices().dtype == torch.int32 and k["X"].crow_indices().tolist() == [0, 3, 6, 9, 12]
     assert cats == [torch.bfloat16] and k["y"] is None
+
+
+def test_joined_row_pointers_past_2_31_values_widen():
+    """Row pointers of a joined batch whose values pass 2**31 are int64 and not cut short (pieces
+    made unchecked: only their row pointers are that large)."""
+    from lirs import workers
+
+    def piece(end):
+        return torch.sparse_csr_tensor(torch.tensor([0, end], dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                                       torch.ones(1), size=(1, 5), check_invariants=False)
+    X = workers._stack_rows([piece(2**31 - 10), piece(20)])
+    assert X.crow_indices().dtype == X.col_indices().dtype == torch.int64
+    assert X.crow_indices().tolist() == [0, 2**31 - 10, 2**31 + 10]
