@@ -417,7 +417,22 @@ def _torch_window_workers_ab_line() -> str:
             f"torch_window_workers_ab.json`, {(r['runs'][0]['result'].get('date') or '')[:10]}): `num_workers=2` at "
             f"{f(m[b]['ratio_w2_vs_w0'])}× and {f(m[a]['ratio_w2_vs_w0'])}× `num_workers=0` (p = "
             f"{f(p['ratio_w2_vs_w0'])}), below the goal on a slower day (`num_workers=0` {min(w0) / 1e6:.2f}–"
-            f"{max(w0) / 1e6:.2f}M records/s), the workers taking {f(m[a]['cpu_s_w2_vs_loader'])}× the Loader's CPU.")
+            f"{max(w0) / 1e6:.2f}M records/s), the workers taking {f(m[a]['cpu_s_w2_vs_loader'])}× the Loader's CPU."
+            + _joins_line())
+
+
+def _joins_line() -> str:
+    """A window batch's pieces joined in the main process, numpy against torch.cat (``joins.json``)."""
+    j = load("joins")
+    if not j:
+        return ""
+    m, r = j["median"], j["lirs_vs_torch_cat"]
+    return (f" The main process joins the pieces of a batch across two workers' windows with numpy on its own "
+            f"thread: with {j['workers']} workers ({source(j)}, {len(j['epochs'])} epochs, {m['joins']:.0f} joins each, "
+            f"medians) {m['lirs_ms']:.1f} ms of joins an epoch against {m['torch_cat_ms']:.1f} ms with `torch.cat` "
+            f"on the same pieces ({f(r['join_ms_per_epoch'])}×), the slowest join {m['lirs_slowest_ms']:.2f} ms against "
+            f"{m['torch_cat_slowest_ms']:.2f} ms ({f(r['slowest_join'])}×): `torch.cat` splits a join over torch's "
+            f"intra-op threads, which wait for a core beside busy workers.")
 
 
 def _two_workers(r) -> str:
