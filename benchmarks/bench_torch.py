@@ -104,6 +104,22 @@ def run_torch(dl, epoch) -> tuple[float, float, int]:
     return s, cpu_s(dl) - c, n
 
 
+def pass_shares(t: dict) -> dict:
+    """Shares of a pass's wall time (:meth:`lirs.torch.LirsDataLoader.pass_times` ``t``): the main
+    process's wait for the workers' items, and the median over the workers of each of their parts
+    (``wait``: for their Loader's batches, ``pack``, ``torch``: for the main process to ask)."""
+    main = t.get("main") or {}
+    wall = main.get("end") or 0.0
+    if not wall:
+        return {}
+    ws = [w for w in t["workers"] if w["end"] is not None]
+    out = {"main_wait": main["wait_s"] / wall, "main_cpu": main["cpu_s"] / wall,
+           "first_batch_s": main["first"]}
+    for part in ("wait", "pack", "torch", "cpu"):
+        out[f"worker_{part}"] = statistics.median(w[f"{part}_s"] / wall for w in ws) if ws else None
+    return out
+
+
 def interleave(made: dict, runner, repeats: int, n: int, warmup_epoch: int = 99):
     """Seconds and CPU seconds of ``repeats`` interleaved epochs of each of ``made`` (after one
     untimed epoch each, whose seconds are returned too)."""
@@ -156,11 +172,14 @@ def main(argv=None) -> int:
     from lirs.workers import CROSSED
 
     crossed = {}  # name -> how its last epoch's items reached the main process (lirs.workers.CROSSED)
+    times = {}  # name -> where its last epoch's time went (LirsDataLoader.pass_times)
 
     def runner(name, obj, e):
         before = dict(CROSSED)
         got = (run_loader if name == "loader" else run_torch)(obj, e)
         crossed[name] = {k: v - before.get(k, 0) for k, v in CROSSED.items() if v - before.get(k, 0)}
+        if name not in ("loader", "torch_w0"):
+            times[name] = obj.pass_times()
         return got
 
     load_before = os.getloadavg()
@@ -186,6 +205,10 @@ def main(argv=None) -> int:
         # items of the workers' last epoch by how they crossed: in a ring slot, in the pickle stream,
         # or as a shared-memory segment of their own (no free slot)
         "crossed_last_epoch": {k: v for k, v in crossed.items() if k.startswith("torch_w") and k != "torch_w0"},
+        # where the workers' last epoch went: each worker's wait for its Loader, packing and wait
+        # for the main process to ask, the main process's wait for items (shares of the epoch)
+        "pass_shares_last_epoch": {k: pass_shares(v) for k, v in times.items()},
+        "pass_times_last_epoch": times,
         "goal_ratio": GOAL, "goal_ratio_workers_vs_w0": GOAL_WORKERS,
         # the machine is shared: a load above its core count slows every run, not their ratio alone
         "load_average_1m": {"before": load_before[0], "after": os.getloadavg()[0]},
@@ -196,6 +219,8 @@ def main(argv=None) -> int:
         print(f"{k}: {r:.2f}x the Loader's records/s", file=sys.stderr)
     for k, r in res["ratio_vs_w0"].items():
         print(f"{k}: {r:.2f}x torch_w0's records/s (goal >= {GOAL_WORKERS})", file=sys.stderr)
+    for k, sh in res["pass_shares_last_epoch"].items():
+        print(f"{k}: " + ", ".join(f"{p} {v:.2f}" for p, v in sh.items() if v is not None), file=sys.stderr)
     made.pop("loader").close()
     for dl in made.values():
         dl.dataset.close()

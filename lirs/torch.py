@@ -59,6 +59,7 @@ import torch.utils.data as tud
 
 from .errors import UsageError
 from .loader import Loader
+from .passtimes import PassTimes, begun, timed_main, timed_worker
 from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
@@ -123,20 +124,13 @@ class LirsIterableDataset(tud.IterableDataset):
             raise UsageError(f"transform must be callable, got {transform!r}")
         if isinstance(path_or_index, (str, os.PathLike)):
             path_or_index = os.fspath(path_or_index)
-        self.source = path_or_index
-        self.batch_size = int(batch_size)
-        self.sparse = sparse
-        self.output = output
-        self.label_dtype = label_dtype
-        self.transform = transform
-        self._rank = rank
-        self._world = world_size
-        self.epoch = int(epoch)
+        self.source, self.batch_size, self.epoch = path_or_index, int(batch_size), int(epoch)
+        self.sparse, self.output, self.label_dtype, self.transform = sparse, output, label_dtype, transform
+        self._rank, self._world = rank, world_size
         self.loader_kwargs = dict(loader_kwargs)
         if "threads" in self.loader_kwargs and self.loader_kwargs["threads"] is None:
             del self.loader_kwargs["threads"]
-        self._loader = None
-        self._loader_key = None
+        self._loader = self._loader_key = None
         self._pos = ResumeState(self.epoch)        # this process's deliveries (the consumer's position)
         self._shown: ResumeState | None = None  # while a device feeder's thread pulls ahead (None: _pos)
         self._chosen = True  # the epoch of the next pass was chosen (here, set_epoch, a loaded state)
@@ -246,10 +240,7 @@ class LirsIterableDataset(tud.IterableDataset):
 
     def __getstate__(self):
         # workers (spawned or forked) build their own loader; never ship one across processes
-        d = dict(self.__dict__)
-        d["_loader"] = None
-        d["_loader_key"] = None
-        return d
+        return {**self.__dict__, "_loader": None, "_loader_key": None}
 
     # ------------------------------------------------------------------ state
     def state(self) -> ResumeState:
@@ -400,11 +391,12 @@ class LirsIterableDataset(tud.IterableDataset):
         return Bundler(self.output, getattr(self, "_ring", None), info.id, self._bundle)
 
     def _bundles(self, it, loader, bundler):
-        for b in it:
+        def make(b):
             self._pos = loader.position
-            yield from bundler.add_batch(b.index if b.piece is None else (b.index, *b.piece), b,
-                                         self.sparse, self.label_dtype)
-        yield from filter(None, [bundler.flush()])
+            return bundler.add_batch(b.index if b.piece is None else (b.index, *b.piece), b, self.sparse,
+                                     self.label_dtype)
+        # each step timed for LirsDataLoader.pass_times (the shared block inherited with the ring)
+        yield from timed_worker(it, make, bundler.flush, getattr(self, "_times", None), bundler.worker)
 
 
 class LirsDataLoader(tud.DataLoader):
@@ -450,7 +442,9 @@ class LirsDataLoader(tud.DataLoader):
             ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0
             ds._ring = ring_for(ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
                                 ds._by_window(ds.loader(), self.num_workers))
-        it = super().__iter__()  # the workers start here, with the loaded state
+            ds._times = PassTimes(self.num_workers)  # where each pass's time goes (pass_times)
+        times = begun(getattr(ds, "_times", None))  # before the workers start the pass
+        it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
         epoch = ds.epoch
         if res is not None and res.epoch == epoch:
             k, spans = res.next_batch, res.spans
@@ -461,6 +455,12 @@ class LirsDataLoader(tud.DataLoader):
             k += 1
             ds.delivered(k)
             yield b
+
+    def pass_times(self) -> dict:
+        """Where the last pass with workers spent its time, in seconds: ``{"main": {...}, "workers":
+        [...]}`` (:class:`lirs.passtimes.PassTimes`); ``{}`` without workers or before a pass."""
+        times = getattr(self.dataset, "_times", None)
+        return {} if times is None else times.report()
 
     def state_dict(self) -> dict:
         """The dataset's state: the batch the consumer gets next (see :meth:`LirsIterableDataset.state_dict`)."""
