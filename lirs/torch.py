@@ -63,8 +63,8 @@ from .passtimes import PassTimes, begun, timed_main, timed_worker
 from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
-from .workers import (BUNDLE_BATCHES, Bundler, Convert, PassBoard, before_fork, in_order, ring_for, share_of, worker_of,
-                      worker_threads)
+from .passboard import PassBoard
+from .workers import BUNDLE_BATCHES, Bundler, Convert, before_fork, in_order, ring_for, share_of, worker_of, worker_threads
 
 log = logging.getLogger("lirs.torch")
 

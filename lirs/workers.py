@@ -7,7 +7,7 @@ hand-built DataLoader's item) or up to ``BUNDLE_BATCHES`` of a worker's batches 
 The main process rebuilds them as views of the buffer (:func:`lirs.tensors.unpack`) and puts a
 pass's bundles back in batch order, joining the pieces of a batch that spans two workers' windows
 (:func:`in_order`). The main process posts each pass's epoch and resume point on a board the
-workers read (:class:`PassBoard`).
+workers read (:class:`lirs.passboard.PassBoard`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import collections
 import ctypes
 import multiprocessing
 import os
-import pickle
 import weakref
 from multiprocessing.context import get_spawning_popen
 from typing import NamedTuple
@@ -406,65 +405,6 @@ def _stack_rows(Xs: list):
         return torch.sparse_coo_tensor(torch.from_numpy(np.concatenate(idx, 1)), _cat(vals), shape, is_coalesced=True,
                                        check_invariants=False)
     return _cat(Xs)
-
-
-# --------------------------------------------------------------------------- workers' pass board
-
-BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
-
-
-class PassBoard:
-    """What the next pass of a dataset delivers, posted by the main process for its DataLoader
-    workers: a block of shared memory (``multiprocessing.RawArray``), made with the dataset (before
-    any worker starts) and travelling with every copy of it (inherited by a forked worker, passed
-    as a descriptor to a spawned one), so a *persistent* worker, whose copy was made once, still
-    reads the epoch and resume point chosen for each pass. Layout: int64 generation (bytes 0-8),
-    int64 payload length (8-16), the pickled ``(epoch, resume state dict or None)`` after.
-
-    The main process posts before the pass starts (``DataLoader.__iter__``) and a worker reads as
-    its pass starts (after torch's index queue told it to), so no lock is needed. (Not a torch
-    shared tensor: allocating one in a process forked after another was shared can deadlock.)
-    Pickled outside a process start (a user's ``pickle.dumps(dataset)``) it becomes a private copy."""
-
-    __slots__ = ("raw", "a")
-
-    def __init__(self, raw=None):
-        self.raw = multiprocessing.RawArray(ctypes.c_uint8, BOARD_BYTES) if raw is None else raw
-        self.a = np.frombuffer(self.raw, np.uint8)
-
-    def __reduce__(self):
-        from multiprocessing.context import get_spawning_popen
-
-        if get_spawning_popen() is not None:  # a worker starting: share the memory itself
-            return PassBoard, (self.raw,)
-        return _board_copy, (self.a.tobytes(),)
-
-    def post(self, epoch: int, resume) -> int:
-        """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation."""
-        payload = pickle.dumps((int(epoch), None if resume is None else resume.to_dict(worker=True)))
-        if len(payload) > BOARD_BYTES - 16:
-            raise ValueError(f"a resume state of {len(payload)} bytes does not fit the workers' board "
-                             f"({BOARD_BYTES - 16} bytes)")
-        head = self.a[:16].view(np.int64)
-        gen = int(head[0]) + 1
-        self.a[16:16 + len(payload)] = np.frombuffer(payload, np.uint8)
-        head[1] = len(payload)
-        head[0] = gen  # last: the generation names a complete post
-        return gen
-
-    def read(self):
-        """(generation, epoch, ResumeState or None) of the last post."""
-        from .state import ResumeState
-
-        gen, n = (int(v) for v in self.a[:16].view(np.int64))
-        epoch, res = pickle.loads(self.a[16:16 + n].tobytes())
-        return gen, epoch, None if res is None else ResumeState.from_dict(res)
-
-
-def _board_copy(data: bytes) -> PassBoard:
-    b = PassBoard()
-    b.a[:] = np.frombuffer(data, np.uint8)
-    return b
 
 
 def in_order(items, first: int):

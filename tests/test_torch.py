@@ -529,7 +529,7 @@ def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
 
 def test_pass_board_round_trip():
     from lirs.state import ResumeState
-    from lirs.workers import BOARD_BYTES, PassBoard
+    from lirs.passboard import BOARD_BYTES, PassBoard
 
     b = PassBoard()
     g1 = b.post(3, None)
@@ -575,7 +575,7 @@ def test_device_cpu_is_the_plain_path_and_cuda_needs_cuda(kdd_file, small_svm):
 def test_pass_board_pickled_outside_a_process_start_is_a_copy():
     import pickle as pk
 
-    from lirs.workers import PassBoard
+    from lirs.passboard import PassBoard
 
     b = PassBoard()
     b.post(2, None)
