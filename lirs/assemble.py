@@ -29,7 +29,8 @@ class StepDecoder:
     ``n_features``/``zero_based``: LIBSVM options (None/"auto": by sklearn's rule from the index);
     ``dtype``: numpy dtype of LIBSVM values (``npy``/``fixed`` keep the file's dtype); ``verify``:
     check the payload CRC of every TFRecord record read (the length CRC is always checked);
-    ``cores``: the cores the loader may use (None: the usable cores, as they are at each step).
+    ``cores``: the cores the loader may use (None: the usable cores, as they are at each step);
+    ``wide_threads``: the threads that decode a wide step (None: as below).
 
     A wide step (a LIBSVM window) is decoded by ``cores - 1`` threads: the core left over is the
     consumer's. With every core decoding, a consumer delivering the previous window's batches was
@@ -37,9 +38,11 @@ class StepDecoder:
     epochs ran 2.46-2.65M records/s with every core decoding, 2.70-2.83M with a core left over).
     """
 
-    def __init__(self, index, *, n_features=None, zero_based="auto", dtype=np.float32, verify=False, cores=None):
+    def __init__(self, index, *, n_features=None, zero_based="auto", dtype=np.float32, verify=False, cores=None,
+                 wide_threads=None):
         self.index = index
         self.cores = None if cores is None else max(1, int(cores))
+        self.wide_threads = None if wide_threads is None else max(1, int(wide_threads))
         self.dtype = np.dtype(dtype)
         self.verify = bool(verify)
         if index.format == "libsvm":
@@ -88,7 +91,10 @@ class StepDecoder:
         return span_parts(step.payload_bytes, len(step.ids), self.decode_threads()) > 1
 
     def decode_threads(self) -> int:
-        """Threads that decode a wide step: the loader's cores but one (at least one)."""
+        """Threads that decode a wide step: ``wide_threads`` when given, else the loader's cores but
+        one (at least one)."""
+        if self.wide_threads is not None:
+            return self.wide_threads
         return max(1, (usable_cores() if self.cores is None else self.cores) - 1)
 
     def _libsvm(self, step, buf, ids, rext, rpos, starts, ends, payload):

@@ -138,13 +138,17 @@ class Loader:
         the loader keeps ``threads - 1`` cores busy. Where reads are copies (not a direct engine)
         on fewer than 8 cores, cores - 1 threads take steps whenever there are some, the others only
         while the consumer is away and a core is idle, and a consumer that waits runs steps itself.
+    decode_threads : int or None
+        Threads that decode one window at once; None: the loader's cores but one (the core left
+        over is the consumer's). A DataLoader worker of :func:`lirs.torch.make_dataloader` decodes on its whole share.
     """
 
     @keyword_only(_OLD_POSITIONAL)
     def __init__(self, source, batch_size, *, granularity=DEFAULT_GRANULARITY, group_bytes=DEFAULT_GROUP_BYTES,
                  window=None, seed=0, engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1,
                  drop_last=False, dtype=np.float32, permutation="auto", index="auto", n_features=None,
-                 zero_based="auto", depth=None, direct=None, transform=None, verify=False, threads=None):
+                 zero_based="auto", depth=None, direct=None, transform=None, verify=False, threads=None,
+                 decode_threads=None):
         self.index = open_source(source, index)
         self._owns_index = self.index is not source  # opened here: released by close()
         self.batch_size = positive_int("batch_size", batch_size)
@@ -167,10 +171,11 @@ class Loader:
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
         self.transform = transform
-        # the pool's threads are its cores and one more: a pool sized by hand (a DataLoader worker's
-        # share) decodes a window on that many cores
+        # the pool's threads are its cores and one more (a pool sized by hand: a DataLoader worker's share)
         self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype,
-                                    verify=verify, cores=None if self.threads is None else self.threads - 1)
+                                    verify=verify, cores=None if self.threads is None else self.threads - 1,
+                                    wide_threads=None if decode_threads is None else positive_int("decode_threads",
+                                                                                                   decode_threads))
         self.n_features, self.zero_based = self._decoder.n_features, self._decoder.zero_based
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, BLOCK, permutation)

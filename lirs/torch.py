@@ -64,7 +64,8 @@ from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 from .passboard import PassBoard
-from .workers import BUNDLE_BATCHES, Bundler, Convert, before_fork, in_order, ring_for, share_of, worker_of, worker_threads
+from .workers import (BUNDLE_BATCHES, Bundler, Convert, before_fork, in_order, ring_for, share_of, worker_of, worker_pool,
+                      worker_threads)
 
 log = logging.getLogger("lirs.torch")
 
@@ -195,8 +196,7 @@ class LirsIterableDataset(tud.IterableDataset):
                 source = self._loader.index
             # a user transform runs on the pool with the tensors, beside the decoding (it may be
             # heavy); the tensors alone are built where the batch is consumed (see _deliver)
-            kw = dict(self.loader_kwargs)
-            kw.setdefault("threads", worker_threads(worker_of()[1]))
+            kw = worker_pool(worker_of()[1], self.loader_kwargs)  # a worker: its share of the cores
             self._loader = Loader(source, self.batch_size, rank=rank, world_size=world,
                                   transform=None if self.transform is None else self._converter(), **kw)
             self._loader_key = key

@@ -47,6 +47,19 @@ def worker_threads(num_workers: int) -> int | None:
     return max(1, usable_cores() // max(1, int(num_workers))) + 1
 
 
+def worker_pool(num_workers: int, given: dict) -> dict:
+    """The Loader keywords of one of ``num_workers`` DataLoader worker processes, the user's
+    ``given`` ones first: ``threads`` :func:`worker_threads`, and ``decode_threads`` (the threads
+    decoding one window) the usable cores but one split between the workers, rounded up: the core
+    left over is the main process's consumer's, not one a worker (whose delivering thread mostly
+    waits for torch to ask), which on 16 cores left 8 workers one decoding thread each. ``given``
+    as it is in the main process, or when it sizes the pool itself."""
+    if tud.get_worker_info() is None or given.get("threads") is not None:
+        return dict(given)
+    nw = max(1, int(num_workers))
+    return {"threads": worker_threads(nw), "decode_threads": max(1, -(-(usable_cores() - 1) // nw)), **given}
+
+
 def share_of(by_window: bool, w: int, nw: int) -> dict:
     """The ``Loader.epoch`` keywords of worker ``w`` of ``nw``: its windows, or its batches."""
     return dict(windows=(w, nw)) if by_window else dict(stride=nw, offset=w)

@@ -524,7 +524,16 @@ def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
     monkeypatch.setattr(lt, "worker_of", lambda: (1, 4))
     ds = lt.LirsIterableDataset(kdd_file, 50)
     assert ds.loader().threads == 5
+    # a window is decoded on the worker's whole share: the cores but one (the main process's) split
+    # between the workers, rounded up (8 workers on 16 cores: 2 each, not 1)
+    assert ds.loader()._decoder.decode_threads() == 4
+    assert [workers.worker_pool(w, {})["decode_threads"] for w in (1, 2, 4, 8, 16)] == [15, 8, 4, 2, 1]
     assert lt.LirsIterableDataset(kdd_file, 50, threads=3).loader().threads == 3, "the user's choice stands"
+    assert lt.LirsIterableDataset(kdd_file, 50, threads=3).loader()._decoder.decode_threads() == 1, \
+        "a pool the user sized keeps the Loader's rule"
+    assert lt.LirsIterableDataset(kdd_file, 50, decode_threads=6).loader()._decoder.decode_threads() == 6
+    monkeypatch.setattr(workers, "usable_cores", lambda: 2)  # 2 cores: as before, one a worker
+    assert [workers.worker_pool(w, {})["decode_threads"] for w in (1, 2, 4)] == [1, 1, 1]
 
 
 def test_pass_board_round_trip():

@@ -289,6 +289,14 @@ def test_a_window_is_decoded_by_the_loaders_cores_but_one(kdd, monkeypatch):
     monkeypatch.setattr(assemble, "usable_cores", lambda: 1)
     with lirs.Loader(kdd, 64, granularity="window") as ld:
         assert ld._decoder.decode_threads() == 1
+    seen.clear()
+    monkeypatch.setattr(assemble, "usable_cores", lambda: 8)
+    with lirs.Loader(kdd, 64, granularity="window", group_bytes=16384, window="256K", decode_threads=3) as ld:
+        assert ld._decoder.decode_threads() == 3  # set by hand (a DataLoader worker's share)
+        assert np.array_equal(np.sort(np.concatenate([b.ids for b in ld.epoch(0)])), np.arange(len(ids)))
+    assert 3 in seen and set(seen) <= {1, 3}
+    with pytest.raises(lirs.UsageError, match="decode_threads"):
+        lirs.Loader(kdd, 64, decode_threads=0)
 
 
 def test_detached_rows_share_nothing_with_their_step(kdd):
