@@ -7,6 +7,9 @@
 #      into $OUT/train_gpu.json and train_gpu_<commit>.json.
 #   2. benchmarks/bench_cores.py, page cache, cores $CORES, granularities $GRANS, no GIL records:
 #      this tree, then each tree named in CORES_AB; into $OUT/cores_ab.json, cores_ab_<commit>.json.
+#   3. (PARTS with "torchw") benchmarks/bench_torch.py --granularity window --workers $TORCH_WORKERS
+#      (default 2,4,8): this tree, then each tree named in TORCH_AB, on the cores part's file; into
+#      $OUT/torch_window_ab.json, torch_window_ab_<commit>.json.
 # An earlier tree is lirs/ and benchmarks/*.py of a commit, made here before the call with
 #   bash tools/device_ab.sh --make COMMIT...      (into .ab/COMMIT/; add /.ab/ to .git/info/exclude)
 # and carried (run's carry: [".ab"]). Each tree runs its own benchmark scripts on its own lirs.
@@ -82,6 +85,24 @@ mkdir -p "$D/cores-src"
 cores_run . "$THIS"
 for c in ${CORES_AB:-}; do
   cores_run ".ab/$c" "$c" "_$c"
+done
+fi
+
+# 3. window epochs with DataLoader workers: each tree indexes its own hard link of the cores part's file
+torch_ab_run() {  # TREE NAME [SUFFIX]
+  local dir=$D/torchw-$2
+  mkdir -p "$dir"
+  [[ -e $D/cores-src/kdd.svm ]] || (PYTHONPATH=. "$PY" -m lirs.cli gen --profile kdd --size "$SIZE" -o "$D/cores-src/kdd.svm" --quiet)
+  [[ -e $dir/kdd.svm ]] || ln "$D/cores-src/kdd.svm" "$dir/kdd.svm"
+  tree_run "$1" "${TORCH_T:-100}" benchmarks/bench_torch.py --data "$dir/kdd.svm" --size "$(stat -c %s "$dir/kdd.svm")" \
+    --repeats "$REPEATS" --workers "${TORCH_WORKERS:-2,4,8}" --granularity window --note "$NOTE; lirs at $2" \
+    --out "$OUT/torch_window_ab${3:-}.json"
+}
+if [[ " $PARTS " == *" torchw "* ]]; then
+mkdir -p "$D/cores-src"
+torch_ab_run . "$THIS"
+for c in ${TORCH_AB:-}; do
+  torch_ab_run ".ab/$c" "$c" "_$c"
 done
 fi
 echo "all: $((SECONDS - t0)) s" | tee -a "$LOG"

@@ -6,7 +6,8 @@
 # the device tool returns at most 8 files and a call cut at its limit keeps what $OUT holds.
 # AB_AFTER_S (default 420): the A/B part starts only if the first part ended before it. ROUND picks
 # the parts (default "all,ab"; ROUND=ab in a second call on the still-warm machine: the A/B alone,
-# on the file the first call generated).
+# on the file the first call generated). AB_PARTS (default "cores"): the A/B parts, e.g. "torchw
+# cores" with TORCH_AB naming the trees whose window epochs with workers run against this one.
 #
 #   CORES_AB="be03bae 36f8182" THIS=abc1234 OUT=/tmp/out bash tools/device_round.sh [--small]
 set -uo pipefail
@@ -24,11 +25,11 @@ if [[ ${ROUND:-all,ab} == *all* ]]; then
   grep -E "^page-cache|^device|cores part" "$RES/all/round.log"; tail -n 22 "$RES/all/round.log"
   pack all
 fi
-if [[ ${ROUND:-all,ab} == *ab* ]] && (( SECONDS - t0 < ${AB_AFTER_S:-420} )) && [[ -n ${CORES_AB:-} ]]; then
+if [[ ${ROUND:-all,ab} == *ab* ]] && (( SECONDS - t0 < ${AB_AFTER_S:-420} )) && [[ -n ${CORES_AB:-}${TORCH_AB:-} ]]; then
   src=/tmp/lirs-cores${1:+-small}/kdd.svm  # device_all's file, the same generator and size
   mkdir -p /tmp/lirs-ab/cores-src
   [[ -e $src && ! -e /tmp/lirs-ab/cores-src/kdd.svm ]] && ln "$src" /tmp/lirs-ab/cores-src/kdd.svm
-  OUT=$RES/ab PARTS=cores bash tools/device_ab.sh ${1:-} > /dev/null 2>&1
+  OUT=$RES/ab PARTS=${AB_PARTS:-cores} bash tools/device_ab.sh ${1:-} > /dev/null 2>&1
   tail -n 8 "$RES/ab/device_ab.log"
   pack ab
 fi
