@@ -432,7 +432,24 @@ def _joins_line() -> str:
             f"medians) {m['lirs_ms']:.1f} ms of joins an epoch against {m['torch_cat_ms']:.1f} ms with `torch.cat` "
             f"on the same pieces ({f(r['join_ms_per_epoch'])}×), the slowest join {m['lirs_slowest_ms']:.2f} ms against "
             f"{m['torch_cat_slowest_ms']:.2f} ms ({f(r['slowest_join'])}×): `torch.cat` splits a join over torch's "
-            f"intra-op threads, which wait for a core beside busy workers.")
+            f"intra-op threads, which wait for a core beside busy workers." + _pass_times_line())
+
+
+def _pass_times_line() -> str:
+    """Where a window epoch with workers spent its time (``torch_window_times.json``: bench_torch's
+    ``pass_shares_last_epoch``, ``LirsDataLoader.pass_times``)."""
+    d = load("torch_window_times")
+    sh = (d or {}).get("pass_shares_last_epoch")
+    if not sh:
+        return ""
+    ws = sorted(sh, key=lambda k: int(k.rsplit("w", 1)[1]))
+    col = lambda part: "/".join(f(sh[k][part]) for k in ws)  # noqa: E731
+    return (f" Where such an epoch's time goes (`LirsDataLoader.pass_times`, {source(d)}; with "
+            f"{'/'.join(k.rsplit('w', 1)[1] for k in ws)} workers, shares of the last epoch): each worker "
+            f"(median) waited for its Loader's batches {col('worker_wait')}, packed them {col('worker_pack')} and "
+            f"waited for the main process to ask {col('worker_torch')}; the main process waited for the workers' "
+            f"items {col('main_wait')} and had its first batch after {'/'.join(f(sh[k]['first_batch_s']) for k in ws)} s "
+            f"(each worker reads its own windows: the first waits for a window read on a worker's share of the cores).")
 
 
 def _two_workers(r) -> str:
