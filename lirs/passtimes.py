@@ -82,8 +82,8 @@ def _row(r, t0: float) -> dict:
 def timed_worker(batches, make, flush, times: PassTimes | None, worker: int):
     """Worker ``worker``'s items of a pass: ``make(batch)`` gives the items each batch of the
     iterable ``batches`` completes (a list), ``flush()`` the last one (or None); each step timed
-    into ``times`` (None: untimed)."""
-    if times is None:
+    into ``times`` (None, or no row for ``worker``: untimed)."""
+    if times is None or not 0 <= int(worker) < len(times.a) - 1:  # a dataset reused by more workers
         for b in batches:
             yield from make(b)
         last = flush()

@@ -81,6 +81,9 @@ def test_timed_worker_times_each_step_and_sends_the_last_item():
     _check_row(w, w["end"] + 1)
     # untimed: the same items
     assert list(timed_worker(range(5), make, lambda: None, None, 0)) == [("full", 1), ("full", 3)]
+    # a worker without a row (a dataset reused by a DataLoader of more workers): untimed, not an error
+    assert list(timed_worker(range(5), make, lambda: None, times, 2)) == [("full", 1), ("full", 3)]
+    assert times.report()["workers"][1] == w
 
 
 def test_timed_main_counts_batches_in_bundles():
