@@ -50,6 +50,18 @@ def benchmark_module(name: str):
     return mod
 
 
+def kdd_indexed(tmp_path_factory, records: int, seed: int = 4) -> str:
+    """A kdd-like LIBSVM file of ``records`` records (sorted order, seeded), made and indexed in a
+    fresh temporary folder: the data of the torch tests' module fixtures."""
+    import lirs
+    from lirs.eval.gen import generate
+
+    p = str(tmp_path_factory.mktemp("kdd") / "k.svm")
+    generate("kdd", p, records=records, seed=seed, order="sorted", progress=False)
+    lirs.build_index(p)
+    return p
+
+
 def open_fds() -> dict[int, str]:
     """File descriptors open in this process now and what they point to (Linux)."""
     out = {}

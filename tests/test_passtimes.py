@@ -8,17 +8,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import lirs  # noqa: E402
-from lirs.eval.gen import generate  # noqa: E402
+from conftest import kdd_indexed  # noqa: E402
 from lirs.passtimes import FIELDS, PassTimes, begun, timed_main, timed_worker  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kdd_file(tmp_path_factory):
-    p = str(tmp_path_factory.mktemp("t") / "k.svm")
-    generate("kdd", p, records=2500, seed=4, order="sorted", progress=False)
-    lirs.build_index(p)
-    return p
+    return kdd_indexed(tmp_path_factory, 2500)
 
 
 def _check_row(row, end_by):

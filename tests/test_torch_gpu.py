@@ -11,15 +11,12 @@ if not torch.cuda.is_available():  # pragma: no cover - depends on the machine
     pytest.skip("needs CUDA", allow_module_level=True)
 
 import lirs  # noqa: E402
-from lirs.eval.gen import generate  # noqa: E402
+from conftest import kdd_indexed  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kdd_file(tmp_path_factory):
-    p = str(tmp_path_factory.mktemp("g") / "k.svm")
-    generate("kdd", p, records=3000, seed=4, order="sorted", progress=False)
-    lirs.build_index(p)
-    return p
+    return kdd_indexed(tmp_path_factory, 3000)
 
 
 @pytest.fixture(scope="module")
