@@ -139,8 +139,8 @@ class Loader:
         on fewer than 8 cores, cores - 1 threads take steps whenever there are some, the others only
         while the consumer is away and a core is idle, and a consumer that waits runs steps itself.
     decode_threads : int or None
-        Threads that decode one window at once; None: the loader's cores but one (the core left
-        over is the consumer's). A DataLoader worker of :func:`lirs.torch.make_dataloader` decodes on its whole share.
+        Threads that decode one window at once; None: the loader's cores but one (the core left over
+        is the consumer's; :func:`lirs.torch.make_dataloader`'s workers split the usable cores but one).
     """
 
     @keyword_only(_OLD_POSITIONAL)
