@@ -139,7 +139,8 @@ def timed_main(items, times: PassTimes | None):
         if row[_COL["first"]] == 0.0:
             row[_COL["first"]] = t1
         row[_COL["items"]] += 1
-        row[_COL["batches"]] += len(getattr(item, "indices", (item,)))
+        keys = getattr(item, "indices", None)  # a bundle's batch keys (a list), else one batch
+        row[_COL["batches"]] += len(keys) if isinstance(keys, list) else 1
         yield item
     row[_COL["cpu_s"]] = time.process_time() - cpu0
     row[_COL["end"]] = time.monotonic()

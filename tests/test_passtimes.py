@@ -86,10 +86,14 @@ def test_timed_main_counts_batches_in_bundles():
     from lirs.workers import Unbundled
 
     times = begun(PassTimes(1))
-    items = [Unbundled([0, 1, 2], [None] * 3), Unbundled([3], [None]), {"ids": []}]
-    assert list(timed_main(iter(items), times)) == items
+    # a bundle counts its batches; anything else (a user transform's output: a dict, a sparse
+    # tensor, whose ``indices`` is a method) one
+    sparse = torch.eye(3).to_sparse()
+    items = [Unbundled([0, 1, 2], [None] * 3), Unbundled([3], [None]), {"ids": []}, sparse]
+    got = list(timed_main(iter(items), times))
+    assert got[:3] == items[:3] and got[3] is sparse
     m = times.report()["main"]
-    assert (m["items"], m["batches"]) == (3, 5)
+    assert (m["items"], m["batches"]) == (4, 6)
     assert m["end"] is not None and m["first"] is not None
 
 
@@ -99,3 +103,20 @@ def test_pass_times_pickled_outside_a_process_start_is_a_copy():
     assert c.report() == {}, "a private, cleared block"
     c.a[:] = 1.0
     assert not np.any(t.a[1:]), "nothing written to the original"
+
+
+def _x_only(out):
+    return out["X"]
+
+
+def test_a_transforms_outputs_pass_through_the_main_process_timed(kdd_file):
+    # a transform's output is one batch an item, whatever it is (here a sparse tensor, whose
+    # ``indices`` is a method): counted as one, the workers (one batch an item) untimed
+    from lirs.torch import make_dataloader
+
+    dl = make_dataloader(kdd_file, 100, num_workers=2, transform=_x_only, granularity="group", seed=3)
+    got = [x for x in dl]
+    assert len(got) == dl.dataset.num_batches() and all(x.layout == torch.sparse_csr for x in got)
+    t = dl.pass_times()
+    assert (t["main"]["items"], t["main"]["batches"]) == (len(got), len(got))
+    assert all(w["start"] is None for w in t["workers"])
