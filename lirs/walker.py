@@ -227,6 +227,8 @@ class WindowSteps:
                     continue
             got = self.batch(j)
             j += 1
+            if type(got) is list and not got:
+                j = self._skip(j)
             for bp in got if type(got) is list else (got,):
                 parts = bp.parts
                 if run and not (len(parts) == 1 and parts[0].step is run[0].parts[0].step):
@@ -263,6 +265,24 @@ class WindowSteps:
             j += 1
         self.at = (pos + k * B, o[0], at[2] + k * B)
         return plans
+
+    def _skip(self, j: int) -> int:
+        """With :meth:`own`, after a batch wholly in another walk's window: the first batch from
+        ``j`` on that may take rows of this walk's next window (``num_batches`` when none is left).
+        The batches in between lie wholly in other walks' windows: :meth:`batch` would find each
+        of them empty, with several hundred bytecodes a batch (each DataLoader worker walked every
+        batch of the epoch). A plan of one span only; else ``j``."""
+        at, mod = self.at, self.mod
+        if mod is None or at is None or len(self.mine) != 1 or at[1] % mod == self.me:
+            return j
+        w = at[1] + (self.me - at[1]) % mod
+        p = self.plan
+        if w >= window_count(p):
+            return p.num_batches
+        # the stream position of window w's first row: that of the window the walk is in, and the
+        # records of the windows up to w
+        first = at[0] - at[2] + self.stream.count(window_bounds(p, at[1])[0], window_bounds(p, w)[0])
+        return max(j, min(p.num_batches, (first - int(self.mine[0, 0])) // p.batch_size))
 
     def size(self, w: int) -> int:
         """Records of window ``w``."""

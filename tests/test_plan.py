@@ -872,6 +872,31 @@ def test_a_window_walk_in_units_gives_the_plain_walks_batches_a_few_at_a_time(mo
         assert [(q.step.number, q.lo, q.hi, q.last) for q in a.parts] == [(q.step.number, q.lo, q.hi, q.last) for q in b.parts]
 
 
+@pytest.mark.parametrize("start,own", [(0, (0, 3)), (0, (2, 3)), (5, (1, 4)), (0, (3, 4))])
+def test_a_walk_over_some_windows_steps_over_the_batches_of_the_others(monkeypatch, start, own):
+    """A DataLoader worker's walk (``windows=(w, W)``, in units) asks for the batches that take
+    rows of its windows, and at most one more a window of the others: not for every batch of the
+    epoch. Its batches are the plain walk's, which asks for each (checked above and here)."""
+    from lirs.walker import WindowSteps
+
+    idx = _variable_index(6000, 4, files=2)
+    p = plan_epoch(idx, 50, "window", seed=5, group_bytes=8192, window=12, epoch=1)
+    asked = []
+    real = WindowSteps.batch
+    monkeypatch.setattr(WindowSteps, "batch", lambda self, j: asked.append(j) or real(self, j))
+    got = [bp for u in p.batches(start, windows=own, units=True) for bp in getattr(u, "plans", (u,))]
+    asked_units, asked = asked, []
+    plain = list(p.batches(start, windows=own))
+    assert [(b.index, b.piece) for b in got] == [(b.index, b.piece) for b in plain]
+    assert all(np.array_equal(a.ids, b.ids) for a, b in zip(got, plain))
+    windows = -(-p.perm.n // p.window)
+    assert windows >= 6 and len(asked) == p.num_batches - start
+    # every batch asked for holds rows of an owned window, but the first one of each gap
+    owned = {b.index for b in got}
+    assert len([j for j in asked_units if j not in owned]) <= -(-windows // own[1]) + 1
+    assert len(asked_units) < (p.num_batches - start) // 2
+
+
 def test_a_strided_window_walk_comes_a_batch_at_a_time():
     """A strided window walk (its steps hold the walk's rows only) has no units: its plans as they are."""
     idx = _variable_index(3000, 4)
