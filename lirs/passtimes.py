@@ -93,27 +93,33 @@ def timed_worker(batches, make, flush, times: PassTimes | None, worker: int):
     row, cpu0 = times.a[1 + int(worker)], time.process_time()
     row[:] = 0.0
     row[_COL["start"]] = t = time.monotonic()
+    # summed here, written to the shared row as each item leaves and at the end: a numpy element
+    # a batch was a few calls more in every batch of the worker
+    wait = pack = sent = 0.0
+    made = 0
     it = iter(batches)
     while True:
         b = next(it, _END)
         t1 = time.monotonic()
-        row[_COL["wait_s"]] += t1 - t
+        wait += t1 - t
         items = [flush()] if b is _END else make(b)
         t = time.monotonic()
-        row[_COL["pack_s"]] += t - t1
-        row[_COL["batches"]] += b is not _END
+        pack += t - t1
+        made += b is not _END
         for item in items:
             if item is None:
                 continue
             if row[_COL["first"]] == 0.0:
                 row[_COL["first"]] = t
             row[_COL["items"]] += 1
+            row[_COL["wait_s"]], row[_COL["pack_s"]], row[_COL["torch_s"]], row[_COL["batches"]] = wait, pack, sent, made
             yield item
             t2 = time.monotonic()
-            row[_COL["torch_s"]] += t2 - t
+            sent += t2 - t
             t = t2
         if b is _END:
             break
+    row[_COL["wait_s"]], row[_COL["pack_s"]], row[_COL["torch_s"]], row[_COL["batches"]] = wait, pack, sent, made
     row[_COL["cpu_s"]] = time.process_time() - cpu0
     row[_COL["end"]] = time.monotonic()
 

@@ -85,20 +85,17 @@ def build_output(ts: list, kind: str, shape, has_y: bool, output: str, other=Non
 ALIGN = 64                # bytes: every tensor of a packed batch starts aligned
 
 
-def pack_spans(ts) -> tuple[list, int]:
-    """The layout of tensors ``ts`` packed in one uint8 buffer: ``[(offset, nbytes, dtype, shape)]``
-    (each offset a multiple of ``ALIGN``, so every part can be viewed as its dtype there) and the
-    buffer's length in bytes."""
-    return _laid_out((t.numel() * t.element_size(), t.dtype, tuple(t.shape)) for t in ts)
-
-
-def _laid_out(parts) -> tuple[list, int]:
-    """Spans of ``parts`` ((nbytes, torch dtype, shape) each) back to back from ALIGN boundaries."""
-    spans, o = [], 0
-    for nb, dt, shape in parts:
-        spans.append((o, nb, dt, shape))
-        o += -(-nb // ALIGN) * ALIGN
-    return spans, o
+def pack_spans(ts, at: int = 0) -> tuple[list, int]:
+    """The layout of tensors ``ts`` packed in one uint8 buffer from byte ``at`` (a multiple of
+    ``ALIGN``): ``[(offset, nbytes, dtype, shape)]`` (each offset a multiple of ``ALIGN``, so
+    every part can be viewed as its dtype there) and the end of the last part, rounded up to
+    ``ALIGN`` (the buffer's length when ``at`` is 0)."""
+    spans = []
+    for t in ts:
+        nb = t.numel() * t.element_size()
+        spans.append((at, nb, t.dtype, tuple(t.shape)))
+        at += -(-nb // ALIGN) * ALIGN
+    return spans, at
 
 
 def span_views(buf, spans) -> list:
@@ -146,9 +143,16 @@ def batch_arrays(b, sparse: str = "csr", label_dtype=torch.float32):
     return kind, tuple(X.shape), [np.ascontiguousarray(b.ids, np.int64)] + ys + xs
 
 
-def array_spans(arrays) -> tuple[list, int]:
-    """:func:`pack_spans` of numpy ``arrays`` (torch dtypes in the spans, for :func:`span_views`)."""
-    return _laid_out((a.nbytes, torch_dtype(a.dtype), a.shape) for a in arrays)
+def array_spans(arrays, at: int = 0) -> tuple[list, int]:
+    """:func:`pack_spans` of numpy ``arrays`` (torch dtypes in the spans, for :func:`span_views`).
+    A loop of its own, not a generator and a call a part: a DataLoader worker lays out every
+    batch it sends (five parts a CSR batch)."""
+    spans, known = [], _TORCH_DTYPES
+    for a in arrays:
+        nb = a.nbytes
+        spans.append((at, nb, known.get(a.dtype) or torch_dtype(a.dtype), a.shape))
+        at += -(-nb // ALIGN) * ALIGN
+    return spans, at
 
 
 def pack_arrays(host: np.ndarray, arrays, spans) -> None:

@@ -59,12 +59,12 @@ import torch.utils.data as tud
 
 from .errors import UsageError
 from .loader import Loader
-from .passtimes import PassTimes, begun, timed_main, timed_worker
+from .passtimes import PassTimes, begun, timed_main
 from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 from .passboard import PassBoard
-from .workers import (BUNDLE_BATCHES, Bundler, Convert, before_fork, in_order, ring_for, share_of, worker_of, worker_pool,
+from .workers import (BUNDLE_BATCHES, Bundler, bundled, Convert, before_fork, in_order, ring_for, share_of, worker_of, worker_pool,
                       worker_threads)
 
 log = logging.getLogger("lirs.torch")
@@ -373,8 +373,9 @@ class LirsIterableDataset(tud.IterableDataset):
     def _deliver(self, it, loader, raw: bool = False):
         # without a user transform the tensors are built here (a pool task costs more in hand-offs)
         bundler = self._bundler(loader)
-        if bundler is not None:
-            yield from self._bundles(it, loader, bundler)
+        if bundler is not None:  # each step timed for LirsDataLoader.pass_times (the block inherited with the ring)
+            yield from bundled(it, bundler, self.sparse, self.label_dtype, getattr(self, "_times", None),
+                               lambda: setattr(self, "_pos", loader.position))
             return
         convert = self._converter() if self.transform is None and not raw else None
         for out in it:
@@ -389,14 +390,6 @@ class LirsIterableDataset(tud.IterableDataset):
                 or loader.index.format == "lines":
             return None
         return Bundler(self.output, getattr(self, "_ring", None), info.id, self._bundle)
-
-    def _bundles(self, it, loader, bundler):
-        def make(b):
-            self._pos = loader.position
-            return bundler.add_batch(b.index if b.piece is None else (b.index, *b.piece), b, self.sparse,
-                                     self.label_dtype)
-        # each step timed for LirsDataLoader.pass_times (the shared block inherited with the ring)
-        yield from timed_worker(it, make, bundler.flush, getattr(self, "_times", None), bundler.worker)
 
 
 class LirsDataLoader(tud.DataLoader):

@@ -27,6 +27,7 @@ from .constants import RING_MAX_BYTES
 from . import warmup
 from .cores import usable_cores
 from .memory import shared_array, shared_block
+from .passtimes import timed_worker
 from .policies import ring_slots
 from .tensors import array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, unpack, unpack_many, x_parts
 
@@ -145,19 +146,18 @@ class Bundle:
 
     __slots__ = ("buf", "metas", "indices", "slot")
 
-    def __init__(self, items: list, output: str, ring=None, worker: int = 0):
-        # items: [(batch number, tensors in packing order, head, (spans, nbytes))] (Bundler.add)
-        layouts, o = [], 0
-        for *_, (spans, n) in items:
-            layouts.append([(a + o, nb, dt, sh) for a, nb, dt, sh in spans])
-            o += n  # a multiple of ALIGN: every part of the next batch stays aligned
-        self.buf, self.slot = slot_or_buffer(ring, worker, o)
+    def __init__(self, items: list, output: str, ring, worker: int, nbytes: int):
+        # items: [(batch number, tensors in packing order, head, spans)] (Bundler.add), each
+        # batch's spans laid out after the one before it; ``nbytes``: where the last one ends
+        self.buf, self.slot = slot_or_buffer(ring, worker, nbytes)
         host = self.buf.numpy()
-        for (_, parts, _, _), spans in zip(items, layouts):
+        metas, indices = [], []
+        for index, parts, head, spans in items:
             # a Batch's own numpy arrays in one kernel call (Bundler.add_batch), else its tensors
             (pack_arrays if isinstance(parts[0], np.ndarray) else pack_into)(host, parts, spans)
-        self.metas = [(*head, output, spans) for (_, _, head, _), spans in zip(items, layouts)]
-        self.indices = [it[0] for it in items]
+            metas.append((*head, output, spans))
+            indices.append(index)
+        self.metas, self.indices = metas, indices
 
     def __reduce__(self):
         if self.slot is not None:
@@ -183,7 +183,7 @@ class Bundler:
     def add(self, index: int, ids, X, y) -> list:
         """Add batch ``index`` (its tensors); the bundles completed by it (none, or one)."""
         parts, head = packed_parts(X, ids, y)
-        return self._add(index, parts, head, pack_spans(parts))
+        return self._add(index, parts, head, pack_spans)
 
     def add_batch(self, index, b, sparse: str, label_dtype) -> list:
         """:meth:`add` of a :class:`lirs.loader.Batch` ``b``: its numpy arrays are packed as they
@@ -193,15 +193,18 @@ class Bundler:
         if got is None:
             return self.add(index, *to_tensors(b, sparse, label_dtype))
         kind, shape, arrays = got
-        return self._add(index, arrays, (kind, shape, b.y is not None), array_spans(arrays))
+        return self._add(index, arrays, (kind, shape, b.y is not None), array_spans)
 
-    def _add(self, index, parts, head, layout) -> list:
-        n = layout[1]
+    def _add(self, index, parts, head, lay) -> list:
+        # laid out where the bundle's last batch ends (lay: pack_spans or array_spans), so that
+        # the bundle packs each batch where it lies, without laying them out again
+        spans, end = lay(parts, self.nbytes)
         done = []
-        if self.items and self.nbytes + n > self.cap:
+        if self.items and end > self.cap:
             done.append(self.flush())  # it would not fit the slot with the others: send them first
-        self.items.append((index, parts, head, layout))
-        self.nbytes += n
+            spans, end = lay(parts, 0)
+        self.items.append((index, parts, head, spans))
+        self.nbytes = end
         if len(self.items) >= self.size:
             done.append(self.flush())
         return done
@@ -210,10 +213,28 @@ class Bundler:
         """The bundle of the batches added since the last one (None when there are none)."""
         if not self.items:
             return None
-        b = Bundle(self.items, self.output, self.ring, self.worker)
+        b = Bundle(self.items, self.output, self.ring, self.worker, self.nbytes)
         self.items, self.nbytes = [], 0
         self.size = min(self.size * 2, self.max_batches)
         return b
+
+
+def bundled(batches, bundler: "Bundler", sparse: str, label_dtype, times, moved):
+    """A DataLoader worker's items of a pass: the :class:`lirs.loader.Batch` objects ``batches``
+    added to ``bundler`` as they come (a piece of a batch keyed ``(number, *piece)``), each bundle
+    it completes, then what is left; each step timed into ``times``
+    (:func:`lirs.passtimes.timed_worker`). ``moved()`` records the worker's position as an item
+    leaves, not at each batch (a resume state a batch was a few Python calls)."""
+    def make(b):
+        done = bundler.add_batch(b.index if b.piece is None else (b.index, *b.piece), b, sparse, label_dtype)
+        if done:
+            moved()
+        return done
+
+    def last():
+        moved()
+        return bundler.flush()
+    return timed_worker(batches, make, last, times, bundler.worker)
 
 
 SLOT_BYTES = 2 << 20  # a slot of a SlotRing: a kdd-like batch of 1024 records packs into ~300 KB
