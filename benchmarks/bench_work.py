@@ -60,36 +60,85 @@ threading.setprofile(profile)
 import lirs
 commit = subprocess.run(["git", "-C", lirs.__path__[0], "rev-parse", "--short", "HEAD"], capture_output=True,
                         text=True).stdout.strip() or None
-with lirs.Loader(path, 1024, granularity=gran, engine="buffered", seed=1) as ld:
+workers = int(sys.argv[4])
+if workers:
+    # make_dataloader's workers, persistent: each counts in every thread while the shared flag is
+    # up (the second pass) and sends its counts home as it exits
+    import multiprocessing, multiprocessing.util, os
+    from lirs.torch import make_dataloader
+    flag, got = multiprocessing.Value("i", 0), multiprocessing.Queue()
+
+    def counted(frame, event, arg):
+        on[0] = flag.value == 1
+        return count(frame, event, arg)
+
+    def traced(frame, event, arg):
+        frame.f_trace_opcodes = True
+        return counted
+
+    def checked(frame, event, arg):
+        on[0] = flag.value == 1
+        return profile(frame, event, arg)
+
+    def init(w):
+        threading.settrace(traced); threading.setprofile(checked)
+        sys.settrace(traced); sys.setprofile(checked)
+        multiprocessing.util.Finalize(None, lambda: got.put((dict(n), dict(by_fn))), exitpriority=100)
+
+    ld = make_dataloader(path, 1024, granularity=gran, engine="buffered", seed=1, num_workers=workers)
+    ld.worker_init_fn = init
+    for _ in ld:  # the workers started, their kernels inherited, plans cached
+        pass
+else:
+    ld = lirs.Loader(path, 1024, granularity=gran, engine="buffered", seed=1)
     for _ in ld.epoch(0):  # threads started, kernels compiled or loaded, plans cached
         pass
-    sys.settrace(trace)
-    sys.setprofile(profile)
-    batches = records = 0
-    on[0] = True
+sys.settrace(trace)
+sys.setprofile(profile)
+batches = records = 0
+on[0] = True
+if workers:
+    flag.value = 1
+    for b in ld:
+        batches += 1
+        records += len(b["ids"])
+    flag.value = 0
+else:
     for b in ld.epoch(1):
         batches += 1
         records += len(b.ids)
-    on[0] = False
-    sys.settrace(None)
-    sys.setprofile(None)
+on[0] = False
+sys.settrace(None)
+sys.setprofile(None)
+main = n["bytecodes"]
+if workers:
+    ld._iterator._shutdown_workers()  # each worker's counts arrive as it exits
+    for _ in range(workers):
+        wn, wf = got.get(timeout=60)
+        n.update(wn)
+        by_fn.update(wf)
+else:
+    ld.close()
 print(json.dumps({"lirs": lirs.__path__[0], "commit": commit, "batches": batches, "records": records,
+                  "workers": workers, "main_bytecodes": main / batches,
                   **{k: n[k] / batches for k in ("bytecodes", "python_calls", "c_calls")},
                   "top": [{"function": f, "bytecodes_per_batch": c / batches} for f, c in by_fn.most_common(top)]}))
 """
 
 
-def count(tree: str, path: str, gran: str, top: int) -> dict:
-    """One counted epoch of ``gran`` by the lirs of ``tree`` (a fresh process)."""
-    out = subprocess.run(tree_python(_CHILD, path, gran, top, tree=tree), capture_output=True, text=True, check=True)
+def count(tree: str, path: str, gran: str, top: int, workers: int = 0) -> dict:
+    """One counted epoch of ``gran`` by the lirs of ``tree`` (a fresh process); ``workers``: through
+    ``make_dataloader(num_workers=workers)``, its main process's and workers' work together."""
+    out = subprocess.run(tree_python(_CHILD, path, gran, top, workers, tree=tree), capture_output=True, text=True,
+                         check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(tree: str, path: str, grans, repeat: int, top: int) -> dict:
+def measure(tree: str, path: str, grans, repeat: int, top: int, workers: int = 0) -> dict:
     """Per granularity: the run with the median bytecodes of ``repeat`` and every run's counts."""
     res = {}
     for gran in grans:
-        runs = [count(tree, path, gran, top) for _ in range(repeat)]
+        runs = [count(tree, path, gran, top, workers) for _ in range(repeat)]
         med = sorted(runs, key=lambda r: r["bytecodes"])[len(runs) // 2]
         res[gran] = {**med, "runs": [{k: r[k] for k in METRICS} for r in runs]}
         print(f"{os.path.basename(tree.rstrip('/'))} ({med['commit']}) {gran:8s}: "
@@ -105,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--against", default=None, help="another lirs checkout to count the same way")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--top", type=int, default=12, help="functions listed by bytecodes")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="count make_dataloader(num_workers=N)'s epoch: its main process and workers")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
@@ -115,9 +166,9 @@ def main(argv=None) -> int:
                    "kdd-like LIBSVM in memory, engine buffered, batch 1024; deterministic but for a pool "
                    "thread's polling (median of --repeat runs)",
            "data": {"path": path, "bytes": os.path.getsize(path)}, "note": a.note,
-           "this": measure(TREE, path, grans, a.repeat, a.top)}
+           "workers": a.workers, "this": measure(TREE, path, grans, a.repeat, a.top, a.workers)}
     if a.against:
-        res["against"] = measure(os.path.abspath(a.against), path, grans, a.repeat, a.top)
+        res["against"] = measure(os.path.abspath(a.against), path, grans, a.repeat, a.top, a.workers)
         res["this_vs_against"] = {g: {k: res["this"][g][k] / res["against"][g][k] for k in METRICS} for g in grans}
         for g, r in res["this_vs_against"].items():
             print(f"{g:8s} this / against: " + ", ".join(f"{k} {v:.3f}" for k, v in r.items()), file=sys.stderr)
