@@ -46,3 +46,18 @@ def test_a_counted_child_sees_work_added_to_the_path(tmp_path, shm_dir):
     more = bm.count(str(slow), path, "group", 3)
     assert more["lirs"] == str(slow / "lirs") and more["batches"] == base["batches"]
     assert 2500 < more["bytecodes"] - base["bytecodes"] < 3500  # the loop's ~3000 bytecodes, each batch
+
+
+def test_a_dataloader_epoch_counts_its_main_process_and_its_workers(tmp_path, shm_dir):
+    # --workers: make_dataloader's epoch, the workers' counts (sent home as they exit) added to the
+    # main process's: the same batches as the Loader's epoch, more work than the main process alone
+    bm = benchmark_module("bench_work")
+    path = bm.kdd_file(os.path.join(shm_dir, "w3"), "2MB")
+    alone = bm.count(bm.TREE, path, "window", 60)
+    both = bm.count(bm.TREE, path, "window", 60, workers=2)
+    assert both["workers"] == 2 and both["batches"] == alone["batches"] > 1
+    assert both["records"] == alone["records"]
+    assert 50 < both["main_bytecodes"] < both["bytecodes"] - 200
+    names = {f["function"].split(" ")[0] for f in both["top"]}
+    assert {"unpack_many", "timed_main"} <= names, "the main process's work"
+    assert {"array_spans", "pack_arrays"} <= names, "the workers' work"
