@@ -449,7 +449,31 @@ def _pass_times_line() -> str:
             f"(median) waited for its Loader's batches {col('worker_wait')}, packed them {col('worker_pack')} and "
             f"waited for the main process to ask {col('worker_torch')}; the main process waited for the workers' "
             f"items {col('main_wait')} and had its first batch after {'/'.join(f(sh[k]['first_batch_s']) for k in ws)} s "
-            f"(each worker reads its own windows: the first waits for a window read on a worker's share of the cores).")
+            f"(each worker reads its own windows: the first waits for a window read on a worker's share of the cores)."
+            + _workers_work_line())
+
+
+def _workers_work_line() -> str:
+    """The Python work a batch of an epoch with workers, counted (``work_workers.json``), and the
+    2-worker window ratio of the trees it compares, timed in turns (``torch_window_trim_ab.json``)."""
+    w = load("work_workers")
+    if not w or not w.get("against"):
+        return ""
+    this, that, q = w["this"], w["against"], w["this_vs_against"]
+    gs = [g for g in ("window", "group") if g in this]
+    counts = "; ".join(f"{g} {this[g]['bytecodes']:.0f} against {that[g]['bytecodes']:.0f} ({f(q[g]['bytecodes'])}×, "
+                       f"the main process {this[g]['main_bytecodes']:.0f})" for g in gs)
+    line = (f" The Python of such an epoch, counted in the main process and its {w['workers']} workers, every thread "
+            f"({source(w)}, {w['data']['bytes'] / 1e6:.0f} MB), bytecodes a batch at lirs "
+            f"{this[gs[0]]['commit']} against {that[gs[0]]['commit']}: {counts}.")
+    ab = load("torch_window_trim_ab")
+    if ab:
+        m, p, b, a = ab["median"], ab["mann_whitney_p"], ab["before"], ab["after"]
+        line += (f" Timed in turns, {len(ab['runs']) // 2} runs each (`benchmarks/results/torch_window_trim_ab.json`): "
+                 f"window `num_workers=2` at {f(m[b]['ratio_w2_vs_w0'])}× `num_workers=0` at {b} and "
+                 f"{f(m[a]['ratio_w2_vs_w0'])}× at {a} (p = {f(p['ratio_w2_vs_w0'])}"
+                 + ("" if p["ratio_w2_vs_w0"] < 0.1 else ": no change measured within this machine's spread") + ").")
+    return line
 
 
 def _two_workers(r) -> str:
