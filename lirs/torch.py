@@ -173,10 +173,8 @@ class LirsIterableDataset(tud.IterableDataset):
         rank, world = _dist_rank_world() if tud.get_worker_info() is None else self._dist
         if (rank, world) == (0, 1):
             rank, world = self._dist  # a worker, or the group was set up after this dataset
-        if self._rank is not None:
-            rank = int(self._rank)
-        if self._world is not None:
-            world = int(self._world)
+        rank = rank if self._rank is None else int(self._rank)
+        world = world if self._world is None else int(self._world)
         if not 0 <= rank < world:
             raise UsageError(f"rank {rank} outside [0, {world})")
         return rank, world
@@ -304,7 +302,16 @@ class LirsIterableDataset(tud.IterableDataset):
 
     def delivered(self, next_batch: int) -> None:
         """The consumer received every batch before ``next_batch`` of the current epoch."""
-        self._pos = self._pos.at(next_batch)
+        self._next = next_batch
+
+    @property
+    def _pos(self) -> ResumeState:
+        # this process's position, folded when read (a state a batch was a few Python calls there)
+        return self._at if self._next is None else self._at.at(self._next)
+
+    @_pos.setter
+    def _pos(self, pos: ResumeState) -> None:
+        self._at, self._next = pos, None
 
     def handed_out(self, position: ResumeState) -> None:
         """The consumer is at ``position`` (taken when its batch was made; batches made after it
