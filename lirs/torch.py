@@ -64,8 +64,8 @@ from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 from .passboard import PassBoard
-from .workers import (BUNDLE_BATCHES, Bundler, bundled, Convert, before_fork, in_order, ring_for, share_of, worker_of, worker_pool,
-                      worker_threads)
+from .ring import BUNDLE_BATCHES, ring_for
+from .workers import Bundler, bundled, Convert, before_fork, in_order, share_of, worker_of, worker_pool, worker_threads
 
 log = logging.getLogger("lirs.torch")
 

@@ -12,23 +12,16 @@ workers read (:class:`lirs.passboard.PassBoard`).
 from __future__ import annotations
 
 import collections
-import ctypes
-import multiprocessing
-import os
-import weakref
-from multiprocessing.context import get_spawning_popen
 from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.utils.data as tud
 
-from .constants import RING_MAX_BYTES
 from . import warmup
 from .cores import usable_cores
-from .memory import shared_array, shared_block
 from .passtimes import timed_worker
-from .policies import ring_slots
+from .ring import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, ring_of
 from .tensors import array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, unpack, unpack_many, x_parts
 
 
@@ -237,21 +230,6 @@ def bundled(batches, bundler: "Bundler", sparse: str, label_dtype, times, moved)
     return timed_worker(batches, make, last, times, bundler.worker)
 
 
-SLOT_BYTES = 2 << 20  # a slot of a SlotRing: a kdd-like batch of 1024 records packs into ~300 KB
-BUNDLE_BATCHES = 16   # batches of a worker per DataLoader item (see Bundle)
-BUNDLE_SLOT_BYTES = 8 << 20  # the largest slot of a ring of bundles: 16 kdd-like batches of 1024 records
-BUNDLE_PACKED_PER_BYTE = 1.5  # packed tensor bytes per byte of LIBSVM text (values, indices, ids, y)
-
-
-def bundle_slot_bytes(batch_size: int, index) -> int:
-    """Bytes of a slot for bundles of ``BUNDLE_BATCHES`` batches of ``batch_size`` records of
-    :class:`~lirs.index.Index` ``index`` (by its mean record size): between ``SLOT_BYTES`` and ``BUNDLE_SLOT_BYTES``, so that
-    a ring of small records is not sized for kdd-like ones (a slot's pages stay resident once used). A bundle that would not fit is sent sooner (:class:`Bundler`)."""
-    record_bytes = index.payload_bytes / max(int(index.n), 1)
-    want = BUNDLE_BATCHES * int(batch_size) * record_bytes * BUNDLE_PACKED_PER_BYTE
-    return int(min(BUNDLE_SLOT_BYTES, max(SLOT_BYTES, -(-int(want) // 4096) * 4096)))
-
-
 def before_fork(loader, epoch: int) -> None:
     """Ready this process for DataLoader workers about to fork: ``loader``'s plan of ``epoch`` made
     (the workers inherit the index and its unit tables), its walk's kernels (:func:`lirs.warmup.walk_first`)
@@ -261,86 +239,10 @@ def before_fork(loader, epoch: int) -> None:
     warmup.settle()
 
 
-def ring_for(loader, epoch: int, workers: int, prefetch: int, bundle: int, by_window: bool) -> "SlotRing":
-    """The :class:`SlotRing` of ``workers`` DataLoader workers of a dataset over ``loader`` (a
-    :class:`lirs.Loader`; its plan of ``epoch`` sizes windows), ``prefetch`` items asked of each:
-    slots for bundles of up to ``bundle`` batches (0: one batch an item), counted by
-    :func:`lirs.policies.ring_slots` (``by_window``: each worker reads whole windows)."""
-    slot_bytes = bundle_slot_bytes(loader.batch_size, loader.index) if bundle else SLOT_BYTES
-    slots = ring_slots(loader.plan(epoch), workers, prefetch, slot_bytes, bundle or 1, by_window, ring_budget())
-    return SlotRing(workers, slots, slot_bytes)
-
-
-def ring_budget(shm: str = "/dev/shm") -> int:
-    """The most bytes a ring may take: ``RING_MAX_BYTES``, and at most half the free space of
-    ``shm``: multiprocessing puts shared memory there while it has room, else in a file of the
-    temporary folder on disk (a container's 64 MiB /dev/shm), whose used slots would then be written out."""
-    try:
-        st = os.statvfs(shm)
-    except OSError:  # no such folder (not Linux): multiprocessing's own choice
-        return RING_MAX_BYTES
-    return int(min(RING_MAX_BYTES, st.f_bavail * st.f_frsize // 2))
-
-
-_RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that made it (the DataLoader's)
-
-
-class SlotRing:
-    """Shared memory the DataLoader workers pack their batches into: ``slots`` slots of
-    ``slot_bytes`` for each of ``workers`` workers (:func:`lirs.memory.shared_block`, made in the
-    main process before the workers start; a page comes in when a worker first packs into it), and
-    an int32 busy flag per slot. A worker takes a free
-    slot of its own, packs the batch there and sends only ``(slot, meta)``; the main process
-    rebuilds the tensors as views of the slot and frees it when the last of them is gone (a
-    finalizer on the view). No copy through the pickle stream and the pipe, each of which costs
-    about what decoding the batch does. A batch that does not fit, or finds no free slot (the
-    consumer still holds the batches of every slot), travels in the pickle stream as before."""
-
-    def __init__(self, workers: int, slots: int, slot_bytes: int = SLOT_BYTES, token=None, raw=None, flags=None):
-        self.workers, self.slots, self.slot_bytes = int(workers), int(slots), int(slot_bytes)
-        n = self.workers * self.slots
-        self.raw = shared_block(n * self.slot_bytes) if raw is None else raw
-        self.flags = multiprocessing.RawArray(ctypes.c_int32, n) if flags is None else flags
-        self.mem, self.busy = shared_array(self.raw)[:n * self.slot_bytes], np.frombuffer(self.flags, np.int32)
-        self.token = token or os.urandom(8).hex()
-        if raw is None:
-            _RINGS[self.token] = self
-
-    def __reduce__(self):
-        if get_spawning_popen() is None:  # not a worker starting: a copy would share nothing
-            return _no_ring, ()
-        return SlotRing, (self.workers, self.slots, self.slot_bytes, self.token, self.raw, self.flags)
-
-    def take(self, worker: int, nbytes: int):
-        """A free slot of ``worker`` for ``nbytes``, now marked busy; None when none fits."""
-        if nbytes > self.slot_bytes or not 0 <= worker < self.workers:
-            return None
-        for s in range(worker * self.slots, (worker + 1) * self.slots):
-            if self.busy[s] == 0:
-                self.busy[s] = 1
-                return s
-        return None
-
-    def view(self, s: int, nbytes: int | None = None, free_when_gone: bool = False):
-        """uint8 tensor over slot ``s``; ``free_when_gone``: the slot is freed once it is collected."""
-        a = self.mem[s * self.slot_bytes:s * self.slot_bytes + (self.slot_bytes if nbytes is None else nbytes)]
-        if free_when_gone:
-            weakref.finalize(a, _free, self.busy, s)
-        return torch.from_numpy(a)
-
-
-def _free(busy, s):
-    busy[s] = 0
-
-
-def _no_ring():
-    return None
-
-
 def unpack_slot(token, s, nbytes, meta):
     """The output of a batch a worker packed into slot ``s`` of the ring ``token``."""
     CROSSED["slot"] += 1
-    return unpack(_RINGS[token].view(s, nbytes, free_when_gone=True), meta)
+    return unpack(ring_of(token).view(s, nbytes, free_when_gone=True), meta)
 
 
 def unpack_array(a: np.ndarray, meta):
@@ -356,7 +258,7 @@ def unpack_segment(buf, meta):
 def unpack_bundle_slot(token, s, nbytes, metas, indices):
     """``(indices, outputs)`` of a :class:`Bundle` packed into slot ``s`` of the ring ``token``."""
     CROSSED["slot"] += 1
-    return _unbundled(_RINGS[token].view(s, nbytes, free_when_gone=True), metas, indices)
+    return _unbundled(ring_of(token).view(s, nbytes, free_when_gone=True), metas, indices)
 
 
 def unpack_bundle(buf, metas, indices):

@@ -283,7 +283,7 @@ def test_a_ring_takes_its_slots_unwritten(monkeypatch):
     pytest.importorskip("torch")
     import multiprocessing
 
-    from lirs.workers import SlotRing
+    from lirs.ring import SlotRing
     raw = multiprocessing.RawArray
 
     def small_only(typecode, n):

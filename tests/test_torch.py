@@ -611,7 +611,8 @@ def test_slot_ring_batches_cross_without_the_pickle_stream(small_svm):
     import lirs.torch as lt
     from lirs import workers
 
-    ring = workers.SlotRing(2, 2, slot_bytes=1 << 16)
+    from lirs.ring import SlotRing
+    ring = SlotRing(2, 2, slot_bytes=1 << 16)
     with lirs.Loader(small_svm, 50) as loader:
         b = next(iter(loader))
     ids, X, y = lt.to_tensors(b, "csr")
@@ -629,7 +630,7 @@ def test_slot_ring_batches_cross_without_the_pickle_stream(small_svm):
     assert ring.busy[2] == 0, "freed with the batch"
     held = [workers.Packed(ids, X, y, "dict", ring, 0) for _ in range(3)]
     assert [h.slot is not None for h in held] == [True, True, False], "a full ring falls back"
-    assert workers.Packed(ids, X, y, "dict", workers.SlotRing(1, 1, slot_bytes=64), 0).slot is None
+    assert workers.Packed(ids, X, y, "dict", SlotRing(1, 1, slot_bytes=64), 0).slot is None
     assert pickle.loads(pickle.dumps(ring)) is None, "outside a process start a ring is not shared"
 
 
@@ -978,7 +979,8 @@ def test_bundles_cross_in_a_slot_and_free_it_with_their_last_batch(small_svm):
     import lirs.torch as lt
     from lirs import workers
 
-    ring = workers.SlotRing(1, 2, slot_bytes=1 << 16)
+    from lirs.ring import SlotRing
+    ring = SlotRing(1, 2, slot_bytes=1 << 16)
     with lirs.Loader(small_svm, 50) as loader:
         batches = [b for _, b in zip(range(3), loader)]
     bundler = workers.Bundler("dict", ring, 0, max_batches=2)
@@ -1000,7 +1002,7 @@ def test_bundles_cross_in_a_slot_and_free_it_with_their_last_batch(small_svm):
     gc.collect()
     assert ring.busy[slot] == 0, "and freed with the last"
     # a batch too big for a slot travels with its bundle in the pickle stream
-    big = workers.Bundler("tuple", workers.SlotRing(1, 1, slot_bytes=64), 0, max_batches=1)
+    big = workers.Bundler("tuple", SlotRing(1, 1, slot_bytes=64), 0, max_batches=1)
     (b,) = big.add(0, *lt.to_tensors(batches[0], "csr"))
     X, y, ids = pickle.loads(pickle.dumps(b)).outputs[0]
     assert b.slot is None and torch.equal(ids, lt.to_tensors(batches[0], "csr")[0])
@@ -1040,7 +1042,7 @@ def test_a_hand_built_dataloaders_window_workers_are_warned_about(small_svm, mon
 def test_bundle_slots_are_sized_by_the_records():
     import types
 
-    from lirs.workers import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, SLOT_BYTES, bundle_slot_bytes
+    from lirs.ring import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, SLOT_BYTES, bundle_slot_bytes
 
     def index(record_bytes):
         return types.SimpleNamespace(n=1000, payload_bytes=1000 * record_bytes)
@@ -1103,18 +1105,18 @@ def test_ring_slots_hold_a_window_of_each_worker_within_the_budget(kdd_file):
 def test_a_ring_takes_at_most_half_the_free_shared_memory(monkeypatch):
     import collections
 
-    from lirs import workers
+    from lirs import ring
 
     vfs = collections.namedtuple("vfs", "f_bavail f_frsize")
-    monkeypatch.setattr(workers.os, "statvfs", lambda p: vfs(16 << 10, 4096))  # 64 MiB free
-    assert workers.ring_budget() == 32 << 20
-    monkeypatch.setattr(workers.os, "statvfs", lambda p: vfs(1 << 30, 4096))
-    assert workers.ring_budget() == workers.RING_MAX_BYTES
+    monkeypatch.setattr(ring.os, "statvfs", lambda p: vfs(16 << 10, 4096))  # 64 MiB free
+    assert ring.ring_budget() == 32 << 20
+    monkeypatch.setattr(ring.os, "statvfs", lambda p: vfs(1 << 30, 4096))
+    assert ring.ring_budget() == ring.RING_MAX_BYTES
 
     def missing(p):
         raise FileNotFoundError(p)
-    monkeypatch.setattr(workers.os, "statvfs", missing)
-    assert workers.ring_budget() == workers.RING_MAX_BYTES
+    monkeypatch.setattr(ring.os, "statvfs", missing)
+    assert ring.ring_budget() == ring.RING_MAX_BYTES
 
 
 def test_window_workers_items_all_cross_in_slots(kdd_file, monkeypatch):
@@ -1122,12 +1124,12 @@ def test_window_workers_items_all_cross_in_slots(kdd_file, monkeypatch):
     worker's window (torch takes the workers' items in turn): each worker's ring has slots for a
     window's items, so none crosses as a shared-memory segment of its own (with prefetch + 2 slots,
     over a third did); the batches are those of one process."""
-    from lirs import workers
+    from lirs import ring
     from lirs.torch import make_dataloader
     from lirs.workers import CROSSED
 
     # the ring's budget as on a machine with room in /dev/shm (a small one caps the slots: tested apart)
-    monkeypatch.setattr(workers, "ring_budget", lambda: workers.RING_MAX_BYTES)
+    monkeypatch.setattr(ring, "ring_budget", lambda: ring.RING_MAX_BYTES)
     kw = dict(granularity="window", group_bytes=8192, window=40, seed=3)
     ref = list(make_dataloader(kdd_file, 8, **kw))
     dl = make_dataloader(kdd_file, 8, num_workers=2, **kw)
