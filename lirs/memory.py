@@ -205,3 +205,7 @@ class Recycler:
 
 #: the process's pool (looked up as ``memory.RECYCLER`` where used, so one name replaces it)
 RECYCLER = Recycler()
+
+#: where a read step's decoded indices and values are made (:mod:`lirs.svmdecode`): the pool, or in a
+#: DataLoader worker the worker's part of a shared arena (:func:`lirs.arena.install`)
+OUTPUTS = RECYCLER

@@ -111,7 +111,7 @@ def _feature_arrays(cap, index_dtype, work_dtype):
     written from its start: of a block sized by a bound, only the pages its uses reached are ever
     touched. One block for both: each Python call on a step's path costs several microseconds
     there (the step's bytes have just gone through the caches), and a block is a dozen of them."""
-    return memory.RECYCLER.empties(cap, (index_dtype, work_dtype), RECYCLE_STEP_MIN_BYTES)
+    return memory.OUTPUTS.empties(cap, (index_dtype, work_dtype), RECYCLE_STEP_MIN_BYTES)
 
 
 def _spans_run(buf, starts, ends, zero_based, n_features, query_id, indices, data, y, rec=None):
@@ -194,8 +194,7 @@ def _decode_spans_parallel(buf, starts, ends, n_features, zero_based, dtype, que
     kofs = np.concatenate([[0], np.cumsum(caps)]).astype(np.int64)
     # a loader decodes a window like the one it just let go: the memory of that one's arrays
     # is taken again (lirs.memory.Recycler), its pages in place
-    indices = memory.RECYCLER.empty(int(kofs[-1]), index_dtype)
-    data = memory.RECYCLER.empty(int(kofs[-1]), _work_dtype(dtype))
+    indices, data = memory.OUTPUTS.empties(int(kofs[-1]), (index_dtype, _work_dtype(dtype)))
 
     def run(i):
         (a, b), ka, kb = runs[i], int(kofs[i]), int(kofs[i + 1])

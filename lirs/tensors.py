@@ -173,25 +173,43 @@ def unpack(buf, meta):
     return build_output(span_views(buf, spans), kind, shape, has_y, output)
 
 
-def unpack_many(buf, metas: list) -> list:
+def unpack_many(buf, metas: list, shared: dict | None = None) -> list:
     """:func:`unpack` of each batch of a bundle (``metas``, their spans in the uint8 tensor ``buf``):
     each part is a slice of a view of ``buf`` as its dtype, made once a dtype (every part starts
     at an ALIGN boundary), so one torch call a part rather than two, in the main process of
-    DataLoader workers, once a batch."""
+    DataLoader workers, once a batch. ``shared``: ``{block: (uint8 tensor, its first byte)}`` for
+    the parts a DataLoader worker left in its arena (:mod:`lirs.arena`), whose spans are
+    ``(byte in the arena, nbytes, dtype, shape, block)``."""
     if buf.numel() % ALIGN or buf.storage_offset() % ALIGN:
-        return [unpack(buf, m) for m in metas]
+        if not shared:
+            return [unpack(buf, m) for m in metas]
+        buf = _aligned(buf)
     typed: dict = {}
     out = []
     for kind, shape, has_y, output, spans in metas:
         ts = []
-        for a, nb, dt, sh in spans:
-            got = typed.get(dt)
+        for sp in spans:
+            if len(sp) == 4:
+                a, nb, dt, sh = sp
+                key, src, a0 = dt, buf, 0
+            else:
+                a, nb, dt, sh, key = sp
+                src, a0 = shared[key]
+                key = (dt, key)
+            got = typed.get(key)
             if got is None:
-                got = typed[dt] = (buf.view(dt), torch.empty((), dtype=dt).element_size())
+                got = typed[key] = (src.view(dt), torch.empty((), dtype=dt).element_size())
             t, size = got
-            v = t[a // size:(a + nb) // size]
+            v = t[(a - a0) // size:(a - a0 + nb) // size]
             ts.append(v if len(sh) == 1 else v.view(sh))
         out.append(build_output(ts, kind, shape, has_y, output))
+    return out
+
+
+def _aligned(buf):
+    """A copy of the uint8 tensor ``buf`` starting on an ALIGN boundary, padded to a multiple of it."""
+    out = torch.empty(-(-buf.numel() // ALIGN) * ALIGN, dtype=torch.uint8)
+    out[:buf.numel()] = buf
     return out
 
 

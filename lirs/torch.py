@@ -59,6 +59,7 @@ import torch.utils.data as tud
 
 from .errors import UsageError
 from .loader import Loader
+from .arena import arena_for, install
 from .passtimes import PassTimes, begun, timed_main
 from .policies import POLICIES
 from .state import ResumeState, states_of
@@ -192,8 +193,8 @@ class LirsIterableDataset(tud.IterableDataset):
                 # a forked worker: the parent's index (memory maps, cached unit tables) serves here
                 # as well, so a worker that starts every epoch does not open and scan it again
                 source = self._loader.index
-            # a user transform runs on the pool with the tensors, beside the decoding (it may be
-            # heavy); the tensors alone are built where the batch is consumed (see _deliver)
+            # a user transform runs on the pool beside the decoding (it may be heavy); the tensors
+            # alone are built where the batch is consumed (see _deliver)
             kw = worker_pool(worker_of()[1], self.loader_kwargs)  # a worker: its share of the cores
             self._loader = Loader(source, self.batch_size, rank=rank, world_size=world,
                                   transform=None if self.transform is None else self._converter(), **kw)
@@ -373,6 +374,7 @@ class LirsIterableDataset(tud.IterableDataset):
         elif self._iter_pid == os.getpid():
             self.epoch, self._resume = self.epoch + 1, None
         self._iter_pid = os.getpid()
+        install(getattr(self, "_arena", None), worker_of()[0])  # windows decoded into shared memory
 
     def _converter(self) -> "Convert":
         return Convert(self.sparse, self.output, self.label_dtype, self.transform, getattr(self, "_ring", None))
@@ -396,7 +398,7 @@ class LirsIterableDataset(tud.IterableDataset):
         if info is None or not getattr(self, "_bundle", 0) or self.transform is not None \
                 or loader.index.format == "lines":
             return None
-        return Bundler(self.output, getattr(self, "_ring", None), info.id, self._bundle)
+        return Bundler(self.output, getattr(self, "_ring", None), info.id, self._bundle, getattr(self, "_arena", None))
 
 
 class LirsDataLoader(tud.DataLoader):
@@ -440,16 +442,14 @@ class LirsDataLoader(tud.DataLoader):
         if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
             # the workers' batches cross in bundles (lirs.workers.Bundle), put back in order here
             ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0
-            ds._ring = ring_for(ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
-                                ds._by_window(ds.loader(), self.num_workers))
+            by_window = ds._by_window(ds.loader(), self.num_workers)
+            ds._ring = ring_for(ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle, by_window)
+            ds._arena = arena_for(ds.loader(), ds.epoch, self.num_workers, ds._ring, by_window)
             ds._times = PassTimes(self.num_workers)  # where each pass's time goes (pass_times)
         times = begun(getattr(ds, "_times", None))  # before the workers start the pass
         it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
         epoch = ds.epoch
-        if res is not None and res.epoch == epoch:
-            k, spans = res.next_batch, res.spans
-        else:
-            k, spans = 0, None
+        k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
         ds.begin_at(ResumeState(epoch, k, spans))
         for b in in_order(it, k):
             k += 1

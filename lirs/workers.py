@@ -3,8 +3,10 @@
 In a worker a batch's tensors are packed into one buffer: a batch alone (:class:`Packed`, a
 hand-built DataLoader's item) or up to ``BUNDLE_BATCHES`` of a worker's batches together
 (:class:`Bundle`, :func:`lirs.torch.make_dataloader`'s item), in a slot of a shared ring
-(:class:`SlotRing`) when one is free, so that only the slot's number goes through torch's queue.
-The main process rebuilds them as views of the buffer (:func:`lirs.tensors.unpack`) and puts a
+(:class:`~lirs.ring.SlotRing`) when one is free, so that only the slot's number goes through torch's queue.
+A window worker's CSR values and indices stay where it decoded them, in its part of a shared
+arena (:mod:`lirs.arena`), and cross as their place there. The main process rebuilds the batches
+as views of the buffer and the arena (:func:`lirs.tensors.unpack_many`) and puts a
 pass's bundles back in batch order, joining the pieces of a batch that spans two workers' windows
 (:func:`in_order`). The main process posts each pass's epoch and resume point on a board the
 workers read (:class:`lirs.passboard.PassBoard`).
@@ -20,9 +22,10 @@ import torch.utils.data as tud
 
 from . import warmup
 from .cores import usable_cores
+from .arena import arena_of
 from .passtimes import timed_worker
 from .ring import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, ring_of
-from .tensors import array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, unpack, unpack_many, x_parts
+from .tensors import ALIGN, array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, torch_dtype, unpack, unpack_many, x_parts
 
 
 def worker_of() -> tuple[int, int]:
@@ -65,7 +68,8 @@ INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pic
 #: way: ``slot`` (a slot of the ring: only its number crossed), ``inband`` (in the pickle stream),
 #: ``segment`` (a shared-memory segment of its own, made, mapped and faulted in afresh for the
 #: item: an item finds no free slot when the main process holds the slots' batches back to put
-#: them in order). ``benchmarks/bench_torch.py`` records it for each run.
+#: them in order); ``arena`` (each block of a worker's arena an item's values and
+#: indices were left in, viewed where the worker decoded them: :mod:`lirs.arena`). ``benchmarks/bench_torch.py`` records it for each run.
 CROSSED = collections.Counter()
 
 
@@ -133,31 +137,43 @@ class Bundle:
     (:mod:`lirs.torch`): torch's fixed cost per item (an index queue, a result queue, a pickle
     and a pipe each way: tens of microseconds in each process) is then paid once for up to
     ``BUNDLE_BATCHES`` batches instead of once each. Their tensors are packed back to back into
-    one buffer (a slot of the worker's :class:`SlotRing` when one is free), each batch laid out
+    one buffer (a slot of the worker's :class:`~lirs.ring.SlotRing` when one is free), each batch laid out
     as :class:`Packed` lays out one; the main process gets ``(indices, outputs)``: each batch's
     number in the epoch and its output, views of that buffer (:func:`unpack_bundle`)."""
 
-    __slots__ = ("buf", "metas", "indices", "slot")
+    __slots__ = ("buf", "metas", "indices", "slot", "shared")
 
-    def __init__(self, items: list, output: str, ring, worker: int, nbytes: int):
-        # items: [(batch number, tensors in packing order, head, spans)] (Bundler.add), each
-        # batch's spans laid out after the one before it; ``nbytes``: where the last one ends
+    def __init__(self, items: list, output: str, ring, worker: int, nbytes: int, arena=None):
+        # items: [(batch number, tensors in packing order, head, spans, spans in the arena)]
+        # (Bundler.add), each batch's spans laid out after the one before it; ``nbytes``: where
+        # the last one ends
         self.buf, self.slot = slot_or_buffer(ring, worker, nbytes)
         host = self.buf.numpy()
-        metas, indices = [], []
-        for index, parts, head, spans in items:
+        metas, indices, blocks = [], [], set()
+        for index, parts, head, spans, left in items:
             # a Batch's own numpy arrays in one kernel call (Bundler.add_batch), else its tensors
-            (pack_arrays if isinstance(parts[0], np.ndarray) else pack_into)(host, parts, spans)
+            (pack_arrays if isinstance(parts[0], np.ndarray) else pack_into)(host, parts[:len(spans)], spans)
+            if left:  # its values and indices stay where the worker decoded them (lirs.arena)
+                spans = spans + left
+                blocks.update(sp[4] for sp in left)
             metas.append((*head, output, spans))
             indices.append(index)
         self.metas, self.indices = metas, indices
+        self.shared = None
+        if blocks:
+            # counted before the item leaves: the worker writes a block again only once the main
+            # process has let go of every item counted here
+            sent = arena.sent[worker]
+            for b in blocks:
+                sent[b] += 1
+            self.shared = (arena.token, int(worker), sorted(blocks))
 
     def __reduce__(self):
         if self.slot is not None:
-            return unpack_bundle_slot, (*self.slot, self.buf.numel(), self.metas, self.indices)
+            return unpack_bundle_slot, (*self.slot, self.buf.numel(), self.metas, self.indices, self.shared)
         # no free slot: in the pickle stream when small, else as one shared-memory segment
         buf = self.buf.numpy() if self.buf.numel() <= INBAND_BYTES else self.buf
-        return unpack_bundle, (buf, self.metas, self.indices)
+        return unpack_bundle, (buf, self.metas, self.indices, self.shared)
 
 
 class Bundler:
@@ -166,8 +182,9 @@ class Bundler:
     hold 1, 2, 4, ... batches up to ``max_batches`` (or as many as fit a slot of ``ring``): the
     consumer's first batch waits for one batch of each worker, not for a whole bundle."""
 
-    def __init__(self, output: str, ring=None, worker: int = 0, max_batches: int = 0):
+    def __init__(self, output: str, ring=None, worker: int = 0, max_batches: int = 0, arena=None):
         self.output, self.ring, self.worker = output, ring, int(worker)
+        self.arena = arena if arena is not None and arena.outputs is not None else None
         self.max_batches = int(max_batches or BUNDLE_BATCHES)
         self.cap = BUNDLE_SLOT_BYTES if ring is None else ring.slot_bytes
         self.items, self.nbytes = [], 0
@@ -186,17 +203,34 @@ class Bundler:
         if got is None:
             return self.add(index, *to_tensors(b, sparse, label_dtype))
         kind, shape, arrays = got
-        return self._add(index, arrays, (kind, shape, b.y is not None), array_spans)
+        head = (kind, shape, b.y is not None)
+        if self.arena is not None and kind == "csr":
+            left = self._left(arrays[-2:])
+            if left:
+                return self._add(index, arrays, head, array_spans, left)
+        return self._add(index, arrays, head, array_spans)
 
-    def _add(self, index, parts, head, lay) -> list:
+    def _left(self, arrays) -> list:
+        """The spans ``(byte in the arena, nbytes, dtype, shape, block)`` of a CSR batch's indices
+        and values when both lie in this worker's arena (:mod:`lirs.arena`), else []."""
+        where = self.arena.outputs.where
+        at = [where(a) for a in arrays]
+        if None in at:
+            return []
+        return [(p, a.nbytes, torch_dtype(a.dtype), a.shape, blk) for a, (blk, p) in zip(arrays, at)]
+
+    def _add(self, index, parts, head, lay, left=()) -> list:
         # laid out where the bundle's last batch ends (lay: pack_spans or array_spans), so that
-        # the bundle packs each batch where it lies, without laying them out again
-        spans, end = lay(parts, self.nbytes)
+        # the bundle packs each batch where it lies, without laying them out again. ``left``: the
+        # spans of the last parts, which stay in the worker's arena; the item keeps them (their
+        # block is written again only once the bundle is counted as sent: Bundle)
+        packed = parts[:len(parts) - len(left)]
+        spans, end = lay(packed, self.nbytes)
         done = []
         if self.items and end > self.cap:
             done.append(self.flush())  # it would not fit the slot with the others: send them first
-            spans, end = lay(parts, 0)
-        self.items.append((index, parts, head, spans))
+            spans, end = lay(packed, 0)
+        self.items.append((index, parts, head, spans, left))
         self.nbytes = end
         if len(self.items) >= self.size:
             done.append(self.flush())
@@ -206,7 +240,7 @@ class Bundler:
         """The bundle of the batches added since the last one (None when there are none)."""
         if not self.items:
             return None
-        b = Bundle(self.items, self.output, self.ring, self.worker, self.nbytes)
+        b = Bundle(self.items, self.output, self.ring, self.worker, self.nbytes, self.arena)
         self.items, self.nbytes = [], 0
         self.size = min(self.size * 2, self.max_batches)
         return b
@@ -255,23 +289,47 @@ def unpack_segment(buf, meta):
     return unpack(buf, meta)
 
 
-def unpack_bundle_slot(token, s, nbytes, metas, indices):
+def unpack_bundle_slot(token, s, nbytes, metas, indices, shared=None):
     """``(indices, outputs)`` of a :class:`Bundle` packed into slot ``s`` of the ring ``token``."""
     CROSSED["slot"] += 1
-    return _unbundled(ring_of(token).view(s, nbytes, free_when_gone=True), metas, indices)
+    return _unbundled(ring_of(token).view(s, nbytes, free_when_gone=True), metas, indices, shared)
 
 
-def unpack_bundle(buf, metas, indices):
+def unpack_bundle(buf, metas, indices, shared=None):
     """``(indices, outputs)`` of a :class:`Bundle` that crossed in the pickle stream (``buf`` a
     numpy array) or as a shared-memory segment (a tensor)."""
     inband = isinstance(buf, np.ndarray)
     CROSSED["inband" if inband else "segment"] += 1
-    return _unbundled(torch.from_numpy(buf) if inband else buf, metas, indices)
+    return _unbundled(torch.from_numpy(buf) if inband else buf, metas, indices, shared)
 
 
-def _unbundled(buf, metas, indices):
-    """Every output of a bundle views ``buf`` (a slot is free again once the last of them is gone)."""
-    return Unbundled(indices, unpack_many(buf, metas))
+def _unbundled(buf, metas, indices, shared=None):
+    """Every output of a bundle views ``buf`` (a slot is free again once the last of them is gone)
+    and, where its worker left them in its arena, the arena (``shared``: see :func:`arena_views`)."""
+    return Unbundled(indices, unpack_many(buf, metas, None if shared is None else arena_views(shared, metas)))
+
+
+def arena_views(shared, metas) -> dict:
+    """``{block: (uint8 tensor, its first byte in the arena)}``: one view a block over the parts of
+    a bundle's batches its worker left in that block of its arena (``shared``: ``(arena token,
+    worker, blocks)``), counted as freed for the block once the last tensor viewing it is gone."""
+    token, worker, blocks = shared
+    arena = arena_of(token)
+    lo, hi = {}, {}
+    for *_, spans in metas:
+        for sp in spans:
+            if len(sp) == 5:
+                b = sp[4]
+                lo[b] = min(lo.get(b, sp[0]), sp[0])
+                hi[b] = max(hi.get(b, sp[0]), sp[0] + sp[1])
+    out = {}
+    for b in blocks:
+        # from an ALIGN boundary to one (inside the block, whose start and size are whole pages):
+        # each part then lies at a multiple of its dtype's size from the view's start
+        a, z = lo[b] // ALIGN * ALIGN, -(-hi[b] // ALIGN) * ALIGN
+        CROSSED["arena"] += 1
+        out[b] = (torch.from_numpy(arena.view(worker, b, a, z)), a)
+    return out
 
 
 class Unbundled(NamedTuple):

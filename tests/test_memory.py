@@ -135,6 +135,7 @@ def recycled_everything(monkeypatch):
     several threads, on small data."""
     rec = Recycler(keep=4, min_bytes=1 << 14)
     monkeypatch.setattr(memory, "RECYCLER", rec)
+    monkeypatch.setattr(memory, "OUTPUTS", rec)  # a step's decoded arrays: the pool's (a worker's arena aside)
     monkeypatch.setattr(svmdecode, "_MIN_REGION", 1 << 12)
     monkeypatch.setattr(svmdecode, "usable_cores", lambda: 2)
     monkeypatch.setattr(assemble, "usable_cores", lambda: 3)  # two decoding, one for the consumer
