@@ -473,7 +473,23 @@ def _workers_work_line() -> str:
                  f"window `num_workers=2` at {f(m[b]['ratio_w2_vs_w0'])}× `num_workers=0` at {b} and "
                  f"{f(m[a]['ratio_w2_vs_w0'])}× at {a} (p = {f(p['ratio_w2_vs_w0'])}"
                  + ("" if p["ratio_w2_vs_w0"] < 0.1 else ": no change measured within this machine's spread") + ").")
-    return line
+    return line + _arena_line()
+
+
+def _arena_line() -> str:
+    """Window workers decoding into a shared arena, against copying into the ring, timed in turns
+    (``torch_window_arena_ab.json``)."""
+    ab = load("torch_window_arena_ab")
+    if not ab:
+        return ""
+    m, p, b, a = ab["median"], ab["mann_whitney_p"], ab["before"], ab["after"]
+    return (f" With each window worker decoding into its part of a shared arena, a batch's values and indices "
+            f"no longer copied (`benchmarks/results/torch_window_arena_ab.json`, {len(ab['runs']) // 2} runs each in "
+            f"turns, lirs at {b} and {a}): a worker's share of the pass spent packing {f(m[b]['worker_pack_share'])} → "
+            f"{f(m[a]['worker_pack_share'])} (p = {f(p['worker_pack_share'], '.4f')}), the CPU of the pass against "
+            f"`num_workers=0`'s {f(m[b]['cpu_s_w2_vs_w0'])}× → {f(m[a]['cpu_s_w2_vs_w0'])}× (p = {f(p['cpu_s_w2_vs_w0'])}), "
+            f"`num_workers=2` at {f(m[b]['ratio_w2_vs_w0'])}× → {f(m[a]['ratio_w2_vs_w0'])}× `num_workers=0` "
+            f"(p = {f(p['ratio_w2_vs_w0'])}; goal ≥ 0.95: {goal(m[a]['ratio_w2_vs_w0'] >= 0.95)}).")
 
 
 def _two_workers(r) -> str:
