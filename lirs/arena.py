@@ -32,7 +32,7 @@ import numpy as np
 
 from .constants import COPY_ALIGN
 from .memory import shared_array, shared_block
-from .ring import ring_budget
+from .ring import shm_budget
 from .windows import window_count
 
 ARENA_BYTES_PER_BYTE = 2.5  # a window's decoded values and indices per byte of its LIBSVM text, at most ~2 (a
@@ -97,14 +97,17 @@ def arena_for(loader, epoch: int, workers: int, ring, by_window: bool) -> Arena 
     """The :class:`~lirs.arena.Arena` ``workers`` DataLoader workers reading their own windows
     (``by_window``) of ``loader``'s epoch ``epoch`` decode LIBSVM windows into, so that their
     batches' values and indices cross without a copy; None otherwise, or when the shared memory
-    left beside ``ring`` would not hold ``ARENA_MIN_WINDOWS`` windows' outputs a worker (their
+    left beside ``ring`` (half the free space of /dev/shm, :func:`lirs.ring.shm_budget`) would not hold
+    ``ARENA_MIN_WINDOWS`` windows' outputs a worker (their
     batches are copied into the ring, as before). A worker's part holds ``ARENA_WINDOWS`` windows'
     outputs, each counted at ``ARENA_BYTES_PER_BYTE`` times the window's share of the records' bytes."""
     if not by_window or workers <= 1 or loader.index.format != "libsvm":
         return None
     plan = loader.plan(epoch)
     window = loader.index.payload_bytes / max(1, window_count(plan)) * ARENA_BYTES_PER_BYTE
-    room = (ring_budget() - ring.workers * ring.slots * ring.slot_bytes) // workers
+    # not RING_MAX_BYTES: the outputs are those the workers would decode into their own memory
+    half = shm_budget()
+    room = -1 if half is None else (half - ring.workers * ring.slots * ring.slot_bytes) // workers
     if room < ARENA_MIN_WINDOWS * window:
         return None
     return Arena(workers, int(min(room, ARENA_WINDOWS * window)), ARENA_BLOCKS, ARENA_MIN_BYTES)

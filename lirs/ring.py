@@ -48,14 +48,20 @@ def ring_for(loader, epoch: int, workers: int, prefetch: int, bundle: int, by_wi
 
 
 def ring_budget(shm: str = "/dev/shm") -> int:
-    """The most bytes a ring may take: ``RING_MAX_BYTES``, and at most half the free space of
-    ``shm``: multiprocessing puts shared memory there while it has room, else in a file of the
+    """The most bytes a ring may take: ``RING_MAX_BYTES``, and at most :func:`shm_budget`:
+    multiprocessing puts shared memory in ``shm`` while it has room, else in a file of the
     temporary folder on disk (a container's 64 MiB /dev/shm), whose used slots would then be written out."""
+    half = shm_budget(shm)
+    return RING_MAX_BYTES if half is None else int(min(RING_MAX_BYTES, half))
+
+
+def shm_budget(shm: str = "/dev/shm") -> int | None:
+    """Half the free space of ``shm`` in bytes; None where it cannot be read (no such folder: not Linux)."""
     try:
         st = os.statvfs(shm)
-    except OSError:  # no such folder (not Linux): multiprocessing's own choice
-        return RING_MAX_BYTES
-    return int(min(RING_MAX_BYTES, st.f_bavail * st.f_frsize // 2))
+    except OSError:
+        return None
+    return int(st.f_bavail * st.f_frsize // 2)
 
 
 _RINGS = weakref.WeakValueDictionary()  # token -> SlotRing, in the process that made it (the DataLoader's)

@@ -114,7 +114,7 @@ def test_no_arena_without_room_or_window_workers(kdd_file, small_arena, monkeypa
     from lirs.torch import make_dataloader
     from lirs.workers import CROSSED
 
-    monkeypatch.setattr(small_arena, "ring_budget", lambda: 0)
+    monkeypatch.setattr(small_arena, "shm_budget", lambda: 64 << 10)  # 128 KiB free in /dev/shm
     want = _loader_batches(kdd_file, 16, (1,))
     dl = make_dataloader(kdd_file, 16, num_workers=2, **KW)
     try:
