@@ -149,13 +149,15 @@ class Bundle:
         # the last one ends
         self.buf, self.slot = slot_or_buffer(ring, worker, nbytes)
         host = self.buf.numpy()
-        metas, indices, blocks = [], [], set()
+        metas, indices, blocks = [], [], {}
         for index, parts, head, spans, left in items:
             # a Batch's own numpy arrays in one kernel call (Bundler.add_batch), else its tensors
             (pack_arrays if isinstance(parts[0], np.ndarray) else pack_into)(host, parts[:len(spans)], spans)
             if left:  # its values and indices stay where the worker decoded them (lirs.arena)
                 spans = spans + left
-                blocks.update(sp[4] for sp in left)
+                for a, nb, _, _, b in left:  # each block's bytes the bundle's parts span
+                    lo, hi = blocks.get(b, (a, a))
+                    blocks[b] = (min(lo, a), max(hi, a + nb))
             metas.append((*head, output, spans))
             indices.append(index)
         self.metas, self.indices = metas, indices
@@ -166,7 +168,7 @@ class Bundle:
             sent = arena.sent[worker]
             for b in blocks:
                 sent[b] += 1
-            self.shared = (arena.token, int(worker), sorted(blocks))
+            self.shared = (arena.token, int(worker), [(b, lo, hi) for b, (lo, hi) in blocks.items()])
 
     def __reduce__(self):
         if self.slot is not None:
@@ -306,29 +308,23 @@ def unpack_bundle(buf, metas, indices, shared=None):
 def _unbundled(buf, metas, indices, shared=None):
     """Every output of a bundle views ``buf`` (a slot is free again once the last of them is gone)
     and, where its worker left them in its arena, the arena (``shared``: see :func:`arena_views`)."""
-    return Unbundled(indices, unpack_many(buf, metas, None if shared is None else arena_views(shared, metas)))
+    return Unbundled(indices, unpack_many(buf, metas, None if shared is None else arena_views(shared)))
 
 
-def arena_views(shared, metas) -> dict:
+def arena_views(shared) -> dict:
     """``{block: (uint8 tensor, its first byte in the arena)}``: one view a block over the parts of
     a bundle's batches its worker left in that block of its arena (``shared``: ``(arena token,
-    worker, blocks)``), counted as freed for the block once the last tensor viewing it is gone."""
+    worker, [(block, first byte, end), ...])``), counted as freed for the block once the last
+    tensor viewing it is gone."""
     token, worker, blocks = shared
     arena = arena_of(token)
-    lo, hi = {}, {}
-    for *_, spans in metas:
-        for sp in spans:
-            if len(sp) == 5:
-                b = sp[4]
-                lo[b] = min(lo.get(b, sp[0]), sp[0])
-                hi[b] = max(hi.get(b, sp[0]), sp[0] + sp[1])
     out = {}
-    for b in blocks:
+    for b, lo, hi in blocks:
         # from an ALIGN boundary to one (inside the block, whose start and size are whole pages):
         # each part then lies at a multiple of its dtype's size from the view's start
-        a, z = lo[b] // ALIGN * ALIGN, -(-hi[b] // ALIGN) * ALIGN
-        CROSSED["arena"] += 1
-        out[b] = (torch.from_numpy(arena.view(worker, b, a, z)), a)
+        a = lo // ALIGN * ALIGN
+        out[b] = (torch.from_numpy(arena.view(worker, b, a, -(-hi // ALIGN) * ALIGN)), a)
+    CROSSED["arena"] += len(blocks)
     return out
 
 
