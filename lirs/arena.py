@@ -193,7 +193,7 @@ def install(arena: Arena | None, worker: int) -> None:
     (:data:`lirs.memory.OUTPUTS`); None: nothing changes. Once a process."""
     from . import memory
 
-    if arena is None or arena.outputs is not None:
-        return
+    if arena is None or arena.outputs is not None or not 0 <= int(worker) < arena.workers:
+        return  # (a worker the arena has no part for: a dataset reused by more workers copies)
     arena.outputs = ArenaOutputs(arena, worker, memory.RECYCLER)
     memory.OUTPUTS = arena.outputs

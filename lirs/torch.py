@@ -33,8 +33,7 @@ the arrays themselves). A user ``transform`` runs with them on the pool (``Loade
 They are: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder
 makes them, int64 when needed), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense
 tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines; y (k,) ``label_dtype`` or
-None. torch's one-time notices (sparse CSR in beta, invariant checks off) are emitted, silenced,
-when this module is imported.
+None. torch's one-time notices (sparse CSR in beta, invariant checks off) are silenced on import.
 
 **Resume.** ``state_dict()`` / ``load_state_dict(sd)`` on the dataset (and on the DataLoader that
 :func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer
@@ -45,7 +44,7 @@ A state saved with another world size (same global batch ``batch_size * world_si
 resumes *elastically*: the records of the epoch no old rank consumed are split over the new
 ranks, each delivered once (see :mod:`lirs.loader`; pass the list of every old rank's state when
 the ranks did not step together). A state from another seed, granularity or dataset is refused
-with a UsageError. torch is imported only by this module, :mod:`lirs.tensors` and :mod:`lirs.workers`.
+with a UsageError. torch is imported by this module, :mod:`lirs.tensors`, :mod:`lirs.workers`, :mod:`lirs.ring` only.
 """
 from __future__ import annotations
 
@@ -208,8 +207,7 @@ class LirsIterableDataset(tud.IterableDataset):
 
     @property
     def n_features(self) -> int | None:
-        """Columns of X: LIBSVM from the index (or the ``n_features`` given), npy/fixed the row
-        width, None for lines."""
+        """Columns of X: LIBSVM from the index (or ``n_features`` given), npy/fixed the row width, None for lines."""
         loader = self.loader()
         return loader.n_features if loader.n_features is not None else loader.index.n_features
 
@@ -423,8 +421,7 @@ class LirsDataLoader(tud.DataLoader):
             if self.pin_memory:  # torch pins each batch
                 yield from super().__iter__()
                 return
-            # torch's single-process iterator would only add its fixed cost per batch (bench_torch.py);
-            # its one draw from the torch RNG per epoch is kept (a training's random stream is as with it)
+            # torch's iterator would only add its cost a batch; its one draw from the torch RNG is kept
             torch.empty((), dtype=torch.int64).random_(generator=self.generator)
             if raw:  # the Loader's batches as they are (a device feeder makes the tensors)
                 yield from ds.iterate(raw=True)
@@ -437,15 +434,18 @@ class LirsDataLoader(tud.DataLoader):
         ds.publish()  # and post it: persistent workers read it as their pass starts
         res = ds.resume_point()
         ctx = self.multiprocessing_context or multiprocessing.get_context()
-        if ctx.get_start_method() == "fork" and not (self.persistent_workers and self._iterator is not None):
+        fresh = not (self.persistent_workers and self._iterator is not None)  # workers start with this pass
+        if ctx.get_start_method() == "fork" and fresh:
             before_fork(ds.loader(), ds.epoch)  # the workers inherit the plan's tables and the kernels
         if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
             # the workers' batches cross in bundles (lirs.workers.Bundle), put back in order here
             ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0
-            by_window = ds._by_window(ds.loader(), self.num_workers)
-            ds._ring = ring_for(ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle, by_window)
-            ds._arena = arena_for(ds.loader(), ds.epoch, self.num_workers, ds._ring, by_window)
+            ds._ring = ring_for(ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
+                                ds._by_window(ds.loader(), self.num_workers))
             ds._times = PassTimes(self.num_workers)  # where each pass's time goes (pass_times)
+        if fresh:  # an arena for these workers alone, kept here: two sets of workers never share one
+            own = self.persistent_workers and ds._by_window(ds.loader(), self.num_workers)
+            ds._arena = self._arena = arena_for(ds.loader(), ds.epoch, self.num_workers, ds._ring, own)
         times = begun(getattr(ds, "_times", None))  # before the workers start the pass
         it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
         epoch = ds.epoch

@@ -125,7 +125,8 @@ def test_no_arena_without_room_or_window_workers(kdd_file, small_arena, monkeypa
     finally:
         dl.dataset.close()
     monkeypatch.undo()
-    for kw in (dict(num_workers=2, granularity="group"), dict(num_workers=1, granularity="window")):
+    for kw in (dict(num_workers=2, granularity="group"), dict(num_workers=1, granularity="window"),
+               dict(num_workers=2, persistent_workers=False)):  # workers started anew each pass: none
         dl = make_dataloader(kdd_file, 16, **{**KW, **kw})
         try:
             next(iter(dl))
@@ -168,3 +169,27 @@ def test_arena_blocks_are_reused_only_when_nothing_views_them():
     del f
     gc.collect()
     assert out.where(out.empties(10_000, pair)[0])[0] == 0 and out.reused == 2
+
+
+def test_two_dataloaders_over_one_dataset_have_an_arena_each(kdd_file, small_arena):
+    """Each DataLoader's persistent workers decode into an arena of their own, kept by that
+    DataLoader: a second DataLoader over the same dataset, its workers running beside the first
+    one's, never writes where the first one's do; both deliver the Loader's batches in turns."""
+    from lirs.torch import LirsDataLoader, LirsIterableDataset
+
+    want = _loader_batches(kdd_file, 16, (1, 2, 3))
+    ds = LirsIterableDataset(kdd_file, 16, **KW)
+    one = LirsDataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    two = LirsDataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    try:
+        kept = []
+        for dl, e in ((one, 1), (two, 2), (one, 3), (two, 1)):
+            ds.set_epoch(e)
+            got = list(dl)
+            _same(got, want[e])
+            kept.append((got, e))
+        assert one._arena is not None and two._arena is not None and one._arena is not two._arena
+        for got, e in kept:  # every batch kept: none was written over by the other DataLoader's workers
+            _same(got, want[e])
+    finally:
+        ds.close()
