@@ -2,7 +2,7 @@
 indices cross to the main process without a copy (:mod:`lirs.workers`).
 
 A worker of :func:`lirs.torch.make_dataloader` reading its own windows packs each batch into a
-slot of its ring (:class:`lirs.workers.SlotRing`): the CSR values and indices of a window batch,
+slot of its ring (:class:`lirs.ring.SlotRing`): the CSR values and indices of a window batch,
 nine tenths of its bytes, were copied there from the window's decoded arrays, and two workers on
 2 cores spent ~1.2x the CPU of one process. Here the worker's decoder takes a window's outputs
 from the worker's part of an :class:`Arena` (:class:`ArenaOutputs`, installed as

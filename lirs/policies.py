@@ -161,7 +161,7 @@ def plans_ahead(plan, units: bool = False) -> int:
 
 def ring_slots(plan, workers: int, prefetch: int, slot_bytes: int, bundle_batches: int, by_window: bool,
                max_bytes: int = RING_MAX_BYTES) -> int:
-    """Slots for each of ``workers`` DataLoader workers in their ring (:class:`lirs.workers.SlotRing`,
+    """Slots for each of ``workers`` DataLoader workers in their ring (:class:`lirs.ring.SlotRing`,
     ``slot_bytes`` each): the items torch keeps asked of a worker (``prefetch``) and two more. With
     ``by_window`` (each worker reads whole windows of ``plan``) also one window's items: torch takes
     the workers' items in turn while the main process hands out one worker's window, so it holds the
