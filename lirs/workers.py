@@ -410,7 +410,7 @@ def in_order(items, first: int):
             yield item
             continue
         for key, out in zip(item.indices, item.outputs):
-            if not isinstance(key, tuple):
+            if not isinstance(key, (tuple, list)):  # (a list: torch's pin thread rebuilds tuples as lists)
                 held[key] = out
                 continue
             j, window, total = key

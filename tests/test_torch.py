@@ -893,6 +893,42 @@ def test_window_workers_read_their_own_windows(kdd_file, small_svm, monkeypatch)
         dl.dataset.close()
 
 
+def test_window_workers_pieces_survive_the_pin_memory_thread(kdd_file, monkeypatch):
+    """With ``pin_memory=True`` torch's pin thread rebuilds every item on its way to the main
+    process, and earlier torch releases (the ``torch`` extra allows them) rebuilt a plain tuple as
+    a list, their "backwards compatibility" branch: a piece's key ``(batch, window, records)``
+    among them. Simulated here (no
+    accelerator pins on this machine), the pieces still join into the Loader's batches; a list key
+    was taken for a whole batch's and failed as a dict key."""
+    import collections
+
+    import lirs.torch as lt
+
+    def pinned(x):  # the rebuild of those releases, each tensor kept as it is
+        if isinstance(x, torch.Tensor) or isinstance(x, (str, bytes)):
+            return x
+        if isinstance(x, collections.abc.Mapping):
+            return {k: pinned(v) for k, v in x.items()}
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return type(x)(*(pinned(v) for v in x))
+        if isinstance(x, (tuple, list)):
+            return [pinned(v) for v in x]
+        return x
+
+    real = lt.in_order
+    monkeypatch.setattr(lt, "in_order", lambda it, first: real((pinned(x) for x in it), first))
+    kw = dict(granularity="window", group_bytes=8192, window=3, seed=9)
+    dl = lt.make_dataloader(kdd_file, 50, num_workers=2, **kw)
+    try:
+        got = list(dl)
+    finally:
+        dl.dataset.close()
+    ref = list(lt.make_dataloader(kdd_file, 50, **kw))
+    assert len(got) == len(ref) > 10
+    for a, b in zip(got, ref):
+        _same_tensors(a, b)
+
+
 def test_join_outputs_stacks_pieces_by_rows():
     from lirs.workers import join_outputs
 
