@@ -27,6 +27,8 @@ def small_arena(monkeypatch):
     from lirs import arena
 
     monkeypatch.setattr(arena, "ARENA_MIN_BYTES", 4096)
+    # the shared memory as on a machine with room in /dev/shm (a small one makes no arena: tested apart)
+    monkeypatch.setattr(arena, "shm_budget", lambda: 1 << 30)
     return arena
 
 
