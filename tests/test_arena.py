@@ -195,3 +195,53 @@ def test_two_dataloaders_over_one_dataset_have_an_arena_each(kdd_file, small_are
             _same(got, want[e])
     finally:
         ds.close()
+
+
+def test_no_arena_where_the_shared_memory_cannot_be_read_nor_for_a_worker_without_a_part(kdd_file, monkeypatch):
+    """No /dev/shm to read (statvfs fails: not Linux): no arena, batches copied. A worker the arena
+    has no part for (a dataset reused by more workers) installs nothing: its outputs stay the pool's."""
+    from lirs import arena, memory
+    from lirs.torch import make_dataloader
+
+    monkeypatch.setattr(arena, "shm_budget", lambda: None)
+    dl = make_dataloader(kdd_file, 16, num_workers=2, **KW)
+    try:
+        want = _loader_batches(kdd_file, 16, (1,))
+        dl.dataset.set_epoch(1)
+        _same(list(dl), want[1])
+        assert dl.dataset._arena is None
+    finally:
+        dl.dataset.close()
+    a = arena.Arena(2, 1 << 20, blocks=2, min_bytes=4096)
+    monkeypatch.setattr(memory, "OUTPUTS", memory.RECYCLER)
+    arena.install(a, 2)
+    assert a.outputs is None and memory.OUTPUTS is memory.RECYCLER
+    arena.install(a, 1)
+    assert a.outputs is memory.OUTPUTS and a.outputs.worker == 1
+
+
+def test_a_bundle_with_arena_parts_unpacks_from_a_misaligned_buffer():
+    """A bundle that found no free slot crosses in the pickle stream, its buffer maybe not on a
+    64-byte boundary: with parts left in the arena it is copied onto one first, and every part,
+    packed or viewed in the arena, is what was sent."""
+    from lirs import tensors
+
+    ids, y = np.arange(4, dtype=np.int64), np.ones(4, np.float32)
+    indptr, ind, val = np.arange(5, dtype=np.int32), np.array([5, 6, 7, 8], np.int32), np.array([.5, .6, .7, .8], np.float32)
+    spans, end = tensors.array_spans([ids, y, indptr])
+    host = np.zeros(end, np.uint8)
+    tensors.pack_arrays(host, [ids, y, indptr], spans)
+    mem = np.zeros(256, np.uint8)   # an arena's view from its byte 1000 on
+    mem[64:80], mem[128:144] = ind.view(np.uint8), val.view(np.uint8)
+    left = [(1064, 16, torch.int32, (4,), 3), (1128, 16, torch.float32, (4,), 3)]
+    meta = ("csr", (4, 10), True, "dict", spans + left)
+    buf = torch.from_numpy(host)
+    off = torch.zeros(end + 8, dtype=torch.uint8)
+    off[8:] = buf
+    assert off[8:].storage_offset() % tensors.ALIGN
+    for b in (buf, off[8:]):
+        out, = tensors.unpack_many(b, [meta], {3: (torch.from_numpy(mem), 1000)})
+        assert np.array_equal(out["ids"].numpy(), ids) and np.array_equal(out["y"].numpy(), y)
+        X = out["X"]
+        assert np.array_equal(X.crow_indices().numpy(), indptr) and np.array_equal(X.col_indices().numpy(), ind)
+        assert np.array_equal(X.values().numpy(), val) and X.shape == (4, 10)
