@@ -30,8 +30,7 @@ from multiprocessing.context import get_spawning_popen
 
 import numpy as np
 
-from .constants import COPY_ALIGN
-from .memory import shared_array, shared_block
+from .memory import block_layout, shared_array, shared_block
 from .ring import shm_budget
 from .windows import window_count
 
@@ -143,11 +142,7 @@ class ArenaOutputs:
         the other in one block of the arena, each starting on a cache line; from ``fallback`` when
         they hold less than the arena's ``min_bytes`` or no block is free."""
         n = int(n)
-        spans, end = [], 0
-        for d in dtypes:
-            d = np.dtype(d)
-            spans.append((end, end + n * d.itemsize, d))
-            end = -(-spans[-1][1] // COPY_ALIGN) * COPY_ALIGN
+        spans, end = block_layout(n, dtypes)
         b = self._take(end) if end >= self.arena.min_bytes else None
         if b is None:
             return self.fallback.empties(n, dtypes, min_bytes)

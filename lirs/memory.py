@@ -85,6 +85,17 @@ def shared_array(block: heap.BufferWrapper, dtype=np.uint8) -> np.ndarray:
     return np.frombuffer(block.create_memoryview(), dtype)
 
 
+def block_layout(n: int, dtypes: tuple) -> tuple[list, int]:
+    """Arrays of ``n`` items of each of ``dtypes`` one after the other in one block, each starting
+    on a cache line: ``([(first byte, end byte, dtype)], bytes of the block)``."""
+    spans, end = [], 0
+    for d in dtypes:  # plain loops: a generator's frame is a Python call each time it resumes
+        d = np.dtype(d)
+        spans.append((end, end + n * d.itemsize, d))
+        end = -(-spans[-1][1] // COPY_ALIGN) * COPY_ALIGN
+    return spans, end
+
+
 class Recycler:
     """Large arrays whose memory is used again once they are gone.
 
@@ -124,11 +135,7 @@ class Recycler:
         last view of any of them is gone: arrays made and let go together (a read step's decoded
         indices and values), for the Python work of one block instead of one each."""
         n = int(n)
-        spans, end = [], 0
-        for d in dtypes:  # plain loops: a generator's frame is a Python call each time it resumes
-            d = np.dtype(d)
-            spans.append((end, end + n * d.itemsize, d))
-            end = -(-spans[-1][1] // COPY_ALIGN) * COPY_ALIGN
+        spans, end = block_layout(n, dtypes)
         block = None
         if end >= (self.min_bytes if min_bytes is None else int(min_bytes)):
             try:
