@@ -15,6 +15,7 @@ populated small pages made window epochs ~15% slower.
 from __future__ import annotations
 
 import collections
+import ctypes
 import mmap
 import threading
 import weakref
@@ -81,8 +82,19 @@ def shared_block(nbytes: int) -> heap.BufferWrapper:
 
 
 def shared_array(block: heap.BufferWrapper, dtype=np.uint8) -> np.ndarray:
-    """The writable 1-D array of ``dtype`` over all of ``block`` (:func:`shared_block`)."""
-    return np.frombuffer(block.create_memoryview(), dtype)
+    """The writable 1-D array of ``dtype`` over all of ``block`` (:func:`shared_block`); every
+    view of it keeps ``block`` allocated.
+
+    A block goes back to multiprocessing's heap when the block object is collected, whatever still
+    views its memory, and a later block may then be carved from the same bytes: batches a consumer
+    kept from a DataLoader it let go would be written over by the next one's workers. So the
+    array's base is a ctypes array over the block that holds the block (numpy keeps a view's base
+    at the first object that is no array: every slice and tensor made from the array keeps it;
+    multiprocessing.RawArray holds its block so too)."""
+    view = block.create_memoryview()
+    holder = (ctypes.c_uint8 * view.nbytes).from_buffer(view)
+    holder.block = block
+    return np.frombuffer(holder, np.uint8).view(dtype)
 
 
 def block_layout(n: int, dtypes: tuple) -> tuple[list, int]:

@@ -277,6 +277,26 @@ def test_a_shared_block_is_shared_with_a_forked_child():
     assert memory.shared_array(memory.shared_block(0)).size >= 1  # never an empty mapping
 
 
+def test_a_view_of_a_shared_block_keeps_it_from_the_next_block():
+    """Batches a consumer kept from a DataLoader it let go view that DataLoader's shared memory:
+    once the block object is gone, a later block must not be carved from those bytes."""
+    import gc
+    import weakref
+    block = memory.shared_block((5 << 20) + 100)  # its heap file has room left after it
+    beside = memory.shared_block(64)  # carved from that room: the file is never wholly free
+    kept = memory.shared_array(block)[:1000]
+    kept[:] = 7
+    gone = weakref.ref(block)
+    del block
+    gc.collect()
+    assert gone() is not None, "the view keeps the block"
+    memory.shared_array(memory.shared_block((5 << 20) + 100))[:] = 1  # the next block
+    assert (kept == 7).all() and beside is not None
+    del kept
+    gc.collect()
+    assert gone() is None, "and lets it go with the last view"
+
+
 def test_a_ring_takes_its_slots_unwritten(monkeypatch):
     # multiprocessing.RawArray writes every byte of its memory (a memset) before returning: 1 GiB,
     # a second before the workers could start, and all of it resident for good; the ring's slots
