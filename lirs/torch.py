@@ -58,14 +58,15 @@ import torch.utils.data as tud
 
 from .errors import UsageError
 from .loader import Loader
-from .arena import arena_for, install
-from .passtimes import PassTimes, begun, timed_main
+from .arena import install
+from .passtimes import begun, timed_main
 from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 from .passboard import PassBoard
-from .ring import BUNDLE_BATCHES, ring_for
-from .workers import Bundler, bundled, Convert, before_fork, in_order, share_of, worker_of, worker_pool, worker_threads
+from .ring import BUNDLE_BATCHES
+from .workers import (Bundler, bundled, Convert, before_fork, in_order, share_of, worker_of, worker_pool, worker_threads,
+                      workers_memory)
 
 log = logging.getLogger("lirs.torch")
 
@@ -437,16 +438,13 @@ class LirsDataLoader(tud.DataLoader):
         fresh = not (self.persistent_workers and self._iterator is not None)  # workers start with this pass
         if ctx.get_start_method() == "fork" and fresh:
             before_fork(ds.loader(), ds.epoch)  # the workers inherit the plan's tables and the kernels
-        if getattr(ds, "_ring", None) is None:  # before the workers start: they inherit it
-            # the workers' batches cross in bundles (lirs.workers.Bundle), put back in order here
-            ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0
-            ds._ring = ring_for(ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
-                                ds._by_window(ds.loader(), self.num_workers))
-            ds._times = PassTimes(self.num_workers)  # where each pass's time goes (pass_times)
-        if fresh:  # an arena for these workers alone, kept here: two sets of workers never share one
-            own = self.persistent_workers and ds._by_window(ds.loader(), self.num_workers)
-            ds._arena = self._arena = arena_for(ds.loader(), ds.epoch, self.num_workers, ds._ring, own)
-        times = begun(getattr(ds, "_times", None))  # before the workers start the pass
+        if fresh:  # shared memory for these workers alone, which they inherit: two sets never share a slot
+            ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0  # batches cross in bundles
+            self._ring, self._times, self._arena = ds._ring, ds._times, ds._arena = workers_memory(
+                ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
+                ds._by_window(ds.loader(), self.num_workers), self.persistent_workers)
+        kept = self._ring, self._arena  # this pass's items name them (ring_of, arena_of): kept while the pass is
+        times = begun(self._times)  # before the workers start the pass
         it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
         epoch = ds.epoch
         k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
@@ -459,7 +457,7 @@ class LirsDataLoader(tud.DataLoader):
     def pass_times(self) -> dict:
         """Where the last pass with workers spent its time, in seconds: ``{"main": {...}, "workers":
         [...]}`` (:class:`lirs.passtimes.PassTimes`); ``{}`` without workers or before a pass."""
-        times = getattr(self.dataset, "_times", None)
+        times = getattr(self, "_times", None)
         return {} if times is None else times.report()
 
     def state_dict(self) -> dict:

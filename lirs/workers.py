@@ -22,9 +22,9 @@ import torch.utils.data as tud
 
 from . import warmup
 from .cores import usable_cores
-from .arena import arena_of
-from .passtimes import timed_worker
-from .ring import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, ring_of
+from .arena import arena_for, arena_of
+from .passtimes import PassTimes, timed_worker
+from .ring import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, ring_for, ring_of
 from .tensors import ALIGN, array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, torch_dtype, unpack, unpack_many, x_parts
 
 
@@ -114,6 +114,20 @@ class Packed:
         if self.buf.numel() <= INBAND_BYTES:
             return unpack_array, (self.buf.numpy(), self.meta)
         return unpack_segment, (self.buf, self.meta)
+
+
+def workers_memory(loader, epoch: int, workers: int, prefetch: int, bundle: int, by_window: bool,
+                   persistent: bool) -> tuple:
+    """``(ring, times, arena)``: the shared memory of one set of ``workers`` DataLoader workers
+    over ``loader`` (a :class:`lirs.Loader`; its plan of ``epoch`` sizes it), made in the main
+    process before they start and inherited by them: the :class:`~lirs.ring.SlotRing` their items
+    cross in (``prefetch`` items asked of each, bundles of up to ``bundle`` batches or 0: one batch
+    an item; ``by_window``: each reads whole windows), their
+    :class:`~lirs.passtimes.PassTimes`, and the :class:`~lirs.arena.Arena` persistent window
+    workers decode into (None otherwise). Never shared with another set of workers: two processes
+    taking a free slot at once would both write it."""
+    ring = ring_for(loader, epoch, workers, prefetch, bundle, by_window)
+    return ring, PassTimes(workers), arena_for(loader, epoch, workers, ring, persistent and by_window)
 
 
 def slot_or_buffer(ring, worker: int, nbytes: int):

@@ -1287,3 +1287,32 @@ def test_joined_row_pointers_past_2_31_values_widen():
     X = workers._stack_rows([piece(2**31 - 10), piece(20)])
     assert X.crow_indices().dtype == X.col_indices().dtype == torch.int64
     assert X.crow_indices().tolist() == [0, 2**31 - 10, 2**31 + 10]
+
+
+def test_each_set_of_workers_packs_into_a_ring_of_its_own(kdd_file):
+    """Two processes taking a free slot of one ring at once would both write it. A DataLoader left
+    mid-pass (its persistent workers still filling the items asked of them), a second DataLoader
+    over the same dataset, and each pass of one without persistent workers (a fresh set of workers)
+    pack into rings of their own; every pass's batches are the Loader's."""
+    from lirs.torch import LirsDataLoader, LirsIterableDataset
+
+    kw = dict(granularity="group", group_bytes=8192, seed=3)
+    with lirs.Loader(kdd_file, 16, **kw) as ld:
+        want = {e: [b.ids.tolist() for b in ld.epoch(e)] for e in (1, 2)}
+    ds = LirsIterableDataset(kdd_file, 16, **kw)
+    one = LirsDataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    two = LirsDataLoader(ds, batch_size=None, num_workers=2, persistent_workers=False)
+    try:
+        ds.set_epoch(1)
+        left = iter(one)
+        assert [next(left)["ids"].tolist() for _ in range(3)] == want[1][:3]
+        rings = [one._ring]
+        for e in (2, 1):
+            ds.set_epoch(e)
+            assert [b["ids"].tolist() for b in two] == want[e]
+            rings.append(two._ring)
+        assert len({r.token for r in rings}) == 3 and all(r.workers == 2 for r in rings)
+        ds.set_epoch(2)
+        assert [b["ids"].tolist() for b in one] == want[2] and one._ring is rings[0]
+    finally:
+        ds.close()
