@@ -438,7 +438,7 @@ class LirsDataLoader(tud.DataLoader):
         fresh = not (self.persistent_workers and self._iterator is not None)  # workers start with this pass
         if ctx.get_start_method() == "fork" and fresh:
             before_fork(ds.loader(), ds.epoch)  # the workers inherit the plan's tables and the kernels
-        if fresh:  # shared memory for these workers alone, which they inherit: two sets never share a slot
+        if fresh:  # shared memory for these workers alone, lent to their copies: two sets never share a slot
             ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0  # batches cross in bundles
             self._ring, self._times, self._arena = ds._ring, ds._times, ds._arena = workers_memory(
                 ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
@@ -446,6 +446,8 @@ class LirsDataLoader(tud.DataLoader):
         kept = self._ring, self._arena  # this pass's items name them (ring_of, arena_of): kept while the pass is
         times = begun(self._times)  # before the workers start the pass
         it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
+        # taken back once they have their copies: a hand-built DataLoader's workers send plain batches
+        ds._bundle, ds._ring, ds._times, ds._arena = 0, None, None, None
         epoch = ds.epoch
         k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
         ds.begin_at(ResumeState(epoch, k, spans))

@@ -49,7 +49,7 @@ def _same(got, want):
 
 
 def _counts(dl):
-    a = dl.dataset._arena
+    a = dl._arena
     return a.sent.copy(), a.freed.copy()
 
 
@@ -123,7 +123,7 @@ def test_no_arena_without_room_or_window_workers(kdd_file, small_arena, monkeypa
         dl.dataset.set_epoch(1)
         before = CROSSED["arena"]
         _same(list(dl), want[1])
-        assert dl.dataset._arena is None and CROSSED["arena"] == before
+        assert dl._arena is None and CROSSED["arena"] == before
     finally:
         dl.dataset.close()
     monkeypatch.undo()
@@ -132,7 +132,7 @@ def test_no_arena_without_room_or_window_workers(kdd_file, small_arena, monkeypa
         dl = make_dataloader(kdd_file, 16, **{**KW, **kw})
         try:
             next(iter(dl))
-            assert dl.dataset._arena is None
+            assert dl._arena is None
         finally:
             dl.dataset.close()
 
@@ -209,7 +209,7 @@ def test_no_arena_where_the_shared_memory_cannot_be_read_nor_for_a_worker_withou
         want = _loader_batches(kdd_file, 16, (1,))
         dl.dataset.set_epoch(1)
         _same(list(dl), want[1])
-        assert dl.dataset._arena is None
+        assert dl._arena is None
     finally:
         dl.dataset.close()
     a = arena.Arena(2, 1 << 20, blocks=2, min_bytes=4096)

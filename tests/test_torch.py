@@ -1316,3 +1316,25 @@ def test_each_set_of_workers_packs_into_a_ring_of_its_own(kdd_file):
         assert [b["ids"].tolist() for b in one] == want[2] and one._ring is rings[0]
     finally:
         ds.close()
+
+
+def test_a_hand_built_dataloader_after_make_dataloader_gets_plain_batches(kdd_file):
+    """make_dataloader's workers send bundles of batches into their ring, put back in order by
+    LirsDataLoader; a plain DataLoader over the same dataset afterwards (say for evaluation) has
+    no one to unbundle them: its workers must send plain batches, every one the Loader's."""
+    import torch.utils.data as tud
+
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=3)
+    with lirs.Loader(kdd_file, 16, **kw) as ld:
+        want = sorted(b.ids.tolist() for b in ld.epoch(0))
+    dl = make_dataloader(kdd_file, 16, num_workers=2, **kw)
+    try:
+        assert sorted(b["ids"].tolist() for b in dl) == want
+        dl.dataset.set_epoch(0)
+        got = list(tud.DataLoader(dl.dataset, batch_size=None, num_workers=2))
+        assert all(isinstance(b, dict) for b in got)
+        assert sorted(b["ids"].tolist() for b in got) == want
+    finally:
+        dl.dataset.close()
