@@ -174,6 +174,49 @@ def test_a_file_rewritten_during_an_epoch_fails_at_the_next_step(tmp_path, granu
                 pass
 
 
+def test_a_file_renamed_over_while_a_loader_has_it_open(tmp_path):
+    """The usual atomic update (write a new file, rename it over the old name) while a Loader has
+    the file open: that Loader goes on reading the file it opened, the one its index describes
+    (its batches are those of the data as indexed); a Loader opened afterwards reads the new
+    file, checked against the index at open."""
+    p = _svm(tmp_path / "r.svm", 3000)
+    lirs.build_index(p, progress=False)
+    with lirs.Loader(p, 64, granularity="instance", seed=1) as ld:
+        before = [(b.ids.copy(), b.X.toarray(), b.y.copy()) for b in ld.epoch(1)]
+        next(iter(ld.epoch(0)))
+        data = open(p, "rb").read().replace(b":0.", b":9.", 7)  # same size, other values
+        open(p + ".new", "wb").write(data)
+        os.replace(p + ".new", p)
+        again = [(b.ids.copy(), b.X.toarray(), b.y.copy()) for b in ld.epoch(1)]
+    assert len(again) == len(before)
+    for (i, x, y), (i2, x2, y2) in zip(before, again):
+        assert np.array_equal(i, i2) and np.array_equal(x, x2) and np.array_equal(y, y2)
+    with pytest.raises(StaleIndexError, match="r.svm"):
+        lirs.Loader(p, 64, granularity="instance", seed=1)
+
+
+def test_persistent_dataloader_workers_find_a_file_rewritten_between_passes(tmp_path):
+    """make_dataloader's persistent workers keep their Loaders open from pass to pass: a file
+    rewritten in place after a pass fails the next pass with StaleIndexError naming it."""
+    pytest.importorskip("torch")
+    from lirs.torch import make_dataloader
+
+    p = _svm(tmp_path / "w.svm", 20_000)
+    lirs.build_index(p, progress=False)
+    dl = make_dataloader(p, 256, num_workers=2, granularity="window", seed=0)
+    try:
+        assert sum(len(b["ids"]) for b in dl) == 20_000
+        with open(p, "r+b") as f:  # same size, new content and mtime
+            f.seek(10)
+            f.write(b"9" if f.read(1) != b"9" else b"8")
+        st = os.stat(p)
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        with pytest.raises(StaleIndexError, match="w.svm"):
+            sum(len(b["ids"]) for b in dl)
+    finally:
+        dl.dataset.close()
+
+
 # --------------------------------------------------------------------------- corrupt offset table
 
 
