@@ -245,3 +245,31 @@ def test_a_bundle_with_arena_parts_unpacks_from_a_misaligned_buffer():
         X = out["X"]
         assert np.array_equal(X.crow_indices().numpy(), indptr) and np.array_equal(X.col_indices().numpy(), ind)
         assert np.array_equal(X.values().numpy(), val) and X.shape == (4, 10)
+
+
+def test_passes_left_midway_lose_no_block_and_the_next_pass_is_whole(kdd_file, small_arena):
+    """A loop that breaks out of a pass (an evaluation every few hundred steps, an exception) leaves
+    items in flight: torch drops them as the next pass starts. Their blocks come back once let go,
+    and every batch handed out, in the passes left midway and in the next whole one, is the Loader's."""
+    from lirs.torch import LirsDataLoader, LirsIterableDataset
+
+    want = _loader_batches(kdd_file, 16, range(7))
+    ds = LirsIterableDataset(kdd_file, 16, **KW)
+    dl = LirsDataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    try:
+        for e in range(6):
+            ds.set_epoch(e)
+            got = []
+            for b in dl:
+                got.append(b)
+                if len(got) == 4 + 7 * e:
+                    break
+            _same(got, want[e][:len(got)])
+        del got, b
+        ds.set_epoch(6)
+        _same(list(dl), want[6])
+        gc.collect()
+        sent, freed = _counts(dl)
+        assert sent.sum() > 0 and np.array_equal(sent, freed), "every block sent came back"
+    finally:
+        ds.close()
