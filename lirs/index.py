@@ -86,7 +86,6 @@ class Index:
     sums: np.ndarray | None = None  # uint32: CRC-32C of every MiB of every file, file after file
     marks: np.ndarray | None = None  # int64: a LIBSVM scan's state at every MiB (lirs.scanner)
     header_crc: int = 0  # of the sidecar's header: which sidecar a recorded verification is for
-    ok_mtimes: dict = field(default_factory=dict)  # file number -> mtimes found unchanged at open
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -288,23 +287,9 @@ class Index:
                                       f"re-run `lirs index {p}`")
             if mtime is not None:
                 moved[f] = mtime
-            self.ok_mtimes[f] = {fp.get("mtime_ns"), mtime, trusted} - {None}
         if moved and record and self.sidecar:
             verified.record(self, moved)
         return sorted(moved)
-
-    def check_unchanged(self, files=None) -> None:
-        """Raise StaleIndexError when a data file's size or mtime moved since the index was opened
-        (one ``os.stat`` per file; ``files``: the file numbers to look at, default all): a file
-        rewritten while a Loader reads it, caught at the next step instead of a DataError at a
-        random batch."""
-        for f in range(self.nfiles) if files is None else files:
-            p, fp = self.paths[f], self.fingerprints[f]
-            st = os.stat(p)
-            if st.st_size != fp.get("size") or st.st_mtime_ns not in self.ok_mtimes.get(f, {fp.get("mtime_ns")}):
-                raise StaleIndexError(f"{p} changed while it was being read (size {fp.get('size')} -> {st.st_size}, "
-                                      f"modification time moved); its index {self.sidecar or ''} no longer "
-                                      f"describes it: re-run `lirs index {p}`")
 
     def index_bytes(self) -> int:
         """Bytes the index needs in memory per dataset (offsets + labels), not counting metadata."""
