@@ -174,6 +174,23 @@ def test_a_file_rewritten_during_an_epoch_fails_at_the_next_step(tmp_path, granu
                 pass
 
 
+def test_after_a_reindex_the_error_says_to_open_a_new_loader(tmp_path):
+    """A Loader keeps the index it opened: once the file changed and was indexed again, that Loader
+    still stops at its next step, and the error says to open a new one (not only to re-index,
+    which the user has done); a new Loader reads the new data."""
+    p = _svm(tmp_path / "g.svm", 3000)
+    lirs.build_index(p, progress=False)
+    with lirs.Loader(p, 64, granularity="instance", seed=1) as ld:
+        assert sum(len(b.ids) for b in ld.epoch(0)) == 3000
+        with open(p, "a") as f:
+            f.write("1 3:0.5\n")
+        lirs.build_index(p, progress=False)
+        with pytest.raises(StaleIndexError, match="open a new Loader"):
+            sum(len(b.ids) for b in ld.epoch(1))
+    with lirs.Loader(p, 64, granularity="instance", seed=1) as ld:
+        assert sum(len(b.ids) for b in ld.epoch(1)) == 3001
+
+
 def test_a_file_renamed_over_while_a_loader_has_it_open(tmp_path):
     """The usual atomic update (write a new file, rename it over the old name) while a Loader has
     the file open: that Loader goes on reading the file it opened, the one its index describes

@@ -215,7 +215,8 @@ class Engine:
                 what = (f"its size changed ({int(self.sizes[f])} -> {size})" if size != self.sizes[f]
                         else "its modification time moved")
                 raise StaleIndexError(f"{self.paths[f]} changed while it was being read ({what}); its index no "
-                                      f"longer describes it: re-run `lirs index {self.paths[f]}`")
+                                      f"longer describes it: re-run `lirs index {self.paths[f]}`, then open a new Loader "
+                                      f"(or DataLoader): this one keeps the index it opened")
 
     async def aread(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, executor=None) -> np.ndarray:
         """:meth:`read` from a coroutine: the native call runs in ``executor`` (threads)."""
