@@ -27,6 +27,7 @@ import numpy as np
 
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
+from .inputs import expand_paths
 from .offsets import OffsetTable
 from .pages import release_pages
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, offsets_of, read_arrays, read_header, relpath,
@@ -414,7 +415,20 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
     _check_offsets(idx)
     if check:
         idx.check_fresh()
+        _check_no_new_files(idx, path)
     return idx
+
+
+def _check_no_new_files(idx: Index, path: str) -> None:
+    """Raise StaleIndexError when the directory ``path`` holds data files its index does not name
+    (added after `lirs index`): read as indexed, the dataset would lack them without a word."""
+    if not os.path.isdir(path):
+        return
+    new = [os.path.basename(p) for p in sorted(set(expand_paths(path)) - {os.path.abspath(p) for p in idx.paths})]
+    if new:
+        raise StaleIndexError(f"{path} holds files its index {idx.sidecar} does not cover: {', '.join(new[:3])}"
+                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; re-run `lirs index {path}` "
+                              f"(it scans only the new files)")
 
 
 def header_crc(header: dict) -> int:
@@ -482,4 +496,5 @@ def revalidate(path: str) -> Index:
     StaleIndexError (naming the first changed byte range) or IndexFormatError when it does not."""
     idx = open_index(path, check=False, mmap=False, verify=True)
     idx.check_fresh()
+    _check_no_new_files(idx, path)
     return idx

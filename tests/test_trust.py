@@ -55,6 +55,23 @@ def test_copied_sidecar_never_reads_the_original(tmp_path):
         open_index(other + ".lirs")
 
 
+def test_a_file_added_to_an_indexed_directory_is_named_at_open(tmp_path):
+    """A directory's index names its files; one added since would be read as if absent (its
+    records never served): the open says which files the index does not cover, and after
+    `lirs index` every record is read."""
+    d = tmp_path / "set"
+    d.mkdir()
+    _svm(d / "a.svm", seed=1), _svm(d / "b.svm", seed=2)
+    lirs.build_index(str(d), progress=False)
+    _svm(d / "c.svm", n=50, seed=3)
+    with pytest.raises(StaleIndexError, match=r"does not cover: c\.svm; re-run `lirs index"):
+        lirs.Loader(str(d), 64, granularity="instance")
+    assert main(["index", str(d), "--check"]) != 0
+    lirs.build_index(str(d), progress=False)
+    with lirs.Loader(str(d), 64, granularity="instance") as ld:
+        assert len(_all_ids(ld)) == 450
+
+
 def test_sidecar_copied_beside_another_file_of_the_same_name_is_stale(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
