@@ -64,8 +64,9 @@ def test_a_file_added_to_an_indexed_directory_is_named_at_open(tmp_path):
     _svm(d / "a.svm", seed=1), _svm(d / "b.svm", seed=2)
     lirs.build_index(str(d), progress=False)
     _svm(d / "c.svm", n=50, seed=3)
-    with pytest.raises(StaleIndexError, match=r"does not cover: c\.svm; re-run `lirs index"):
-        lirs.Loader(str(d), 64, granularity="instance")
+    for source in (str(d), str(d) + ".lirs"):  # the directory, or its sidecar
+        with pytest.raises(StaleIndexError, match=r"does not cover: c\.svm; re-run `lirs index"):
+            lirs.Loader(source, 64, granularity="instance")
     assert main(["index", str(d), "--check"]) != 0
     lirs.build_index(str(d), progress=False)
     with lirs.Loader(str(d), 64, granularity="instance") as ld:
