@@ -478,3 +478,29 @@ def test_an_unindexed_file_on_a_read_only_mount_names_where_to_put_the_index(fs,
         assert not [n for n in os.listdir(src) if n.startswith(name + ".lirs")]
     finally:
         os.remove(os.path.join(src, name))
+
+
+def test_eio_under_dataloader_workers_loses_no_batch(fs, mounted):
+    """make_dataloader's workers read ahead of the consumer, so an I/O error can reach it a few
+    batches before the batch it belongs to; the state then names the first batch not delivered,
+    and a DataLoader resumed there delivers the rest: the epoch is whole, in order, once."""
+    pytest.importorskip("torch")
+    from lirs.torch import make_dataloader
+
+    _, files = mounted
+    plain, path = files["train.svm"]
+    kw = dict(granularity="window", group_bytes=8192, window=4, seed=5, n_features=N_FEATURES, engine="buffered")
+    want = [b["ids"].tolist() for b in make_dataloader(plain, 32, num_workers=0, **kw)]
+    size = os.path.getsize(plain)
+    dl = make_dataloader(path, 32, num_workers=2, **kw)
+    head = []
+    fs.set_rules([{"file": "train.svm", "start": size // 2, "end": size // 2 + 1, "kind": "eio"}])
+    with pytest.raises(OSError, match="train.svm"):
+        for b in dl:
+            head.append(b["ids"].tolist())
+    fs.set_rules([])
+    state = dl.state_dict()
+    assert state["next_batch"] == len(head) < len(want)
+    again = make_dataloader(path, 32, num_workers=2, **kw)
+    again.load_state_dict(state)
+    assert head + [b["ids"].tolist() for b in again] == want
