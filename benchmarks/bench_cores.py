@@ -151,7 +151,8 @@ with lirs.Loader(path, batch, granularity=gran, engine=engine) as ld:
         st = ld.stats.as_dict()
         out.append({"epoch_s": s, "records": n, "complete": complete, "cpu_s": c, "consumer_cpu_s": mine,
                     "batches": st["batches"], "wait_s": st["wait_s"],
-                    "plan_s": st["plan_s"], "decode_s": st["decode_s"], "io_s": st["io_s"], "workers": ld._pipeline.workers,
+                    "plan_s": st["plan_s"], "planner_busy_s": st["planner_busy_s"], "planner_full_s": st["planner_full_s"],
+                    "decode_s": st["decode_s"], "io_s": st["io_s"], "workers": ld._pipeline.workers,
                     "engine": ld._pipeline.engine.name,
                     "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
     print("TIMED " + json.dumps(out), flush=True)
@@ -366,6 +367,12 @@ def _median_ratio(pairs: list):
     return statistics.median(got) if got else None
 
 
+def _planner(row: dict) -> str:
+    """`` (planner busy B%, full F%)`` of a row whose epochs planned on a thread of their own, else ``""``."""
+    busy, full = row.get("planner_busy_share"), row.get("planner_full_share")
+    return "" if not busy and not full else f" (planner busy {busy or 0:.0%}, full {full or 0:.0%})"
+
+
 def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
     """A row from the child's timed runs, the GIL record and the profiled phase."""
     rates = [r["records"] / r["epoch_s"] for r in timed]
@@ -377,6 +384,10 @@ def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
            "records": best["records"], "complete": all(r["complete"] for r in timed), "records_per_s": med,
            "stall_share": statistics.median(r["wait_s"] / r["epoch_s"] for r in timed),
            "plan_share": statistics.median(r["plan_s"] / r["epoch_s"] for r in timed),
+           # the planning thread (pools of PLAN_AHEAD_MIN_THREADS or more): making plans, and waiting for
+           # room with its allowance ready (None in older records)
+           "planner_busy_share": _median_ratio([(r.get("planner_busy_s"), r["epoch_s"]) for r in timed]),
+           "planner_full_share": _median_ratio([(r.get("planner_full_s"), r["epoch_s"]) for r in timed]),
            # the consumer's thread on a core (with copying reads this counts the steps it runs itself
            # instead of waiting): where it rarely waits (many cores) near 1 when its own Python sets
            # the rate, well below where it waits for the GIL (older records have no such field: None)
@@ -498,7 +509,7 @@ def main(argv=None) -> int:
                 print(f"{mode:>10} {gran:>8} {r['cores']:>2} cores ({r['workers']} threads, {r['engine']}): "
                       f"{r['records_per_s'] / 1e3:.0f}k rec/s ({r['MB_per_s']:.0f} MB/s), "
                       f"{r['cpu_us_per_record']:.2f} CPU us/rec, stall {r['stall_share']:.0%}, "
-                      f"plans {r['plan_share']:.0%}, consumer on CPU {r['consumer_cpu_share']:.0%}, {gs}"
+                      f"plans {r['plan_share']:.0%}{_planner(r)}, consumer on CPU {r['consumer_cpu_share']:.0%}, {gs}"
                       + ("" if r["gil_reason"] is None else f" ({r['gil_reason']})"), flush=True)
                 res["load1_after"] = os.getloadavg()[0]
                 res["seconds"] = time.perf_counter() - t0

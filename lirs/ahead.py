@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+import time
 
 from .constants import PLAN_AHEAD_CHUNKS, PLAN_AHEAD_MAX_BATCHES, PLAN_CHUNK
 
@@ -36,8 +37,9 @@ class PlanAhead:
     thread), produced ahead on a daemon thread. :meth:`close` stops it and waits for it."""
 
     def __init__(self, make, *, chunk: int = PLAN_CHUNK, ahead: int = PLAN_AHEAD_CHUNKS, batches: int = 0,
-                 name: str = "lirs-plan"):
+                 name: str = "lirs-plan", stats=None):
         self._make, self._name = make, name
+        self._stats = stats  # a LoaderStats: the thread's planner_busy_s and planner_full_s
         # ``ahead`` chunks, or enough for ``batches`` plans (window steps: the consumer takes a window's
         # plans at once to hand out the window after), up to PLAN_AHEAD_MAX_BATCHES plans; the first
         # chunks are short (1, 2, 4, ...): three more cover them
@@ -69,17 +71,23 @@ class PlanAhead:
         return first
 
     def _run(self) -> None:
-        chunk, size = [], 1
+        chunk, size, full, t = [], 1, 0.0, time.perf_counter()
         try:
             for item in self._it:
                 chunk.append(item)
                 if len(chunk) >= size:
+                    f = time.perf_counter()
                     if not self._put(chunk):
                         return
+                    full += time.perf_counter() - f
                     chunk, size = [], min(self._chunk, size * 2)
             chunk.append(_END)
         except BaseException as e:  # noqa: BLE001 - delivered to the consumer in order
             chunk.append(_Raised(e))
+        finally:
+            if self._stats is not None:  # written by this thread alone
+                self._stats.planner_busy_s += time.perf_counter() - t - full
+                self._stats.planner_full_s += full
         self._put(chunk)
 
     def _put(self, chunk) -> bool:

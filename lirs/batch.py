@@ -48,8 +48,10 @@ class LoaderStats:
     ``batches`` delivered; ``wait_s``: time the consumer spent waiting for a batch's read steps;
     ``plan_s``: time it spent getting batch plans (planning them itself where the pool is small,
     else waiting for the planning thread: on many cores a planning thread slower than the pool
-    shows here, not in ``wait_s``); ``io_s``/``decode_s``: time spent in engine reads and decoding
-    (summed over concurrent work).
+    shows here, not in ``wait_s``); ``planner_busy_s``/``planner_full_s``: the planning thread's time
+    making plans, and waiting for room with its allowance of plans ready (where ``plan_s`` is high:
+    busy near the epoch's time, the planner sets the rate; full, the consumer is not behind it);
+    ``io_s``/``decode_s``: time spent in engine reads and decoding (summed over concurrent work).
     """
 
     bytes_read: int = 0
@@ -59,6 +61,8 @@ class LoaderStats:
     batches: int = 0
     wait_s: float = 0.0
     plan_s: float = 0.0
+    planner_busy_s: float = 0.0
+    planner_full_s: float = 0.0
     io_s: float = 0.0
     decode_s: float = 0.0
 

@@ -106,7 +106,7 @@ class Pipeline:
     def plan_ahead(self, make, batches: int = 0):
         """A :class:`~lirs.ahead.PlanAhead` of ``make()`` (``batches`` plans ahead at least), stopped by :meth:`close`
         if still running; with fewer than ``PLAN_AHEAD_MIN_THREADS`` pool threads a :class:`~lirs.ahead.PlanInline`."""
-        p = PlanAhead(make, batches=batches) if self.workers >= PLAN_AHEAD_MIN_THREADS else PlanInline(make)
+        p = PlanAhead(make, batches=batches, stats=self.stats) if self.workers >= PLAN_AHEAD_MIN_THREADS else PlanInline(make)
         with self.planners_lock:
             self.planners.add(p)
         return p

@@ -108,8 +108,13 @@ def test_a_window_epoch_plans_a_window_ahead(tmp_path):
             assert isinstance(run.batches, PlanAhead) and run.batches._q.maxsize * 8 >= items
         finally:
             run.abandon()
-    with lirs.Loader(path, 32, granularity="group", group_bytes=4096) as ld:
+    with lirs.Loader(path, 32, granularity="window", group_bytes=4096, window=8, threads=6) as ld:
+        assert sum(len(b.ids) for b in ld.epoch(1)) == 4000
+        assert ld.stats.planner_busy_s > 0  # the epoch's planning thread reports to the Loader's stats
+    with lirs.Loader(path, 32, granularity="group", group_bytes=4096, threads=3) as ld:
         assert plans_ahead(ld.plan(0)) == 0
+        assert sum(len(b.ids) for b in ld.epoch(1)) == 4000
+        assert ld.stats.planner_busy_s == ld.stats.planner_full_s == 0.0  # planned on the consumer's thread
 
 
 def test_close_closes_the_iterator_on_the_closing_thread():
@@ -182,3 +187,25 @@ def test_a_loader_leaves_no_planning_thread_behind(tmp_path, threads):
     with pytest.raises(ValueError, match="closed|stopped"):
         for _ in it:
             pass
+
+
+def test_the_planning_thread_counts_its_time_making_plans_and_waiting_for_room():
+    """LoaderStats.planner_busy_s / planner_full_s: a slow planner shows as busy (its sleeps are a
+    floor), one held back by a slow consumer as full; nothing else counts."""
+    from lirs.batch import LoaderStats
+
+    def make(pause):
+        for i in range(12):
+            time.sleep(pause)
+            yield i
+
+    slow = LoaderStats()
+    assert list(PlanAhead(lambda: make(0.01), ahead=1, chunk=1, stats=slow)) == list(range(12))
+    assert slow.planner_busy_s >= 0.1  # 11 items planned on the thread, 10 ms each
+    held = LoaderStats()
+    got = []
+    for i in PlanAhead(lambda: make(0.0), ahead=1, chunk=1, stats=held):
+        time.sleep(0.01)  # the consumer is the slow one: the planner waits with its chunk ready
+        got.append(i)
+    assert got == list(range(12)) and held.planner_full_s > 0.05 and held.planner_busy_s < held.planner_full_s
+    assert slow.plan_s == held.plan_s == 0.0 and slow.wait_s == 0.0
