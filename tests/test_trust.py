@@ -68,9 +68,13 @@ def test_a_file_added_to_an_indexed_directory_is_named_at_open(tmp_path):
         with pytest.raises(StaleIndexError, match=r"does not cover: c\.svm; re-run `lirs index"):
             lirs.Loader(source, 64, granularity="instance")
     assert main(["index", str(d), "--check"]) != 0
+    for i in range(4):  # many: the first three named, the rest counted
+        _svm(d / f"d{i}.svm", n=10, seed=4 + i)
+    with pytest.raises(StaleIndexError, match=r"does not cover: c\.svm, d0\.svm, d1\.svm and 2 more;"):
+        lirs.Loader(str(d), 64, granularity="instance")
     lirs.build_index(str(d), progress=False)
     with lirs.Loader(str(d), 64, granularity="instance") as ld:
-        assert len(_all_ids(ld)) == 450
+        assert len(_all_ids(ld)) == 490
 
 
 def test_sidecar_copied_beside_another_file_of_the_same_name_is_stale(tmp_path):
