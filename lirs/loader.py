@@ -59,9 +59,8 @@ from .firstuse import open_source
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
 from .policies import DEFAULT_GRANULARITY, POLICIES
-from .recommendation import AUTO
 from .ranges import over_spans, remainder
-from .recommendation import auto_settings
+from .recommendation import AUTO, auto_settings
 from .state import ResumeState, states_of
 from .steps import SharedStep
 from .windows import window_groups
@@ -160,8 +159,7 @@ class Loader:
             granularity, group_bytes, window = auto_settings(self.index, group_bytes, window)
         self.granularity = granularity
         self.group_bytes = int(group_bytes)
-        if window is None:
-            window = DEFAULT_WINDOW
+        window = DEFAULT_WINDOW if window is None else window
         # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
         self.window = window_groups(window, max(self.group_bytes, BLOCK), self.index.payload_bytes)
         self.seed, self.rank, self.world_size = int(seed), int(rank), int(world_size)
@@ -187,10 +185,7 @@ class Loader:
         self._next_epoch = 0  # the epoch a plain pass (``for b in loader``) starts
         self._stride, self._nb = 1, 0  # of the epoch being walked
         self._lock = threading.Lock()
-        self._pid = None
-        self._pipeline: Pipeline | None = None
-        self._closed = False
-        self._last_plan = None
+        self._pid, self._pipeline, self._closed, self._last_plan = None, None, False, None  # _pipeline: Pipeline
         # on an empty numba cache, read and decode kernels compile in a helper process meanwhile
         self._warm = warmup.start({"engine": engine, "depth": depth, "format": self.index.format,
                                    "dtype": self.dtype.str})
@@ -394,7 +389,12 @@ class Loader:
         try:
             pipe.consumer_in = True
             while (item := run.next()) is not None:
-                for out in self._delivered(run, item, run.wait(item)):
+                try:
+                    results = run.wait(item)
+                except Exception:  # the position names the batch it belongs to (with windows=, not always the next)
+                    self._pos, self._moved = self._pos.at(item.plan.index, run.epoch), None
+                    raise
+                for out in self._delivered(run, item, results):
                     pipe.consumer_in = False  # away with the batch: the pool's extra threads may help
                     yield out
                     pipe.consumer_in = True

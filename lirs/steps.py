@@ -118,3 +118,8 @@ class SharedStep(NamedTuple):
         after them needs)."""
         first, last = self.plans[0].parts[0], self.plans[-1].parts[0]
         return (Part(self.step, first.lo, last.hi, last.last),)
+
+    @property
+    def index(self) -> int:
+        """The number of its first batch: where an error reading its step belongs."""
+        return self.plans[0].index

@@ -382,7 +382,7 @@ class LirsIterableDataset(tud.IterableDataset):
         # without a user transform the tensors are built here (a pool task costs more in hand-offs)
         bundler = self._bundler(loader)
         if bundler is not None:  # each step timed for LirsDataLoader.pass_times (the block inherited with the ring)
-            yield from bundled(it, bundler, self.sparse, self.label_dtype, getattr(self, "_times", None),
+            yield from bundled(loader, it, bundler, self.sparse, self.label_dtype, getattr(self, "_times", None),
                                lambda: setattr(self, "_pos", loader.position))
             return
         convert = self._converter() if self.transform is None and not raw else None

@@ -14,6 +14,8 @@ workers read (:class:`lirs.passboard.PassBoard`).
 from __future__ import annotations
 
 import collections
+import pickle
+import traceback
 from typing import NamedTuple
 
 import numpy as np
@@ -262,13 +264,39 @@ class Bundler:
         return b
 
 
-def bundled(batches, bundler: "Bundler", sparse: str, label_dtype, times, moved):
+class Failed(NamedTuple):
+    """A worker's error, sent as an item after the batches it delivered: ``batch`` is the batch it
+    belongs to, which the consumer reaches after every batch before it (:func:`in_order`)."""
+
+    batch: int
+    error: BaseException
+
+
+def stops_at_error(batches, loader, worker: int):
+    """``batches`` (a walk of ``loader``), then on an error a :class:`Failed` at the batch the
+    Loader's position names; an exception that cannot be pickled propagates (torch sends its text)."""
+    try:
+        yield from batches
+    except Exception as e:
+        try:
+            pickle.dumps(e)
+        except Exception:  # noqa: BLE001 - any failure to pickle: torch's own path
+            raise e from None
+        e.add_note(f"(raised in DataLoader worker {worker}: "
+                   + "".join(traceback.format_exception(e)).rstrip().replace("\n", "\n    ") + ")")
+        yield Failed(loader.position.next_batch, e)
+
+
+def bundled(loader, batches, bundler: "Bundler", sparse: str, label_dtype, times, moved):
     """A DataLoader worker's items of a pass: the :class:`lirs.loader.Batch` objects ``batches``
-    added to ``bundler`` as they come (a piece of a batch keyed ``(number, *piece)``), each bundle
-    it completes, then what is left; each step timed into ``times``
-    (:func:`lirs.passtimes.timed_worker`). ``moved()`` records the worker's position as an item
-    leaves, not at each batch (a resume state a batch was a few Python calls)."""
+    (a walk of ``loader``) added to ``bundler`` as they come (a piece of a batch keyed
+    ``(number, *piece)``), each bundle it completes, then what is left; each step timed into
+    ``times`` (:func:`lirs.passtimes.timed_worker`). ``moved()`` records the worker's position as
+    an item leaves, not at each batch (a resume state a batch was a few Python calls). An error
+    ends the walk: the bundle of what was delivered, then the :class:`Failed` item."""
     def make(b):
+        if type(b) is Failed:
+            return [x for x in (last(), b) if x is not None]
         done = bundler.add_batch(b.index if b.piece is None else (b.index, *b.piece), b, sparse, label_dtype)
         if done:
             moved()
@@ -277,7 +305,7 @@ def bundled(batches, bundler: "Bundler", sparse: str, label_dtype, times, moved)
     def last():
         moved()
         return bundler.flush()
-    return timed_worker(batches, make, last, times, bundler.worker)
+    return timed_worker(stops_at_error(batches, loader, bundler.worker), make, last, times, bundler.worker)
 
 
 def before_fork(loader, epoch: int) -> None:
@@ -417,9 +445,13 @@ def in_order(items, first: int):
     the batches and pieces of batches of its windows, so the bundles of the W workers (in torch's
     round robin) are held until each next batch ``first, first + 1, ...`` has arrived, whole or
     as every one of its pieces (joined in the order of their windows); an item of one batch is
-    already in order."""
-    held, pieces, k = {}, {}, int(first)
+    already in order. A worker's :class:`Failed` error is raised once every batch before its
+    batch was yielded (the earliest, when several workers fail)."""
+    held, pieces, k, failed = {}, {}, int(first), None
     for item in items:
+        if type(item) is Failed:
+            failed = item if failed is None or item.batch < failed.batch else failed
+            item = Unbundled([], [])
         if not isinstance(item, Unbundled):
             yield item
             continue
@@ -436,6 +468,10 @@ def in_order(items, first: int):
         while k in held:
             yield held.pop(k)
             k += 1
+        if failed is not None and k >= failed.batch:
+            raise failed.error
+    if failed is not None:
+        raise failed.error
     if held or pieces:
         some = f" and pieces of {sorted(pieces)[:4]}" if pieces else ""
         raise RuntimeError(f"the DataLoader workers sent batches {sorted(held)[:4]}{some} but not "

@@ -480,27 +480,37 @@ def test_an_unindexed_file_on_a_read_only_mount_names_where_to_put_the_index(fs,
         os.remove(os.path.join(src, name))
 
 
-def test_eio_under_dataloader_workers_loses_no_batch(fs, mounted):
-    """make_dataloader's workers read ahead of the consumer, so an I/O error can reach it a few
-    batches before the batch it belongs to; the state then names the first batch not delivered,
-    and a DataLoader resumed there delivers the rest: the epoch is whole, in order, once."""
+@pytest.mark.parametrize("granularity", ["window", "group"])
+def test_eio_under_dataloader_workers_comes_at_its_batch(fs, mounted, granularity):
+    """make_dataloader's workers read ahead of the consumer in bundles of batches, yet an I/O error
+    reaches the loop at the batch it belongs to (the first of the read step that failed; for window
+    steps, where a DataLoader without workers stops), after every batch before it, with its errno
+    and file; the state names that batch, and a DataLoader resumed there delivers the rest: the
+    epoch is whole, in order, once."""
     pytest.importorskip("torch")
     from lirs.torch import make_dataloader
 
     _, files = mounted
     plain, path = files["train.svm"]
-    kw = dict(granularity="window", group_bytes=8192, window=4, seed=5, n_features=N_FEATURES, engine="buffered")
+    kw = dict(granularity=granularity, group_bytes=8192, window=4, seed=5, n_features=N_FEATURES, engine="buffered")
     want = [b["ids"].tolist() for b in make_dataloader(plain, 32, num_workers=0, **kw)]
     size = os.path.getsize(plain)
-    dl = make_dataloader(path, 32, num_workers=2, **kw)
-    head = []
     fs.set_rules([{"file": "train.svm", "start": size // 2, "end": size // 2 + 1, "kind": "eio"}])
-    with pytest.raises(OSError, match="train.svm"):
-        for b in dl:
-            head.append(b["ids"].tolist())
+    heads = {}
+    for workers in (0, 2):
+        dl = make_dataloader(path, 32, num_workers=workers, **kw)
+        head = heads[workers] = []
+        with pytest.raises(OSError, match="train.svm") as ei:
+            for b in dl:
+                head.append(b["ids"].tolist())
+        assert ei.value.errno == errno.EIO and ei.value.filename == path, repr(ei.value)
+        assert dl.state_dict()["next_batch"] == len(head) < len(want)
+    # an error reading a step belongs to the step's first batch; a window worker reads whole windows,
+    # the steps of a DataLoader without workers, while a group worker's steps hold its own batches
+    assert 0 < len(heads[2]) <= len(heads[0])
+    if granularity == "window":
+        assert len(heads[2]) == len(heads[0]), "the error comes at its batch, with workers as without"
     fs.set_rules([])
-    state = dl.state_dict()
-    assert state["next_batch"] == len(head) < len(want)
     again = make_dataloader(path, 32, num_workers=2, **kw)
-    again.load_state_dict(state)
-    assert head + [b["ids"].tolist() for b in again] == want
+    again.load_state_dict(dl.state_dict())
+    assert heads[2] + [b["ids"].tolist() for b in again] == want

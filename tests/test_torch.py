@@ -1053,6 +1053,48 @@ def test_in_order_refuses_a_missing_batch():
         list(lt.in_order([Unbundled([0, 2], ["a", "c"])], 0))
 
 
+def test_in_order_raises_a_workers_error_at_its_batch():
+    """A worker's error (an item after its last bundle) is raised once every batch before its
+    batch was yielded, whichever worker's items come first; the earliest of two errors wins."""
+    from lirs.workers import Failed, Unbundled, in_order
+
+    got = []
+    items = [Unbundled([0, 2], "ac"), Failed(4, OSError(5, "bad read")), Unbundled([1, 3], "bd"),
+             Unbundled([5, 7], "fh")]
+    with pytest.raises(OSError, match="bad read"):
+        for x in in_order(items, 0):
+            got.append(x)
+    assert got == list("abcd")
+    got.clear()
+    with pytest.raises(KeyError):  # worker 1's error at batch 1 comes before worker 0's at 2
+        for x in in_order([Unbundled([0], "a"), Failed(2, ValueError()), Failed(1, KeyError())], 0):
+            got.append(x)
+    assert got == ["a"]
+
+
+def test_a_worker_sends_an_error_it_can_pickle_and_raises_one_it_cannot():
+    """stops_at_error: the batches of a walk, then its error as a Failed item at the Loader's
+    position, with the worker's traceback as a note; an unpicklable error propagates (torch's path)."""
+    import types
+
+    from lirs.workers import Failed, stops_at_error
+
+    loader = types.SimpleNamespace(position=types.SimpleNamespace(next_batch=7))
+
+    def walk(error):
+        yield "b0"
+        raise error
+    items = list(stops_at_error(walk(OSError(5, "bad read", "/d/x.svm")), loader, 1))
+    assert items[0] == "b0" and type(items[1]) is Failed and items[1].batch == 7
+    err = pickle.loads(pickle.dumps(items[1].error))
+    assert err.errno == 5 and err.filename == "/d/x.svm" and "worker 1" in err.__notes__[0]
+
+    class Local(Exception):  # a class pickle cannot find by name
+        pass
+    with pytest.raises(Local):
+        list(stops_at_error(walk(Local("x")), loader, 0))
+
+
 def test_a_hand_built_dataloaders_window_workers_are_warned_about(small_svm, monkeypatch, caplog):
     """A hand-built DataLoader's workers take every W-th batch (they cannot join pieces), so with
     window steps each reads nearly every window: worker 0 says so; make_dataloader's do not."""
