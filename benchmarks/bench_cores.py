@@ -456,6 +456,11 @@ def main(argv=None) -> int:
     ap.add_argument("--note", default="", help="recorded in the JSON (e.g. other work sharing the machine)")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/cores_gil.json)")
     args = ap.parse_args(argv)
+    from lirs.policies import POLICIES
+    for name, given, known in (("modes", args.modes, MODES), ("granularities", args.granularities, POLICIES)):
+        bad = [x for x in given.split(",") if x not in known]
+        if bad:  # before generating the data
+            ap.error(f"unknown {name} {', '.join(bad)}; expected some of {', '.join(known)}")
     if args.calibrate:
         rows = calibrate(find_py_spy(args.py_spy), args.gil_seconds, args.gil_rate)
         out = write_result("gil_calibration", {

@@ -211,3 +211,11 @@ def test_a_measured_process_imports_the_lirs_beside_the_script_from_any_director
     assert plain.stdout.strip() == str(tmp_path / "lirs" / "__init__.py")  # the hazard is real
     ours = subprocess.run(bc.tree_python(code), cwd=tmp_path, capture_output=True, text=True, check=True)
     assert ours.stdout.strip() == os.path.join(REPO, "lirs", "__init__.py")
+
+
+def test_an_unknown_mode_or_granularity_is_refused_before_any_data_is_made(bc, tmp_path, capsys):
+    for flag, bad in (("--modes", "pagecache"), ("--granularities", "window,groups")):
+        with pytest.raises(SystemExit) as ei:
+            bc.main([flag, bad, "--dir", str(tmp_path / "d"), "--out", str(tmp_path / "o.json")])
+        assert ei.value.code == 2 and f"unknown {flag[2:]} {bad.split(',')[-1]}" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
