@@ -50,6 +50,7 @@ supports it (see :mod:`lirs.ranges`).
 from __future__ import annotations
 
 import os
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -78,6 +79,21 @@ _UNIT_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 # --------------------------------------------------------------------------- units
+
+
+_SCRATCH = threading.local()  # each thread's offsets scratch (offsets_scratch)
+
+
+def offsets_scratch(n: int) -> np.ndarray:
+    """This thread's uint32 scratch of at least ``n`` items, where a step's offsets are gathered
+    (:func:`lirs.kernels.plan.extents`): kept from step to step, so that they land in pages already
+    there. An array made at each step had its pages zeroed on first touch and handed back after:
+    64k page faults an instance epoch of 887k records here (the offsets of a step's scattered records
+    span most of the table)."""
+    a = getattr(_SCRATCH, "a", None)
+    if a is None or a.shape[0] < n:
+        a = _SCRATCH.a = np.empty(max(int(n), 1 if a is None else 2 * a.shape[0]), np.uint32)
+    return a
 
 
 def unit_bytes_of(granularity: str, group_bytes: int, block: int = BLOCK) -> int:
@@ -296,11 +312,13 @@ class EpochPlan:
         step = len(runs) if piece_runs <= 0 else int(piece_runs)
         ne = 0
         base, rel, wide = self._offs
+        room = 0 if self._rs > 0 else min(len(ids) + min(step, len(runs)) * (INDEX_READ_GAP + 2), len(rel) + len(runs))
+        src = offsets_scratch(room)
         for lo in range(0, len(runs), step):
             ne = K.extents(ids, heads, runs[lo:lo + step], base, rel, wide, *self._libc, fd, rel_off, INDEX_READ_GAP,
-                           INDEX_READ_SPAN, self._fs, self._de, self._hs, self._rs, self.align, *out, state)
+                           INDEX_READ_SPAN, self._fs, self._de, self._hs, self._rs, self.align, *out, state, src)
             if state[3]:
-                raise _index_read_error(self._rel_file[0].path, int(state[3]))
+                raise _index_read_error(None if self._rel_file is None else self._rel_file[0].path, int(state[3]))
             if piece_runs > 0:
                 self.index.release_pages()
         return ne
@@ -378,7 +396,10 @@ class EpochPlan:
 
 def _index_read_error(path: str, err: int) -> Exception:
     """The error of a failed read of the offset table in sidecar ``path``: ``err`` an errno, or -1
-    when the file ended before the table (it was truncated after it was opened)."""
+    when the file ended before the table (it was truncated after it was opened); -2: the offsets
+    scratch was found too small (a lirs bug: its bound is :meth:`EpochPlan._extents`'s)."""
+    if err == -2:
+        raise RuntimeError("lirs: the offsets scratch of a read step is smaller than its offsets (a bug)")
     if err < 0:
         return IndexFormatError(f"{path}: the index ends before its offset table does (truncated after it was "
                                 f"opened?); re-run `lirs index`")

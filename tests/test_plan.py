@@ -905,3 +905,39 @@ def test_a_strided_window_walk_comes_a_batch_at_a_time():
     units = list(p.batches(1, stride=3, units=True))
     assert [type(u).__name__ for u in units] == ["BatchPlan"] * len(plain)
     assert [u.index for u in units] == [u.index for u in plain]
+
+
+def test_a_threads_offsets_scratch_is_reused_and_its_bound_guarded(tmp_path, monkeypatch):
+    """A step's offsets are gathered in its thread's scratch (lirs.plan.offsets_scratch), kept from
+    step to step (a fresh array a step had its pages faulted in and zeroed each time): the same
+    array for a step no larger, another thread's its own; the steps planned through it are those
+    planned through fresh ones; a scratch smaller than a step's offsets stops with an error instead
+    of a write past its end."""
+    import threading
+
+    from lirs import plan as P
+    from lirs.index import open_index
+
+    side = _sidecar_index(tmp_path)
+    p = plan_epoch(open_index(side, check=False), 64, "instance", seed=3, align=1)
+    rng = np.random.default_rng(1)
+    cases = [np.sort(rng.permutation(p.n)[:700]), np.arange(p.n), np.arange(2990, 3010)]  # the largest bound first
+    want = []
+    for ids in cases:  # a fresh scratch for each step
+        monkeypatch.setattr(P, "_SCRATCH", threading.local())
+        want.append(p.step(0, ids, piece_runs=16))
+    monkeypatch.setattr(P, "_SCRATCH", threading.local())
+    first = None
+    for ids, w in zip(cases, want):  # one scratch, written over by each step
+        got = p.step(0, ids, piece_runs=16)
+        first = P._SCRATCH.a if first is None else first
+        assert P._SCRATCH.a is first
+        assert np.array_equal(got.ext_offset, w.ext_offset) and np.array_equal(got.rec_pos, w.rec_pos)
+    other = []
+    t = threading.Thread(target=lambda: other.append(P.offsets_scratch(10)))
+    t.start()
+    t.join()
+    assert other[0] is not first and P.offsets_scratch(10) is first
+    monkeypatch.setattr(P, "offsets_scratch", lambda n: np.empty(5, np.uint32))
+    with pytest.raises(RuntimeError, match="scratch"):
+        p.step(0, cases[1], piece_runs=16)

@@ -372,7 +372,7 @@ def _runs_extents(ids, heads, order, src, shifts, base, wide, file_starts, data_
 
 @njit(cache=True, nogil=True)
 def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off, gap, span, file_starts, data_ends,
-            header_sizes, record_size, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, state):
+            header_sizes, record_size, block, ext_file, ext_off, ext_nb, rec_ext, rec_pos, rec_len, state, src):
     """Aligned, coalesced read extents covering the records ``ids`` (int64 (k,), distinct, k >= 1).
 
     Record IDs follow file order (file by file, offsets increasing), so records are visited in
@@ -383,8 +383,8 @@ def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off,
     visits them in pieces (releasing the index pages between calls) passes the same outputs and
     ``state`` to every call, and gets the extents of one call over all the runs.
     ``state`` int64 (4,): the last extent, its file and its end, updated in place ((-1, -1, -1)
-    before the first piece), then an error: 0, the errno of a failed offset read, or -1 when the
-    index file ended early (the extents are then not filled).
+    before the first piece), then an error: 0, the errno of a failed offset read, -1 when the
+    index file ended early, -2 when ``src`` is too small (the extents are then not filled).
     Each record covers [start rounded down, end rounded up) to ``block``; overlapping or touching
     spans of one file merge into one extent. Offsets (``base``, ``rel``, ``wide``: a compact offset
     table) are empty for fixed formats (``record_size`` > 0), else ``record_size`` is 0. The ``rel``
@@ -394,13 +394,13 @@ def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off,
     (``rel``'s position in that file), so no page of the table is mapped.
     Fills the extent arrays (capacity >= k) and, per record (in the order of ``ids``) of the visited
     runs, the extent holding it, its position there and its length. Returns the number of extents so far.
+    ``src`` uint32: where the offsets are gathered, room for every run's records and the one after
+    it and the gaps merged reads take in, at most the table once and a record a run (the reads are
+    disjoint); the caller's, reused from step to step (written from its start, its pages stay).
     """
     nrel = rel.shape[0]
     m = order.shape[0]
     shifts = np.empty(m, np.int64)  # run t's offsets are src[rid - shifts[t]]
-    # room for every run's records and the one after it, and the gaps merged reads take in (an
-    # upper bound: pages never written are never touched)
-    src = np.empty(0 if record_size > 0 else ids.shape[0] + m * (gap + 2), np.uint32)
     pos = 0
     t = 0
     while t < m:
@@ -409,6 +409,9 @@ def extents(ids, heads, order, base, rel, wide, fn_pread, fn_errno, fd, rel_off,
             t += 1
             continue
         t1, lo, hi = _cluster(ids, heads, order, t, nrel, gap, span)
+        if pos + hi - lo > src.shape[0]:  # never (the caller's bound): not a write past its end
+            state[3] = -2
+            return state[0] + 1
         if fd >= 0:
             err = _pread_rel(fn_pread, fn_errno, fd, rel_off, lo, hi, src, pos)
             if err != 0:
