@@ -34,9 +34,12 @@ with lirs.Loader(path, 1024, granularity=gran, seed=0, engine="buffered") as ld:
         for item in ld.plan(e).batches(0, extents="defer", units=True):
             for part in item.parts:
                 steps.setdefault(id(part.step), part.step)
+        steps = list(steps.values())
         f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
-        for st in steps.values():
+        for i in range(len(steps)):  # each let go once ready, as the pool lets a step go once read
+            st, steps[i] = steps[i], None
             st.ready()
+            del st
         if e:
             ms.append((time.perf_counter() - t0) * 1e3)
             faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
