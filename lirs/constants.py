@@ -89,6 +89,13 @@ POOL_ALONE_MIN_CORES = 8
 # on 2 cores ran 2.9-3.2M records/s with 8, 3.3M with 1) while a window of tens of MiB is copied by
 # several (on 16 cores one thread copying each window held window epochs at 1.7 GB/s, decode 4.3).
 IN_MEMORY_PARTY_BYTES = 8 << 20
+# each thread that preads (threads and buffered engines) reads through descriptors of its own: a
+# pread on a descriptor the threads share takes a reference on the one open file behind it, an
+# atomic add on one cache line from every core (an instance epoch's reads, 2 threads on 2 cores:
+# 1.07x with one each, benchmarks/results/pread.json). For datasets of up to OWN_FDS_MAX_FILES
+# files, within 1/OWN_FDS_LIMIT_SHARE of the process's soft limit of open files.
+OWN_FDS_MAX_FILES = 16
+OWN_FDS_LIMIT_SHARE = 8
 # outputs of a whole-file decode (load_svmlight) of at least this many bytes are mapped with their
 # pages populated in one call:
 # numpy asks for transparent huge pages from 4 MiB on, and where the kernel compacts memory on that

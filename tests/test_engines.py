@@ -361,9 +361,13 @@ def _short_pread(limit):
 @pytest.mark.parametrize("limit", [1000, 5000, 8192])
 @pytest.mark.parametrize("name", ["threads", "buffered"])
 def test_short_reads_mid_file_are_continued(tmp_path, name, limit):
-    # short answers before the end of the file are no end of file (the FUSE tests cover every engine)
+    # short answers before the end of the file are no end of file (the FUSE tests cover every engine),
+    # continued in the file the engine opened, whatever its path names since
     paths, datas = _files(tmp_path)
     with open_engine(paths, name) as eng:
+        for p, size in zip(paths, SIZES):
+            np.zeros(size, np.uint8).tofile(p + ".new")
+            os.replace(p + ".new", p)
         cb, addr, calls = _short_pread(limit)
 
         class Libc:  # the engine's libc, with pread answering short
@@ -498,3 +502,59 @@ def test_bad_extents_are_refused_before_any_byte_is_read(tmp_path, name):
             assert (buf == 7).all()  # nothing was written
         got = e.read(i32(0), i64(0), i64(4096), buf, i64(4096))
         assert int(got[0]) == 4096 and bytes(buf[4096:4352]) == bytes(range(256))
+
+
+@pytest.mark.parametrize("name", ["threads", "buffered"])
+def test_each_reading_thread_reads_through_its_own_descriptors_of_the_opened_files(tmp_path, name):
+    """The threads and buffered engines give each thread that reads descriptors of its own (a pread on a
+    shared one counts references on one open file from every core): of the files the engine opened,
+    even once another file was renamed over the path, and closed with the engine."""
+    paths, datas = _files(tmp_path)
+    eng = open_engine(paths, name, direct=False if name == "buffered" else None)
+    mine = eng.fds_here()
+    assert eng.fds_here() is mine and not set(mine.tolist()) & set(eng.fds.tolist())
+    for a, b in zip(mine, eng.fds):
+        sa, sb = os.fstat(int(a)), os.fstat(int(b))
+        assert (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    other = tmp_path / "other.bin"
+    np.zeros(SIZES[0], np.uint8).tofile(other)
+    os.replace(other, paths[0])  # the path now names another file; the engine reads the one it opened
+    f, off, nb, pos = _random_extents(np.random.default_rng(4), SIZES, 60, past_end=False)
+    got, threads_fds = {}, {}
+
+    def read():
+        buf = aligned_empty(int(nb.sum()))
+        got[threading.get_ident()] = (buf, eng.read(f, off, nb, buf, pos))
+        threads_fds[threading.get_ident()] = eng.fds_here().tolist()
+    ts = [threading.Thread(target=read) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for buf, n in got.values():
+        _check(buf, pos, n, _expected(datas, f, off, nb))
+    assert len({tuple(v) for v in threads_fds.values()}) == 3
+    own = [fd for v in threads_fds.values() for fd in v] + mine.tolist()
+    eng.close()
+    for fd in own:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+def test_reading_threads_share_the_descriptors_past_the_room_for_their_own(tmp_path, monkeypatch):
+    """Many files (or a low limit of open files, or no /proc): the threads read through the engine's
+    descriptors, as they did before each had its own."""
+    import lirs.engines.threads as T
+
+    paths, datas = _files(tmp_path)
+    monkeypatch.setattr(T, "OWN_FDS_MAX_FILES", 1)
+    with open_engine(paths, "buffered", direct=False) as eng:
+        assert eng.fds_here() is eng.fds
+    monkeypatch.setattr(T, "OWN_FDS_MAX_FILES", 16)
+    monkeypatch.setattr(T, "reopen", lambda fd, flags: (_ for _ in ()).throw(FileNotFoundError(2, "no /proc")))
+    with open_engine(paths, "buffered", direct=False) as eng:
+        f, off, nb, pos = _random_extents(np.random.default_rng(5), SIZES, 40, past_end=False)
+        buf = aligned_empty(int(nb.sum()))
+        _check(buf, pos, eng.read(f, off, nb, buf, pos), _expected(datas, f, off, nb))
+        assert eng.fds_here() is eng.fds
+    assert T.own_fds_room(17) == 0 and T.own_fds_room(1) > 0

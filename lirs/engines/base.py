@@ -67,6 +67,13 @@ def open_files(paths, direct: bool) -> list[int]:
     return fds
 
 
+def reopen(fd: int, flags: int) -> int:
+    """A new descriptor of the file open as ``fd``, with ``flags``: a new open file (its own reference
+    count and offset) of the same file whatever happened to its path since (renamed over, removed),
+    through ``/proc/self/fd``. OSError where that is not mounted."""
+    return os.open(f"/proc/self/fd/{int(fd)}", flags)
+
+
 def probe_direct(path: str) -> str | None:
     """None when ``path`` can be read with O_DIRECT, else the reason it cannot.
 
@@ -285,6 +292,15 @@ class Engine:
             stall[:] = 0
             stall[s] = sub_stall
 
+    def _page_cache_fd(self, f: int) -> int:
+        """A page-cache descriptor of file ``f``: the file this engine opened, even where its path now
+        names another; by its path where ``/proc`` is not mounted."""
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+        try:
+            return reopen(self.fds[f], flags)
+        except FileNotFoundError:
+            return os.open(self.paths[f], flags)
+
     def continuation_fds(self, files) -> np.ndarray:
         """Open (once) the page-cache descriptors of ``files`` (int array of file numbers) that
         continue short ``O_DIRECT`` reads; returns :attr:`cfds`, int32 (files,), -1 where not open."""
@@ -294,7 +310,7 @@ class Engine:
             for f in np.asarray(files, np.int64).tolist():
                 if self.cfds[f] < 0:
                     try:
-                        self.cfds[f] = os.open(self.paths[f], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                        self.cfds[f] = self._page_cache_fd(f)
                     except OSError as e:
                         raise ReadError(e.errno, f"{os.strerror(e.errno)} ({self.name} engine) opening a "
                                                  "page-cache descriptor to continue a short O_DIRECT read",

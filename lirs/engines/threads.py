@@ -6,25 +6,39 @@ until none is left. Several callers may read at once (their jobs interleave in t
 """
 from __future__ import annotations
 
+import os
+import resource
 import threading
 
 import numpy as np
 
-from ..constants import IN_MEMORY_PARTY_BYTES
+from ..constants import IN_MEMORY_PARTY_BYTES, OWN_FDS_LIMIT_SHARE, OWN_FDS_MAX_FILES
 from ..cores import usable_cores
 from ..kernels.io import pread_worker
 from ..libc import Libc
 from ..memory import zeros_held
 from ..mounts import held_in_memory
 from ..taskthreads import TaskThreads
-from .base import Engine
+from .base import O_DIRECT, Engine, log, reopen
+
+
+def own_fds_room(files: int) -> int:
+    """Descriptors an engine of ``files`` files may open for its reading threads (see
+    :data:`lirs.constants.OWN_FDS_MAX_FILES`): 0 for more files than that."""
+    if files > OWN_FDS_MAX_FILES:
+        return 0
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return (1 << 16 if soft == resource.RLIM_INFINITY else int(soft)) // OWN_FDS_LIMIT_SHARE
 
 
 class _Job:
-    __slots__ = ("args", "left", "lock", "done", "error")
+    """One read call's extents, shared by its parties: each runs the kernel with its own descriptors."""
 
-    def __init__(self, args, parties):
-        self.args = args
+    __slots__ = ("args", "fds_here", "left", "lock", "done", "error")
+
+    def __init__(self, args, parties, fds_here):
+        self.args = args  # the kernel's arguments but the descriptors (third)
+        self.fds_here = fds_here
         self.left = parties
         self.lock = threading.Lock()
         self.done = threading.Event()
@@ -32,7 +46,8 @@ class _Job:
 
     def run(self):
         try:
-            pread_worker(*self.args)
+            a = self.args
+            pread_worker(a[0], a[1], self.fds_here(), *a[3:])
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             self.error = e
         finally:
@@ -55,13 +70,46 @@ class ThreadsEngine(Engine):
         self._libc = Libc.get()
         # started on the first read that shares its extents
         self._workers = TaskThreads(max(1, self.depth - 1), f"lirs-{self.name}")
+        self._local = threading.local()  # each reading thread's own descriptors (fds_here)
+        self._own_fds: list[int] = []  # all of them, closed with the engine
+        self._own_room = own_fds_room(len(self.fds))
+
+    def fds_here(self) -> np.ndarray:
+        """The descriptors this thread reads through, int32 (files,): its own (the files this
+        engine opened, reopened for it), so that the threads' preads do not all count references on
+        one open file (:data:`lirs.constants.OWN_FDS_MAX_FILES`); :attr:`fds` where that is not
+        possible or the room for descriptors is spent."""
+        fds = getattr(self._local, "fds", None)
+        if fds is None:
+            fds = self._local.fds = self._open_own()
+        return fds
+
+    def _open_own(self) -> np.ndarray:
+        n = len(self.fds)
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (O_DIRECT if self.direct else 0)
+        with self._cfd_lock:
+            if self.closed or n > self._own_room:
+                return self.fds
+            got: list[int] = []
+            try:
+                for fd in self.fds:
+                    got.append(reopen(fd, flags))
+            except OSError as e:  # no /proc, no descriptor left: the shared ones, from now on
+                for fd in got:
+                    os.close(fd)
+                self._own_room = 0
+                log.debug("%s engine: reading threads share the descriptors (%s)", self.name, e)
+                return self.fds
+            self._own_fds += got
+            self._own_room -= n
+        return np.asarray(got, np.int32)
 
     def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
         e = ext_file.shape[0]
         errs = zeros_held(e, np.int32)
         counter = np.zeros(3, np.int64)  # next extent, failed extents, stalled extents
         lc = self._libc
-        args = (lc.pread, lc.errno_location, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
+        args = (lc.pread, lc.errno_location, self.fds_here(), self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
                 buf, buf_pos, self.direct, got, errs, stall, counter)
         parties = min(self.depth, e)
         if self.party_bytes and parties > 1:
@@ -69,7 +117,7 @@ class ThreadsEngine(Engine):
         if parties == 1:  # the calling thread alone: no job to share, nobody to wait for
             pread_worker(*args)
         else:
-            job = _Job(args, parties)
+            job = _Job(args, parties, self.fds_here)
             for _ in range(parties - 1):
                 try:
                     self._workers.submit(job.run)
@@ -86,6 +134,11 @@ class ThreadsEngine(Engine):
 
     def _close(self):
         self._workers.shutdown(wait=True)
+        with self._cfd_lock:
+            own, self._own_fds = self._own_fds, []
+        if os.getpid() == self.pid:
+            for fd in own:
+                os.close(fd)
 
 
 class BufferedEngine(ThreadsEngine):
