@@ -4,8 +4,10 @@
 # workers against num_workers=0 (benchmarks/bench_torch.py --workers 2,4,8, group and window), the
 # GPU-feeding benchmark (bench_torch.py --train, also with the Loader in 2 and 4 DataLoader workers, and
 # who holds the GIL while each trains) and the CUDA tests (tests/test_torch_gpu.py), all
-# on one generated kdd-like file. Writes into $OUT: machine.txt, cores_gil.json/.log, torch.json,
-# torch_window.json, train_gpu.json, and device.log (the output of the torch parts and the tests).
+# on one generated kdd-like file; after the cores part, whether threads' page-cache reads scale
+# through one descriptor or one each (benchmarks/bench_pread.py). Writes into $OUT: machine.txt,
+# cores_gil.json/.log, pread.json, torch.json, torch_window.json, train_gpu.json, and device.log
+# (the output of the pread and torch parts and the tests).
 #
 #   OUT=/tmp/out bash tools/device_all.sh            # 1 GB, about 7 minutes on 16 cores
 #   OUT=/tmp/out bash tools/device_all.sh --small    # 30 MB, a check of the script (minutes on 2 cores)
@@ -31,6 +33,9 @@ torch_run() {  # NAME TIMEOUT ARGS...: one bench_torch.py run into $OUT/NAME.jso
   timeout "$t" "$PY" benchmarks/bench_torch.py --data "$DIR/kdd.svm" --size "$BYTES" --repeats "$REPEATS" \
     --note "$NOTE" --out "$OUT/$name.json" "$@" 2>&1 | grep -v -e UserWarning -e check_worker_number | tee -a "$LOG"
 }
+echo "== bench_pread.py ($((SECONDS - t0)) s)" | tee -a "$LOG"
+timeout "${PREAD_T:-60}" "$PY" benchmarks/bench_pread.py --data "$DIR/kdd.svm" --seconds 0.5 --repeat "$REPEATS" \
+  --note "$NOTE" --out "$OUT/pread.json" 2>&1 | tee -a "$LOG"
 torch_run torch "${TORCH_T:-100}" --workers 2,4,8
 # py-spy as device_cores.sh found or installed it (its own process: the variable does not come back)
 [[ -z ${PYSPY:-} && -x /tmp/pyspy/bin/py-spy ]] && export PYSPY=/tmp/pyspy/bin/py-spy
