@@ -93,7 +93,7 @@ IN_MEMORY_PARTY_BYTES = 8 << 20
 # pread on a descriptor the threads share takes a reference on the one open file behind it, an
 # atomic add on one cache line from every core (an instance epoch's reads, 2 threads on 2 cores:
 # 1.07x with one each, benchmarks/results/pread.json). For datasets of up to OWN_FDS_MAX_FILES
-# files, within 1/OWN_FDS_LIMIT_SHARE of the process's soft limit of open files.
+# files, within 1/OWN_FDS_LIMIT_SHARE of the soft limit of open files for all the engines together.
 OWN_FDS_MAX_FILES = 16
 OWN_FDS_LIMIT_SHARE = 8
 # outputs of a whole-file decode (load_svmlight) of at least this many bytes are mapped with their

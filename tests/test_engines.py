@@ -558,3 +558,28 @@ def test_reading_threads_share_the_descriptors_past_the_room_for_their_own(tmp_p
         _check(buf, pos, eng.read(f, off, nb, buf, pos), _expected(datas, f, off, nb))
         assert eng.fds_here() is eng.fds
     assert T.own_fds_room(17) == 0 and T.own_fds_room(1) > 0
+
+
+def test_the_room_for_threads_own_descriptors_is_the_whole_processs(tmp_path, monkeypatch):
+    """The engines of a process together hold at most an eighth of the limit of open files for
+    their reading threads: many Loaders at once leave the rest to the program; closed, an engine
+    gives its share back."""
+    import resource
+
+    import lirs.engines.threads as T
+
+    paths, datas = _files(tmp_path)  # two files: a thread's own descriptors are two
+    held = T._OWN_OPEN[0]  # engines other tests left open
+    monkeypatch.setattr(T.resource, "getrlimit", lambda what: (8 * (held + 2), resource.RLIM_INFINITY))
+    a = open_engine(paths, "buffered", direct=False)
+    b = open_engine(paths, "buffered", direct=False)
+    assert a.fds_here() is not a.fds  # room for one thread's two
+    assert b.fds_here() is b.fds  # none left for the second engine
+    a.close()
+    c = open_engine(paths, "buffered", direct=False)
+    assert c.fds_here() is not c.fds  # a's share came back
+    f, off, nb, pos = _random_extents(np.random.default_rng(6), SIZES, 40, past_end=False)
+    for e in (b, c):
+        buf = aligned_empty(int(nb.sum()))
+        _check(buf, pos, e.read(f, off, nb, buf, pos), _expected(datas, f, off, nb))
+        e.close()

@@ -22,13 +22,19 @@ from ..taskthreads import TaskThreads
 from .base import O_DIRECT, Engine, log, reopen
 
 
+_OWN_LOCK = threading.Lock()
+_OWN_OPEN = [0]  # descriptors the engines of this process hold open for their reading threads
+
+
 def own_fds_room(files: int) -> int:
-    """Descriptors an engine of ``files`` files may open for its reading threads (see
-    :data:`lirs.constants.OWN_FDS_MAX_FILES`): 0 for more files than that."""
+    """Descriptors the engines of this process may still open for their reading threads, where an
+    engine has ``files`` files (see :data:`lirs.constants.OWN_FDS_MAX_FILES`): 0 for more files than
+    that; else what is left of 1/OWN_FDS_LIMIT_SHARE of the soft limit of open files, for all the
+    engines together (many Loaders at once leave the rest of the limit to the program)."""
     if files > OWN_FDS_MAX_FILES:
         return 0
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return (1 << 16 if soft == resource.RLIM_INFINITY else int(soft)) // OWN_FDS_LIMIT_SHARE
+    return max(0, (1 << 16 if soft == resource.RLIM_INFINITY else int(soft)) // OWN_FDS_LIMIT_SHARE - _OWN_OPEN[0])
 
 
 class _Job:
@@ -72,7 +78,7 @@ class ThreadsEngine(Engine):
         self._workers = TaskThreads(max(1, self.depth - 1), f"lirs-{self.name}")
         self._local = threading.local()  # each reading thread's own descriptors (fds_here)
         self._own_fds: list[int] = []  # all of them, closed with the engine
-        self._own_room = own_fds_room(len(self.fds))
+        self._own_ok = len(self.fds) <= OWN_FDS_MAX_FILES  # False once opening them failed
 
     def fds_here(self) -> np.ndarray:
         """The descriptors this thread reads through, int32 (files,): its own (the files this
@@ -87,8 +93,8 @@ class ThreadsEngine(Engine):
     def _open_own(self) -> np.ndarray:
         n = len(self.fds)
         flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (O_DIRECT if self.direct else 0)
-        with self._cfd_lock:
-            if self.closed or n > self._own_room:
+        with self._cfd_lock, _OWN_LOCK:
+            if self.closed or not self._own_ok or n > own_fds_room(n):
                 return self.fds
             got: list[int] = []
             try:
@@ -97,11 +103,11 @@ class ThreadsEngine(Engine):
             except OSError as e:  # no /proc, no descriptor left: the shared ones, from now on
                 for fd in got:
                     os.close(fd)
-                self._own_room = 0
+                self._own_ok = False
                 log.debug("%s engine: reading threads share the descriptors (%s)", self.name, e)
                 return self.fds
             self._own_fds += got
-            self._own_room -= n
+            _OWN_OPEN[0] += n
         return np.asarray(got, np.int32)
 
     def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
@@ -134,8 +140,10 @@ class ThreadsEngine(Engine):
 
     def _close(self):
         self._workers.shutdown(wait=True)
-        with self._cfd_lock:
+        with self._cfd_lock, _OWN_LOCK:
             own, self._own_fds = self._own_fds, []
+            if os.getpid() == self.pid:
+                _OWN_OPEN[0] -= len(own)
         if os.getpid() == self.pid:
             for fd in own:
                 os.close(fd)
