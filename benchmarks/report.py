@@ -473,7 +473,7 @@ def _workers_work_line() -> str:
                  f"window `num_workers=2` at {f(m[b]['ratio_w2_vs_w0'])}× `num_workers=0` at {b} and "
                  f"{f(m[a]['ratio_w2_vs_w0'])}× at {a} (p = {f(p['ratio_w2_vs_w0'])}"
                  + ("" if p["ratio_w2_vs_w0"] < 0.1 else ": no change measured within this machine's spread") + ").")
-    return line + _arena_line() + _recheck16_line()
+    return line + _arena_line() + _recheck16_line() + _recheck16_line("torch_window_recheck16_s21", "Again, sixteen runs")
 
 
 def _arena_line() -> str:
@@ -492,17 +492,17 @@ def _arena_line() -> str:
             f"(p = {f(p['ratio_w2_vs_w0'])}; goal ≥ 0.95: {goal(m[a]['ratio_w2_vs_w0'] >= 0.95)}).")
 
 
-def _recheck16_line() -> str:
-    """Sixteen runs of one tree, one after the other (``torch_window_recheck16.json``): the 2-worker
-    window ratio's spread from run to run on one day."""
-    rc = load("torch_window_recheck16")
+def _recheck16_line(name: str = "torch_window_recheck16", lead: str = "Sixteen runs one after the other") -> str:
+    """Sixteen runs of one tree, one after the other (``NAME.json``): the 2-worker window ratio's
+    spread from run to run on one day."""
+    rc = load(name)
     if not rc:
         return ""
     m, (lo, hi), r = rc["median"], rc["range"]["ratio_w2_vs_w0"], rc["lists"]["ratio_w2_vs_w0"]
     day = rc["runs"][0]["result"]["date"][:10]
-    return (f" Sixteen runs one after the other at lirs {rc['code_commit']} (`benchmarks/results/torch_window_recheck16.json`, "
+    return (f" {lead} at lirs {rc['code_commit']} (`benchmarks/results/{name}.json`, "
             f"{day}, `num_workers=0` at {f(m['records_per_s_w0'] / 1e6)}M records/s): `num_workers=2` at "
-            f"{f(m['ratio_w2_vs_w0'])}× `num_workers=0` (from {f(lo)}× to {f(hi)}×, {sum(x >= 0.95 for x in r)} of {len(r)} runs at "
+            f"{f(m['ratio_w2_vs_w0'], '.3f')}× `num_workers=0` (from {f(lo, '.3f')}× to {f(hi, '.3f')}×, {sum(x >= 0.95 for x in r)} of {len(r)} runs at "
             f"0.95× or more; goal ≥ 0.95: {goal(m['ratio_w2_vs_w0'] >= 0.95)} that day), the workers' CPU "
             f"{f(m['cpu_s_w2_vs_w0'])}× `num_workers=0`'s: the goal sits within this machine's spread from day to day.")
 
