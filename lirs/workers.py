@@ -274,7 +274,10 @@ class Failed(NamedTuple):
 
 def stops_at_error(batches, loader, worker: int):
     """``batches`` (a walk of ``loader``), then on an error a :class:`Failed` at the batch the
-    Loader's position names; an exception that cannot be pickled propagates (torch sends its text)."""
+    Loader's position names, or at batch 0 (raised as soon as it comes) where the walk failed before
+    it began (the position is still the last walk's); an exception that cannot be pickled
+    propagates (torch sends its text)."""
+    before = loader.position  # a walk that begins sets a new one
     try:
         yield from batches
     except Exception as e:
@@ -284,7 +287,8 @@ def stops_at_error(batches, loader, worker: int):
             raise e from None
         e.add_note(f"(raised in DataLoader worker {worker}: "
                    + "".join(traceback.format_exception(e)).rstrip().replace("\n", "\n    ") + ")")
-        yield Failed(loader.position.next_batch, e)
+        pos = loader.position
+        yield Failed(0 if pos is before else pos.next_batch, e)
 
 
 def bundled(loader, batches, bundler: "Bundler", sparse: str, label_dtype, times, moved):

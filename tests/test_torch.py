@@ -1074,14 +1074,17 @@ def test_in_order_raises_a_workers_error_at_its_batch():
 
 def test_a_worker_sends_an_error_it_can_pickle_and_raises_one_it_cannot():
     """stops_at_error: the batches of a walk, then its error as a Failed item at the Loader's
-    position, with the worker's traceback as a note; an unpicklable error propagates (torch's path)."""
+    position (at batch 0 where the walk never began), with the worker's traceback as a note; an
+    unpicklable error propagates (torch's path)."""
     import types
 
     from lirs.workers import Failed, stops_at_error
 
-    loader = types.SimpleNamespace(position=types.SimpleNamespace(next_batch=7))
+    loader = types.SimpleNamespace(position=types.SimpleNamespace(next_batch=3))  # the last walk's
 
-    def walk(error):
+    def walk(error, begins=True):
+        if begins:  # as Loader.epoch's first step: a new position
+            loader.position = types.SimpleNamespace(next_batch=7)
         yield "b0"
         raise error
     items = list(stops_at_error(walk(OSError(5, "bad read", "/d/x.svm")), loader, 1))
@@ -1093,6 +1096,9 @@ def test_a_worker_sends_an_error_it_can_pickle_and_raises_one_it_cannot():
         pass
     with pytest.raises(Local):
         list(stops_at_error(walk(Local("x")), loader, 0))
+    # a walk that fails before it begins: the position is the last walk's, the error comes at once
+    items = list(stops_at_error(walk(ValueError("no plan"), begins=False), loader, 0))
+    assert items[1].batch == 0
 
 
 def test_a_hand_built_dataloaders_window_workers_are_warned_about(small_svm, monkeypatch, caplog):
