@@ -399,7 +399,7 @@ def _index_read_error(path: str, err: int) -> Exception:
     when the file ended before the table (it was truncated after it was opened); -2: the offsets
     scratch was found too small (a lirs bug: its bound is :meth:`EpochPlan._extents`'s)."""
     if err == -2:
-        raise RuntimeError("lirs: the offsets scratch of a read step is smaller than its offsets (a bug)")
+        return RuntimeError("lirs: the offsets scratch of a read step is smaller than its offsets (a bug)")
     if err < 0:
         return IndexFormatError(f"{path}: the index ends before its offset table does (truncated after it was "
                                 f"opened?); re-run `lirs index`")

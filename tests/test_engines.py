@@ -386,6 +386,20 @@ def test_short_reads_mid_file_are_continued(tmp_path, name, limit):
         del cb
 
 
+def test_a_continuation_descriptor_is_opened_by_path_where_there_is_no_proc(tmp_path, monkeypatch):
+    """Without /proc a continuation descriptor cannot reopen the open file: it is opened by its path,
+    as it was before (the reads stay whole)."""
+    import lirs.engines.base as base
+
+    paths, datas = _files(tmp_path)
+    monkeypatch.setattr(base, "reopen", lambda fd, flags: (_ for _ in ()).throw(FileNotFoundError(2, "no /proc")))
+    with open_engine(paths, "threads") as eng:
+        cfds = eng.continuation_fds(np.arange(len(paths)))
+        assert (cfds >= 0).all()
+        for fd, p in zip(cfds, paths):
+            assert os.read(int(fd), 64) == open(p, "rb").read(64)
+
+
 def test_aiofiles_from_a_running_event_loop(tmp_path):
     # the loader opens (and probes) its engine inside aepoch, i.e. inside the caller's event loop
     paths, datas = _files(tmp_path)
