@@ -65,8 +65,8 @@ from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 from .passboard import PassBoard
 from .ring import BUNDLE_BATCHES
-from .workers import (Bundler, bundled, Convert, before_fork, in_order, share_of, worker_of, worker_pool, worker_threads,
-                      workers_memory)
+from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
+                      worker_pool, worker_threads, workers_memory)
 
 log = logging.getLogger("lirs.torch")
 
@@ -386,9 +386,11 @@ class LirsIterableDataset(tud.IterableDataset):
                                lambda: setattr(self, "_pos", loader.position))
             return
         convert = self._converter() if self.transform is None and not raw else None
+        if getattr(self, "_ordered", False):  # a LirsDataLoader's worker: an error is an item at its batch
+            it = stops_at_error(it, loader, worker_of()[0])
         for out in it:
             self._pos = loader.position
-            yield out if convert is None else convert(out)
+            yield out if convert is None or type(out) is Failed else convert(out)
 
     def _bundler(self, loader):
         """In a worker of a :class:`LirsDataLoader` (which puts the batches back in order), the
@@ -439,7 +441,7 @@ class LirsDataLoader(tud.DataLoader):
         if ctx.get_start_method() == "fork" and fresh:
             before_fork(ds.loader(), ds.epoch)  # the workers inherit the plan's tables and the kernels
         if fresh:  # shared memory for these workers alone, lent to their copies: two sets never share a slot
-            ds._bundle = BUNDLE_BATCHES if ds.transform is None else 0  # batches cross in bundles
+            ds._bundle, ds._ordered = BUNDLE_BATCHES if ds.transform is None else 0, True  # in bundles; in_order
             self._ring, self._times, self._arena = ds._ring, ds._times, ds._arena = workers_memory(
                 ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
                 ds._by_window(ds.loader(), self.num_workers), self.persistent_workers)
@@ -447,7 +449,7 @@ class LirsDataLoader(tud.DataLoader):
         times = begun(self._times)  # before the workers start the pass
         it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
         # taken back once they have their copies: a hand-built DataLoader's workers send plain batches
-        ds._bundle, ds._ring, ds._times, ds._arena = 0, None, None, None
+        ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena = 0, False, None, None, None
         epoch = ds.epoch
         k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
         ds.begin_at(ResumeState(epoch, k, spans))
@@ -488,12 +490,8 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     """
     dev = check_device(device)
     ds = LirsIterableDataset(path_or_index, batch_size, **dataset_kwargs)
-    kw = {}
-    if num_workers > 0:
-        if prefetch_factor is not None:
-            kw["prefetch_factor"] = int(prefetch_factor)
-        if multiprocessing_context is not None:
-            kw["multiprocessing_context"] = multiprocessing_context
+    kw = {k: v for k, v in (("prefetch_factor", None if prefetch_factor is None else int(prefetch_factor)),
+                            ("multiprocessing_context", multiprocessing_context)) if v is not None and num_workers > 0}
     dl = LirsDataLoader(ds, batch_size=None, num_workers=int(num_workers), pin_memory=pin_memory,
                         persistent_workers=bool(persistent_workers) and num_workers > 0, **kw)
     dl.device = dev

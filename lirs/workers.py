@@ -443,13 +443,28 @@ def _stack_rows(Xs: list):
     return _cat(Xs)
 
 
+def _unbundle(item: "Unbundled", held: dict, pieces: dict) -> None:
+    """Put a bundle's batches in ``held`` (by number) and its pieces of batches in ``pieces``,
+    joining a batch's pieces (in the order of their windows) into ``held`` once all are there."""
+    for key, out in zip(item.indices, item.outputs):
+        if not isinstance(key, (tuple, list)):  # (a list: torch's pin thread rebuilds tuples as lists)
+            held[key] = out
+            continue
+        j, window, total = key
+        got = pieces.setdefault(j, [])
+        got.append((window, out))
+        if sum(output_rows(o) for _, o in got) == total:
+            held[j] = join_outputs([o for _, o in sorted(got, key=lambda p: p[0])])
+            del pieces[j]
+
+
 def in_order(items, first: int):
     """The batches of a pass from DataLoader ``items``: a worker's bundle
     (:class:`Unbundled`) holds its batches ``i, i + W, ...``, or with window steps
     the batches and pieces of batches of its windows, so the bundles of the W workers (in torch's
     round robin) are held until each next batch ``first, first + 1, ...`` has arrived, whole or
     as every one of its pieces (joined in the order of their windows); an item of one batch is
-    already in order. A worker's :class:`Failed` error is raised once every batch before its
+    already in order (counted). A worker's :class:`Failed` error is raised once every batch before its
     batch was yielded (the earliest, when several workers fail)."""
     held, pieces, k, failed = {}, {}, int(first), None
     for item in items:
@@ -458,17 +473,9 @@ def in_order(items, first: int):
             item = Unbundled([], [])
         if not isinstance(item, Unbundled):
             yield item
-            continue
-        for key, out in zip(item.indices, item.outputs):
-            if not isinstance(key, (tuple, list)):  # (a list: torch's pin thread rebuilds tuples as lists)
-                held[key] = out
-                continue
-            j, window, total = key
-            got = pieces.setdefault(j, [])
-            got.append((window, out))
-            if sum(output_rows(o) for _, o in got) == total:
-                held[j] = join_outputs([o for _, o in sorted(got, key=lambda p: p[0])])
-                del pieces[j]
+            k += 1
+        else:
+            _unbundle(item, held, pieces)
         while k in held:
             yield held.pop(k)
             k += 1

@@ -480,19 +480,26 @@ def test_an_unindexed_file_on_a_read_only_mount_names_where_to_put_the_index(fs,
         os.remove(os.path.join(src, name))
 
 
-@pytest.mark.parametrize("granularity", ["window", "group"])
-def test_eio_under_dataloader_workers_comes_at_its_batch(fs, mounted, granularity):
+def _tagged(batch: dict) -> dict:
+    """A user transform (module level: workers of any start method can take it)."""
+    return {**batch, "tag": 1}
+
+
+@pytest.mark.parametrize("granularity,transform", [("window", None), ("group", None), ("window", _tagged)])
+def test_eio_under_dataloader_workers_comes_at_its_batch(fs, mounted, granularity, transform):
     """make_dataloader's workers read ahead of the consumer in bundles of batches, yet an I/O error
     reaches the loop at the batch it belongs to (the first of the read step that failed; for window
     steps, where a DataLoader without workers stops), after every batch before it, with its errno
     and file; the state names that batch, and a DataLoader resumed there delivers the rest: the
-    epoch is whole, in order, once."""
+    epoch is whole, in order, once. With a transform (each batch an item of its own through torch)
+    as well."""
     pytest.importorskip("torch")
     from lirs.torch import make_dataloader
 
     _, files = mounted
     plain, path = files["train.svm"]
-    kw = dict(granularity=granularity, group_bytes=8192, window=4, seed=5, n_features=N_FEATURES, engine="buffered")
+    kw = dict(granularity=granularity, group_bytes=8192, window=4, seed=5, n_features=N_FEATURES, engine="buffered",
+              transform=transform)
     want = [b["ids"].tolist() for b in make_dataloader(plain, 32, num_workers=0, **kw)]
     size = os.path.getsize(plain)
     fs.set_rules([{"file": "train.svm", "start": size // 2, "end": size // 2 + 1, "kind": "eio"}])

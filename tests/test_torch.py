@@ -1070,6 +1070,11 @@ def test_in_order_raises_a_workers_error_at_its_batch():
         for x in in_order([Unbundled([0], "a"), Failed(2, ValueError()), Failed(1, KeyError())], 0):
             got.append(x)
     assert got == ["a"]
+    got.clear()
+    with pytest.raises(OSError, match="bad read"):  # items of one batch each (a transform): counted
+        for x in in_order(["c", Failed(5, OSError(5, "bad read")), "d", "e", "f"], 2):
+            got.append(x)
+    assert got == list("cde")
 
 
 def test_a_worker_sends_an_error_it_can_pickle_and_raises_one_it_cannot():
