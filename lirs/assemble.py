@@ -103,13 +103,16 @@ class StepDecoder:
         # them; a window's by that count still: sized by the bound, its outputs were the size of
         # the read buffers and took their recycled blocks, every page of them already touched
         where = StepWhere(self.index, step, ids, rext, rpos, starts)
-        if may_split(len(buf)):
-            return decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
-                                 dtype=self.dtype, trusted=True, where=where, threads=self.decode_threads())
-        # a batch-sized step (a group's, an instance batch's) on this thread: arrays made here are
-        # marked read-only in place (the kernels' types), not viewed
-        starts.flags.writeable = ends.flags.writeable = False
-        return self._spans(buf, starts, ends, where, nnz_bound(payload))
+        try:
+            if may_split(len(buf)):
+                return decode_libsvm(buf, starts, ends, n_features=self.n_features, zero_based=self.zero_based,
+                                     dtype=self.dtype, trusted=True, where=where, threads=self.decode_threads())
+            # a batch-sized step (a group's, an instance batch's) on this thread: arrays made here are
+            # marked read-only in place (the kernels' types), not viewed
+            starts.flags.writeable = ends.flags.writeable = False
+            return self._spans(buf, starts, ends, where, nnz_bound(payload))
+        except DataError as e:
+            raise _disagreeing(e)
 
     def _by_file(self, decode, step, buf, ids, rext, rpos, starts, ends, **opts):
         """``decode(buf, starts, ends, source=, file_offsets=, record_ids=, **opts)`` of a step whose
@@ -155,6 +158,22 @@ class StepWhere:
         f = int(self.step.ext_file[e])
         at = np.array([int(self.step.ext_offset[e]) + int(self.rpos[j])], np.int64)
         return Where(self.index.paths[f], self.starts[j:j + 1], at, self.ids[j:j + 1])(0, pos)
+
+
+# errors of a Loader's own options (n_features, zero_based), not of the records' grammar
+_OPTION_ERRORS = ("for n_features=", "indices are one-based here")
+
+
+def _disagreeing(e: DataError) -> DataError:
+    """``e``, a record's grammar error in a Loader's step, saying what it means: the index scan
+    found every record well formed, so the index no longer places records where the data has them
+    (a file changed without a size or mtime to show it, a corrupt offset word that looked
+    plausible). An error of the Loader's own options is left as it is."""
+    msg = str(e)
+    if not any(s in msg for s in _OPTION_ERRORS):
+        e.args = (f"{msg}; it was well formed when indexed, so the index and the data disagree: "
+                  "`lirs index --check` says whether the file changed or its sidecar is corrupt",)
+    return e
 
 
 def _incomplete(idx, step, ids, rext, rpos, rlen, got, j: int) -> DataError:

@@ -111,7 +111,7 @@ def _plan_file(old, f, path: str, fmt: str, speculate: bool = False):
     if f is None:
         return None
     fp = old.fingerprints[f]
-    why, _ = staleness(path, fp, None)  # the cheap answer: size, mtime and sampled blocks
+    why = staleness(path, fp, None)[0]  # the cheap answer: size, mtime and sampled blocks
     if why is None:
         return Keep(old, f, True)
     size, was = os.path.getsize(path), int(fp["size"])

@@ -31,7 +31,7 @@ from .inputs import expand_paths
 from .offsets import OffsetTable
 from .pages import release_pages
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, offsets_of, read_arrays, read_header, relpath,
-                      sidecar_path, staleness, verify_arrays)
+                      reindex_command, sidecar_path, staleness, verify_arrays)
 from . import verified
 
 log = logging.getLogger("lirs.index")
@@ -87,6 +87,7 @@ class Index:
     sums: np.ndarray | None = None  # uint32: CRC-32C of every MiB of every file, file after file
     marks: np.ndarray | None = None  # int64: a LIBSVM scan's state at every MiB (lirs.scanner)
     header_crc: int = 0  # of the sidecar's header: which sidecar a recorded verification is for
+    checked: tuple | None = None  # (size, mtime_ns) of each data file as check_fresh found it unchanged
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -276,20 +277,19 @@ class Index:
         """Raise StaleIndexError naming the file and the first changed byte range if any data file
         changed since the index was built. A file whose size and mtime match is checked cheaply
         (16 sampled blocks); one whose mtime moved is read whole and compared with its per-MiB
-        checksums: unchanged, its new mtime is recorded (``record``; in the sidecar, or beside it
-        in the user's cache where the sidecar cannot be written) so the next open is cheap again.
-        Returns the numbers of the files read whole."""
-        moved = {}
+        checksums: unchanged, its new mtime is recorded (``record``; in the sidecar, or the user's
+        cache where the sidecar is read-only). Sets :attr:`checked`; returns the files read whole."""
+        moved, seen = {}, []
         for f, (p, fp) in enumerate(zip(self.paths, self.fingerprints)):
-            trusted = verified.trusted_mtime(self, f)
-            why, mtime = staleness(p, fp, self.file_sums(f), trusted)
+            why, mtime, now = staleness(p, fp, self.file_sums(f), verified.trusted_mtime(self, f))
             if why:
                 raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
-                                      f"re-run `lirs index {p}`")
-            if mtime is not None:
-                moved[f] = mtime
+                                      f"re-run `{reindex_command(self.paths, self.sidecar)}`")
+            moved.update({} if mtime is None else {f: mtime})
+            seen.append((int(fp["size"]), now))
         if moved and record and self.sidecar:
             verified.record(self, moved)
+        self.checked = tuple(seen)  # what an engine opening the files later must find (as_indexed)
         return sorted(moved)
 
     def index_bytes(self) -> int:

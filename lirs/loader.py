@@ -210,7 +210,7 @@ class Loader:
             # a thread per usable core, and one more: a thread waiting on its read leaves a core to
             # decoding (affinity, not the machine's count: taskset and containers set it)
             workers = self.threads if self.threads is not None else usable_cores() + 1
-            self._pipeline = Pipeline(self.index.paths, engine=self.engine_name, direct=self.direct,
+            self._pipeline = Pipeline(self.index, engine=self.engine_name, direct=self.direct,
                                       depth=self.depth, decode=self._decoder, workers=workers, stats=self.stats,
                                       warm=self._warm, cores=None if self.threads is None else self.threads - 1)
             self._pid = pid

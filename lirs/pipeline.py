@@ -6,18 +6,17 @@ a pooled aligned buffer and decodes them (numba, no GIL), so reading and decodin
 batches use the other cores while the training step computes. One hand-off to the pool and one
 back per read step. :class:`EpochRun` keeps ``prefetch + 1`` steps in flight; the consumer waits
 on them either blocking (:meth:`EpochRun.wait`) or from an event loop (:meth:`EpochRun.await_parts`)
-— the rest is shared. With a ``finish`` function (the Loader's transform), a batch is also
-assembled and finished on the pool: in the task that decoded its step when the batch is exactly
-one step, else in a task queued once its steps are decoded (:meth:`Pipeline.after`; no pool
-thread waits for them meanwhile).
+— the rest is shared. With a ``finish`` function (the Loader's transform), a batch is also finished
+on the pool: by the task that decoded its step when it is one step, else by a task queued once its
+steps are decoded (:meth:`Pipeline.after`: no pool thread waits meanwhile).
 
 Who runs a step: it is queued unclaimed, and the first thread to claim it runs it. The pool has a
 thread per usable core and one more, but only ``cores - 1`` of them claim steps whenever there are
 some; a consumer that must wait for a batch claims the oldest queued step itself instead of
 sleeping (not a window: the cores but one decode it already). With a direct engine, whose reads
 wait for the device, or on many cores (:func:`~lirs.policies.pool_alone`), every thread claims
-steps and the consumer only waits. The others claim steps only while the process leaves a core idle
-(the consumer away on a GPU step). So a consumer inside the loader shares the cores with ``cores -
+steps and the consumer only waits. The others claim steps only while a core is idle (the consumer
+away on a GPU step). So a consumer inside the loader shares the cores with ``cores -
 1`` busy threads, not ``cores + 1``: a thread preempted while it holds the GIL holds it longer, and
 one more runnable thread than cores preempts them all in turn (:data:`lirs.constants.CORE_IDLE`).
 """
@@ -40,7 +39,8 @@ from .assemble import batch_of, detached, rows_of
 from .buffers import BufferPool
 from .constants import BLOCK, COPY_ALIGN, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
 from .cores import usable_cores
-from .engines import open_engine
+from .engines import as_indexed, open_engine
+from .sidecar import reindex_command
 from .kernels import io as KI
 from . import memory
 from .errors import TransformError
@@ -51,7 +51,7 @@ from .warmup import Warmup
 
 
 class Pipeline:
-    """The engine, the pool of threads and the buffers of one process.
+    """The engine (on the files of ``index``), the pool of threads and the buffers of one process.
 
     ``decode(step, buf, buf_pos, got) -> (X, y)`` turns a read step's bytes into rows (see
     :class:`lirs.assemble.StepDecoder`; its ``wide(step, nbytes)``, when it has one, says whether decoding
@@ -61,11 +61,12 @@ class Pipeline:
     may keep busy (None: every usable one).
     """
 
-    def __init__(self, paths, *, engine: str, direct, depth, decode, workers: int, stats, warm=None,
+    def __init__(self, index, *, engine: str, direct, depth, decode, workers: int, stats, warm=None,
                  cores: int | None = None):
         self.warm = warm if warm is not None else Warmup()
-        self.warm.wait("read")
-        self.engine = open_engine(list(paths), engine, direct=direct, depth=depth)
+        self.warm.wait("read")  # the engine on the index's files, each as its open found it (StaleIndexError)
+        self.engine = as_indexed(open_engine(list(index.paths), engine, direct=direct, depth=depth),
+                                 index.checked, reindex_command(index.paths, index.sidecar))
         self.workers = int(workers)
         # the first ``primary`` threads run steps whenever there are some; the others only while
         # the consumer is away (its training step): a consumer that waits runs steps itself
@@ -100,8 +101,7 @@ class Pipeline:
         # the cores an extra thread would only preempt them, some while holding the GIL (the
         # figures: docs/engines.md). Set without a lock: it only steers the extras.
         self.consumer_in = False
-        self.planners: set = set()  # PlanAhead of the epochs being iterated
-        self.planners_lock = threading.Lock()
+        self.planners, self.planners_lock = set(), threading.Lock()  # PlanAhead of the epochs being iterated
 
     def plan_ahead(self, make, batches: int = 0):
         """A :class:`~lirs.ahead.PlanAhead` of ``make()`` (``batches`` plans ahead at least), stopped by :meth:`close`

@@ -77,34 +77,49 @@ def fingerprint(path: str) -> dict:
                 "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path)}
 
 
-def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None) -> tuple[str | None, int | None]:
+def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None) -> tuple[str | None, int | None, int]:
     """Whether ``path`` still holds the data ``expected`` (a :func:`fingerprint`) and ``sums`` (its
-    per-MiB CRC-32C, uint32) describe: ``(why not, None)``, or ``(None, mtime_ns)`` where the file
-    was read whole to decide (its mtime moved: ``touch``, a copy that kept the bytes) and the
-    caller should record the new time, or ``(None, None)`` when the cheap check sufficed.
+    per-MiB CRC-32C, uint32) describe: ``(why not, None, mtime_ns)``, or ``(None, mtime_ns,
+    mtime_ns)`` where the file was read whole to decide (its mtime moved: ``touch``, a copy that
+    kept the bytes) and the caller should record the new time, or ``(None, None, mtime_ns)`` when
+    the cheap check sufficed; the last: the modification time found (-1: no file).
     ``trusted_mtime``: a modification time already verified (recorded beside a read-only sidecar)."""
     from .content import changed_range, first_changed_block
 
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return "the data file is missing", None
+        return "the data file is missing", None, -1
     size, mtime = int(st.st_size), int(st.st_mtime_ns)
     old = expected.get("size")
     if size != old:
         grew = " (appended to: `lirs index` re-scans only the tail)" if old is not None and size > old else ""
-        return f"its size changed ({old} -> {size}){grew}", None
+        return f"its size changed ({old} -> {size}){grew}", None, mtime
     if mtime in (expected.get("mtime_ns"), trusted_mtime):
         with open(path, "rb") as f:
             if _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path) == expected.get("sample_hash"):
-                return None, None
+                return None, None, mtime
     if sums is None:
-        return f"its modification time changed ({expected.get('mtime_ns')} -> {mtime})", None
+        return f"its modification time changed ({expected.get('mtime_ns')} -> {mtime})", None, mtime
     block = first_changed_block(path, sums, size)
     if block is not None:
-        return f"its content changed at {changed_range(block, size)}", None
+        return f"its content changed at {changed_range(block, size)}", None, mtime
     log.info("%s: modification time changed, every byte checked unchanged; the index is still used", path)
-    return None, mtime
+    return None, mtime, mtime
+
+
+def reindex_command(paths, sidecar: str | None) -> str:
+    """The ``lirs index`` command that rebuilds the index ``sidecar`` of the data files ``paths``:
+    the file (its own ``FILE.lirs``), the directory (a ``DIR.lirs`` of the files in it), else the
+    files with ``-o``."""
+    paths = [os.fspath(p) for p in paths]
+    if sidecar and len(paths) == 1 and sidecar == paths[0] + SIDECAR_SUFFIX:
+        return f"lirs index {paths[0]}"
+    d = sidecar[:-len(SIDECAR_SUFFIX)] if sidecar and sidecar.endswith(SIDECAR_SUFFIX) else None
+    if d and os.path.isdir(d) and all(os.path.realpath(os.path.dirname(p)) == os.path.realpath(d) for p in paths):
+        return f"lirs index {d}"
+    named = " ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
+    return f"lirs index {named}" + (f" -o {sidecar}" if sidecar else "")
 
 
 def sidecar_path(paths) -> str:

@@ -11,7 +11,7 @@ import pytest
 
 import lirs
 from conftest import open_fds
-from lirs.errors import DataError, UsageError
+from lirs.errors import DataError, StaleIndexError, UsageError
 from lirs.loader import Batch, Loader
 
 GRANULARITIES = ("instance", "page", "group", "window")
@@ -272,11 +272,23 @@ def test_an_instance_epoch_of_copied_reads_reads_the_records_bytes_alone(svm, st
 
 
 def test_truncated_file_raises_in_consumer(tmp_path, engine_name):
+    """A file truncated after the Loader opened its index: the first epoch's open of the file finds
+    it (StaleIndexError naming it); were the engine's size check off, the reads come back short and
+    the records they miss are a DataError naming the byte where the file ends, never served."""
     p = _write_libsvm(tmp_path / "t.svm", 2000, seed=3)
+    data = open(p, "rb").read()
     lirs.build_index(p, progress=False)
     with Loader(p, 50, granularity="instance", engine=engine_name, prefetch=2) as loader:
-        size = os.path.getsize(p)
-        os.truncate(p, size // 2)  # after indexing: the index still promises the whole file
+        os.truncate(p, len(data) // 2)  # after indexing: the index still promises the whole file
+        with pytest.raises(StaleIndexError, match=r"t\.svm changed since its index was checked.*size changed"):
+            for _ in loader.epoch(0):
+                pass
+    with open(p, "wb") as f:
+        f.write(data)
+    lirs.build_index(p, progress=False)
+    with Loader(p, 50, granularity="instance", engine=engine_name, prefetch=2) as loader:
+        loader.engine.check_changes = False  # the last line of defence alone
+        os.truncate(p, len(data) // 2)
         with pytest.raises(DataError) as ei:
             for _ in loader.epoch(0):
                 pass

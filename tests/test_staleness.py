@@ -212,6 +212,67 @@ def test_a_file_renamed_over_while_a_loader_has_it_open(tmp_path):
         lirs.Loader(p, 64, granularity="instance", seed=1)
 
 
+def _rename_over(p, data):
+    open(p + ".new", "wb").write(data)
+    os.replace(p + ".new", p)
+
+
+@pytest.mark.parametrize("change", ["same-size edit", "rename over", "append"])
+def test_a_file_changed_before_the_first_epoch_is_not_read(tmp_path, change):
+    """A Loader checks its files against the index when it opens, but opens them for reading at
+    its first epoch: a file edited in place, renamed over or appended to in between fails that
+    epoch with StaleIndexError naming it, before a batch is served from bytes its index does not
+    describe (labels 2 here, where the index has -1 and 1)."""
+    p = _svm(tmp_path / "b.svm", 3000)
+    lirs.build_index(p, progress=False)
+    data = open(p, "rb").read()
+    for engine in ("buffered", "auto"):
+        with open(p, "wb") as f:
+            f.write(data)
+        lirs.build_index(p, progress=False)
+        with lirs.Loader(p, 64, granularity="group", seed=1, engine=engine) as ld:
+            new = data.replace(b"\n1 ", b"\n2 ")
+            if change == "same-size edit":
+                with open(p, "r+b") as f:
+                    f.write(new)
+                st = os.stat(p)
+                os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+            elif change == "rename over":
+                _rename_over(p, new)
+            else:
+                with open(p, "ab") as f:
+                    f.write(b"1 3:0.5\n")
+            served = []
+            with pytest.raises(StaleIndexError, match=r"b\.svm changed since its index was checked.*lirs index "):
+                for b in ld.epoch(0):
+                    served.append(b.y)
+            assert not served
+
+
+def test_a_directory_dataset_is_named_in_the_reindex_advice(tmp_path):
+    """A file of an indexed directory changed, at open or while read: the error says to index the
+    directory (indexing the file alone would write a sidecar the directory's Loader never reads)."""
+    d = tmp_path / "D"
+    d.mkdir()
+    for i in range(2):
+        _svm(d / f"p{i}.svm", 2000, seed=i)
+    lirs.build_index(str(d), progress=False)
+    with lirs.Loader(str(d), 64, granularity="instance", prefetch=1) as ld:
+        it = ld.epoch(0)
+        next(it)
+        with open(d / "p0.svm", "r+b") as f:
+            f.write(b"9")
+        st = os.stat(d / "p0.svm")
+        os.utime(d / "p0.svm", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        with pytest.raises(StaleIndexError, match=f"re-run `lirs index {d}`"):
+            for _ in it:
+                pass
+    with open(d / "p1.svm", "a") as f:
+        f.write("1 3:0.5\n")
+    with pytest.raises(StaleIndexError, match=f"re-run `lirs index {d}`"):
+        lirs.Loader(str(d), 64)
+
+
 def test_persistent_dataloader_workers_find_a_file_rewritten_between_passes(tmp_path):
     """make_dataloader's persistent workers keep their Loaders open from pass to pass: a file
     rewritten in place after a pass fails the next pass with StaleIndexError naming it."""
@@ -269,3 +330,26 @@ def test_a_corrupt_offset_word_from_the_cli(tmp_path):
     r = subprocess.run([sys.executable, "-m", "lirs.cli", "index", "--check", p],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+def test_a_plausible_corrupt_offset_word_is_found_by_the_check(tmp_path):
+    """A flipped offset word that still lies inside its file passes the open's plausibility check;
+    an epoch reading that record stops with a DataError saying the index and the data disagree
+    (not only blaming the data), and `lirs index --check` finds the sidecar corrupt."""
+    from lirs.errors import DataError
+
+    p = _svm(tmp_path / "c.svm", 3000)
+    lirs.build_index(p, progress=False)
+    header, _ = S.read_header(p + ".lirs")
+    off = header["arrays"]["offsets_rel"]["offset"] + 4 * 1500
+    with open(p + ".lirs", "rb") as f:
+        f.seek(off)
+        word = int.from_bytes(f.read(4), "little")
+    _corrupt_rel(p, 1500, word + 3)  # record 1500 now starts inside its own line
+    with lirs.Loader(p, 64, granularity="instance") as ld:
+        with pytest.raises(DataError, match="well formed when indexed, so the index and the data disagree"):
+            for _ in ld.epoch(0):
+                pass
+    r = subprocess.run([sys.executable, "-m", "lirs.cli", "index", "--check", p],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and p + ".lirs" in r.stderr, r.stderr

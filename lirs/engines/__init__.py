@@ -30,7 +30,7 @@ import warnings
 
 from ..errors import UsageError
 from ..mounts import held_in_memory
-from .base import BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, probe_direct
+from .base import BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, as_indexed, probe_direct
 
 log = logging.getLogger("lirs.engines")
 
@@ -38,8 +38,9 @@ ENGINE_NAMES = ("uring", "threads", "aiofiles", "buffered")
 AUTO_ORDER = ("uring", "threads")
 ENV = "LIRS_ENGINE"
 
-__all__ = ["open_engine", "available_engines", "engine_class", "aligned_empty", "probe_direct", "Engine",
-           "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK", "reads_are_copies", "requested_engine"]
+__all__ = ["open_engine", "as_indexed", "available_engines", "engine_class", "aligned_empty", "probe_direct",
+           "Engine", "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK", "reads_are_copies",
+           "requested_engine"]
 
 
 def engine_class(name: str) -> type:

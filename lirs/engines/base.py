@@ -165,6 +165,7 @@ class Engine:
             raise UsageError(f"engine depth must be >= 1, got {self.depth}")
         self.pid = os.getpid()
         self.reason = ""
+        self.reindex = None  # the command that rebuilds the files' index, named in a StaleIndexError
         self.closed = False
         self.fds = np.asarray(open_files(self.paths, self.direct), np.int32)
         try:
@@ -203,6 +204,14 @@ class Engine:
             self.check_unchanged(args[0])
         return got
 
+    def stale(self, f: int, what: str, when: str = "while it was being read") -> StaleIndexError:
+        """The error of file ``f`` found changed (``what``: how; ``when``)."""
+        how = ("if its bytes changed, its index no longer describes it (`lirs index --check` tells)"
+               if what.startswith("its modification") else "its index no longer describes it")
+        return StaleIndexError(f"{self.paths[f]} changed {when} ({what}); {how}: re-run "
+                               f"`{self.reindex or 'lirs index ' + self.paths[f]}`, then open a new Loader (or "
+                               f"DataLoader): this one keeps the index it opened")
+
     def check_unchanged(self, ext_file) -> None:
         """Raise StaleIndexError when a file of ``ext_file`` (int32 file numbers) changed size or
         modification time since the engine opened it: one ``statx`` (:meth:`lirs.libc.Libc.size_mtime`) per distinct file. A dataset
@@ -219,11 +228,8 @@ class Engine:
         for f in files:
             size, mtime_ns = libc.size_mtime(int(self.fds[f]))  # with the GIL held (os.fstat lets it go)
             if size != self.sizes[f] or mtime_ns != self.mtimes[f]:
-                what = (f"its size changed ({int(self.sizes[f])} -> {size})" if size != self.sizes[f]
-                        else "its modification time moved")
-                raise StaleIndexError(f"{self.paths[f]} changed while it was being read ({what}); its index no "
-                                      f"longer describes it: re-run `lirs index {self.paths[f]}`, then open a new Loader "
-                                      f"(or DataLoader): this one keeps the index it opened")
+                raise self.stale(f, f"its size changed ({int(self.sizes[f])} -> {size})" if size != self.sizes[f]
+                                 else "its modification time moved")
 
     async def aread(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, executor=None) -> np.ndarray:
         """:meth:`read` from a coroutine: the native call runs in ``executor`` (threads)."""
@@ -352,3 +358,19 @@ class Engine:
         f = int(ext_file[i])
         return ReadError(int(en), f"{os.strerror(int(en))} ({self.name} engine) reading "
                                   f"{int(ext_nbytes[i])} bytes at offset {int(offset)}", self.paths[f])
+
+
+def as_indexed(engine: Engine, stats, reindex: str | None = None) -> Engine:
+    """``engine``, once each file it opened has the size and modification time ``stats`` names
+    ((size, mtime_ns) a file: what its index's open found unchanged, :attr:`lirs.index.Index.checked`;
+    None: an index opened unchecked), else StaleIndexError, the engine closed. A Loader opens its files at its
+    first epoch: a file rewritten, appended to or renamed over since its index was checked is
+    caught here, before an offset of the old file is read in the new one. ``reindex``: the command
+    that rebuilds the index (named in this and the engine's later errors)."""
+    engine.reindex = reindex
+    for f, (size, mtime) in enumerate(stats or ()):
+        if int(engine.sizes[f]) != size or int(engine.mtimes[f]) != mtime:
+            engine.close()
+            raise engine.stale(f, f"its size changed ({size} -> {int(engine.sizes[f])})" if engine.sizes[f] != size
+                               else "its modification time moved", "since its index was checked at the Loader's open")
+    return engine
