@@ -179,11 +179,8 @@ class Index:
     @property
     def labels(self) -> np.ndarray | None:
         """float64 (n,) labels, or None when the format carries none."""
-        if self.label_values is None:
-            return None
-        if self.label_codes is None:
-            return np.asarray(self.label_values, np.float64)
-        return np.asarray(self.label_values, np.float64)[self.label_codes]
+        v = None if self.label_values is None else np.asarray(self.label_values, np.float64)
+        return v if v is None or self.label_codes is None else v[self.label_codes]
 
     @property
     def n_features(self) -> int | None:
