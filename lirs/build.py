@@ -23,7 +23,8 @@ from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
 from .inputs import expand_paths, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
-from .sidecar import SidecarWriter, fingerprint, sidecar_path
+from .freshness import fingerprint
+from .sidecar import SidecarWriter, sidecar_path
 from .tfrecord import TFRecordScanner
 from .scanner import SCAN_CORES, Tap, VarScanner, write_labels, refuse_csv_header  # noqa: F401 - re-exported
 

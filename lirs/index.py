@@ -30,8 +30,9 @@ from .errors import IndexFormatError, StaleIndexError, UsageError
 from .inputs import expand_paths
 from .offsets import OffsetTable
 from .pages import release_pages
-from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, fingerprint, offsets_of, read_arrays, read_header, relpath,
-                      reindex_command, sidecar_path, staleness, verify_arrays)
+from .freshness import fingerprint, reindex_command, staleness
+from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, offsets_of, read_arrays, read_header, relpath, sidecar_path,
+                      verify_arrays)
 from . import verified
 
 log = logging.getLogger("lirs.index")

@@ -40,7 +40,7 @@ from .buffers import BufferPool
 from .constants import BLOCK, COPY_ALIGN, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
 from .cores import usable_cores
 from .engines import as_indexed, open_engine
-from .sidecar import reindex_command
+from .freshness import reindex_command
 from .kernels import io as KI
 from . import memory
 from .errors import TransformError

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import lirs
+from lirs import freshness
 from lirs import sidecar as S
 from lirs.cli import main
 from lirs.errors import IndexFormatError, StaleIndexError
@@ -124,7 +125,7 @@ def test_same_size_edit_after_touch_is_stale(tmp_path):
     p = _svm(tmp_path / "x.svm", n=40000)
     lirs.build_index(p, progress=False)
     data = bytearray(open(p, "rb").read())
-    fp = S.fingerprint(p)
+    fp = freshness.fingerprint(p)
     # change one digit in a block the 256-block check reads but the 16-block one does not
     size = len(data)
     small = [int(x) for x in np.linspace(0, max(0, size - 4096), 16)]
@@ -135,14 +136,14 @@ def test_same_size_edit_after_touch_is_stale(tmp_path):
     data[pos] = ord("1") if data[pos] != ord("1") else ord("2")
     with open(p, "r+b") as f:
         f.write(data)
-    assert S.fingerprint(p)["sample_hash"] == fp["sample_hash"]  # the cheap check cannot see it
+    assert freshness.fingerprint(p)["sample_hash"] == fp["sample_hash"]  # the cheap check cannot see it
     with pytest.raises(StaleIndexError, match="content changed"):
         open_index(p)
 
 
 def test_fingerprint_continues_short_reads(tmp_path, monkeypatch):
     p = _svm(tmp_path / "x.svm", n=3000)
-    want = S.fingerprint(p)
+    want = freshness.fingerprint(p)
     real, calls = os.preadv, []
 
     def short(fd, bufs, off, *flags):  # at most 1000 bytes a read, as FUSE may return
@@ -150,7 +151,7 @@ def test_fingerprint_continues_short_reads(tmp_path, monkeypatch):
         return real(fd, [bufs[0][:1000]], off, *flags)
 
     monkeypatch.setattr(os, "preadv", short)
-    assert S.fingerprint(p) == want and len(calls) > 16
+    assert freshness.fingerprint(p) == want and len(calls) > 16
 
 
 # --------------------------------------------------------------------------- checksums

@@ -10,7 +10,8 @@ from ..build import Tap, VarScanner, write_labels
 from ..content import BlockSums
 from ..index import Index, header_for
 from ..kernels import scan as KS
-from ..sidecar import SidecarWriter, fingerprint
+from ..freshness import fingerprint
+from ..sidecar import SidecarWriter
 
 
 class TextIndexer:

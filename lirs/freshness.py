@@ -1,0 +1,94 @@
+"""Whether an index still describes its data: the data files' fingerprints (checked at every
+open), the staleness verdict when one moved, and the ``lirs index`` command that rebuilds an index.
+
+A fingerprint is cheap (size, mtime, 16 sampled blocks); the exact answer, when size or mtime
+moved, comes from the per-MiB checksums the sidecar keeps (:mod:`lirs.content`). :mod:`lirs.sidecar`
+knows the sidecar's bytes; this module knows what they promise about the data.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+
+import numpy as np
+
+from .constants import BLOCK
+from .sidecar import SIDECAR_SUFFIX, pread_full
+
+log = logging.getLogger("lirs.index")
+
+_SAMPLE_BLOCKS = 16
+_SAMPLE_BLOCK = BLOCK
+
+
+def _sample_hash(fd: int, size: int, blocks: int, path: str | None = None) -> str:
+    """BLAKE2b of the size and of ``blocks`` 4 KiB blocks spread evenly over the file ``path``."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(size.to_bytes(8, "little"))
+    if size:
+        last = max(0, size - _SAMPLE_BLOCK)
+        for off in sorted(set(int(x) for x in np.linspace(0, last, blocks))):
+            h.update(pread_full(fd, _SAMPLE_BLOCK, off, path))
+    return h.hexdigest()
+
+
+def fingerprint(path: str) -> dict:
+    """What identifies the content of ``path`` cheaply: size, mtime_ns and a hash of 16 sampled
+    4 KiB blocks (checked at every open). The exact check is the per-MiB checksums kept beside it
+    (:mod:`lirs.content`), read again only when size or mtime moved.
+
+    The inode is not part of it: a remount of a FUSE or network filesystem changes inodes of
+    unchanged files."""
+    from .content import SUM_BLOCK
+
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        size = int(st.st_size)
+        return {"size": size, "mtime_ns": int(st.st_mtime_ns), "sum_block": SUM_BLOCK,
+                "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path)}
+
+
+def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None) -> tuple[str | None, int | None, int]:
+    """Whether ``path`` still holds the data ``expected`` (a :func:`fingerprint`) and ``sums`` (its
+    per-MiB CRC-32C, uint32) describe: ``(why not, None, mtime_ns)``, or ``(None, mtime_ns,
+    mtime_ns)`` where the file was read whole to decide (its mtime moved: ``touch``, a copy that
+    kept the bytes) and the caller should record the new time, or ``(None, None, mtime_ns)`` when
+    the cheap check sufficed; the last: the modification time found (-1: no file).
+    ``trusted_mtime``: a modification time already verified (recorded beside a read-only sidecar)."""
+    from .content import changed_range, first_changed_block
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "the data file is missing", None, -1
+    size, mtime = int(st.st_size), int(st.st_mtime_ns)
+    old = expected.get("size")
+    if size != old:
+        grew = " (appended to: `lirs index` re-scans only the tail)" if old is not None and size > old else ""
+        return f"its size changed ({old} -> {size}){grew}", None, mtime
+    if mtime in (expected.get("mtime_ns"), trusted_mtime):
+        with open(path, "rb") as f:
+            if _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path) == expected.get("sample_hash"):
+                return None, None, mtime
+    if sums is None:
+        return f"its modification time changed ({expected.get('mtime_ns')} -> {mtime})", None, mtime
+    block = first_changed_block(path, sums, size)
+    if block is not None:
+        return f"its content changed at {changed_range(block, size)}", None, mtime
+    log.info("%s: modification time changed, every byte checked unchanged; the index is still used", path)
+    return None, mtime, mtime
+
+
+def reindex_command(paths, sidecar: str | None) -> str:
+    """The ``lirs index`` command that rebuilds the index ``sidecar`` of the data files ``paths``:
+    the file (its own ``FILE.lirs``), the directory (a ``DIR.lirs`` of the files in it), else the
+    files with ``-o``."""
+    paths = [os.fspath(p) for p in paths]
+    if sidecar and len(paths) == 1 and sidecar == paths[0] + SIDECAR_SUFFIX:
+        return f"lirs index {paths[0]}"
+    d = sidecar[:-len(SIDECAR_SUFFIX)] if sidecar and sidecar.endswith(SIDECAR_SUFFIX) else None
+    if d and os.path.isdir(d) and all(os.path.realpath(os.path.dirname(p)) == os.path.realpath(d) for p in paths):
+        return f"lirs index {d}"
+    named = " ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
+    return f"lirs index {named}" + (f" -o {sidecar}" if sidecar else "")
