@@ -8,8 +8,10 @@ knows the sidecar's bytes; this module knows what they promise about the data.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import zlib
 
 import numpy as np
 
@@ -78,6 +80,20 @@ def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None)
         return f"its content changed at {changed_range(block, size)}", None, mtime
     log.info("%s: modification time changed, every byte checked unchanged; the index is still used", path)
     return None, mtime, mtime
+
+
+# the arrays that say where every record lies: a plan (and so a resume state) depends on them alone
+_LAYOUT_ARRAYS = ("file_starts", "data_ends", "header_sizes", "offsets_base", "offsets_rel", "offsets_wide")
+
+
+def layout_crc(header: dict) -> int:
+    """A CRC-32 of where the records of the sidecar ``header`` lie (its format, count, record size
+    and the stored checksums of its offset arrays): equal for two indexes whose epochs plan the same
+    batches, whatever their labels; never 0 (0: unknown)."""
+    arrays = header.get("arrays", {})
+    key = [header.get("format"), header.get("n"), header.get("record_size")]
+    key += [[a, arrays[a].get("count"), arrays[a].get("crc32")] for a in _LAYOUT_ARRAYS if a in arrays]
+    return zlib.crc32(json.dumps(key).encode()) or 1
 
 
 def reindex_command(paths, sidecar: str | None) -> str:

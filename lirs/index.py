@@ -30,7 +30,7 @@ from .errors import IndexFormatError, StaleIndexError, UsageError
 from .inputs import expand_paths
 from .offsets import OffsetTable
 from .pages import release_pages
-from .freshness import fingerprint, reindex_command, staleness
+from .freshness import fingerprint, layout_crc, reindex_command, staleness
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, offsets_of, read_arrays, read_header, relpath, sidecar_path,
                       verify_arrays)
 from . import verified
@@ -89,6 +89,7 @@ class Index:
     marks: np.ndarray | None = None  # int64: a LIBSVM scan's state at every MiB (lirs.scanner)
     header_crc: int = 0  # of the sidecar's header: which sidecar a recorded verification is for
     checked: tuple | None = None  # (size, mtime_ns) of each data file as check_fresh found it unchanged
+    layout: int = 0  # where the records lie (lirs.freshness.layout_crc; 0: no sidecar): a resume state's dataset
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -122,9 +123,8 @@ class Index:
             n = int(fs[-1])
             de = hs + np.diff(fs) * record_size
             offsets = None
-        idx = cls(format=format, paths=paths, n=int(n), file_starts=fs, data_ends=de,
-                  header_sizes=hs, record_size=record_size,
-                  record_dtype=np.dtype(record_dtype) if record_dtype is not None else (
+        idx = cls(format=format, paths=paths, n=int(n), file_starts=fs, data_ends=de, header_sizes=hs,
+                  record_size=record_size, record_dtype=np.dtype(record_dtype) if record_dtype is not None else (
                       np.dtype(np.uint8) if format == "fixed" else None),
                   record_shape=tuple(record_shape) if record_shape is not None else (
                       (int(record_size),) if format == "fixed" else None),
@@ -407,7 +407,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         _offsets=offsets_of(arrays, header, mapped), label_values=arrays.get("label_values"),
         label_codes=arrays.get("label_codes"), fingerprints=tuple(fps), meta=header.get("meta", {}),
         sidecar=sidecar, sums=arrays.get("content_sums"), marks=arrays.get("scan_marks"),
-        header_crc=header_crc(header),
+        header_crc=header_crc(header), layout=layout_crc(header),
     )
     idx._validate()
     _check_offsets(idx)

@@ -61,7 +61,7 @@ from .plan import check_args, plan_epoch
 from .policies import DEFAULT_GRANULARITY, POLICIES
 from .ranges import over_spans, remainder
 from .recommendation import AUTO, auto_settings
-from .state import ResumeState, states_of
+from .state import ResumeState, check_config, states_of
 from .steps import SharedStep
 from .windows import window_groups
 from . import warmup
@@ -285,7 +285,7 @@ class Loader:
     def _make_config(self) -> dict:
         c = {k: getattr(self, k) for k in _CONFIG_KEYS}
         c["n"] = int(self.index.n)
-        c["format"] = self.index.format
+        c["format"], c["layout"] = self.index.format, int(self.index.layout)  # layout: which dataset
         return c
 
     def _config(self) -> dict:
@@ -355,14 +355,7 @@ class Loader:
         self._pos, self._moved = ResumeState(), None
 
     def _check_state(self, state: ResumeState) -> None:
-        cfg = self._config()
-        saved = state.config
-        diff = {k: (saved.get(k), v) for k, v in cfg.items() if k not in _ELASTIC_KEYS and saved.get(k) != v}
-        missing = [k for k in _ELASTIC_KEYS if k not in saved]
-        if diff or missing:
-            what = ", ".join([f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items()]
-                             + [f"{k}: not saved" for k in missing])
-            raise UsageError(f"cannot resume: the loader's configuration differs ({what})")
+        check_config(state.config, self._config(), _ELASTIC_KEYS)
 
     @staticmethod
     def _progress(states, world: int) -> list:
