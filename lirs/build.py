@@ -115,25 +115,35 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
 
 
 def npy_layout(path: str):
+    """(header bytes, record bytes, records, dtype, record shape) of the ``.npy`` file ``path``;
+    DataError naming it for a header lirs cannot read records by (or one that promises more bytes
+    than the file has)."""
     with open(path, "rb") as f:
         try:
             version = np.lib.format.read_magic(f)
+            if version not in ((1, 0), (2, 0), (3, 0)):  # 3.0: 2.0's layout, a UTF-8 header
+                raise ValueError(f"format version {version[0]}.{version[1]}; expected 1.0, 2.0 or 3.0")
             if version == (1, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
             else:
                 shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        except ValueError as e:
+        except (ValueError, EOFError) as e:
             raise DataError(f"{path}: byte 0: not a valid .npy file ({e})") from None
         header = f.tell()
     if dtype.hasobject:
         raise DataError(f"{path}: .npy holds Python objects; only plain numeric records can be read directly")
     if len(shape) == 0:
         raise DataError(f"{path}: .npy holds a scalar; expected an array of records (shape (n, ...))")
+    if any(int(s) < 0 for s in shape):
+        raise DataError(f"{path}: .npy header has a negative dimension (shape {tuple(shape)}); expected sizes >= 0")
     if fortran and len(shape) > 1:
         raise DataError(f"{path}: .npy is in Fortran order, so a record is not contiguous; "
                         "save it C-ordered (np.ascontiguousarray)")
     rs = int(dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64)))
     n = int(shape[0])
+    if rs == 0:
+        raise DataError(f"{path}: .npy records hold no bytes (shape {tuple(shape)}, dtype {dtype}); expected "
+                        "records of at least one value")
     size = os.path.getsize(path)
     if header + n * rs > size:
         raise DataError(f"{path}: truncated .npy: header promises {n} records of {rs} bytes "
@@ -141,18 +151,30 @@ def npy_layout(path: str):
     return header, rs, n, dtype, tuple(int(s) for s in shape[1:])
 
 
-def labels_for_npy(path: str):
-    """The labels beside ``X.npy`` (``X.labels.npy`` or ``X.npy.labels.npy``), memory-mapped where
+def labels_for_npy(path: str, n: int, *, numbers: bool = True):
+    """The labels beside ``X.npy`` (``X.labels.npy`` or ``X.npy.labels.npy``) of its ``n``
+    records: numbers of shape (n,) (``numbers=False``: any array of n rows), memory-mapped where
     the filesystem allows it (read into memory where it cannot map: ENODEV on some FUSE and network
-    filesystems); None when there are none."""
+    filesystems); None when there are none. DataError naming the labels file when it is not such
+    an array."""
     for cand in (path[:-4] + ".labels.npy" if path.endswith(".npy") else None, path + ".labels.npy"):
         if cand and os.path.exists(cand):
             try:
-                return np.load(cand, mmap_mode="r")
-            except OSError as e:
-                if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
-                    raise
-                return np.load(cand)
+                try:
+                    lab = np.load(cand, mmap_mode="r")
+                except OSError as e:
+                    if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
+                        raise
+                    lab = np.load(cand)
+            except (ValueError, EOFError) as e:  # a corrupt header, pickled objects
+                raise DataError(f"{cand}: not a .npy array of labels ({e}); expected one label a record of {path}") from None
+            if not isinstance(lab, np.ndarray) or lab.ndim == 0 or numbers and (lab.ndim != 1 or lab.dtype.kind not in "biuf"):
+                what = f"shape {lab.shape}, dtype {lab.dtype}" if isinstance(lab, np.ndarray) else type(lab).__name__
+                want = f"numbers of shape ({n},)" if numbers else f"an array of {n} rows"
+                raise DataError(f"{cand}: labels of {what}; expected {want}, one a record of {path}")
+            if len(lab) != n:
+                raise DataError(f"{cand}: {len(lab)} labels, but {path} has {n} records; expected one a record")
+            return lab
     return None
 
 
@@ -182,10 +204,7 @@ def _build_fixed(files, fmt, dest, record_size, header_size):
                 raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
                                 f"({dtype}{shape})")
             rs, dtype, shape = r, dt, shp
-            lab = labels_for_npy(p)
-            if lab is not None and len(lab) != n:
-                raise DataError(f"{p}: labels file has {len(lab)} entries, data has {n} records")
-            labels.append(lab)
+            labels.append(labels_for_npy(p, n))
         else:
             if not record_size or record_size <= 0:
                 raise UsageError("--format fixed needs --record-size N (bytes per record)")

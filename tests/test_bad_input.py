@@ -128,6 +128,20 @@ def _npy(arr, fortran=False):
     return buf.getvalue()
 
 
+def _npy_header(shape, version=1) -> bytes:
+    """An .npy file of float32 records whose header says ``shape`` (no data after it), format ``version``."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    b = bytearray(buf.getvalue())
+    b[6] = version
+    return bytes(b)
+
+
+def _npy_with_labels(labels) -> dict:
+    """x.npy (4 records of 3 float32) and the labels file beside it."""
+    return {"x.npy": _npy(np.arange(12, dtype=np.float32).reshape(4, 3)), "x.labels.npy": _npy(labels)}
+
+
 def _tfr(flip=None):
     """Two TFRecord records (payloads of 20 and 30 bytes), byte ``flip`` of the second one inverted."""
     data = bytearray(encode([bytes(range(20)), bytes(range(30))]))
@@ -142,6 +156,12 @@ OTHER = [
     ("npy object dtype", "x.npy", _npy(np.array([{"a": 1}, None], dtype=object)), []),
     ("npy Fortran order", "x.npy", _npy(np.arange(12, dtype=np.float32).reshape(4, 3), fortran=True), []),
     ("npy scalar", "x.npy", _npy(np.float32(1)), []),
+    ("npy negative shape", "x.npy", _npy_header((-4, 3)), []),
+    ("npy records of no bytes", "x.npy", _npy(np.zeros((4, 0), np.float32)), []),
+    ("npy format version 9", "x.npy", _npy_header((0, 3), version=9), []),
+    ("npy labels of two columns", "x.npy", _npy_with_labels(np.zeros((4, 2))), []),
+    ("npy labels that are objects", "x.npy", _npy_with_labels(np.array([{}, {}, {}, {}], dtype=object)), []),
+    ("npy labels fewer than records", "x.npy", _npy_with_labels(np.zeros(3)), []),
     ("fixed size not a multiple", "x.bin", b"\x00" * 10, ["--record-size", "4"]),
     ("fixed empty after header", "x.bin", b"\x00" * 8, ["--record-size", "4", "--header-size", "8"]),
     ("lines empty file", "x.jsonl", b"", []),
@@ -177,7 +197,8 @@ def _run_case(root: Path, i: int, name: str, data: bytes, fname="bad.svm", extra
     d = root / f"case{i:03d}"
     d.mkdir()
     p = d / fname
-    p.write_bytes(data)
+    for f, b in (data if isinstance(data, dict) else {fname: data}).items():  # a file and those beside it
+        (d / f).write_bytes(b)
     sk, sk_msg = _sklearn(p) if fname.endswith(".svm") else (None, "n/a")
     rc, err = _lirs_index(p, *extra)
     shown = err.strip().replace(str(d) + os.sep, "")

@@ -327,7 +327,7 @@ def test_labels_npy_without_mmap(tmp_path, monkeypatch):
         return real(path, **k)
 
     monkeypatch.setattr(B.np, "load", load)
-    assert np.array_equal(B.labels_for_npy(str(tmp_path / "x.npy")), np.arange(20))
+    assert np.array_equal(B.labels_for_npy(str(tmp_path / "x.npy"), 20), np.arange(20))
 
 
 @pytest.mark.slow

@@ -154,10 +154,7 @@ def _npy_sources(ds: Dataset) -> None:
         ds.rs, ds.dtype, ds.shape = r, dt, shp
         if n == 0:
             raise DataError(f"{p}: no records")
-        lab = labels_for_npy(p)
-        if lab is not None and len(lab) != n:
-            raise DataError(f"{p}: labels file has {len(lab)} entries, data has {n} records")
-        ds.srcs.append(Source(p, h, h + n * r, n, lab))
+        ds.srcs.append(Source(p, h, h + n * r, n, labels_for_npy(p, n, numbers=False)))
     ds.linfo = _label_info(ds.srcs)
 
 
