@@ -23,7 +23,7 @@ from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
 from .inputs import expand_paths, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
-from .freshness import fingerprint
+from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, sidecar_path
 from .tfrecord import TFRecordScanner
 from .scanner import SCAN_CORES, Tap, VarScanner, write_labels, refuse_csv_header  # noqa: F401 - re-exported
@@ -151,31 +151,39 @@ def npy_layout(path: str):
     return header, rs, n, dtype, tuple(int(s) for s in shape[1:])
 
 
+def npy_labels_file(path: str) -> str | None:
+    """The labels file beside ``X.npy``: ``X.labels.npy`` or ``X.npy.labels.npy`` (None: neither)."""
+    for cand in (path[:-4] + ".labels.npy" if path.endswith(".npy") else None, path + ".labels.npy"):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
 def labels_for_npy(path: str, n: int, *, numbers: bool = True):
     """The labels beside ``X.npy`` (``X.labels.npy`` or ``X.npy.labels.npy``) of its ``n``
     records: numbers of shape (n,) (``numbers=False``: any array of n rows), memory-mapped where
     the filesystem allows it (read into memory where it cannot map: ENODEV on some FUSE and network
     filesystems); None when there are none. DataError naming the labels file when it is not such
     an array."""
-    for cand in (path[:-4] + ".labels.npy" if path.endswith(".npy") else None, path + ".labels.npy"):
-        if cand and os.path.exists(cand):
-            try:
-                try:
-                    lab = np.load(cand, mmap_mode="r")
-                except OSError as e:
-                    if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
-                        raise
-                    lab = np.load(cand)
-            except (ValueError, EOFError) as e:  # a corrupt header, pickled objects
-                raise DataError(f"{cand}: not a .npy array of labels ({e}); expected one label a record of {path}") from None
-            if not isinstance(lab, np.ndarray) or lab.ndim == 0 or numbers and (lab.ndim != 1 or lab.dtype.kind not in "biuf"):
-                what = f"shape {lab.shape}, dtype {lab.dtype}" if isinstance(lab, np.ndarray) else type(lab).__name__
-                want = f"numbers of shape ({n},)" if numbers else f"an array of {n} rows"
-                raise DataError(f"{cand}: labels of {what}; expected {want}, one a record of {path}")
-            if len(lab) != n:
-                raise DataError(f"{cand}: {len(lab)} labels, but {path} has {n} records; expected one a record")
-            return lab
-    return None
+    cand = npy_labels_file(path)
+    if cand is None:
+        return None
+    try:
+        try:
+            lab = np.load(cand, mmap_mode="r")
+        except OSError as e:
+            if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
+                raise
+            lab = np.load(cand)
+    except (ValueError, EOFError) as e:  # a corrupt header, pickled objects
+        raise DataError(f"{cand}: not a .npy array of labels ({e}); expected one label a record of {path}") from None
+    if not isinstance(lab, np.ndarray) or lab.ndim == 0 or numbers and (lab.ndim != 1 or lab.dtype.kind not in "biuf"):
+        what = f"shape {lab.shape}, dtype {lab.dtype}" if isinstance(lab, np.ndarray) else type(lab).__name__
+        want = f"numbers of shape ({n},)" if numbers else f"an array of {n} rows"
+        raise DataError(f"{cand}: labels of {what}; expected {want}, one a record of {path}")
+    if len(lab) != n:
+        raise DataError(f"{cand}: {len(lab)} labels, but {path} has {n} records; expected one a record")
+    return lab
 
 
 def raw_fixed_count(path: str, header_size: int, record_size: int, doing: str = "index") -> int:
@@ -194,7 +202,7 @@ def raw_fixed_count(path: str, header_size: int, record_size: int, doing: str = 
 
 
 def _build_fixed(files, fmt, dest, record_size, header_size):
-    headers, counts, labels = [], [], []
+    headers, counts, labels, label_files = [], [], [], []
     dtype = shape = None
     rs = record_size
     for p in files:
@@ -205,6 +213,7 @@ def _build_fixed(files, fmt, dest, record_size, header_size):
                                 f"({dtype}{shape})")
             rs, dtype, shape = r, dt, shp
             labels.append(labels_for_npy(p, n))
+            label_files.append(npy_labels_file(p))
         else:
             if not record_size or record_size <= 0:
                 raise UsageError("--format fixed needs --record-size N (bytes per record)")
@@ -218,11 +227,13 @@ def _build_fixed(files, fmt, dest, record_size, header_size):
     idx = Index.from_arrays(files, fmt, file_starts=fs, header_sizes=headers, record_size=rs,
                             record_dtype=dtype if fmt == "npy" else None,
                             record_shape=shape if fmt == "npy" else None)
-    if labels and all(lab is not None for lab in labels):
-        idx.label_values, idx.label_codes = encode_labels(np.concatenate([np.asarray(x) for x in labels]))
     idx.meta = {"record_bytes_min": rs, "record_bytes_max": rs, "record_bytes_mean": float(rs),
                 "records_under_4k": int(idx.n if rs < 4096 else 0),
                 "records_straddling_4k": int(_count_straddling(idx))}
+    if labels and all(lab is not None for lab in labels):
+        # fingerprinted before their values are copied in: a labels file changed since is found at open
+        idx.meta["label_files"] = label_entries(label_files, os.path.dirname(os.path.abspath(dest)))
+        idx.label_values, idx.label_codes = encode_labels(np.concatenate([np.asarray(x) for x in labels]))
     return write_index(idx, dest)
 
 

@@ -16,7 +16,8 @@ import zlib
 import numpy as np
 
 from .constants import BLOCK
-from .sidecar import SIDECAR_SUFFIX, pread_full
+from .errors import StaleIndexError
+from .sidecar import SIDECAR_SUFFIX, pread_full, relpath
 
 log = logging.getLogger("lirs.index")
 
@@ -108,3 +109,36 @@ def reindex_command(paths, sidecar: str | None) -> str:
         return f"lirs index {d}"
     named = " ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
     return f"lirs index {named}" + (f" -o {sidecar}" if sidecar else "")
+
+
+def label_entries(paths, base: str) -> list:
+    """What a sidecar in ``base`` keeps of each ``.npy`` file's labels file (``paths``): its path
+    relative to ``base`` and its :func:`fingerprint` (``meta["label_files"]``)."""
+    return [{"relpath": relpath(p, base), "fingerprint": fingerprint(p)} for p in paths]
+
+
+def check_label_files(index) -> None:
+    """Raise StaleIndexError naming the labels file when one beside ``index``'s ``.npy`` data
+    (``meta["label_files"]``) is gone or holds other labels than the index took from it (its
+    labels are served from the sidecar, so an edit would otherwise go unseen). One whose size or
+    mtime moved is read whole and compared, label by label."""
+    entries = index.meta.get("label_files") or ()
+    base = os.path.dirname(index.sidecar or "")
+    for f, e in enumerate(entries):
+        path = os.path.normpath(os.path.join(base, e["relpath"]))
+        why = staleness(path, e["fingerprint"], None)[0]
+        if why is None or _same_labels(index, f, path):
+            continue
+        why = "it is gone" if why == "the data file is missing" else why.replace("its modification time", "its mtime")
+        raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
+                              f"serves the old ones: re-run `{reindex_command(index.paths, index.sidecar)}`")
+
+
+def _same_labels(index, f: int, path: str) -> bool:
+    """Whether the labels file ``path`` holds exactly the labels ``index`` has for file ``f``."""
+    try:
+        now = np.asarray(np.load(path, mmap_mode="r"), np.float64)
+    except (OSError, ValueError, EOFError):
+        return False
+    a, b = int(index.file_starts[f]), int(index.file_starts[f + 1])
+    return now.shape == (b - a,) and bool(np.array_equal(now, index.labels_of(np.arange(a, b)), equal_nan=True))

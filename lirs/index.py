@@ -30,7 +30,7 @@ from .errors import IndexFormatError, StaleIndexError, UsageError
 from .inputs import expand_paths
 from .offsets import OffsetTable
 from .pages import release_pages
-from .freshness import fingerprint, layout_crc, reindex_command, staleness
+from .freshness import check_label_files, fingerprint, layout_crc, reindex_command, staleness
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, offsets_of, read_arrays, read_header, relpath, sidecar_path,
                       verify_arrays)
 from . import verified
@@ -276,7 +276,8 @@ class Index:
         changed since the index was built. A file whose size and mtime match is checked cheaply
         (16 sampled blocks); one whose mtime moved is read whole and compared with its per-MiB
         checksums: unchanged, its new mtime is recorded (``record``; in the sidecar, or the user's
-        cache where the sidecar is read-only). Sets :attr:`checked`; returns the files read whole."""
+        cache where the sidecar is read-only). Labels files: :func:`~lirs.freshness.check_label_files`.
+        Sets :attr:`checked`; returns the files read whole."""
         moved, seen = {}, []
         for f, (p, fp) in enumerate(zip(self.paths, self.fingerprints)):
             why, mtime, now = staleness(p, fp, self.file_sums(f), verified.trusted_mtime(self, f))
@@ -287,6 +288,7 @@ class Index:
             seen.append((int(fp["size"]), now))
         if moved and record and self.sidecar:
             verified.record(self, moved)
+        check_label_files(self)  # served from the sidecar: an edit of a labels file is found here
         self.checked = tuple(seen)  # what an engine opening the files later must find (as_indexed)
         return sorted(moved)
 

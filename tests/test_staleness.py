@@ -353,3 +353,30 @@ def test_a_plausible_corrupt_offset_word_is_found_by_the_check(tmp_path):
     r = subprocess.run([sys.executable, "-m", "lirs.cli", "index", "--check", p],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "Traceback" not in r.stderr and p + ".lirs" in r.stderr, r.stderr
+
+
+def test_a_labels_file_changed_after_indexing_is_found_at_open(tmp_path):
+    """The labels of .npy data are served from the sidecar: a labels file edited after indexing
+    (other values, same size) or removed is StaleIndexError naming it at open and for `lirs index
+    --check`; one rewritten with the same labels (its mtime moved) is compared label by label and
+    opens; `lirs index` again serves the new labels."""
+    x, lab = tmp_path / "x.npy", tmp_path / "x.labels.npy"
+    np.save(x, np.arange(60, dtype=np.float32).reshape(20, 3))
+    np.save(lab, np.arange(20, dtype=np.float64))
+    lirs.build_index(str(x), progress=False)
+    st = os.stat(lab)
+    np.save(lab, np.arange(20, dtype=np.float64))  # the same labels, written again
+    os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert np.array_equal(open_index(str(x)).labels, np.arange(20))
+    np.save(lab, np.arange(20, dtype=np.float64)[::-1].copy())  # other labels, same size
+    os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    with pytest.raises(StaleIndexError, match=r"x\.labels\.npy: the labels of .*x\.npy changed since indexing"):
+        lirs.Loader(str(x), 4)
+    assert main(["index", "--check", str(x)]) == 1
+    lirs.build_index(str(x), progress=False)
+    with lirs.Loader(str(x), 4, granularity="instance") as ld:
+        got = {int(i): float(y) for b in ld.epoch(0) for i, y in zip(b.ids, b.y)}
+    assert got == {i: float(19 - i) for i in range(20)}
+    os.remove(lab)
+    with pytest.raises(StaleIndexError, match=r"x\.labels\.npy: .*\(it is gone\)"):
+        open_index(str(x))
