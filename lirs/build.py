@@ -268,6 +268,9 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
             raise UsageError("several data files form one dataset: name its sidecar with -o NAME.lirs")
     if not out.endswith(".lirs"):
         raise UsageError(f"sidecar name must end in .lirs: {out}")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        raise UsageError(f"cannot write the index {out}: its directory {os.path.dirname(os.path.abspath(out))} "
+                         "does not exist")
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         chunk_bytes = max(int(chunk_bytes), 1)

@@ -73,7 +73,10 @@ def expand_paths(paths) -> list[str]:
                     continue
                 out.append(os.path.abspath(full))
             if not out:
-                raise DataError(f"{p}: directory holds no data files")
+                subs = [n for n in names if os.path.isdir(os.path.join(p, n)) and not n.startswith(".")]
+                raise DataError(f"{p}: directory holds no data files" + (
+                    f" (its subdirectories {', '.join(subs[:3])}{' ...' if len(subs) > 3 else ''} are not read: "
+                    "a directory's data are the files directly in it)" if subs else ""))
         elif os.path.exists(p):
             if not os.path.isfile(p):
                 raise DataError(f"{p}: not a regular file")

@@ -253,6 +253,26 @@ def test_cli_index_info_and_exit_codes(tmp_path):
     assert run("index", str(p), "--record-size", "-3").returncode == 2
 
 
+@pytest.mark.parametrize("args,said", [
+    (["--chunk", "0"], "--chunk must be a positive size"),
+    (["--header-size", "-1"], "--header-size must be 0 or more"),
+    (["--header-size", "4"], "--header-size applies to raw fixed files (--format fixed); these are libsvm"),
+    (["-o", "{tmp}/no/such/dir/d.lirs"], "its directory {tmp}/no/such/dir does not exist"),
+])
+def test_cli_index_refuses_options_it_would_ignore_or_misuse(tmp_path, capsys, args, said):
+    """An option that would be ignored (a header size for a text format) or cannot work (a chunk
+    of 0, an -o in no directory) is one line saying so, exit status 2, before any scan: nothing
+    written."""
+    from lirs.cli import main
+
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:1 5:2\n-1 2:1\n")
+    assert main(["index", "--quiet", *[a.format(tmp=tmp_path) for a in args], str(p)]) == 2
+    err = capsys.readouterr().err
+    assert said.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert sorted(os.listdir(tmp_path)) == ["d.svm"]
+
+
 def test_index_in_fresh_process_is_identical(tmp_path):
     rng = np.random.default_rng(0)
     lines = [b"%d %s\n" % (rng.choice([-1, 1]), b" ".join(b"%d:1" % i for i in sorted(set(rng.integers(1, 99, 5)))))
@@ -812,3 +832,12 @@ def test_release_pages_without_libc_falls_back_to_mmap_madvise(tmp_path, monkeyp
     assert _mapped_rss(side) >= 500_000
     assert idx.release_pages() >= 1 and calls
     assert _mapped_rss(side) < 64 << 10
+
+
+def test_a_directory_of_subdirectories_says_they_are_not_read(tmp_path):
+    """A directory's data are the files directly in it: one holding only subdirectories of data is
+    refused naming them, not indexed as empty nor searched recursively."""
+    (tmp_path / "D" / "2024").mkdir(parents=True)
+    (tmp_path / "D" / "2024" / "a.svm").write_bytes(b"1 1:1\n")
+    with pytest.raises(DataError, match=r"D: directory holds no data files \(its subdirectories 2024 are not read"):
+        lirs.build_index(str(tmp_path / "D"), progress=False)

@@ -40,6 +40,10 @@ def run(args) -> int:
 
     if args.record_size is not None and args.record_size <= 0:
         raise UsageError("--record-size must be a positive number of bytes")
+    if args.header_size < 0:
+        raise UsageError("--header-size must be 0 or more bytes")
+    if parse_size(args.chunk) <= 0:
+        raise UsageError(f"--chunk must be a positive size (bytes, or with K, M, G), got {args.chunk!r}")
     paths = args.paths[0] if len(args.paths) == 1 else args.paths
     if args.check:
         return _check(args)
@@ -47,6 +51,9 @@ def run(args) -> int:
     # say which format will be read and why before the scan: a .csv read as raw lines, say, is
     # better known before it takes minutes
     fmt, why = resolve_format(expand_paths(paths), args.format, args.record_size)
+    if args.header_size and fmt != "fixed":
+        raise UsageError(f"--header-size applies to raw fixed files (--format fixed); these are {fmt} "
+                         f"({why}), whose layout their own format gives")
     if not args.json:
         print(f"format: {fmt} ({why})", flush=True)
     idx = build_index(paths, format=fmt, record_size=args.record_size, header_size=args.header_size,
