@@ -1,5 +1,6 @@
 """The board a DataLoader's main process posts each pass's epoch and resume point on, for its
-workers (:mod:`lirs.torch`): persistent workers read it as each pass starts."""
+workers (:mod:`lirs.torch`): persistent workers read it as each pass starts; and the guard that
+stops an older pass's iterator once a newer pass took the workers (:func:`while_current`)."""
 from __future__ import annotations
 
 import ctypes
@@ -7,6 +8,8 @@ import multiprocessing
 import pickle
 
 import numpy as np
+
+from .errors import UsageError
 
 BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
 
@@ -63,3 +66,18 @@ def _board_copy(data: bytes) -> PassBoard:
     b = PassBoard()
     b.a[:] = np.frombuffer(data, np.uint8)
     return b
+
+
+def while_current(items, current, mine: int):
+    """``items`` while ``current()`` is ``mine``; UsageError before taking the next one once it is
+    not: a persistent DataLoader's workers serve one pass at a time, each new iteration resets them
+    for its own pass, and an older iterator must not take the newer pass's batches."""
+    items = iter(items)
+    while current() == mine:
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        yield item
+    raise UsageError("this pass over the DataLoader was superseded by a newer iteration of it (its "
+                     "persistent workers serve one pass at a time, the newest): iterate the newer one")

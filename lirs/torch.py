@@ -63,7 +63,7 @@ from .passtimes import begun, timed_main
 from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
-from .passboard import PassBoard
+from .passboard import PassBoard, while_current
 from .ring import BUNDLE_BATCHES
 from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
                       worker_pool, worker_threads, workers_memory)
@@ -450,10 +450,12 @@ class LirsDataLoader(tud.DataLoader):
         it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
         # taken back once they have their copies: a hand-built DataLoader's workers send plain batches
         ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena = 0, False, None, None, None
-        epoch = ds.epoch
+        epoch, self._passes = ds.epoch, getattr(self, "_passes", 0) + 1
         k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
         ds.begin_at(ResumeState(epoch, k, spans))
-        for b in in_order(it, k):
+        mine = self._passes  # persistent workers serve the newest pass: an older pass's loop stops, told why
+        guard = (lambda x: while_current(x, lambda: self._passes, mine)) if self.persistent_workers else iter
+        for b in guard(in_order(guard(it), k)):
             k += 1
             ds.delivered(k)
             yield b

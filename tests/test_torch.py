@@ -509,6 +509,28 @@ def test_persistent_workers_resume_through_the_same_dataloader(kdd_file):
     assert np.array_equal(_ids(dl), _order(kdd_file, 80, 3, **kw)), "then the next epoch, whole"
 
 
+@pytest.mark.parametrize("granularity", ["group", "window"])
+def test_a_newer_pass_of_persistent_workers_stops_the_older_one(kdd_file, granularity):
+    """Two iterators of one DataLoader whose workers persist: the workers serve the newest pass, so
+    the newer iterator gets its whole epoch (the next one, as a plain pass does), each record once,
+    and the older one stops with a UsageError saying why at its next batch, instead of taking the
+    newer pass's batches (records twice, epochs mixed)."""
+    from lirs.errors import UsageError
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity=granularity, group_bytes=8192, window=3, seed=4)
+    dl = make_dataloader(kdd_file, 80, num_workers=2, **kw)
+    a = iter(dl)
+    head = [next(a)["ids"].numpy() for _ in range(3)]
+    b = iter(dl)
+    got = [next(b)["ids"].numpy() for _ in range(3)]
+    with pytest.raises(UsageError, match="superseded by a newer iteration"):
+        next(a)
+    got += [x["ids"].numpy() for x in b]
+    assert np.array_equal(np.concatenate(got), _order(kdd_file, 80, 1, **kw)), "epoch 1, whole, in order"
+    assert np.array_equal(np.concatenate(head), _order(kdd_file, 80, 0, **kw)[:len(np.concatenate(head))])
+
+
 def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
     import torch.utils.data as tud
 
