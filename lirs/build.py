@@ -152,11 +152,14 @@ def npy_layout(path: str):
 
 
 def npy_labels_file(path: str) -> str | None:
-    """The labels file beside ``X.npy``: ``X.labels.npy`` or ``X.npy.labels.npy`` (None: neither)."""
-    for cand in (path[:-4] + ".labels.npy" if path.endswith(".npy") else None, path + ".labels.npy"):
-        if cand and os.path.exists(cand):
-            return cand
-    return None
+    """The labels file beside ``X.npy``: ``X.labels.npy`` or ``X.npy.labels.npy`` (None: neither);
+    DataError naming both when both exist (one is another file's, and which is not known)."""
+    found = [c for c in (path[:-4] + ".labels.npy" if path.endswith(".npy") else None, path + ".labels.npy")
+             if c and os.path.exists(c)]
+    if len(found) > 1:
+        raise DataError(f"{path}: two labels files beside it, {found[0]} and {found[1]}; expected one (remove or "
+                        "rename the one that is not its labels)")
+    return found[0] if found else None
 
 
 def labels_for_npy(path: str, n: int, *, numbers: bool = True):

@@ -606,6 +606,37 @@ def test_errors(tmp_path, monkeypatch):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("out,index,what", [
+    ("x", False, "the labels file"),                 # its labels, x.labels.npy: the input's preferred name
+    ("x.npy.labels.npy", False, "the labels file"),  # the data itself written over the input's labels
+    ("x.npy.lirs", False, "the index"),              # over the input's sidecar
+    ("x.npy.lirs.npy", True, None),                  # an unrelated name: allowed
+])
+def test_an_output_never_overwrites_what_belongs_to_an_input(tmp_path, out, index, what):
+    """The shuffle's output, its labels file and its index must not land on an input's labels file
+    or sidecar (either labels name, existing or not): written there, the input would be indexed
+    with the shuffled labels, or its index destroyed. Refused before anything is written."""
+    x = make_npy(tmp_path / "x.npy", 40, seed=3)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    if what is None:
+        E.shuffle(tmp_path / "x.npy", tmp_path / out, index=index, progress=False)
+        assert np.array_equal(np.sort(np.load(tmp_path / out)[:, 0]), x[:, 0])
+        return
+    with pytest.raises(UsageError, match=f"would be {what} of the input"):
+        E.shuffle(tmp_path / "x.npy", tmp_path / out, index=index, progress=False)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_two_labels_files_beside_an_npy_are_refused(tmp_path):
+    """X.labels.npy and X.npy.labels.npy both beside X.npy: which holds its labels is not known
+    (one may be another file's, a shuffle's output say), so indexing names both instead of
+    picking one."""
+    make_npy(tmp_path / "x.npy", 10, seed=1)
+    np.save(tmp_path / "x.labels.npy", np.zeros(10))
+    with pytest.raises(DataError, match=r"two labels files beside it, .*x\.labels\.npy and .*x\.npy\.labels\.npy"):
+        lirs.build_index(str(tmp_path / "x.npy"), progress=False)
+
+
 def test_cli(tmp_path, capsys, monkeypatch):
     data = libsvm_bytes(50, seed=1, comments=True)
     (tmp_path / "in.svm").write_bytes(data)

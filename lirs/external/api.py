@@ -59,6 +59,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..inputs import expand_paths, labels_path
+from ..sidecar import sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
 from ..litter import clean_dead, clean_dead_litter
@@ -124,7 +125,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     out = os.path.abspath(os.fspath(out))
     files = expand_paths(inputs)
     ds = open_dataset(files, format, record_size, header_size)
-    parent, tmpdir = _check_places(files, out, shards, tmpdir, labels=ds.linfo is not None)
+    parent, tmpdir = _check_places(files, out, shards, tmpdir, labels=ds.linfo is not None, index=index)
     max_piles = int(_max_piles or fd_pile_limit())
     plan = plan_memory(ds.pile_bytes, ds.mean_record(), mem, record_bytes=ds.rr,
                        label_ratio=(ds.ls / ds.rs if ds.rs else 0.0), index=index and ds.text,
@@ -171,12 +172,27 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def _check_places(files, out: str, shards, tmpdir, *, labels: bool) -> tuple[str, str]:
-    """(output directory, pile directory's parent) after checking that the output overwrites no
-    input and that the directories exist."""
+def _beside(p: str) -> dict:
+    """The files that belong to input ``p`` (whether they exist or not): written by a shuffle, one
+    would be taken for them (an index read, labels given to the input's records)."""
+    names = {p: "the data", sidecar_path(p): "the index", labels_path(p): "the labels file"}
+    if p.endswith(".npy"):
+        names[p[:-4] + ".labels.npy"] = "the labels file"
+    return names
+
+
+def _check_places(files, out: str, shards, tmpdir, *, labels: bool, index: bool = False) -> tuple[str, str]:
+    """(output directory, pile directory's parent) after checking that the output, its labels
+    file and its index overwrite no input nor a file that belongs to one, and that the
+    directories exist."""
+    written = [out] + ([labels_path(out)] if labels else []) + ([sidecar_path(out)] if index else [])
     for p in files:
-        if _same_file(p, out) or (labels and _same_file(labels_path(out), p)):
-            raise UsageError(f"output {out} is one of the inputs; write the shuffle to a new file")
+        for q, what in _beside(p).items():
+            hit = next((w for w in written if _same_file(w, q)), None) if shards is None else None
+            if hit is not None:
+                raise UsageError(f"output {hit} would be {what} of the input {p}: write the shuffle elsewhere"
+                                 if what != "the data" else
+                                 f"output {out} is one of the inputs; write the shuffle to a new file")
     parent = os.path.dirname(out)
     if not os.path.isdir(parent):
         raise FileNotFoundError(2, "No such file or directory", parent)
