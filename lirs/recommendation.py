@@ -80,7 +80,8 @@ def load_recommendation(index) -> dict | None:
     except (OSError, ValueError) as e:
         log.warning("ignoring %s: %s", path, e)
         return None
-    if doc.get("schema") != "lirs-bench-recommendation" or doc.get("version") != RECOMMENDATION_VERSION:
+    if not isinstance(doc, dict) or doc.get("schema") != "lirs-bench-recommendation" \
+            or doc.get("version") != RECOMMENDATION_VERSION:
         log.warning("ignoring %s: not a lirs bench recommendation of version %d", path, RECOMMENDATION_VERSION)
         return None
     if doc.get("n") != int(index.n) or doc.get("payload_bytes") != int(index.payload_bytes):
@@ -88,6 +89,10 @@ def load_recommendation(index) -> dict | None:
         return None
     if doc.get("granularity") not in GRANULARITIES:
         log.warning("ignoring %s: unknown granularity %r", path, doc.get("granularity"))
+        return None
+    gb, w = doc.get("group_bytes"), doc.get("window")
+    if gb is not None and (type(gb) is not int or gb <= 0) or w is not None and (type(w) not in (int, str) or w == 0):
+        log.warning("ignoring %s: group_bytes %r or window %r is not a size", path, gb, w)
         return None
     return doc
 
@@ -105,5 +110,5 @@ def auto_settings(index, group_bytes: int, window) -> tuple[str, int, object]:
         return DEFAULT_GRANULARITY, int(group_bytes), DEFAULT_WINDOW if window is None else window
     gb = doc.get("group_bytes") or group_bytes
     w = window if window is not None else (doc.get("window") or DEFAULT_WINDOW)
-    log.info("granularity='auto': %s from %s", doc["config"], recommendation_path(index))
+    log.info("granularity='auto': %s from %s", doc.get("config", doc["granularity"]), recommendation_path(index))
     return doc["granularity"], int(gb), w

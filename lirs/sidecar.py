@@ -54,6 +54,8 @@ def sidecar_path(paths) -> str:
     if len(paths) != 1:
         raise UsageError("several data files form one dataset: name its sidecar with -o NAME.lirs")
     p = paths[0].rstrip(os.sep) or paths[0]
+    if os.path.basename(p) in (".", ".."):  # DIR.lirs beside the directory, not "..lirs" inside it
+        p = os.path.abspath(p)
     return p + SIDECAR_SUFFIX
 
 

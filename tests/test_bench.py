@@ -826,6 +826,20 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog):
         with lirs.Loader(p, 128, granularity="auto", window=5) as ld:
             assert (ld.granularity, ld.window) == ("window", 5)  # the default, with the window asked for
     assert "other data" in caplog.text
+    # valid JSON of the wrong shape (a list, a size that is not one, no config) is ignored too
+    good = dict(doc, n=doc["n"] - 1)
+    for bad in ([], 5, dict(good, group_bytes="abc"), dict(good, window=[1])):
+        with open(path, "w") as f:
+            json.dump(bad, f)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="lirs.recommendation"):
+            with lirs.Loader(p, 128, granularity="auto", window=5) as ld:
+                assert (ld.granularity, ld.window) == ("window", 5), bad
+        assert "ignoring" in caplog.text, bad
+    with open(path, "w") as f:  # the config's name is only said in the log
+        json.dump({k: v for k, v in good.items() if k != "config"}, f)
+    with lirs.Loader(p, 128, granularity="auto") as ld:
+        assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 8192, 4)
 
 
 def test_save_recommendation_needs_one(kdd_tiny):

@@ -298,6 +298,23 @@ def test_interrupted_generation_leaves_nothing(tmp_path, monkeypatch, profile):
     assert os.listdir(out) == []
 
 
+def test_a_killed_runs_temporaries_are_removed_and_room_is_checked_first(tmp_path):
+    """A run killed past its clean-up (SIGKILL) leaves `.NAME.tmp-PID` files: the next run on that
+    name removes those of dead processes. A dataset larger than the free space is refused before a
+    byte is written."""
+    from lirs.errors import UsageError
+
+    dead = tmp_path / ".d.npy.tmp-999999"
+    dead.write_bytes(b"x" * 100)
+    live = tmp_path / f".d.npy.tmp-{os.getpid()}-other"
+    live.write_bytes(b"")
+    generate("higgs", tmp_path / "d.npy", records=50, progress=False)
+    assert not dead.exists() and live.exists()
+    with pytest.raises(UsageError, match=r"e\.npy: 10,000,000,000,000 records of epsilon need about .* free"):
+        generate("epsilon", tmp_path / "e.npy", records=10**13, progress=False)
+    assert sorted(os.listdir(tmp_path)) == sorted([live.name, "d.npy", "d.npy.labels.npy"])
+
+
 def test_overwrite_replaces_whole_file(tmp_path):
     p = tmp_path / "d.svm"
     p.write_bytes(b"x" * 10_000_000)

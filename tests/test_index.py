@@ -841,3 +841,16 @@ def test_a_directory_of_subdirectories_says_they_are_not_read(tmp_path):
     (tmp_path / "D" / "2024" / "a.svm").write_bytes(b"1 1:1\n")
     with pytest.raises(DataError, match=r"D: directory holds no data files \(its subdirectories 2024 are not read"):
         lirs.build_index(str(tmp_path / "D"), progress=False)
+
+
+def test_the_current_directory_is_indexed_beside_itself(tmp_path, monkeypatch):
+    """`lirs index .` (and a Loader of ".") names the directory's sidecar DIR.lirs beside it, as
+    for any directory, not a hidden "..lirs" inside it."""
+    d = tmp_path / "D"
+    d.mkdir()
+    (d / "a.svm").write_bytes(b"1 1:1\n-1 2:1\n")
+    monkeypatch.chdir(d)
+    idx = lirs.build_index(".", progress=False)
+    assert idx.sidecar == str(tmp_path / "D.lirs") and os.listdir(d) == ["a.svm"]
+    with lirs.Loader(".", 2) as ld:
+        assert sorted(int(i) for b in ld.epoch(0) for i in b.ids) == [0, 1]

@@ -408,6 +408,11 @@ def test_epoch_command(svm, capsys):
     out = capsys.readouterr().out
     assert "records/s" in out and "stall" in out and "buffered" in out
     assert main(["epoch", p, "--engine", "nope"]) == 2
+    capsys.readouterr()
+    for bad in ("nan", "inf", "-1", "1e308"):  # no sleep(NaN) traceback: one line, a usage error
+        assert main(["epoch", p, "--compute-ms", bad]) == 2
+        err = capsys.readouterr().err
+        assert "--compute-ms must be a number of milliseconds" in err and err.count("\n") == 1, err
 
 
 def test_dropped_loader_is_freed(svm):

@@ -51,8 +51,8 @@ def run(args) -> int:
     from ..loader import Loader
     from ..units import format_bytes, parse_size
 
-    if args.compute_ms < 0:
-        raise UsageError("--compute-ms must be >= 0")
+    if not 0 <= args.compute_ms <= 3.6e6:  # (NaN fails both) an hour a batch at most: time.sleep takes it
+        raise UsageError(f"--compute-ms must be a number of milliseconds from 0 to 3600000, got {args.compute_ms}")
     if args.max_batches is not None and args.max_batches < 1:
         raise UsageError("--max-batches must be >= 1")
     compute_s = args.compute_ms / 1000.0

@@ -46,7 +46,9 @@ from tqdm import tqdm
 from .. import seeds
 from ..inputs import labels_path
 from ..errors import UsageError
-from ..units import parse_size
+from ..external.disk import free_bytes
+from ..litter import clean_dead_temps, temp_name
+from ..units import format_bytes, parse_size
 from .kernels import gen as K
 
 ORDERS = ("shuffled", "sorted")
@@ -312,6 +314,16 @@ def _records_for(model: "_Model", size) -> int:
     return max(1, int(round((nbytes - header) / model.mean_record_bytes())))
 
 
+def _check_room(path: str, model: "_Model", n: int) -> None:
+    """UsageError when the filesystem of ``path`` has not room for ``n`` records of ``model``
+    (their mean size, labels included), before a byte is written."""
+    need = int(n * (model.mean_record_bytes() + (8 if model.kind == "dense" else 0)))
+    free = free_bytes(os.path.dirname(path))
+    if need > free:
+        raise UsageError(f"{path}: {n:,} records of {model.profile} need about {format_bytes(need)}, and its "
+                         f"filesystem has {format_bytes(free)} free")
+
+
 def _npy_header(f, shape, descr) -> None:
     np.lib.format.write_array_header_1_0(f, {"descr": descr, "fortran_order": False, "shape": shape})
 
@@ -343,7 +355,10 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
     model = _Model(profile, seed)
     n = int(records) if records is not None else _records_for(model, size)
     outs = [path] + ([labels_path(path)] if model.kind == "dense" else [])
-    tmps = [os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.{os.getpid()}.tmp") for p in outs]
+    for p in outs:  # what a killed run left (its temporaries named as every lirs writer names them)
+        clean_dead_temps(p)
+    _check_room(path, model, n)
+    tmps = [temp_name(p) for p in outs]
     disable = None if progress is None else not progress
     counts = np.zeros(2, np.int64)
     bar_labels = None
