@@ -35,11 +35,27 @@ def keyword_only(old_order: tuple):
     return wrap
 
 
-def positive_int(name: str, value) -> int:
-    """``value`` as an int >= 1, or UsageError: a bool, a float (even 256.0) or a string such as
-    ``"256"`` is refused rather than silently converted."""
+def whole(name: str, value, low: int | None = 0) -> int:
+    """``value`` as an int (>= ``low`` unless None), or UsageError: a bool, a float (even 256.0) or
+    a string such as ``"256"`` is refused rather than silently truncated or converted."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise UsageError(f"{name} must be an int >= 1, got {value!r} ({type(value).__name__})")
-    if int(value) < 1:
-        raise UsageError(f"{name} must be >= 1, got {value}")
+        raise UsageError(f"{name} must be an int{'' if low is None else f' >= {low}'}, got {value!r} "
+                         f"({type(value).__name__})")
+    if low is not None and int(value) < low:
+        raise UsageError(f"{name} must be >= {low}, got {value}")
     return int(value)
+
+
+def known_keywords(fn, given, owner: str) -> None:
+    """TypeError naming the first of ``given`` (keyword names) that ``fn`` does not take, as
+    Python's own, but at once: for keywords kept to be passed on later (a dataset's Loader)."""
+    names = inspect.signature(fn).parameters
+    unknown = [k for k in given if k not in names or names[k].kind in (inspect.Parameter.VAR_POSITIONAL,
+                                                                        inspect.Parameter.VAR_KEYWORD)]
+    if unknown:
+        raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+
+
+def positive_int(name: str, value) -> int:
+    """``value`` as an int >= 1, or UsageError (see :func:`whole`)."""
+    return whole(name, value, 1)

@@ -49,7 +49,7 @@ import threading
 import numpy as np
 
 from .assemble import StepDecoder, rows_each
-from .api import keyword_only, positive_int
+from .api import keyword_only, positive_int, whole
 from .batch import Batch, LoaderStats
 from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH, DEFAULT_WINDOW
 from .cores import usable_cores
@@ -58,10 +58,11 @@ from .errors import UsageError
 from .firstuse import open_source
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
-from .policies import DEFAULT_GRANULARITY, POLICIES
+from .policies import DEFAULT_GRANULARITY
 from .ranges import over_spans, remainder
-from .recommendation import AUTO, auto_settings
+from .recommendation import AUTO, auto_settings, check_granularity
 from .state import ResumeState, check_config, states_of
+from .units import parse_size
 from .steps import SharedStep
 from .windows import window_groups
 from . import warmup
@@ -153,19 +154,19 @@ class Loader:
         self.batch_size = positive_int("batch_size", batch_size)
         self.prefetch = positive_int("prefetch", prefetch)
         self.threads = None if threads is None else positive_int("threads", threads)
-        if granularity not in POLICIES and granularity != AUTO:
-            raise UsageError(f"granularity must be one of {', '.join((*POLICIES, AUTO))}, got {granularity!r}")
-        if granularity == AUTO:  # what `lirs bench --auto` saved for this dataset, else the default
+        if check_granularity(granularity) == AUTO:  # what `lirs bench --auto` saved for this dataset, else the default
             granularity, group_bytes, window = auto_settings(self.index, group_bytes, window)
         self.granularity = granularity
-        self.group_bytes = int(group_bytes)
+        gb = parse_size(group_bytes) if isinstance(group_bytes, str) else group_bytes  # "64K" as the CLI takes it
+        self.group_bytes = whole("group_bytes", gb)
         window = DEFAULT_WINDOW if window is None else window
         # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
         self.window = window_groups(window, max(self.group_bytes, BLOCK), self.index.payload_bytes)
-        self.seed, self.rank, self.world_size = int(seed), int(rank), int(world_size)
+        self.seed, self.rank, self.world_size = (whole(k, v, None) for k, v in (("seed", seed), ("rank", rank),
+                                                                                ("world_size", world_size)))
         self.drop_last, self.permutation = bool(drop_last), permutation
         self.dtype = np.dtype(dtype)
-        self.engine_name, self.depth, self.direct = engine, depth, direct
+        self.engine_name, self.depth, self.direct = engine, None if depth is None else positive_int("depth", depth), direct
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
         self.transform = transform
@@ -415,14 +416,12 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next plain pass (``for batch in loader``) deliver ``epoch``."""
-        if int(epoch) < 0:
-            raise UsageError(f"epoch must be >= 0, got {epoch}")
-        self._next_epoch = int(epoch)
+        self._next_epoch = whole("epoch", epoch)
 
     def _begin(self, epoch, start, stride=1, offset=0, windows=None):
         if self._closed:
             raise ValueError("this Loader is closed")
-        epoch, stride, offset = int(epoch), int(stride), int(offset)
+        epoch, stride, offset = whole("epoch", epoch), whole("stride", stride, None), whole("offset", offset, None)
         if stride < 1 or offset < 0:
             raise UsageError(f"stride must be >= 1 and offset >= 0, got stride={stride}, offset={offset}")
         spans = None

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import seeds
+from .api import whole
 from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, EXTENTS_COPY_MIN_BYTES, INDEX_READ_GAP,
                         INDEX_READ_SPAN, INDEX_RELEASE_BATCHES, RUNS_SORTED_MAX, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
 from .errors import IndexFormatError, UsageError
@@ -411,7 +412,11 @@ def _index_read_error(path: str, err: int) -> Exception:
 
 def check_args(batch_size, granularity, group_bytes, window, rank, world_size, seed, epoch, block=BLOCK,
                permutation="auto") -> None:
-    """Raise UsageError naming the first argument that cannot work."""
+    """Raise UsageError naming the first argument that cannot work (a float or a string where an
+    int is wanted included: never truncated)."""
+    for name, value in (("batch_size", batch_size), ("group_bytes", group_bytes), ("rank", rank),
+                        ("world_size", world_size), ("seed", seed), ("epoch", epoch)):
+        whole(name, value, None)
     if int(batch_size) < 1:
         raise UsageError(f"batch_size must be >= 1, got {batch_size}")
     if granularity not in POLICIES:

@@ -10,7 +10,7 @@ import os
 import tempfile
 
 from .constants import DEFAULT_WINDOW
-from .policies import DEFAULT_GRANULARITY, GRANULARITIES
+from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 
 AUTO = "auto"  # the granularity that reads what `lirs bench --auto` saved
 from .errors import UsageError
@@ -95,6 +95,13 @@ def load_recommendation(index) -> dict | None:
         log.warning("ignoring %s: group_bytes %r or window %r is not a size", path, gb, w)
         return None
     return doc
+
+
+def check_granularity(granularity) -> str:
+    """``granularity`` when it names one (:data:`lirs.policies.POLICIES`) or is ``"auto"``, else UsageError."""
+    if granularity not in POLICIES and granularity != AUTO:
+        raise UsageError(f"granularity must be one of {', '.join((*POLICIES, AUTO))}, got {granularity!r}")
+    return granularity
 
 
 def auto_settings(index, group_bytes: int, window) -> tuple[str, int, object]:

@@ -60,7 +60,9 @@ from .errors import UsageError
 from .loader import Loader
 from .arena import install
 from .passtimes import begun, timed_main
-from .policies import POLICIES
+from .api import known_keywords, positive_int, whole
+from .policies import DEFAULT_GRANULARITY, POLICIES
+from .recommendation import check_granularity
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
 from .passboard import PassBoard, while_current
@@ -119,19 +121,17 @@ class LirsIterableDataset(tud.IterableDataset):
             raise UsageError(f"sparse must be one of {_SPARSE}, got {sparse!r}")
         if output not in _OUTPUTS:
             raise UsageError(f"output must be one of {_OUTPUTS}, got {output!r}")
-        for k in ("rank", "world_size"):
-            if k in loader_kwargs:  # pragma: no cover - guarded by the signature
-                raise UsageError(f"pass {k} to LirsIterableDataset itself")
+        known_keywords(Loader.__init__, loader_kwargs, "LirsIterableDataset")  # now, not at the first pass
+        check_granularity(loader_kwargs.get("granularity", DEFAULT_GRANULARITY))
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
         if isinstance(path_or_index, (str, os.PathLike)):
             path_or_index = os.fspath(path_or_index)
-        self.source, self.batch_size, self.epoch = path_or_index, int(batch_size), int(epoch)
+        self.source, self.batch_size = path_or_index, positive_int("batch_size", batch_size)
+        self.epoch = whole("epoch", epoch)
         self.sparse, self.output, self.label_dtype, self.transform = sparse, output, label_dtype, transform
         self._rank, self._world = rank, world_size
-        self.loader_kwargs = dict(loader_kwargs)
-        if "threads" in self.loader_kwargs and self.loader_kwargs["threads"] is None:
-            del self.loader_kwargs["threads"]
+        self.loader_kwargs = {k: v for k, v in loader_kwargs.items() if not (k == "threads" and v is None)}
         self._loader = self._loader_key = None
         self._pos = ResumeState(self.epoch)        # this process's deliveries (the consumer's position)
         self._shown: ResumeState | None = None  # while a device feeder's thread pulls ahead (None: _pos)
@@ -151,7 +151,7 @@ class LirsIterableDataset(tud.IterableDataset):
         """Make the next iteration deliver epoch ``epoch`` (call it before every epoch, as with
         ``DistributedSampler``; DataLoader workers get the new value when they start). A loaded
         state of another epoch is dropped."""
-        self.epoch = int(epoch)
+        self.epoch = whole("epoch", epoch)
         self._chosen = True
         self._dist = _dist_rank_world() if tud.get_worker_info() is None else self._dist
         if self._resume is not None and self._resume.epoch != self.epoch:
@@ -494,7 +494,7 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     ds = LirsIterableDataset(path_or_index, batch_size, **dataset_kwargs)
     kw = {k: v for k, v in (("prefetch_factor", None if prefetch_factor is None else int(prefetch_factor)),
                             ("multiprocessing_context", multiprocessing_context)) if v is not None and num_workers > 0}
-    dl = LirsDataLoader(ds, batch_size=None, num_workers=int(num_workers), pin_memory=pin_memory,
+    dl = LirsDataLoader(ds, batch_size=None, num_workers=whole("num_workers", num_workers), pin_memory=pin_memory,
                         persistent_workers=bool(persistent_workers) and num_workers > 0, **kw)
     dl.device = dev
     return dl

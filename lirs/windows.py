@@ -29,7 +29,7 @@ def window_groups(window, group_bytes: int, data_bytes: int) -> int:
     """
     bad = UsageError(f"window must be a group count >= 1, a size like '64M', a share like '5%' "
                      f"of the data or 'auto', got {window!r}")
-    if isinstance(window, (bool, np.bool_)):
+    if isinstance(window, (bool, np.bool_, float, np.floating)):  # a float is no group count: not truncated
         raise bad
     if isinstance(window, (int, np.integer)):
         if window < 1:

@@ -630,3 +630,42 @@ def _policies():
     """The module whose STEP_MIN_BYTES sizes a group read step."""
     from lirs import policies
     return policies
+
+
+@pytest.mark.parametrize("kw,said", [
+    (dict(rank=1.5, world_size=2), "rank must be an int"), (dict(world_size=2.7), "world_size must be an int"),
+    (dict(seed=1.5), "seed must be an int"), (dict(group_bytes=4096.5), "group_bytes must be an int"),
+    (dict(window=2.5), "window must be a group count"), (dict(depth=0), "depth must be >= 1"),
+    (dict(depth=1.5), "depth must be an int"),
+])
+def test_a_float_where_an_int_is_wanted_is_refused_not_truncated(svm, kw, said):
+    """rank=1.5 would have read rank 1's batches, window=2.5 one group, depth=0 the default:
+    each is a UsageError naming the argument, at construction. A size string for group_bytes is
+    taken as the CLI takes it."""
+    p, *_ = svm
+    with pytest.raises(UsageError, match=said):
+        Loader(p, 64, **kw)
+    with Loader(p, 64, group_bytes="64K") as ld:
+        assert ld.group_bytes == 65536
+        with pytest.raises(UsageError, match="epoch must be an int"):
+            ld.set_epoch(1.5)
+        with pytest.raises(UsageError, match="epoch must be an int"):
+            next(iter(ld.epoch(1.5)))
+
+
+def test_the_torch_dataset_checks_its_arguments_when_made(svm):
+    """LirsIterableDataset and make_dataloader refuse what the Loader would refuse at the first pass
+    (an unknown keyword, a granularity name, a float batch size or worker count) when they are made."""
+    pytest.importorskip("torch")
+    from lirs.torch import LirsIterableDataset, make_dataloader
+
+    p, *_ = svm
+    for args, kw, err, said in [((p, 16.9), {}, UsageError, "batch_size must be an int"),
+                                ((p, "16"), {}, UsageError, "batch_size must be an int"),
+                                ((p, 4), dict(granularity="bogus"), UsageError, "granularity must be one of"),
+                                ((p, 4), dict(foo=1), TypeError, "unexpected keyword argument 'foo'"),
+                                ((p, 4), dict(epoch=1.5), UsageError, "epoch must be an int")]:
+        with pytest.raises(err, match=said):
+            LirsIterableDataset(*args, **kw)
+    with pytest.raises(UsageError, match="num_workers must be an int"):
+        make_dataloader(p, 4, num_workers=1.7)

@@ -13,6 +13,7 @@ from ..constants import BLOCK
 from ..kernels import io as K
 from ..libc import Libc
 from ..memory import zeros_held
+from ..api import whole
 from ..errors import LirsError, StaleIndexError, UsageError
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)
@@ -160,9 +161,7 @@ class Engine:
     def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
         self.paths = tuple(os.fspath(p) for p in paths)
         self.direct = bool(direct and O_DIRECT)
-        self.depth = int(depth or self.default_depth)
-        if self.depth < 1:
-            raise UsageError(f"engine depth must be >= 1, got {self.depth}")
+        self.depth = self.default_depth if depth is None else whole("engine depth", depth, 1)
         self.pid = os.getpid()
         self.reason = ""
         self.reindex = None  # the command that rebuilds the files' index, named in a StaleIndexError
