@@ -83,6 +83,11 @@ def expand_paths(paths) -> list[str]:
             out.append(os.path.abspath(p))
         else:
             raise FileNotFoundError(2, "No such file or directory", p)
+    seen: dict = {}
+    for p in out:  # (through links too) a file twice would serve each of its records twice
+        twin = seen.setdefault(os.path.realpath(p), p)
+        if twin is not p:
+            raise UsageError(f"{p} is named twice{'' if twin == p else f' (also as {twin})'}; a dataset reads each file once")
     return out
 
 
@@ -182,8 +187,9 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
         return "fixed", f"--record-size {record_size}"
     found = {p: format_reason(p) for p in files}
     kinds = {k for k, _ in found.values()}
-    if len(kinds) > 1:
-        detail = ", ".join(f"{os.path.basename(p)}: {k}" for p, (k, _) in list(found.items())[:4])
+    if len(kinds) > 1:  # each format with its count and first files: the odd one out is named
+        by = {k: [os.path.basename(p) for p, (k2, _) in found.items() if k2 == k] for k in sorted(kinds)}
+        detail = "; ".join(f"{k} ({len(ps)}: {', '.join(ps[:3])}{' ...' if len(ps) > 3 else ''})" for k, ps in by.items())
         raise DataError(f"files of one dataset must share a format; found {detail}")
     fmt, why = next(iter(found.values()))
     return fmt, why if len(files) == 1 else f"{why} (first of {len(files)} files; all agree)"

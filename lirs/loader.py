@@ -382,7 +382,7 @@ class Loader:
         pipe = self._pipeline
         try:
             pipe.consumer_in = True
-            while (item := run.next()) is not None:
+            while (item := self._next(run)) is not None:
                 try:
                     results = run.wait(item)
                 except Exception:  # the position names the batch it belongs to (with windows=, not always the next)
@@ -402,11 +402,18 @@ class Loader:
         event loop awaits the pool's work and stays free meanwhile."""
         run = self._begin(epoch, start, stride, offset, windows)
         try:
-            while (item := run.next()) is not None:
+            while (item := self._next(run)) is not None:
                 for out in self._delivered(run, item, await run.await_parts(item)):
                     yield out
         finally:
             run.abandon()
+
+    def _next(self, run):
+        """``run``'s next batch item (None: the end); once this Loader is closed, ValueError, not
+        the batches read ahead before (the same error however many were)."""
+        if self._closed:
+            raise ValueError("this Loader is closed")
+        return run.next()
 
     def __iter__(self):
         """A plain pass: each one starts the next epoch (0, 1, 2, ...), so that ``for batch in

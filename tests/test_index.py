@@ -854,3 +854,15 @@ def test_the_current_directory_is_indexed_beside_itself(tmp_path, monkeypatch):
     assert idx.sidecar == str(tmp_path / "D.lirs") and os.listdir(d) == ["a.svm"]
     with lirs.Loader(".", 2) as ld:
         assert sorted(int(i) for b in ld.epoch(0) for i in b.ids) == [0, 1]
+
+
+def test_a_directory_of_mixed_formats_names_the_odd_file(tmp_path):
+    """Five LIBSVM files and one .npy: the error gives each format with its count and first files,
+    so the one .npy is named, not only the first few files of the majority."""
+    d = tmp_path / "M"
+    d.mkdir()
+    for i in range(5):
+        (d / f"a{i}.svm").write_bytes(b"1 1:1\n")
+    np.save(d / "z.npy", np.zeros((2, 2), np.float32))
+    with pytest.raises(DataError, match=r"share a format; found libsvm \(5: a0.svm, a1.svm, a2.svm \.\.\.\); npy \(1: z.npy\)"):
+        lirs.build_index(str(d), progress=False)

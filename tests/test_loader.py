@@ -669,3 +669,25 @@ def test_the_torch_dataset_checks_its_arguments_when_made(svm):
             LirsIterableDataset(*args, **kw)
     with pytest.raises(UsageError, match="num_workers must be an int"):
         make_dataloader(p, 4, num_workers=1.7)
+
+
+def test_a_loader_closed_mid_epoch_stops_its_epoch_at_once(svm):
+    """close() during an epoch: the epoch's next batch is ValueError("this Loader is closed"),
+    not the batches read ahead before (how many there were is no business of the loop)."""
+    p, *_ = svm
+    ld = Loader(p, 16, granularity="instance", prefetch=8)
+    it = ld.epoch(0)
+    next(it)
+    ld.close()
+    with pytest.raises(ValueError, match="this Loader is closed"):
+        next(it)
+
+
+def test_a_file_named_twice_is_refused(tmp_path):
+    """The same file twice in a dataset's list (or once through a link) would serve each of its
+    records twice: refused, naming it."""
+    p = _write_libsvm(tmp_path / "a.svm", 20, seed=1)
+    os.symlink(p, tmp_path / "b.svm")
+    for files in ([p, p], [p, str(tmp_path / "b.svm")]):
+        with pytest.raises(UsageError, match="named twice"):
+            lirs.build_index(files, out=str(tmp_path / "ab.lirs"), progress=False)
