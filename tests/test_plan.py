@@ -491,6 +491,13 @@ def test_order_command(tmp_path, capsys):
     assert main(["order", p, "--granularity", "page"]) == 0
     assert "amplification" in capsys.readouterr().out
     assert main(["order", p, "-o", str(tmp_path / "o.txt")]) == 2
+    capsys.readouterr()
+    assert main(["order", p, "-o", str(tmp_path / "no" / "o.npy")]) == 2  # before the order is made
+    err = capsys.readouterr().err
+    assert "its directory" in err and "does not exist" in err and ".tmp" not in err, err
+    litter = tmp_path / ".o.npy.tmp-999999"  # a killed run's temporary: removed by the next
+    litter.write_bytes(b"x")
+    assert main(["order", p, "-o", out]) == 0 and not litter.exists()
     assert main(["order", p, "--group-bytes", "5000"]) == 2
     assert main(["order", str(tmp_path / "missing.svm")]) == 1
 

@@ -46,14 +46,27 @@ def add_parser(sub):
     return p
 
 
+def _check_out(path: str | None) -> None:
+    """UsageError for an --out that cannot be written (not .npy, or in no directory), before the
+    order is computed."""
+    if path is None:
+        return
+    if not path.endswith(".npy"):
+        raise UsageError(f"--out {path}: the order is written as .npy; name it ORDER.npy")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UsageError(f"--out {path}: its directory {os.path.dirname(os.path.abspath(path))} does not exist")
+
+
 def _write_order(path: str, order) -> str:
     import numpy as np
 
-    if not path.endswith(".npy"):
-        raise UsageError(f"--out {path}: the order is written as .npy; name it ORDER.npy")
-    tmp = path + ".tmp.npy"
+    from ..litter import clean_dead_temps, temp_name
+
+    clean_dead_temps(path)  # a killed run's
+    tmp = temp_name(path)  # named as every lirs temporary, written through a file (np.save adds no suffix)
     try:
-        np.save(tmp, order)
+        with open(tmp, "wb") as f:
+            np.save(f, order)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -70,8 +83,6 @@ def _run_strategy(args, idx) -> int:
     if args.world_size != 1 or args.rank != 0 or args.drop_last:
         raise UsageError(f"--rank/--world-size/--drop-last apply to the lirs strategies "
                          f"(instance, page, group, window), not to {args.strategy}")
-    if args.out and not args.out.endswith(".npy"):
-        raise UsageError(f"--out {args.out}: the order is written as .npy; name it ORDER.npy")
     params = parse_params(args.param)
     params.setdefault("memory_bytes", memory_budget(args.memory, idx.payload_bytes))
     params.setdefault("group_bytes", parse_size(args.group_bytes))
@@ -112,6 +123,7 @@ def run(args) -> int:
     from ..eval.strategies import STRATEGIES
     from ..units import format_bytes, parse_size
 
+    _check_out(args.out)
     if args.strategy is not None:
         if args.strategy not in STRATEGIES:
             raise UsageError(f"--strategy {args.strategy}: unknown; choose from {', '.join(STRATEGIES)}")
