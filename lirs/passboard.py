@@ -79,5 +79,10 @@ def while_current(items, current, mine: int):
         except StopIteration:
             return
         yield item
-    raise UsageError("this pass over the DataLoader was superseded by a newer iteration of it (its "
-                     "persistent workers serve one pass at a time, the newest): iterate the newer one")
+    raise superseded()
+
+
+def superseded() -> UsageError:
+    """The error of an older pass's iterator once a newer pass took the persistent workers."""
+    return UsageError("this pass over the DataLoader was superseded by a newer iteration of it (its "
+                      "persistent workers serve one pass at a time, the newest): iterate the newer one")

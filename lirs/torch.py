@@ -65,7 +65,7 @@ from .policies import DEFAULT_GRANULARITY, POLICIES
 from .recommendation import check_granularity
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
-from .passboard import PassBoard, while_current
+from .passboard import PassBoard, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
                       worker_pool, worker_threads, workers_memory)
@@ -453,9 +453,10 @@ class LirsDataLoader(tud.DataLoader):
         epoch, self._passes = ds.epoch, getattr(self, "_passes", 0) + 1
         k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
         ds.begin_at(ResumeState(epoch, k, spans))
-        mine = self._passes  # persistent workers serve the newest pass: an older pass's loop stops, told why
-        guard = (lambda x: while_current(x, lambda: self._passes, mine)) if self.persistent_workers else iter
-        for b in guard(in_order(guard(it), k)):
+        mine = self._passes if self.persistent_workers else None  # they serve the newest pass: an older one stops
+        for b in in_order(it if mine is None else while_current(it, lambda: self._passes, mine), k):
+            if mine is not None and self._passes != mine:  # batches it held before a newer pass took them
+                raise superseded()
             k += 1
             ds.delivered(k)
             yield b
@@ -485,10 +486,9 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     ``persistent_workers`` (default True with workers): the workers, their Loaders and pools start
     once and serve every pass; each pass still delivers the epoch chosen in the main process
     (``dl.dataset.set_epoch``, ``dl.load_state_dict``, or the next one for a plain pass).
-    ``device``: None or ``"cpu"`` hands the batches out as made; a CUDA device (``"cuda"``,
-    ``"cuda:1"``, a ``torch.device``) moves each batch there from pinned memory on a side stream
-    while the consumer's previous step runs (:class:`lirs.tensors.Feeder`); UsageError when CUDA
-    is not available.
+    ``device``: None or ``"cpu"`` hands the batches out as made; a CUDA device (``"cuda"``, ``"cuda:1"``,
+    a ``torch.device``) moves each batch there from pinned memory on a side stream while the
+    consumer's previous step runs (:class:`lirs.tensors.Feeder`); UsageError without CUDA.
     """
     dev = check_device(device)
     ds = LirsIterableDataset(path_or_index, batch_size, **dataset_kwargs)

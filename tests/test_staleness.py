@@ -380,3 +380,17 @@ def test_a_labels_file_changed_after_indexing_is_found_at_open(tmp_path):
     os.remove(lab)
     with pytest.raises(StaleIndexError, match=r"x\.labels\.npy: .*\(it is gone\)"):
         open_index(str(x))
+
+
+def test_the_reindex_command_names_what_was_indexed(tmp_path):
+    """The advice of a stale-index error rebuilds the index that was opened: a file's own sidecar,
+    a directory's DIR.lirs, or a list's sidecar named with -o."""
+    from lirs.freshness import reindex_command
+
+    d = tmp_path / "D"
+    d.mkdir()
+    a, b = str(d / "a.svm"), str(d / "b.svm")
+    assert reindex_command([a], a + ".lirs") == f"lirs index {a}"
+    assert reindex_command([a, b], str(d) + ".lirs") == f"lirs index {d}"
+    assert reindex_command([a, b], str(tmp_path / "ab.lirs")) == f"lirs index {a} {b} -o {tmp_path / 'ab.lirs'}"
+    assert reindex_command([a], None) == f"lirs index {a}"
