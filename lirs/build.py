@@ -26,6 +26,7 @@ from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_inde
 from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, sidecar_path
 from .tfrecord import TFRecordScanner
+from .litter import out_dir
 from .scanner import SCAN_CORES, Tap, VarScanner, write_labels, refuse_csv_header  # noqa: F401 - re-exported
 
 log = logging.getLogger("lirs.index")
@@ -148,6 +149,9 @@ def npy_layout(path: str):
     if header + n * rs > size:
         raise DataError(f"{path}: truncated .npy: header promises {n} records of {rs} bytes "
                         f"({header + n * rs} bytes), file has {size}")
+    if header + n * rs < size:  # records appended without a new header would never be read
+        raise DataError(f"{path}: byte {header + n * rs}: {size - header - n * rs} bytes after the {n} records of "
+                        f"{rs} bytes the .npy header promises; expected the file to end there (save it again)")
     return header, rs, n, dtype, tuple(int(s) for s in shape[1:])
 
 
@@ -271,9 +275,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
             raise UsageError("several data files form one dataset: name its sidecar with -o NAME.lirs")
     if not out.endswith(".lirs"):
         raise UsageError(f"sidecar name must end in .lirs: {out}")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-        raise UsageError(f"cannot write the index {out}: its directory {os.path.dirname(os.path.abspath(out))} "
-                         "does not exist")
+    out_dir(out, "cannot write the index")
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         chunk_bytes = max(int(chunk_bytes), 1)

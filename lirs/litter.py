@@ -13,7 +13,19 @@ import os
 import re
 import shutil
 
+from .errors import UsageError
+
 log = logging.getLogger("lirs.litter")
+
+
+def out_dir(path, what: str) -> str:
+    """The absolute directory ``path`` (an output file about to be written) goes in; UsageError
+    naming ``what`` (the option or argument, e.g. "-o") when that directory does not exist: a
+    usage error found before any work, not an OSError at the first write."""
+    d = os.path.dirname(os.path.abspath(os.fspath(path)))
+    if not os.path.isdir(d):
+        raise UsageError(f"{what} {os.fspath(path)}: its directory {d} does not exist")
+    return d
 
 
 def pid_alive(pid: int) -> bool:

@@ -59,7 +59,7 @@ from .firstuse import open_source
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
 from .policies import DEFAULT_GRANULARITY
-from .ranges import over_spans, remainder
+from .ranges import check_drop_last, over_spans, remainder
 from .recommendation import AUTO, auto_settings, check_granularity
 from .state import ResumeState, check_config, states_of
 from .units import parse_size
@@ -164,7 +164,8 @@ class Loader:
         self.window = window_groups(window, max(self.group_bytes, BLOCK), self.index.payload_bytes)
         self.seed, self.rank, self.world_size = (whole(k, v, None) for k, v in (("seed", seed), ("rank", rank),
                                                                                 ("world_size", world_size)))
-        self.drop_last, self.permutation = bool(drop_last), permutation
+        self.drop_last, self.permutation = check_drop_last(self.index.n, self.batch_size, self.world_size,
+                                                           drop_last), permutation
         self.dtype = np.dtype(dtype)
         self.engine_name, self.depth, self.direct = engine, None if depth is None else positive_int("depth", depth), direct
         if transform is not None and not callable(transform):

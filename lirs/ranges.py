@@ -27,6 +27,17 @@ from .errors import UsageError
 # --------------------------------------------------------------------------- span arithmetic
 
 
+def check_drop_last(n: int, batch_size: int, world_size: int, drop_last) -> bool:
+    """``bool(drop_last)``; UsageError when it would leave every epoch empty (fewer than
+    ``batch_size * world_size`` records: no rank gets one full batch)."""
+    if drop_last and int(n) < int(batch_size) * int(world_size):
+        raise UsageError(f"drop_last=True with batch_size {batch_size}"
+                         f"{f' on {world_size} ranks' if world_size > 1 else ''} leaves every epoch empty: "
+                         f"the dataset has {n} records, fewer than one full batch"
+                         f"{' per rank' if world_size > 1 else ''}")
+    return bool(drop_last)
+
+
 def rank_slice(n: int, batch_size: int, rank: int, world_size: int, drop_last: bool) -> tuple[int, int, int]:
     """(num_batches, first, size): batches per rank and this rank's slice of the record stream."""
     n, B, W, r = int(n), int(batch_size), int(world_size), int(rank)

@@ -238,6 +238,16 @@ def _aligned(buf):
 # --------------------------------------------------------------------------- feeding a device
 
 
+def check_label_dtype(label_dtype) -> torch.dtype:
+    """``label_dtype`` when it is a torch dtype; UsageError otherwise (a string such as "float32"
+    would fail only at the first batch, in a DataLoader worker)."""
+    from .errors import UsageError
+
+    if not isinstance(label_dtype, torch.dtype):
+        raise UsageError(f"label_dtype must be a torch dtype such as torch.float32, got {label_dtype!r}")
+    return label_dtype
+
+
 def check_device(device):
     """None for None or a CPU device (batches are handed out as made), else the ``torch.device``
     of a CUDA device; UsageError when CUDA is not available or the device is of another kind."""

@@ -64,7 +64,7 @@ from .api import known_keywords, positive_int, whole
 from .policies import DEFAULT_GRANULARITY, POLICIES
 from .recommendation import check_granularity
 from .state import ResumeState, states_of
-from .tensors import Feeder, check_device, to_tensors  # noqa: F401 - to_tensors is public here too
+from .tensors import Feeder, check_device, check_label_dtype, to_tensors  # noqa: F401 - to_tensors is public here too
 from .passboard import PassBoard, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
@@ -129,7 +129,7 @@ class LirsIterableDataset(tud.IterableDataset):
             path_or_index = os.fspath(path_or_index)
         self.source, self.batch_size = path_or_index, positive_int("batch_size", batch_size)
         self.epoch = whole("epoch", epoch)
-        self.sparse, self.output, self.label_dtype, self.transform = sparse, output, label_dtype, transform
+        self.sparse, self.output, self.label_dtype, self.transform = sparse, output, check_label_dtype(label_dtype), transform
         self._rank, self._world = rank, world_size
         self.loader_kwargs = {k: v for k, v in loader_kwargs.items() if not (k == "threads" and v is None)}
         self._loader = self._loader_key = None

@@ -152,6 +152,7 @@ def _tfr(flip=None):
 
 OTHER = [
     ("npy truncated data", "x.npy", _npy(np.arange(12, dtype=np.float32).reshape(4, 3))[:-5], []),
+    ("npy bytes after the data", "x.npy", _npy(np.arange(12, dtype=np.float32).reshape(4, 3)) + b"\0" * 12, []),
     ("npy bad header", "x.npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': ??}   \n", []),
     ("npy object dtype", "x.npy", _npy(np.array([{"a": 1}, None], dtype=object)), []),
     ("npy Fortran order", "x.npy", _npy(np.arange(12, dtype=np.float32).reshape(4, 3), fortran=True), []),

@@ -9,6 +9,7 @@ import pytest
 
 from lirs.eval import gen as G
 from lirs.cli import main
+from lirs.errors import UsageError
 from lirs.eval.gen import PROFILES, generate, labels_path, sample
 
 SMALL = {"kdd": 1500, "webspam": 40, "higgs": 1500, "epsilon": 100, "lines": 800}
@@ -272,7 +273,7 @@ def test_bad_arguments(tmp_path):
         generate("kdd", p, records=10, seed=-1)
     with pytest.raises(ValueError, match="size"):
         generate("kdd", p, size="lots")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(UsageError, match="its directory .*missing does not exist"):
         generate("kdd", tmp_path / "missing" / "x.svm", records=10)
     assert not p.exists()
 
@@ -339,5 +340,6 @@ def test_cli_exit_codes(tmp_path, capsys):
         assert e.value.code == 2
     assert main(["gen", "--profile", "kdd", "--records", "0", "-o", str(tmp_path / "b.svm")]) == 2
     assert main(["gen", "--profile", "kdd", "--size", "12XB", "-o", str(tmp_path / "b.svm")]) == 2
-    assert main(["gen", "--profile", "kdd", "--records", "5", "-o", str(tmp_path / "no" / "b.svm")]) == 1
+    assert main(["gen", "--profile", "kdd", "--records", "5", "-o", str(tmp_path / "no" / "b.svm")]) == 2
+    assert "its directory" in capsys.readouterr().err
     assert not (tmp_path / "b.svm").exists()

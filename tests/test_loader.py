@@ -388,6 +388,13 @@ def test_bad_arguments(svm):
         Loader(p, 0)
     with pytest.raises(UsageError):
         Loader(p, 10, prefetch=0)
+    # drop_last with no full batch: every epoch would be empty, silently
+    with pytest.raises(UsageError, match="leaves every epoch empty.*3000 records"):
+        Loader(p, 3001, drop_last=True)
+    with pytest.raises(UsageError, match="on 2 ranks.*per rank"):
+        Loader(p, 1501, drop_last=True, world_size=2)
+    with Loader(p, 1500, drop_last=True, world_size=2, n_features=300) as loader:
+        assert sum(len(b.ids) for b in loader.epoch(0)) == 1500
     with Loader(p, 100, n_features=300) as loader:
         with pytest.raises(UsageError, match="start batch"):
             next(loader.epoch(0, start=10**6))

@@ -651,6 +651,10 @@ def test_cli(tmp_path, capsys, monkeypatch):
     assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "in.svm")]) == 2
     assert "one of the inputs" in capsys.readouterr().err
     assert cli_main(["shuffle", str(tmp_path / "nope.svm"), "-o", str(tmp_path / "x.svm")]) == 1
+    capsys.readouterr()
+    for out, tmp in ((tmp_path / "no" / "x.svm", ()), (tmp_path / "x.svm", ("--tmpdir", str(tmp_path / "no")))):
+        assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(out), *tmp, "--quiet"]) == 2  # usage
+        assert str(tmp_path / "no") in capsys.readouterr().err and not (tmp_path / "x.svm").exists()
     assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm"), "--memory", "1K"]) == 2
     assert cli_main(["shuffle", str(tmp_path / "in.svm"), "-o", str(tmp_path / "x.svm"), "--memory", "lots"]) == 2
     monkeypatch.setattr(D, "free_bytes", lambda d: 0)

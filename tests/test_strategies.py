@@ -325,6 +325,10 @@ def test_order_command_with_a_strategy(kdd_file, tmp_path, capsys):
     assert main(["order", kdd_file, "--strategy", "bmf", "--param", "colour=3"]) == 2
     assert main(["order", kdd_file, "--strategy", "terashuf", "-o", str(tmp_path / "o.txt")]) == 2
     assert main(["order", kdd_file, "--param", "blocks=2"]) == 2
+    capsys.readouterr()
+    for memory in (["--memory", "3%"], ["--strategy", "window", "--memory", "3%"]):  # not ignored
+        assert main(["order", kdd_file, *memory]) == 2
+        assert "--memory goes with a --strategy" in capsys.readouterr().err
     assert main(["order", kdd_file]) == 0  # the planner's default path is unchanged
     assert "amplification" in capsys.readouterr().out
 

@@ -114,6 +114,8 @@ def test_bad_arguments(kdd_file):
 
     with pytest.raises(UsageError, match="sparse"):
         LirsIterableDataset(kdd_file, 10, sparse="bsr")
+    with pytest.raises(UsageError, match="label_dtype must be a torch dtype.*'float32'"):
+        LirsIterableDataset(kdd_file, 10, label_dtype="float32")  # not at the first batch, in a worker
     with pytest.raises(UsageError, match="rank 2 outside"):
         list(LirsIterableDataset(kdd_file, 10, rank=2, world_size=2))
 

@@ -8,6 +8,7 @@ import sys
 from ..constants import DEFAULT_WINDOW
 from ..policies import DEFAULT_GRANULARITY
 from ..errors import UsageError
+from ..litter import out_dir
 
 
 def add_parser(sub):
@@ -25,7 +26,7 @@ def add_parser(sub):
                    help="any shuffle strategy of `lirs quality` instead (instance/page/group/window are the "
                         "granularities; others: sequential, bmf, shuffle_buffer, deeplake, streaming_py1s, ..., "
                         "two_pass, terashuf, chunk_roundrobin); prints its memory and I/O cost")
-    p.add_argument("--memory", default="5%", metavar="SIZE",
+    p.add_argument("--memory", default=None, metavar="SIZE",
                    help="with --strategy: memory budget of buffer/block/shard strategies (bytes or a share of the "
                         "data, default 5%%)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -53,8 +54,7 @@ def _check_out(path: str | None) -> None:
         return
     if not path.endswith(".npy"):
         raise UsageError(f"--out {path}: the order is written as .npy; name it ORDER.npy")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise UsageError(f"--out {path}: its directory {os.path.dirname(os.path.abspath(path))} does not exist")
+    out_dir(path, "--out")
 
 
 def _write_order(path: str, order) -> str:
@@ -84,7 +84,7 @@ def _run_strategy(args, idx) -> int:
         raise UsageError(f"--rank/--world-size/--drop-last apply to the lirs strategies "
                          f"(instance, page, group, window), not to {args.strategy}")
     params = parse_params(args.param)
-    params.setdefault("memory_bytes", memory_budget(args.memory, idx.payload_bytes))
+    params.setdefault("memory_bytes", memory_budget(args.memory or "5%", idx.payload_bytes))
     params.setdefault("group_bytes", parse_size(args.group_bytes))
     params.setdefault("window", args.window)
     r = run_strategy(args.strategy, idx, seed=args.seed, epoch=args.epoch, batch_size=args.batch_size, **params)
@@ -132,8 +132,9 @@ def run(args) -> int:
         if args.strategy not in GRANULARITIES:
             return _run_strategy(args, open_or_index(args.path))
         args.granularity = args.strategy
-    elif args.param:
-        raise UsageError("--param goes with --strategy")
+    if args.param or args.memory is not None:  # a granularity's memory is its --window
+        raise UsageError(f"{'--param' if args.param else '--memory'} goes with a --strategy other than the "
+                         f"granularities ({', '.join(GRANULARITIES)}); a window's memory is --window")
     if args.granularity is None:
         args.granularity = DEFAULT_GRANULARITY
     idx = open_or_index(args.path)

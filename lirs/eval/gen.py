@@ -47,7 +47,7 @@ from .. import seeds
 from ..inputs import labels_path
 from ..errors import UsageError
 from ..external.disk import free_bytes
-from ..litter import clean_dead_temps, temp_name
+from ..litter import clean_dead_temps, out_dir, temp_name
 from ..units import format_bytes, parse_size
 from .kernels import gen as K
 
@@ -347,8 +347,7 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
         raise UsageError(f"workers must be a positive integer, got {workers!r}")
     t0 = time.perf_counter()
     path = os.path.abspath(os.fspath(path))
-    if not os.path.isdir(os.path.dirname(path)):
-        raise FileNotFoundError(2, "No such directory", os.path.dirname(path))
+    out_dir(path, "-o")
     if os.path.isdir(path):
         raise IsADirectoryError(21, "Is a directory", path)
     seed = int(seed)

@@ -62,7 +62,7 @@ from ..inputs import expand_paths, labels_path
 from ..sidecar import sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
-from ..litter import clean_dead, clean_dead_litter
+from ..litter import clean_dead, clean_dead_litter, out_dir
 from ..units import format_bytes, parse_size
 from .disk import check_space, direct_ok
 from .formats import Dataset, open_dataset
@@ -193,9 +193,7 @@ def _check_places(files, out: str, shards, tmpdir, *, labels: bool, index: bool 
                 raise UsageError(f"output {hit} would be {what} of the input {p}: write the shuffle elsewhere"
                                  if what != "the data" else
                                  f"output {out} is one of the inputs; write the shuffle to a new file")
-    parent = os.path.dirname(out)
-    if not os.path.isdir(parent):
-        raise FileNotFoundError(2, "No such file or directory", parent)
+    parent = out_dir(out, "-o")
     if shards is None:
         if os.path.isdir(out):
             raise UsageError(f"output {out} is a directory; name a file, or write shards into it with --shards K")
@@ -208,7 +206,7 @@ def _check_places(files, out: str, shards, tmpdir, *, labels: bool, index: bool 
                 raise UsageError(f"input {p} lies inside the output directory {out}")
     tmpdir = os.path.abspath(tmpdir) if tmpdir else parent
     if not os.path.isdir(tmpdir):
-        raise FileNotFoundError(2, "No such file or directory", tmpdir)
+        raise UsageError(f"--tmpdir {tmpdir} is not a directory")
     return parent, tmpdir
 
 
