@@ -572,6 +572,22 @@ def test_failed_run_keeps_the_previous_output(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- errors and CLI
 
 
+def test_a_file_of_another_format_named_svm_is_refused_before_pass_1(tmp_path):
+    good = b"".join(b"%d 1:%d 7:0.5\n" % (i % 2, i) for i in range(5000))  # 5000 lines over 64 KiB
+    (tmp_path / "a.svm").write_bytes(good)
+    (tmp_path / "bin.svm").write_bytes(np.random.default_rng(3).bytes(200_000))
+    (tmp_path / "c.svm").write_bytes(b"1 1:1\n0 2:1\nage,income\n" + good)
+    for bad, said in (("bin.svm", "line 1, byte 0: expected a numeric label"), ("c.svm", "line 3, byte 12")):
+        with pytest.raises(DataError, match=f"{bad}: {said}"):
+            E.shuffle([tmp_path / "a.svm", tmp_path / bad], tmp_path / "o.svm", format="libsvm")
+        assert sorted(os.listdir(tmp_path)) == ["a.svm", "bin.svm", "c.svm"]  # no output, no piles
+    # past the first 64 KiB lines are copied as they are (--index checks them all)
+    (tmp_path / "late.svm").write_bytes(good + b"age,income\n")
+    assert E.shuffle(tmp_path / "late.svm", tmp_path / "o.svm")["records"] == 5001
+    with pytest.raises(DataError, match="late.svm: line 5001"):
+        E.shuffle(tmp_path / "late.svm", tmp_path / "o2.svm", index=True)
+
+
 def test_errors(tmp_path, monkeypatch):
     (tmp_path / "a.svm").write_bytes(b"1 1:1\n")
     (tmp_path / "b.jsonl").write_bytes(b'{"x":1}\n')

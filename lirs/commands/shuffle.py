@@ -14,7 +14,8 @@ def add_parser(sub):
                     "disk, pass 2 shuffles each pile in memory and appends it to the output. The output is a "
                     "uniformly random permutation of the input records. Text records are whole lines, kept "
                     "byte for byte (a last line without a newline gets one; LIBSVM blank and comment-only "
-                    "lines are dropped); .npy rows keep a valid header and their INPUT.labels.npy labels.")
+                    "lines are dropped; the first 64 KiB of each LIBSVM input are checked, all of it with --index); "
+                    ".npy rows keep a valid header and their INPUT.labels.npy labels.")
     p.add_argument("inputs", nargs="+", metavar="IN", help="data file(s) or a directory (one dataset, one format)")
     p.add_argument("-o", "--out", required=True, metavar="OUT",
                    help="output file; with --shards, a new directory of part files")

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..build import labels_for_npy, npy_layout, raw_fixed_count
+from ..build import VarScanner, labels_for_npy, npy_layout, raw_fixed_count
 from ..inputs import resolve_format
 from ..errors import DataError, UsageError
 from ..index import VARIABLE_FORMATS
+from ..kernels import scan as KS
 
 _SAMPLE = 1 << 20  # bytes of the first text input that estimate the mean record size
+_HEAD_CHECK = 1 << 16  # bytes at the start of each LIBSVM input checked before pass 1 (without --index)
 
 
 @dataclass
@@ -129,6 +131,8 @@ def open_dataset(files, format: str = "auto", record_size=None, header_size: int
             size = os.path.getsize(p)
             if size == 0:
                 raise DataError(f"{p}: empty file (0 bytes); nothing to shuffle")
+            if ds.fmt == "libsvm":
+                check_head(p)
             ds.srcs.append(Source(p, 0, size))
     elif ds.fmt == "npy":
         _npy_sources(ds)
@@ -142,6 +146,31 @@ def open_dataset(files, format: str = "auto", record_size=None, header_size: int
             ds.srcs.append(Source(p, header_size, header_size + n * record_size, n))
         ds.rs, ds.dtype, ds.shape = int(record_size), np.dtype(np.uint8), (int(record_size),)
     return ds
+
+
+class _Discard:
+    """Sidecar-writer stand-in for a LIBSVM check: the scanner's record starts are not kept."""
+
+    def append(self, arr) -> None:
+        pass
+
+
+def libsvm_checker(piece: int, pool=None) -> VarScanner:
+    """A scanner whose ``scan_region`` raises DataError (file, line, byte) at the first line
+    ``load_svmlight_file`` would refuse, keeping nothing; ``piece``: bytes scanned at a time."""
+    return VarScanner("libsvm", _Discard(), None, piece, None, pool)
+
+
+def check_head(path: str) -> None:
+    """DataError at the first bad line among the complete lines of the first ``_HEAD_CHECK``
+    bytes of the LIBSVM input ``path``: a file of another format (binary, CSV) named ``.svm``
+    stops the shuffle before pass 1, not after being dealt as lines. (``--index`` checks every
+    line; the rest are copied byte for byte.)"""
+    with open(path, "rb") as f:
+        head = np.frombuffer(f.read(_HEAD_CHECK), np.uint8)
+    end = KS.rfind_byte(head, 0, head.size, 10) + 1  # no newline in it (one long line): nothing checked
+    if end > 0:
+        libsvm_checker(end).scan_region(path, head, 0, end, 0)
 
 
 def _npy_sources(ds: Dataset) -> None:

@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..build import VarScanner
 from ..inputs import read_chunks
 from ..constants import BLOCK
 from ..errors import UsageError
@@ -23,7 +22,7 @@ from ..kernels import tfrecord as KT
 from ..tfrecord import TFRecordScanner
 from ..units import format_bytes
 from .disk import alloc, create, pwrite_all, round_up
-from .formats import Source
+from .formats import Source, libsvm_checker
 from .memory import SPARE_SLOTS
 
 
@@ -143,13 +142,6 @@ class Piles:
         self.buf = None
 
 
-class _Discard:
-    """Sidecar-writer stand-in for the LIBSVM check of pass 1: the scanner's starts are not kept."""
-
-    def append(self, arr) -> None:
-        pass
-
-
 class Dealer:
     """Pass 1 (and every re-split): stream sources and deal their records to a set of piles.
 
@@ -172,7 +164,7 @@ class Dealer:
         self.validator = None
         self.piece = int(validate)
         if validate:  # the piece size in bytes
-            self.validator = VarScanner("libsvm", _Discard(), None, self.piece, None, pool)
+            self.validator = libsvm_checker(self.piece, pool)
 
     # ---- text ---------------------------------------------------------------------------
     def _check(self, path, buf, lo, hi, base):
