@@ -275,7 +275,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
             raise UsageError("several data files form one dataset: name its sidecar with -o NAME.lirs")
     if not out.endswith(".lirs"):
         raise UsageError(f"sidecar name must end in .lirs: {out}")
-    out_dir(out, "cannot write the index")
+    out_dir(out, "the index")
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         chunk_bytes = max(int(chunk_bytes), 1)

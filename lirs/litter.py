@@ -18,13 +18,22 @@ from .errors import UsageError
 log = logging.getLogger("lirs.litter")
 
 
-def out_dir(path, what: str) -> str:
-    """The absolute directory ``path`` (an output file about to be written) goes in; UsageError
-    naming ``what`` (the option or argument, e.g. "-o") when that directory does not exist: a
-    usage error found before any work, not an OSError at the first write."""
-    d = os.path.dirname(os.path.abspath(os.fspath(path)))
+def out_dir(path, what: str, directory_ok: bool = False) -> str:
+    """The absolute directory ``path`` (an output about to be written to a temporary name and
+    renamed over ``path``) goes in. UsageError naming ``what`` (the option, e.g. "-o") before any
+    work when that directory does not exist, or when ``path`` exists and is not a regular file: a
+    directory (unless ``directory_ok``), or a device, FIFO or socket, which the rename would replace
+    (``-o /dev/null`` run as root would leave /dev/null a regular file)."""
+    p = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(p))
     if not os.path.isdir(d):
-        raise UsageError(f"{what} {os.fspath(path)}: its directory {d} does not exist")
+        raise UsageError(f"{what} {p}: its directory {d} does not exist")
+    if os.path.isdir(p):
+        if not directory_ok:
+            raise UsageError(f"{what} {p} is a directory; name a file")
+    elif os.path.exists(p) and not os.path.isfile(p):
+        raise UsageError(f"{what} {p} exists and is not a regular file (a device, FIFO or socket): the output is "
+                         "written to a new file renamed over it, which would replace it; name a regular file")
     return d
 
 

@@ -427,7 +427,9 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
             raise UsageError(f"group_bytes must be a positive multiple of {block}, got {group_bytes}")
     if pol.uses_window:
         window_groups(window, group_bytes, 1)  # raises on a spec that cannot work
-    if int(world_size) < 1 or not 0 <= int(rank) < int(world_size):
+    if int(world_size) < 1:
+        raise UsageError(f"world_size must be >= 1, got {world_size}")
+    if not 0 <= int(rank) < int(world_size):
         raise UsageError(f"rank {rank} outside [0, {world_size})")
     if int(seed) < 0 or int(epoch) < 0:
         raise UsageError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")

@@ -13,6 +13,7 @@ import lirs
 from conftest import open_fds
 from lirs.errors import DataError, StaleIndexError, UsageError
 from lirs.loader import Batch, Loader
+from lirs.policies import DEFAULT_GRANULARITY
 
 GRANULARITIES = ("instance", "page", "group", "window")
 
@@ -391,6 +392,8 @@ def test_bad_arguments(svm):
     # drop_last with no full batch: every epoch would be empty, silently
     with pytest.raises(UsageError, match="leaves every epoch empty.*3000 records"):
         Loader(p, 3001, drop_last=True)
+    with pytest.raises(UsageError, match="world_size must be >= 1, got 0"):
+        Loader(p, 10, world_size=0)
     with pytest.raises(UsageError, match="on 2 ranks.*per rank"):
         Loader(p, 1501, drop_last=True, world_size=2)
     with Loader(p, 1500, drop_last=True, world_size=2, n_features=300) as loader:
@@ -416,6 +419,8 @@ def test_epoch_command(svm, capsys):
     assert "records/s" in out and "stall" in out and "buffered" in out
     assert main(["epoch", p, "--engine", "nope"]) == 2
     capsys.readouterr()
+    assert main(["epoch", p, "--granularity", "auto", "--max-batches", "1", "--json"]) == 0  # what auto chose
+    assert json.loads(capsys.readouterr().out)["granularity"] == DEFAULT_GRANULARITY
     for bad in ("nan", "inf", "-1", "1e308"):  # no sleep(NaN) traceback: one line, a usage error
         assert main(["epoch", p, "--compute-ms", bad]) == 2
         err = capsys.readouterr().err

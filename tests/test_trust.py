@@ -383,3 +383,27 @@ def test_os_errors_without_a_file_name_read_as_one_line():
     e = OSError(errno.EROFS, "Read-only file system", "/ro/x.svm")
     assert describe_os_error(e, "shuffle").startswith("/ro/x.svm: Read-only file system (")
     assert "--tmpdir" in describe_os_error(e, "shuffle")
+
+
+@pytest.mark.parametrize("cmd", ["gen", "gen labels", "shuffle", "shuffle index", "order", "index"])
+def test_an_output_that_is_a_fifo_or_a_directory_is_refused_not_replaced(tmp_path, capsys, cmd):
+    """Outputs are written to a temporary renamed over the name: over a device or FIFO (`-o
+    /dev/null` as root) that would replace it with a regular file. A usage error instead, before any
+    work, the node left as it was; a directory named as an output file is a usage error too."""
+    data, t = _svm(tmp_path / "d.svm"), str(tmp_path)
+    out, argv = {"gen": ("g.svm", ["gen", "--profile", "kdd", "--records", "10", "-o", f"{t}/g.svm"]),
+                 "gen labels": ("h.npy.labels.npy", ["gen", "--profile", "higgs", "--records", "10", "-o", f"{t}/h.npy"]),
+                 "shuffle": ("s.svm", ["shuffle", data, "-o", f"{t}/s.svm"]),
+                 "shuffle index": ("s.svm.lirs", ["shuffle", data, "--index", "-o", f"{t}/s.svm"]),
+                 "order": ("o.npy", ["order", data, "-o", f"{t}/o.npy"]),
+                 "index": ("d.svm.lirs", ["index", data])}[cmd]
+    argv += ["--quiet"] if cmd != "order" else []
+    node = tmp_path / out
+    for make in (os.mkfifo, os.mkdir):
+        make(node)
+        capsys.readouterr()
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert str(node) in err and ("not a regular file" in err or "is a directory" in err), err
+        assert (node.is_fifo() if make is os.mkfifo else node.is_dir())
+        node.rmdir() if node.is_dir() else node.unlink()

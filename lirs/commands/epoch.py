@@ -82,7 +82,7 @@ def run(args) -> int:
         res = {
             "path": os.path.abspath(args.path),
             "format": loader.index.format,
-            "granularity": args.granularity,
+            "granularity": loader.granularity,  # what "auto" chose
             "engine": eng.name,
             "direct": eng.direct,
             "engine_reason": eng.reason,

@@ -149,6 +149,8 @@ def run(args) -> int:
             raise UsageError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
     if args.epochs < 1 or args.batch_size < 1:
         raise UsageError("--epochs and --batch-size must be >= 1")
+    if args.record_bytes < 1:
+        raise UsageError(f"--record-bytes must be >= 1, got {args.record_bytes}")
     if args.window is not None:
         from ..windows import window_groups
 

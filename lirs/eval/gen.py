@@ -348,13 +348,12 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
     t0 = time.perf_counter()
     path = os.path.abspath(os.fspath(path))
     out_dir(path, "-o")
-    if os.path.isdir(path):
-        raise IsADirectoryError(21, "Is a directory", path)
     seed = int(seed)
     model = _Model(profile, seed)
     n = int(records) if records is not None else _records_for(model, size)
     outs = [path] + ([labels_path(path)] if model.kind == "dense" else [])
     for p in outs:  # what a killed run left (its temporaries named as every lirs writer names them)
+        out_dir(p, "-o")
         clean_dead_temps(p)
     _check_room(path, model, n)
     tmps = [temp_name(p) for p in outs]

@@ -193,7 +193,9 @@ def _check_places(files, out: str, shards, tmpdir, *, labels: bool, index: bool 
                 raise UsageError(f"output {hit} would be {what} of the input {p}: write the shuffle elsewhere"
                                  if what != "the data" else
                                  f"output {out} is one of the inputs; write the shuffle to a new file")
-    parent = out_dir(out, "-o")
+    parent = out_dir(out, "-o", directory_ok=True)
+    for p in written[1:]:  # the labels file and the index written beside it
+        out_dir(p, "-o")
     if shards is None:
         if os.path.isdir(out):
             raise UsageError(f"output {out} is a directory; name a file, or write shards into it with --shards K")
