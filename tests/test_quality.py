@@ -262,6 +262,8 @@ def test_quality_command(tmp_path, capsys):
     assert main(["quality", "--records", "500", "--param", "colour=2"]) == 2
     assert main(["quality", "--records", "500", "--memory", "150%"]) == 2
     assert main(["quality", "--records", "500", "--record-bytes", "0"]) == 2  # not "records of 0 B"
+    for flag, name in (("--json", "q.json"), ("--plot", "q.png")):  # before the epochs, not after them
+        assert main(["quality", "--records", "500", flag, str(tmp_path / "no" / name)]) == 2
     assert main(["quality", "--records", "500", "--plot", "q.jpg"]) == 2
     assert main(["quality", str(tmp_path / "missing.svm")]) == 1
     with pytest.raises(SystemExit):  # a path or --records, not both

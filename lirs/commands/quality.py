@@ -6,6 +6,7 @@ import os
 import sys
 
 from ..errors import UsageError
+from ..litter import out_dir
 
 
 def add_parser(sub):
@@ -157,6 +158,9 @@ def run(args) -> int:
         window_groups(args.window, 4096, 1)  # a spec that cannot work fails here, before any work
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
+    for flag, out in (("--json", args.json), ("--plot", args.plot)):
+        if out:
+            out_dir(out, flag)  # before the epochs are simulated, not after them
     params = parse_params(args.param)
     for k in ("memory_bytes", "window"):
         if k in params:
