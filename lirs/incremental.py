@@ -70,9 +70,12 @@ def plan_update(files, fmt: str, dest: str, *, speculate: bool = False) -> list:
     none = [None] * len(files)
     if not os.path.isfile(dest):
         return none
-    try:
-        old = open_index(dest, check=False, missing_ok=True)
-    except (IndexFormatError, StaleIndexError, OSError, ValueError) as e:
+    try:  # every array's CRC checked: what is reused is copied into the new sidecar under a new CRC
+        old = open_index(dest, check=False, missing_ok=True, verify=True)
+    except IndexFormatError as e:
+        log.warning("%s is corrupt (%s): not reused, every file scanned", dest, e)
+        return none
+    except (StaleIndexError, OSError, ValueError) as e:
         log.info("%s: not reused (%s); scanning everything", dest, e)
         return none
     if old.format != fmt or old.sums is None or (fmt == "libsvm" and old.marks is None):

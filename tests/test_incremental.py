@@ -316,3 +316,28 @@ def test_a_guessed_tail_scan_that_fails_on_moved_bytes_is_planned_again(tmp_path
     assert (p.read_text()[at:at + 1]) == ":"
     _same_as_full(str(p))
     assert lirs.open_index(str(p)).n == 150_000 + 300
+
+
+def test_a_corrupt_old_sidecar_is_not_reused(tmp_path, spy, caplog):
+    """A word of the old offset table changed (still increasing: plausible) is not copied into the
+    new sidecar under a fresh CRC, where no check would find it again: the re-index scans anew."""
+    from lirs.sidecar import read_header
+
+    p = tmp_path / "d.jsonl"
+    p.write_text("".join(f'{{"k": {i}}}\n' for i in range(20_000)))
+    lirs.build_index(str(p), progress=False)
+    side = str(p) + ".lirs"
+    arr = read_header(side)[0]["arrays"]["offsets_rel"]
+    with open(side, "r+b") as f:
+        f.seek(arr["offset"] + 5000 * 4)
+        word = int(np.frombuffer(f.read(4), "<u4")[0])
+        f.seek(arr["offset"] + 5000 * 4)
+        f.write(np.array([word + 1], "<u4").tobytes())
+    with open(p, "a") as f:
+        f.write('{"k": "new"}\n')
+    spy.clear()
+    _same_as_full(str(p))
+    assert spy[0] == [None] and "is corrupt" in caplog.text
+    with lirs.Loader(str(p), 20_001, granularity="instance") as loader:
+        got = {int(i): bytes(x) for b in loader.epoch(0) for i, x in zip(b.ids, b.X)}
+    assert got[4999] == b'{"k": 4999}' and got[5000] == b'{"k": 5000}'
