@@ -24,14 +24,14 @@ from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_
 from .inputs import expand_paths, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .freshness import fingerprint, label_entries
-from .sidecar import SidecarWriter, sidecar_path
+from .sidecar import SidecarWriter, relpath, sidecar_path
 from .tfrecord import TFRecordScanner
 from .litter import out_dir
 from .scanner import SCAN_CORES, Tap, VarScanner, write_labels, refuse_csv_header  # noqa: F401 - re-exported
 
 log = logging.getLogger("lirs.index")
 
-def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
+def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None):
     """Scan ``files`` (whole, or per ``plan``: a :class:`lirs.incremental.Keep` or None per file)
     into the sidecar ``dest``; returns its path."""
     from tqdm import tqdm
@@ -79,7 +79,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None):
             w.add("header_sizes", np.asarray(headers, np.int64))
             st = tap.st
             meta = {
-                "record_bytes_min": int(st[0]), "record_bytes_max": int(st[1]),
+                **(where or {}), "record_bytes_min": int(st[0]), "record_bytes_max": int(st[1]),
                 "record_bytes_mean": float(st[2] / n), "records_under_4k": int(st[3]),
                 "records_straddling_4k": int(st[4]),
             }
@@ -208,7 +208,7 @@ def raw_fixed_count(path: str, header_size: int, record_size: int, doing: str = 
     return n
 
 
-def _build_fixed(files, fmt, dest, record_size, header_size):
+def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
     headers, counts, labels, label_files = [], [], [], []
     dtype = shape = None
     rs = record_size
@@ -234,7 +234,7 @@ def _build_fixed(files, fmt, dest, record_size, header_size):
     idx = Index.from_arrays(files, fmt, file_starts=fs, header_sizes=headers, record_size=rs,
                             record_dtype=dtype if fmt == "npy" else None,
                             record_shape=shape if fmt == "npy" else None)
-    idx.meta = {"record_bytes_min": rs, "record_bytes_max": rs, "record_bytes_mean": float(rs),
+    idx.meta = {**(where or {}), "record_bytes_min": rs, "record_bytes_max": rs, "record_bytes_mean": float(rs),
                 "records_under_4k": int(idx.n if rs < 4096 else 0),
                 "records_straddling_4k": int(_count_straddling(idx))}
     if labels and all(lab is not None for lab in labels):
@@ -242,6 +242,15 @@ def _build_fixed(files, fmt, dest, record_size, header_size):
         idx.meta["label_files"] = label_entries(label_files, os.path.dirname(os.path.abspath(dest)))
         idx.label_values, idx.label_codes = encode_labels(np.concatenate([np.asarray(x) for x in labels]))
     return write_index(idx, dest)
+
+
+def directory_meta(paths, dest: str) -> dict:
+    """``{"directory": DIR}`` (relative to the sidecar ``dest``'s directory) when ``paths`` is a
+    directory: files added to it later are then found at open however the index is opened (the
+    directory, a sidecar named with ``-o`` elsewhere); else ``{}``."""
+    if isinstance(paths, (str, os.PathLike)) and os.path.isdir(paths):
+        return {"directory": relpath(os.path.abspath(paths), os.path.dirname(os.path.abspath(dest)))}
+    return {}
 
 
 def _count_straddling(idx: Index) -> int:
@@ -276,6 +285,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     if not out.endswith(".lirs"):
         raise UsageError(f"sidecar name must end in .lirs: {out}")
     out_dir(out, "the index")
+    where = directory_meta(paths, out)
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         chunk_bytes = max(int(chunk_bytes), 1)
@@ -284,15 +294,15 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
         # build starts again from the exact plan
         plan = None if full else plan_update(files, format, out, speculate=True)
         try:
-            dest = _build_variable(files, format, out, chunk_bytes, progress, plan)
+            dest = _build_variable(files, format, out, chunk_bytes, progress, plan, where)
         except Exception as e:
             if not (isinstance(e, Unconfirmed) or guessed_wrong(plan)):
                 raise
             log.info("changed before its old end (%s); planning from its checksums", e)
             plan = plan_update(files, format, out)
-            dest = _build_variable(files, format, out, chunk_bytes, progress, plan)
+            dest = _build_variable(files, format, out, chunk_bytes, progress, plan, where)
     else:
-        dest = _build_fixed(files, format, out, record_size, header_size)
+        dest = _build_fixed(files, format, out, record_size, header_size, where)
     log.info("indexed %d file(s) as %s in %.2fs -> %s", len(files), format, time.perf_counter() - t0, dest)
     return open_index(dest)
 

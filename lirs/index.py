@@ -420,15 +420,15 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
 
 
 def _check_no_new_files(idx: Index, path: str) -> None:
-    """Raise StaleIndexError when the directory ``path`` (or the one of its sidecar ``DIR.lirs``) holds data
-    files its index does not name (added after `lirs index`): read as indexed, they would be left out unsaid."""
-    d = os.path.abspath(path[:-len(SIDECAR_SUFFIX)] if path.endswith(SIDECAR_SUFFIX) else path)
-    if not os.path.isdir(d) or any(os.path.dirname(os.path.abspath(p)) != d for p in idx.paths):
-        return
-    new = [os.path.basename(p) for p in sorted(set(expand_paths(d)) - {os.path.abspath(p) for p in idx.paths})]
-    if new:
+    """Raise StaleIndexError when the directory the index was built from (``meta["directory"]``; older sidecars: ``path``
+    or the one of its sidecar ``DIR.lirs``) holds data files its index does not name (added after `lirs index`)."""
+    rel = idx.meta.get("directory")
+    d = os.path.normpath(os.path.abspath(path.removesuffix(SIDECAR_SUFFIX) if rel is None else os.path.join(os.path.dirname(idx.sidecar), rel)))
+    if os.path.isdir(d) and all(os.path.dirname(os.path.abspath(p)) == d for p in idx.paths) and (new := [
+            os.path.basename(p) for p in sorted(set(expand_paths(d)) - {os.path.abspath(p) for p in idx.paths})]):
         raise StaleIndexError(f"{d} holds files its index {idx.sidecar} does not cover: {', '.join(new[:3])}"
-                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; re-run `lirs index {d}` (it scans only them)")
+                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; re-run `{reindex_command([d], idx.sidecar)}` "
+                              "(it scans only them)")
 
 
 def header_crc(header: dict) -> int:

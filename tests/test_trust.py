@@ -78,6 +78,23 @@ def test_a_file_added_to_an_indexed_directory_is_named_at_open(tmp_path):
         assert len(_all_ids(ld)) == 490
 
 
+def test_a_file_added_to_a_directory_indexed_with_o_elsewhere_is_named_at_open(tmp_path):
+    """The sidecar keeps the directory it was built from: opened by its -o name in another
+    directory, a file added to the data directory is still named (it was left out unsaid)."""
+    d, side = tmp_path / "set", tmp_path / "side" / "ds.lirs"
+    d.mkdir(), side.parent.mkdir()
+    _svm(d / "a.svm", seed=1)
+    assert main(["index", str(d), "-o", str(side), "--quiet"]) == 0
+    _svm(d / "b.svm", n=50, seed=2)
+    again = f"re-run `lirs index {d} -o {side}`"
+    with pytest.raises(StaleIndexError, match=re.escape(f"does not cover: b.svm; {again}")):
+        lirs.Loader(str(side), 64, granularity="instance")
+    assert main(["index", str(d), "-o", str(side), "--check"]) == 1
+    assert main(["index", str(d), "-o", str(side), "--quiet"]) == 0
+    with lirs.Loader(str(side), 64, granularity="instance") as ld:
+        assert len(_all_ids(ld)) == 250
+
+
 def test_sidecar_copied_beside_another_file_of_the_same_name_is_stale(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
