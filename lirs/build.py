@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
-from .inputs import expand_paths, resolve_format
+from .inputs import expand_paths, labels_candidates, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, relpath, sidecar_path
@@ -158,8 +158,7 @@ def npy_layout(path: str):
 def npy_labels_file(path: str) -> str | None:
     """The labels file beside ``X.npy``: ``X.labels.npy`` or ``X.npy.labels.npy`` (None: neither);
     DataError naming both when both exist (one is another file's, and which is not known)."""
-    found = [c for c in (path[:-4] + ".labels.npy" if path.endswith(".npy") else None, path + ".labels.npy")
-             if c and os.path.exists(c)]
+    found = [c for c in labels_candidates(path) if os.path.exists(c)]
     if len(found) > 1:
         raise DataError(f"{path}: two labels files beside it, {found[0]} and {found[1]}; expected one (remove or "
                         "rename the one that is not its labels)")
@@ -237,6 +236,10 @@ def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
     idx.meta = {**(where or {}), "record_bytes_min": rs, "record_bytes_max": rs, "record_bytes_mean": float(rs),
                 "records_under_4k": int(idx.n if rs < 4096 else 0),
                 "records_straddling_4k": int(_count_straddling(idx))}
+    if any(lab is not None for lab in labels) and any(lab is None for lab in labels):  # all labelled or none
+        have, bare = (next(p for p, f in zip(files, label_files) if (f is None) == none) for none in (False, True))
+        raise DataError(f"{bare}: no labels file beside it ({labels_candidates(bare)[0]}), while {have} has one; "
+                        "expected every .npy file of the dataset to have its labels, or none (its labels would be lost)")
     if labels and all(lab is not None for lab in labels):
         # fingerprinted before their values are copied in: a labels file changed since is found at open
         idx.meta["label_files"] = label_entries(label_files, os.path.dirname(os.path.abspath(dest)))

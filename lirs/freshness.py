@@ -17,6 +17,7 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import StaleIndexError
+from .inputs import labels_candidates
 from .sidecar import SIDECAR_SUFFIX, pread_full, relpath
 
 log = logging.getLogger("lirs.index")
@@ -68,14 +69,15 @@ def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None)
     size, mtime = int(st.st_size), int(st.st_mtime_ns)
     old = expected.get("size")
     if size != old:
-        grew = " (appended to: `lirs index` re-scans only the tail)" if old is not None and size > old else ""
+        grew = " (it grew: an append is re-indexed by scanning only the tail)" if old is not None and size > old else ""
         return f"its size changed ({old} -> {size}){grew}", None, mtime
     if mtime in (expected.get("mtime_ns"), trusted_mtime):
         with open(path, "rb") as f:
             if _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path) == expected.get("sample_hash"):
                 return None, None, mtime
     if sums is None:
-        return f"its modification time changed ({expected.get('mtime_ns')} -> {mtime})", None, mtime
+        return (f"its modification time changed ({expected.get('mtime_ns')} -> {mtime})" if mtime != expected.get("mtime_ns")
+                else "its content changed: sampled blocks differ, its modification time kept"), None, mtime
     block = first_changed_block(path, sums, size)
     if block is not None:
         return f"its content changed at {changed_range(block, size)}", None, mtime
@@ -123,6 +125,8 @@ def check_label_files(index) -> None:
     labels are served from the sidecar, so an edit would otherwise go unseen). One whose size or
     mtime moved is read whole and compared, label by label."""
     entries = index.meta.get("label_files") or ()
+    if index.format == "npy" and not entries and index.label_values is None:
+        _no_new_labels(index)
     base = os.path.dirname(index.sidecar or "")
     for f, e in enumerate(entries):
         path = os.path.normpath(os.path.join(base, e["relpath"]))
@@ -132,6 +136,16 @@ def check_label_files(index) -> None:
         why = "it is gone" if why == "the data file is missing" else why.replace("its modification time", "its mtime")
         raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
                               f"serves the old ones: re-run `{reindex_command(index.paths, index.sidecar)}`")
+
+
+def _no_new_labels(index) -> None:
+    """StaleIndexError naming a labels file that appeared beside ``.npy`` data indexed without one
+    (its records are served without labels)."""
+    for p in index.paths:
+        new = next((c for c in labels_candidates(p) if os.path.exists(c)), None)
+        if new is not None:
+            raise StaleIndexError(f"{new}: a labels file for {p} appeared since indexing; the index serves no labels: "
+                                  f"re-run `{reindex_command(index.paths, index.sidecar)}`")
 
 
 def _same_labels(index, f: int, path: str) -> bool:

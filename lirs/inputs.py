@@ -54,6 +54,12 @@ def labels_path(path: str) -> str:
     return os.fspath(path) + ".labels.npy"
 
 
+def labels_candidates(path: str) -> list[str]:
+    """The names the labels file of ``X.npy`` may have: ``X.labels.npy``, ``X.npy.labels.npy``."""
+    path = os.fspath(path)
+    return ([path[:-4] + ".labels.npy"] if path.endswith(".npy") else []) + [labels_path(path)]
+
+
 def expand_paths(paths) -> list[str]:
     """Files of a dataset: one file, several files, or the regular files of a directory (sorted).
 

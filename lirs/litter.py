@@ -1,7 +1,7 @@
 """What a crashed lirs run left behind, found and removed by the next run.
 
-Every temporary name lirs writes carries the PID of the process writing it: ``.NAME.tmp-PID``
-beside a sidecar or an output file, ``.lirs-shuffle-PID-XXXX/`` pile directories. A later run in
+Every temporary name lirs writes carries the PID of the process writing it: ``.NAME.tmp-PID-TID``
+(and the writing thread's id) beside a sidecar or an output file, ``.lirs-shuffle-PID-XXXX/`` pile directories. A later run in
 the same directory removes those whose process is gone (and says so); those of a live process
 are left alone. Caveat: a directory shared between machines (NFS) can hold PIDs of another host;
 such a temporary file is removed only if no process of this host has that PID.
@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 
 from .errors import UsageError
 
@@ -51,9 +52,12 @@ def pid_alive(pid: int) -> bool:
 
 
 def temp_name(final: str, pid: int | None = None) -> str:
-    """``DIR/.BASENAME.tmp-PID``: where ``final`` is written before its atomic rename."""
+    """``DIR/.BASENAME.tmp-PID-TID``: where this thread writes ``final`` before its atomic rename
+    (the thread's id too: threads of one process opening one touched index each rewrite its header,
+    and one's rename must not take another's half-written file); ``pid`` given: ``.BASENAME.tmp-PID``."""
     d, base = os.path.split(os.path.abspath(final))
-    return os.path.join(d, f".{base}.tmp-{os.getpid() if pid is None else int(pid)}")
+    return os.path.join(d, f".{base}.tmp-{int(pid)}" if pid is not None else
+                        f".{base}.tmp-{os.getpid()}-{threading.get_native_id()}")
 
 
 def clean_dead(dirpath: str, pattern: str) -> list[str]:
@@ -91,12 +95,12 @@ def clean_dead(dirpath: str, pattern: str) -> list[str]:
 def clean_dead_temps(final: str) -> list[str]:
     """Remove ``.BASENAME.tmp-PID`` files of ``final`` left by dead processes."""
     d, base = os.path.split(os.path.abspath(final))
-    return clean_dead(d, re.escape(f".{base}.tmp-") + r"(?P<pid>\d+)")
+    return clean_dead(d, re.escape(f".{base}.tmp-") + r"(?P<pid>\d+)(?:-\d+)?")
 
 
 # every temporary name lirs writes: `.NAME.tmp-PID` files and directories (outputs, sidecars,
 # labels, staged shards, verification records) and `.lirs-shuffle-PID-XXXX` pile directories
-LITTER_PATTERN = r"\..+\.tmp-(?P<pid>\d+)|\.lirs-shuffle-(?P<pid2>\d+)-[A-Za-z0-9_]+"
+LITTER_PATTERN = r"\..+\.tmp-(?P<pid>\d+)(?:-\d+)?|\.lirs-shuffle-(?P<pid2>\d+)-[A-Za-z0-9_]+"
 
 
 def clean_dead_litter(dirpath: str) -> list[str]:

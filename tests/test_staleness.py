@@ -14,7 +14,7 @@ import lirs
 from lirs import content as C
 from lirs import sidecar as S
 from lirs.cli import main
-from lirs.errors import IndexFormatError, StaleIndexError
+from lirs.errors import DataError, IndexFormatError, StaleIndexError
 from lirs.index import open_index
 
 
@@ -379,6 +379,35 @@ def test_a_labels_file_changed_after_indexing_is_found_at_open(tmp_path):
     assert got == {i: float(19 - i) for i in range(20)}
     os.remove(lab)
     with pytest.raises(StaleIndexError, match=r"x\.labels\.npy: .*\(it is gone\)"):
+        open_index(str(x))
+
+
+def test_labels_that_appear_or_are_missing_for_one_file_are_not_lost_unsaid(tmp_path):
+    """A labels file written beside .npy data indexed without one was never seen (its records
+    served without labels): named at open. A directory where one .npy has labels and another has
+    none is refused at `lirs index` (every label was dropped). A labels edit that kept its mtime
+    is said so, not "mtime changed (t -> t)"."""
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((20, 3), np.float32))
+    lirs.build_index(str(x), progress=False)
+    np.save(tmp_path / "x.labels.npy", np.ones(20))
+    with pytest.raises(StaleIndexError, match=r"x\.labels\.npy: a labels file for .*x\.npy appeared since indexing"):
+        lirs.Loader(str(x), 4)
+    assert main(["index", "--check", str(x)]) == 1
+    lirs.build_index(str(x), progress=False)
+    with lirs.Loader(str(x), 4) as ld:
+        assert all((b.y == 1).all() for b in ld.epoch(0))
+    d = tmp_path / "set"
+    d.mkdir()
+    np.save(d / "a.npy", np.zeros((10, 3), np.float32)), np.save(d / "a.labels.npy", np.ones(10))
+    np.save(d / "b.npy", np.zeros((5, 3), np.float32))
+    with pytest.raises(DataError, match=r"b\.npy: no labels file beside it .*b\.labels\.npy.*while .*a\.npy has one"):
+        lirs.build_index(str(d), progress=False)
+    lab = tmp_path / "x.labels.npy"
+    st = os.stat(lab)
+    np.save(lab, np.full(20, 2.0))  # same size, other labels, the mtime put back
+    os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(StaleIndexError, match=r"\(its content changed: sampled blocks differ, its mtime kept\)"):
         open_index(str(x))
 
 

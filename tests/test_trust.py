@@ -424,3 +424,32 @@ def test_an_output_that_is_a_fifo_or_a_directory_is_refused_not_replaced(tmp_pat
         assert str(node) in err and ("not a regular file" in err or "is a directory" in err), err
         assert (node.is_fifo() if make is os.mkfifo else node.is_dir())
         node.rmdir() if node.is_dir() else node.unlink()
+
+
+def test_threads_opening_one_touched_index_do_not_take_each_others_temporary(tmp_path):
+    """Each open of a touched index records the checked mtime by rewriting the sidecar's header
+    through a temporary: threads of one process named it alike, and one's rename took another's
+    file (FileNotFoundError at open)."""
+    import threading
+
+    p = _svm(tmp_path / "t.svm", n=3000)
+    lirs.build_index(p, progress=False)
+    errors = []
+
+    def open_close(gate):
+        gate.wait()
+        try:
+            lirs.Loader(p, 10).close()
+        except Exception as e:  # noqa: BLE001 - any failure counts
+            errors.append(repr(e))
+
+    for _ in range(8):
+        st = os.stat(p)
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        gate = threading.Barrier(4)
+        threads = [threading.Thread(target=open_close, args=(gate,)) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+    assert not errors, errors[:2]
+    assert not [x for x in os.listdir(tmp_path) if ".tmp-" in x]
+    assert main(["index", "--check", p]) == 0
