@@ -85,6 +85,26 @@ def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None)
     return None, mtime, mtime
 
 
+def identity(index) -> int:
+    """A CRC-32 of what an index serves: where its records lie (:func:`layout_crc`), its
+    per-MiB checksums of the data and its ``meta`` (labels files' fingerprints included); unchanged
+    by a header rewritten to record a checked mtime. 0 for an index without a sidecar."""
+    if not index.layout:
+        return 0
+    key = json.dumps([index.layout, index.meta], sort_keys=True, default=str).encode()
+    return zlib.crc32(b"" if index.sums is None else np.ascontiguousarray(index.sums).tobytes(), zlib.crc32(key)) or 1
+
+
+def check_identity(index, expected: int | None) -> None:
+    """StaleIndexError when ``index``, opened again by path in a spawned DataLoader worker, is not
+    the one a dataset's main process opened (:func:`identity` ``expected``; None or 0: unknown): the
+    sidecar was rebuilt in between, and the main process's counts (``len``, resume states) are of
+    the old one."""
+    if expected and identity(index) != expected:
+        raise StaleIndexError(f"{index.sidecar} was rebuilt after the main process opened it (its data changed): "
+                              "this worker would serve other records than those counted there; make the dataset again")
+
+
 # the arrays that say where every record lies: a plan (and so a resume state) depends on them alone
 _LAYOUT_ARRAYS = ("file_starts", "data_ends", "header_sizes", "offsets_base", "offsets_rel", "offsets_wide")
 

@@ -15,17 +15,16 @@
 contiguous slice of the epoch's global order: the union over ranks is every record exactly once
 (``drop_last=False``), with no communication (the order is a function of seed and epoch).
 
-**Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids,
-order, sizes and count) whatever ``num_workers``. Under :func:`make_dataloader` worker ``w`` of
-``W`` delivers batches ``w, w + W, ...`` or, with window steps, the rows of windows ``w, w + W,
-...`` (each window read once between the workers), in bundles the main process puts back in
-order (:mod:`lirs.workers`); a hand-built DataLoader gets one batch per item, worker ``w`` taking
-batches ``w, w + W, ...``. Each worker's pool is its share of the usable cores
-(:func:`~lirs.workers.worker_threads`). :func:`make_dataloader`'s workers are persistent, and
-every pass still delivers the epoch the main process chose (``set_epoch``, a loaded state, or the
-next epoch for a plain pass), posted on a board each worker reads as its pass starts (also in a
-hand-built ``DataLoader(persistent_workers=True)``). ``device="cuda"`` moves each batch to the
-GPU on a side stream, from a thread of its own (:class:`lirs.tensors.Feeder`).
+**Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids, order, sizes
+and count) whatever ``num_workers``. Under :func:`make_dataloader` worker ``w`` of ``W`` delivers batches
+``w, w + W, ...`` or, with window steps, the rows of windows ``w, w + W, ...`` (each window read once between the
+workers), in bundles the main process puts back in order (:mod:`lirs.workers`); a hand-built DataLoader gets one
+batch per item, worker ``w`` taking batches ``w, w + W, ...``. Each worker's pool is its share of the usable
+cores (:func:`~lirs.workers.worker_threads`). :func:`make_dataloader`'s workers are persistent, and every pass
+still delivers the epoch the main process chose (``set_epoch``, a loaded state, or the next epoch for a plain
+pass), posted on a board each worker reads as its pass starts (also in a hand-built
+``DataLoader(persistent_workers=True)``). ``device="cuda"`` moves each batch to the GPU on a side stream, from a
+thread of its own (:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
 consumes the batch (cheaper than a task of their own on the Loader's pool; a device feeder packs
@@ -36,15 +35,14 @@ tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines; y (k,) `
 None. torch's one-time notices (sparse CSR in beta, invariant checks off) are silenced on import.
 
 **Resume.** ``state_dict()`` / ``load_state_dict(sd)`` on the dataset (and on the DataLoader that
-:func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer
-received, so that batches workers prefetched are not counted) resume mid-epoch exactly with any
-``num_workers``. With torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=W)`` the
-dataset's state is taken inside each worker (then it names the worker, and resumes only there).
-A state saved with another world size (same global batch ``batch_size * world_size``, or any)
-resumes *elastically*: the records of the epoch no old rank consumed are split over the new
-ranks, each delivered once (see :mod:`lirs.loader`; pass the list of every old rank's state when
-the ranks did not step together). A state from another seed, granularity or dataset is refused
-with a UsageError. torch is imported by this module, :mod:`lirs.tensors`, :mod:`lirs.workers`, :mod:`lirs.ring` only.
+:func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer received, so
+that batches workers prefetched are not counted) resume mid-epoch exactly with any ``num_workers``. With
+torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=W)`` the dataset's state is taken inside each
+worker (then it names the worker, and resumes only there). A state saved with another world size (same global
+batch ``batch_size * world_size``, or any) resumes *elastically*: the records of the epoch no old rank consumed
+are split over the new ranks, each delivered once (see :mod:`lirs.loader`; pass the list of every old rank's
+state when the ranks did not step together). A state from another seed, granularity or dataset is refused with a
+UsageError. torch is imported by this module, :mod:`lirs.tensors`, :mod:`lirs.workers`, :mod:`lirs.ring` only.
 """
 from __future__ import annotations
 
@@ -57,6 +55,7 @@ import torch
 import torch.utils.data as tud
 
 from .errors import UsageError
+from .freshness import check_identity, identity
 from .loader import Loader
 from .arena import install
 from .passtimes import begun, timed_main
@@ -125,8 +124,7 @@ class LirsIterableDataset(tud.IterableDataset):
         check_granularity(loader_kwargs.get("granularity", DEFAULT_GRANULARITY))
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
-        if isinstance(path_or_index, (str, os.PathLike)):
-            path_or_index = os.fspath(path_or_index)
+        path_or_index = os.fspath(path_or_index) if isinstance(path_or_index, (str, os.PathLike)) else path_or_index
         self.source, self.batch_size = path_or_index, positive_int("batch_size", batch_size)
         self.epoch = whole("epoch", epoch)
         self.sparse, self.output, self.label_dtype, self.transform = sparse, output, check_label_dtype(label_dtype), transform
@@ -198,6 +196,7 @@ class LirsIterableDataset(tud.IterableDataset):
             kw = worker_pool(worker_of()[1], self.loader_kwargs)  # a worker: its share of the cores
             self._loader = Loader(source, self.batch_size, rank=rank, world_size=world,
                                   transform=None if self.transform is None else self._converter(), **kw)
+            check_identity(self._loader.index, self.__dict__.get("_opened"))  # a spawned worker's reopened index
             self._loader_key = key
         return self._loader
 
@@ -236,9 +235,10 @@ class LirsIterableDataset(tud.IterableDataset):
             self._loader.close()
         self._loader = None
 
-    def __getstate__(self):
-        # workers (spawned or forked) build their own loader; never ship one across processes
-        return {**self.__dict__, "_loader": None, "_loader_key": None}
+    def __getstate__(self):  # workers build their own loader, checked to open the index this one did
+        idx = None if self._loader is None else self._loader.index
+        return {**self.__dict__, "_loader": None, "_loader_key": None,
+                "_opened": self.__dict__.get("_opened") if idx is None else identity(idx)}
 
     # ------------------------------------------------------------------ state
     def state(self) -> ResumeState:

@@ -626,6 +626,29 @@ def test_persistent_workers_under_spawn(kdd_file):
     assert np.array_equal(_ids(dl), _order(kdd_file, 300, 5, **kw)), "the spawned workers share the board"
 
 
+def test_a_spawned_worker_refuses_an_index_rebuilt_after_the_main_process_opened_it(tmp_path):
+    """A spawned worker opens the index again by path: one rebuilt in between (the data appended
+    to) served other records than the main process counted (len, resume); a touch, whose check
+    rewrites the sidecar's header, is not a rebuild."""
+    from lirs.errors import StaleIndexError
+    from lirs.torch import make_dataloader
+
+    p = str(tmp_path / "w.svm")
+    with open(p, "w") as f:
+        f.write("".join(f"1 {i % 9 + 1}:1\n" for i in range(4000)))
+    lirs.build_index(p, progress=False)
+    dl = make_dataloader(p, 500, num_workers=1, multiprocessing_context="spawn", persistent_workers=False)
+    assert len(dl) == 8
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert sorted(_ids(dl)) == list(range(4000))
+    with open(p, "a") as f:
+        f.write("-1 1:2\n" * 300)
+    lirs.build_index(p, progress=False)
+    with pytest.raises(StaleIndexError, match="was rebuilt after the main process opened it"):
+        _ids(dl)
+
+
 def test_slot_ring_batches_cross_without_the_pickle_stream(small_svm):
     """A worker's batch packed into a shared slot: only the slot's number is pickled, the main
     process gets views of it, and the slot is free again once those tensors are gone; a full ring
