@@ -246,7 +246,7 @@ def scan_one(sc, tap, lab_tmp, path: str, keep: Keep | None, sums: list, bar) ->
                 head = pread_full(fh.fileno(), keep.byte - keep.start, keep.start, path)
             acc.feed(np.frombuffer(head, np.uint8), 0, len(head), keep.start)
             end = os.path.getsize(path)
-            sc.scan_range(path, keep.byte, end)
+            sc.scan_range(path, keep.byte, end, keep.rec)
         else:
             _, _, end = sc.scan_file(path, keep.start, keep.byte, np.array([0, -1, 0, keep.rec]))
     finally:

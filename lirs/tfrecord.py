@@ -147,9 +147,11 @@ class TFRecordScanner:
             raise DataError(f"{path}: empty file (0 bytes); nothing to index")
         return self.scan_range(path, 0, size), -1, size
 
-    def scan_range(self, path: str, start: int, size: int) -> int:
-        """Scan the records of bytes [start, size) of ``path``; returns their count."""
+    def scan_range(self, path: str, start: int, size: int, first: int = 0) -> int:
+        """Scan the records of bytes [start, size) of ``path`` (``first``: the file's records before
+        ``start``, so that an error names the record's number in the file); returns their count."""
         n0 = self.n
+        e0 = n0 - int(first)  # an error's record: self.n - e0
         pending: list = []     # pieces of a record that continues into the next chunk
         have = pend_base = 0
         for buf, nb, base in read_chunks(path, start, size, self.chunk_bytes, direct=True):
@@ -163,10 +165,10 @@ class TFRecordScanner:
                     lo += take
                 if have >= need and (need > HEADER or self._need(pending) == HEADER):
                     joined = np.concatenate(pending)
-                    self.scan_region(path, joined, 0, have, pend_base, n0)  # one record (or its error)
+                    self.scan_region(path, joined, 0, have, pend_base, e0)  # one record (or its error)
                     pending, have = [], 0
             if not pending:
-                pos = self.scan_region(path, buf, lo, nb, base, n0)
+                pos = self.scan_region(path, buf, lo, nb, base, e0)
                 if pos < nb:
                     pending, have, pend_base = [buf[pos:nb].copy()], nb - pos, base + pos
             if self.bar is not None:
@@ -175,7 +177,7 @@ class TFRecordScanner:
             joined = np.concatenate(pending)
             k, pos, status = K.walk(K.TABLE, K.HW, self.verify, joined, 0, have, pend_base, self._starts,
                                     0, self._err)
-            raise record_error(path, self.n - n0, pend_base, status, self._err, size)
+            raise record_error(path, self.n - e0, pend_base, status, self._err, size)
         return self.n - n0
 
 

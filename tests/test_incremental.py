@@ -341,3 +341,20 @@ def test_a_corrupt_old_sidecar_is_not_reused(tmp_path, spy, caplog):
     with lirs.Loader(str(p), 20_001, granularity="instance") as loader:
         got = {int(i): bytes(x) for b in loader.epoch(0) for i, x in zip(b.ids, b.X)}
     assert got[4999] == b'{"k": 4999}' and got[5000] == b'{"k": 5000}'
+
+
+def test_an_error_in_a_tfrecord_tail_names_the_record_as_a_full_scan_does(tmp_path):
+    from lirs.errors import DataError
+    from lirs.tfrecord import encode
+
+    p = tmp_path / "t.tfrecord"
+    p.write_bytes(encode([b"x" * 100] * 3000).tobytes())
+    lirs.build_index(str(p), progress=False)
+    with open(p, "ab") as f:
+        f.write(encode([b"y" * 100] * 30).tobytes()[:-7])  # the last record cut short
+    said = []
+    for full in (False, True):
+        with pytest.raises(DataError) as e:
+            lirs.build_index(str(p), progress=False, full=full)
+        said.append(str(e.value))
+    assert said[0] == said[1] and "record 3029 at byte" in said[0], said
