@@ -238,9 +238,12 @@ def scan_one(sc, tap, lab_tmp, path: str, keep: Keep | None, sums: list, bar) ->
     acc = SUM_TAPS[path] = BlockSums(keep.start)
     try:
         if marks is not None:
-            sc.marks += marks[:keep.block + 1].tolist()
+            # a restart at the file's new end on a block boundary (cut there): that boundary's row is
+            # the file's total row, which the scan writes, not a mark a full scan keeps
+            rows = min(keep.block + 1, block_count(os.path.getsize(path)))
+            sc.marks += marks[:rows].tolist()
             sc.qid_count += int(marks[keep.block, 2])
-            _, _, end = sc.scan_file(path, keep.start, keep.byte, marks[keep.block], keep.block + 1)
+            _, _, end = sc.scan_file(path, keep.start, keep.byte, marks[keep.block], rows)
         elif hasattr(sc, "scan_range"):  # TFRecord: the scanner reads from the record itself
             with open(path, "rb") as fh:
                 head = pread_full(fh.fileno(), keep.byte - keep.start, keep.start, path)

@@ -358,3 +358,18 @@ def test_an_error_in_a_tfrecord_tail_names_the_record_as_a_full_scan_does(tmp_pa
             lirs.build_index(str(p), progress=False, full=full)
         said.append(str(e.value))
     assert said[0] == said[1] and "record 3029 at byte" in said[0], said
+
+
+def test_a_file_cut_where_a_record_starts_on_a_block_boundary(tmp_path):
+    """Truncated to exactly a MiB boundary at which a record began: the restart is the file's new
+    end, and the sidecar is still the one a full scan writes (its marks had one row too many)."""
+    head = b"".join(b"%d %d:%d\n" % (1 if i % 2 else -1, 1 + i % 7, i % 100) for i in range(100_000))
+    head = head[:head.rindex(b"\n", 0, SUM_BLOCK - 100) + 1]
+    filler = b"1 1:1 #" + b"x" * (SUM_BLOCK - len(head) - 8) + b"\n"
+    body = head + filler
+    assert len(body) == SUM_BLOCK
+    p = tmp_path / "cut.svm"
+    p.write_bytes(body + b"-1 2:3\n" * 5000)
+    lirs.build_index(str(p), progress=False)
+    os.truncate(p, SUM_BLOCK)
+    _same_as_full(str(p))
