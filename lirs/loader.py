@@ -20,12 +20,8 @@ An exception in ``fn`` reaches the consumer at that batch as :class:`~lirs.error
 others): DataLoader worker ``w`` of ``W`` reads those, so a round robin over the workers gives
 exactly this Loader's sequence.
 
-Resume: :meth:`Loader.state_dict` says where the consumer is. A state loaded by a Loader of the
-same rank, world size and batch size resumes at that batch, byte for byte. A state saved with
-another world size (or batch size, or by another rank) resumes *elastically*: the records every
-old rank had not yet consumed (a prefix of its slice was) are split over the new ranks, each
-delivered exactly once — pass the list of every old rank's state, or one state when the ranks
-stepped together (``next_batch`` the same on all). Every granularity supports it.
+Resume: :meth:`Loader.state_dict` says where the consumer is; a loaded state resumes exactly, or
+elastically under another world size (:mod:`lirs.state`).
 
 Epochs: ``loader.epoch(e)`` delivers epoch ``e``; a plain pass (``for batch in loader``) starts
 the next epoch each time (0, 1, 2, ...; :meth:`Loader.set_epoch` chooses it), so that iterating

@@ -6,6 +6,13 @@ the position ranges an elastic resume walks (or None: the whole epoch), the conf
 planned it, and the DataLoader worker that took it (None: the main process). It travels as a plain
 dict (:meth:`ResumeState.to_dict`, :meth:`ResumeState.from_dict`) that carries its format version,
 so a checkpoint written by this release is read by later ones.
+
+A state loaded by a Loader of the same rank, world size and batch size resumes at that batch, byte
+for byte. A state saved with another world size (or batch size, or by another rank) resumes
+*elastically*: the records every old rank had not yet consumed (a prefix of its slice was) are
+split over the new ranks, each delivered exactly once — pass the list of every old rank's state,
+or one state when the ranks stepped together (``next_batch`` the same on all). Every granularity
+supports it.
 """
 from __future__ import annotations
 
