@@ -1,31 +1,29 @@
 """The Loader: batches of a fresh random order every epoch, read and decoded ahead of the consumer.
 
-The consumer's thread draws the batches' plans in order and hands each read step to a pool of
-threads, ``prefetch`` batches ahead; a pool thread reads the step's extents with the engine
-(io_uring or pread, no GIL held) into a pooled buffer and decodes it (numba, no GIL) while the
-training step computes. Consecutive group batches share a read step of at least STEP_MIN_BYTES
-(a step costs Python under the GIL), taken by the consumer as one: one plan, one wait, then each
-batch's rows (:class:`~lirs.steps.SharedStep`). Batches arrive in plan order; an error in any
-stage is raised in the consumer at that batch; ``aepoch`` serves asyncio code. Memory stays about
-index + plan + the read steps that ``prefetch + 1`` batches span.
+The consumer's thread draws the batches' plans in order and hands each read step to a pool of threads,
+``prefetch`` batches ahead; a pool thread reads the step's extents with the engine (io_uring or pread, no GIL
+held) into a pooled buffer and decodes it (numba, no GIL) while the training step computes. Consecutive group
+batches share a read step of at least STEP_MIN_BYTES (a step costs Python under the GIL), taken by the
+consumer as one: one plan, one wait, then each batch's rows (:class:`~lirs.steps.SharedStep`). Batches arrive
+in plan order; an error in any stage is raised in the consumer at the first batch of its read step; ``aepoch``
+serves asyncio code. Memory stays about index + plan + the read steps that ``prefetch + 1`` batches span.
 
-``transform=fn`` runs ``fn(batch)`` on the pool thread right after the batch is decoded, and the
-consumer receives what it returns (the torch adapter builds its tensors there). numba kernels
-and most numpy/torch calls release the GIL, so such transforms run in parallel with the
-training step; a pure-Python transform holds the GIL and only overlaps the consumer's waits.
-An exception in ``fn`` reaches the consumer at that batch as :class:`~lirs.errors.TransformError`
-(batch and epoch in the message, the original as ``__cause__``).
+``transform=fn`` runs ``fn(batch)`` on the pool thread right after the batch is decoded, and the consumer
+receives what it returns (the torch adapter builds its tensors there). numba kernels and most numpy/torch
+calls release the GIL, so such transforms run in parallel with the training step; a pure-Python transform
+holds the GIL and only overlaps the consumer's waits. An exception in ``fn`` reaches the consumer at that
+batch as :class:`~lirs.errors.TransformError` (batch and epoch in the message, the original as ``__cause__``).
 
-``epoch(e, stride=W, offset=w)`` delivers only batches ``w, w + W, ...`` (planning none of the
-others): DataLoader worker ``w`` of ``W`` reads those, so a round robin over the workers gives
-exactly this Loader's sequence.
+``epoch(e, stride=W, offset=w)`` delivers only batches ``w, w + W, ...`` (planning none of the others):
+DataLoader worker ``w`` of ``W`` reads those, so a round robin over the workers gives exactly this Loader's
+sequence.
 
-Resume: :meth:`Loader.state_dict` says where the consumer is; a loaded state resumes exactly, or
-elastically under another world size (:mod:`lirs.state`).
+Resume: :meth:`Loader.state_dict` says where the consumer is; a loaded state resumes exactly, or elastically
+under another world size (:mod:`lirs.state`).
 
-Epochs: ``loader.epoch(e)`` delivers epoch ``e``; a plain pass (``for batch in loader``) starts
-the next epoch each time (0, 1, 2, ...; :meth:`Loader.set_epoch` chooses it), so that iterating
-twice never repeats an order by accident.
+Epochs: ``loader.epoch(e)`` delivers epoch ``e``; a plain pass (``for batch in loader``) starts the next epoch
+each time (0, 1, 2, ...; :meth:`Loader.set_epoch` chooses it), so that iterating twice never repeats an order
+by accident.
 
 ::
 
@@ -221,6 +219,7 @@ class Loader:
             self._closed = True
             if self._pid != os.getpid():
                 self._pid = None
+                self._warm.join_preload()  # closed before its first epoch: the preload of its kernels
                 self._release_index()
                 return  # no thread of ours runs in this process
             pipeline, self._pipeline = self._pipeline, None
@@ -406,10 +405,13 @@ class Loader:
             run.abandon()
 
     def _next(self, run):
-        """``run``'s next batch item (None: the end); once this Loader is closed, ValueError, not
-        the batches read ahead before (the same error however many were)."""
+        """``run``'s next batch item (None: the end); once closed, ValueError, not the batches read ahead (however
+        many); in a forked child, UsageError for an epoch begun before the fork (its reads were the parent's)."""
         if self._closed:
             raise ValueError("this Loader is closed")
+        if run.pipeline is not self._pipeline or self._pid != os.getpid():
+            raise UsageError("this epoch was begun in another process (before a fork): begin it again here, at the "
+                             "batch this process is at (loader.epoch(e, start=...) or a loaded state)")
         return run.next()
 
     def __iter__(self):
@@ -475,6 +477,8 @@ class Loader:
         plans, epoch, stats = item.plan.plans, run.epoch, self.stats
         cuts = [bp.parts[0].lo for bp in plans] + [plans[-1].parts[0].hi]
         for bp, (X, y) in zip(plans, rows_each(results[0], cuts)):
+            if self._closed:  # the step's other batches are read ahead too
+                raise ValueError("this Loader is closed")
             self._moved = (bp.index, epoch)
             stats.batches += 1
             stats.records += len(bp.ids)

@@ -73,6 +73,9 @@ class TaskThreads:
         thread itself). Idempotent."""
         with self._lock:
             first, self._shut = not self._shut, True
+            # no thread starts after this: the initializer (a bound method of the owner, which holds
+            # this pool) would keep the owner, its index's maps and their descriptors, until a GC
+            self._initializer = None
         if first:
             _stop(self._q, len(self._threads))
         if wait:
