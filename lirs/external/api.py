@@ -194,7 +194,7 @@ def _check_places(files, out: str, shards, tmpdir, *, labels: bool, index: bool 
                                  if what != "the data" else
                                  f"output {out} is one of the inputs; write the shuffle to a new file")
     parent = out_dir(out, "-o", directory_ok=True)
-    for p in written[1:]:  # the labels file and the index written beside it
+    for p in written[1:] if shards is None else ():  # the labels file and the index written beside it
         out_dir(p, "-o")
     if shards is None:
         if os.path.isdir(out):
