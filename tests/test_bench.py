@@ -803,7 +803,7 @@ def test_loader_auto_without_recommendation_uses_the_default(kdd_tiny, tmp_path,
     assert "no lirs bench recommendation" in caplog.text
 
 
-def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog):
+def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog, capsys):
     import shutil
 
     import lirs
@@ -817,6 +817,11 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog):
         assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 8192, 4)
         ids = np.concatenate([b.ids for b in ld.epoch(0)])
     assert np.array_equal(np.sort(ids), np.arange(idx.n))
+    from lirs.cli import main  # `lirs epoch --granularity auto` runs what the Loader does (its --window: not given)
+
+    assert main(["epoch", p, "--granularity", "auto", "--batch-size", "128", "--max-batches", "1", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["granularity"], got["group_bytes"], got["window_groups"]) == ("window", 8192, 4)
     # a recommendation measured on other data is ignored, with a warning
     doc = json.load(open(path))
     doc["n"] += 1

@@ -7,7 +7,6 @@ import resource
 import sys
 import time
 
-from ..constants import DEFAULT_WINDOW
 from ..policies import DEFAULT_GRANULARITY, GRANULARITIES
 from ..recommendation import AUTO
 from ..errors import UsageError
@@ -32,7 +31,7 @@ def add_parser(sub):
                    help="sleep T ms per batch, as a training step would take (default 0)")
     p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")
     p.add_argument("--group-bytes", default="64K", metavar="G", help="group size for group/window (default 64K)")
-    p.add_argument("--window", default=DEFAULT_WINDOW, metavar="W",
+    p.add_argument("--window", default=None, metavar="W",  # None: auto, or what `--granularity auto` saved
                    help="memory of a window: auto (default: 5%% of the data within 16M..256M), a size such as 64M, a share such as 5%%, or a group count")
     p.add_argument("--depth", type=int, default=None, metavar="D",
                    help="reads in flight per batch (engine default: uring 128, threads 32)")
@@ -83,6 +82,7 @@ def run(args) -> int:
             "path": os.path.abspath(args.path),
             "format": loader.index.format,
             "granularity": loader.granularity,  # what "auto" chose
+            "group_bytes": loader.group_bytes, "window_groups": loader.window,
             "engine": eng.name,
             "direct": eng.direct,
             "engine_reason": eng.reason,
