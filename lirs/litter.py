@@ -19,13 +19,20 @@ from .errors import UsageError
 log = logging.getLogger("lirs.litter")
 
 
-def out_dir(path, what: str, directory_ok: bool = False) -> str:
+def out_dir(path, what: str, directory_ok: bool = False, inputs=()) -> str:
     """The absolute directory ``path`` (an output about to be written to a temporary name and
     renamed over ``path``) goes in. UsageError naming ``what`` (the option, e.g. "-o") before any
     work when that directory does not exist, or when ``path`` exists and is not a regular file: a
     directory (unless ``directory_ok``), or a device, FIFO or socket, which the rename would replace
-    (``-o /dev/null`` run as root would leave /dev/null a regular file)."""
+    (``-o /dev/null`` run as root would leave /dev/null a regular file), or a file that belongs to
+    one of ``inputs`` (its data, index or labels: ``--json DATA`` replaced the data)."""
+    from .inputs import belonging
+
     p = os.fspath(path)
+    for src in inputs:
+        for q, kind in belonging(src).items():
+            if os.path.abspath(q) == os.path.abspath(p) or (os.path.exists(q) and os.path.exists(p) and os.path.samefile(q, p)):
+                raise UsageError(f"{what} {p} is {kind} of the input {os.fspath(src)}: write it elsewhere")
     d = os.path.dirname(os.path.abspath(p))
     if not os.path.isdir(d):
         raise UsageError(f"{what} {p}: its directory {d} does not exist")

@@ -777,6 +777,32 @@ def test_usage_errors(kdd_tiny):
     assert r.returncode == 2 and "floppy" in r.stderr
 
 
+def test_cli_arguments_are_checked_before_the_benchmark_runs(kdd_tiny, tmp_path, capsys):
+    """Each is refused at once (exit 2, one line), not after minutes of measuring or as a row of
+    errors with exit 0; --json or --plot over the dataset's own files replaced the data or index."""
+    import shutil
+
+    from lirs.cli import main
+
+    import lirs
+
+    p = str(tmp_path / "k.svm")
+    shutil.copy(kdd_tiny, p)
+    lirs.build_index(p, progress=False)
+    data, side = open(p, "rb").read(), open(p + ".lirs", "rb").read()
+    for extra, said in ((["--json", p], "is the data of the input"), (["--json", p + ".lirs"], "is the index"),
+                        (["--plot", p], "is the data"), (["--json", str(tmp_path / "no" / "r.json")], "does not exist"),
+                        (["--plot", str(tmp_path / "p")], "name it OUT.png"), (["--budget", "nan"], "--budget"),
+                        (["--fio-runtime", "inf"], "--fio-runtime"), (["--prefetch", "0"], "--prefetch"),
+                        (["--engine", "floppy"], "--engine floppy")):
+        assert main(["bench", p, "--no-fio", "--smoke", *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, (extra, err)
+    assert open(p, "rb").read() == data and open(p + ".lirs", "rb").read() == side
+    assert main(["quality", p, "--epochs", "2", "--json", p]) == 2 and "is the data" in capsys.readouterr().err
+    assert open(p, "rb").read() == data
+
+
 # ------------------------------------------------------------------------------ Loader(granularity="auto")
 
 

@@ -7,6 +7,7 @@ import sys
 
 from ..constants import DEFAULT_WINDOW
 from ..errors import UsageError
+from ..litter import out_dir
 
 SMOKE = {"budget_s": 3.0, "fio_runtime_s": 0.5}
 
@@ -65,10 +66,35 @@ def _list(text: str, what: str) -> list[str]:
     return items
 
 
+def _check_args(args) -> None:
+    """UsageError for an argument that cannot work, before the benchmark's minutes: an output that
+    is one of the dataset's files or in no directory, a plot not named .png, a time that is not a
+    positive number, no prefetch, an unknown engine."""
+    import math
+
+    from ..engines import ENGINE_NAMES
+    from ..inputs import expand_paths
+
+    inputs = [args.path, *expand_paths(args.path)] if os.path.exists(args.path) else [args.path]
+    for flag, out in (("--json", args.json), ("--plot", args.plot)):
+        if out:
+            out_dir(out, flag, inputs=inputs)
+    if args.plot and not args.plot.endswith(".png"):
+        raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
+    for flag, v in (("--budget", args.budget), ("--fio-runtime", args.fio_runtime)):
+        if not (math.isfinite(v) and v > 0):
+            raise UsageError(f"{flag} must be a positive number of seconds, got {v}")
+    if args.prefetch < 1:
+        raise UsageError(f"--prefetch must be >= 1, got {args.prefetch}")
+    if args.engine not in ("auto", *ENGINE_NAMES):
+        raise UsageError(f"--engine {args.engine}: expected auto or one of {', '.join(ENGINE_NAMES)}")
+
+
 def run(args) -> int:
     from ..eval.bench import command_line, format_table, plot, run_bench, save_recommendation, write_json
     from ..units import parse_size
 
+    _check_args(args)
     devices = _list(args.devices, "devices")
     gran = _list(args.granularity, "granularity")
     if gran == ["none"]:
@@ -80,8 +106,6 @@ def run(args) -> int:
         peers = _list(peers, "peers")
     budget = SMOKE["budget_s"] if args.smoke else args.budget
     fio_runtime = SMOKE["fio_runtime_s"] if args.smoke else args.fio_runtime
-    if args.fio_runtime <= 0:
-        raise UsageError("--fio-runtime must be > 0")
     interactive = sys.stderr.isatty()
     res = run_bench(args.path, devices=devices, granularities=gran, group_bytes=sizes, window=args.window,
                     peers=peers, reads_only=reads_only, epochs=args.epochs, budget_s=budget,

@@ -159,8 +159,8 @@ def run(args) -> int:
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
     for flag, out in (("--json", args.json), ("--plot", args.plot)):
-        if out:
-            out_dir(out, flag)  # before the epochs are simulated, not after them
+        if out:  # before the epochs are simulated, not after them; never over the dataset's files
+            out_dir(out, flag, inputs=() if args.path is None else [args.path])
     params = parse_params(args.param)
     for k in ("memory_bytes", "window"):
         if k in params:

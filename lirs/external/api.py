@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inputs import expand_paths, labels_path
+from ..inputs import belonging, expand_paths, labels_path
 from ..sidecar import sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
@@ -172,22 +172,13 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def _beside(p: str) -> dict:
-    """The files that belong to input ``p`` (whether they exist or not): written by a shuffle, one
-    would be taken for them (an index read, labels given to the input's records)."""
-    names = {p: "the data", sidecar_path(p): "the index", labels_path(p): "the labels file"}
-    if p.endswith(".npy"):
-        names[p[:-4] + ".labels.npy"] = "the labels file"
-    return names
-
-
 def _check_places(files, out: str, shards, tmpdir, *, labels: bool, index: bool = False) -> tuple[str, str]:
     """(output directory, pile directory's parent) after checking that the output, its labels
     file and its index overwrite no input nor a file that belongs to one, and that the
     directories exist."""
     written = [out] + ([labels_path(out)] if labels else []) + ([sidecar_path(out)] if index else [])
     for p in files:
-        for q, what in _beside(p).items():
+        for q, what in belonging(p).items():
             hit = next((w for w in written if _same_file(w, q)), None) if shards is None else None
             if hit is not None:
                 raise UsageError(f"output {hit} would be {what} of the input {p}: write the shuffle elsewhere"
