@@ -60,15 +60,6 @@ def labels_candidates(path: str) -> list[str]:
     return ([path[:-4] + ".labels.npy"] if path.endswith(".npy") else []) + [labels_path(path)]
 
 
-def belonging(path: str) -> dict:
-    """The files that belong to the input ``path`` (whether they exist or not), each with what it
-    is: the data, its index, its labels files. An output written over one would be taken for it."""
-    from .sidecar import sidecar_path
-
-    path = os.fspath(path)
-    return {path: "the data", sidecar_path(path): "the index", **{c: "the labels file" for c in labels_candidates(path)}}
-
-
 def expand_paths(paths) -> list[str]:
     """Files of a dataset: one file, several files, or the regular files of a directory (sorted).
 

@@ -19,20 +19,17 @@ from .errors import UsageError
 log = logging.getLogger("lirs.litter")
 
 
-def out_dir(path, what: str, directory_ok: bool = False, inputs=()) -> str:
+def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = None) -> str:
     """The absolute directory ``path`` (an output about to be written to a temporary name and
     renamed over ``path``) goes in. UsageError naming ``what`` (the option, e.g. "-o") before any
     work when that directory does not exist, or when ``path`` exists and is not a regular file: a
     directory (unless ``directory_ok``), or a device, FIFO or socket, which the rename would replace
-    (``-o /dev/null`` run as root would leave /dev/null a regular file), or a file that belongs to
-    one of ``inputs`` (its data, index or labels: ``--json DATA`` replaced the data)."""
-    from .inputs import belonging
-
+    (``-o /dev/null`` run as root would leave /dev/null a regular file), or one of ``inputs``
+    ({path: what it is}, :func:`lirs.sidecar.belonging`: ``--json DATA`` replaced the data)."""
     p = os.fspath(path)
-    for src in inputs:
-        for q, kind in belonging(src).items():
-            if os.path.abspath(q) == os.path.abspath(p) or (os.path.exists(q) and os.path.exists(p) and os.path.samefile(q, p)):
-                raise UsageError(f"{what} {p} is {kind} of the input {os.fspath(src)}: write it elsewhere")
+    for q, kind in (inputs or {}).items():
+        if os.path.abspath(q) == os.path.abspath(p) or (os.path.exists(q) and os.path.exists(p) and os.path.samefile(q, p)):
+            raise UsageError(f"{what} {p} is {kind}: write it elsewhere")
     d = os.path.dirname(os.path.abspath(p))
     if not os.path.isdir(d):
         raise UsageError(f"{what} {p}: its directory {d} does not exist")

@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from .errors import IndexFormatError, UsageError
-from .inputs import pread_into
+from .inputs import labels_candidates, pread_into
 from .litter import clean_dead_litter, clean_dead_temps, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
@@ -44,6 +44,13 @@ def pread_full(fd: int, nbytes: int, offset: int, path: str | None = None) -> by
     byte (``lirs_offset``, which the CLI prints). The bytes form of :func:`lirs.inputs.pread_into`."""
     buf = bytearray(nbytes)
     return bytes(buf[:pread_into(fd, memoryview(buf), offset, path)])
+
+
+def belonging(path: str) -> dict:
+    """The files that belong to the input ``path`` (whether they exist or not), each with what it
+    is: the data, its index, its labels files. An output written over one would be taken for it."""
+    path = os.fspath(path)
+    return {path: "the data", sidecar_path(path): "the index", **{c: "the labels file" for c in labels_candidates(path)}}
 
 
 def sidecar_path(paths) -> str:

@@ -7,6 +7,7 @@ import sys
 
 from ..errors import UsageError
 from ..litter import out_dir
+from ..sidecar import belonging
 
 
 def add_parser(sub):
@@ -160,7 +161,8 @@ def run(args) -> int:
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
     for flag, out in (("--json", args.json), ("--plot", args.plot)):
         if out:  # before the epochs are simulated, not after them; never over the dataset's files
-            out_dir(out, flag, inputs=() if args.path is None else [args.path])
+            out_dir(out, flag, inputs=None if args.path is None else
+                    {q: f"{kind} of the input {args.path}" for q, kind in belonging(args.path).items()})
     params = parse_params(args.param)
     for k in ("memory_bytes", "window"):
         if k in params:

@@ -58,8 +58,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inputs import belonging, expand_paths, labels_path
-from ..sidecar import sidecar_path
+from ..inputs import expand_paths, labels_path
+from ..sidecar import belonging, sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
 from ..litter import clean_dead, clean_dead_litter, out_dir
