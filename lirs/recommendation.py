@@ -21,12 +21,23 @@ RECOMMENDATION_SUFFIX = ".bench.json"
 RECOMMENDATION_VERSION = 1
 
 
+def _umask() -> int:
+    """This process's umask, read without setting it (``os.umask`` would change it for every
+    thread meanwhile); 0o022 where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 0o022
+
+
 def write_json(doc: dict, path: str) -> str:
     """Write ``doc`` to ``path`` atomically (temp file in the same directory, fsync, rename)."""
     path = os.path.abspath(path)
     d = os.path.dirname(path)
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".lirs-", suffix=".json", dir=d)
+    os.fchmod(fd, 0o666 & ~_umask())  # as open() makes a file (mkstemp's is 0600: other users could not read it)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=1)

@@ -839,6 +839,7 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog, c
     idx = lirs.build_index(p, progress=False)
     path = B.save_recommendation(_fake_result(idx), idx)
     assert path == p + ".lirs.bench.json"
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~_umask(), "as open() makes it (mkstemp's 0600: others could not read it)"
     with lirs.Loader(p, 128, granularity="auto") as ld:
         assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 8192, 4)
         ids = np.concatenate([b.ids for b in ld.epoch(0)])
@@ -871,6 +872,12 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog, c
         json.dump({k: v for k, v in good.items() if k != "config"}, f)
     with lirs.Loader(p, 128, granularity="auto") as ld:
         assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 8192, 4)
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
 
 
 def test_save_recommendation_needs_one(kdd_tiny):

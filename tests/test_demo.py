@@ -92,6 +92,10 @@ def test_user_data_and_errors(tmp_path):
     assert bad.returncode == 2 and "magic" in bad.stderr
     bad = _lirs("demo", "--out", str(p))
     assert bad.returncode == 2 and "is a file" in bad.stderr
+    for flag, value in (("--C", "0"), ("--C", "nan"), ("--reference-epochs", "0")):  # not a ZeroDivisionError
+        bad = _lirs("demo", "--data", str(p), flag, value, "--out", str(tmp_path / "d"))
+        assert bad.returncode == 2 and f"{flag} must be" in bad.stderr, bad.stderr[-2000:]
+    assert oct(os.stat(tmp_path / "d" / "demo.json").st_mode & 0o077) != "0o0", "readable as open() makes files"
     h = tmp_path / "h.npy"
     generate("higgs", str(h), records=100, seed=1, progress=False)
     bad = _lirs("demo", "--data", str(h), "--out", str(tmp_path / "d"))

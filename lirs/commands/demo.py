@@ -8,7 +8,6 @@ seconds spent, pre-processing included. The work is in :mod:`lirs.eval.demo`.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import shlex
 import sys
@@ -45,6 +44,15 @@ def run(args) -> int:
     from ..eval.demo import run_demo
     from ..eval.demo_report import next_steps, plot, report_lines
 
+    import math
+
+    from ..errors import UsageError
+    from ..recommendation import write_json
+
+    if not (math.isfinite(args.C) and args.C > 0):  # before the sample is made, not a ZeroDivisionError after
+        raise UsageError(f"--C must be a positive number, got {args.C}")
+    if args.reference_epochs < 1:  # f* would be the untrained objective: a verdict on negative gaps
+        raise UsageError(f"--reference-epochs must be >= 1, got {args.reference_epochs}")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     res = run_demo(data=args.data, out=args.out, size=args.size, epochs=args.epochs, batch_size=args.batch_size,
                    C=args.C, seed=args.seed, methods=methods, engine=args.engine,
@@ -57,8 +65,7 @@ def run(args) -> int:
     out_json = os.path.join(res["out"], "demo.json")
     png = os.path.join(res["out"], "demo.png")
     made = plot(res, png)
-    with open(out_json, "w") as f:
-        json.dump(res, f, indent=1)
+    write_json(res, out_json)  # atomic: an interrupted demo leaves the last demo.json whole
     print()
     print(f"results: {out_json}")
     print(f"plot: {png}" if made else
