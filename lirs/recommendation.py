@@ -9,11 +9,12 @@ import logging
 import os
 import tempfile
 
-from .constants import DEFAULT_WINDOW
+from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 
 AUTO = "auto"  # the granularity that reads what `lirs bench --auto` saved
 from .errors import UsageError
+from .windows import window_groups
 
 log = logging.getLogger("lirs.recommendation")
 
@@ -102,10 +103,22 @@ def load_recommendation(index) -> dict | None:
         log.warning("ignoring %s: unknown granularity %r", path, doc.get("granularity"))
         return None
     gb, w = doc.get("group_bytes"), doc.get("window")
-    if gb is not None and (type(gb) is not int or gb <= 0) or w is not None and (type(w) not in (int, str) or w == 0):
+    if gb is not None and (type(gb) is not int or gb < BLOCK or gb % BLOCK) or w is not None and not _window_ok(w, gb):
         log.warning("ignoring %s: group_bytes %r or window %r is not a size", path, gb, w)
         return None
     return doc
+
+
+def _window_ok(w, gb) -> bool:
+    """Whether ``w`` is a window spec a Loader takes (not a hand edit such as -1 or "garbage", which
+    stopped ``Loader(granularity="auto")`` with an error naming no file)."""
+    if type(w) not in (int, str):
+        return False
+    try:
+        window_groups(w, gb or DEFAULT_GROUP_BYTES, 1)
+    except UsageError:
+        return False
+    return True
 
 
 def check_granularity(granularity) -> str:
