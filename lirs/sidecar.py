@@ -53,6 +53,12 @@ def belonging(path: str) -> dict:
     return {path: "the data", sidecar_path(path): "the index", **{c: "the labels file" for c in labels_candidates(path)}}
 
 
+def belonging_to(inputs) -> dict:
+    """{path: "the data of the input P", ...}: what :func:`belonging` names for every path of
+    ``inputs``, as :func:`lirs.litter.out_dir` takes the files an output may not replace."""
+    return {q: f"{kind} of the input {os.fspath(p)}" for p in inputs for q, kind in belonging(p).items()}
+
+
 def sidecar_path(paths) -> str:
     """Default sidecar path: ``DATA.lirs`` for one file, ``DIR.lirs`` beside a directory."""
     if isinstance(paths, (str, os.PathLike)):

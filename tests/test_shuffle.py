@@ -581,6 +581,9 @@ def test_a_file_of_another_format_named_svm_is_refused_before_pass_1(tmp_path):
         with pytest.raises(DataError, match=f"{bad}: {said}"):
             E.shuffle([tmp_path / "a.svm", tmp_path / bad], tmp_path / "o.svm", format="libsvm")
         assert sorted(os.listdir(tmp_path)) == ["a.svm", "bin.svm", "c.svm"]  # no output, no piles
+    # a first line longer than 64 KiB: nothing to check before pass 1, the shuffle goes on
+    (tmp_path / "long.svm").write_bytes(b"1 " + b" ".join(b"%d:1" % i for i in range(1, 20_000)) + b"\n" + good)
+    assert E.shuffle(tmp_path / "long.svm", tmp_path / "o.svm")["records"] == 5001
     # past the first 64 KiB lines are copied as they are (--index checks them all)
     (tmp_path / "late.svm").write_bytes(good + b"age,income\n")
     assert E.shuffle(tmp_path / "late.svm", tmp_path / "o.svm")["records"] == 5001

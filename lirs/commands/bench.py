@@ -74,10 +74,9 @@ def _check_args(args) -> None:
 
     from ..engines import ENGINE_NAMES
     from ..inputs import expand_paths
-    from ..sidecar import belonging
+    from ..sidecar import belonging_to
 
-    srcs = [args.path, *expand_paths(args.path)] if os.path.exists(args.path) else [args.path]
-    inputs = {q: f"{kind} of the input {src}" for src in srcs for q, kind in belonging(src).items()}
+    inputs = belonging_to([args.path, *expand_paths(args.path)] if os.path.exists(args.path) else [args.path])
     for flag, out in (("--json", args.json), ("--plot", args.plot)):
         if out:
             out_dir(out, flag, inputs=inputs)

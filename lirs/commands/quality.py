@@ -7,7 +7,7 @@ import sys
 
 from ..errors import UsageError
 from ..litter import out_dir
-from ..sidecar import belonging
+from ..sidecar import belonging_to
 
 
 def add_parser(sub):
@@ -161,8 +161,7 @@ def run(args) -> int:
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
     for flag, out in (("--json", args.json), ("--plot", args.plot)):
         if out:  # before the epochs are simulated, not after them; never over the dataset's files
-            out_dir(out, flag, inputs=None if args.path is None else
-                    {q: f"{kind} of the input {args.path}" for q, kind in belonging(args.path).items()})
+            out_dir(out, flag, inputs=None if args.path is None else belonging_to([args.path]))
     params = parse_params(args.param)
     for k in ("memory_bytes", "window"):
         if k in params:
