@@ -59,12 +59,22 @@ def recommendation_path(index) -> str | None:
     return None if not side else side + RECOMMENDATION_SUFFIX
 
 
+def saved_device(res: dict) -> str | None:
+    """The device whose recommendation ``lirs bench --auto`` saves: ``nvme`` (the disk as it is,
+    where a Loader will read) when it has one, else the first device of the run that has one; the
+    ``ssd`` and ``hdd`` envelopes are throttles of this disk, not the disk."""
+    recs = res.get("recommendation") or {}
+    if "nvme" in recs:
+        return "nvme"
+    return next((d for d in res["settings"]["devices"] if d in recs), None)
+
+
 def save_recommendation(res: dict, index, device: str | None = None) -> str:
-    """Save the recommendation of ``device`` (default: the first device of the run that has one)
-    beside the index, atomically; returns the path. Raises UsageError when there is none."""
+    """Save the recommendation of ``device`` (default: :func:`saved_device`) beside the index,
+    atomically; returns the path. Raises UsageError when there is none."""
     recs = res.get("recommendation") or {}
     if device is None:
-        device = next((d for d in res["settings"]["devices"] if d in recs), None)
+        device = saved_device(res)
     if device not in recs:
         raise UsageError("no recommendation to save: no lirs configuration ran"
                          + ("" if device is None else f" on {device}"))

@@ -9,6 +9,7 @@ from ..constants import DEFAULT_WINDOW
 from ..errors import UsageError
 from ..litter import out_dir
 
+DEFAULTS = {"budget_s": 20.0, "fio_runtime_s": 5.0}
 SMOKE = {"budget_s": 3.0, "fio_runtime_s": 0.5}
 
 
@@ -39,14 +40,16 @@ def add_parser(sub):
     p.add_argument("--peers", default="auto", metavar="LIST",
                    help="auto (all that apply), none, or some of inmemory,torch,memmap,shuffle_buffer,bmf,external")
     p.add_argument("--epochs", type=int, default=1, metavar="E", help="epochs per configuration (default 1)")
-    p.add_argument("--budget", type=float, default=20.0, metavar="S",
-                   help="seconds of reading per configuration before it stops and extrapolates (default 20)")
+    p.add_argument("--budget", type=float, default=None, metavar="S",
+                   help="seconds of reading per configuration before it stops and extrapolates "
+                        f"(default {DEFAULTS['budget_s']:g}; {SMOKE['budget_s']:g} with --smoke)")
     p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
     p.add_argument("--seed", type=int, default=0, metavar="S")
     p.add_argument("--engine", default="auto", help="lirs I/O engine (default auto)")
     p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")
     p.add_argument("--no-fio", action="store_true", help="do not run fio (no ratios)")
-    p.add_argument("--fio-runtime", type=float, default=5.0, metavar="S", help="seconds per fio job (default 5)")
+    p.add_argument("--fio-runtime", type=float, default=None, metavar="S",
+                   help=f"seconds per fio job (default {DEFAULTS['fio_runtime_s']:g}; {SMOKE['fio_runtime_s']:g} with --smoke)")
     p.add_argument("--workdir", metavar="DIR",
                    help="where BMF and the external shuffle write their copies (default: beside the data)")
     p.add_argument("--json", metavar="OUT", help="write the results as JSON (schema: lirs.eval.bench.SCHEMA)")
@@ -55,7 +58,8 @@ def add_parser(sub):
                    help="save the recommendation beside the index (DATA.lirs.bench.json), so that "
                         "Loader(..., granularity='auto') uses it")
     p.add_argument("--smoke", action="store_true",
-                   help=f"a quick check: budget {SMOKE['budget_s']:g}s, fio {SMOKE['fio_runtime_s']:g}s per job")
+                   help=f"a quick check: budget {SMOKE['budget_s']:g}s, fio {SMOKE['fio_runtime_s']:g}s per job "
+                        "(--budget and --fio-runtime, when given, still apply)")
     return p
 
 
@@ -83,7 +87,7 @@ def _check_args(args) -> None:
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
     for flag, v in (("--budget", args.budget), ("--fio-runtime", args.fio_runtime)):
-        if not (math.isfinite(v) and v > 0):
+        if v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"{flag} must be a positive number of seconds, got {v}")
     if args.prefetch < 1:
         raise UsageError(f"--prefetch must be >= 1, got {args.prefetch}")
@@ -91,8 +95,16 @@ def _check_args(args) -> None:
         raise UsageError(f"--engine {args.engine}: expected auto or one of {', '.join(ENGINE_NAMES)}")
 
 
+def times(args) -> tuple[float, float]:
+    """``(budget_s, fio_runtime_s)``: each as given, else --smoke's, else the default."""
+    base = SMOKE if args.smoke else DEFAULTS
+    return (base["budget_s"] if args.budget is None else args.budget,
+            base["fio_runtime_s"] if args.fio_runtime is None else args.fio_runtime)
+
+
 def run(args) -> int:
-    from ..eval.bench import command_line, format_table, plot, run_bench, save_recommendation, write_json
+    from ..eval.bench import (command_line, format_table, plot, run_bench, save_recommendation, saved_device,
+                              write_json)
     from ..units import parse_size
 
     _check_args(args)
@@ -105,8 +117,7 @@ def run(args) -> int:
     peers = args.peers.strip()
     if peers not in ("auto", "none"):
         peers = _list(peers, "peers")
-    budget = SMOKE["budget_s"] if args.smoke else args.budget
-    fio_runtime = SMOKE["fio_runtime_s"] if args.smoke else args.fio_runtime
+    budget, fio_runtime = times(args)
     interactive = sys.stderr.isatty()
     res = run_bench(args.path, devices=devices, granularities=gran, group_bytes=sizes, window=args.window,
                     peers=peers, reads_only=reads_only, epochs=args.epochs, budget_s=budget,
@@ -127,7 +138,8 @@ def run(args) -> int:
 
         idx = open_index(args.path)
         try:
-            print(f"saved: {save_recommendation(res, idx)} (Loader(..., granularity='auto') uses it)")
+            path = save_recommendation(res, idx)
+            print(f"saved: {path} ({saved_device(res)}'s choice; Loader(..., granularity='auto') uses it)")
         except UsageError as e:
             print(f"not saved: {e}", file=sys.stderr)
             return 1

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from ...policies import GRANULARITIES  # noqa: F401 - the public API of lirs.eval.bench
 from ...recommendation import (RECOMMENDATION_SUFFIX, RECOMMENDATION_VERSION, auto_settings,  # noqa: F401
-                               load_recommendation, recommendation_path, save_recommendation, write_json)
+                               load_recommendation, recommendation_path, save_recommendation, saved_device,
+                               write_json)
 from .configs import (DEVICES, MIN_AUTO_GROUP, Config, add_ratios, bound_of, envelope_group_bytes,  # noqa: F401
                       format_size, lirs_configs)
 from .measure import measure_task, worker_main, run_config  # noqa: F401

@@ -108,6 +108,22 @@ def run_config(task: dict) -> dict:
     return row
 
 
+def _steady_from(arrivals, first, dt) -> tuple[float, int]:
+    """``(seconds, records)`` from which a cut epoch's steady rate is read: the last batch that
+    arrived by the middle of the time after the first one (the first batch itself when none
+    did). The batches a loader prefetched arrive with the first, in a burst that says nothing of
+    the device; the later half of the sample does."""
+    if first is None:
+        return 0.0, 0
+    mid = first[0] + (dt - first[0]) / 2
+    best = first
+    for t, g in arrivals:
+        if t > mid:
+            break
+        best = (t, g)
+    return best
+
+
 def measure_task(runner, task, n, frac, evict_paths) -> dict:
     budget = float(task["budget_s"])
     epochs = int(task["epochs"])
@@ -125,6 +141,7 @@ def measure_task(runner, task, n, frac, evict_paths) -> dict:
             all_dropped = evict_cache(evict_paths) and all_dropped
         got = 0
         first = None  # (seconds, records) when the first batch arrived: the pipeline is full from then on
+        arrivals = []  # (seconds, records so far) of every batch: where the steady rate is read
         t0 = time.perf_counter()
         gen = runner.epoch(e)
         complete = True
@@ -134,10 +151,14 @@ def measure_task(runner, task, n, frac, evict_paths) -> dict:
                 got += len(ids)
                 batches += 1
                 now = time.perf_counter() - t0
+                arrivals.append((now, got))
                 if first is None:
                     first = (now, got)
-                # past the budget, stop once a rate can be told (3 batches), or at 3x the budget
-                if measured + now > budget and got < n_eff and (batches >= 3 or measured + now > 3 * budget):
+                # past the budget, stop once a rate can be told: 3 batches over at least half the
+                # budget after the first (the batches prefetched with the first arrive with it and
+                # tell no rate); at 3x the budget in any case
+                if measured + now > budget and got < n_eff and (
+                        (batches >= 3 and now - first[0] >= budget / 2) or measured + now > 3 * budget):
                     complete = False
                     break
             dt = time.perf_counter() - t0
@@ -148,7 +169,7 @@ def measure_task(runner, task, n, frac, evict_paths) -> dict:
         if complete:
             done.append(dt)
         else:
-            partial = (dt, got, first, batches)
+            partial = (dt, got, first, batches, _steady_from(arrivals, first, dt))
             break
         if measured > budget:
             break
@@ -161,15 +182,16 @@ def measure_task(runner, task, n, frac, evict_paths) -> dict:
         if extrapolated:
             how = f"whole epochs over {frac:.1%} of the data, scaled up"
     else:
-        dt, got, first, batches = partial
+        dt, got, first, batches, (t_s, got_s) = partial
         extrapolated = True
-        if batches >= 3 and dt > first[0]:
+        if batches >= 3 and dt > t_s and got > got_s:
             # time to the first batch (filling the prefetch pipeline), then the steady rate after it:
-            # an average over the whole sample would charge the fill to every later batch
-            rate = (got - first[1]) / (dt - first[0])
+            # an average over the whole sample would charge the fill to every later batch, and a
+            # rate over the batches that came with the first would take the prefetch for the device
+            rate = (got - got_s) / (dt - t_s)
             epoch_s = (first[0] + (n_eff - first[1]) / rate) / frac
-            how = (f"first batch after {format_number(first[0])}s, then {rate:,.0f} records/s over {batches - 1} batches, "
-                   f"to {n_eff:,} records")
+            how = (f"first batch after {format_number(first[0])}s, then {rate:,.0f} records/s over the "
+                   f"{format_number(dt - t_s)}s from {format_number(t_s)}s, to {n_eff:,} records")
         else:
             epoch_s = dt * n_eff / max(got, 1) / frac
             how = f"{got:,} records in {format_number(dt)}s, scaled to {n_eff:,} records"
@@ -177,7 +199,9 @@ def measure_task(runner, task, n, frac, evict_paths) -> dict:
            "epoch_s": epoch_s, "extrapolated": bool(extrapolated), "epoch_times_s": done,
            "partial_epoch": None if partial is None else {"seconds": partial[0], "records": partial[1],
                                                           "batches": partial[3],
-                                                          "first_batch_s": partial[2][0] if partial[2] else None},
+                                                          "first_batch_s": partial[2][0] if partial[2] else None,
+                                                          "steady_from_s": partial[4][0],
+                                                          "steady_from_records": partial[4][1]},
            "extrapolation": how,
            "cpu_s": cpu, "cpu_s_per_epoch": cpu / measured * epoch_s if measured else None,
            "cpu_util": cpu / measured if measured else None, "_dropped": all_dropped}

@@ -103,8 +103,11 @@ def skip_reason(name: str, index, *, workdir: str | None = None, memory: int | N
         return "lirs.external (the two-pass shuffle) is not available in this version"
     if name in ("bmf", "external"):
         d = workdir or os.path.dirname(index.paths[0])
+        where = os.path.abspath(d)
+        while not os.path.exists(where) and os.path.dirname(where) != where:
+            where = os.path.dirname(where)  # prepare() makes the directory: the free space is its parent's
         try:
-            st = os.statvfs(d)
+            st = os.statvfs(where)
             free = st.f_bavail * st.f_frsize
         except OSError:
             free = 0

@@ -11,7 +11,7 @@ from ...build import build_index
 from ...inputs import labels_path
 from ...index import open_index
 from ..reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buffer_order
-from ..spans import Records, SpanReader, write_blocks
+from ..spans import Records, SpanReader, take_rows, write_blocks
 from .base import Runner, run_records, warm_decode
 
 
@@ -97,7 +97,8 @@ class BMF(_Sequential):
                     p = perm[s:s + B]
                     self.payload += self.recs.nbytes(a + p)
                     self._sync_counters()
-                    yield ids_blk[p], X[p], None if y is None else y[p]
+                    # lines records are a list of bytes: no fancy indexing
+                    yield ids_blk[p], take_rows([(X, p, np.arange(len(p)))], len(p), X), None if y is None else y[p]
         finally:
             src.close()
             self._sync_counters()
