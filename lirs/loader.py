@@ -372,8 +372,8 @@ class Loader:
         left off), plus ``offset``, then every ``stride``-th (``Batch`` objects, or what the
         transform returns). ``windows=(w, W)`` (granularity ``window``): only the rows of windows
         ``w, w + W, ...`` of each batch from ``start``; a batch with rows in other windows comes as
-        a piece (:attr:`Batch.piece`), and the W walks together read each window once and
-        deliver every record once (what :mod:`lirs.torch`'s DataLoader workers do)."""
+        a piece (:attr:`Batch.piece`), a batch of no rows with ``w`` 0, and the W walks together
+        read each window once and deliver every batch once (what :mod:`lirs.torch`'s workers do)."""
         run = self._begin(epoch, start, stride, offset, windows)
         pipe = self._pipeline
         try:

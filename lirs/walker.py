@@ -278,7 +278,8 @@ class WindowSteps:
         w = at[1] + (self.me - at[1]) % mod
         p = self.plan
         if w >= window_count(p):
-            return p.num_batches
+            # none left; but the walk of window 0 delivers the batches of no rows (see batch())
+            return p.num_batches if self.me else max(j, min(p.num_batches, -(-p.size // p.batch_size)))
         # the stream position of window w's first row: that of the window the walk is in, and the
         # records of the windows up to w
         first = at[0] - at[2] + self.stream.count(window_bounds(p, at[1])[0], window_bounds(p, w)[0])
@@ -341,6 +342,11 @@ class WindowSteps:
                 left -= take
                 lo += take
             self.at = (hi, w, row)
+        if not pieces and self.me == 0:
+            # a batch of no rows (this rank's last, where the ranks' shares differ by fewer than
+            # world_size records) lies in no window: the walk of window 0 delivers it, so that
+            # every rank steps as often whatever the DataLoader's workers
+            return BatchPlan(j, np.empty(0, np.int64), ())
         if self.mod is None or (len(segs) == 1 and not self._cut(pieces, segs)):
             parts, ids = (segs[0][1], segs[0][2]) if segs else ([], [])
             return BatchPlan(j, np.concatenate(ids) if ids else np.empty(0, np.int64), tuple(parts))

@@ -191,6 +191,33 @@ def test_batches_are_the_loaders_whatever_the_workers(kdd_file, num_workers, gra
             assert np.array_equal(g["y"].numpy(), w.y.astype(np.float32))
 
 
+@pytest.mark.parametrize("batch_size", [233, 1])
+def test_window_workers_deliver_a_ranks_empty_last_batch(small_svm, batch_size):
+    """700 records on 3 ranks: 234, 233, 233. With batch 233 (or 1) ranks 1 and 2 end on a batch of
+    no rows, which lies in no window: window workers each left it out, so those ranks stepped once
+    less than rank 0 (a DDP job hangs) and than ``len()``. Every rank steps as its Loader does."""
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="window", group_bytes=4096, window=2, seed=3)
+    for rank in (0, 1, 2):
+        want = _loader_batches(small_svm, batch_size, rank, 3, **kw)
+        assert len(want[-1].ids) == (1 if rank == 0 else 0)
+        for workers in (2, 3):
+            dl = make_dataloader(small_svm, batch_size, num_workers=workers, rank=rank, world_size=3, **kw)
+            got = [b["ids"].numpy() for b in dl]
+            assert len(got) == len(want) == len(dl), (rank, workers)
+            assert all(np.array_equal(g, w.ids) for g, w in zip(got, want)), (rank, workers)
+            if rank and batch_size > 1:  # a resume at the empty batch gets it, and only it
+                dl = make_dataloader(small_svm, batch_size, num_workers=workers, rank=rank, world_size=3, **kw)
+                it = iter(dl)
+                next(it)
+                state = dl.state_dict()
+                del it
+                dl = make_dataloader(small_svm, batch_size, num_workers=workers, rank=rank, world_size=3, **kw)
+                dl.load_state_dict(state)
+                assert [len(b["ids"]) for b in dl] == [0]
+
+
 def test_single_process_iteration_is_torchs(kdd_file):
     """num_workers=0 steps the dataset without torch's per-batch iterator: the batches a plain
     DataLoader gives, the same draw from torch's RNG per epoch, a collate_fn still applied."""
