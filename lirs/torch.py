@@ -135,8 +135,7 @@ class LirsIterableDataset(tud.IterableDataset):
         self._shown: ResumeState | None = None  # while a device feeder's thread pulls ahead (None: _pos)
         self._chosen = True  # the epoch of the next pass was chosen (here, set_epoch, a loaded state)
         self._resume: ResumeState | None = None    # an exact Loader state the next iteration starts from
-        # DataLoader workers do not see the process group: read it here, in the rank's process
-        self._dist = _dist_rank_world()
+        self._dist = _dist_rank_world()  # for spawned workers (no group there); read again as a pass begins
         # persistent DataLoader workers keep their copy of this dataset across passes: the epoch and
         # resume point the main process chooses reach them through this shared board instead
         self._board = PassBoard()
@@ -151,7 +150,6 @@ class LirsIterableDataset(tud.IterableDataset):
         state of another epoch is dropped."""
         self.epoch = whole("epoch", epoch)
         self._chosen = True
-        self._dist = _dist_rank_world() if tud.get_worker_info() is None else self._dist
         if self._resume is not None and self._resume.epoch != self.epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
                         self._resume.epoch, self.epoch)
@@ -169,9 +167,9 @@ class LirsIterableDataset(tud.IterableDataset):
 
     def shard(self) -> tuple[int, int]:
         """(rank, world_size) this process reads for (its DataLoader workers split the rank's batches)."""
-        rank, world = _dist_rank_world() if tud.get_worker_info() is None else self._dist
+        rank, world = _dist_rank_world()  # a forked worker inherits the group's rank; a spawned one has none
         if (rank, world) == (0, 1):
-            rank, world = self._dist  # a worker, or the group was set up after this dataset
+            rank, world = self._dist  # a spawned worker: the main process's, as it started the worker
         rank = rank if self._rank is None else int(self._rank)
         world = world if self._world is None else int(self._world)
         if not 0 <= rank < world:
@@ -238,7 +236,8 @@ class LirsIterableDataset(tud.IterableDataset):
     def __getstate__(self):  # workers build their own loader, checked to open the index this one did
         idx = None if self._loader is None else self._loader.index
         return {**self.__dict__, "_loader": None, "_loader_key": None,
-                "_opened": self.__dict__.get("_opened") if idx is None else identity(idx)}
+                "_opened": self.__dict__.get("_opened") if idx is None else identity(idx),
+                "_dist": self._dist if tud.get_worker_info() else _dist_rank_world()}
 
     # ------------------------------------------------------------------ state
     def state(self) -> ResumeState:
@@ -286,6 +285,7 @@ class LirsIterableDataset(tud.IterableDataset):
         since the last pass (:meth:`set_epoch`, a loaded state), it is the next epoch, so that two
         passes never repeat an order by accident. Returns the pass's epoch."""
         self._shown = None
+        self._dist = _dist_rank_world()  # the group may have been set up since this dataset was made
         if not self._chosen:
             self.set_epoch(self.epoch + 1)
         self._chosen = False

@@ -128,11 +128,19 @@ def _free_port() -> int:
 
 def _rank_main(rank, world, port, path, out_dir):
     import torch.distributed as dist
+    import torch.utils.data as tud
 
-    from lirs.torch import make_dataloader
+    from lirs.torch import LirsIterableDataset, make_dataloader
 
+    # made before the group: their workers (forked) read this rank's share all the same, with no
+    # set_epoch (they read as rank 0 of 1: every record on every rank)
+    early = make_dataloader(path, 100, num_workers=2, granularity="group", group_bytes=8192, seed=7)
+    hand = tud.DataLoader(LirsIterableDataset(path, 100, granularity="group", group_bytes=8192, seed=7),
+                          batch_size=None, num_workers=2)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
+        for name, d in (("early", early), ("hand", hand)):
+            np.save(os.path.join(out_dir, f"r{rank}{name}.npy"), np.concatenate([b["ids"].numpy() for b in d]))
         dl = make_dataloader(path, 100, num_workers=2, granularity="group", group_bytes=8192, seed=7)
         assert dl.dataset.shard() == (rank, world)  # in the main process of the rank: worker 0 of 1
         for epoch in (0, 1):
@@ -151,11 +159,23 @@ def test_two_ranks_gloo_every_record_once(kdd_file, tmp_path):
     n = lirs.open_index(kdd_file).n
     mp.start_processes(_rank_main, args=(2, _free_port(), kdd_file, str(tmp_path)), nprocs=2, join=True,
                        start_method="fork")
-    for epoch in (0, 1):
-        parts = [np.load(tmp_path / f"r{r}e{epoch}.npy") for r in range(2)]
+    for epoch in ("e0", "e1", "early", "hand"):
+        parts = [np.load(tmp_path / f"r{r}{epoch}.npy") for r in range(2)]
         assert all(len(p) for p in parts), "every rank gets a share"
         allids = np.concatenate(parts)
         assert len(allids) == n and np.array_equal(np.sort(allids), np.arange(n)), f"epoch {epoch}"
+
+
+def test_a_spawned_worker_gets_the_rank_the_main_process_has_when_it_starts(kdd_file, monkeypatch):
+    """A spawned worker sees no process group: the copy it unpickles carries the main process's
+    rank, read when the copy is made (not when the dataset was, before the group was set up)."""
+    import lirs.torch as lt
+
+    ds = lt.LirsIterableDataset(kdd_file, 100)
+    monkeypatch.setattr(lt, "_dist_rank_world", lambda: (1, 2))
+    copy = pickle.loads(pickle.dumps(ds))
+    monkeypatch.setattr(lt, "_dist_rank_world", lambda: (0, 1))  # the worker: no group
+    assert copy.shard() == (1, 2)
 
 
 # --------------------------------------------------------------------------- the Loader's batches
