@@ -12,6 +12,7 @@ import numpy as np
 from .errors import UsageError
 
 BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
+HEAD = 24  # the board's int64 header: generation, payload length, began()
 
 
 class PassBoard:
@@ -20,7 +21,8 @@ class PassBoard:
     any worker starts) and travelling with every copy of it (inherited by a forked worker, passed
     as a descriptor to a spawned one), so a *persistent* worker, whose copy was made once, still
     reads the epoch and resume point chosen for each pass. Layout: int64 generation (bytes 0-8),
-    int64 payload length (8-16), the pickled ``(epoch, resume state dict or None)`` after.
+    int64 payload length (8-16), int64 the last generation a hand-built DataLoader's workers began
+    a pass of (16-24, :meth:`began`), the pickled ``(epoch, resume state dict or None)`` after.
 
     The main process posts before the pass starts (``DataLoader.__iter__``) and a worker reads as
     its pass starts (after torch's index queue told it to), so no lock is needed. (Not a torch
@@ -43,12 +45,12 @@ class PassBoard:
     def post(self, epoch: int, resume) -> int:
         """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation."""
         payload = pickle.dumps((int(epoch), None if resume is None else resume.to_dict(worker=True)))
-        if len(payload) > BOARD_BYTES - 16:
+        if len(payload) > BOARD_BYTES - HEAD:
             raise ValueError(f"a resume state of {len(payload)} bytes does not fit the workers' board "
-                             f"({BOARD_BYTES - 16} bytes)")
-        head = self.a[:16].view(np.int64)
+                             f"({BOARD_BYTES - HEAD} bytes)")
+        head = self.a[:HEAD].view(np.int64)
         gen = int(head[0]) + 1
-        self.a[16:16 + len(payload)] = np.frombuffer(payload, np.uint8)
+        self.a[HEAD:HEAD + len(payload)] = np.frombuffer(payload, np.uint8)
         head[1] = len(payload)
         head[0] = gen  # last: the generation names a complete post
         return gen
@@ -58,8 +60,22 @@ class PassBoard:
         from .state import ResumeState
 
         gen, n = (int(v) for v in self.a[:16].view(np.int64))
-        epoch, res = pickle.loads(self.a[16:16 + n].tobytes())
+        epoch, res = pickle.loads(self.a[HEAD:HEAD + n].tobytes())
         return gen, epoch, None if res is None else ResumeState.from_dict(res)
+
+    def began(self, gen: int, counted: bool) -> None:
+        """A DataLoader worker began the pass of post ``gen``; ``counted``: its DataLoader counts
+        the batches the consumer receives in the main process (not one built by hand)."""
+        if not counted:
+            self.a[:HEAD].view(np.int64)[2] = gen
+
+    def check_counted(self, gen: int) -> None:
+        """UsageError when workers whose DataLoader does not count (:meth:`began`) deliver the pass
+        of post ``gen`` (the main process's last): the main process cannot say where the consumer is."""
+        if int(self.a[:HEAD].view(np.int64)[2]) == gen:
+            raise UsageError("the workers of a DataLoader built by hand deliver this pass and its main process does "
+                             "not count the batches your loop received: take the state of make_dataloader's "
+                             "DataLoader (dl.state_dict()), or use torchdata's StatefulDataLoader")
 
 
 def _board_copy(data: bytes) -> PassBoard:

@@ -36,7 +36,8 @@ None. torch's one-time notices (sparse CSR in beta, invariant checks off) are si
 
 **Resume.** ``state_dict()`` / ``load_state_dict(sd)`` on the dataset (and on the DataLoader that
 :func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer received, so
-that batches workers prefetched are not counted) resume mid-epoch exactly with any ``num_workers``. With
+that batches workers prefetched are not counted) resume mid-epoch exactly with any ``num_workers`` (the state
+of a dataset whose pass the workers of a DataLoader built by hand deliver is a UsageError). With
 torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=W)`` the dataset's state is taken inside each
 worker (then it names the worker, and resumes only there). A state saved with another world size (same global
 batch ``batch_size * world_size``, or any) resumes *elastically*: the records of the epoch no old rank consumed
@@ -244,8 +245,10 @@ class LirsIterableDataset(tud.IterableDataset):
         """Where this process is: in the main process the batches it delivered (with
         :class:`LirsDataLoader`: the consumer received); in a DataLoader worker (torchdata's
         ``StatefulDataLoader``) that worker's next batch, ``worker = (id, num_workers)``."""
-        pos = self._resume if self._resume is not None else self._shown if self._shown is not None else self._pos
         worker = None if tud.get_worker_info() is None else worker_of()
+        if worker is None:  # refused where workers this process cannot count deliver the pass
+            self._board.check_counted(self._seen)
+        pos = self._resume if self._resume is not None else self._shown if self._shown is not None else self._pos
         return pos.replace(config=self.loader().state().config, worker=worker)
 
     def state_dict(self) -> dict:
@@ -290,10 +293,6 @@ class LirsIterableDataset(tud.IterableDataset):
             self.set_epoch(self.epoch + 1)
         self._chosen = False
         return self.epoch
-
-    def resume_point(self) -> ResumeState | None:
-        """The loaded state the next iteration starts from (None: the epoch's first batch)."""
-        return self._resume
 
     def begin_at(self, position: ResumeState) -> None:
         """An iteration started (its workers took the resume point): forget it; the consumer is at ``position``."""
@@ -373,6 +372,7 @@ class LirsIterableDataset(tud.IterableDataset):
         elif self._iter_pid == os.getpid():
             self.epoch, self._resume = self.epoch + 1, None
         self._iter_pid = os.getpid()
+        self._board.began(self._seen, counted=getattr(self, "_ordered", False))  # False: a hand-built DataLoader's
         install(getattr(self, "_arena", None), worker_of()[0])  # windows decoded into shared memory
 
     def _converter(self) -> "Convert":
@@ -435,7 +435,7 @@ class LirsDataLoader(tud.DataLoader):
             return
         ds.begin_pass()  # the workers get a copy of the dataset: choose the pass's epoch here
         ds.publish()  # and post it: persistent workers read it as their pass starts
-        res = ds.resume_point()
+        res = ds._resume  # the loaded state the pass starts from (None: the epoch's first batch)
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         fresh = not (self.persistent_workers and self._iterator is not None)  # workers start with this pass
         if ctx.get_start_method() == "fork" and fresh:

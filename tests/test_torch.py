@@ -522,6 +522,31 @@ def test_hand_built_persistent_dataloader_follows_set_epoch(kdd_file):
     assert np.array_equal(_ids(dl), _order(kdd_file, 90, 4, **kw))
 
 
+def test_a_hand_built_dataloaders_workers_make_the_datasets_state_an_error(kdd_file):
+    """The main process of a DataLoader built by hand does not see what its workers delivered: the
+    dataset's state said batch 0 after 5 batches (a resume then delivered them twice). It is a
+    UsageError naming what counts, until the main process chooses a new pass (set_epoch); without
+    workers the dataset counts its batches itself."""
+    import torch.utils.data as tud
+
+    from lirs.errors import UsageError
+    from lirs.torch import LirsIterableDataset
+
+    ds = LirsIterableDataset(kdd_file, 50, granularity="group", seed=1)
+    it = iter(tud.DataLoader(ds, batch_size=None, num_workers=2))
+    for _ in range(5):
+        next(it)
+    with pytest.raises(UsageError, match="make_dataloader"):
+        ds.state_dict()
+    del it
+    ds.set_epoch(2)
+    assert (ds.state_dict()["epoch"], ds.state_dict()["next_batch"]) == (2, 0)
+    it = iter(tud.DataLoader(ds, batch_size=None, num_workers=0))
+    for _ in range(5):
+        next(it)
+    assert ds.state_dict()["next_batch"] == 5
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_make_dataloader_plain_passes_and_set_epoch(kdd_file, num_workers):
     from lirs.torch import make_dataloader
