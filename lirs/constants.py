@@ -6,6 +6,7 @@ BLOCK = 4096               # O_DIRECT alignment of offsets, sizes and buffers; t
 COPY_ALIGN = 64            # where a copying engine's extents start in a step's buffer (a cache line)
 FORMATS = ("libsvm", "lines", "tfrecord", "npy", "fixed")   # record formats of an index
 VARIABLE_FORMATS = ("libsvm", "lines", "tfrecord")          # formats whose records have their own lengths
+BYTES_FORMATS = ("lines", "tfrecord")                       # formats whose records decode to bytes (no tensor)
 DEFAULT_GROUP_BYTES = 65536  # group granularity: records whose start lies in one aligned 64 KiB span
 DEFAULT_PREFETCH = 4        # batches the loader reads and decodes ahead of the consumer
 DEFAULT_WINDOW = "auto"     # window granularity: the memory its random groups are dealt from (lirs.windows)

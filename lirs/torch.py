@@ -55,6 +55,7 @@ import numpy as np
 import torch
 import torch.utils.data as tud
 
+from .constants import BYTES_FORMATS
 from .errors import UsageError
 from .freshness import check_identity, identity
 from .loader import Loader
@@ -354,12 +355,11 @@ class LirsIterableDataset(tud.IterableDataset):
         return self._deliver(it, loader, raw)
 
     def _by_window(self, loader, workers: int) -> bool:
-        """Whether this process is one of several workers of a :class:`LirsDataLoader` reading
-        window steps: then each worker reads whole windows (``Loader.epoch(windows=)``) and sends
-        the pieces of batches that span windows of other workers, joined in the main process;
-        otherwise (a hand-built DataLoader: one batch an item) worker w takes batches w, w + W, ..."""
+        """Whether this process is one of several workers of a :class:`LirsDataLoader` reading window steps: then
+        each worker reads whole windows (``Loader.epoch(windows=)``) and sends the pieces of batches that span
+        windows of other workers, joined in the main process; else worker w takes batches w, w + W, ..."""
         return workers > 1 and bool(getattr(self, "_bundle", 0)) and self.transform is None \
-            and POLICIES[loader.granularity].uses_window and loader.index.format != "lines"
+            and POLICIES[loader.granularity].uses_window and loader.index.format not in BYTES_FORMATS
 
     def _follow_board(self) -> None:
         """In a DataLoader worker, as a pass starts: take the epoch and resume point the main
@@ -397,7 +397,7 @@ class LirsIterableDataset(tud.IterableDataset):
         :class:`~lirs.workers.Bundler` its tensor batches cross in; else None (one item a batch)."""
         info = tud.get_worker_info()
         if info is None or not getattr(self, "_bundle", 0) or self.transform is not None \
-                or loader.index.format == "lines":
+                or loader.index.format in BYTES_FORMATS:
             return None
         return Bundler(self.output, getattr(self, "_ring", None), info.id, self._bundle, getattr(self, "_arena", None))
 

@@ -626,21 +626,27 @@ def test_dense_peers_deliver_every_record_once_with_its_data(higgs_tiny, tmp_pat
         r.close()
 
 
-@pytest.mark.parametrize("peer", ["torch", "shuffle_buffer", "bmf"])
-def test_lines_peers_deliver_every_record_once_with_its_data(tmp_path, peer):
-    """Lines records decode to a list of bytes: BMF's deal took them by fancy indexing (an error
-    row where `lirs bench` ran it on a lines file)."""
+@pytest.mark.parametrize("fmt", ["lines", "tfrecord"])
+@pytest.mark.parametrize("peer", ["torch", "shuffle_buffer", "bmf", "inmemory"])
+def test_bytes_peers_deliver_every_record_once_with_its_data(tmp_path, peer, fmt):
+    """Lines and TFRecord records decode to a list of bytes: BMF's deal took them by fancy
+    indexing (an error row where `lirs bench` ran it on a lines file); the peers served TFRecord
+    records with their framing, and the in-memory peer failed on them (it has no loader: skipped)."""
     import lirs
     from lirs.eval.peers import make_runner, skip_reason
+    from lirs.tfrecord import encode
 
     rng = np.random.default_rng(5)
     lines = [b"r%d " % i + b"x" * int(rng.integers(0, 90)) for i in range(2000)]
-    data = tmp_path / "d" / "l.txt"
+    data = tmp_path / "d" / ("l.txt" if fmt == "lines" else "l.tfrecord")
     data.parent.mkdir()
-    data.write_bytes(b"".join(x + b"\n" for x in lines))
+    data.write_bytes(b"".join(x + b"\n" for x in lines) if fmt == "lines" else encode(lines).tobytes())
     idx = lirs.build_index(str(data), progress=False)
     work = tmp_path / "work"
     why = skip_reason(peer, idx, workdir=str(work))
+    if peer == "inmemory":
+        assert why == f"no in-memory loader for {fmt} records (bytes)"
+        return
     if why:
         pytest.skip(why)
     r = make_runner(peer, idx, batch_size=128, seed=3, workdir=str(work), buffer_records=300, bmf_blocks=6)

@@ -238,6 +238,25 @@ def test_window_workers_deliver_a_ranks_empty_last_batch(small_svm, batch_size):
                 assert [len(b["ids"]) for b in dl] == [0]
 
 
+@pytest.mark.parametrize("fmt", ["lines", "tfrecord"])
+@pytest.mark.parametrize("granularity", ["window", "group", "instance"])
+def test_bytes_records_cross_workers_as_the_loader_serves_them(tmp_path, fmt, granularity):
+    """Lines and TFRecord records are lists of bytes, not tensors: make_dataloader's workers
+    packed TFRecord batches as tensors and failed (AttributeError) at every granularity."""
+    from lirs.tfrecord import encode
+    from lirs.torch import make_dataloader
+
+    rng = np.random.default_rng(8)
+    recs = [b"r%d:" % i + bytes(rng.integers(32, 127, int(rng.integers(0, 300)), dtype=np.uint8)) for i in range(900)]
+    path = tmp_path / ("d.tfrecord" if fmt == "tfrecord" else "d.txt")
+    path.write_bytes(encode(recs).tobytes() if fmt == "tfrecord" else b"".join(r + b"\n" for r in recs))
+    kw = dict(granularity=granularity, group_bytes=4096, window=3, seed=2)
+    want = _loader_batches(str(path), 64, **kw)
+    got = list(make_dataloader(str(path), 64, num_workers=2, **kw))
+    assert [b["ids"].tolist() for b in got] == [w.ids.tolist() for w in want]
+    assert [b["X"] for b in got] == [[recs[i] for i in w.ids.tolist()] for w in want]
+
+
 def test_single_process_iteration_is_torchs(kdd_file):
     """num_workers=0 steps the dataset without torch's per-batch iterator: the batches a plain
     DataLoader gives, the same draw from torch's RNG per epoch, a collate_fn still applied."""

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..constants import BLOCK
-from ..decode import decode_fixed, decode_libsvm, decode_lines, resolve_libsvm_params
+from ..decode import decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from ..engines import aligned_empty, open_engine
 from ..errors import DataError
 from .kernels import train as K
@@ -95,6 +95,8 @@ class Records:
         if self.fmt == "libsvm":
             return decode_libsvm(buf, st - lo, en - lo, n_features=self.n_features, zero_based=self.zero_based,
                                  dtype=self.dtype, source=self.path, file_offsets=st, record_ids=ids)
+        if self.fmt == "tfrecord":  # the payloads, as the Loader serves them (length CRCs checked)
+            return decode_tfrecord(buf, st - lo, en - lo, source=self.path, file_offsets=st, record_ids=ids), None
         return decode_lines(buf, st - lo, en - lo), None
 
 

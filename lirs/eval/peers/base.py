@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from ... import seeds
+from ...constants import BYTES_FORMATS
 from ...decode import decode_fixed, decode_libsvm
 from ...errors import UsageError
 from ..spans import Records
@@ -89,8 +90,8 @@ def skip_reason(name: str, index, *, workdir: str | None = None, memory: int | N
     if name == "inmemory":
         if fmt == "libsvm" and not _has_module("sklearn"):
             return "scikit-learn is not installed (pip install scikit-learn)"
-        if fmt == "lines":
-            return "no in-memory loader for line records"
+        if fmt in BYTES_FORMATS:
+            return f"no in-memory loader for {fmt} records (bytes)"
         need = inmemory_bytes(index)
         have = mem_available() if memory is None else memory
         if need > have // 2:

@@ -7,7 +7,8 @@ import os
 import numpy as np
 
 from ... import seeds
-from ...decode import decode_libsvm, decode_lines, resolve_libsvm_params
+from ...constants import BYTES_FORMATS
+from ...decode import decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from .base import SKLEARN_BYTES_PER_S, Runner, labels, warm_decode
 
 
@@ -91,10 +92,10 @@ class _Collate:
             lens = np.fromiter((len(b) for _, b in items), np.int64, len(items))
             ends = np.cumsum(lens)
             X, y = decode_libsvm(buf, ends - lens, ends, n_features=self.n_features, zero_based=self.zero_based)
-        elif self.fmt == "lines":
+        elif self.fmt in BYTES_FORMATS:
             lens = np.fromiter((len(b) for _, b in items), np.int64, len(items))
             ends = np.cumsum(lens)
-            X, y = decode_lines(buf, ends - lens, ends), None
+            X, y = (decode_lines if self.fmt == "lines" else decode_tfrecord)(buf, ends - lens, ends), None
         else:
             X, y = np.frombuffer(raw, self.dtype).reshape(len(items), *self.shape).copy(), None
         return ids, X, y, len(raw)
@@ -120,7 +121,7 @@ class TorchLoader(Runner):
                 nf, zb = resolve_libsvm_params(idx)
                 coll = _Collate("libsvm", n_features=nf, zero_based=zb)
             else:
-                coll = _Collate("lines")
+                coll = _Collate(idx.format)
         self.ds = _RecordFile(idx.paths[0], np.asarray(starts, np.int64), lens)
         self.collate = coll
         self.reads = 0
