@@ -10,7 +10,7 @@ the page cache.
 """
 from __future__ import annotations
 
-import errno
+import io
 import logging
 import os
 import tempfile
@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
-from .inputs import expand_paths, labels_candidates, resolve_format
+from .inputs import expand_paths, labels_candidates, read_at, resolve_format
 from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
 from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, relpath, sidecar_path
@@ -177,10 +177,10 @@ def labels_for_npy(path: str, n: int, *, numbers: bool = True):
     try:
         try:
             lab = np.load(cand, mmap_mode="r")
-        except OSError as e:
-            if e.errno not in (errno.ENODEV, errno.EINVAL, errno.EACCES, errno.ENOTSUP):
-                raise
-            lab = np.load(cand)
+        except OSError:
+            # where it cannot map (ENODEV on some FUSE and network filesystems), or an I/O error
+            # numpy's read does not place: read by pread, whose errors name the file and the byte
+            lab = np.load(io.BytesIO(read_at(cand)))
     except (ValueError, EOFError) as e:  # a corrupt header, pickled objects
         raise DataError(f"{cand}: not a .npy array of labels ({e}); expected one label a record of {path}") from None
     if not isinstance(lab, np.ndarray) or lab.ndim == 0 or numbers and (lab.ndim != 1 or lab.dtype.kind not in "biuf"):

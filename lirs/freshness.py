@@ -17,8 +17,8 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import StaleIndexError
-from .inputs import labels_candidates
-from .sidecar import SIDECAR_SUFFIX, pread_full, relpath
+from .inputs import labels_candidates, pread_full
+from .sidecar import SIDECAR_SUFFIX, relpath
 
 log = logging.getLogger("lirs.index")
 

@@ -97,10 +97,29 @@ def expand_paths(paths) -> list[str]:
     return out
 
 
+def pread_full(fd: int, nbytes: int, offset: int, path: str | None = None) -> bytes:
+    """``nbytes`` from ``offset``, continuing short reads (FUSE and network filesystems return
+    them mid-file); shorter only at end of file. A failed read's OSError names ``path`` and the
+    byte (``lirs_offset``, which the CLI prints). The bytes form of :func:`pread_into`."""
+    buf = bytearray(nbytes)
+    return bytes(buf[:pread_into(fd, memoryview(buf), offset, path)])
+
+
+def read_at(path: str, nbytes: int = -1, offset: int = 0) -> bytes:
+    """``nbytes`` of the file ``path`` from ``offset`` (-1: to its end; fewer at its end), as
+    :func:`pread_full` reads them: an I/O error names the file and the byte."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if nbytes < 0:
+            nbytes = max(0, os.fstat(fd).st_size - offset)
+        return pread_full(fd, nbytes, offset, path)
+    finally:
+        os.close(fd)
+
+
 def _head(path: str) -> bytes:
     """The first 64 KiB of ``path`` (what detection looks at)."""
-    with open(path, "rb") as f:
-        return f.read(1 << 16)
+    return read_at(path, 1 << 16)
 
 
 def compressed(path: str, head: bytes = b"") -> str | None:

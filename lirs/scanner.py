@@ -16,7 +16,7 @@ import numpy as np
 from .content import SUM_BLOCK, block_count
 from .cores import usable_cores
 from .errors import DataError
-from .inputs import read_chunks
+from .inputs import read_at, read_chunks
 from .offsets import OFFSET_SHIFT
 from .sidecar import SidecarWriter
 from .svmlight import TokenError, line_number, line_tokens, parse_tokens
@@ -307,8 +307,7 @@ def refuse_csv_header(path: str) -> None:
     line as a record, and a header would silently become a training record."""
     if os.path.splitext(path)[1].lower() not in _CSV_EXT:
         return
-    with open(path, "rb") as f:
-        head = f.read(1 << 16)
+    head = read_at(path, 1 << 16)
     lines = head.split(b"\n", 2)
     sep = b"\t" if path.lower().endswith(".tsv") else b","
     first = lines[0].rstrip(b"\r").split(sep)

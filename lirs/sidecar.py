@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from .errors import IndexFormatError, UsageError
-from .inputs import labels_candidates, pread_into
+from .inputs import labels_candidates, pread_full, pread_into
 from .litter import clean_dead_litter, clean_dead_temps, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
@@ -36,14 +36,6 @@ SIDECAR_SUFFIX = ".lirs"
 
 
 # --------------------------------------------------------------------------- reads
-
-
-def pread_full(fd: int, nbytes: int, offset: int, path: str | None = None) -> bytes:
-    """``nbytes`` from ``offset``, continuing short reads (FUSE and network filesystems return
-    them mid-file); shorter only at end of file. A failed read's OSError names ``path`` and the
-    byte (``lirs_offset``, which the CLI prints). The bytes form of :func:`lirs.inputs.pread_into`."""
-    buf = bytearray(nbytes)
-    return bytes(buf[:pread_into(fd, memoryview(buf), offset, path)])
 
 
 def belonging(path: str) -> dict:
@@ -267,7 +259,7 @@ def read_header(sidecar: str) -> tuple[dict, int]:
 
 def _read_header(sidecar: str) -> tuple[dict, int]:
     with open(sidecar, "rb") as f:
-        pre = f.read(_PREAMBLE_SIZE)
+        pre = pread_full(f.fileno(), _PREAMBLE_SIZE, 0, sidecar)
         size = os.fstat(f.fileno()).st_size
         if len(pre) < _PREAMBLE.size or pre[:8] != MAGIC:
             raise IndexFormatError(f"{sidecar}: not a lirs index (bad magic); build one with `lirs index`")
@@ -277,8 +269,7 @@ def _read_header(sidecar: str) -> tuple[dict, int]:
                                    "re-run `lirs index`")
         if hoff + hlen > size:
             raise IndexFormatError(f"{sidecar}: truncated index ({size} bytes, header at {hoff}+{hlen})")
-        f.seek(hoff)
-        blob = f.read(hlen)
+        blob = pread_full(f.fileno(), hlen, hoff, sidecar)
     if zlib.crc32(blob) != crc:
         raise IndexFormatError(f"{sidecar}: corrupt index header (checksum mismatch); re-run `lirs index`")
     return json.loads(blob), size

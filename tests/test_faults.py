@@ -279,6 +279,56 @@ def test_eio_during_index_names_file_and_offset(fs, mounted, tmp_path, monkeypat
     assert len(err.splitlines()) == 1 and not os.path.exists(tmp_path / "m.lirs")
 
 
+@pytest.mark.parametrize("cmd", [["index", "{p}", "-o", "{out}/m.lirs"],
+                                 ["index", "{p}", "--format", "libsvm", "-o", "{out}/m.lirs"],
+                                 ["shuffle", "{p}", "-o", "{out}/s.svm", "--memory", "2M"]])
+def test_eio_in_the_first_bytes_names_file_and_byte(fs, mounted, tmp_path, capsys, cmd):
+    """The bytes read before a scan (the format's sniff, shuffle's sample of the mean record) said
+    "Input/output error" and nothing else."""
+    from lirs.cli import main
+
+    _, files = mounted
+    path = files["train.svm"][1]
+    fs.set_rules([{"file": "train.svm", "start": 1000, "end": 1001, "kind": "eio"}])
+    assert main([a.format(p=path, out=tmp_path) for a in cmd] + ["--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    m = re.search(rf"{re.escape(path)}: byte (\d+): Input/output error", err)
+    assert m and int(m.group(1)) <= 1000 and len(err.splitlines()) == 1, err
+
+
+def test_eio_in_npy_labels_names_file_and_byte(fs, mounted, tmp_path):
+    """numpy's read of a labels file (where it cannot be mapped) lost the file and the byte."""
+    import shutil
+    import subprocess
+    import sys
+
+    _, files = mounted
+    src, mnt = (os.path.join(os.path.dirname(files["dense.npy"][i]), "labelled") for i in (0, 1))
+    os.makedirs(src)
+    try:
+        np.save(os.path.join(src, "x.npy"), np.ones((300, 4), np.float32))
+        np.save(os.path.join(src, "x.labels.npy"), np.arange(300.0))
+        fs.set_rules([{"file": "labelled/x.labels.npy", "start": 500, "end": 501, "kind": "eio"}])
+        for cmd in (["index", "-o", str(tmp_path / "x.lirs")], ["shuffle", "-o", str(tmp_path / "s.npy")]):
+            r = subprocess.run([sys.executable, "-m", "lirs.cli", cmd[0], os.path.join(mnt, "x.npy"), *cmd[1:],
+                                "--quiet"], capture_output=True, text=True, timeout=300)
+            lab = re.escape(os.path.join(mnt, "x.labels.npy"))
+            assert r.returncode == 1 and re.search(rf"{lab}: byte \d+: Input/output error", r.stderr), r.stderr
+    finally:
+        shutil.rmtree(src)
+
+
+def test_auto_engine_passes_a_device_error_on(fs, mounted):
+    """A device error in the probe read of ``auto`` is the device's, not an engine that cannot
+    work: it came as "no engine works" (errno and file lost), now as the engine's ReadError."""
+    _, files = mounted
+    path = files["train.svm"][1]
+    fs.set_rules([{"file": "train.svm", "start": 0, "end": BLOCK, "kind": "eio"}])
+    with pytest.raises(ReadError) as ei:
+        open_engine([path], "auto", direct=False)
+    assert ei.value.errno == errno.EIO and ei.value.filename == path and "at offset 0" in str(ei.value)
+
+
 # --------------------------------------------------------------------------- loader level
 
 
@@ -408,6 +458,8 @@ def test_eio_in_the_sidecar_is_one_line_naming_it(mounted, cached_mount, tmp_pat
     assert r.returncode == 1, (r.returncode, r.stderr)  # never SIGBUS (-7), never a count printed
     err = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and path + ".lirs" in err[0] and "Input/output error" in err[0], r.stderr
+    m = re.search(r"\.lirs: byte (\d+): Input/output error", err[0])  # the header's read named its byte too
+    assert m and int(m.group(1)) // BLOCK <= bad // BLOCK, err[0]  # (a page-cache read fails a whole page)
     assert fs.counts()["eio"] > 0
 
 

@@ -24,6 +24,7 @@ Every engine has the same small protocol::
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import warnings
@@ -37,6 +38,8 @@ log = logging.getLogger("lirs.engines")
 ENGINE_NAMES = ("uring", "threads", "aiofiles", "buffered")
 AUTO_ORDER = ("uring", "threads")
 ENV = "LIRS_ENGINE"
+# a probe read failing with these is the device's answer, not an engine that cannot work here
+DEVICE_ERRNOS = (errno.EIO, errno.EREMOTEIO, errno.ENOMEDIUM, errno.ETIMEDOUT)
 
 __all__ = ["open_engine", "as_indexed", "available_engines", "engine_class", "aligned_empty", "probe_direct",
            "Engine", "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK", "reads_are_copies",
@@ -156,6 +159,8 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
             try:
                 eng = _open(name, paths, use_direct, depth)
             except (OSError, ImportError) as e:
+                if isinstance(e, ReadError) and e.errno in DEVICE_ERRNOS:
+                    raise  # the device failed the probe's read: every engine would meet it, and it names the byte
                 why.append(f"{name} unavailable ({e})")
                 log.info("engine %s unavailable: %s", name, e)
                 last = e

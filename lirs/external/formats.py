@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..build import VarScanner, labels_for_npy, npy_layout, raw_fixed_count
-from ..inputs import resolve_format
+from ..inputs import read_at, resolve_format
 from ..errors import DataError, UsageError
 from ..index import VARIABLE_FORMATS
 from ..kernels import scan as KS
@@ -95,8 +95,7 @@ class Dataset:
         if not self.variable:
             return float(self.rr)
         s = self.srcs[0]
-        with open(s.path, "rb") as f:
-            head = f.read(_SAMPLE)
+        head = read_at(s.path, _SAMPLE)
         if not self.text:
             return _mean_tfrecord(head)
         lines = head.count(b"\n")
@@ -166,8 +165,7 @@ def check_head(path: str) -> None:
     bytes of the LIBSVM input ``path``: a file of another format (binary, CSV) named ``.svm``
     stops the shuffle before pass 1, not after being dealt as lines. (``--index`` checks every
     line; the rest are copied byte for byte.)"""
-    with open(path, "rb") as f:
-        head = np.frombuffer(f.read(_HEAD_CHECK), np.uint8)
+    head = np.frombuffer(read_at(path, _HEAD_CHECK), np.uint8)
     end = KS.rfind_byte(head, 0, head.size, 10) + 1  # no newline in it (one long line): nothing checked
     if end > 0:
         libsvm_checker(end).scan_region(path, head, 0, end, 0)
