@@ -57,9 +57,10 @@ def encode(records) -> np.ndarray:
 
 def problem(status: int, err, offset: int, size: int | None = None) -> str:
     """What is wrong with the record at byte ``offset`` (one clause, for a DataError)."""
+    field = int(err[3]) & ((1 << 64) - 1)  # the length field's 64 bits, as stored (err[2] is capped at 2**62)
     if status == K.BAD_LENGTH_CRC:
         return (f"length CRC mismatch: expected the stored masked CRC-32C 0x{int(err[0]):08x}, computed "
-                f"0x{int(err[1]):08x} over the 8 length bytes (length field reads {int(err[2])}); a record "
+                f"0x{int(err[1]):08x} over the 8 length bytes (length field reads {field}); a record "
                 "header should start here (not a TFRecord file, corrupt, or trailing garbage after the last record)")
     if status == K.BAD_DATA_CRC:
         return (f"payload CRC mismatch: expected the stored masked CRC-32C 0x{int(err[0]):08x}, computed "
@@ -75,8 +76,10 @@ def problem(status: int, err, offset: int, size: int | None = None) -> str:
         if need == HEADER:
             return (f"truncated record header: expected {HEADER} header bytes{have} "
                     "(truncated file, or trailing garbage after the last record)")
+        if int(err[2]) >= K.HUGE:  # more than any file holds: the sum would mislead
+            return f"truncated record: the length field reads {field}, past any file's end{have}"
         return (f"truncated record: expected {need} bytes up to byte {offset + need} (16 + the length field's "
-                f"{int(err[2])}){have}")
+                f"{field}){have}")
     raise AssertionError(f"unknown TFRecord status {status}")
 
 
@@ -158,6 +161,10 @@ class TFRecordScanner:
             lo = 0
             while pending and lo < nb:
                 need = self._need(pending)
+                if need > HEADER and need > size - pend_base:
+                    # its header (CRC good) says it runs past the end: said now, not after the rest
+                    # of the file was gathered into memory for it
+                    raise record_error(path, self.n - e0, pend_base, K.NEED, self._err, size)
                 take = min(need - have, nb - lo)
                 if take > 0:
                     pending.append(buf[lo:lo + take].copy())

@@ -252,6 +252,42 @@ def test_bad_file_names_file_record_and_byte(tmp_path, how, chunk):
     assert rc == 1 and err.count("\n") == 1 and f"record {rec} at byte {off}" in err, err
 
 
+def _header(length: int) -> bytes:
+    """A record header whose length CRC checks: ``length`` as 8 little-endian bytes and its CRC."""
+    ln = struct.pack("<Q", length)
+    return ln + struct.pack("<I", spec_mask(spec_crc32c(ln)))
+
+
+@pytest.mark.parametrize("length", [1 << 40, 1 << 63, (1 << 64) - 1])
+def test_a_length_past_the_end_is_named_as_stored_and_at_once(tmp_path, monkeypatch, length):
+    """A good record, then a header whose CRC checks but whose length runs past the file's end:
+    the message names the length as stored (lengths of 2**62 or more read 2**62), and the scan
+    stops at the header instead of gathering the rest of the file (3 MiB here, 64 KiB chunks)."""
+    import lirs.tfrecord as T
+
+    p = tmp_path / "huge.tfrecord"
+    p.write_bytes(spec_bytes([b"ok"]) + _header(length) + b"\0" * (3 << 20))
+    chunks = []
+    real = T.read_chunks
+
+    def counted(*a, **k):
+        for c in real(*a, **k):
+            chunks.append(c[1])
+            yield c
+
+    monkeypatch.setattr(T, "read_chunks", counted)
+    with pytest.raises(DataError) as e:
+        build_index(p, progress=False, chunk_bytes=1 << 16)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: record 1 at byte 18: truncated record: ") and f" {length}" in msg, msg
+    assert "4611686018427387904" not in msg, msg  # 2**62, what the length was capped at
+    assert f"the file ends at byte {os.path.getsize(p)}" in msg and len(chunks) <= 2, (msg, len(chunks))
+    p.write_bytes(spec_bytes([b"ok"]) + struct.pack("<Q", length) + b"\1\2\3\4" + b"\0" * 100)
+    with pytest.raises(DataError) as e:
+        build_index(p, progress=False)
+    assert f"length CRC mismatch: expected the stored" in str(e.value) and f"(length field reads {length})" in str(e.value)
+
+
 def test_payload_crc_is_checked_again_on_read_with_verify(tmp_path):
     recs = make_records(30, seed=7)
     data = bytearray(write(tmp_path / "d.tfrecord", recs))

@@ -41,7 +41,7 @@ BAD_LENGTH_CRC = 3   # err[0] stored masked CRC, err[1] computed, err[2] the len
 BAD_DATA_CRC = 4     # err[0] stored masked CRC, err[1] computed, err[2] the length field
 BAD_SPAN = 5         # (check) the length field does not fill the record's span: err[2] length, err[3] span
 
-_HUGE = np.int64(1) << np.int64(62)  # a length beyond any file: compared as int64 without overflow
+HUGE = np.int64(1) << np.int64(62)  # a length beyond any file: compared as int64 without overflow
 
 
 def _cpu_has_sse42() -> bool:
@@ -207,7 +207,13 @@ def masked_crc(T, hw, buf, lo, hi):
 def _length(buf, p):
     """The length field at buf[p:p+8] as int64 (lengths beyond 2**62 read as 2**62)."""
     v = _u32(buf, p) | (_u32(buf, p + 4) << np.uint64(32))
-    return _HUGE if v > np.uint64(_HUGE) else np.int64(v)
+    return HUGE if v > np.uint64(HUGE) else np.int64(v)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _raw_length(buf, p):
+    """The length field at buf[p:p+8], its 64 bits as int64 (messages read it as unsigned)."""
+    return np.int64(_u32(buf, p) | (_u32(buf, p + 4) << np.uint64(32)))
 
 
 @njit(cache=True, nogil=True)
@@ -228,10 +234,10 @@ def walk(T, hw, verify, buf, pos, hi, base, starts, k, err):
         stored = np.int64(_u32(buf, pos + 8))
         got = np.int64(masked_crc(T, hw, buf, pos, pos + 8))
         if stored != got:
-            err[0], err[1], err[2] = stored, got, n
+            err[0], err[1], err[2], err[3] = stored, got, n, _raw_length(buf, pos)
             return k, pos, BAD_LENGTH_CRC
         if n > hi - pos - OVERHEAD:
-            err[0], err[2] = (n + OVERHEAD if n < _HUGE else _HUGE), n
+            err[0], err[2], err[3] = (n + OVERHEAD if n < HUGE else HUGE), n, _raw_length(buf, pos)
             return k, pos, NEED
         if verify:
             stored = np.int64(_u32(buf, pos + HEADER + n))
@@ -262,7 +268,7 @@ def check(T, hw, verify, buf, starts, ends, err):
         stored = np.int64(_u32(buf, s + 8))
         got = np.int64(masked_crc(T, hw, buf, s, s + 8))
         if stored != got:
-            err[0], err[1], err[2], err[4] = stored, got, n, BAD_LENGTH_CRC
+            err[0], err[1], err[2], err[3], err[4] = stored, got, n, _raw_length(buf, s), BAD_LENGTH_CRC
             return j
         if n + OVERHEAD != span:
             err[2], err[3], err[4] = n, span, BAD_SPAN
