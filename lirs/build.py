@@ -22,7 +22,8 @@ import numpy as np
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
 from .inputs import expand_paths, labels_candidates, read_at, resolve_format
-from .index import VARIABLE_FORMATS, Index, encode_labels, header_for, open_index, write_index
+from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
+from .labelcodes import encode_labels
 from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, relpath, sidecar_path
 from .tfrecord import TFRecordScanner

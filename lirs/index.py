@@ -28,6 +28,7 @@ import numpy as np
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .inputs import expand_paths
+from .labelcodes import encode_labels
 from .offsets import OffsetTable
 from .pages import release_pages
 from .freshness import check_label_files, fingerprint, layout_crc, reindex_command, staleness
@@ -306,16 +307,6 @@ class Index:
 
     def __repr__(self) -> str:
         return f"Index(format={self.format!r}, n={self.n}, files={self.nfiles}, sidecar={self.sidecar!r})"
-
-
-def encode_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Compact labels: (values float64, codes of the smallest unsigned dtype) or (labels, None)."""
-    labels = np.asarray(labels, np.float64)
-    values, codes = np.unique(labels, return_inverse=True)
-    if len(values) > 65535:
-        return labels, None
-    dt = np.uint8 if len(values) <= 256 else np.uint16
-    return values, codes.astype(dt).reshape(labels.shape)
 
 
 # --------------------------------------------------------------------------- sidecar I/O
