@@ -153,6 +153,23 @@ def test_npy_needs_no_scan_and_reads_labels(tmp_path):
     assert idx.index_bytes() < 8 * idx.n  # no offset table for fixed records
 
 
+def test_npy_labels_are_kept_bit_for_bit(tmp_path):
+    """-0.0 and NaNs of either sign were folded into 0.0 and one NaN by the index's codes: the
+    Loader's y of .npy data (read from the index) differed from the labels file's bits."""
+    labels = np.array([1.0, -0.0, 0.0, np.nan, -np.nan, -1.0, 1.0, -0.0, 2.5, -np.inf])
+    np.save(tmp_path / "x.npy", np.ones((len(labels), 3), np.float32))
+    np.save(tmp_path / "x.labels.npy", labels)
+    idx = lirs.build_index(str(tmp_path / "x.npy"), progress=False)
+    assert idx.labels.view(np.uint64).tolist() == labels.view(np.uint64).tolist()
+    idx = lirs.open_index(str(tmp_path / "x.npy"))  # as saved in the sidecar
+    assert idx.labels.view(np.uint64).tolist() == labels.view(np.uint64).tolist()
+    with lirs.Loader(str(tmp_path / "x.npy"), 4, granularity="instance") as ld:
+        for b in ld.epoch(0):
+            assert b.y.view(np.uint64).tolist() == labels[b.ids].view(np.uint64).tolist()
+    values = np.asarray(idx.label_values)
+    assert values[:-2].tolist() == sorted(values[:-2].tolist()) and np.isnan(values[-2:]).all()  # by value, NaNs last
+
+
 def test_fixed_raw_and_its_errors(tmp_path):
     p = tmp_path / "r.bin"
     p.write_bytes(bytes(range(100)) * 3)
