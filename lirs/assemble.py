@@ -138,8 +138,10 @@ class StepDecoder:
         """(X, y) of zero records, shaped like any other batch of this dataset."""
         idx = self.index
         ids = np.empty(0, np.int64)
-        if idx.format == "libsvm":
-            return sp.csr_matrix((0, self.n_features), dtype=self.dtype), np.empty(0, np.float64)
+        if idx.format == "libsvm":  # as the decoder makes one (scipy's constructor refuses float16)
+            it = np.int32 if self.n_features <= INT32_MAX else np.int64
+            X = csr_batch(np.empty(0, self.dtype), np.empty(0, it), np.zeros(1, it), (0, self.n_features))
+            return X, np.empty(0, np.float64)
         if idx.format in ("npy", "fixed"):
             return np.empty((0, *idx.record_shape), idx.record_dtype), idx.labels_of(ids)
         return [], idx.labels_of(ids)

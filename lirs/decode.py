@@ -29,7 +29,8 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
-from .constants import INT32_MAX
+from .api import whole
+from .constants import INT32_MAX, INT64_MAX
 from .errors import DataError, UsageError
 from .kernels import libsvm as K
 from .kernels.rows import rebase_into
@@ -197,9 +198,7 @@ def decode_libsvm(buf, starts, ends, *, n_features: int, zero_based: bool, dtype
     if starts.ndim != 1 or starts.shape != ends.shape:
         raise UsageError(f"starts and ends must be 1-D of the same length, got {starts.shape} and "
                          f"{ends.shape}")
-    n_features = int(n_features)
-    if n_features < 1:
-        raise UsageError(f"n_features must be >= 1, got {n_features}")
+    n_features = check_n_features(n_features)
     if len(starts) and not trusted and (starts.min() < 0 or ends.max() > len(buf) or np.any(ends < starts)):
         raise UsageError(f"record spans must satisfy 0 <= start <= end <= len(buf) = {len(buf)}")
     if file_offsets is not None:
@@ -300,8 +299,8 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
     """
     if zero_based not in (True, False, "auto"):
         raise UsageError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
-    if n_features is not None and int(n_features) < 1:
-        raise UsageError(f"n_features must be >= 1, got {n_features}")
+    if n_features is not None:
+        n_features = check_n_features(n_features)
     path = os.fspath(path)
     buf = _as_u8(_read_file(path))
     # "auto" parses as zero-based (0 allowed) and shifts afterwards when every index is > 0
@@ -356,9 +355,18 @@ def resolve_libsvm_params(index, zero_based="auto", n_features=None):
         n_f = hi + 1 if zero_based else hi
     if n_features is None:
         n_features = n_f
-    elif int(n_features) < n_f:
+    elif check_n_features(n_features) < n_f:
         raise UsageError(f"n_features was set to {n_features}, but {src} contains {n_f} features")
     return int(n_features), bool(zero_based)
+
+
+def check_n_features(value) -> int:
+    """``n_features`` as an int in [1, 2**63 - 1], or UsageError (a float such as 4.9, a string, a
+    value no int64 index holds), as sklearn refuses them; not truncated or converted."""
+    n = whole("n_features", value, 1)
+    if n > INT64_MAX:
+        raise UsageError(f"n_features must be <= 2**63 - 1 (indices are int64), got {n}")
+    return n
 
 
 def decode_fixed(buf, starts, dtype, shape):

@@ -475,6 +475,36 @@ def test_resolve_params_needs_meta_and_checks_n_features(tmp_path):
         resolve_libsvm_params(index, n_features=5)
 
 
+@pytest.mark.parametrize("bad", [4.9, 5.5, "6", b"7", 0, -1, 2**63, float("inf"), [5], True])
+def test_n_features_must_be_a_whole_number_in_range(tmp_path, bad):
+    """A float was truncated (4.9 -> 4), a string converted, 2**63 or a list raised Python's own
+    error: each is a UsageError naming n_features, as sklearn refuses them, wherever it is given."""
+    import lirs
+
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:1 4:2\n-1 2:1\n")
+    lirs.build_index(str(p), progress=False)
+    raw = np.frombuffer(p.read_bytes(), np.uint8)
+    for call in (lambda: lirs.Loader(str(p), 2, n_features=bad),
+                 lambda: load_svmlight(p, n_features=bad),
+                 lambda: decode_libsvm(raw, np.array([0]), np.array([10]), n_features=bad, zero_based=False)):
+        with pytest.raises(UsageError, match="n_features"):
+            call()
+
+
+def test_an_empty_batch_of_any_dtype(tmp_path):
+    """3 records on 4 ranks: rank 3's batch holds none; with dtype float16 scipy's constructor
+    refused it (a ValueError at that batch, where batches of records worked)."""
+    import lirs
+
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:1 4:2\n-1 2:1\n1 3:0.5\n")
+    for dt in (np.float16, np.float32, np.int8):
+        with lirs.Loader(str(p), 2, rank=3, world_size=4, dtype=dt) as ld:
+            (b,) = list(ld.epoch(0))
+        assert b.X.shape == (0, 4) and b.X.dtype == dt and len(b.y) == 0
+
+
 def test_resolve_params_from_built_index(tmp_path):
     from lirs.build import build_index
     raw = b"# header\n1 2:1 5:1\n-1 3:1 9:0.5\n"
