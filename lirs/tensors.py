@@ -255,7 +255,11 @@ def check_device(device):
 
     if device is None:
         return None
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as e:  # device=0 on a torch without CUDA, "foo", 1.5
+        said = (str(e).strip().splitlines() or [""])[0].rstrip(".:")
+        raise UsageError(f"device={device!r}: {said}; expected 'cpu', a CUDA device ('cuda', 'cuda:1') or None") from None
     if dev.type == "cpu":
         return None
     if dev.type != "cuda":

@@ -339,9 +339,9 @@ class LirsIterableDataset(tud.IterableDataset):
             res = None
         by_window = self._by_window(loader, nw)
         if nw > 1 and w == 0 and not by_window and POLICIES[loader.granularity].uses_window:
-            log.warning("%d DataLoader workers with granularity=%r, one batch an item: each worker reads "
-                        "nearly every window (make_dataloader's workers without a transform read their own windows)",
-                        nw, loader.granularity)
+            log.warning("%d DataLoader workers with granularity=%r, one batch an item: each worker reads nearly every "
+                        "window (%s)", nw, loader.granularity, "batches of bytes cross so" if loader.index.format in
+                        BYTES_FORMATS else "make_dataloader's workers without a transform read their own windows")
         if res is None:
             start, off, spans = 0, 0 if by_window else w, None
             it = loader.epoch(self.epoch, 0, **share_of(by_window, w, nw))

@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import os
 import pickle
+import re
 import socket
 import time
 import warnings
@@ -674,6 +675,9 @@ def test_device_cpu_is_the_plain_path_and_cuda_needs_cuda(kdd_file, small_svm):
     assert check_device(None) is None and check_device("cpu") is None and check_device(torch.device("cpu")) is None
     with pytest.raises(UsageError, match="CUDA device"):
         check_device("meta")
+    for bad in ("foo", 1.5, [0]) + (() if torch.cuda.is_available() else (0,)):  # torch's own errors before
+        with pytest.raises(UsageError, match=rf"device={re.escape(repr(bad))}: .*expected 'cpu'"):
+            make_dataloader(kdd_file, 100, device=bad)
     if not torch.cuda.is_available():
         with pytest.raises(UsageError, match="CUDA is not available"):
             make_dataloader(kdd_file, 100, device="cuda")
@@ -1244,26 +1248,32 @@ def test_a_worker_sends_an_error_it_can_pickle_and_raises_one_it_cannot():
     assert items[1].batch == 0
 
 
-def test_a_hand_built_dataloaders_window_workers_are_warned_about(small_svm, monkeypatch, caplog):
+def test_a_hand_built_dataloaders_window_workers_are_warned_about(small_svm, tmp_path, monkeypatch, caplog):
     """A hand-built DataLoader's workers take every W-th batch (they cannot join pieces), so with
-    window steps each reads nearly every window: worker 0 says so; make_dataloader's do not."""
+    window steps each reads nearly every window: worker 0 says so; make_dataloader's do not, but
+    for batches of bytes (lines), which cross one an item there too (the warning named
+    make_dataloader as the way out to a user of make_dataloader)."""
     import types
 
     import torch.utils.data as tud
 
     import lirs.torch as lt
 
+    lines = tmp_path / "l.txt"
+    lines.write_bytes(b"".join(b"line %d\n" % i for i in range(300)))
     with caplog.at_level("WARNING", logger="lirs.torch"):
-        for bundle, gran in ((0, "group"), (16, "window"), (0, "window")):
-            ds = lt.LirsIterableDataset(small_svm, 32, granularity=gran, group_bytes=4096)
+        for path, bundle, gran in ((small_svm, 0, "group"), (small_svm, 16, "window"), (small_svm, 0, "window"),
+                                   (str(lines), 16, "window")):
+            ds = lt.LirsIterableDataset(path, 32, granularity=gran, group_bytes=4096)
             ds._bundle = bundle
             with monkeypatch.context() as m:  # as worker 0 of 2 sees it
                 m.setattr(tud, "get_worker_info", lambda: types.SimpleNamespace(id=0, num_workers=2))
                 next(iter(ds))
             ds.close()
+    head = "2 DataLoader workers with granularity='window', one batch an item: each worker reads nearly every window"
     assert [r.getMessage() for r in caplog.records] == [
-        "2 DataLoader workers with granularity='window', one batch an item: each worker reads nearly every "
-        "window (make_dataloader's workers without a transform read their own windows)"]
+        head + " (make_dataloader's workers without a transform read their own windows)",
+        head + " (batches of bytes cross so)"]
 
 
 def test_bundle_slots_are_sized_by_the_records():
