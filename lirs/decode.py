@@ -35,7 +35,7 @@ from .errors import DataError, UsageError
 from .kernels import libsvm as K
 from .kernels.rows import rebase_into
 from .svmdecode import decode_file, decode_spans
-from .svmlight import Where, WhereLine
+from .svmlight import Where, WhereLine, line_number
 from .tfrecord import payloads as decode_tfrecord
 
 __all__ = ["decode_libsvm", "decode_fixed", "decode_lines", "decode_tfrecord", "load_svmlight",
@@ -348,7 +348,7 @@ def resolve_libsvm_params(index, zero_based="auto", n_features=None):
     if zero_based == "auto":
         zero_based = (not has_features) or lo == 0
     elif zero_based is False and has_features and lo == 0:
-        raise DataError(f"{src}: zero_based=False, but the data holds feature index 0")
+        raise DataError(_where_index_zero(index) or f"{src}: zero_based=False, but the data holds feature index 0")
     if not has_features:
         n_f = 1
     else:
@@ -358,6 +358,42 @@ def resolve_libsvm_params(index, zero_based="auto", n_features=None):
     elif check_n_features(n_features) < n_f:
         raise UsageError(f"n_features was set to {n_features}, but {src} contains {n_f} features")
     return int(n_features), bool(zero_based)
+
+
+def _where_index_zero(index) -> str:
+    """``"FILE: line L, byte B, token '0:1'"`` of the first feature index 0 of an indexed LIBSVM
+    dataset, or "" where the index keeps no scan marks (error path only: the marks at every MiB
+    hold the least index so far, so one MiB of records is read and parsed)."""
+    from .inputs import read_at
+    from .svmlight import TokenError, line_tokens, parse_tokens
+
+    for f, path in enumerate(index.paths):
+        marks = index.file_marks(f)
+        if marks is None:
+            return ""
+        hit = np.flatnonzero(marks[:, 0] == 0)
+        first, a = int(index.file_starts[f]), 0
+        if not len(hit) or (hit[0] and marks[hit[0] - 1, 0] == 0):
+            continue  # none here, or the least index so far was 0 before this file
+        if hit[0]:
+            a = int(marks[hit[0] - 1, 3])
+        b = int(marks[hit[0], 3])
+        if b <= a:
+            continue
+        _, s, e = index.spans(np.arange(first + a, first + b))
+        data = read_at(path, int(e[-1] - s[0]), int(s[0]))
+        at = 0
+        for line in data.split(b"\n"):
+            toks = line_tokens(line)
+            try:
+                if toks:
+                    parse_tokens(toks, zero_based=False, values=False)
+            except TokenError as t:
+                if "index 0" in t.message:
+                    off = int(s[0]) + at + t.at
+                    return f"{path}: line {line_number(path, off)}, byte {off}, {t.message}"
+            at += len(line) + 1
+    return ""
 
 
 def check_n_features(value) -> int:

@@ -505,6 +505,32 @@ def test_an_empty_batch_of_any_dtype(tmp_path):
         assert b.X.shape == (0, 4) and b.X.dtype == dt and len(b.y) == 0
 
 
+@pytest.mark.parametrize("where", [0, 1])
+def test_zero_based_false_names_the_first_index_0(tmp_path, where):
+    """zero_based=False on data holding index 0 named no line or byte; it names the first one (of
+    the file it is in, past 1 MiB of records before it), as load_svmlight does."""
+    import lirs
+
+    d = tmp_path / "d"
+    d.mkdir()
+    lines = [f"{1 - 2 * (i % 2)} 3:{i % 7} 9:1.5 # c{i}\n" for i in range(70000)]
+    for k, name in enumerate(("a.svm", "b.svm")):
+        body = list(lines)
+        if k == where:
+            body[60000] = "# a comment line\n-1 00:1 5:2\n"
+            body[65000] = "1 0:2\n"
+        (d / name).write_text("".join(body))
+    lirs.build_index(str(d), progress=False)
+    path = str(d / ("a.svm", "b.svm")[where])
+    raw = open(path, "rb").read()
+    off = raw.index(b"-1 00:1") + 3
+    with pytest.raises(DataError) as ei:
+        lirs.Loader(str(d), 10, zero_based=False)
+    line = raw[:off].count(b"\n") + 1
+    assert str(ei.value).startswith(f"{path}: line {line}, byte {off}, "), str(ei.value)
+    assert "index 0" in str(ei.value) and "'00:1'" in str(ei.value)
+
+
 def test_resolve_params_from_built_index(tmp_path):
     from lirs.build import build_index
     raw = b"# header\n1 2:1 5:1\n-1 3:1 9:0.5\n"
