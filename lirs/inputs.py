@@ -169,6 +169,10 @@ def format_reason(path: str) -> tuple[str, str]:
     if ext in _EXT_FORMAT:
         fmt = _EXT_FORMAT[ext]
         why = f"from the {ext} extension"
+        if fmt == "lines" and _tfrecord_head(head):  # lines are not checked: they would be served as "lines" of it
+            raise DataError(f"{path}: named {ext}, but its first 12 bytes are a TFRecord header (length and its "
+                            "CRC-32C check out); name it .tfrecord or pass --format tfrecord (--format lines to "
+                            "read it as lines all the same)")
         if fmt == "lines":
             what = "CSV" if ext in (".csv", ".tsv") else "JSON"
             why += f"; {what} is not parsed: records are delivered as raw lines (bytes)"

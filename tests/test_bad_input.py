@@ -173,6 +173,7 @@ OTHER = [
     ("tfrecord truncated record", "x.tfrecord", _tfr()[:-3], []),
     ("tfrecord truncated header", "x.tfrecord", _tfr() + _tfr()[:5], []),
     ("tfrecord trailing garbage", "x.tfrecord", _tfr() + b"garbage at the end\n", []),
+    ("tfrecord named as JSON lines", "x.jsonl", _tfr(), []),
     ("gzip-compressed LIBSVM", "x.svm.gz", gzip.compress(b"1 1:1\n"), []),
     ("gzip bytes under a .svm name", "x.svm", gzip.compress(b"1 1:1\n"), []),
     ("xz-compressed lines", "x.jsonl.xz", lzma.compress(b"{}\n"), []),

@@ -201,6 +201,12 @@ def test_detected_from_content_and_forced(tmp_path):
     assert out.startswith("format: tfrecord (the first 12 bytes are a TFRecord header")
     write(tmp_path / "e.dat", [b"x" * 3])
     assert build_index(tmp_path / "e.dat", format="tfrecord", out=str(tmp_path / "e.lirs")).n == 1
+    # named as lines, whose records are not checked: it was indexed as "lines" of the framing
+    write(tmp_path / "f.jsonl", make_records(9, seed=5))
+    rc, out, err = cli("index", "--quiet", str(tmp_path / "f.jsonl"))
+    assert rc == 1 and "f.jsonl: named .jsonl, but its first 12 bytes are a TFRecord header" in err, err
+    assert build_index(tmp_path / "f.jsonl", format="tfrecord", out=str(tmp_path / "f.lirs")).n == 9
+    assert not os.path.exists(tmp_path / "f.jsonl.lirs")
 
 
 # --------------------------------------------------------------------------- bad input
