@@ -1,10 +1,13 @@
 """What a crashed lirs run left behind, found and removed by the next run.
 
-Every temporary name lirs writes carries the PID of the process writing it: ``.NAME.tmp-PID-TID``
-(and the writing thread's id) beside a sidecar or an output file, ``.lirs-shuffle-PID-XXXX/`` pile directories. A later run in
-the same directory removes those whose process is gone (and says so); those of a live process
-are left alone. Caveat: a directory shared between machines (NFS) can hold PIDs of another host;
-such a temporary file is removed only if no process of this host has that PID.
+Every temporary name lirs writes carries the PID of the process writing it and lirs's own mark:
+``.NAME.lirs-tmp-PID-TID`` (and the writing thread's id) beside a sidecar or an output file,
+``.lirs-shuffle-PID-XXXX/`` pile directories. A later run in the same directory removes those
+whose process is gone (and says so); those of a live process are left alone, and so is every name
+without the mark (a user's ``.notes.tmp-2023`` is not lirs's). A NAME too long for the mark within
+the filesystem's 255 bytes is cut and a CRC of it added. Caveat: a directory shared between
+machines (NFS) can hold PIDs of another host; such a temporary file is removed only if no process
+of this host has that PID.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import os
 import re
 import shutil
 import threading
+import zlib
 
 from .errors import UsageError
 
@@ -55,13 +59,31 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+MARK = ".lirs-tmp-"  # what every temporary name of lirs carries before its PID
+# bytes a temporary name adds to its final name's at most: ".", the mark, a PID and a thread id
+_ADDED = 1 + len(MARK) + 10 + 1 + 10
+NAME_MAX = 255
+
+
+def _stem(base: str) -> str:
+    """``base`` as temporary names carry it: itself, or where ``.BASE`` and the mark, PID and
+    thread id would pass ``NAME_MAX`` bytes, its first bytes and ``~`` and its CRC-32."""
+    raw = os.fsencode(base)
+    if len(raw) + _ADDED <= NAME_MAX:
+        return base
+    tag = b"~%08x" % zlib.crc32(raw)
+    return os.fsdecode(raw[:NAME_MAX - _ADDED - len(tag)] + tag)
+
+
 def temp_name(final: str, pid: int | None = None) -> str:
-    """``DIR/.BASENAME.tmp-PID-TID``: where this thread writes ``final`` before its atomic rename
-    (the thread's id too: threads of one process opening one touched index each rewrite its header,
-    and one's rename must not take another's half-written file); ``pid`` given: ``.BASENAME.tmp-PID``."""
+    """``DIR/.BASENAME.lirs-tmp-PID-TID``: where this thread writes ``final`` before its atomic
+    rename (the thread's id too: threads of one process opening one touched index each rewrite its
+    header, and one's rename must not take another's half-written file); ``pid`` given:
+    ``.BASENAME.lirs-tmp-PID``. A long BASENAME is cut (:func:`_stem`)."""
     d, base = os.path.split(os.path.abspath(final))
-    return os.path.join(d, f".{base}.tmp-{int(pid)}" if pid is not None else
-                        f".{base}.tmp-{os.getpid()}-{threading.get_native_id()}")
+    stem = _stem(base)
+    return os.path.join(d, f".{stem}{MARK}{int(pid)}" if pid is not None else
+                        f".{stem}{MARK}{os.getpid()}-{threading.get_native_id()}")
 
 
 def clean_dead(dirpath: str, pattern: str) -> list[str]:
@@ -97,14 +119,14 @@ def clean_dead(dirpath: str, pattern: str) -> list[str]:
 
 
 def clean_dead_temps(final: str) -> list[str]:
-    """Remove ``.BASENAME.tmp-PID`` files of ``final`` left by dead processes."""
+    """Remove the temporary names of ``final`` (:func:`temp_name`) left by dead processes."""
     d, base = os.path.split(os.path.abspath(final))
-    return clean_dead(d, re.escape(f".{base}.tmp-") + r"(?P<pid>\d+)(?:-\d+)?")
+    return clean_dead(d, re.escape(f".{_stem(base)}{MARK}") + r"(?P<pid>\d+)(?:-\d+)?")
 
 
-# every temporary name lirs writes: `.NAME.tmp-PID` files and directories (outputs, sidecars,
+# every temporary name lirs writes: `.NAME.lirs-tmp-PID` files and directories (outputs, sidecars,
 # labels, staged shards, verification records) and `.lirs-shuffle-PID-XXXX` pile directories
-LITTER_PATTERN = r"\..+\.tmp-(?P<pid>\d+)(?:-\d+)?|\.lirs-shuffle-(?P<pid2>\d+)-[A-Za-z0-9_]+"
+LITTER_PATTERN = r"\..+" + re.escape(MARK) + r"(?P<pid>\d+)(?:-\d+)?|\.lirs-shuffle-(?P<pid2>\d+)-[A-Za-z0-9_]+"
 
 
 def clean_dead_litter(dirpath: str) -> list[str]:

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 
 from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 
 AUTO = "auto"  # the granularity that reads what `lirs bench --auto` saved
 from .errors import UsageError
+from .litter import clean_dead_temps, temp_name
 from .windows import window_groups
 
 log = logging.getLogger("lirs.recommendation")
@@ -22,25 +22,16 @@ RECOMMENDATION_SUFFIX = ".bench.json"
 RECOMMENDATION_VERSION = 1
 
 
-def _umask() -> int:
-    """This process's umask, read without setting it (``os.umask`` would change it for every
-    thread meanwhile); 0o022 where /proc does not say."""
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return 0o022
-
-
 def write_json(doc: dict, path: str) -> str:
-    """Write ``doc`` to ``path`` atomically (temp file in the same directory, fsync, rename)."""
+    """Write ``doc`` to ``path`` atomically (temp file in the same directory, fsync, rename): its
+    temporary name carries this process's id, so a later run cleans what a killed one left."""
     path = os.path.abspath(path)
     d = os.path.dirname(path)
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".lirs-", suffix=".json", dir=d)
-    os.fchmod(fd, 0o666 & ~_umask())  # as open() makes a file (mkstemp's is 0600: other users could not read it)
+    clean_dead_temps(path)
+    tmp = temp_name(path)
     try:
-        with os.fdopen(fd, "w") as f:
+        with open(tmp, "w") as f:  # the mode open() gives (umask): others read results as any file's
             json.dump(doc, f, indent=1)
             f.write("\n")
             f.flush()

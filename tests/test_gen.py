@@ -300,14 +300,14 @@ def test_interrupted_generation_leaves_nothing(tmp_path, monkeypatch, profile):
 
 
 def test_a_killed_runs_temporaries_are_removed_and_room_is_checked_first(tmp_path):
-    """A run killed past its clean-up (SIGKILL) leaves `.NAME.tmp-PID` files: the next run on that
-    name removes those of dead processes. A dataset larger than the free space is refused before a
-    byte is written."""
+    """A run killed past its clean-up (SIGKILL) leaves `.NAME.lirs-tmp-PID` files: the next run on
+    that name removes those of dead processes. A dataset larger than the free space is refused
+    before a byte is written."""
     from lirs.errors import UsageError
 
-    dead = tmp_path / ".d.npy.tmp-999999"
+    dead = tmp_path / ".d.npy.lirs-tmp-999999"
     dead.write_bytes(b"x" * 100)
-    live = tmp_path / f".d.npy.tmp-{os.getpid()}-other"
+    live = tmp_path / f".d.npy.lirs-tmp-{os.getpid()}-other"
     live.write_bytes(b"")
     generate("higgs", tmp_path / "d.npy", records=50, progress=False)
     assert not dead.exists() and live.exists()

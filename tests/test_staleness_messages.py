@@ -39,7 +39,7 @@ def test_an_index_path_that_is_a_directory_is_named(tmp_path, capsys):
     os.mkdir(p + ".lirs")
     assert main(["index", p]) == 2
     err = capsys.readouterr().err
-    assert p + ".lirs" in err and "is a directory" in err and ".tmp-" not in err
+    assert p + ".lirs" in err and "is a directory" in err and "lirs-tmp-" not in err
 
 
 def test_enospc_while_writing_the_index_names_it(tmp_path, monkeypatch, capsys):
@@ -72,10 +72,10 @@ def test_enospc_while_writing_the_index_names_it(tmp_path, monkeypatch, capsys):
 def test_litter_of_a_dead_run_under_another_name_is_removed(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
-    junk = [tmp_path / f".other.svm.tmp-{dead}", tmp_path / f".other.svm.lirs.tmp-{dead}"]
+    junk = [tmp_path / f".other.svm.lirs-tmp-{dead}", tmp_path / f".other.svm.lirs.lirs-tmp-{dead}"]
     for j in junk:
         j.write_bytes(b"x" * 10)
-    live = tmp_path / f".mine.svm.tmp-{os.getpid()}"
+    live = tmp_path / f".mine.svm.lirs-tmp-{os.getpid()}"
     live.write_bytes(b"y")
     p = _svm(tmp_path / "a.svm")
     lirs.build_index(p, progress=False)
@@ -83,7 +83,7 @@ def test_litter_of_a_dead_run_under_another_name_is_removed(tmp_path):
     # and at the start of a shuffle, in the output's directory
     out = tmp_path / "out"
     out.mkdir()
-    j2 = out / f".gone.svm.tmp-{dead}"
+    j2 = out / f".gone.svm.lirs-tmp-{dead}"
     j2.write_bytes(b"z")
     assert main(["shuffle", p, "-o", str(out / "s.svm"), "--quiet"]) == 0
     assert not j2.exists()

@@ -3,6 +3,7 @@ checksummed arrays, litter of crashed runs removed, I/O errors as one line, no m
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
 import shutil
@@ -245,14 +246,62 @@ def _dead_pid() -> int:
 
 def test_index_removes_temp_files_of_dead_runs_only(tmp_path, caplog):
     p = _svm(tmp_path / "x.svm")
-    dead = tmp_path / f".x.svm.lirs.tmp-{_dead_pid()}"
-    live = tmp_path / f".x.svm.lirs.tmp-{os.getppid()}"
+    dead = tmp_path / f".x.svm.lirs.lirs-tmp-{_dead_pid()}"
+    live = tmp_path / f".x.svm.lirs.lirs-tmp-{os.getppid()}"
     dead.write_bytes(b"half an index")
     live.write_bytes(b"someone else is writing")
     with caplog.at_level("WARNING"):
         lirs.build_index(p, progress=False)
     assert not dead.exists() and live.exists()
     assert any("crashed" in r.message and str(dead) in r.message for r in caplog.records)
+
+
+def test_the_cleaner_leaves_names_without_lirs_mark_alone(tmp_path):
+    """A user's `.thesis.tmp-2023` file or `.photos.tmp-1999/` directory looked like a dead run's
+    temporary (a dot, a name, ".tmp-", a number): the next `lirs index` there removed them, the
+    directory with rmtree. Only names with lirs's mark are its."""
+    from lirs import litter
+
+    p = _svm(tmp_path / "x.svm")
+    mine = tmp_path / ".thesis.tmp-2023"
+    mine.write_bytes(b"chapter 1")
+    photos = tmp_path / ".photos.tmp-1999"
+    photos.mkdir()
+    (photos / "a.jpg").write_bytes(b"jpg")
+    dead = tmp_path / os.path.basename(litter.temp_name(str(tmp_path / "other.svm.lirs"), _dead_pid()))
+    dead.write_bytes(b"half an index")
+    lirs.build_index(p, progress=False)
+    assert mine.read_bytes() == b"chapter 1" and (photos / "a.jpg").exists() and not dead.exists()
+
+
+def test_names_near_the_filesystems_limit_index_and_clean(tmp_path):
+    """A data name of 250 bytes: its sidecar name fits 255 bytes, but the temporary name it was
+    written under did not ("File name too long", naming the temporary). Long temporary names are
+    cut and carry a CRC of the name; a dead run's one is still found."""
+    from lirs import litter
+
+    for name in ("d" * 246 + ".svm", "é" * 122 + ".svm"):
+        p = _svm(tmp_path / name)
+        dead = litter.temp_name(p + ".lirs", _dead_pid())
+        assert len(os.fsencode(os.path.basename(dead))) <= 255
+        open(dead, "wb").close()
+        assert lirs.build_index(p, progress=False).n > 0 and os.path.exists(p + ".lirs")
+        assert not os.path.exists(dead)
+        with lirs.Loader(p, 64) as ld:
+            assert sum(len(b.ids) for b in ld.epoch(0)) == lirs.open_index(p).n
+
+
+def test_json_results_are_written_under_a_name_the_cleaner_knows(tmp_path):
+    """write_json (bench, quality, demo results) wrote through mkstemp: a killed run's temporary
+    had no PID and stayed for ever. It carries the mark and the PID; a dead one goes."""
+    from lirs import litter
+    from lirs.recommendation import write_json
+
+    out = tmp_path / "r.json"
+    dead = litter.temp_name(str(out), _dead_pid())
+    open(dead, "w").close()
+    write_json({"a": 1}, str(out))
+    assert json.load(open(out)) == {"a": 1} and os.listdir(tmp_path) == ["r.json"]
 
 
 def _big_svm(path, mb=40):
@@ -282,7 +331,7 @@ def test_kill_9_during_index_leaves_no_half_index(tmp_path, frac):
         assert open_index(p).n > 0
     # the next run finishes and leaves nothing behind
     lirs.build_index(p, progress=False)
-    left = [x for x in os.listdir(tmp_path) if ".tmp-" in x]
+    left = [x for x in os.listdir(tmp_path) if "tmp-" in x]
     assert left == []
     assert open_index(p, verify=True).n > 0
 
@@ -451,5 +500,5 @@ def test_threads_opening_one_touched_index_do_not_take_each_others_temporary(tmp
         [t.start() for t in threads]
         [t.join() for t in threads]
     assert not errors, errors[:2]
-    assert not [x for x in os.listdir(tmp_path) if ".tmp-" in x]
+    assert not [x for x in os.listdir(tmp_path) if "tmp-" in x]
     assert main(["index", "--check", p]) == 0

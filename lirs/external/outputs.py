@@ -1,8 +1,8 @@
 """The output files of `lirs shuffle`: their names, where they are written, their move into place.
 
-One output ``OUT`` is written as ``.OUT.tmp-PID`` beside it (its labels likewise) and renamed; its
+One output ``OUT`` is written as ``.OUT.lirs-tmp-PID`` beside it (its labels likewise) and renamed; its
 sidecar is written in place by the atomic sidecar writer. Shards are written into a staging
-directory ``.OUT.tmp-PID`` under their final names (part files, labels, sidecars), which is renamed
+directory ``.OUT.lirs-tmp-PID`` under their final names (part files, labels, sidecars), which is renamed
 to ``OUT`` at the end. Nothing is left behind on error.
 """
 from __future__ import annotations
