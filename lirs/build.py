@@ -25,7 +25,7 @@ from .inputs import expand_paths, labels_candidates, read_at, resolve_format
 from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
 from .labelcodes import encode_labels
 from .freshness import fingerprint, label_entries
-from .sidecar import SidecarWriter, relpath, sidecar_path
+from .sidecar import SidecarWriter, check_replaceable, relpath, sidecar_path
 from .tfrecord import TFRecordScanner
 from .litter import out_dir
 from .scanner import SCAN_CORES, Tap, VarScanner, write_labels, refuse_csv_header  # noqa: F401 - re-exported
@@ -289,6 +289,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     if not out.endswith(".lirs"):
         raise UsageError(f"sidecar name must end in .lirs: {out}")
     out_dir(out, "the index")
+    check_replaceable(out)  # before the scan, and before an old index there is looked at
     where = directory_meta(paths, out)
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:

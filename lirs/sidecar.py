@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from .errors import IndexFormatError, UsageError
-from .inputs import labels_candidates, pread_full, pread_into
+from .inputs import labels_candidates, pread_full, pread_into, read_at
 from .litter import clean_dead_litter, clean_dead_temps, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
@@ -64,6 +64,15 @@ def sidecar_path(paths) -> str:
     return p + SIDECAR_SUFFIX
 
 
+def check_replaceable(dest: str) -> None:
+    """UsageError when ``dest`` is a file that is not a lirs index (its first bytes are not
+    :data:`MAGIC`): every index lirs writes starts so (renamed in whole), so such a file is
+    someone's data named like a sidecar, which writing the index would replace."""
+    if os.path.isfile(dest) and read_at(dest, len(MAGIC)) != MAGIC:
+        raise UsageError(f"{dest} exists and is not a lirs index (its first bytes are not an index's); "
+                         "move it away, or name the sidecar elsewhere with -o NAME.lirs")
+
+
 class SidecarWriter:
     """Streams arrays into a temp file next to the destination, then fsyncs and renames.
 
@@ -77,6 +86,7 @@ class SidecarWriter:
         if os.path.isdir(self.dest):
             raise UsageError(f"{self.dest}: the index path is a directory; remove it, or name the sidecar "
                              "elsewhere with -o NAME.lirs")
+        check_replaceable(self.dest)
         clean_dead_litter(os.path.dirname(self.dest))  # what a killed `lirs index` or shuffle left here
         self.tmp = temp_name(self.dest)
         self.f = open(self.tmp, "wb")

@@ -291,6 +291,21 @@ def test_names_near_the_filesystems_limit_index_and_clean(tmp_path):
             assert sum(len(b.ids) for b in ld.epoch(0)) == lirs.open_index(p).n
 
 
+def test_a_file_named_like_the_sidecar_is_not_replaced(tmp_path, capsys):
+    """`lirs index x` with a data file `x.lirs` beside it (or an empty one) warned "corrupt: not
+    reused" and renamed the index over it: the data was gone. Refused, before any scan."""
+    from lirs.cli import main
+
+    p = _svm(tmp_path / "x")
+    for body in (open(p, "rb").read(), b""):
+        (tmp_path / "x.lirs").write_bytes(body)
+        assert main(["index", p, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "x.lirs exists and is not a lirs index" in err and "-o" in err and "corrupt" not in err, err
+        assert (tmp_path / "x.lirs").read_bytes() == body
+    assert main(["index", p, "--quiet", "-o", str(tmp_path / "elsewhere.lirs")]) == 0
+
+
 def test_json_results_are_written_under_a_name_the_cleaner_knows(tmp_path):
     """write_json (bench, quality, demo results) wrote through mkstemp: a killed run's temporary
     had no PID and stayed for ever. It carries the mark and the PID; a dead one goes."""
