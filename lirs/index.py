@@ -27,7 +27,7 @@ import numpy as np
 
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
-from .inputs import expand_paths
+from .inputs import absolute, expand_paths
 from .labelcodes import encode_labels
 from .offsets import OffsetTable
 from .pages import release_pages
@@ -375,7 +375,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
     ``verify`` the CRC-32 of every array is checked too (reads the whole sidecar).
     """
     path = os.fspath(path)
-    sidecar = os.path.abspath(path if path.endswith(SIDECAR_SUFFIX) else sidecar_path(path))
+    sidecar = absolute(path if path.endswith(SIDECAR_SUFFIX) else sidecar_path(path))
     if not os.path.exists(sidecar):
         if not os.path.exists(path):
             raise FileNotFoundError(2, "No such file or directory", path)
@@ -461,11 +461,11 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: b
     base = os.path.dirname(sidecar)
     paths = [os.path.normpath(os.path.join(base, fi["relpath"])) for fi in header["files"]]
     if opened_as is not None:
-        # compared through symlinks: the data may be named by a link to it
+        # compared through symlinks: the data may be named by a link to it; a directory's files are
+        # the names in it, whose own links may lead out of it
         want = os.path.realpath(opened_as)
-        real = [os.path.realpath(p) for p in paths]
-        inside = (real == [want]) if not os.path.isdir(want) else all(
-            p.startswith(want.rstrip(os.sep) + os.sep) for p in real)
+        inside = ([os.path.realpath(p) for p in paths] == [want]) if not os.path.isdir(want) else all(
+            os.path.realpath(os.path.dirname(p)) == want for p in paths)
         if not inside:
             raise IndexFormatError(
                 f"{sidecar} indexes {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}, not {want}; "

@@ -60,10 +60,28 @@ def labels_candidates(path: str) -> list[str]:
     return ([path[:-4] + ".labels.npy"] if path.endswith(".npy") else []) + [labels_path(path)]
 
 
+def absolute(path) -> str:
+    """``path`` made absolute where the kernel finds it. ``os.path.abspath`` folds ``L/..`` by
+    text, but where ``L`` is a symlink the kernel goes to the link target's parent: a path with a
+    ``..`` has its directory resolved through links (its last name kept, so a link to the data
+    stays the link); any other path is ``abspath``'s."""
+    p = os.fspath(path)
+    if ".." not in p.split(os.sep):
+        return os.path.abspath(p)
+    head, tail = os.path.split(p.rstrip(os.sep) or p)
+    if tail in ("", ".", ".."):
+        return os.path.realpath(p)
+    return os.path.join(os.path.realpath(head or "."), tail)
+
+
+_NOT_DATA = (".lirs", ".lirs.bench.json", ".labels.npy")  # what lirs and its users keep beside data
+
+
 def expand_paths(paths) -> list[str]:
     """Files of a dataset: one file, several files, or the regular files of a directory (sorted).
 
-    Sidecars (``*.lirs``), hidden files and ``*.labels.npy`` label files are not data.
+    Sidecars (``*.lirs``), saved bench recommendations (``*.lirs.bench.json``), hidden files and
+    ``*.labels.npy`` label files are not data.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -74,10 +92,9 @@ def expand_paths(paths) -> list[str]:
             names = sorted(os.listdir(p))
             for name in names:
                 full = os.path.join(p, name)
-                if (name.startswith(".") or name.endswith(".lirs") or name.endswith(".labels.npy")
-                        or not os.path.isfile(full)):
+                if (name.startswith(".") or name.endswith(_NOT_DATA) or not os.path.isfile(full)):
                     continue
-                out.append(os.path.abspath(full))
+                out.append(absolute(full))
             if not out:
                 subs = [n for n in names if os.path.isdir(os.path.join(p, n)) and not n.startswith(".")]
                 raise DataError(f"{p}: directory holds no data files" + (
@@ -86,12 +103,13 @@ def expand_paths(paths) -> list[str]:
         elif os.path.exists(p):
             if not os.path.isfile(p):
                 raise DataError(f"{p}: not a regular file")
-            out.append(os.path.abspath(p))
+            out.append(absolute(p))
         else:
             raise FileNotFoundError(2, "No such file or directory", p)
     seen: dict = {}
-    for p in out:  # (through links too) a file twice would serve each of its records twice
-        twin = seen.setdefault(os.path.realpath(p), p)
+    for p in out:  # (through links, hard ones too) a file twice would serve each of its records twice
+        st = os.stat(p)
+        twin = seen.setdefault((st.st_dev, st.st_ino), p)
         if twin is not p:
             raise UsageError(f"{p} is named twice{'' if twin == p else f' (also as {twin})'}; a dataset reads each file once")
     return out

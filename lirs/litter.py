@@ -19,6 +19,7 @@ import threading
 import zlib
 
 from .errors import UsageError
+from .inputs import absolute
 
 log = logging.getLogger("lirs.litter")
 
@@ -32,9 +33,9 @@ def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = N
     ({path: what it is}, :func:`lirs.sidecar.belonging`: ``--json DATA`` replaced the data)."""
     p = os.fspath(path)
     for q, kind in (inputs or {}).items():
-        if os.path.abspath(q) == os.path.abspath(p) or (os.path.exists(q) and os.path.exists(p) and os.path.samefile(q, p)):
+        if absolute(q) == absolute(p) or (os.path.exists(q) and os.path.exists(p) and os.path.samefile(q, p)):
             raise UsageError(f"{what} {p} is {kind}: write it elsewhere")
-    d = os.path.dirname(os.path.abspath(p))
+    d = os.path.dirname(absolute(p))
     if not os.path.isdir(d):
         raise UsageError(f"{what} {p}: its directory {d} does not exist")
     if os.path.isdir(p):
@@ -80,7 +81,7 @@ def temp_name(final: str, pid: int | None = None) -> str:
     rename (the thread's id too: threads of one process opening one touched index each rewrite its
     header, and one's rename must not take another's half-written file); ``pid`` given:
     ``.BASENAME.lirs-tmp-PID``. A long BASENAME is cut (:func:`_stem`)."""
-    d, base = os.path.split(os.path.abspath(final))
+    d, base = os.path.split(absolute(final))
     stem = _stem(base)
     return os.path.join(d, f".{stem}{MARK}{int(pid)}" if pid is not None else
                         f".{stem}{MARK}{os.getpid()}-{threading.get_native_id()}")
@@ -120,7 +121,7 @@ def clean_dead(dirpath: str, pattern: str) -> list[str]:
 
 def clean_dead_temps(final: str) -> list[str]:
     """Remove the temporary names of ``final`` (:func:`temp_name`) left by dead processes."""
-    d, base = os.path.split(os.path.abspath(final))
+    d, base = os.path.split(absolute(final))
     return clean_dead(d, re.escape(f".{_stem(base)}{MARK}") + r"(?P<pid>\d+)(?:-\d+)?")
 
 

@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from .errors import IndexFormatError, UsageError
-from .inputs import labels_candidates, pread_full, pread_into, read_at
+from .inputs import absolute, labels_candidates, pread_full, pread_into, read_at
 from .litter import clean_dead_litter, clean_dead_temps, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
@@ -59,8 +59,8 @@ def sidecar_path(paths) -> str:
     if len(paths) != 1:
         raise UsageError("several data files form one dataset: name its sidecar with -o NAME.lirs")
     p = paths[0].rstrip(os.sep) or paths[0]
-    if os.path.basename(p) in (".", ".."):  # DIR.lirs beside the directory, not "..lirs" inside it
-        p = os.path.abspath(p)
+    if os.path.basename(p) == "." or ".." in p.split(os.sep):  # DIR.lirs beside the directory, not "..lirs"
+        p = absolute(p)  # inside it; and where the kernel finds the data (abspath folds "LINK/.." by text)
     return p + SIDECAR_SUFFIX
 
 
@@ -82,7 +82,7 @@ class SidecarWriter:
     """
 
     def __init__(self, dest: str):
-        self.dest = os.path.abspath(dest)
+        self.dest = absolute(dest)
         if os.path.isdir(self.dest):
             raise UsageError(f"{self.dest}: the index path is a directory; remove it, or name the sidecar "
                              "elsewhere with -o NAME.lirs")

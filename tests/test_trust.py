@@ -306,6 +306,49 @@ def test_a_file_named_like_the_sidecar_is_not_replaced(tmp_path, capsys):
     assert main(["index", p, "--quiet", "-o", str(tmp_path / "elsewhere.lirs")]) == 0
 
 
+def _served_labels(path):
+    with lirs.Loader(path, 64, granularity="instance") as ld:
+        return sorted(y for b in ld.epoch(0) for y in b.y.tolist())
+
+
+def test_a_dotdot_after_a_symlinked_directory_names_what_the_kernel_reads(tmp_path, capsys):
+    """`L/../x.svm` where L links to real/deep is real/x.svm to the kernel (and to cat), but
+    abspath folded it by text to ./x.svm: lirs indexed and served that other file."""
+    from lirs.cli import main
+
+    (tmp_path / "real" / "deep").mkdir(parents=True)
+    os.symlink(tmp_path / "real" / "deep", tmp_path / "L")
+    want = _svm(tmp_path / "real" / "x.svm", n=150, seed=1)
+    _svm(tmp_path / "x.svm", n=100, seed=2)  # what a textual fold names
+    dotted = str(tmp_path / "L" / ".." / "x.svm")
+    assert main(["index", dotted, "--quiet", "-o", str(tmp_path / "side.lirs")]) == 0
+    assert main(["index", dotted, "--quiet"]) == 0 and os.path.exists(want + ".lirs")
+    assert not os.path.exists(tmp_path / "x.svm.lirs")
+    ref = sorted(lirs.load_svmlight(want)[1].tolist())
+    assert _served_labels(str(tmp_path / "side.lirs")) == ref == _served_labels(dotted)
+
+
+def test_a_directory_of_links_bench_results_and_hard_links(tmp_path, capsys):
+    """A file of a directory that is a link to a file elsewhere: `lirs index D` worked, then every
+    open by D's name said "indexes D/a.svm, not D; re-run lirs index" (a loop). A saved bench
+    recommendation (`a.svm.lirs.bench.json`) in the directory was read as data. Two hard links of
+    one file served its records twice."""
+    from lirs.cli import main
+
+    d = tmp_path / "D"
+    d.mkdir()
+    _svm(d / "a.svm", n=120, seed=3)
+    os.symlink(_svm(tmp_path / "outside.svm", n=80, seed=4), d / "b.svm")
+    (d / "a.svm.lirs.bench.json").write_text('{\n "schema": "lirs-bench-recommendation"\n}\n')
+    assert main(["index", str(d), "--quiet"]) == 0
+    assert main(["info", str(d)]) == 0
+    with lirs.Loader(str(d), 50) as ld:
+        assert sorted(_all_ids(ld).tolist()) == list(range(200))
+    os.link(d / "a.svm", d / "c.svm")
+    assert main(["index", str(d), "--quiet"]) == 2
+    assert "c.svm is named twice (also as" in capsys.readouterr().err
+
+
 def test_json_results_are_written_under_a_name_the_cleaner_knows(tmp_path):
     """write_json (bench, quality, demo results) wrote through mkstemp: a killed run's temporary
     had no PID and stayed for ever. It carries the mark and the PID; a dead one goes."""

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inputs import expand_paths, labels_path
+from ..inputs import absolute, expand_paths, labels_path
 from ..sidecar import belonging, sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
@@ -122,7 +122,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     mem = parse_size(memory)
     if not out:
         raise UsageError("name the output with -o OUT")
-    out = os.path.abspath(os.fspath(out))
+    out = absolute(out)
     files = expand_paths(inputs)
     ds = open_dataset(files, format, record_size, header_size)
     parent, tmpdir = _check_places(files, out, shards, tmpdir, labels=ds.linfo is not None, index=index)
