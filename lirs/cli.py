@@ -40,6 +40,48 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    seen = _Interrupts()
+    try:
+        with seen:
+            return _main(argv, seen)
+    except KeyboardInterrupt:  # before the command ran: while its modules (and numba) were imported
+        print("lirs: interrupted", file=sys.stderr)
+        return 130
+
+
+class _Interrupts:
+    """While the command runs, Ctrl-C is remembered as well as raised: an interrupt a library
+    swallows (llvmlite's compile callback does, and numba then fails with a RuntimeError) still ends
+    the command as interrupted, not with that error's traceback. Python's own handler only: one a
+    caller installed is left as it is."""
+
+    def __init__(self):
+        self.hit, self.old = False, None
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self.old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def _handler(self, signum, frame):
+        import signal
+
+        self.hit = True
+        signal.default_int_handler(signum, frame)
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+        return False
+
+
+def _main(argv, seen: _Interrupts) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse exits with 2 on usage errors
     level = logging.WARNING - 10 * min(args.verbose, 2)
@@ -49,6 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print(f"lirs {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        if seen.hit:  # a library turned the Ctrl-C into its own error
+            print(f"lirs {args.command}: interrupted", file=sys.stderr)
+            return 130
+        return _failed(args)
+
+
+def _failed(args) -> int:
+    """The exit code of the exception being handled, said in one line (re-raised when unknown)."""
+    try:
+        raise
     except UsageError as e:
         print(f"lirs {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -70,9 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # EIO, EROFS, ENOSPC, ...: one line, no traceback
         print(f"lirs {args.command}: error: {describe_os_error(e, args.command)}", file=sys.stderr)
         return EXIT_DATA
-    except KeyboardInterrupt:
-        print(f"lirs {args.command}: interrupted", file=sys.stderr)
-        return 130
 
 
 def _quiet_stdout() -> None:

@@ -349,6 +349,46 @@ def test_a_directory_of_links_bench_results_and_hard_links(tmp_path, capsys):
     assert "c.svm is named twice (also as" in capsys.readouterr().err
 
 
+def test_ctrl_c_is_interrupted_however_it_comes(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the command's modules (and numba) were imported printed a KeyboardInterrupt
+    traceback; one a library swallowed (llvmlite's compile callback) came out as its RuntimeError.
+    Both are "interrupted", exit 130; Python's SIGINT handler is back afterwards; another error
+    without a Ctrl-C is not taken for one."""
+    import signal
+
+    from lirs import cli
+
+    def no_parser():
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(cli, "build_parser", no_parser)
+        assert cli.main(["info", "x"]) == 130
+    assert capsys.readouterr().err == "lirs: interrupted\n"
+
+    def swallowed(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # what the library did with it
+        raise RuntimeError("no compiled object yet")
+
+    from lirs.commands import info
+
+    monkeypatch.setattr(info, "run", swallowed)
+    assert cli.main(["info", "x"]) == 130
+    assert capsys.readouterr().err == "lirs info: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    def failed(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(info, "run", failed)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["info", "x"])
+
+
 def test_json_results_are_written_under_a_name_the_cleaner_knows(tmp_path):
     """write_json (bench, quality, demo results) wrote through mkstemp: a killed run's temporary
     had no PID and stayed for ever. It carries the mark and the PID; a dead one goes."""
