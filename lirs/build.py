@@ -32,6 +32,13 @@ from .scanner import SCAN_CORES, Tap, VarScanner, write_labels, refuse_csv_heade
 
 log = logging.getLogger("lirs.index")
 
+def _unchanged(path: str, fp0) -> None:
+    """DataError when ``path`` no longer has the fingerprint ``fp0`` it had as its scan began."""
+    if fingerprint(path) != fp0:
+        raise DataError(f"{path}: file changed while it was being indexed (still being written?); run "
+                        "`lirs index` again once it is complete")
+
+
 def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None):
     """Scan ``files`` (whole, or per ``plan``: a :class:`lirs.incremental.Keep` or None per file)
     into the sidecar ``dest``; returns its path."""
@@ -62,7 +69,11 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
                 if fmt == "lines":
                     refuse_csv_header(p)
                 lo_hi = sc.stats[:2].copy()
-                end = scan_one(sc, tap, lab_tmp, p, keep, sums, bar)
+                try:
+                    end = scan_one(sc, tap, lab_tmp, p, keep, sums, bar)
+                except DataError:
+                    _unchanged(p, fp0)  # a file being written ends mid-record: say so, not "bad data"
+                    raise
                 featureless += int(sc.stats[1] < 0)
                 sc.stats[0], sc.stats[1] = min(lo_hi[0], sc.stats[0]), max(lo_hi[1], sc.stats[1])
                 tap.finish(end)
@@ -99,8 +110,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
                       fingerprints=tuple(fps), meta=meta)
         # a file modified while we scanned it would leave a wrong index: compare fingerprints again
         for p, fp in zip(files, fps):
-            if fingerprint(p) != fp:
-                raise DataError(f"{p}: file changed while it was being indexed; run `lirs index` again")
+            _unchanged(p, fp)
         w.seal(header_for(shell, dest))
         confirm(plan)  # what was kept as unchanged was: checked before the sidecar takes its name
         return w.publish()

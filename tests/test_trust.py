@@ -389,6 +389,32 @@ def test_ctrl_c_is_interrupted_however_it_comes(tmp_path, monkeypatch, capsys):
         cli.main(["info", "x"])
 
 
+def test_a_file_still_being_written_is_said_to_change_not_to_be_bad(tmp_path, monkeypatch, capsys):
+    """A file another process appends to ends mid-line while it is scanned: the scan's DataError
+    ("line N, byte B: expected INDEX:VALUE") blamed the data. Where the file's fingerprint moved
+    during the scan, the error says it changed; where it did not, the data's error stands."""
+    from lirs import build as B
+    from lirs.cli import main
+
+    p = _svm(tmp_path / "g.svm")
+    with open(p, "a") as f:
+        f.write("1 3:")  # the half-written last line
+    assert main(["index", p, "--quiet"]) == 1
+    assert "expected" in capsys.readouterr().err
+    real, calls = B.fingerprint, []
+
+    def moving(path):
+        calls.append(path)
+        fp = real(path)
+        return fp if len(calls) == 1 else (fp, "grown")
+
+    monkeypatch.setattr(B, "fingerprint", moving)
+    assert main(["index", p, "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "g.svm: file changed while it was being indexed (still being written?)" in err, err
+    assert not os.path.exists(p + ".lirs")
+
+
 def test_json_results_are_written_under_a_name_the_cleaner_knows(tmp_path):
     """write_json (bench, quality, demo results) wrote through mkstemp: a killed run's temporary
     had no PID and stayed for ever. It carries the mark and the PID; a dead one goes."""
