@@ -269,20 +269,26 @@ def read_header(sidecar: str) -> tuple[dict, int]:
 
 def _read_header(sidecar: str) -> tuple[dict, int]:
     with open(sidecar, "rb") as f:
-        pre = pread_full(f.fileno(), _PREAMBLE_SIZE, 0, sidecar)
-        size = os.fstat(f.fileno()).st_size
-        if len(pre) < _PREAMBLE.size or pre[:8] != MAGIC:
-            raise IndexFormatError(f"{sidecar}: not a lirs index (bad magic); build one with `lirs index`")
-        magic, version, flags, hoff, hlen, crc = _PREAMBLE.unpack_from(pre)
-        if version != VERSION:
-            raise IndexFormatError(f"{sidecar}: index version {version}, this lirs reads {VERSION}; "
-                                   "re-run `lirs index`")
-        if hoff + hlen > size:
-            raise IndexFormatError(f"{sidecar}: truncated index ({size} bytes, header at {hoff}+{hlen})")
-        blob = pread_full(f.fileno(), hlen, hoff, sidecar)
+        header, size, _, _ = _header_of(f.fileno(), sidecar)
+    return header, size
+
+
+def _header_of(fd: int, sidecar: str) -> tuple[dict, int, int, int]:
+    """(header, file size, header offset, header CRC-32) of the sidecar open as ``fd``."""
+    pre = pread_full(fd, _PREAMBLE_SIZE, 0, sidecar)
+    size = os.fstat(fd).st_size
+    if len(pre) < _PREAMBLE.size or pre[:8] != MAGIC:
+        raise IndexFormatError(f"{sidecar}: not a lirs index (bad magic); build one with `lirs index`")
+    magic, version, flags, hoff, hlen, crc = _PREAMBLE.unpack_from(pre)
+    if version != VERSION:
+        raise IndexFormatError(f"{sidecar}: index version {version}, this lirs reads {VERSION}; "
+                               "re-run `lirs index`")
+    if hoff + hlen > size:
+        raise IndexFormatError(f"{sidecar}: truncated index ({size} bytes, header at {hoff}+{hlen})")
+    blob = pread_full(fd, hlen, hoff, sidecar)
     if zlib.crc32(blob) != crc:
         raise IndexFormatError(f"{sidecar}: corrupt index header (checksum mismatch); re-run `lirs index`")
-    return json.loads(blob), size
+    return json.loads(blob), size, hoff, crc
 
 
 class ArrayFile:
@@ -374,13 +380,18 @@ def _map_or_read(sidecar: str, f, dt: np.dtype, spec: dict, name: str) -> tuple[
     return read_array(sidecar, f.fileno(), dt, spec, name), False
 
 
-def rewrite_header(sidecar: str, update) -> str:
+def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int | None:
     """Replace the JSON header of ``sidecar`` by ``update(header)`` (a new dict), atomically: the
     arrays are copied byte for byte into a temp file beside it, which is fsynced and renamed.
+    Returns the new header's CRC-32. Header and arrays are read through one descriptor, and
+    nothing is written (None returned)
+    where the sidecar is not the one whose header has CRC ``header_crc`` or was renamed over while
+    copied: another process rebuilt the index, and an old header over its arrays would corrupt it.
     Raises OSError where the directory cannot be written (a read-only mount)."""
-    header, size = read_header(sidecar)
     with open(sidecar, "rb") as f:
-        hoff = _PREAMBLE.unpack_from(f.read(_PREAMBLE.size))[3]
+        header, size, hoff, crc = _header_of(f.fileno(), sidecar)
+        if header_crc is not None and crc != header_crc:
+            return None
         clean_dead_temps(sidecar)
         tmp = temp_name(sidecar)
         try:
@@ -399,6 +410,9 @@ def rewrite_header(sidecar: str, update) -> str:
                 out.write(_PREAMBLE.pack(MAGIC, VERSION, 0, hoff, len(blob), zlib.crc32(blob)))
                 out.flush()
                 os.fsync(out.fileno())
+            if not _names(sidecar, f.fileno()):
+                os.unlink(tmp)
+                return None
             os.replace(tmp, sidecar)
         except BaseException:
             try:
@@ -407,7 +421,16 @@ def rewrite_header(sidecar: str, update) -> str:
                 pass
             raise
     fsync_dir(os.path.dirname(sidecar))
-    return sidecar
+    return zlib.crc32(blob)
+
+
+def _names(path: str, fd: int) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def verify_arrays(sidecar: str, header: dict, arrays: dict) -> list[str]:

@@ -72,8 +72,11 @@ def record(idx, moved: dict) -> str:
         return header
 
     try:
-        rewrite_header(idx.sidecar, update)
-        idx.fingerprints = tuple(fps)
+        crc = rewrite_header(idx.sidecar, update, idx.header_crc)
+        if crc is None:
+            log.info("%s was rebuilt since it was opened: its verification is not recorded", idx.sidecar)
+            return "nowhere"
+        idx.fingerprints, idx.header_crc = tuple(fps), crc
         return "sidecar"
     except OSError as e:
         if e.errno not in _READ_ONLY:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -413,6 +414,35 @@ def test_a_file_still_being_written_is_said_to_change_not_to_be_bad(tmp_path, mo
     err = capsys.readouterr().err
     assert "g.svm: file changed while it was being indexed (still being written?)" in err, err
     assert not os.path.exists(p + ".lirs")
+
+
+def test_a_header_rewrite_never_lands_on_an_index_rebuilt_meanwhile(tmp_path):
+    """Recording a touched file's verification rewrites the sidecar's header: it read the header
+    by one open and the arrays by another, so an index another process renamed over the path in
+    between got the old header over its new arrays (`--verify` then failed: corrupt). The rewrite
+    reads both through one descriptor and writes nothing where the sidecar is not the one opened,
+    or was renamed over while it copied."""
+    from lirs import sidecar as S
+    from lirs.index import open_index
+
+    p = _svm(tmp_path / "x.svm")
+    idx = lirs.build_index(p, progress=False)
+
+    def rebuilt_meanwhile(header):
+        with open(p, "a") as f:
+            f.write("1 7:1\n")
+        # renamed over the path while the old arrays are copied (by another thread: its own temporary)
+        t = threading.Thread(target=lirs.build_index, args=(p,), kwargs={"progress": False})
+        t.start()
+        t.join()
+        return header
+
+    S.rewrite_header(p + ".lirs", rebuilt_meanwhile)
+    assert open_index(p, verify=True).n == idx.n + 1
+    assert not [x for x in os.listdir(tmp_path) if "tmp-" in x]
+    before = open(p + ".lirs", "rb").read()  # not the sidecar that was opened: left as it is
+    assert S.rewrite_header(p + ".lirs", lambda h: h, header_crc=idx.header_crc) is None
+    assert open(p + ".lirs", "rb").read() == before
 
 
 def test_json_results_are_written_under_a_name_the_cleaner_knows(tmp_path):
