@@ -7,7 +7,7 @@ import logging
 import os
 
 from .errors import UsageError
-from .sidecar import SIDECAR_SUFFIX, sidecar_path
+from .sidecar import is_sidecar_path, sidecar_path
 
 log = logging.getLogger("lirs.index")
 INDEX_MODES = ("auto", "never")  # a Loader's ``index=``: index a file that has no sidecar, or refuse it
@@ -15,7 +15,7 @@ INDEX_MODES = ("auto", "never")  # a Loader's ``index=``: index a file that has 
 
 def needs_index(path: str) -> bool:
     """True when ``path`` is a data file or directory that exists and has no sidecar beside it."""
-    if path.endswith(SIDECAR_SUFFIX) or not os.path.exists(path):
+    if is_sidecar_path(path) or not os.path.exists(path):
         return False
     return not os.path.exists(sidecar_path(path))
 

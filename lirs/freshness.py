@@ -124,13 +124,21 @@ def reindex_command(paths, sidecar: str | None) -> str:
     the file (its own ``FILE.lirs``), the directory (a ``DIR.lirs`` of the files in it), else the
     files with ``-o``."""
     paths = [os.fspath(p) for p in paths]
+    q = _shell  # pasted into a shell: a name with a space, or starting with "-", must come through whole
     if sidecar and len(paths) == 1 and sidecar == paths[0] + SIDECAR_SUFFIX:
-        return f"lirs index {paths[0]}"
+        return f"lirs index {q(paths[0])}"
     d = sidecar[:-len(SIDECAR_SUFFIX)] if sidecar and sidecar.endswith(SIDECAR_SUFFIX) else None
     if d and os.path.isdir(d) and all(os.path.realpath(os.path.dirname(p)) == os.path.realpath(d) for p in paths):
-        return f"lirs index {d}"
-    named = " ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
-    return f"lirs index {named}" + (f" -o {sidecar}" if sidecar else "")
+        return f"lirs index {q(d)}"
+    named = " ".join(q(p) for p in paths[:3]) + (" ..." if len(paths) > 3 else "")
+    return f"lirs index {named}" + (f" -o {q(sidecar)}" if sidecar else "")
+
+
+def _shell(path: str) -> str:
+    """``path`` as a shell word: quoted where it must be, and ``./NAME`` for a name starting with "-"."""
+    import shlex
+
+    return shlex.quote("./" + path if path.startswith("-") else path)
 
 
 def label_entries(paths, base: str) -> list:

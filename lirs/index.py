@@ -32,8 +32,8 @@ from .labelcodes import encode_labels
 from .offsets import OffsetTable
 from .pages import release_pages
 from .freshness import check_label_files, fingerprint, layout_crc, reindex_command, staleness
-from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, offsets_of, read_arrays, read_header, relpath, sidecar_path,
-                      verify_arrays)
+from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, is_sidecar_path, offsets_of, read_arrays, read_header, relpath,
+                      sidecar_path, verify_arrays)
 from . import verified
 
 log = logging.getLogger("lirs.index")
@@ -375,18 +375,19 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
     ``verify`` the CRC-32 of every array is checked too (reads the whole sidecar).
     """
     path = os.fspath(path)
-    sidecar = absolute(path if path.endswith(SIDECAR_SUFFIX) else sidecar_path(path))
+    named = is_sidecar_path(path)
+    sidecar = absolute(path if named else sidecar_path(path))
     if not os.path.exists(sidecar):
         if not os.path.exists(path):
             raise FileNotFoundError(2, "No such file or directory", path)
-        raise IndexFormatError(f"{path} has no index ({sidecar} not found); run `lirs index {path}` first")
+        raise IndexFormatError(f"{path} has no index ({sidecar} not found); run `{reindex_command([path], None)}` first")
     header, size = read_header(sidecar)
     arrays, mapped = read_arrays(sidecar, header, size, mmap=mmap)
     if verify:
         bad = verify_arrays(sidecar, header, arrays)
         if bad:
             raise IndexFormatError("; ".join(bad))
-    paths = _data_paths(sidecar, header, None if path.endswith(SIDECAR_SUFFIX) else path, missing_ok)
+    paths = _data_paths(sidecar, header, None if named else path, missing_ok)
     fps = [fi["fingerprint"] for fi in header["files"]]
     fmt = header["format"]
     rd = header.get("record_dtype")

@@ -51,6 +51,13 @@ def belonging_to(inputs) -> dict:
     return {q: f"{kind} of the input {os.fspath(p)}" for p in inputs for q, kind in belonging(p).items()}
 
 
+def is_sidecar_path(path) -> bool:
+    """Whether ``path`` names a sidecar (``*.lirs``, not a directory: a data directory may be
+    named so, and its sidecar is ``DIR.lirs.lirs``)."""
+    path = os.fspath(path)
+    return path.endswith(SIDECAR_SUFFIX) and not os.path.isdir(path)
+
+
 def sidecar_path(paths) -> str:
     """Default sidecar path: ``DATA.lirs`` for one file, ``DIR.lirs`` beside a directory."""
     if isinstance(paths, (str, os.PathLike)):

@@ -445,6 +445,30 @@ def test_a_header_rewrite_never_lands_on_an_index_rebuilt_meanwhile(tmp_path):
     assert open(p + ".lirs", "rb").read() == before
 
 
+def test_advice_pastes_into_a_shell_and_a_directory_named_like_a_sidecar_opens(tmp_path, capsys):
+    """The `lirs index ...` an error advises came unquoted: a name with a space (or starting with
+    "-") did not paste. A data directory named `train.lirs` indexed, then every open took it for a
+    sidecar ("is a directory"; the Loader an IsADirectoryError)."""
+    import shlex
+
+    from lirs.cli import main
+
+    p = _svm(tmp_path / "my data.svm")
+    lirs.build_index(p, progress=False)
+    with open(p, "a") as f:
+        f.write("1 3:1\n")
+    with pytest.raises(lirs.StaleIndexError) as ei:
+        lirs.open_index(p)
+    assert f"lirs index {shlex.quote(p)}" in str(ei.value)
+    d = tmp_path / "train.lirs"
+    d.mkdir()
+    _svm(d / "a.svm", n=90)
+    assert main(["index", str(d), "--quiet"]) == 0 and os.path.isfile(str(d) + ".lirs")
+    assert main(["info", str(d)]) == 0
+    with lirs.Loader(str(d), 32) as ld:
+        assert sorted(_all_ids(ld).tolist()) == list(range(90))
+
+
 def test_json_results_are_written_under_a_name_the_cleaner_knows(tmp_path):
     """write_json (bench, quality, demo results) wrote through mkstemp: a killed run's temporary
     had no PID and stayed for ever. It carries the mark and the PID; a dead one goes."""
