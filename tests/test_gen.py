@@ -316,6 +316,29 @@ def test_a_killed_runs_temporaries_are_removed_and_room_is_checked_first(tmp_pat
     assert sorted(os.listdir(tmp_path)) == sorted([live.name, "d.npy", "d.npy.labels.npy"])
 
 
+def test_a_run_stopped_between_its_renames_never_pairs_new_data_with_old_labels(tmp_path, monkeypatch):
+    """A dense dataset is two files renamed one after the other: a run stopped between the two
+    left the new data beside the old data's labels, which the next index took as its labels. The
+    old labels file goes first: the data is then without labels (said at the next index)."""
+    import lirs.eval.gen as G
+
+    p = tmp_path / "d.npy"
+    generate("higgs", p, records=40, seed=1, progress=False)
+    real, calls = os.replace, []
+
+    def stopped(a, b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # between the data's rename and the labels'
+        return real(a, b)
+
+    monkeypatch.setattr(G.os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        generate("higgs", p, records=60, seed=2, progress=False)
+    assert np.load(p).shape[0] == 60 and not os.path.exists(labels_path(str(p)))
+    assert [x for x in os.listdir(tmp_path)] == ["d.npy"]
+
+
 def test_overwrite_replaces_whole_file(tmp_path):
     p = tmp_path / "d.svm"
     p.write_bytes(b"x" * 10_000_000)

@@ -569,6 +569,31 @@ def test_failed_run_keeps_the_previous_output(tmp_path, monkeypatch):
     assert (tmp_path / "o.txt").read_bytes() == b"old\n" and leftovers(tmp_path) == []
 
 
+def test_a_run_stopped_between_its_renames_never_pairs_new_labels_with_old_data(tmp_path, monkeypatch):
+    """Labels are renamed into place before their data: a run stopped between the two left the
+    new labels beside the previous run's output, which the next index took as its labels. The old
+    output goes first: a stop there leaves labels without data, never with the wrong data."""
+    from lirs.external import outputs as O
+
+    x = np.arange(80, dtype=np.float32).reshape(40, 2)
+    np.save(tmp_path / "in.npy", x)
+    np.save(tmp_path / "in.labels.npy", np.arange(40.0))
+    E.shuffle(tmp_path / "in.npy", tmp_path / "o.npy", seed=1)
+    real, calls = os.replace, []
+
+    def stopped(a, b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # after the labels' rename, before the data's
+        return real(a, b)
+
+    monkeypatch.setattr(O.os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        E.shuffle(tmp_path / "in.npy", tmp_path / "o.npy", seed=2)
+    assert not os.path.exists(tmp_path / "o.npy")  # not the first run's rows beside the second's labels
+    assert leftovers(tmp_path) == []
+
+
 # --------------------------------------------------------------------------- errors and CLI
 
 

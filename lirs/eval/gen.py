@@ -373,9 +373,17 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
                     _npy_header(files[0], (n, model.p["dim"]), "<f4")
                     _npy_header(files[1], (n,), "<f8")
                 _write_all(model, n, order, files, pool, workers, writer, bar, bar_labels, counts)
+                for f in files:  # on the disk before the names are: a crash leaves the old file or the new
+                    f.flush()
+                    os.fsync(f.fileno())
             finally:
                 for f in files:
                     f.close()
+        for p in outs[1:]:
+            # an old labels file goes first: a run stopped between the renames leaves data without
+            # labels (said at the next index), never new data beside the old data's labels
+            if os.path.exists(p):
+                os.unlink(p)
         for t, p in zip(tmps, outs):
             os.replace(t, p)
     except BaseException:

@@ -74,6 +74,10 @@ class Layout:
         else:
             for s in self.shards:
                 if s.labels_tmp:
+                    if os.path.exists(s.final):
+                        # an old output goes first: a run stopped between the renames leaves new
+                        # labels without data, never beside the old data they do not belong to
+                        os.unlink(s.final)
                     os.replace(s.labels_tmp, s.labels_final)
                 os.replace(s.tmp, s.final)
         fsync_dir(self.parent)
