@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from .errors import IndexFormatError, UsageError
-from .inputs import absolute, labels_candidates, pread_full, pread_into, read_at
+from .inputs import absolute, expand_paths, labels_candidates, pread_full, pread_into, read_at
 from .litter import clean_dead_litter, clean_dead_temps, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
@@ -49,6 +49,23 @@ def belonging_to(inputs) -> dict:
     """{path: "the data of the input P", ...}: what :func:`belonging` names for every path of
     ``inputs``, as :func:`lirs.litter.out_dir` takes the files an output may not replace."""
     return {q: f"{kind} of the input {os.fspath(p)}" for p in inputs for q, kind in belonging(p).items()}
+
+
+def belonging_to_input(path) -> dict:
+    """:func:`belonging_to` of a command's input ``path`` and of every data file it names: the
+    files of a directory, or those a sidecar indexes (read from its header); an output may replace
+    none of them."""
+    path = os.fspath(path)
+    files = []
+    if os.path.isdir(path):
+        files = expand_paths(path)
+    elif is_sidecar_path(path) and os.path.isfile(path):
+        try:
+            header, _ = read_header(path)
+            files = [os.path.join(os.path.dirname(absolute(path)), fi["relpath"]) for fi in header["files"]]
+        except (OSError, IndexFormatError):
+            pass  # not an index: the command itself says so
+    return belonging_to([path, *files])
 
 
 def is_sidecar_path(path) -> bool:

@@ -170,6 +170,28 @@ def test_npy_labels_are_kept_bit_for_bit(tmp_path):
     assert values[:-2].tolist() == sorted(values[:-2].tolist()) and np.isnan(values[-2:]).all()  # by value, NaNs last
 
 
+def test_info_json_is_strict_and_counts_every_label(tmp_path, capsys):
+    """`lirs info --json` printed `Infinity` (not JSON) for labels past 65,535 distinct values
+    with an inf among them; and -0.0 beside 0.0 (kept apart by the codes) lost one's count."""
+    import json
+
+    from lirs.cli import main
+
+    many = np.arange(70000, dtype=np.float64)
+    many[5] = np.inf
+    np.save(tmp_path / "m.npy", np.ones((len(many), 1), np.float32))
+    np.save(tmp_path / "m.labels.npy", many)
+    np.save(tmp_path / "z.npy", np.ones((5, 1), np.float32))
+    np.save(tmp_path / "z.labels.npy", np.array([0.0, -0.0, -0.0, 1.0, np.nan]))
+    for name in ("m.npy", "z.npy"):
+        lirs.build_index(str(tmp_path / name), progress=False)
+    assert main(["info", str(tmp_path / "m.npy"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert got["labels"] == {"distinct": "> 65535", "min": 0.0, "max": "inf"}
+    assert main(["info", str(tmp_path / "z.npy"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["labels"] == {"0": 3, "1": 1, "nan": 1}
+
+
 def test_fixed_raw_and_its_errors(tmp_path):
     p = tmp_path / "r.bin"
     p.write_bytes(bytes(range(100)) * 3)

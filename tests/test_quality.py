@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import math
 
 import numpy as np
@@ -252,8 +253,20 @@ def test_quality_command(tmp_path, capsys):
     assert res["strategies"]["streaming_py1e"]["params"]["shard_records"] == 50
     assert res["config"]["params"]["memory_bytes"] == 300 * 360  # 10% of 3000 records of 360 B
     assert res["config"]["group_bytes"] == 8192
+    # the groups the budget spans, rounded up as the frontier does (it was rounded down: one budget
+    # gave another window alone than among others, and 100% was not one window)
+    assert res["config"]["params"]["window"] == -(-300 * 360 // 8192) == 14
     with open(png, "rb") as f:
         assert f.read(4) == b"\x89PNG"
+    # the user's own OUT.tmp and OUT.png.tmp.png were the temporaries, replaced and removed
+    for mine in (out + ".tmp", png + ".tmp.png"):
+        with open(mine, "w") as f:
+            f.write("mine")
+    assert main(["quality", "--records", "300", "--epochs", "1", "--batch-size", "50", "--strategies", "window",
+                 "--json", out, "--plot", png]) == 0
+    capsys.readouterr()
+    assert open(out + ".tmp").read() == "mine" == open(png + ".tmp.png").read()
+    assert not [x for x in os.listdir(tmp_path) if "lirs-tmp" in x]
     assert main(["quality", "--records", "500", "--epochs", "3", "--batch-size", "50", "--strategies",
                  "terashuf", "--markdown", "--wide", "--param", "reshuffle_every_epoch=false"]) == 0
     cap = capsys.readouterr()
@@ -352,7 +365,7 @@ def test_quality_command_summary_wide_and_frontier(tmp_path, capsys):
     cap = capsys.readouterr()
     head = cap.out.splitlines()[1]
     assert all(c in head for c in Q.SUMMARY_COLUMNS) and "p mates" not in cap.out
-    assert "lirs window: 6 groups" in cap.out  # 5% of 1.08 MB (54,000 B) over 8 KiB groups
+    assert "lirs window: 7 groups" in cap.out  # 5% of 1.08 MB (54,000 B) over 8 KiB groups, rounded up
     assert "[1/2] shuffle_buffer" in cap.err and "[2/2] window" in cap.err  # a line per step off a terminal
     assert main(base + ["--strategies", "shuffle_buffer,window", "--wide", "--window", "4"]) == 0
     cap = capsys.readouterr()

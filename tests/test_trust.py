@@ -469,6 +469,27 @@ def test_advice_pastes_into_a_shell_and_a_directory_named_like_a_sidecar_opens(t
         assert sorted(_all_ids(ld).tolist()) == list(range(90))
 
 
+def test_order_never_writes_over_its_input(tmp_path, capsys):
+    """`lirs order x.npy -o x.npy` (or -o its labels) replaced the dataset with the order, exit 0.
+    Every file of the input is refused as an output: the data, its labels, a directory's files,
+    the files a sidecar given as the input indexes."""
+    from lirs.cli import main
+
+    np.save(tmp_path / "x.npy", np.ones((30, 4), np.float32))
+    np.save(tmp_path / "x.labels.npy", np.arange(30.0))
+    d = tmp_path / "d"
+    d.mkdir()
+    np.save(d / "a.npy", np.ones((20, 2), np.float32))
+    np.save(d / "b.npy", np.ones((20, 2), np.float32))
+    lirs.build_index(str(d), progress=False, out=str(tmp_path / "other.lirs"))
+    files = {q: open(q, "rb").read() for q in (tmp_path / "x.npy", tmp_path / "x.labels.npy", d / "b.npy")}
+    for data, out in (("x.npy", "x.npy"), ("x.npy", "x.labels.npy"), ("d", "d/b.npy"), ("other.lirs", "d/b.npy")):
+        assert main(["order", str(tmp_path / data), "-o", str(tmp_path / out)]) == 2, (data, out)
+        assert "write it elsewhere" in capsys.readouterr().err
+    assert all(open(q, "rb").read() == b for q, b in files.items())
+    assert main(["quality", str(d), "--epochs", "1", "--json", str(d / "a.npy")]) == 2
+
+
 def test_json_results_are_written_under_a_name_the_cleaner_knows(tmp_path):
     """write_json (bench, quality, demo results) wrote through mkstemp: a killed run's temporary
     had no PID and stayed for ever. It carries the mark and the PID; a dead one goes."""

@@ -77,10 +77,9 @@ def _check_args(args) -> None:
     import math
 
     from ..engines import ENGINE_NAMES
-    from ..inputs import expand_paths
-    from ..sidecar import belonging_to
+    from ..sidecar import belonging_to_input
 
-    inputs = belonging_to([args.path, *expand_paths(args.path)] if os.path.exists(args.path) else [args.path])
+    inputs = belonging_to_input(args.path)
     for flag, out in (("--json", args.json), ("--plot", args.plot)):
         if out:
             out_dir(out, flag, inputs=inputs)

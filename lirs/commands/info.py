@@ -47,13 +47,22 @@ def summarize(idx) -> dict:
     if idx.label_values is not None:
         if idx.label_codes is not None:
             counts = np.bincount(np.asarray(idx.label_codes), minlength=len(idx.label_values))
-            s["labels"] = {_fmt_label(v): int(c) for v, c in zip(np.asarray(idx.label_values), counts)}
+            s["labels"] = {}
+            for v, c in zip(np.asarray(idx.label_values), counts):  # -0.0 and 0.0 (kept apart) count as one
+                s["labels"][_fmt_label(v)] = s["labels"].get(_fmt_label(v), 0) + int(c)
         else:
             lab = np.asarray(idx.label_values)
-            s["labels"] = {"distinct": "> 65535", "min": float(lab.min()), "max": float(lab.max())}
+            # strict JSON has no Infinity or NaN: those are said as strings
+            s["labels"] = {"distinct": "> 65535", "min": _number(lab.min()), "max": _number(lab.max())}
     else:
         s["labels"] = None
     return s
+
+
+def _number(v) -> float | str:
+    """``v`` as a JSON number, or ``"inf"``, ``"-inf"``, ``"nan"`` where it is not finite."""
+    v = float(v)
+    return v if np.isfinite(v) else repr(v)
 
 
 def _fmt_label(v: float) -> str:
@@ -91,7 +100,7 @@ def run(args) -> int:
     if args.verify:
         s["verified"] = True
     if args.json:
-        json.dump(s, sys.stdout, indent=2)
+        json.dump(s, sys.stdout, indent=2, allow_nan=False)
         print()
     else:
         print(f"{idx.sidecar}")

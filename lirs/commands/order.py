@@ -9,6 +9,7 @@ from ..constants import DEFAULT_WINDOW
 from ..policies import DEFAULT_GRANULARITY
 from ..errors import UsageError
 from ..litter import out_dir
+from ..sidecar import belonging_to_input
 
 
 def add_parser(sub):
@@ -47,14 +48,14 @@ def add_parser(sub):
     return p
 
 
-def _check_out(path: str | None) -> None:
-    """UsageError for an --out that cannot be written (not .npy, or in no directory), before the
-    order is computed."""
+def _check_out(path: str | None, data: str) -> None:
+    """UsageError for an --out that cannot be written (not .npy, in no directory, one of the files
+    of the input ``data``), before the order is computed."""
     if path is None:
         return
     if not path.endswith(".npy"):
         raise UsageError(f"--out {path}: the order is written as .npy; name it ORDER.npy")
-    out_dir(path, "--out")
+    out_dir(path, "--out", inputs=belonging_to_input(data))
 
 
 def _write_order(path: str, order) -> str:
@@ -123,7 +124,7 @@ def run(args) -> int:
     from ..eval.strategies import STRATEGIES
     from ..units import format_bytes, parse_size
 
-    _check_out(args.out)
+    _check_out(args.out, args.path)
     if args.strategy is not None:
         if args.strategy not in STRATEGIES:
             raise UsageError(f"--strategy {args.strategy}: unknown; choose from {', '.join(STRATEGIES)}")

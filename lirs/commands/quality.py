@@ -1,13 +1,13 @@
 """`lirs quality PATH | --records N`: how random each shuffle strategy is, and what it costs."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 from ..errors import UsageError
 from ..litter import out_dir
-from ..sidecar import belonging_to
+from ..recommendation import write_json
+from ..sidecar import belonging_to_input
 
 
 def add_parser(sub):
@@ -125,20 +125,6 @@ def memory_budgets(text, payload: int) -> list:
     return out
 
 
-def _write_json(res: dict, path: str) -> None:
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w") as f:
-            json.dump(res, f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def run(args) -> int:
     from ..eval.strategies import DEFAULT_RECORD_BYTES, STRATEGIES
     from ..units import parse_size
@@ -161,7 +147,7 @@ def run(args) -> int:
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
     for flag, out in (("--json", args.json), ("--plot", args.plot)):
         if out:  # before the epochs are simulated, not after them; never over the dataset's files
-            out_dir(out, flag, inputs=None if args.path is None else belonging_to([args.path]))
+            out_dir(out, flag, inputs=None if args.path is None else belonging_to_input(args.path))
     params = parse_params(args.param)
     for k in ("memory_bytes", "window"):
         if k in params:
@@ -197,7 +183,7 @@ def run(args) -> int:
     res["config"]["memory"] = args.memory
     _print(res, what, sweep, args)
     if args.json:
-        _write_json(res, args.json)
+        write_json(res, args.json)
         print(f"results: {os.path.abspath(args.json)}")
     if args.plot:
         from ..eval.quality import plot, plot_frontier
@@ -211,10 +197,12 @@ def run(args) -> int:
 
 def _single(source, budget, names, params, window, common) -> dict:
     from ..eval.quality import evaluate
+    from ..eval.quality.frontier import budget_groups
 
     label, m = budget
     params.setdefault("memory_bytes", m)
-    params.setdefault("window", window if window is not None else max(1, m // common["group_bytes"]))
+    # as the frontier sizes it (rounded up): one budget gives one window, alone or among others
+    params.setdefault("window", window if window is not None else budget_groups(m, common["group_bytes"]))
     return evaluate(source, names, params=params, label=label, **common)
 
 

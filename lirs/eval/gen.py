@@ -66,7 +66,7 @@ PROFILES = {
     "epsilon": dict(kind="dense", ext=".npy", target=8000, dim=2000, signal=64,
                     about="dense float32 x 2000 in .npy (epsilon-like)"),
     "lines": dict(kind="lines", ext=".jsonl", target=900, lmin=50, lmax=4096, vocab=4096, signal=256,
-                  about='JSON lines {"id","label","text"} of 50 B to 4 KB'),
+                  about='JSON lines {"id","label","text"} of about 50 B to 4 KB'),
 }
 
 # Label noise sd as a fraction of the score's sd: 0.33 makes the Bayes-optimal linear

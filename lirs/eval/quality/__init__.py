@@ -14,7 +14,7 @@ expected, under a uniform random permutation):
 (c) ``displacement``: mean |position - file position| / n (ideal about 1/3) and ``spearman``, the
     rank correlation of delivery order with file order (ideal 0).
 (d) ``repeat_pairs``: of the pairs of records that share a batch, the share that share one again
-    in the next epoch (ideal ~ (B-1)/(n-1)); ``repeat_lift`` is that over the ideal.
+    in the next epoch (ideal ~ (B-1)/(n-1)); ``repeat_pairs_vs_ideal`` is that over the ideal.
 (e) ``streaming_entropy``: MosaicML Streaming's measure: entropy of the distribution of |steps|
     between consecutive record IDs plus the same over their shard IDs (bits; higher is more
     random), against one uniform permutation's value.

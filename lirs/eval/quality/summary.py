@@ -4,9 +4,8 @@ the frontier plot (randomness against memory)."""
 from __future__ import annotations
 
 import logging
-import os
 
-from .report import cell, format_markdown, format_table
+from .report import cell, format_markdown, format_table, save_png
 
 log = logging.getLogger("lirs.eval.quality")
 
@@ -115,12 +114,5 @@ def plot_frontier(result: dict, path: str, title: str | None = None) -> bool:
     fig.suptitle(title or f"lirs quality: randomness against memory, {cfg['n']:,} records, batch {cfg['batch_size']}, "
                           f"{cfg['epochs']} epochs")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    tmp = path + ".tmp.png"
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    save_png(fig, path)
     return True
