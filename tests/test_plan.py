@@ -499,6 +499,9 @@ def test_order_command(tmp_path, capsys):
     litter.write_bytes(b"x")
     assert main(["order", p, "-o", out]) == 0 and not litter.exists()
     assert main(["order", p, "--group-bytes", "5000"]) == 2
+    # an epoch no rank gets a full batch of: refused as the Loader refuses it (an empty order, exit 0)
+    assert main(["order", p, "--batch-size", str(10**6), "--drop-last"]) == 2
+    assert "leaves every epoch empty" in capsys.readouterr().err
     assert main(["order", str(tmp_path / "missing.svm")]) == 1
 
 

@@ -9,6 +9,7 @@ from ..constants import DEFAULT_WINDOW
 from ..policies import DEFAULT_GRANULARITY
 from ..errors import UsageError
 from ..litter import out_dir
+from ..ranges import check_drop_last
 from ..sidecar import belonging_to_input
 
 
@@ -139,6 +140,7 @@ def run(args) -> int:
     if args.granularity is None:
         args.granularity = DEFAULT_GRANULARITY
     idx = open_or_index(args.path)
+    check_drop_last(idx.n, args.batch_size, args.world_size, args.drop_last)  # as the Loader: not an empty order
     plan = plan_epoch(idx, args.batch_size, args.granularity, seed=args.seed, epoch=args.epoch, rank=args.rank,
                       world_size=args.world_size, drop_last=args.drop_last,
                       group_bytes=parse_size(args.group_bytes), window=args.window,
