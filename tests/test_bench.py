@@ -615,15 +615,20 @@ def test_dense_peers_deliver_every_record_once_with_its_data(higgs_tiny, tmp_pat
     X_all = np.load(higgs_tiny)
     y_all = np.load(labels_path(higgs_tiny))
     r = make_runner(peer, idx, batch_size=300, seed=2, workdir=str(tmp_path), buffer_records=1000, bmf_blocks=5)
+    ids, Xs, ys = _one_epoch(r)
+    assert np.array_equal(np.sort(ids), np.arange(idx.n))
+    assert np.array_equal(np.concatenate(Xs), X_all[ids])
+    assert np.array_equal(np.concatenate(ys), y_all[ids])
+
+
+def _one_epoch(runner):
+    """``_epoch_rows`` of epoch 0 of a runner made ready (warm, prepare) and closed after."""
     try:
-        r.warm()
-        r.prepare()
-        ids, Xs, ys = _epoch_rows(r, 0)
-        assert np.array_equal(np.sort(ids), np.arange(idx.n))
-        assert np.array_equal(np.concatenate(Xs), X_all[ids])
-        assert np.array_equal(np.concatenate(ys), y_all[ids])
+        runner.warm()
+        runner.prepare()
+        return _epoch_rows(runner, 0)
     finally:
-        r.close()
+        runner.close()
 
 
 @pytest.mark.parametrize("fmt", ["lines", "tfrecord"])
@@ -650,14 +655,9 @@ def test_bytes_peers_deliver_every_record_once_with_its_data(tmp_path, peer, fmt
     if why:
         pytest.skip(why)
     r = make_runner(peer, idx, batch_size=128, seed=3, workdir=str(work), buffer_records=300, bmf_blocks=6)
-    try:
-        r.warm()
-        r.prepare()
-        ids, Xs, _ = _epoch_rows(r, 0)
-        assert np.array_equal(np.sort(ids), np.arange(idx.n))
-        assert [x for X in Xs for x in X] == [lines[i] for i in ids.tolist()]
-    finally:
-        r.close()
+    ids, Xs, _ = _one_epoch(r)
+    assert np.array_equal(np.sort(ids), np.arange(idx.n))
+    assert [x for X in Xs for x in X] == [lines[i] for i in ids.tolist()]
 
 
 def test_external_peer_on_dense_records_cleans_up(higgs_tiny, tmp_path):
