@@ -98,6 +98,7 @@ IN_MEMORY_PARTY_BYTES = 8 << 20
 # files, within 1/OWN_FDS_LIMIT_SHARE of the soft limit of open files for all the engines together.
 OWN_FDS_MAX_FILES = 16
 OWN_FDS_LIMIT_SHARE = 8
+FD_MARGIN = 128  # open files left to the rest of the process when lirs sizes what it opens by the limit
 # outputs of a whole-file decode (load_svmlight) of at least this many bytes are mapped with their
 # pages populated in one call:
 # numpy asks for transparent huge pages from 4 MiB on, and where the kernel compacts memory on that

@@ -10,6 +10,7 @@ slots of :func:`bundle_slot_bytes`, as many as :func:`lirs.policies.ring_slots` 
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing
 import os
 import weakref
@@ -21,6 +22,10 @@ import torch
 from .constants import RING_MAX_BYTES
 from .memory import shared_array, shared_block
 from .policies import ring_slots
+
+log = logging.getLogger("lirs.torch")
+
+INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pickle stream
 
 SLOT_BYTES = 2 << 20  # a slot of a SlotRing: a kdd-like batch of 1024 records packs into ~300 KB
 BUNDLE_BATCHES = 16   # batches of a worker per DataLoader item (see lirs.workers.Bundle)
@@ -122,3 +127,19 @@ def _free(busy, s):
 
 def _no_ring():
     return None
+
+
+def crossing(buf):
+    """What of ``buf`` (a uint8 tensor an item packed) goes into the pickle stream: its bytes when
+    small (``INBAND_BYTES``), else the tensor moved into a shared-memory segment; its bytes again
+    where /dev/shm cannot take the segment. (torch's own move would fail in the queue's feeder
+    thread, where the item is dropped and the main process waits for it for ever.)"""
+    if buf.numel() <= INBAND_BYTES:
+        return buf.numpy()
+    try:
+        buf.share_memory_()
+    except RuntimeError as e:  # "unable to allocate shared memory ... No space left on device"
+        log.warning("a DataLoader worker's batches cross in the pickle stream: no room in shared memory (%s)",
+                    str(e).splitlines()[0][:200])
+        return buf.numpy()
+    return buf

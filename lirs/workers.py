@@ -26,7 +26,7 @@ from . import warmup
 from .cores import usable_cores
 from .arena import arena_for, arena_of
 from .passtimes import PassTimes, timed_worker
-from .ring import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, ring_for, ring_of
+from .ring import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, INBAND_BYTES, crossing, ring_for, ring_of  # noqa: F401 - INBAND_BYTES: public here
 from .tensors import ALIGN, array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, torch_dtype, unpack, unpack_many, x_parts
 
 
@@ -64,7 +64,6 @@ def share_of(by_window: bool, w: int, nw: int) -> dict:
     return dict(windows=(w, nw)) if by_window else dict(stride=nw, offset=w)
 
 
-INBAND_BYTES = 4 << 20    # packed batches up to this size travel inside the pickle stream
 
 #: How the workers' items reached this process (a DataLoader's main process) since it started, by
 #: way: ``slot`` (a slot of the ring: only its number crossed), ``inband`` (in the pickle stream),
@@ -113,9 +112,8 @@ class Packed:
         if self.slot is not None:
             return unpack_slot, (*self.slot, self.buf.numel(), self.meta)
         # a small batch is cheaper in the pickle stream; a large one as one shared-memory segment
-        if self.buf.numel() <= INBAND_BYTES:
-            return unpack_array, (self.buf.numpy(), self.meta)
-        return unpack_segment, (self.buf, self.meta)
+        buf = crossing(self.buf)
+        return (unpack_array, (buf, self.meta)) if isinstance(buf, np.ndarray) else (unpack_segment, (buf, self.meta))
 
 
 def workers_memory(loader, epoch: int, workers: int, prefetch: int, bundle: int, by_window: bool,
@@ -190,8 +188,7 @@ class Bundle:
         if self.slot is not None:
             return unpack_bundle_slot, (*self.slot, self.buf.numel(), self.metas, self.indices, self.shared)
         # no free slot: in the pickle stream when small, else as one shared-memory segment
-        buf = self.buf.numpy() if self.buf.numel() <= INBAND_BYTES else self.buf
-        return unpack_bundle, (buf, self.metas, self.indices, self.shared)
+        return unpack_bundle, (crossing(self.buf), self.metas, self.indices, self.shared)
 
 
 class Bundler:

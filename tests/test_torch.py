@@ -497,9 +497,9 @@ def test_packed_batches_cross_processes_intact(small_svm, monkeypatch, sparse, i
     import torch.multiprocessing  # noqa: F401 - registers the tensor reductions
 
     import lirs.torch as lt
-    from lirs import workers
+    from lirs import ring, workers
 
-    monkeypatch.setattr(workers, "INBAND_BYTES", 1 << 30 if inband else 0)
+    monkeypatch.setattr(ring, "INBAND_BYTES", 1 << 30 if inband else 0)
     with lirs.Loader(small_svm, 50) as loader:
         b = next(iter(loader))
     for output, label in (("dict", True), ("tuple", False)):
@@ -1291,6 +1291,38 @@ def test_bundle_slots_are_sized_by_the_records():
     assert mid >= BUNDLE_BATCHES * 1024 * 200
 
 
+def test_items_cross_in_band_where_shared_memory_is_full(kdd_file, monkeypatch):
+    """With /dev/shm nearly full, torch's move of an item into shared memory failed in the queue's
+    feeder thread of a worker: the item was dropped and the main process waited for it for ever.
+    An item that cannot have a segment crosses in the pickle stream. (Every item here takes the
+    segment path: no ring, nothing small enough for the stream.)"""
+    import signal
+
+    from lirs import ring, workers
+    from lirs.torch import make_dataloader
+
+    def full(self, *a, **k):
+        raise RuntimeError("unable to allocate shared memory(shm) for file </torch_1_2_3>: No space left on device (28)")
+
+    def hung(signum, frame):
+        raise TimeoutError("the DataLoader hung")
+
+    kw = dict(granularity="group", group_bytes=8192, seed=3)
+    want = _loader_batches(kdd_file, 100, **kw)
+    for where in (ring, workers):  # (where the size is read: ring's; workers' before the fix)
+        monkeypatch.setattr(where, "INBAND_BYTES", 0, raising=False)
+    monkeypatch.setattr(workers, "ring_for", lambda *a, **k: None)
+    monkeypatch.setattr(torch.UntypedStorage, "_share_fd_cpu_", full)  # inherited by the forked workers
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(120)
+    try:
+        got = list(make_dataloader(kdd_file, 100, num_workers=2, **kw))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert [g["ids"].tolist() for g in got] == [w.ids.tolist() for w in want]
+
+
 def test_a_bundle_without_a_slot_crosses_in_band_or_as_shared_memory(small_svm, monkeypatch):
     """No ring (or no free slot): a small bundle travels in the pickle stream, a large one as one
     shared-memory tensor; both unpack to the same batches."""
@@ -1300,12 +1332,12 @@ def test_a_bundle_without_a_slot_crosses_in_band_or_as_shared_memory(small_svm, 
     import torch.multiprocessing  # noqa: F401 - registers the tensor reductions
 
     import lirs.torch as lt
-    from lirs import workers
+    from lirs import ring, workers
 
     with lirs.Loader(small_svm, 50) as loader:
         batches = [b for _, b in zip(range(3), loader)]
     for inband in (1 << 30, 0):
-        monkeypatch.setattr(workers, "INBAND_BYTES", inband)
+        monkeypatch.setattr(ring, "INBAND_BYTES", inband)
         bundler = workers.Bundler("dict", None, 0, max_batches=4)
         sent = [x for b in batches for x in bundler.add(b.index, *lt.to_tensors(b, "csr"))]
         sent += [x for x in [bundler.flush()] if x is not None]
@@ -1457,7 +1489,7 @@ def test_joined_pieces_keep_their_dtypes_and_take_no_intra_op_threads(monkeypatc
     splits a large copy over torch's intra-op threads, slow beside busy workers) is not called for
     numpy's dtypes; int64 column indices widen the joined row pointers; a bfloat16 label (a dtype
     numpy lacks) still joins."""
-    from lirs import workers
+    from lirs import ring, workers
 
     dense = torch.arange(1, 13, dtype=torch.float64).reshape(4, 3)
     a = {"ids": torch.arange(2), "X": dense[:2].to_sparse_csr(), "y": torch.zeros(2, dtype=torch.bfloat16)}

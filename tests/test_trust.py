@@ -490,6 +490,39 @@ def test_order_never_writes_over_its_input(tmp_path, capsys):
     assert main(["quality", str(d), "--epochs", "1", "--json", str(d / "a.npy")]) == 2
 
 
+def test_a_dataset_of_more_files_than_the_soft_limit_of_open_files(tmp_path):
+    """A directory of 300 files under a soft limit of 256 open files indexed, then every epoch
+    failed with "no engine works" (EMFILE taken for engines that cannot work here). The soft
+    limit is raised toward the hard one for them; where the hard limit is too low, the error says
+    how many files the dataset has and names `ulimit -n`. (In a subprocess: limits are the
+    process's.)"""
+    code = """
+import os, resource, sys
+import numpy as np
+import lirs
+d = sys.argv[1]
+os.makedirs(d)
+for i in range(300):
+    with open(os.path.join(d, "p%03d.svm" % i), "w") as f:
+        f.write("1 1:%d\\n-1 2:1\\n" % i)
+lirs.build_index(d, progress=False)
+hard = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+try:
+    with lirs.Loader(d, 64) as ld:
+        print(sorted(np.concatenate([b.ids for b in ld.epoch(0)]).tolist()) == list(range(600)))
+except OSError as e:
+    print(type(e).__name__, e.errno, e)
+"""
+    ok = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d"), "4096"], capture_output=True, text=True,
+                        timeout=300)
+    assert ok.stdout.strip() == "True", ok.stdout + ok.stderr
+    low = subprocess.run([sys.executable, "-c", code, str(tmp_path / "e"), "256"], capture_output=True, text=True,
+                         timeout=300)
+    assert f"OSError {errno.EMFILE} " in low.stdout and "dataset's 300 files" in low.stdout, low.stdout + low.stderr
+    assert "ulimit -n" in low.stdout and "no engine works" not in low.stdout
+
+
 def test_json_results_are_written_under_a_name_the_cleaner_knows(tmp_path):
     """write_json (bench, quality, demo results) wrote through mkstemp: a killed run's temporary
     had no PID and stayed for ever. It carries the mark and the PID; a dead one goes."""

@@ -159,8 +159,9 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
             try:
                 eng = _open(name, paths, use_direct, depth)
             except (OSError, ImportError) as e:
-                if isinstance(e, ReadError) and e.errno in DEVICE_ERRNOS:
-                    raise  # the device failed the probe's read: every engine would meet it, and it names the byte
+                if isinstance(e, ReadError) and e.errno in DEVICE_ERRNOS or \
+                        isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
+                    raise  # the device failed the probe's read, or no file could be opened: every engine would
                 why.append(f"{name} unavailable ({e})")
                 log.info("engine %s unavailable: %s", name, e)
                 last = e

@@ -4,12 +4,13 @@ from __future__ import annotations
 import errno as _errno
 import logging
 import os
+import resource
 import tempfile
 import threading
 
 import numpy as np
 
-from ..constants import BLOCK
+from ..constants import BLOCK, FD_MARGIN
 from ..kernels import io as K
 from ..libc import Libc
 from ..memory import zeros_held
@@ -49,10 +50,30 @@ def aligned_empty(nbytes: int, align: int = BLOCK) -> np.ndarray:
     return raw[skip:skip + nbytes]
 
 
+def room_for_files(n: int) -> int | None:
+    """Raise this process's soft limit of open files toward its hard limit so that ``n`` more fit
+    beside :data:`~lirs.constants.FD_MARGIN` others (a dataset of many files holds one descriptor
+    a file); returns the soft limit (None: unlimited)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        open_now = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else FD_MARGIN
+        want = n + open_now + FD_MARGIN
+        if soft != resource.RLIM_INFINITY and soft < want and (hard == resource.RLIM_INFINITY or hard > soft):
+            soft = want if hard == resource.RLIM_INFINITY else min(hard, want)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    except (ValueError, OSError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
 def open_files(paths, direct: bool) -> list[int]:
-    """Open every path read-only (with O_DIRECT when ``direct``); closes what it opened on failure."""
+    """Open every path read-only (with O_DIRECT when ``direct``); closes what it opened on failure.
+    The soft limit of open files is raised for them where the hard limit allows (:func:`room_for_files`);
+    where it still does not, OSError EMFILE says how many the dataset needs."""
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (O_DIRECT if direct else 0)
     fds: list[int] = []
+    if len(paths) > FD_MARGIN:
+        room_for_files(len(paths))
     try:
         for p in paths:
             try:
@@ -60,6 +81,11 @@ def open_files(paths, direct: bool) -> list[int]:
             except OSError as e:
                 if direct and e.errno == _errno.EINVAL:
                     raise DirectIOUnsupported(e.errno, "the filesystem refuses O_DIRECT", p) from None
+                if e.errno in (_errno.EMFILE, _errno.ENFILE):
+                    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                    raise OSError(e.errno, f"too many open files: the dataset's {len(paths)} files are read "
+                                  f"through a descriptor each, and this process may open {soft} (hard limit "
+                                  f"{hard}); raise it (ulimit -n) or join the files into fewer", p) from None
                 raise
     except BaseException:
         for fd in fds:

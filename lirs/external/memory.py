@@ -10,10 +10,10 @@ is the same with and without ``--index``.
 from __future__ import annotations
 
 import math
-import resource
 from dataclasses import dataclass
 
-from ..constants import BLOCK
+from ..constants import BLOCK, FD_MARGIN
+from ..engines.base import room_for_files
 from ..errors import UsageError
 from ..units import format_bytes, parse_size
 from .disk import round_up
@@ -32,7 +32,6 @@ _MIN_OUT_BUFFER = 64 << 10
 _MAX_OUT_BUFFER = 4 << 20      # below lirs.build's 4 MiB split threshold: one scan slot per buffer
 _MIN_VALIDATE_PIECE = 16 << 10  # LIBSVM check of pass 1 (--index) scans pieces of about this size
 _MAX_VALIDATE_PIECE = 1 << 20
-_FD_MARGIN = 128               # open files left to the rest of the process
 
 
 @dataclass(frozen=True)
@@ -182,17 +181,10 @@ def plan_memory(input_bytes: int, mean_record_bytes: float, memory, *, record_by
 def fd_pile_limit() -> int:
     """Piles that may be open at once under the soft open-file limit (raised toward the hard limit
     when that helps), leaving room for the rest of the process."""
-    want = MAX_PILES + _FD_MARGIN
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and soft < want and (hard == resource.RLIM_INFINITY or hard > soft):
-            soft = want if hard == resource.RLIM_INFINITY else min(hard, want)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    except (ValueError, OSError):
+    soft = room_for_files(MAX_PILES)
+    if soft is None:
         return MAX_PILES
-    if soft == resource.RLIM_INFINITY:
-        return MAX_PILES
-    return int(max(2, min(MAX_PILES, soft - _FD_MARGIN)))
+    return int(max(2, min(MAX_PILES, soft - FD_MARGIN)))
 
 
 def max_line(plan: MemoryPlan, index: bool) -> int:
