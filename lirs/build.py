@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
-from .inputs import expand_paths, labels_candidates, read_at, resolve_format
+from .inputs import absolute, expand_paths, labels_candidates, read_at, resolve_format
 from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
 from .labelcodes import encode_labels
 from .freshness import fingerprint, label_entries
@@ -263,7 +263,7 @@ def directory_meta(paths, dest: str) -> dict:
     directory: files added to it later are then found at open however the index is opened (the
     directory, a sidecar named with ``-o`` elsewhere); else ``{}``."""
     if isinstance(paths, (str, os.PathLike)) and os.path.isdir(paths):
-        return {"directory": relpath(os.path.abspath(paths), os.path.dirname(os.path.abspath(dest)))}
+        return {"directory": relpath(absolute(paths), os.path.dirname(absolute(dest)))}
     return {}
 
 

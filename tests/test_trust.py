@@ -327,6 +327,14 @@ def test_a_dotdot_after_a_symlinked_directory_names_what_the_kernel_reads(tmp_pa
     assert not os.path.exists(tmp_path / "x.svm.lirs")
     ref = sorted(lirs.load_svmlight(want)[1].tolist())
     assert _served_labels(str(tmp_path / "side.lirs")) == ref == _served_labels(dotted)
+    # a directory named so: the directory its sidecar keeps (files added later are named) is that one
+    (tmp_path / "real" / "d").mkdir()
+    _svm(tmp_path / "real" / "d" / "a.svm", n=30)
+    dd = str(tmp_path / "L" / ".." / "d")
+    lirs.build_index(dd, progress=False)
+    _svm(tmp_path / "real" / "d" / "b.svm", n=30)
+    with pytest.raises(lirs.StaleIndexError, match="does not cover: b.svm"):
+        lirs.open_index(str(tmp_path / "real" / "d"))
 
 
 def test_a_directory_of_links_bench_results_and_hard_links(tmp_path, capsys):
