@@ -91,6 +91,13 @@ def record_error(path: str, record: int, offset: int, status: int, err, size: in
 # --------------------------------------------------------------------------- the index scan
 
 
+def _zlib_head(b) -> bool:
+    """Whether two bytes open a ZLIB stream (RFC 1950: deflate, a 32 KiB window or less, the check
+    bits making the pair a multiple of 31)."""
+    b = bytes(b)
+    return len(b) == 2 and b[0] & 0x0F == 8 and b[0] >> 4 <= 7 and (b[0] << 8 | b[1]) % 31 == 0
+
+
 class TFRecordScanner:
     """Scan state of one TFRecord dataset (files one after another): record offsets stream into
     ``writer`` (a sidecar writer's ``append``) or go to ``sink``; ``n`` counts records.
@@ -131,7 +138,12 @@ class TFRecordScanner:
             if status == K.OK or status == K.NEED:
                 return pos
             if status != K.FULL:
-                raise record_error(path, self.n - n0, base + pos, status, self._err)
+                err = record_error(path, self.n - n0, base + pos, status, self._err)
+                if base + pos == 0 and status == K.BAD_LENGTH_CRC and _zlib_head(buf[pos:pos + 2]):
+                    err = DataError(f"{err}; its first bytes look like a ZLIB stream (TFRecordWriter's "
+                                    "compression_type='ZLIB'): decompress it first, e.g. python -c \"import sys, "
+                                    "zlib; sys.stdout.buffer.write(zlib.decompress(sys.stdin.buffer.read()))\"")
+                raise err
 
     def _need(self, pending) -> int:
         """Bytes the record begun in ``pending`` (list of uint8 pieces) needs: 12 while its header is

@@ -15,6 +15,7 @@ import contextlib
 import gzip
 import io
 import lzma
+import zlib
 import os
 import re
 from pathlib import Path
@@ -177,6 +178,7 @@ OTHER = [
     ("gzip-compressed LIBSVM", "x.svm.gz", gzip.compress(b"1 1:1\n"), []),
     ("gzip bytes under a .svm name", "x.svm", gzip.compress(b"1 1:1\n"), []),
     ("xz-compressed lines", "x.jsonl.xz", lzma.compress(b"{}\n"), []),
+    ("ZLIB-compressed TFRecord", "x.tfrecord", zlib.compress(_tfr()), []),
 ]
 
 

@@ -294,6 +294,21 @@ def test_a_length_past_the_end_is_named_as_stored_and_at_once(tmp_path, monkeypa
     assert f"length CRC mismatch: expected the stored" in str(e.value) and f"(length field reads {length})" in str(e.value)
 
 
+def test_a_zlib_compressed_file_is_said_to_be_one(tmp_path):
+    """TFRecordWriter's compression_type="ZLIB" writes a stream with no magic bytes: it was refused
+    as a bad length CRC at byte 0 and nothing more (GZIP is named by its magic)."""
+    import zlib
+
+    p = tmp_path / "z.tfrecord"
+    p.write_bytes(zlib.compress(spec_bytes(make_records(20, seed=9))))
+    with pytest.raises(DataError, match=r"record 0 at byte 0: length CRC mismatch: .*look like a ZLIB stream"):
+        build_index(p, progress=False)
+    p.write_bytes(b"xx" + spec_bytes(make_records(3, seed=9)))  # not ZLIB: no such guess
+    with pytest.raises(DataError) as e:
+        build_index(p, progress=False)
+    assert "ZLIB" not in str(e.value)
+
+
 def test_payload_crc_is_checked_again_on_read_with_verify(tmp_path):
     recs = make_records(30, seed=7)
     data = bytearray(write(tmp_path / "d.tfrecord", recs))
