@@ -72,8 +72,7 @@ def open_files(paths, direct: bool) -> list[int]:
     where it still does not, OSError EMFILE says how many the dataset needs."""
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | (O_DIRECT if direct else 0)
     fds: list[int] = []
-    if len(paths) > FD_MARGIN:
-        room_for_files(len(paths))
+    room_for_files(len(paths))
     try:
         for p in paths:
             try:
