@@ -211,6 +211,11 @@ def format_reason(path: str) -> tuple[str, str]:
     return "lines", "the first lines are not LIBSVM; records are delivered as raw lines (bytes)"
 
 
+def extension_format(path: str) -> str | None:
+    """The format a file named ``path`` is read as from its extension alone (None: no known one)."""
+    return _EXT_FORMAT.get(os.path.splitext(os.fspath(path))[1].lower())
+
+
 def detect_format(path: str) -> str:
     """Guess a file's format from its extension, else from its first bytes (see :func:`format_reason`)."""
     return format_reason(path)[0]

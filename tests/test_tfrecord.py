@@ -19,7 +19,7 @@ import pytest
 import lirs
 from lirs.build import build_index
 from lirs.cli import main
-from lirs.errors import DataError
+from lirs.errors import DataError, UsageError
 from lirs.external import api as E
 from lirs.external import disk as D
 from lirs.index import open_index
@@ -380,6 +380,17 @@ def test_shuffle_refuses_a_corrupt_input(tmp_path):
     with pytest.raises(DataError, match=rf"bad.tfrecord: record {rec} at byte {off}: payload CRC mismatch"):
         E.shuffle(p, tmp_path / "o.tfrecord", progress=False)
     assert not (tmp_path / "o.tfrecord").exists()
+
+
+def test_shuffle_refuses_an_output_named_as_another_format(tmp_path):
+    # TFRecord bytes under a .svm name would be read back as LIBSVM and fail there
+    write(tmp_path / "in.tfrecord", make_records(20, seed=2))
+    for name, fmt in (("o.svm", "libsvm"), ("o.jsonl", "lines"), ("o.npy", "npy")):
+        with pytest.raises(UsageError, match=rf"{name} would be read back as {fmt} .* name it with .tfrecord"):
+            E.shuffle(tmp_path / "in.tfrecord", tmp_path / name, progress=False)
+        assert not (tmp_path / name).exists()
+    E.shuffle(tmp_path / "in.tfrecord", tmp_path / "o.bin", index=True, progress=False)  # read by content
+    assert open_index(str(tmp_path / "o.bin")).format == "tfrecord"
 
 
 def test_shuffle_cli_tfrecord(tmp_path):

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inputs import absolute, expand_paths, labels_path
+from ..inputs import absolute, expand_paths, extension_format, labels_path
 from ..sidecar import belonging, sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
@@ -125,6 +125,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     out = absolute(out)
     files = expand_paths(inputs)
     ds = open_dataset(files, format, record_size, header_size)
+    _check_name(out, shards, ds)
     parent, tmpdir = _check_places(files, out, shards, tmpdir, labels=ds.linfo is not None, index=index)
     max_piles = int(_max_piles or fd_pile_limit())
     plan = plan_memory(ds.pile_bytes, ds.mean_record(), mem, record_bytes=ds.rr,
@@ -163,6 +164,17 @@ def _check_numbers(shards, seed, record_size) -> tuple[int | None, int]:
     if record_size is not None and (isinstance(record_size, bool) or int(record_size) <= 0):
         raise UsageError("--record-size must be a positive number of bytes")
     return shards, int(seed)
+
+
+def _check_name(out: str, shards, ds) -> None:
+    """Refuse a single output whose extension names another format than its records' (a
+    TFRecord shuffle written to ``o.svm`` would be read back as LIBSVM and fail)."""
+    named = extension_format(out) if shards is None else None
+    if named is not None and named != ds.fmt:
+        ext = os.path.splitext(ds.files[0])[1]
+        ext = ext if extension_format(ext) in (None, ds.fmt) and ext else ".bin"
+        raise UsageError(f"output {out} would be read back as {named} (its extension), but the records are "
+                         f"{ds.fmt}; name it with {ext} as the input is")
 
 
 def _same_file(a: str, b: str) -> bool:
