@@ -125,6 +125,8 @@ def reindex_command(paths, sidecar: str | None) -> str:
     files with ``-o``."""
     paths = [os.fspath(p) for p in paths]
     q = _shell  # pasted into a shell: a name with a space, or starting with "-", must come through whole
+    if _read_only(sidecar):  # it cannot be rebuilt where it is: one put elsewhere is passed as the source
+        return f"lirs index {' '.join(q(p) for p in paths[:3])}{' ...' if len(paths) > 3 else ''} -o DIR/NAME.lirs"
     if sidecar and len(paths) == 1 and sidecar == paths[0] + SIDECAR_SUFFIX:
         return f"lirs index {q(paths[0])}"
     d = sidecar[:-len(SIDECAR_SUFFIX)] if sidecar and sidecar.endswith(SIDECAR_SUFFIX) else None
@@ -132,6 +134,21 @@ def reindex_command(paths, sidecar: str | None) -> str:
         return f"lirs index {q(d)}"
     named = " ".join(q(p) for p in paths[:3]) + (" ..." if len(paths) > 3 else "")
     return f"lirs index {named}" + (f" -o {q(sidecar)}" if sidecar else "")
+
+
+def reindex_advice(paths, sidecar: str | None) -> str:
+    """"re-run `COMMAND`" (:func:`reindex_command`), and where the sidecar's directory is
+    read-only, that the index built elsewhere is then passed as the source."""
+    advice = f"re-run `{reindex_command(paths, sidecar)}`"
+    if _read_only(sidecar):
+        advice += f" in a directory you can write ({os.path.dirname(sidecar)} is read-only), then pass that .lirs file as the source"
+    return advice
+
+
+def _read_only(sidecar: str | None) -> bool:
+    """Whether the directory of ``sidecar`` exists and cannot be written (a read-only mount, no permission)."""
+    d = os.path.dirname(sidecar) if sidecar else ""
+    return bool(d) and os.path.isdir(d) and not os.access(d, os.W_OK)
 
 
 def _shell(path: str) -> str:
@@ -163,7 +180,7 @@ def check_label_files(index) -> None:
             continue
         why = "it is gone" if why == "the data file is missing" else why.replace("its modification time", "its mtime")
         raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
-                              f"serves the old ones: re-run `{reindex_command(index.paths, index.sidecar)}`")
+                              f"serves the old ones: {reindex_advice(index.paths, index.sidecar)}")
 
 
 def _no_new_labels(index) -> None:
@@ -173,7 +190,7 @@ def _no_new_labels(index) -> None:
         new = next((c for c in labels_candidates(p) if os.path.exists(c)), None)
         if new is not None:
             raise StaleIndexError(f"{new}: a labels file for {p} appeared since indexing; the index serves no labels: "
-                                  f"re-run `{reindex_command(index.paths, index.sidecar)}`")
+                                  f"{reindex_advice(index.paths, index.sidecar)}")
 
 
 def _same_labels(index, f: int, path: str) -> bool:

@@ -31,7 +31,7 @@ from .inputs import absolute, expand_paths
 from .labelcodes import encode_labels
 from .offsets import OffsetTable
 from .pages import release_pages
-from .freshness import check_label_files, fingerprint, layout_crc, reindex_command, staleness
+from .freshness import check_label_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
 from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, is_sidecar_path, offsets_of, read_arrays, read_header, relpath,
                       sidecar_path, verify_arrays)
 from . import verified
@@ -284,7 +284,7 @@ class Index:
             why, mtime, now = staleness(p, fp, self.file_sums(f), verified.trusted_mtime(self, f))
             if why:
                 raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
-                                      f"re-run `{reindex_command(self.paths, self.sidecar)}`")
+                                      f"{reindex_advice(self.paths, self.sidecar)}")
             moved.update({} if mtime is None else {f: mtime})
             seen.append((int(fp["size"]), now))
         if moved and record and self.sidecar:
@@ -419,7 +419,7 @@ def _check_no_new_files(idx: Index, path: str) -> None:
     if os.path.isdir(d) and all(os.path.dirname(os.path.abspath(p)) == d for p in idx.paths) and (new := [
             os.path.basename(p) for p in sorted(set(expand_paths(d)) - {os.path.abspath(p) for p in idx.paths})]):
         raise StaleIndexError(f"{d} holds files its index {idx.sidecar} does not cover: {', '.join(new[:3])}"
-                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; re-run `{reindex_command([d], idx.sidecar)}` "
+                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; {reindex_advice([d], idx.sidecar)} "
                               "(it scans only them)")
 
 

@@ -423,3 +423,27 @@ def test_the_reindex_command_names_what_was_indexed(tmp_path):
     assert reindex_command([a, b], str(d) + ".lirs") == f"lirs index {d}"
     assert reindex_command([a, b], str(tmp_path / "ab.lirs")) == f"lirs index {a} {b} -o {tmp_path / 'ab.lirs'}"
     assert reindex_command([a], None) == f"lirs index {a}"
+
+
+def test_a_stale_index_in_a_read_only_directory_is_rebuilt_elsewhere(tmp_path):
+    """Where the sidecar cannot be rewritten (a read-only mount), the advice builds one elsewhere
+    with -o and passes it as the source; rebuilding in place would fail on EROFS."""
+    rw, ro = tmp_path / "rw", tmp_path / "ro"
+    rw.mkdir(), ro.mkdir()
+    (rw / "a.svm").write_bytes(b"1 1:1\n-1 2:1\n")
+    lirs.build_index(str(rw / "a.svm"), progress=False)
+    if subprocess.run(["mount", "--bind", str(rw), str(ro)], capture_output=True).returncode:
+        pytest.skip("bind mounts need root")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode:
+            pytest.skip("no read-only remount here")
+        with open(rw / "a.svm", "ab") as f:
+            f.write(b"1 3:1\n")
+        with pytest.raises(StaleIndexError, match=rf"re-run `lirs index {ro / 'a.svm'} -o DIR/NAME.lirs` in a "
+                                                  rf"directory you can write \({ro} is read-only\), then pass"):
+            open_index(str(ro / "a.svm"))
+        out = tmp_path / "elsewhere.lirs"
+        lirs.build_index(str(ro / "a.svm"), out=str(out), progress=False)  # the advice, followed
+        assert len(open_index(str(out))) == 3
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], capture_output=True)  # lazily: a traceback may hold a file open
