@@ -45,39 +45,52 @@ def main(argv: list[str] | None = None) -> int:
         with seen:
             return _main(argv, seen)
     except KeyboardInterrupt:  # before the command ran: while its modules (and numba) were imported
-        print("lirs: interrupted", file=sys.stderr)
-        return 130
+        print(f"lirs: {seen.said}", file=sys.stderr)
+        return seen.status
 
 
 class _Interrupts:
     """While the command runs, Ctrl-C is remembered as well as raised: an interrupt a library
     swallows (llvmlite's compile callback does, and numba then fails with a RuntimeError) still ends
-    the command as interrupted, not with that error's traceback. Python's own handler only: one a
-    caller installed is left as it is."""
+    the command as interrupted, not with that error's traceback. SIGTERM (`kill`, a job scheduler's
+    stop) is raised as the same KeyboardInterrupt, so that the command removes its temporaries and
+    piles as on Ctrl-C, and exits 143. Python's own handlers only: one a caller installed is left."""
 
     def __init__(self):
-        self.hit, self.old = False, None
+        self.hit, self.signum, self.old = False, None, {}
 
     def __enter__(self):
         import signal
         import threading
 
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self.old = signal.signal(signal.SIGINT, self._handler)
+        if threading.current_thread() is threading.main_thread():
+            for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+                if signal.getsignal(sig) is default:
+                    self.old[sig] = signal.signal(sig, self._handler)
         return self
 
     def _handler(self, signum, frame):
+        self.hit, self.signum = True, signum
+        raise KeyboardInterrupt
+
+    @property
+    def status(self) -> int:
+        """The exit status of the interrupted command: 128 + the signal (130 Ctrl-C, 143 SIGTERM)."""
         import signal
 
-        self.hit = True
-        signal.default_int_handler(signum, frame)
+        return 128 + int(self.signum or signal.SIGINT)
+
+    @property
+    def said(self) -> str:
+        import signal
+
+        return "terminated" if self.signum == signal.SIGTERM else "interrupted"
 
     def __exit__(self, *exc):
         import signal
 
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
         return False
 
 
@@ -92,12 +105,12 @@ def _main(argv, seen: _Interrupts) -> int:
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
-        print(f"lirs {args.command}: interrupted", file=sys.stderr)
-        return 130
+        print(f"lirs {args.command}: {seen.said}", file=sys.stderr)
+        return seen.status
     except Exception:
         if seen.hit:  # a library turned the Ctrl-C into its own error
-            print(f"lirs {args.command}: interrupted", file=sys.stderr)
-            return 130
+            print(f"lirs {args.command}: {seen.said}", file=sys.stderr)
+            return seen.status
         return _failed(args)
 
 

@@ -749,9 +749,10 @@ def test_npy_rows_and_labels_do_not_depend_on_index_or_shards(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path):
-    """A real SIGINT during pass 1: exit status 130, no output, no piles. (Pass 1 is slowed down
-    enough that the signal always lands inside it.)"""
+@pytest.mark.parametrize("signame, status, said", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")])
+def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path, signame, status, said):
+    """A real SIGINT (or SIGTERM: `kill`, a scheduler's stop) during pass 1: exit status 130 (143),
+    no output, no piles. (Pass 1 is slowed down enough that the signal always lands inside it.)"""
     import signal
     import time
 
@@ -771,7 +772,8 @@ def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path):
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout.readline().strip() == b"started"
     time.sleep(0.2)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(getattr(signal, signame))
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 130, err
+    assert p.returncode == status, err
+    assert err.decode().endswith(f"lirs shuffle: {said}\n"), err
     assert sorted(os.listdir(tmp_path)) == ["in.svm"]

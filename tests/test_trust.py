@@ -389,6 +389,7 @@ def test_ctrl_c_is_interrupted_however_it_comes(tmp_path, monkeypatch, capsys):
     assert cli.main(["info", "x"]) == 130
     assert capsys.readouterr().err == "lirs info: interrupted\n"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
     def failed(args):
         raise RuntimeError("a bug")
