@@ -15,15 +15,10 @@ holds the GIL and only overlaps the consumer's waits. An exception in ``fn`` rea
 batch as :class:`~lirs.errors.TransformError` (batch and epoch in the message, the original as ``__cause__``).
 
 ``epoch(e, stride=W, offset=w)`` delivers only batches ``w, w + W, ...`` (planning none of the others):
-DataLoader worker ``w`` of ``W`` reads those, so a round robin over the workers gives exactly this Loader's
-sequence.
+DataLoader worker ``w`` of ``W`` reads those, so a round robin over the workers gives this Loader's sequence.
 
 Resume: :meth:`Loader.state_dict` says where the consumer is; a loaded state resumes exactly, or elastically
-under another world size (:mod:`lirs.state`).
-
-Epochs: ``loader.epoch(e)`` delivers epoch ``e``; a plain pass (``for batch in loader``) starts the next epoch
-each time (0, 1, 2, ...; :meth:`Loader.set_epoch` chooses it), so that iterating twice never repeats an order
-by accident.
+under another world size (:mod:`lirs.state`). A plain pass (``for batch in loader``) starts the next epoch.
 
 ::
 
@@ -60,6 +55,7 @@ from .units import parse_size
 from .steps import SharedStep
 from .windows import window_groups
 from . import warmup
+from .aepoch import Hop, batches as async_batches
 
 log = logging.getLogger("lirs.loader")
 
@@ -180,7 +176,7 @@ class Loader:
         self._resume: ResumeState | None = None  # a loaded state the next epoch(e) starts from
         self._next_epoch = 0  # the epoch a plain pass (``for b in loader``) starts
         self._stride, self._nb = 1, 0  # of the epoch being walked
-        self._lock = threading.Lock()
+        self._lock, self._hop = threading.Lock(), Hop()  # _hop: the thread aepoch begins and plans on
         self._pid, self._pipeline, self._closed, self._last_plan = None, None, False, None  # _pipeline: Pipeline
         # on an empty numba cache, read and decode kernels compile in a helper process meanwhile
         self._warm = warmup.start({"engine": engine, "depth": depth, "format": self.index.format,
@@ -200,6 +196,8 @@ class Loader:
         if self._pid == pid:
             return
         with self._lock:
+            if self._closed:  # meanwhile, by another thread (an aepoch begins on the Loader's helper)
+                raise ValueError("this Loader is closed")
             if self._pid == pid:
                 return
             # a forked child: the parent's pool threads and rings do not exist here; start over
@@ -228,6 +226,7 @@ class Loader:
             self._warm.join_preload()
             self._last_plan = None
             self._release_index()
+        self._hop.close()  # outside the lock: a _begin running there may be waiting for it
 
     def _release_index(self) -> None:
         if self._owns_index:
@@ -374,6 +373,7 @@ class Loader:
         ``w, w + W, ...`` of each batch from ``start``; a batch with rows in other windows comes as
         a piece (:attr:`Batch.piece`), a batch of no rows with ``w`` 0, and the W walks together
         read each window once and deliver every batch once (what :mod:`lirs.torch`'s workers do)."""
+        self._hop.drain()  # an async epoch's abandon still queued there ends before this one begins
         run = self._begin(epoch, start, stride, offset, windows)
         pipe = self._pipeline
         try:
@@ -381,8 +381,8 @@ class Loader:
             while (item := self._next(run)) is not None:
                 try:
                     results = run.wait(item)
-                except Exception:  # the position names the batch it belongs to (with windows=, not always the next)
-                    self._pos, self._moved = self._pos.at(item.plan.index, run.epoch), None
+                except Exception:
+                    self._failed(run, item)
                     raise
                 for out in self._delivered(run, item, results):
                     pipe.consumer_in = False  # away with the batch: the pool's extra threads may help
@@ -392,17 +392,16 @@ class Loader:
             pipe.consumer_in = False
             run.abandon()
 
-    async def aepoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0,
-                     windows: tuple | None = None):
+    def aepoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0,
+               windows: tuple | None = None):
         """``async for batch in loader.aepoch(e)``: the same batches as :meth:`epoch`; the caller's
-        event loop awaits the pool's work and stays free meanwhile."""
-        run = self._begin(epoch, start, stride, offset, windows)
-        try:
-            while (item := self._next(run)) is not None:
-                for out in self._delivered(run, item, await run.await_parts(item)):
-                    yield out
-        finally:
-            run.abandon()
+        event loop only awaits: the pool's work, and the epoch's start and planning on a helper thread."""
+        begin = functools.partial(self._begin, epoch, start, stride, offset, windows)
+        return async_batches(self._hop, begin, self._next, self._delivered, self._failed)
+
+    def _failed(self, run, item) -> None:
+        """The position after ``item``'s wait raised: its batch (with windows=, not always the next)."""
+        self._pos, self._moved = self._pos.at(item.plan.index, run.epoch), None
 
     def _next(self, run):
         """``run``'s next batch item (None: the end); once closed, ValueError, not the batches read ahead (however

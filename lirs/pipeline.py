@@ -5,7 +5,7 @@ pool; a pool thread reads the step's extents with the engine (io_uring or pread,
 a pooled aligned buffer and decodes them (numba, no GIL), so reading and decoding of the next
 batches use the other cores while the training step computes. One hand-off to the pool and one
 back per read step. :class:`EpochRun` keeps ``prefetch + 1`` steps in flight; the consumer waits
-on them either blocking (:meth:`EpochRun.wait`) or from an event loop (:meth:`EpochRun.await_parts`)
+on them either blocking (:meth:`EpochRun.wait`) or from an event loop (:func:`lirs.aepoch.await_parts`)
 — the rest is shared. With a ``finish`` function (the Loader's transform), a batch is also finished
 on the pool: by the task that decoded its step when it is one step, else by a task queued once its
 steps are decoded (:meth:`Pipeline.after`: no pool thread waits meanwhile).
@@ -22,13 +22,12 @@ one more runnable thread than cores preempts them all in turn (:data:`lirs.const
 """
 from __future__ import annotations
 
-import asyncio
 import collections
 import contextlib
 import itertools
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -129,7 +128,10 @@ class Pipeline:
                 fut.add_done_callback(self.pool_only.discard)
         self.active.add(fut)
         fut.add_done_callback(self.active.discard)
-        self.executor.submit(self._claim)
+        try:
+            self.executor.submit(self._claim)
+        except RuntimeError:  # shut down: close() ran meanwhile, from another thread
+            raise (ValueError("this Loader is closed") if self.closing else RuntimeError("pool shut down")) from None
         return fut
 
     def _number_thread(self) -> None:
@@ -458,15 +460,8 @@ class EpochRun:
         t = time.perf_counter()
         try:
             return [self.pipeline.result(f) for f in item.waits()]
-        finally:
-            self.pipeline.stats.wait_s += time.perf_counter() - t
-
-    async def await_parts(self, item: Pending) -> list:
-        """:meth:`wait` for an event loop: the loop stays free while the pool works."""
-        t = time.perf_counter()
-        try:
-            # shielded: a cancelled consumer must not cancel a step a later batch shares
-            return [await asyncio.shield(asyncio.wrap_future(f)) for f in item.waits()]
+        except CancelledError:  # only close() cancels a step the consumer waits for (another thread's)
+            raise ValueError("this Loader is closed") from None
         finally:
             self.pipeline.stats.wait_s += time.perf_counter() - t
 
