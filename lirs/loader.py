@@ -94,9 +94,11 @@ class Loader:
         data such as ``"5%"``, or a group count; with ``granularity="auto"`` a window given here is the
         memory budget and wins over the window ``lirs bench --auto`` saved. A group's
         records spread over about ``window / (batch_size x record bytes)`` batches, so a larger
-        window makes batches closer to uniform; memory is about two windows (the one being
-        consumed and the next one being read), read and decoded; three where the reads wait for
-        a device or on 8 cores or more (:func:`lirs.policies.windows_in_flight`).
+        window makes batches closer to uniform; two windows are in flight (the one being
+        consumed and the next one being read), three where the reads wait for a device or on 8
+        cores or more (:func:`lirs.policies.windows_in_flight`), each raw and then decoded: a
+        16 MiB window epoch held 7.5x the window's bytes (docs/results.md, "What a window's
+        memory costs").
     permutation : ``"auto"``, ``"table"`` or ``"stateless"`` (see :mod:`lirs.permutation`).
     seed : int
         The epoch order is a function of ``(seed, epoch, rank, world_size)`` only.
@@ -214,7 +216,7 @@ class Loader:
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
+            self._closed, self._last_plan = True, None  # the plan refers to the index (its maps' descriptors)
             if self._pid != os.getpid():
                 self._pid = None
                 self._warm.join_preload()  # closed before its first epoch: the preload of its kernels
@@ -224,7 +226,6 @@ class Loader:
             if pipeline is not None:
                 pipeline.close()
             self._warm.join_preload()
-            self._last_plan = None
             self._release_index()
         self._hop.close()  # outside the lock: a _begin running there may be waiting for it
 

@@ -130,8 +130,10 @@ class Pipeline:
         fut.add_done_callback(self.active.discard)
         try:
             self.executor.submit(self._claim)
-        except RuntimeError:  # shut down: close() ran meanwhile, from another thread
-            raise (ValueError("this Loader is closed") if self.closing else RuntimeError("pool shut down")) from None
+        except RuntimeError:
+            if self.closing:  # shut down: close() ran meanwhile, from another thread
+                raise ValueError("this Loader is closed") from None
+            raise  # no thread could start (the process's thread limit): said as it is
         return fut
 
     def _number_thread(self) -> None:

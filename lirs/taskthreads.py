@@ -13,11 +13,14 @@ it is running and the ones already queued).
 """
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
 import traceback
 import weakref
+
+log = logging.getLogger("lirs.taskthreads")
 
 _LIVE: "weakref.WeakSet[TaskThreads]" = weakref.WeakSet()
 _EXITING = False
@@ -57,7 +60,14 @@ class TaskThreads:
             for i in range(self.n):
                 t = threading.Thread(target=_serve, args=(self._q, self._initializer), name=f"{self.name}_{i}",
                                      daemon=not _JOINED_AT_EXIT)
-                t.start()
+                try:
+                    t.start()
+                except RuntimeError as e:  # the process's thread or memory limit: run with those that started
+                    if not self._threads:
+                        raise
+                    log.warning("%s: started %d of %d threads (%s); going on with %d", self.name,
+                                len(self._threads), self.n, e, len(self._threads))
+                    break
                 self._threads.append(t)
 
     def threads(self) -> tuple:

@@ -137,3 +137,35 @@ def test_a_forked_child_exits_though_a_parent_pool_was_mid_shutdown():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "child hung" not in out.stdout
+
+
+def test_threads_that_cannot_start_leave_a_working_pool_or_the_error_itself(monkeypatch, caplog):
+    """The process's thread limit hit after 2 of 5 threads: the pool goes on with those 2 (said in a
+    warning), not with a half-started list that never starts the rest; with none started, the
+    error itself ("can't start new thread") is raised, not another one."""
+    real, started = threading.Thread.start, []
+
+    def limited(self):
+        if self.name.startswith("tt-limit") and len(started) >= limit:
+            raise RuntimeError("can't start new thread")
+        started.append(self.name)
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", limited)
+    limit = 2
+    pool = TaskThreads(5, "tt-limit")
+    with caplog.at_level("WARNING", logger="lirs.taskthreads"):
+        got = []
+        for i in range(20):
+            pool.submit(got.append, i)
+    assert "started 2 of 5 threads (can't start new thread)" in caplog.text
+    assert len(pool) == 2
+    pool.shutdown(wait=True)
+    assert sorted(got) == list(range(20)) and _alive("tt-limit") == []
+
+    started.clear()
+    limit = 0
+    pool = TaskThreads(3, "tt-limit")
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        pool.submit(print, "never")
+    pool.shutdown(wait=True)
