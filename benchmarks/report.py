@@ -84,11 +84,13 @@ def demo_glance(d) -> str:
                 f"{val(v['other_value'], v['unit'])})" for v in d["verdict"] if v["outcome"] == outcome]
 
     wins, ties, loses = part("wins"), part("ties"), part("loses")
+    m = d["settings"].get("min_margin")  # what the demo's verdict widened each time's spread by
+    margin = f" widened by {m:.0%} where times are compared" if m else ""
     text = (f"`lirs demo` (linear SVM, {d['n']:,} label-sorted kdd-like records, {d['epochs']} epochs, "
             f"`benchmarks/results/demo.json`; times from the epochs after the first): lirs wins, by more than the "
-            f"spread of those epochs, on " + ("; ".join(wins) if wins else "no axis") + ".")
+            f"spread of those epochs{margin}, on " + ("; ".join(wins) if wins else "no axis") + ".")
     if ties:
-        text += " Within that spread (a tie): " + "; ".join(ties) + "."
+        text += " Within that margin (a tie): " + "; ".join(ties) + "."
     text += " It does not win on " + ("; ".join(loses) if loses else "any other axis") + "."
     kernels = next((c for c in d.get("one_time") or [] if not c["methods"]), None)
     if kernels:

@@ -154,12 +154,15 @@ def _quiet_stdout() -> None:
 
 
 _HINTS = {
-    errno.EROFS: "the file system is read-only; use -o to put the {what} elsewhere",
-    errno.ENOSPC: "no space left on the device; free some or use -o to write elsewhere",
-    errno.EDQUOT: "disk quota exceeded; use -o to write elsewhere",
+    errno.EROFS: "the file system is read-only; use {flag} to put the {what} elsewhere",
+    errno.ENOSPC: "no space left on the device; free some or use {flag} to write elsewhere",
+    errno.EDQUOT: "disk quota exceeded; use {flag} to write elsewhere",
     errno.EIO: "the device reported an I/O error",
 }
-_WHAT = {"index": "index", "shuffle": "output (and --tmpdir the piles)"}
+_WHAT = {"index": "index", "shuffle": "output (and --tmpdir the piles)", "demo": "sample and results"}
+# the option that says where a command writes (-o unless named here; None: it writes no output)
+_FLAG = {"demo": "--out", "bench": "--workdir (and --json, --plot)", "quality": "--json and --plot",
+         "epoch": None, "info": None}
 
 
 def describe_os_error(e: OSError, command: str = "") -> str:
@@ -169,7 +172,10 @@ def describe_os_error(e: OSError, command: str = "") -> str:
     if offset is not None:
         where.append(f"byte {offset}")
     hint = _HINTS.get(e.errno, "")
-    hint = hint.format(what=_WHAT.get(command, "output")) if hint else ""
+    flag = _FLAG.get(command, "-o")
+    if hint and flag is None:  # no option to name: what happened, without advice that does not apply
+        hint = hint.split(";")[0]
+    hint = hint.format(what=_WHAT.get(command, "output"), flag=flag) if hint else ""
     return ": ".join(where + [e.strerror or str(e)]) + (f" ({hint})" if hint else "")
 
 

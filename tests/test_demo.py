@@ -102,6 +102,49 @@ def test_user_data_and_errors(tmp_path):
     assert bad.returncode == 2 and "LIBSVM" in bad.stderr
 
 
+def test_bad_arguments_are_refused_before_any_work(tmp_path):
+    """An unknown engine, a negative seed, a zero size, a directory or a non-LIBSVM file as --data,
+    no methods: refused before the sample is generated or the kernels warmed (they were refused
+    after a 30 MB sample was written, or after the warm-up)."""
+    from lirs.errors import UsageError
+    from lirs.eval.demo import run_demo
+
+    (tmp_path / "l.jsonl").write_text('{"a": 1}\n')
+    out = tmp_path / "out"
+    for kw, msg in ((dict(engine="bogus"), "unknown engine 'bogus'"), (dict(seed=-1), "--seed must be"),
+                    (dict(size="0"), "--size must be a positive size"),
+                    (dict(data=str(tmp_path)), "is a directory"),
+                    (dict(data=str(tmp_path / "l.jsonl")), "is lines data"),
+                    (dict(methods=[]), "no method given"), (dict(methods=["x", "bmf"]), "unknown method.s. 'x'")):
+        said = []
+        with pytest.raises(UsageError, match=msg):
+            run_demo(out=str(out), say=said.append, **kw)
+        assert said == [] and not out.exists(), kw
+
+
+def test_memory_estimates_never_exceed_what_the_data_can_fill(tmp_path):
+    """On a 1,500-record file with batches larger than it, the estimates counted 23 read steps of
+    a whole batch's bytes, and the default window's 256 groups (16 MiB) where the file has a few
+    (1.6 GB said for a 3 MB file): no step holds more than the data, no more steps than an epoch
+    has are in flight, a window holds at most the data's groups."""
+    import lirs
+    from lirs.eval.compare import compare_svm
+    from lirs.eval.gen import generate
+
+    p = tmp_path / "small.svm"
+    generate("kdd", str(p), records=1500, seed=2, progress=False)
+    index = lirs.build_index(str(p), progress=False)
+    res = compare_svm(index, ("lirs-window", "lirs-instance", "sequential", "shuffle_buffer"), epochs=1,
+                      batch_size=100_000, reference_epochs=2, workdir=str(tmp_path), window=None, group_bytes=None)
+    data = index.payload_bytes
+    groups = -(-data // (64 << 10))
+    assert res["methods"]["lirs-window"]["loader"]["window"] == groups
+    for m, r in res["methods"].items():
+        extra = index.index_bytes() + 64 * index.n if m.startswith("lirs-") else 0  # index and plan
+        amp = r["per_epoch"][-1].get("amplification") or 1.0  # direct reads of whole blocks hold more
+        assert r["memory_bytes"] <= 1.5 * data * amp + extra, (m, r["memory_bytes"], data, amp)
+
+
 def test_default_out_is_a_cache_directory_never_the_current_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -146,6 +189,21 @@ def test_verdict_says_where_lirs_does_not_win():
     assert "sequential never reaches the target" in "\n".join(lines)
     assert lines[-1] == ("lirs does not win on: seconds per epoch, steady state; memory held while training; "
                          "bytes read per epoch.")
+
+
+def test_a_verdict_never_reads_as_one_between_equal_numbers():
+    """2,997,984 against 3,030,752 bytes read both printed "3.0 MB" beside "lirs wins", and epochs
+    of 0.001 s against 0.002 s "0.00 s (0.00-0.00)" beside "lirs loses": the values of a verdict's
+    line are printed with as many digits as tell them apart. The header states the margin rule."""
+    res = _res({"lirs-window": _method(0.01, 1, 1.0, 0.002, 0.3, 1e5, 2_997_984),
+                "bmf": _method(0.2, 2, 2.0, 0.001, 0.3, 8e5, 3_030_752)})
+    res["verdict"] = verdict(res)
+    lines = verdict_lines(res)
+    assert "widened by 25%" in lines[0]
+    read = next(ln for ln in lines if "bytes read" in ln)
+    assert "lirs wins" in read and "2,997,984 B" in read and "3,030,752 B" in read
+    epoch = next(ln for ln in lines if "seconds per epoch" in ln)
+    assert "lirs loses" in epoch and "0.002 s (0.002-0.002)" in epoch and "0.001 s (0.001-0.001)" in epoch
 
 
 def test_verdict_when_lirs_wins_everywhere_ties_or_nothing_compares():

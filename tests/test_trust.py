@@ -690,6 +690,10 @@ def test_os_errors_without_a_file_name_read_as_one_line():
     e = OSError(errno.EROFS, "Read-only file system", "/ro/x.svm")
     assert describe_os_error(e, "shuffle").startswith("/ro/x.svm: Read-only file system (")
     assert "--tmpdir" in describe_os_error(e, "shuffle")
+    # each command's own option (the demo has no -o), none where a command writes no output
+    assert describe_os_error(e, "demo").endswith("(the file system is read-only; use --out to put the sample and "
+                                                 "results elsewhere)")
+    assert describe_os_error(e, "epoch").endswith("Read-only file system (the file system is read-only)")
 
 
 @pytest.mark.parametrize("cmd", ["gen", "gen labels", "shuffle", "shuffle index", "order", "index"])

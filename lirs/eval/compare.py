@@ -7,6 +7,7 @@ The baselines draw their orders from :mod:`lirs.eval.reference` and read with
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -169,22 +170,20 @@ def _run_lirs(run: _Run, rec, svm, gran, index_s, group_bytes, window, nf, zb):
         last_plan = ld.plan(run.epochs - 1)
         plan_bytes = last_plan.nbytes
         in_flight = steps_in_flight(last_plan, run.prefetch, windows=windows_in_flight(ld.engine.direct, usable_cores()))
-        window_bytes = _window_bytes(ld)
-        rec["loader"] = {"granularity": gran, "group_bytes": int(ld.group_bytes), "window": int(ld.window)}
+        # a window holds at most the data's groups (a small file's default window is larger than it)
+        window = min(int(ld.window), -(-index.payload_bytes // int(ld.group_bytes)))
+        rec["loader"] = {"granularity": gran, "group_bytes": int(ld.group_bytes), "window": window}
     idx_bytes = index.index_bytes()  # compact offsets + label codes
-    # a window is read once and feeds several batches: it is the unit held in memory
-    step = run.batch_size * run.mean_rec
+    # a window is read once and feeds several batches: it is the unit held in memory; no step holds
+    # more than the data, and no more steps are in flight than an epoch has
+    step = min(run.batch_size * run.mean_rec, index.payload_bytes)
     if POLICIES[gran].uses_window:
-        step = max(step, window_bytes)
+        step = max(step, min(window * int(ld.group_bytes), index.payload_bytes))
+    in_flight = min(in_flight, max(1, math.ceil(index.payload_bytes / max(step, 1))))
     rec["memory_bytes"] = int(idx_bytes + plan_bytes + in_flight * step *
                               (rec["per_epoch"][-1]["amplification"] or 1.0))
     rec["memory_what"] = (f"index ({idx_bytes / n:.1f} B/record) + plan ({plan_bytes / n:.2f} B/record) "
                           f"+ {in_flight} read steps in flight")
-
-
-def _window_bytes(ld) -> int:
-    """Bytes one window of ``ld`` reads: its groups times the group size."""
-    return int(ld.window) * int(ld.group_bytes)
 
 
 def _run_bmf(run: _Run, rec, svm, blocks, passes, workdir):
@@ -237,12 +236,12 @@ def _run_sequential(run: _Run, rec, svm, buffer_records):
     rec["pre_what"] = "none"
     workers = max(2, run.prefetch)  # as many decoding threads as the Loader's pool
     rd = SpanReader(Records(run.index), run.engine)
-    if buffer_records is None:
-        rec["memory_bytes"] = int((run.prefetch + 1) * B * run.mean_rec)
+    if buffer_records is None:  # neither the runs nor the buffer hold more records than the data has
+        rec["memory_bytes"] = int(min((run.prefetch + 1) * B, n) * run.mean_rec)
         rec["memory_what"] = "(prefetch+1) read runs"
     else:
         rec["buffer_records"] = buffer_records
-        rec["memory_bytes"] = int((buffer_records + (run.prefetch + 1) * B) * run.mean_rec)
+        rec["memory_bytes"] = int(min(buffer_records + (run.prefetch + 1) * B, n) * run.mean_rec)
         rec["memory_what"] = "shuffle buffer + (prefetch+1) read runs (raw bytes)"
     try:
         for e in range(run.epochs):

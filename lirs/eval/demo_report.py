@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ..units import format_bytes
-from .demo import explain
+from .demo import MIN_MARGIN, explain
 
 
 def _grid(head: list, rows: list) -> list:
@@ -15,17 +15,29 @@ def _grid(head: list, rows: list) -> list:
     return ["  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in [head] + rows]
 
 
-def value(v, unit: str) -> str:
-    """A verdict value in its unit; None reads "never" (a target not reached)."""
+def value(v, unit: str, digits: int | None = None) -> str:
+    """A verdict value in its unit; None reads "never" (a target not reached). ``digits``:
+    significant digits (bytes then in full), where the usual ones would print two values alike."""
     if v is None:
         return "never"
     if unit == " B":
-        return format_bytes(v)
+        return format_bytes(v) if digits is None else f"{v:,.0f} B"
     if unit == " s":
-        return f"{v:.2f} s"
+        return f"{v:.2f} s" if digits is None else f"{v:.{digits}g} s"
     if unit == " epochs":
         return f"{v} epoch" + ("s" if v != 1 else "")
-    return f"{v:.3g}"
+    return f"{v:.{digits or 3}g}"
+
+
+def _digits(values, unit: str) -> int | None:
+    """The fewest significant digits (None: the usual format) that print unequal ``values`` unequal:
+    a verdict between two values must not read as one between equal numbers."""
+    vals = [v for v in values if v is not None]
+    for digits in (None, 3, 4, 5, 6, 8, 10):
+        shown = {}
+        if all(shown.setdefault(value(v, unit, digits), v) == v for v in vals):
+            return digits
+    return 10
 
 
 def explanations(res: dict) -> list:
@@ -77,11 +89,12 @@ def summary_table(res: dict) -> list:
                                 "buffer's records (shuffle buffer)."]
 
 
-def _with_range(v, r, unit: str) -> str:
+def _with_range(v, r, unit: str, digits: int | None = None) -> str:
     """A verdict value, and its range across the steady epochs when it has one."""
     if r is None or v is None:
-        return value(v, unit)
-    return f"{value(v, unit)} ({r[0]:.2f}-{r[1]:.2f})"
+        return value(v, unit, digits)
+    lo, hi = (value(x, unit, digits).removesuffix(unit) for x in r)
+    return f"{value(v, unit, digits)} ({lo}-{hi})"
 
 
 def verdict_lines(res: dict) -> list:
@@ -91,15 +104,18 @@ def verdict_lines(res: dict) -> list:
     if not v:
         return []
     out = ["verdict: lirs's best method against the best other method, per axis (smaller is better; times "
-           "from the epochs after the first, with their range in this run: a margin within it is a tie):"]
+           f"from the epochs after the first, with their range in this run: a side wins a time only when its "
+           f"range, widened by {MIN_MARGIN:.0%}, lies below the other's, else it is a tie):"]
     w = max(len(x["what"]) for x in v)
     for x in v:
         tag = {"wins": "lirs wins ", "ties": "lirs ties ", "loses": "lirs loses"}[x["outcome"]]
         note = ""
         if x["outcome"] != "wins" and not x["other_reaches_target"] and res.get("target_method"):
             note = f"  ({x['other']} never reaches the target)"
-        out.append(f"  {tag}  {x['what'].ljust(w)}  {x['lirs']} {_with_range(x['lirs_value'], x.get('lirs_range'), x['unit'])}"
-                   f" vs {x['other']} {_with_range(x['other_value'], x.get('other_range'), x['unit'])}{note}")
+        d = _digits([x["lirs_value"], x["other_value"], *(x.get("lirs_range") or ()), *(x.get("other_range") or ())],
+                    x["unit"])
+        out.append(f"  {tag}  {x['what'].ljust(w)}  {x['lirs']} {_with_range(x['lirs_value'], x.get('lirs_range'), x['unit'], d)}"
+                   f" vs {x['other']} {_with_range(x['other_value'], x.get('other_range'), x['unit'], d)}{note}")
     lost = [x["what"] for x in v if x["outcome"] != "wins"]
     out.append("lirs does not win on: " + "; ".join(lost) + "." if lost else "lirs wins on every axis above.")
     return out + one_time_lines(res)
