@@ -432,3 +432,23 @@ def test_a_loader_over_some_windows_delivers_pieces_that_join_into_its_batches(k
         next(lirs.Loader(kdd, 100, granularity="group").epoch(0, windows=(0, 2)))
     with pytest.raises(UsageError, match="0 <= w < W"):
         list(plan_epoch(lirs.open_index(kdd), 100, "window", window=3).batches(windows=(2, 2)))
+
+
+def test_with_ranks_a_window_is_read_by_each_rank_its_records_reach(kdd):
+    """What docs/granularity.md says of ranks: each rank reads the windows its slice of the epoch
+    touches. A window larger than a rank's share (here the whole file) is read whole by every rank;
+    small windows are read about once, the few that straddle two ranks' slices by both."""
+    index = lirs.open_index(kdd)
+    data = index.payload_bytes
+
+    def read(window, world):
+        return [plan_epoch(index, 64, "window", window=window, group_bytes=4096, seed=3, epoch=1, rank=r,
+                           world_size=world).stats()["bytes_read"] for r in range(world)]
+
+    one = read("100%", 1)[0]
+    assert one < 1.2 * data
+    assert all(r == pytest.approx(one, rel=0.02) for r in read("100%", 3))  # every rank reads all of it
+    whole, world, window = read(4, 1)[0], 4, 4 * 4096
+    per_rank = read(4, world)
+    assert sum(per_rank) <= whole + 2 * (world - 1) * window  # a straddling window at each boundary
+    assert max(per_rank) < 0.35 * whole
