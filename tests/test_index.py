@@ -286,6 +286,11 @@ def test_cli_index_info_and_exit_codes(tmp_path):
     assert s["features"]["max_index"] == 5
     r = run("info", str(p))
     assert r.returncode == 0 and "records           3" in r.stdout
+    assert "under 4 KiB       100.0% of records" in r.stdout
+    from lirs.commands.info import _share
+
+    # a few huge records among millions are not "100.0%" (nor a few small ones "0.0%")
+    assert (_share(1 - 3e-6), _share(3e-6), _share(0.0), _share(0.5)) == (">99.9%", "<0.1%", "0.0%", "50.0%")
     assert run("info", str(tmp_path / "missing.svm")).returncode == 1
     assert run("index").returncode == 2
     assert run("index", str(p), "--format", "nope").returncode == 2

@@ -69,6 +69,15 @@ def _fmt_label(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
+def _share(f: float) -> str:
+    """``f`` (0..1) as a percentage that reads 0% or 100% only when it is (3 huge records in
+    millions: 99.9995% is not "100.0%")."""
+    text = f"{100 * f:.1f}%"
+    if text == "100.0%" and f < 1:
+        return ">99.9%"
+    return "<0.1%" if text == "0.0%" and f > 0 else text
+
+
 def print_summary(s: dict) -> None:
     rb = s["record_bytes"]
     print(f"  format            {s['format']}" + (f"  ({s['record_dtype']} x {tuple(s['record_shape'])})"
@@ -78,7 +87,7 @@ def print_summary(s: dict) -> None:
     print(f"  bytes             {s['bytes']:,}")
     if rb["mean"] is not None:
         print(f"  record bytes      min {rb['min']:,}  mean {rb['mean']:,.1f}  max {rb['max']:,}")
-    print(f"  under 4 KiB       {100 * s['fraction_under_4k']:.1f}% of records")
+    print(f"  under 4 KiB       {_share(s['fraction_under_4k'])} of records")
     print(f"  straddle 4 KiB    {s['records_straddling_4k']:,} records cross a page boundary")
     if "features" in s:
         f = s["features"]
