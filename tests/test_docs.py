@@ -100,3 +100,49 @@ def test_strict_build_fails_on_a_broken_link(tmp_path):
     (tmp_path / "mkdocs.yml").write_text(text)
     r = _build(str(tmp_path / "mkdocs.yml"), tmp_path / "site")
     assert r.returncode != 0 and "nowhere.md" in r.stderr, r.stderr[-3000:]
+
+
+def test_the_strategy_list_names_every_strategy():
+    """docs/granularity.md lists `lirs.eval.STRATEGIES` (two were left out)."""
+    from lirs.eval import STRATEGIES
+
+    text = open(os.path.join(DOCS, "granularity.md")).read()
+    listed = text[text.index("Strategies (`lirs.eval.STRATEGIES`"):]
+    assert [s for s in STRATEGIES if f"`{s}`" not in listed] == []
+
+
+def options_md() -> str:
+    """The options section of docs/cli.md: every command's options as `--help` has them."""
+    from lirs.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    out = ["## Every command's options", "",
+           "Generated from the parser by `tests/test_docs.py` (`LIRS_WRITE_DOCS=1 python -m pytest -q "
+           "tests/test_docs.py`); a test fails when this list and `lirs COMMAND --help` disagree.", ""]
+    for name, p in sub.choices.items():
+        out += [f"### `lirs {name}`", "", "| option | what |", "| --- | --- |"]
+        for a in p._actions:
+            if "--help" in a.option_strings:
+                continue
+            what = (a.help or "") % {"default": a.default} if "%(" in (a.help or "") else (a.help or "")
+            if a.choices:
+                what = f"{what} (one of {', '.join(map(str, a.choices))})".strip()
+            flags = ", ".join(f"`{o}`" for o in a.option_strings) or f"`{a.metavar or a.dest}`"
+            if a.option_strings and a.nargs != 0:
+                flags += f" {a.metavar or a.dest.upper()}"
+            out.append(f"| {flags} | {what.replace('|', chr(92) + '|')} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def test_cli_md_lists_every_option_of_every_command():
+    path = os.path.join(DOCS, "cli.md")
+    text = open(path).read()
+    start, end = "<!-- options:start -->\n", "<!-- options:end -->"
+    want = start + options_md() + end
+    got = text[text.index(start):text.index(end) + len(end)]
+    if os.environ.get("LIRS_WRITE_DOCS") and got != want:
+        with open(path, "w") as f:
+            f.write(text.replace(got, want))
+        got = want
+    assert got == want, "docs/cli.md's options differ from the parser: LIRS_WRITE_DOCS=1 python -m pytest -q tests/test_docs.py"
