@@ -197,7 +197,7 @@ class Pipeline:
         out = Future()
         self.active.add(out)
         out.add_done_callback(self.active.discard)
-        left, lock = [len(futures)], threading.Lock()
+        left, lock = [max(len(futures), 1)], threading.Lock()
 
         def run():
             if out.set_running_or_notify_cancel():
@@ -218,6 +218,8 @@ class Pipeline:
 
         for f in futures:
             f.add_done_callback(one_done)
+        if not futures:  # nothing to wait for (a rank's empty last window batch): at once
+            one_done(None)
         return out
 
     def _read_decode(self, step):
