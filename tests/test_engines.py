@@ -5,6 +5,8 @@ import asyncio
 import errno
 import logging
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -205,6 +207,43 @@ def test_close_leaves_no_threads_or_fds(tmp_path, engine_name):
     eng.close()  # idempotent
     assert set(threading.enumerate()) - before_threads == set()
     assert set(open_fds().items()) - set(before_fds.items()) == set()
+
+
+_CLOSE_RACE = """
+import sys, threading, time, numpy as np
+from lirs.engines import open_engine, aligned_empty
+eng = open_engine([sys.argv[1]], sys.argv[2], direct=False, depth=64)
+n, out = 500, []
+off = (np.random.default_rng(0).integers(0, 200, n) * 4096).astype(np.int64)
+nb, f, pos = np.full(n, 4096, np.int64), np.zeros(n, np.int32), np.arange(n, dtype=np.int64) * 4096
+buf = aligned_empty(n * 4096)
+def reader():
+    try:
+        while True:
+            eng.read(f, off, nb, buf, pos)
+    except ValueError as e:
+        out.append(str(e))
+t = threading.Thread(target=reader)
+t.start()
+time.sleep(0.3)
+eng.close()
+t.join(30)
+print(out)
+"""
+
+
+def test_close_from_another_thread_waits_for_its_read(tmp_path, engine_name):
+    """A Loader closed by another thread while its consumer ran a step itself (page-cache reads on
+    few cores): uring unmapped the ring the read was using (the process died of SIGSEGV), aiofiles
+    closed the loop that was running it (RuntimeError). close() waits for the reads of other
+    threads; the reader's next read is refused. In a subprocess: a crash fails here, not the run."""
+    path = tmp_path / "d.bin"
+    path.write_bytes(np.random.default_rng(1).integers(0, 256, 200 * 4096 + 4096, np.uint8).tobytes())
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-c", _CLOSE_RACE, str(path), engine_name], capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+        assert r.stdout.strip() == f"['{engine_name} engine is closed']", r.stdout
 
 
 def test_auto_prefers_uring_and_says_why(tmp_path, monkeypatch, caplog):

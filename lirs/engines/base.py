@@ -205,6 +205,9 @@ class Engine:
         # opened on first need, so a dataset of many files does not hold two descriptors per file
         self.cfds = np.full(len(self.fds), -1, np.int32)
         self._cfd_lock = threading.Lock()
+        # reads in flight by thread: close() from another thread waits for them (unmapping a ring or
+        # closing a loop a read is using crashed the process)
+        self._readers, self._use = {}, threading.Condition()
 
     # ---- public ---------------------------------------------------------------------------
     def read(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos) -> np.ndarray:
@@ -222,11 +225,23 @@ class Engine:
         args = self._check(ext_file, ext_offset, ext_nbytes, buf, buf_pos)
         if args[0].shape[0] == 0:
             return np.zeros(0, np.int64)
-        got = self._read(*args)
-        # after the read: a change before it or during it is caught before the bytes are decoded
-        if self.check_changes:
-            self.check_unchanged(args[0])
-        return got
+        me = threading.get_ident()
+        with self._use:
+            if self.closed:
+                raise ValueError(f"{self.name} engine is closed")
+            self._readers[me] = self._readers.get(me, 0) + 1
+        try:
+            got = self._read(*args)
+            # after the read: a change before it or during it is caught before the bytes are decoded
+            if self.check_changes:
+                self.check_unchanged(args[0])
+            return got
+        finally:
+            with self._use:
+                left = self._readers.pop(me) - 1
+                if left:
+                    self._readers[me] = left
+                self._use.notify_all()
 
     def stale(self, f: int, what: str, when: str = "while it was being read") -> StaleIndexError:
         """The error of file ``f`` found changed (``what``: how; ``when``)."""
@@ -263,10 +278,14 @@ class Engine:
         return await loop.run_in_executor(executor, self.read, ext_file, ext_offset, ext_nbytes, buf, buf_pos)
 
     def close(self) -> None:
-        """Close the files and stop any threads. Safe to call twice."""
-        if self.closed:
-            return
-        self.closed = True
+        """Close the files and stop any threads, once the reads other threads are running end (no
+        read starts after). Safe to call twice."""
+        me = threading.get_ident()
+        with self._use:
+            if self.closed:
+                return
+            self.closed = True
+            self._use.wait_for(lambda: all(t == me for t in self._readers))
         try:
             self._close()
         finally:
