@@ -7,6 +7,9 @@ import functools
 import inspect
 import numbers
 
+import numpy as np
+
+from .constants import MAX_DEPTH
 from .errors import UsageError
 
 
@@ -54,6 +57,25 @@ def known_keywords(fn, given, owner: str) -> None:
                                                                         inspect.Parameter.VAR_KEYWORD)]
     if unknown:
         raise TypeError(f"{owner}() got an unexpected keyword argument {unknown[0]!r}")
+
+
+def maybe_bool(name: str, value) -> bool | None:
+    """``value`` as True, False or None, or UsageError: ``0`` or ``"no"`` would read as true where
+    a bool is tested for identity, and as false where it is tested for truth."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return None if value is None else bool(value)
+    raise UsageError(f"{name} must be True, False or None, got {value!r} ({type(value).__name__})")
+
+
+def depth_of(value) -> int | None:
+    """An engine's ``depth`` (reads in flight) as an int in [1, MAX_DEPTH], or None (the engine's
+    default); else UsageError."""
+    if value is None:
+        return None
+    depth = whole("depth", value, 1)
+    if depth > MAX_DEPTH:
+        raise UsageError(f"depth must be at most {MAX_DEPTH} reads in flight, got {depth}")
+    return depth
 
 
 def positive_int(name: str, value) -> int:

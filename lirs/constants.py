@@ -159,4 +159,7 @@ URING_SUBMIT_CHUNK = 2
 # reads skip the page cache, whose copy and reclaim (kswapd) cost CPU the scan needs on 2 cores.
 SCAN_READ_BYTES = 1 << 20
 SCAN_READ_DEPTH = 16
+# the most reads an engine keeps in flight (``depth``): far past any NVMe queue's use, under
+# io_uring's own limit (32768 entries), and a thread each for the threads engine
+MAX_DEPTH = 4096
 SCAN_CHUNKS_AHEAD = 2  # chunks read while one is scanned: the queue stays full across chunk ends

@@ -38,7 +38,7 @@ import threading
 import numpy as np
 
 from .assemble import StepDecoder, rows_each
-from .api import keyword_only, positive_int, whole
+from .api import depth_of, keyword_only, maybe_bool, positive_int, whole
 from .batch import Batch, LoaderStats
 from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH, DEFAULT_WINDOW
 from .cores import usable_cores
@@ -159,7 +159,7 @@ class Loader:
         self.drop_last, self.permutation = check_drop_last(self.index.n, self.batch_size, self.world_size,
                                                            drop_last), permutation
         self.dtype = np.dtype(dtype)
-        self.engine_name, self.depth, self.direct = engine, None if depth is None else positive_int("depth", depth), direct
+        self.engine_name, self.depth, self.direct = engine, depth_of(depth), maybe_bool("direct", direct)
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
         self.transform = transform

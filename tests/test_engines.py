@@ -636,3 +636,20 @@ def test_the_room_for_threads_own_descriptors_is_the_whole_processs(tmp_path, mo
         buf = aligned_empty(int(nb.sum()))
         _check(buf, pos, e.read(f, off, nb, buf, pos), _expected(datas, f, off, nb))
         e.close()
+
+
+def test_direct_and_depth_are_checked_where_an_engine_opens(tmp_path):
+    """direct=0 (or np.False_ before) turned O_DIRECT on (`direct is False` tests identity), and a
+    depth of 33000 failed io_uring's setup as "Invalid argument" (auto then called uring unavailable)
+    or started a thread a read in flight: each is refused, naming the argument."""
+    from lirs.errors import UsageError
+    from lirs.engines import reads_are_copies
+
+    paths, _ = _files(tmp_path)
+    with open_engine(paths, "threads", direct=np.False_) as eng:
+        assert eng.direct is False
+    assert reads_are_copies("threads", np.False_, paths)
+    for kw, said in ((dict(direct=0), "direct must be True, False or None"), (dict(depth=33000), "at most 4096"),
+                     (dict(depth=0), "depth must be >= 1")):
+        with pytest.raises(UsageError, match=said):
+            open_engine(paths, "threads", **kw)

@@ -651,7 +651,8 @@ def _policies():
     (dict(rank=1.5, world_size=2), "rank must be an int"), (dict(world_size=2.7), "world_size must be an int"),
     (dict(seed=1.5), "seed must be an int"), (dict(group_bytes=4096.5), "group_bytes must be an int"),
     (dict(window=2.5), "window must be a group count"), (dict(depth=0), "depth must be >= 1"),
-    (dict(depth=1.5), "depth must be an int"),
+    (dict(depth=1.5), "depth must be an int"), (dict(depth=33000), "depth must be at most 4096"),
+    (dict(direct=0), "direct must be True, False or None, got 0"), (dict(direct="no"), "direct must be"),
 ])
 def test_a_float_where_an_int_is_wanted_is_refused_not_truncated(svm, kw, said):
     """rank=1.5 would have read rank 1's batches, window=2.5 one group, depth=0 the default:

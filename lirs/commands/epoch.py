@@ -34,7 +34,8 @@ def add_parser(sub):
     p.add_argument("--window", default=None, metavar="W",  # None: auto, or what `--granularity auto` saved
                    help="memory of a window: auto (default: 5%% of the data within 16M..256M), a size such as 64M, a share such as 5%%, or a group count")
     p.add_argument("--depth", type=int, default=None, metavar="D",
-                   help="reads in flight per batch (engine default: uring 128, threads 32)")
+                   help="reads in flight per batch, at most 4096 (engine default: uring 128, threads 32, "
+                        "aiofiles 64, buffered up to 8)")
     p.add_argument("--max-batches", type=int, default=None, metavar="N", help="stop after N batches")
     p.add_argument("--json", action="store_true", help="print JSON")
     return p

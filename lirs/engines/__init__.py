@@ -29,6 +29,7 @@ import logging
 import os
 import warnings
 
+from ..api import depth_of, maybe_bool
 from ..errors import UsageError
 from ..mounts import held_in_memory
 from .base import BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, as_indexed, probe_direct
@@ -93,6 +94,7 @@ def reads_are_copies(engine: str = "auto", direct: bool | None = None, paths=())
     then reads every file that way): its reads are copies, so a read step's extents need no
     alignment (:attr:`lirs.plan.EpochPlan.align`). False where O_DIRECT may be used; a probe that
     fails otherwise is left to the engine's open to report."""
+    direct = maybe_bool("direct", direct)
     if direct is False or requested_engine(engine) == "buffered":
         return True
     if direct is None and len(paths):
@@ -126,6 +128,7 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
     The chosen engine carries ``.name``, ``.direct`` and ``.reason`` (why it was chosen).
     """
     paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    direct, depth = maybe_bool("direct", direct), depth_of(depth)
     requested = requested_engine(engine)
     why = [f"{ENV}={requested}"] if requested != (engine or "auto") else []
     if requested != "auto":

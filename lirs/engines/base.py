@@ -14,7 +14,7 @@ from ..constants import BLOCK, FD_MARGIN
 from ..kernels import io as K
 from ..libc import Libc
 from ..memory import zeros_held
-from ..api import whole
+from ..api import depth_of, maybe_bool
 from ..errors import LirsError, StaleIndexError, UsageError
 
 O_DIRECT = getattr(os, "O_DIRECT", 0)
@@ -185,8 +185,8 @@ class Engine:
 
     def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
         self.paths = tuple(os.fspath(p) for p in paths)
-        self.direct = bool(direct and O_DIRECT)
-        self.depth = self.default_depth if depth is None else whole("engine depth", depth, 1)
+        self.direct = bool(maybe_bool("direct", direct) and O_DIRECT)
+        self.depth = self.default_depth if depth is None else depth_of(depth)
         self.pid = os.getpid()
         self.reason = ""
         self.reindex = None  # the command that rebuilds the files' index, named in a StaleIndexError
