@@ -50,7 +50,7 @@ from .plan import check_args, plan_epoch
 from .policies import DEFAULT_GRANULARITY
 from .ranges import check_drop_last, over_spans, remainder
 from .recommendation import AUTO, auto_settings, check_granularity
-from .state import ResumeState, check_config, states_of
+from .state import ResumeState, check_config, ranks_progress, states_of
 from .units import parse_size
 from .steps import SharedStep
 from .windows import window_groups
@@ -347,23 +347,12 @@ class Loader:
             self._resume = ResumeState(epoch, states[0].next_batch, spans)
         else:
             left = remainder(self.index.n, states[0].spans_list(), old["batch_size"], old["world_size"],
-                             self.drop_last, self._progress(states, old["world_size"]))
+                             self.drop_last, ranks_progress(states, old["world_size"]))
             self._resume = ResumeState(epoch, 0, left)
         self._pos, self._moved = ResumeState(), None
 
     def _check_state(self, state: ResumeState) -> None:
         check_config(state.config, self._config(), _ELASTIC_KEYS)
-
-    @staticmethod
-    def _progress(states, world: int) -> list:
-        """Batches consumed by every old rank; one state stands for ranks that stepped together."""
-        if len(states) == 1:
-            return [states[0].next_batch] * int(world)
-        ranks = sorted(int(st.config["rank"]) for st in states)
-        if ranks != list(range(int(world))):
-            raise UsageError(f"elastic resume needs the state of every one of {world} old ranks, once; "
-                             f"got ranks {ranks}")
-        return [st.next_batch for st in sorted(states, key=lambda st: int(st.config["rank"]))]
 
     # ------------------------------------------------------------------ iteration
     def epoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0,

@@ -139,3 +139,16 @@ def check_config(saved: dict, now: dict, elastic: tuple = ()) -> None:
         what = ", ".join([f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items()]
                          + [f"{k}: not saved" for k in missing])
         raise UsageError(f"cannot resume: the loader's configuration differs ({what})")
+
+
+def ranks_progress(states, world: int) -> list:
+    """Batches consumed by every one of ``world`` old ranks (list of int) from their states (a list
+    of :class:`ResumeState`); one state stands for ranks that stepped together. UsageError unless
+    the states are those of every old rank, once."""
+    if len(states) == 1:
+        return [states[0].next_batch] * int(world)
+    ranks = sorted(int(st.config["rank"]) for st in states)
+    if ranks != list(range(int(world))):
+        raise UsageError(f"elastic resume needs the state of every one of {world} old ranks, once; "
+                         f"got ranks {ranks}")
+    return [st.next_batch for st in sorted(states, key=lambda st: int(st.config["rank"]))]
