@@ -410,8 +410,12 @@ class Loader:
         return self.epoch(self._resume.epoch if self._resume is not None else self._next_epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next plain pass (``for batch in loader``) deliver ``epoch``."""
+        """Make the next plain pass (``for batch in loader``) deliver ``epoch``; a loaded state of
+        another epoch is dropped, as the torch dataset's ``set_epoch`` drops it."""
         self._next_epoch = whole("epoch", epoch)
+        if self._resume is not None and self._resume.epoch != self._next_epoch:
+            log.warning("resume state is for epoch %d, epoch %d starts from its first batch", self._resume.epoch, epoch)
+            self._resume = None
 
     def _begin(self, epoch, start, stride=1, offset=0, windows=None):
         if self._closed:

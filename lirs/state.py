@@ -10,7 +10,8 @@ so a checkpoint written by this release is read by later ones.
 A state loaded by a Loader of the same rank, world size and batch size resumes at that batch, byte
 for byte. A state saved with another world size (or batch size, or by another rank) resumes
 *elastically*: the records every old rank had not yet consumed (a prefix of its slice was) are
-split over the new ranks, each delivered exactly once — pass the list of every old rank's state,
+split over the new ranks, each delivered exactly once (``drop_last=True``: cut again to full batches
+of the new ranks, fewer than ``batch_size * world_size`` skipped) — pass the list of every old rank's state,
 or one state when the ranks stepped together (``next_batch`` the same on all). Every granularity
 supports it.
 """

@@ -26,9 +26,8 @@ pass), posted on a board each worker reads as its pass starts (also in a hand-bu
 ``DataLoader(persistent_workers=True)``). ``device="cuda"`` moves each batch to the GPU on a side stream, from a
 thread of its own (:class:`lirs.tensors.Feeder`).
 
-**Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that
-consumes the batch (cheaper than a task of their own on the Loader's pool; a device feeder packs
-the arrays themselves). A user ``transform`` runs with them on the pool (``Loader(transform=)``).
+**Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that consumes the batch
+(cheaper than a task on the pool; a device feeder packs the arrays themselves); a ``transform`` runs on the pool.
 They are: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder
 makes them, int64 when needed), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense
 tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines; y (k,) ``label_dtype`` or
@@ -477,15 +476,15 @@ class LirsDataLoader(tud.DataLoader):
 
 
 def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False,
-                    prefetch_factor: int | None = None, multiprocessing_context=None,
-                    persistent_workers: bool = True, device=None, **dataset_kwargs) -> LirsDataLoader:
+                    prefetch_factor: int | None = None, multiprocessing_context=None, worker_init_fn=None,
+                    timeout: float = 0, persistent_workers: bool = True, device=None, **dataset_kwargs) -> LirsDataLoader:
     """A ready :class:`LirsDataLoader` (``batch_size=None``) over a :class:`LirsIterableDataset`.
 
     ``dataset_kwargs`` go to :class:`LirsIterableDataset` (and from it to :class:`lirs.Loader`;
-    ``threads=`` sizes each worker's pool, by default its share of the usable cores).
-    ``persistent_workers`` (default True with workers): the workers, their Loaders and pools start
-    once and serve every pass; each pass still delivers the epoch chosen in the main process
-    (``dl.dataset.set_epoch``, ``dl.load_state_dict``, or the next one for a plain pass).
+    ``threads=`` sizes each worker's pool, by default its share of the usable cores); the DataLoader's own
+    keywords above go to it (``worker_init_fn``, ``timeout`` and the like only with workers).
+    ``persistent_workers`` (default True with workers): the workers, their Loaders and pools start once and
+    serve every pass, each pass the epoch the main process chose (``set_epoch``, a loaded state, the next one).
     ``device``: None or ``"cpu"`` hands the batches out as made; a CUDA device (``"cuda"``, ``"cuda:1"``,
     a ``torch.device``) moves each batch there from pinned memory on a side stream while the
     consumer's previous step runs (:class:`lirs.tensors.Feeder`); UsageError without CUDA.
@@ -493,7 +492,8 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     dev = check_device(device)
     ds = LirsIterableDataset(path_or_index, batch_size, **dataset_kwargs)
     kw = {k: v for k, v in (("prefetch_factor", None if prefetch_factor is None else int(prefetch_factor)),
-                            ("multiprocessing_context", multiprocessing_context)) if v is not None and num_workers > 0}
+                            ("multiprocessing_context", multiprocessing_context), ("worker_init_fn", worker_init_fn),
+                            ("timeout", timeout or None)) if v is not None and num_workers > 0}
     dl = LirsDataLoader(ds, batch_size=None, num_workers=whole("num_workers", num_workers), pin_memory=pin_memory,
                         persistent_workers=bool(persistent_workers) and num_workers > 0, **kw)
     dl.device = dev

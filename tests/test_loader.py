@@ -773,3 +773,28 @@ def test_a_file_named_twice_is_refused(tmp_path):
     for files in ([p, p], [p, str(tmp_path / "b.svm")]):
         with pytest.raises(UsageError, match="named twice"):
             lirs.build_index(files, out=str(tmp_path / "ab.lirs"), progress=False)
+
+
+def test_set_epoch_after_a_loaded_state_of_another_epoch_drops_it(svm, caplog):
+    """A plain pass after load_state_dict(state of epoch 2) then set_epoch(4) delivered the rest of
+    epoch 2, silently: set_epoch wins, as the torch dataset's does, with a warning; set_epoch of the
+    state's own epoch keeps the resume."""
+    p, *_ = svm
+    kw = dict(granularity="group", seed=5, n_features=300)
+    with Loader(p, 100, **kw) as a:
+        it = a.epoch(2)
+        for _ in range(3):
+            next(it)
+        state = a.state_dict()
+        want4 = [b.ids.copy() for b in a.epoch(4)]
+        rest2 = [b.ids.copy() for b in a.epoch(2, start=3)]
+    with Loader(p, 100, **kw) as b:
+        b.load_state_dict(state)
+        b.set_epoch(2)
+        assert all(np.array_equal(x.ids, y) for x, y in zip(b, rest2)) and b.stats.batches == len(rest2)
+        b.load_state_dict(state)
+        with caplog.at_level("WARNING", logger="lirs.loader"):
+            b.set_epoch(4)
+        assert "resume state is for epoch 2, epoch 4 starts from its first batch" in caplog.text
+        got = [x.ids.copy() for x in b]
+        assert len(got) == len(want4) and all(np.array_equal(x, y) for x, y in zip(got, want4))

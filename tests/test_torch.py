@@ -1571,3 +1571,23 @@ def test_a_hand_built_dataloader_after_make_dataloader_gets_plain_batches(kdd_fi
         assert sorted(b["ids"].tolist() for b in got) == want
     finally:
         dl.dataset.close()
+
+
+def _mark_worker(worker_id):
+    import torch.utils.data as tud
+
+    open(os.path.join(os.environ["LIRS_TEST_MARKS"], f"w{worker_id}"), "w").close()
+    assert tud.get_worker_info().id == worker_id
+
+
+def test_make_dataloader_takes_worker_init_fn_and_timeout(kdd_file, tmp_path, monkeypatch):
+    """DataLoader keywords users pass (worker_init_fn, timeout) went to the dataset and failed as
+    unexpected keywords there: they reach the DataLoader, each worker runs the function once."""
+    monkeypatch.setenv("LIRS_TEST_MARKS", str(tmp_path))
+    from lirs.torch import make_dataloader
+
+    dl = make_dataloader(kdd_file, 300, num_workers=2, granularity="group", seed=3, worker_init_fn=_mark_worker,
+                         timeout=120, persistent_workers=False)
+    assert dl.timeout == 120 and dl.worker_init_fn is _mark_worker
+    n = sum(len(b["ids"]) for b in dl)
+    assert n == lirs.open_index(kdd_file).n and sorted(os.listdir(tmp_path)) == ["w0", "w1"]
