@@ -14,6 +14,7 @@ workers read (:class:`lirs.passboard.PassBoard`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import pickle
 import traceback
 from typing import NamedTuple
@@ -279,13 +280,23 @@ def stops_at_error(batches, loader, worker: int):
         yield from batches
     except Exception as e:
         try:
-            pickle.dumps(e)
-        except Exception:  # noqa: BLE001 - any failure to pickle: torch's own path
+            pickle.loads(pickle.dumps(e))
+        except Exception:  # noqa: BLE001 - any failure to pickle (or to unpickle): torch's own path
             raise e from None
+        if e.__cause__ is not None:  # a pickle carries no __cause__: it travels as an attribute where
+            with contextlib.suppress(Exception):  # it comes back whole (a custom __init__ may not)
+                pickle.loads(pickle.dumps(e.__cause__))
+                e.lirs_cause = e.__cause__
         e.add_note(f"(raised in DataLoader worker {worker}: "
                    + "".join(traceback.format_exception(e)).rstrip().replace("\n", "\n    ") + ")")
         pos = loader.position
         yield Failed(0 if pos is before else pos.next_batch, e)
+
+
+def _with_cause(e: BaseException) -> BaseException:
+    """A worker's error as raised there: its ``__cause__`` (a TransformError's original) put back."""
+    e.__cause__ = e.__dict__.pop("lirs_cause", e.__cause__)
+    return e
 
 
 def bundled(loader, batches, bundler: "Bundler", sparse: str, label_dtype, times, moved):
@@ -477,9 +488,9 @@ def in_order(items, first: int):
             yield held.pop(k)
             k += 1
         if failed is not None and k >= failed.batch:
-            raise failed.error
+            raise _with_cause(failed.error)
     if failed is not None:
-        raise failed.error
+        raise _with_cause(failed.error)
     if held or pieces:
         some = f" and pieces of {sorted(pieces)[:4]}" if pieces else ""
         raise RuntimeError(f"the DataLoader workers sent batches {sorted(held)[:4]}{some} but not "

@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import os
 import pickle
+import types
 import re
 import socket
 import time
@@ -1246,6 +1247,37 @@ def test_a_worker_sends_an_error_it_can_pickle_and_raises_one_it_cannot():
     # a walk that fails before it begins: the position is the last walk's, the error comes at once
     items = list(stops_at_error(walk(ValueError("no plan"), begins=False), loader, 0))
     assert items[1].batch == 0
+
+
+class _TwoArgs(Exception):
+    def __init__(self, a, b):  # pickles, but does not unpickle (one argument comes back)
+        super().__init__(f"{a} {b}")
+
+
+def test_a_workers_transform_error_keeps_its_cause():
+    """A TransformError through DataLoader workers came without its __cause__ (a pickle carries
+    none): the original comes back where it unpickles whole; one that does not is left out rather
+    than turning the whole error into unpickling's TypeError."""
+    from lirs.errors import TransformError
+    from lirs.workers import Failed, in_order, stops_at_error
+
+    loader = types.SimpleNamespace(position=types.SimpleNamespace(next_batch=0))
+
+    def walk(cause):
+        try:
+            raise cause
+        except Exception as c:
+            raise TransformError("transform raised on batch 0") from c
+        yield
+
+    for cause, back in ((ValueError("bad 1500"), ValueError), (_TwoArgs(1, 2), None)):
+        (failed,) = list(stops_at_error(walk(cause), loader, 1))
+        sent = pickle.loads(pickle.dumps(failed))  # as it crosses from the worker
+        with pytest.raises(TransformError) as got:
+            list(in_order(iter([Failed(sent.batch, sent.error)]), 0))
+        assert type(got.value.__cause__) is back if back else got.value.__cause__ is None
+        if back:
+            assert str(got.value.__cause__) == "bad 1500"
 
 
 def test_a_hand_built_dataloaders_window_workers_are_warned_about(small_svm, tmp_path, monkeypatch, caplog):
