@@ -292,6 +292,8 @@ def test_cli_index_info_and_exit_codes(tmp_path):
     # a few huge records among millions are not "100.0%" (nor a few small ones "0.0%")
     assert (_share(1 - 3e-6), _share(3e-6), _share(0.0), _share(0.5)) == (">99.9%", "<0.1%", "0.0%", "50.0%")
     assert run("info", str(tmp_path / "missing.svm")).returncode == 1
+    r = subprocess.run([sys.executable, "-m", "lirs", "info", str(p)], capture_output=True, text=True)
+    assert r.returncode == 0 and "records           3" in r.stdout  # `python -m lirs` is the command too
     assert run("index").returncode == 2
     assert run("index", str(p), "--format", "nope").returncode == 2
     assert run("index", str(p), "--record-size", "-3").returncode == 2
