@@ -51,9 +51,9 @@ from .policies import DEFAULT_GRANULARITY
 from .ranges import check_drop_last, over_spans, remainder
 from .recommendation import AUTO, auto_settings, check_granularity
 from .state import ResumeState, check_config, ranks_progress, states_of
-from .units import parse_size
+from .units import format_bytes, parse_size
 from .steps import SharedStep
-from .windows import window_groups
+from .windows import rank_reads, window_groups
 from . import warmup
 from .aepoch import Hop, batches as async_batches
 
@@ -171,6 +171,11 @@ class Loader:
         self.n_features, self.zero_based = self._decoder.n_features, self._decoder.zero_based
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, BLOCK, permutation)
+        if self.world_size > 1 and self.rank == 0 and granularity == "window" and (x := rank_reads(
+                self.window, self.group_bytes, self.index.payload_bytes, self.world_size)) > 1.5:
+            log.warning("with %d ranks and windows of %s, each rank reads up to %.1fx its share of the data; a window of "
+                        "a quarter of the share or less keeps it near 1x (window=)", self.world_size,
+                        format_bytes(self.window * self.group_bytes), x)
         self.stats = LoaderStats()
         self._cfg = self._make_config()
         self._pos = ResumeState()  # where the consumer is (epoch None: nothing delivered yet)

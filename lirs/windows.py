@@ -59,6 +59,17 @@ def window_groups(window, group_bytes: int, data_bytes: int) -> int:
     return max(nbytes // int(group_bytes), 1)
 
 
+def rank_reads(window: int, group_bytes: int, data_bytes: int, world_size: int) -> float:
+    """About how many times its share of the data one of ``world_size`` ranks reads with windows of
+    ``window`` groups: every window its slice of the epoch takes records from, so its share plus up
+    to a window at each end, at most the whole data (a window larger than the share: every rank
+    reads the windows it touches whole)."""
+    share = data_bytes / max(world_size, 1)
+    if share <= 0:
+        return 1.0
+    return min(float(data_bytes), share + 2.0 * min(window * group_bytes, data_bytes)) / share
+
+
 def window_count(plan) -> int:
     """Windows in the epoch: ``ceil(units / window)``, the units shared out evenly among them."""
     return max(-(-plan.perm.n // plan.window), 1)

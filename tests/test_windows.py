@@ -475,3 +475,26 @@ def test_a_ranks_empty_last_batch_comes_through_a_transform(kdd, granularity):
     assert sorted(got) == list(range(7)), "a rank never finished its epoch"
     assert len({len(v) for v in got.values()}) == 1  # every rank steps as often
     assert 0 in [v[-1] for v in got.values()] and sum(map(sum, got.values())) == 6000
+
+
+def test_rank_zero_is_told_when_windows_make_each_rank_read_more_than_its_share(kdd, caplog):
+    """The estimate the warning gives holds against the plans (rank_reads), and only rank 0 of
+    several, with windows large against its share, says it."""
+    from lirs.windows import rank_reads
+
+    index = lirs.open_index(kdd)
+    for window, world in (("100%", 3), (4, 4)):
+        with lirs.Loader(kdd, 64, window=window, group_bytes=4096, rank=0, world_size=world) as ld:
+            said = rank_reads(ld.window, 4096, index.payload_bytes, world)
+            def read(rank, ranks):
+                return plan_epoch(index, 64, "window", window=ld.window, group_bytes=4096, seed=0, epoch=0,
+                                  rank=rank, world_size=ranks).stats()["bytes_read"]
+            # against one rank's read of it all (group reads read past their group: amplification)
+            assert max(read(r, world) for r in range(world)) <= 1.1 * said * read(0, 1) / world
+    assert rank_reads(1, 4096, index.payload_bytes, 3) < 1.1 and rank_reads(10**6, 4096, index.payload_bytes, 3) == 3
+    for rank, world, window, warned in ((0, 3, "100%", True), (1, 3, "100%", False), (0, 1, "100%", False),
+                                        (0, 3, 4, False)):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="lirs.loader"):
+            lirs.Loader(kdd, 64, window=window, group_bytes=4096, rank=rank, world_size=world).close()
+        assert ("each rank reads up to 3.0x its share" in caplog.text) == warned, (rank, world, window)
