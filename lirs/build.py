@@ -24,6 +24,7 @@ from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_
 from .inputs import absolute, expand_paths, labels_candidates, read_at, resolve_format
 from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
 from .labelcodes import encode_labels
+from .npyformat import npy_header
 from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, check_replaceable, relpath, sidecar_path
 from .tfrecord import TFRecordScanner
@@ -135,10 +136,7 @@ def npy_layout(path: str):
             version = np.lib.format.read_magic(f)
             if version not in ((1, 0), (2, 0), (3, 0)):  # 3.0: 2.0's layout, a UTF-8 header
                 raise ValueError(f"format version {version[0]}.{version[1]}; expected 1.0, 2.0 or 3.0")
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            shape, fortran, dtype = npy_header(f, version)
         except (ValueError, EOFError) as e:
             raise DataError(f"{path}: byte 0: not a valid .npy file ({e})") from None
         header = f.tell()

@@ -29,6 +29,7 @@ from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .inputs import absolute, expand_paths
 from .labelcodes import encode_labels
+from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
 from .freshness import check_label_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
@@ -395,8 +396,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         format=fmt, paths=tuple(paths), n=int(header["n"]),
         file_starts=np.asarray(arrays["file_starts"]), data_ends=np.asarray(arrays["data_ends"]),
         header_sizes=np.asarray(arrays["header_sizes"]), record_size=header.get("record_size"),
-        record_dtype=None if rd is None else np.lib.format.descr_to_dtype(
-            [tuple(x) for x in rd] if isinstance(rd, list) else rd),
+        record_dtype=None if rd is None else np.lib.format.descr_to_dtype(descr_from_json(rd)),
         record_shape=None if header.get("record_shape") is None else tuple(header["record_shape"]),
         _offsets=offsets_of(arrays, header, mapped), label_values=arrays.get("label_values"),
         label_codes=arrays.get("label_codes"), fingerprints=tuple(fps), meta=header.get("meta", {}),

@@ -153,6 +153,25 @@ def test_npy_needs_no_scan_and_reads_labels(tmp_path):
     assert idx.index_bytes() < 8 * idx.n  # no offset table for fixed records
 
 
+@pytest.mark.parametrize("dtype", [
+    [("温度", "<f4"), ("b", "<i2")],  # a 3.0 header (UTF-8): read as latin-1, the name came back garbled
+    [(("a title", "x"), "<f8"), ("y", "<i4", (2, 3))],  # a titled field: the sidecar never opened again
+    [("p", [("q", ">f4"), ("r", "u1", (2,))]), ("s", "<i8")],  # nested, big-endian
+])
+def test_npy_record_dtypes_come_back_whole(tmp_path, dtype):
+    a = np.zeros(7, dtype)
+    a.view(np.uint8)[:] = np.arange(a.nbytes) % 251
+    np.save(tmp_path / "s.npy", a)
+    lirs.build_index(str(tmp_path / "s.npy"), progress=False)
+    idx = lirs.open_index(str(tmp_path / "s.npy"))
+    assert idx.record_dtype == np.load(tmp_path / "s.npy").dtype and idx.record_dtype.names == a.dtype.names
+    with lirs.Loader(str(tmp_path / "s.npy"), 3, granularity="instance", seed=1) as loader:
+        got = np.concatenate([b.X for b in loader.epoch(0)])
+        ids = np.concatenate([b.ids for b in loader.epoch(0)])
+    assert got.dtype.names == a.dtype.names  # in native byte order: the same values
+    assert got.tobytes() == a[ids].astype(got.dtype).tobytes()
+
+
 def test_npy_labels_are_kept_bit_for_bit(tmp_path):
     """-0.0 and NaNs of either sign were folded into 0.0 and one NaN by the index's codes: the
     Loader's y of .npy data (read from the index) differed from the labels file's bits."""

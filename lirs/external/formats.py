@@ -7,7 +7,6 @@ is followed by its label bytes (``.npy`` labels in ``INPUT.labels.npy``).
 """
 from __future__ import annotations
 
-import io
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ import numpy as np
 from ..build import VarScanner, labels_for_npy, npy_layout, raw_fixed_count
 from ..inputs import read_at, resolve_format
 from ..errors import DataError, UsageError
+from ..npyformat import header_bytes
 from ..index import VARIABLE_FORMATS
 from ..kernels import scan as KS
 
@@ -207,13 +207,5 @@ def _label_info(srcs: list) -> tuple | None:
 
 
 def npy_header(dtype, shape) -> bytes:
-    """The .npy header (format 1.0, or 2.0 when it does not fit) of a C-order array."""
-    d = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
-         "shape": tuple(int(x) for x in shape)}
-    b = io.BytesIO()
-    try:
-        np.lib.format.write_array_header_1_0(b, d)
-    except ValueError:  # header too long for version 1.0
-        b = io.BytesIO()
-        np.lib.format.write_array_header_2_0(b, d)
-    return b.getvalue()
+    """The .npy header of a C-order array (:func:`lirs.npyformat.header_bytes`)."""
+    return header_bytes(dtype, shape)

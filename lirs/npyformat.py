@@ -1,0 +1,74 @@
+"""The ``.npy`` format's details lirs reads itself: a file's header (every version, a 3.0 one in
+UTF-8) and a record dtype's description as a sidecar's JSON gives it back."""
+from __future__ import annotations
+
+import ast
+import struct
+
+import numpy as np
+
+# a header's most bytes: numpy refuses more than 10,000 by default (a structured dtype of many fields
+# passes it); this bounds what ast.literal_eval is given, as numpy's limit does
+MAX_HEADER_BYTES = 1 << 20
+
+
+def npy_header(f, version: tuple) -> tuple:
+    """``(shape, fortran_order, dtype)`` of the header at ``f`` (after the magic of ``version``):
+    latin-1 before 3.0, UTF-8 in 3.0 (numpy's reader of 2.0 headers decodes a 3.0 one as latin-1,
+    so a field name such as '温度' came back garbled). ValueError for a header that is none."""
+    wide = version != (1, 0)
+    raw = f.read(4 if wide else 2)
+    if len(raw) < (4 if wide else 2):
+        raise ValueError("the file ends inside the header's length")
+    size = struct.unpack("<I" if wide else "<H", raw)[0]
+    if size > MAX_HEADER_BYTES:
+        raise ValueError(f"a header of {size} bytes; at most {MAX_HEADER_BYTES} are read")
+    text = f.read(size)
+    if len(text) < size:
+        raise ValueError(f"the file ends inside the {size}-byte header")
+    try:
+        d = ast.literal_eval(text.decode("utf8" if version == (3, 0) else "latin1"))
+    except (SyntaxError, ValueError, UnicodeDecodeError, MemoryError, RecursionError) as e:
+        raise ValueError(f"the header is no Python literal ({type(e).__name__})") from None
+    if not isinstance(d, dict) or sorted(d) != ["descr", "fortran_order", "shape"]:
+        raise ValueError(f"the header is not a dict of descr, fortran_order and shape: {text[:80]!r}")
+    shape, fortran = d["shape"], d["fortran_order"]
+    if not isinstance(shape, tuple) or not all(isinstance(s, int) for s in shape) or not isinstance(fortran, bool):
+        raise ValueError(f"the header's shape {shape!r} or fortran_order {fortran!r} is not a tuple of ints and a bool")
+    try:
+        dtype = np.lib.format.descr_to_dtype(d["descr"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the header's descr {d['descr']!r} is no dtype ({e})") from None
+    return shape, fortran, dtype
+
+
+def descr_from_json(d):
+    """A dtype description (:func:`numpy.lib.format.dtype_to_descr`) as JSON gives it back, lists
+    where numpy wrote tuples, made tuples again at every level: a field's ``(title, name)``, a
+    nested record's fields, a sub-array's shape."""
+    if not isinstance(d, list):
+        return d  # a type string, such as "<f4"
+    out = []
+    for name, typ, *shape in d:
+        item = (tuple(name) if isinstance(name, list) else name, descr_from_json(typ))
+        out.append(item + ((tuple(shape[0]) if isinstance(shape[0], list) else shape[0],) if shape else ()))
+    return out
+
+
+def header_bytes(dtype, shape) -> bytes:
+    """The ``.npy`` header of a C-order array of ``dtype`` and ``shape``, byte for byte as
+    :func:`numpy.save` writes it: format 1.0, 2.0 when it does not fit, 3.0 (UTF-8) when a field
+    name is not latin-1 (numpy's writers of 1.0 and 2.0 refuse such a name)."""
+    d = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+         "shape": tuple(int(x) for x in shape)}
+    text = "{" + "".join(f"'{k}': {d[k]!r}, " for k in sorted(d)) + "}"
+    text += " " * (21 - len(repr(d["shape"][0]))) if d["shape"] else ""  # room to grow, as numpy leaves
+    for version, fmt in (((1, 0), "<H"), ((2, 0), "<I"), ((3, 0), "<I")):
+        try:
+            raw = text.encode("utf8" if version == (3, 0) else "latin1")
+        except UnicodeEncodeError:
+            continue
+        pad = 64 - (8 + struct.calcsize(fmt) + len(raw) + 1) % 64
+        if len(raw) + 1 + pad < 1 << (8 * struct.calcsize(fmt)):
+            return np.lib.format.magic(*version) + struct.pack(fmt, len(raw) + 1 + pad) + raw + b" " * pad + b"\n"
+    raise ValueError(f"a .npy header of {len(text)} characters")
