@@ -29,7 +29,8 @@ def npy_header(f, version: tuple) -> tuple:
     try:
         d = ast.literal_eval(text.decode("utf8" if version == (3, 0) else "latin1"))
     except (SyntaxError, ValueError, UnicodeDecodeError, MemoryError, RecursionError) as e:
-        raise ValueError(f"the header is no Python literal ({type(e).__name__})") from None
+        raise ValueError(f"the header {text[:80].decode('latin1').rstrip()!r} is no Python literal "
+                         f"({type(e).__name__})") from None
     if not isinstance(d, dict) or sorted(d) != ["descr", "fortran_order", "shape"]:
         raise ValueError(f"the header is not a dict of descr, fortran_order and shape: {text[:80]!r}")
     shape, fortran = d["shape"], d["fortran_order"]
