@@ -40,9 +40,10 @@ def _unchanged(path: str, fp0) -> None:
                         "`lirs index` again once it is complete")
 
 
-def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None):
+def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None, csv_header=True):
     """Scan ``files`` (whole, or per ``plan``: a :class:`lirs.incremental.Keep` or None per file)
-    into the sidecar ``dest``; returns its path."""
+    into the sidecar ``dest``; returns its path. ``csv_header``: refuse a CSV whose first line
+    looks like a header (not when the format was given: the user said every line is a record)."""
     from tqdm import tqdm
 
     total = sum(os.path.getsize(p) for p in files)
@@ -67,7 +68,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
             featureless = 0  # LIBSVM files without any feature (sklearn's "auto" then reads zero-based)
             for p, keep in zip(files, plan or [None] * len(files)):
                 fp0 = fingerprint(p)
-                if fmt == "lines":
+                if fmt == "lines" and csv_header:
                     refuse_csv_header(p)
                 lo_hi = sc.stats[:2].copy()
                 try:
@@ -287,6 +288,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     files = expand_paths(paths)
     format, why = resolve_format(files, format, record_size)
     log.info("format: %s (%s)", format, why)
+    guessed = not why.startswith("--format")
     if out is None:
         if isinstance(paths, (str, os.PathLike)):
             out = sidecar_path(paths)
@@ -307,13 +309,13 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
         # build starts again from the exact plan
         plan = None if full else plan_update(files, format, out, speculate=True)
         try:
-            dest = _build_variable(files, format, out, chunk_bytes, progress, plan, where)
+            dest = _build_variable(files, format, out, chunk_bytes, progress, plan, where, guessed)
         except Exception as e:
             if not (isinstance(e, Unconfirmed) or guessed_wrong(plan)):
                 raise
             log.info("changed before its old end (%s); planning from its checksums", e)
             plan = plan_update(files, format, out)
-            dest = _build_variable(files, format, out, chunk_bytes, progress, plan, where)
+            dest = _build_variable(files, format, out, chunk_bytes, progress, plan, where, guessed)
     else:
         dest = _build_fixed(files, format, out, record_size, header_size, where)
     log.info("indexed %d file(s) as %s in %.2fs -> %s", len(files), format, time.perf_counter() - t0, dest)

@@ -293,9 +293,16 @@ class VarScanner:
 _CSV_EXT = (".csv", ".tsv")
 
 
+_MISSING = {b"?", b"na", b"n/a", b"nan", b"null", b"none", b"-", b""}  # a value left out, in any column
+
+
 def _numeric(field: bytes) -> bool:
+    """Whether a CSV field reads as a number, or as a missing one (UCI's '?', 'NA'): not a header's name."""
+    field = field.strip().strip(b'"')
+    if field.lower() in _MISSING:
+        return True
     try:
-        float(field.strip().strip(b'"') or b"0")
+        float(field)
         return True
     except ValueError:
         return False
@@ -310,7 +317,7 @@ def refuse_csv_header(path: str) -> None:
     head = read_at(path, 1 << 16)
     lines = head.split(b"\n", 2)
     sep = b"\t" if path.lower().endswith(".tsv") else b","
-    first = lines[0].rstrip(b"\r").split(sep)
+    first = lines[0].removeprefix(b"\xef\xbb\xbf").rstrip(b"\r").split(sep)  # Excel's "CSV UTF-8" BOM
     second = lines[1].rstrip(b"\r").split(sep) if len(lines) > 1 and lines[1].strip() else None
     if second is None:
         header = not any(_numeric(x) for x in first)
@@ -320,7 +327,8 @@ def refuse_csv_header(path: str) -> None:
         shown = lines[0][:60].decode("utf-8", "replace")
         raise DataError(f"{path}: line 1, byte 0: expected a record, got what looks like a CSV header "
                         f"({shown!r}); lirs delivers every line as a record: remove the header "
-                        f"(e.g. `tail -n +2 {os.path.basename(path)} > data.csv`) and index that file")
+                        f"(e.g. `tail -n +2 {os.path.basename(path)} > data.csv`) and index that file, or "
+                        "pass --format lines (format=\"lines\") to keep that line as a record")
 
 
 class Tap:

@@ -115,8 +115,21 @@ def test_a_csv_header_is_refused_at_index_time(tmp_path, capsys):
     assert lirs.build_index(str(q), progress=False).n == 2
     r = tmp_path / "one.tsv"
     r.write_text("a\tb\n")
-    with pytest.raises(DataError, match="CSV header"):
+    with pytest.raises(DataError, match="CSV header.*or pass --format lines"):
         lirs.build_index(str(r), progress=False)
+    # missing values (UCI's '?', 'NA') and Excel's BOM in a first record are data, not a header
+    for i, text in enumerate(["1000025,5,1,?,1\n1002945,5,4,4,5\n", "3,NA,1\n4,5,6\n", "\ufeff1,2\n3,4\n"]):
+        s = tmp_path / f"m{i}.csv"
+        s.write_text(text, encoding="utf-8")
+        assert lirs.build_index(str(s), progress=False).n == 2
+    # a format given is the user's word that every line is a record: the guess is not made
+    assert lirs.build_index(str(r), "lines", progress=False).n == 1
+    assert lirs.build_index(str(p), "lines", progress=False).n == 3
+    from lirs.external import shuffle  # the shuffle would have shuffled the header in as a record
+
+    with pytest.raises(DataError, match="CSV header"):
+        shuffle(str(p), str(tmp_path / "o.csv"), progress=False)
+    assert shuffle(str(p), str(tmp_path / "o.csv"), format="lines", progress=False)["records"] == 3
 
 
 def test_zero_based_auto_over_several_files_follows_sklearn(tmp_path):

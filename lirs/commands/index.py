@@ -56,7 +56,7 @@ def run(args) -> int:
                          f"({why}), whose layout their own format gives")
     if not args.json:
         print(f"format: {fmt} ({why})", flush=True)
-    idx = build_index(paths, format=fmt, record_size=args.record_size, header_size=args.header_size,
+    idx = build_index(paths, format=args.format, record_size=args.record_size, header_size=args.header_size,
                       out=args.out, progress=False if args.quiet else None, chunk_bytes=parse_size(args.chunk),
                       full=args.full)
     secs = time.perf_counter() - t0

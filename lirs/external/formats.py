@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..build import VarScanner, labels_for_npy, npy_layout, raw_fixed_count
+from ..build import VarScanner, labels_for_npy, npy_layout, raw_fixed_count, refuse_csv_header
 from ..inputs import read_at, resolve_format
 from ..errors import DataError, UsageError
 from ..npyformat import header_bytes
@@ -132,6 +132,8 @@ def open_dataset(files, format: str = "auto", record_size=None, header_size: int
                 raise DataError(f"{p}: empty file (0 bytes); nothing to shuffle")
             if ds.fmt == "libsvm":
                 check_head(p)
+            elif format == "auto":  # a CSV header would be shuffled in as a record (given a format: it is one)
+                refuse_csv_header(p)
             ds.srcs.append(Source(p, 0, size))
     elif ds.fmt == "npy":
         _npy_sources(ds)
