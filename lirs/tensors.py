@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .errors import UsageError
 from .kernels import pack as KP
 
 
@@ -52,8 +53,17 @@ def to_tensors(b, sparse: str = "csr", label_dtype=torch.float32):
                                         torch.from_numpy(X.data), size=X.shape, check_invariants=False)
             X = t.to_sparse_coo() if sparse == "coo" else t
     elif isinstance(X, np.ndarray):
-        X = torch.from_numpy(X)
+        X = torch.from_numpy(dense_native(X))
     return ids, X, y  # lines data stays a list of bytes
+
+
+def dense_native(X: np.ndarray) -> np.ndarray:
+    """Dense records in the machine's byte order (a big-endian ``.npy``'s: torch takes no other);
+    UsageError for records of a structured dtype, which no tensor holds."""
+    if X.dtype.names is not None:
+        raise UsageError(f".npy records of a structured dtype ({X.dtype}) have no torch tensor; read them with "
+                         "lirs.Loader, or save each field as a plain array")
+    return X if X.dtype.isnative else X.astype(X.dtype.newbyteorder("="))
 
 
 def x_parts(X) -> tuple[str, list]:
@@ -133,7 +143,7 @@ def batch_arrays(b, sparse: str = "csr", label_dtype=torch.float32):
     if ydt is None or not (isinstance(X, np.ndarray) or (sparse == "csr" and isinstance(X, sp.csr_matrix))):
         return None
     if isinstance(X, np.ndarray):
-        kind, xs = "dense", [np.ascontiguousarray(X)]
+        kind, xs = "dense", [np.ascontiguousarray(dense_native(X))]
     else:
         kind, (indptr, indices) = "csr", (X.indptr, X.indices)
         if indptr.dtype != indices.dtype:
@@ -241,8 +251,6 @@ def _aligned(buf):
 def check_label_dtype(label_dtype) -> torch.dtype:
     """``label_dtype`` when it is a torch dtype; UsageError otherwise (a string such as "float32"
     would fail only at the first batch, in a DataLoader worker)."""
-    from .errors import UsageError
-
     if not isinstance(label_dtype, torch.dtype):
         raise UsageError(f"label_dtype must be a torch dtype such as torch.float32, got {label_dtype!r}")
     return label_dtype
@@ -251,8 +259,6 @@ def check_label_dtype(label_dtype) -> torch.dtype:
 def check_device(device):
     """None for None or a CPU device (batches are handed out as made), else the ``torch.device``
     of a CUDA device; UsageError when CUDA is not available or the device is of another kind."""
-    from .errors import UsageError
-
     if device is None:
         return None
     try:

@@ -1623,3 +1623,20 @@ def test_make_dataloader_takes_worker_init_fn_and_timeout(kdd_file, tmp_path, mo
     assert dl.timeout == 120 and dl.worker_init_fn is _mark_worker
     n = sum(len(b["ids"]) for b in dl)
     assert n == lirs.open_index(kdd_file).n and sorted(os.listdir(tmp_path)) == ["w0", "w1"]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_big_endian_npy_comes_as_native_tensors_and_structured_is_refused_clearly(tmp_path, num_workers):
+    """A big-endian .npy the Loader serves failed in torch ("byte order different from the native
+    byte order"), and a structured one with numpy's "can't convert np.ndarray of type numpy.void"."""
+    from lirs.torch import make_dataloader
+
+    x = np.arange(300, dtype=">f4").reshape(100, 3)
+    np.save(tmp_path / "be.npy", x)
+    dl = make_dataloader(str(tmp_path / "be.npy"), 16, num_workers=num_workers, granularity="group", seed=1)
+    got = {int(i): row for b in dl for i, row in zip(b["ids"], b["X"].numpy())}
+    assert sorted(got) == list(range(100)) and all(np.array_equal(got[i], x[i]) for i in got)
+    np.save(tmp_path / "st.npy", np.zeros(50, [("a", "<f4"), ("b", "<i2")]))
+    dl = make_dataloader(str(tmp_path / "st.npy"), 16, num_workers=num_workers, granularity="group")
+    with pytest.raises(Exception, match="structured dtype .* have no torch tensor; read them with lirs.Loader"):
+        next(iter(dl))
