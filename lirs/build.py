@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .api import whole
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
 from .inputs import absolute, expand_paths, labels_candidates, read_at, resolve_format
@@ -208,7 +209,9 @@ def raw_fixed_count(path: str, header_size: int, record_size: int, doing: str = 
     Raises DataError naming the file and the byte where the trailing partial record starts."""
     size = os.path.getsize(path)
     h = header_size
-    if size <= h:
+    if size < h:
+        raise DataError(f"{path}: the {h}-byte header is longer than the file ({size} bytes)")
+    if size == h:
         raise DataError(f"{path}: empty file after the {h}-byte header; nothing to {doing}")
     n, rem = divmod(size - h, record_size)
     if rem:
@@ -286,6 +289,9 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     An existing sidecar of the same files is reused where the data did not change (lirs.incremental)
     unless ``full``."""
     files = expand_paths(paths)
+    # as the CLI checks them: -5 wrote a sidecar no epoch could read, np.int64(5) failed in its JSON
+    record_size = None if record_size is None else whole("record_size", record_size, 1)
+    header_size = whole("header_size", header_size, 0)
     format, why = resolve_format(files, format, record_size)
     log.info("format: %s (%s)", format, why)
     guessed = not why.startswith("--format")

@@ -236,6 +236,10 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
                 raise refuse_compressed(p, kind)
         return format, f"--format {format}"
     if record_size is not None:
+        npy = next((p for p in files if extension_format(p) == "npy" or _head(p).startswith(b"\x93NUMPY")), None)
+        if npy is not None:  # its NumPy header would be read as records
+            raise UsageError(f"{npy} is .npy data, whose rows are its records: drop --record-size (or pass "
+                             "--format fixed to read the file's bytes as raw records, header included)")
         return "fixed", f"--record-size {record_size}"
     found = {p: format_reason(p) for p in files}
     kinds = {k for k, _ in found.values()}

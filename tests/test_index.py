@@ -931,3 +931,23 @@ def test_a_directory_of_mixed_formats_names_the_odd_file(tmp_path):
     np.save(d / "z.npy", np.zeros((2, 2), np.float32))
     with pytest.raises(DataError, match=r"share a format; found libsvm \(5: a0.svm, a1.svm, a2.svm \.\.\.\); npy \(1: z.npy\)"):
         lirs.build_index(str(d), progress=False)
+
+
+def test_fixed_record_arguments_are_checked_in_the_api_as_in_the_cli(tmp_path):
+    """header_size=-5 wrote a sidecar no epoch could read, np.int64(5) failed in the sidecar's JSON,
+    2.5 failed deep in a kernel, True was taken as 1; --record-size on a .npy read its header as
+    records; a header longer than the file was called an empty file."""
+    p = tmp_path / "r.bin"
+    p.write_bytes(bytes(range(20)))
+    for kw, said in ((dict(record_size=5, header_size=-5), "header_size must be >= 0"),
+                     (dict(record_size=2.5), "record_size must be an int"), (dict(record_size=True), "record_size"),
+                     (dict(record_size=0), "record_size must be >= 1"), (dict(record_size=5, header_size=2.5), "header_size")):
+        with pytest.raises(UsageError, match=said):
+            lirs.build_index(str(p), progress=False, **kw)
+    assert len(lirs.build_index(str(p), record_size=np.int64(5), progress=False)) == 4
+    with pytest.raises(DataError, match="the 30-byte header is longer than the file .20 bytes."):
+        lirs.build_index(str(p), record_size=5, header_size=30, progress=False)
+    np.save(tmp_path / "h.npy", np.zeros((6, 2)))
+    with pytest.raises(UsageError, match="h.npy is .npy data.*drop --record-size"):
+        lirs.build_index(str(tmp_path / "h.npy"), record_size=8, progress=False)
+    assert len(lirs.build_index(str(tmp_path / "h.npy"), "fixed", record_size=8, progress=False)) > 6  # asked for
