@@ -48,9 +48,15 @@ WAIT_S = 120.0
 # ---------------------------------------------------------------- groups: what each compiles
 
 def _engine_name(requested: str) -> str:
+    """The engine ``requested`` reads with: "auto" is uring where io_uring may be set up, else
+    threads (their kernels, not uring's, are what a Loader here compiles: a helper compiling uring's
+    where io_uring is refused failed, and every later Loader started one again)."""
     from .engines import AUTO_ORDER, ENV as ENGINE_ENV
     if requested in (None, "", "auto"):
-        requested = os.environ.get(ENGINE_ENV, "").strip() or AUTO_ORDER[0]
+        requested = os.environ.get(ENGINE_ENV, "").strip() or "auto"
+    if requested == "auto":
+        from .engines.uring import uring_allowed
+        requested = AUTO_ORDER[0] if uring_allowed() else AUTO_ORDER[1]
     return requested
 
 
@@ -66,7 +72,12 @@ def _compile_read(opts: dict) -> None:
     """Open the loader's engine on a scratch file (opening reads its first block) through the page
     cache: the kernels take ``direct`` as an argument, so their types do not depend on it."""
     from .engines import open_engine
-    with tempfile.TemporaryDirectory(prefix="lirs-warmup-") as d:
+    from .litter import clean_dead
+
+    # a helper killed (SIGKILL, a container stopped) left its directory: the next one removes it
+    mark = f"lirs-warmup-{os.getuid()}-"
+    clean_dead(tempfile.gettempdir(), mark + r"(?P<pid>\d+)-\w+")
+    with tempfile.TemporaryDirectory(prefix=f"{mark}{os.getpid()}-") as d:
         path = os.path.join(d, "block")
         with open(path, "wb") as f:
             f.write(b"\0" * BLOCK)
@@ -244,7 +255,10 @@ def _spawn(opts: dict, groups: list[str]):
     # the helper must import this very lirs, or its cache entries are for other source files
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     try:
-        return subprocess.Popen([sys.executable, "-m", "lirs.warmup", json.dumps(opts), *groups], env=env,
+        # not `-m lirs.warmup`: that puts the working directory first, and a lirs there (another
+        # checkout, or any lirs/warmup.py) would run instead of this one
+        code = "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); runpy.run_module('lirs.warmup', run_name='__main__')"
+        return subprocess.Popen([sys.executable, "-c", code, root, json.dumps(opts), *groups], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True, start_new_session=True)
     except OSError as e:

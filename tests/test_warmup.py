@@ -331,3 +331,44 @@ def test_settle_loads_every_group_here_and_a_failure_is_left_to_first_use(monkey
 
 class _Unloaded:
     overloads = {}
+
+
+def test_the_helper_runs_this_lirs_not_one_in_the_working_directory(tmp_path, monkeypatch):
+    """`python -m lirs.warmup` puts the working directory first on sys.path: a lirs there (another
+    checkout, or any lirs/warmup.py) ran instead of this one, its code executed."""
+    (tmp_path / "lirs").mkdir()
+    (tmp_path / "lirs" / "__init__.py").write_text("")
+    (tmp_path / "lirs" / "warmup.py").write_text("open('SHADOW_RAN', 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    proc = warmup._spawn({"engine": "threads", "format": "libsvm", "dtype": "<f4"}, [])
+    assert proc.wait(timeout=120) == 0
+    assert not (tmp_path / "SHADOW_RAN").exists()
+
+
+def test_auto_compiles_threads_kernels_where_io_uring_is_refused(monkeypatch):
+    """Under seccomp (io_uring refused) "auto" reads with threads, yet the helpers compiled uring's
+    kernels, failed, and every later Loader started a "read" helper again."""
+    from lirs.engines import uring
+    from lirs.kernels import io
+
+    monkeypatch.setattr(uring, "uring_allowed", lambda: False)
+    assert warmup._engine_name("auto") == "threads"
+    assert io.pread_worker in warmup._read_kernels({"engine": "auto"})
+    monkeypatch.setattr(uring, "uring_allowed", lambda: True)
+    assert warmup._engine_name("auto") == "uring" and warmup._engine_name("threads") == "threads"
+
+
+def test_a_killed_helpers_scratch_directory_is_removed_by_the_next(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    left = tmp_path / f"lirs-warmup-{os.getuid()}-{dead}-abcd1234"
+    left.mkdir()
+    (left / "block").write_bytes(b"\0" * 4096)
+    other = tmp_path / f"lirs-warmup-{os.getuid() + 1}-{dead}-abcd1234"  # another user's: not ours to remove
+    other.mkdir()
+    warmup._compile_read({"engine": "threads", "format": "libsvm", "dtype": "<f4"})
+    assert not left.exists() and other.exists()
+    assert [p.name for p in tmp_path.iterdir()] == [other.name]  # and its own went with it

@@ -12,6 +12,7 @@ a kernel that refuses file registration gets plain descriptors.
 from __future__ import annotations
 
 import ctypes
+import functools
 import errno as _errno
 import os
 import threading
@@ -56,6 +57,18 @@ def _setup(lc, entries: int, flag_sets) -> tuple[int, int, list]:
         if en != _errno.EINVAL or flags == flag_sets[-1]:
             raise UringSetupError(en, f"io_uring_setup failed: {os.strerror(en)}")
     raise AssertionError("unreachable")
+
+
+@functools.lru_cache(maxsize=1)
+def uring_allowed() -> bool:
+    """Whether this process may set up an io_uring at all (seccomp, ``kernel.io_uring_disabled``
+    and old kernels refuse it): one ring of one entry, closed at once, asked once a process."""
+    try:
+        fd, _, _ = _setup(Libc.get(), 1, (0,))
+    except (UringSetupError, OSError):
+        return False
+    os.close(fd)
+    return True
 
 
 class _Ring:
