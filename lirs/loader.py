@@ -47,7 +47,7 @@ from .errors import UsageError
 from .firstuse import open_source
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
-from .policies import DEFAULT_GRANULARITY
+from .policies import DEFAULT_GRANULARITY, POLICIES
 from .ranges import check_drop_last, over_spans, remainder
 from .recommendation import AUTO, auto_settings, check_granularity
 from .state import ResumeState, check_config, ranks_progress, states_of
@@ -171,7 +171,7 @@ class Loader:
         self.n_features, self.zero_based = self._decoder.n_features, self._decoder.zero_based
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, BLOCK, permutation)
-        if self.world_size > 1 and self.rank == 0 and granularity == "window" and (x := rank_reads(
+        if self.world_size > 1 and self.rank == 0 and POLICIES[granularity].uses_window and (x := rank_reads(
                 self.window, self.group_bytes, self.index.payload_bytes, self.world_size)) > 1.5:
             log.warning("with %d ranks and windows of %s, each rank reads up to %.1fx its share of the data; a window of "
                         "a quarter of the share or less keeps it near 1x (window=)", self.world_size,
