@@ -372,3 +372,19 @@ def test_a_killed_helpers_scratch_directory_is_removed_by_the_next(tmp_path, mon
     warmup._compile_read({"engine": "threads", "format": "libsvm", "dtype": "<f4"})
     assert not left.exists() and other.exists()
     assert [p.name for p in tmp_path.iterdir()] == [other.name]  # and its own went with it
+
+
+def test_a_cache_is_found_where_numba_would_find_none(tmp_path, monkeypatch):
+    """A read-only install (no writable __pycache__ beside the kernels) and no writable user cache
+    (a container without a home): numba raised "cannot cache function ... no locator available" at
+    import, so lirs could not run at all; the kernels are cached in the temporary folder instead."""
+    from lirs.kernels import cache_fallback
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    unwritable = "/proc/1/lirs-no"  # not even root writes there
+    assert cache_fallback(unwritable, unwritable) == str(tmp_path / f"lirs-numba-{os.getuid()}")
+    assert cache_fallback(str(tmp_path / "src"), unwritable) is None  # numba's own choice
+    assert cache_fallback(unwritable, str(tmp_path / "user")) is None
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "given"))
+    assert cache_fallback(unwritable, unwritable) is None
