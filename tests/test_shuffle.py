@@ -784,3 +784,15 @@ def test_ctrl_c_in_a_subprocess_cleans_up(tmp_path, signame, status, said):
     assert p.returncode == status, err
     assert err.decode().endswith(f"lirs shuffle: {said}\n"), err
     assert sorted(os.listdir(tmp_path)) == ["in.svm"]
+
+
+def test_shuffle_index_refuses_labels_an_index_cannot_take_before_any_pass(tmp_path):
+    """Labels of shape (n, 2) with --index: both passes ran, the outputs took their final names,
+    then the index failed naming the *output's* labels. Refused at once, naming the input's."""
+    np.save(tmp_path / "x.npy", np.zeros((50, 3), np.float32))
+    np.save(tmp_path / "x.labels.npy", np.zeros((50, 2)))
+    with pytest.raises(DataError, match=r"x.labels.npy: labels of shape \(50, 2\).*expected numbers of shape \(50,\)"):
+        E.shuffle(tmp_path / "x.npy", tmp_path / "o.npy", index=True)
+    assert sorted(os.listdir(tmp_path)) == ["x.labels.npy", "x.npy"]
+    st = E.shuffle(tmp_path / "x.npy", tmp_path / "o.npy")  # without an index, any rows travel with theirs
+    assert np.load(st["labels"][0]).shape == (50, 2)

@@ -124,7 +124,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
         raise UsageError("name the output with -o OUT")
     out = absolute(out)
     files = expand_paths(inputs)
-    ds = open_dataset(files, format, record_size, header_size)
+    ds = open_dataset(files, format, record_size, header_size, index=index)
     _check_name(out, shards, ds)
     parent, tmpdir = _check_places(files, out, shards, tmpdir, labels=ds.linfo is not None, index=index)
     max_piles = int(_max_piles or fd_pile_limit())

@@ -122,8 +122,9 @@ def detect(files, format: str, record_size) -> str:
     return resolve_format(files, format, record_size)[0]
 
 
-def open_dataset(files, format: str = "auto", record_size=None, header_size: int = 0) -> Dataset:
-    """Detect the format of ``files`` and read every file's record range and layout."""
+def open_dataset(files, format: str = "auto", record_size=None, header_size: int = 0, *, index: bool = False) -> Dataset:
+    """Detect the format of ``files`` and read every file's record range and layout; ``index``: the
+    outputs get a sidecar, whose labels must be numbers, one a record (checked before any pass)."""
     ds = Dataset(detect(files, format, record_size), list(files))
     if ds.variable:
         for p in files:
@@ -136,7 +137,7 @@ def open_dataset(files, format: str = "auto", record_size=None, header_size: int
                 refuse_csv_header(p)
             ds.srcs.append(Source(p, 0, size))
     elif ds.fmt == "npy":
-        _npy_sources(ds)
+        _npy_sources(ds, numbers=index)
     else:
         if not record_size or record_size <= 0:
             raise UsageError("--format fixed needs --record-size N (bytes per record)")
@@ -173,8 +174,9 @@ def check_head(path: str) -> None:
         libsvm_checker(end).scan_region(path, head, 0, end, 0)
 
 
-def _npy_sources(ds: Dataset) -> None:
-    """Rows of every .npy input (one dtype and row shape) and the labels beside them."""
+def _npy_sources(ds: Dataset, numbers: bool = False) -> None:
+    """Rows of every .npy input (one dtype and row shape) and the labels beside them (``numbers``:
+    as an index takes them, one number a record)."""
     for p in ds.files:
         h, r, n, dt, shp = npy_layout(p)
         if ds.dtype is not None and (dt != ds.dtype or shp != ds.shape):
@@ -183,7 +185,7 @@ def _npy_sources(ds: Dataset) -> None:
         ds.rs, ds.dtype, ds.shape = r, dt, shp
         if n == 0:
             raise DataError(f"{p}: no records")
-        ds.srcs.append(Source(p, h, h + n * r, n, labels_for_npy(p, n, numbers=False)))
+        ds.srcs.append(Source(p, h, h + n * r, n, labels_for_npy(p, n, numbers=numbers)))
     ds.linfo = _label_info(ds.srcs)
 
 
