@@ -653,3 +653,23 @@ def test_direct_and_depth_are_checked_where_an_engine_opens(tmp_path):
                      (dict(depth=0), "depth must be >= 1")):
         with pytest.raises(UsageError, match=said):
             open_engine(paths, "threads", **kw)
+
+
+def test_a_full_kernel_cache_is_said_not_taken_for_an_engine_unavailable(tmp_path, monkeypatch):
+    """numba writing its cache on a full disk raised ENOSPC while an engine opened: "auto" called
+    uring unavailable, took threads (or said "no engine works"), on every run."""
+    import lirs.engines as E
+
+    paths, _ = _files(tmp_path)
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    real = E._open
+
+    def full(name, *a):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(E, "_open", full)
+    with pytest.raises(OSError, match="No space left on device .writing numba's cache of the kernels") as got:
+        open_engine(paths)
+    assert got.value.errno == errno.ENOSPC
+    monkeypatch.setattr(E, "_open", real)
+    open_engine(paths).close()

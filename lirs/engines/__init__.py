@@ -165,6 +165,10 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
                 if isinstance(e, ReadError) and e.errno in DEVICE_ERRNOS or \
                         isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
                     raise  # the device failed the probe's read, or no file could be opened: every engine would
+                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    # no read says so: the kernels' cache could not be written (numba), for every engine
+                    raise OSError(e.errno, f"{e.strerror} (writing numba's cache of the kernels while opening the "
+                                           f"{name} engine; free some space, or set NUMBA_CACHE_DIR)") from e
                 why.append(f"{name} unavailable ({e})")
                 log.info("engine %s unavailable: %s", name, e)
                 last = e
