@@ -75,3 +75,34 @@ def test_changelog_has_an_entry_for_this_version():
     assert m, f"CHANGELOG.md has no `## [{version}]` section"
     entry = text[m.end():].split("\n## ", 1)[0]
     assert re.search(r"^### (Added|Changed|Removed|Fixed)$", entry, re.M)
+
+
+def test_the_sdist_ships_the_package_and_changelog_not_half_the_tests(tmp_path):
+    """setuptools put tests/test_*.py in the sdist without conftest.py and faultfs.py they import
+    (nor benchmarks/ and docs/ they read): tests that could not run. The sdist ships none, and
+    CHANGELOG.md; the version in lirs/__init__.py is pyproject's."""
+    import shutil
+    import subprocess
+    import sys
+    import tarfile
+
+    import lirs
+
+    assert lirs.__version__ == _project()["project"]["version"]
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc", "*.egg-info")
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "CHANGELOG.md", "MANIFEST.in"):
+        shutil.copy(os.path.join(ROOT, name), src / name)
+    for d in ("lirs", "tests"):
+        shutil.copytree(os.path.join(ROOT, d), src / d, ignore=skip)
+    code = "import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))"
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=src, capture_output=True,
+                       text=True, timeout=300)
+    if r.returncode and "No module named" in r.stderr:
+        pytest.skip(f"setuptools cannot build here: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    names = tarfile.open(tmp_path / "dist" / r.stdout.strip().splitlines()[-1]).getnames()
+    top = names[0].split("/")[0]
+    assert f"{top}/CHANGELOG.md" in names and f"{top}/lirs/loader.py" in names and f"{top}/lirs/py.typed" in names
+    assert not [n for n in names if "/tests/" in n or n.endswith((".nbi", ".nbc"))]
