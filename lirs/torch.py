@@ -1,5 +1,4 @@
 """PyTorch adapter: lirs batches as torch tensors, over ranks and DataLoader workers, resumable.
-
 ::
 
     from lirs.torch import make_dataloader
@@ -20,11 +19,9 @@ and count) whatever ``num_workers``. Under :func:`make_dataloader` worker ``w`` 
 ``w, w + W, ...`` or, with window steps, the rows of windows ``w, w + W, ...`` (each window read once between the
 workers), in bundles the main process puts back in order (:mod:`lirs.workers`); a hand-built DataLoader gets one
 batch per item, worker ``w`` taking batches ``w, w + W, ...``. Each worker's pool is its share of the usable
-cores (:func:`~lirs.workers.worker_threads`). :func:`make_dataloader`'s workers are persistent, and every pass
-still delivers the epoch the main process chose (``set_epoch``, a loaded state, or the next epoch for a plain
-pass), posted on a board each worker reads as its pass starts (also in a hand-built
-``DataLoader(persistent_workers=True)``). ``device="cuda"`` moves each batch to the GPU on a side stream, from a
-thread of its own (:class:`lirs.tensors.Feeder`).
+cores (:func:`~lirs.workers.worker_threads`). Persistent workers deliver every pass the epoch the main process
+chose (``set_epoch``, a loaded state, the next epoch), posted on a board each worker reads as its pass starts.
+``device="cuda"`` moves each batch to the GPU on a side stream, from a thread of its own (:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that consumes the batch
 (cheaper than a task on the pool; a device feeder packs the arrays themselves); a ``transform`` runs on the pool.
@@ -40,9 +37,8 @@ of a dataset whose pass the workers of a DataLoader built by hand deliver is a U
 torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=W)`` the dataset's state is taken inside each
 worker (then it names the worker, and resumes only there). A state saved with another world size (same global
 batch ``batch_size * world_size``, or any) resumes *elastically*: the records of the epoch no old rank consumed
-are split over the new ranks, each delivered once (see :mod:`lirs.loader`; pass the list of every old rank's
-state when the ranks did not step together). A state from another seed, granularity or dataset is refused with a
-UsageError. torch is imported by this module, :mod:`lirs.tensors`, :mod:`lirs.workers`, :mod:`lirs.ring` only.
+are split over the new ranks, each delivered once (:mod:`lirs.state`). A state from another seed, granularity or
+dataset is refused. torch is imported by this module, :mod:`lirs.tensors`, :mod:`lirs.workers`, :mod:`lirs.ring` only.
 """
 from __future__ import annotations
 
@@ -51,7 +47,11 @@ import multiprocessing
 import os
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError as e:  # a bare "No module named 'torch'" says nothing of the extra
+    raise ImportError("lirs.torch needs PyTorch: pip install 'lirs[torch]' (any torch >= 2.1)") from e
 import torch.utils.data as tud
 
 from .constants import BYTES_FORMATS

@@ -106,3 +106,16 @@ def test_the_sdist_ships_the_package_and_changelog_not_half_the_tests(tmp_path):
     top = names[0].split("/")[0]
     assert f"{top}/CHANGELOG.md" in names and f"{top}/lirs/loader.py" in names and f"{top}/lirs/py.typed" in names
     assert not [n for n in names if "/tests/" in n or n.endswith((".nbi", ".nbc"))]
+
+
+def test_lirs_torch_without_torch_says_how_to_install_it(tmp_path):
+    """`import lirs.torch` where torch is missing raised a bare "No module named 'torch'"."""
+    import subprocess
+    import sys
+
+    (tmp_path / "torch").mkdir()  # a torch that fails to import, as a missing one does
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError(\"No module named 'torch'\")\n")
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import lirs.torch"
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 1 and "lirs.torch needs PyTorch: pip install 'lirs[torch]'" in r.stderr, r.stderr[-1500:]
