@@ -653,6 +653,7 @@ def _policies():
     (dict(window=2.5), "window must be a group count"), (dict(depth=0), "depth must be >= 1"),
     (dict(depth=1.5), "depth must be an int"), (dict(depth=33000), "depth must be at most 4096"),
     (dict(direct=0), "direct must be True, False or None, got 0"), (dict(direct="no"), "direct must be"),
+    (dict(engine="bogus"), "unknown engine 'bogus'"),  # at construction, not at the first epoch
 ])
 def test_a_float_where_an_int_is_wanted_is_refused_not_truncated(svm, kw, said):
     """rank=1.5 would have read rank 1's batches, window=2.5 one group, depth=0 the default:

@@ -81,6 +81,14 @@ def _open(name: str, paths, direct: bool, depth) -> Engine:
     return eng
 
 
+def check_engine(engine: str = "auto") -> str:
+    """``engine`` after checking that it (or ``$LIRS_ENGINE`` for "auto") names an engine: a
+    UsageError naming them at once, not at the first epoch."""
+    if requested_engine(engine) != "auto":
+        engine_class(requested_engine(engine))
+    return engine
+
+
 def requested_engine(engine: str = "auto") -> str:
     """The engine name ``engine`` asks for: ``$LIRS_ENGINE`` replaces ``"auto"`` when set."""
     engine = engine or "auto"
