@@ -951,3 +951,24 @@ def test_fixed_record_arguments_are_checked_in_the_api_as_in_the_cli(tmp_path):
     with pytest.raises(UsageError, match="h.npy is .npy data.*drop --record-size"):
         lirs.build_index(str(tmp_path / "h.npy"), record_size=8, progress=False)
     assert len(lirs.build_index(str(tmp_path / "h.npy"), "fixed", record_size=8, progress=False)) > 6  # asked for
+
+
+def test_npy_headers_that_are_none_are_said_so(tmp_path):
+    """lirs reads .npy headers itself: each way a header can fail is a DataError at byte 0."""
+    import struct
+
+    def write(name, body: bytes, version=(1, 0)):
+        fmt = "<H" if version == (1, 0) else "<I"
+        (tmp_path / name).write_bytes(np.lib.format.magic(*version) + struct.pack(fmt, len(body)) + body)
+        return str(tmp_path / name)
+
+    cases = [(write("cut.npy", b"{'descr'"), "the file ends inside the"),
+             (write("list.npy", b"['<f4', False, (2,)]\n"), "not a dict of descr, fortran_order and shape"),
+             (write("shape.npy", b"{'descr': '<f4', 'fortran_order': False, 'shape': (2.5,)}\n"), "is not a tuple of ints"),
+             (write("descr.npy", b"{'descr': 'nonsense', 'fortran_order': False, 'shape': (2,)}\n"), "is no dtype"),
+             (write("huge.npy", b" " * ((1 << 20) + 1), (2, 0)), "at most 1048576 are read")]
+    p = tmp_path / "cut.npy"
+    p.write_bytes(p.read_bytes()[:-3])  # the header's length promises more than is there
+    for path, said in cases:
+        with pytest.raises(DataError, match=rf"byte 0: not a valid .npy file .*{said}"):
+            lirs.build_index(path, progress=False)
