@@ -2,7 +2,7 @@
 
 Beginning an epoch (planning it, starting the pool, the kernels of a first use) and taking a window
 epoch's next batch (planning a window's read step: gathering its records and their extents, or
-waiting for the planning thread) run Python and kernels for up to hundreds of milliseconds. On the
+waiting for the planning thread) run Python and kernels for as long as a window's records take. On the
 caller's loop they would stop every other task meanwhile; they run on the Loader's one helper
 thread (:class:`Hop`) instead, and the loop awaits them as it awaits the pool's reads. One thread,
 so that what an epoch does there stays in order: an epoch a cancelled consumer left is abandoned
