@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import multiprocessing
 import os
 import threading
 import weakref
@@ -30,7 +29,7 @@ from multiprocessing.context import get_spawning_popen
 
 import numpy as np
 
-from .memory import block_layout, shared_array, shared_block
+from .memory import block_layout, shared_array, shared_block, shared_raw
 from .ring import shm_budget
 from .windows import window_count
 
@@ -56,7 +55,7 @@ class Arena:
         self.min_bytes = int(min_bytes)  # outputs smaller than this take the worker's usual memory
         self.raw = shared_block(self.workers * self.region) if raw is None else raw
         n = self.workers * self.blocks * 2
-        self.counts = multiprocessing.RawArray(ctypes.c_int64, n) if counts is None else counts
+        self.counts = shared_raw(ctypes.c_int64, n) if counts is None else counts
         self.mem = shared_array(self.raw)[:self.workers * self.region]
         c = np.frombuffer(self.counts, np.int64).reshape(self.workers, self.blocks, 2)
         self.sent, self.freed = c[:, :, 0], c[:, :, 1]

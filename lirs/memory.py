@@ -19,11 +19,13 @@ import ctypes
 import mmap
 import threading
 import weakref
+import multiprocessing
 from multiprocessing import heap
 
 import numpy as np
 
 from .constants import COPY_ALIGN, HELD_MAX_BYTES, POPULATE_MIN_BYTES, RECYCLE_KEEP_BLOCKS, RECYCLE_MIN_BYTES
+from .errors import UsageError
 
 
 def output_empty(n: int, dtype) -> np.ndarray:
@@ -77,8 +79,29 @@ def shared_block(nbytes: int) -> heap.BufferWrapper:
     faulted in and written before anyone uses it (1 GiB: 0.96 s here, ad hoc), and all of it
     resident for good. Here nothing writes it: its pages come in as first written. Its bytes are
     not promised: zero when the heap makes a new file for it (as for any block larger than the
-    heap's free ones: a ring), else what a block freed earlier in this process left there."""
-    return heap.BufferWrapper(max(int(nbytes), 1))
+    heap's free ones: a ring), else what a block freed earlier in this process left there.
+    UsageError when no shared memory can be made (:func:`no_shared_memory`)."""
+    try:
+        return heap.BufferWrapper(max(int(nbytes), 1))
+    except OSError as e:
+        raise no_shared_memory(e) from e
+
+
+def shared_raw(ctype, n: int):
+    """``multiprocessing.RawArray(ctype, n)``: ``n`` zeroed items shared with worker processes;
+    UsageError when no shared memory can be made (:func:`no_shared_memory`)."""
+    try:
+        return multiprocessing.RawArray(ctype, n)
+    except OSError as e:
+        raise no_shared_memory(e) from e
+
+
+def no_shared_memory(e: OSError) -> UsageError:
+    """The error of a DataLoader whose workers need shared memory where none can be made: a
+    read-only or full /dev/shm (multiprocessing's heap makes its files there, or in the temporary
+    folder). ``num_workers=0`` needs none."""
+    return UsageError(f"DataLoader workers need shared memory, and none could be made ({type(e).__name__}: {e}): "
+                      f"make /dev/shm (or the temporary folder) writable, or use num_workers=0")
 
 
 def shared_array(block: heap.BufferWrapper, dtype=np.uint8) -> np.ndarray:

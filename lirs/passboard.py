@@ -4,12 +4,12 @@ stops an older pass's iterator once a newer pass took the workers (:func:`while_
 from __future__ import annotations
 
 import ctypes
-import multiprocessing
 import pickle
 
 import numpy as np
 
 from .errors import UsageError
+from .memory import shared_raw
 
 BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
 HEAD = 24  # the board's int64 header: generation, payload length, began()
@@ -29,18 +29,31 @@ class PassBoard:
     shared tensor: allocating one in a process forked after another was shared can deadlock.)
     Pickled outside a process start (a user's ``pickle.dumps(dataset)``) it becomes a private copy."""
 
-    __slots__ = ("raw", "a")
+    __slots__ = ("raw", "a", "unshared")
 
     def __init__(self, raw=None):
-        self.raw = multiprocessing.RawArray(ctypes.c_uint8, BOARD_BYTES) if raw is None else raw
+        self.unshared = None  # why no shared memory could be made (then workers cannot follow)
+        if raw is None:
+            try:
+                raw = shared_raw(ctypes.c_uint8, BOARD_BYTES)
+            except UsageError as e:  # a read-only or full /dev/shm: num_workers=0 needs no board
+                raw, self.unshared = bytearray(BOARD_BYTES), str(e)
+        self.raw = raw
         self.a = np.frombuffer(self.raw, np.uint8)
+
+    def _shared(self) -> None:
+        """UsageError in a DataLoader worker when the board is no shared memory (its making failed):
+        the main process's posts would never reach this worker."""
+        if self.unshared is not None:
+            raise UsageError(self.unshared)
 
     def __reduce__(self):
         from multiprocessing.context import get_spawning_popen
 
-        if get_spawning_popen() is not None:  # a worker starting: share the memory itself
+        spawning = get_spawning_popen() is not None
+        if spawning and self.unshared is None:  # a worker starting: share the memory itself
             return PassBoard, (self.raw,)
-        return _board_copy, (self.a.tobytes(),)
+        return _board_copy, (self.a.tobytes(), self.unshared if spawning else None)
 
     def post(self, epoch: int, resume) -> int:
         """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation."""
@@ -56,9 +69,10 @@ class PassBoard:
         return gen
 
     def read(self):
-        """(generation, epoch, ResumeState or None) of the last post."""
+        """(generation, epoch, ResumeState or None) of the last post, read in a DataLoader worker."""
         from .state import ResumeState
 
+        self._shared()
         gen, n = (int(v) for v in self.a[:16].view(np.int64))
         epoch, res = pickle.loads(self.a[HEAD:HEAD + n].tobytes())
         return gen, epoch, None if res is None else ResumeState.from_dict(res)
@@ -78,9 +92,10 @@ class PassBoard:
                              "DataLoader (dl.state_dict()), or use torchdata's StatefulDataLoader")
 
 
-def _board_copy(data: bytes) -> PassBoard:
+def _board_copy(data: bytes, unshared: str | None = None) -> PassBoard:
     b = PassBoard()
     b.a[:] = np.frombuffer(data, np.uint8)
+    b.unshared = unshared or b.unshared
     return b
 
 

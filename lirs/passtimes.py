@@ -13,11 +13,12 @@ time line. Read with :meth:`lirs.torch.LirsDataLoader.pass_times`.
 from __future__ import annotations
 
 import ctypes
-import multiprocessing
 import time
 from multiprocessing.context import get_spawning_popen
 
 import numpy as np
+
+from .memory import shared_raw
 
 #: One row a process (row 0 the main process, row 1 + w worker w), these columns (seconds unless said).
 FIELDS = ("start", "first", "end", "wait_s", "pack_s", "torch_s", "cpu_s", "batches", "items")
@@ -38,7 +39,7 @@ class PassTimes:
 
     def __init__(self, workers: int, raw=None):
         n = (int(workers) + 1) * len(FIELDS)
-        self.raw = multiprocessing.RawArray(ctypes.c_double, n) if raw is None else raw
+        self.raw = shared_raw(ctypes.c_double, n) if raw is None else raw
         self.a = np.frombuffer(self.raw, np.float64).reshape(-1, len(FIELDS))
 
     def __reduce__(self):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import multiprocessing
 import os
 import weakref
 from multiprocessing.context import get_spawning_popen
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 from .constants import RING_MAX_BYTES
-from .memory import shared_array, shared_block
+from .memory import shared_array, shared_block, shared_raw
 from .policies import ring_slots
 
 log = logging.getLogger("lirs.torch")
@@ -92,7 +91,7 @@ class SlotRing:
         self.workers, self.slots, self.slot_bytes = int(workers), int(slots), int(slot_bytes)
         n = self.workers * self.slots
         self.raw = shared_block(n * self.slot_bytes) if raw is None else raw
-        self.flags = multiprocessing.RawArray(ctypes.c_int32, n) if flags is None else flags
+        self.flags = shared_raw(ctypes.c_int32, n) if flags is None else flags
         self.mem, self.busy = shared_array(self.raw)[:n * self.slot_bytes], np.frombuffer(self.flags, np.int32)
         self.token = token or os.urandom(8).hex()
         if raw is None:

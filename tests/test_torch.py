@@ -1640,3 +1640,27 @@ def test_big_endian_npy_comes_as_native_tensors_and_structured_is_refused_clearl
     dl = make_dataloader(str(tmp_path / "st.npy"), 16, num_workers=num_workers, granularity="group")
     with pytest.raises(Exception, match="structured dtype .* have no torch tensor; read them with lirs.Loader"):
         next(iter(dl))
+
+
+def test_without_shared_memory_no_workers_serve_and_workers_are_refused_clearly(small_svm, monkeypatch):
+    """A read-only or full /dev/shm (multiprocessing's heap cannot make its file): num_workers=0
+    needs no shared memory and serves every batch; with workers, make_dataloader's and a hand-built
+    DataLoader's, an error says what is missing and what to do, instead of multiprocessing's OSError
+    from deep inside (or, for the pass board, before any batch with num_workers=0)."""
+    import errno
+    import multiprocessing.heap
+    from lirs.torch import LirsIterableDataset, make_dataloader
+
+    def refuse(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", "/dev/shm/pym-1")
+
+    with lirs.Loader(small_svm, 64, seed=2) as L:
+        want = np.concatenate([b.ids for b in L.epoch(0)])
+    monkeypatch.setattr(multiprocessing, "RawArray", refuse)
+    monkeypatch.setattr(multiprocessing.heap, "BufferWrapper", refuse)
+    assert np.array_equal(_ids(make_dataloader(small_svm, 64, seed=2)), want)
+    with pytest.raises(lirs.errors.UsageError, match="workers need shared memory.*Read-only file system.*num_workers=0"):
+        _ids(make_dataloader(small_svm, 64, seed=2, num_workers=2))
+    ds = LirsIterableDataset(small_svm, 64, seed=2)
+    with pytest.raises(Exception, match="workers need shared memory.*num_workers=0"):
+        _ids(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1))
