@@ -297,8 +297,7 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
     qid : int64 (number of records with a qid,), only when ``query_id`` (as sklearn: the qids of
         the records that have one, in file order)
     """
-    if zero_based not in (True, False, "auto"):
-        raise UsageError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
+    zero_based = check_zero_based(zero_based)
     if n_features is not None:
         n_features = check_n_features(n_features)
     path = os.fspath(path)
@@ -336,8 +335,7 @@ def resolve_libsvm_params(index, zero_based="auto", n_features=None):
     iff some index is 0 or there is no feature. ``n_features`` defaults to ``max_index + 1``
     (zero-based) or ``max_index`` (one-based), at least 1; a smaller explicit value is an error.
     """
-    if zero_based not in (True, False, "auto"):
-        raise UsageError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
+    zero_based = check_zero_based(zero_based)
     meta = getattr(index, "meta", None) or {}
     src = ", ".join(getattr(index, "paths", ()) or ()) or "the dataset"
     if "min_index" not in meta or "max_index" not in meta:
@@ -394,6 +392,30 @@ def _where_index_zero(index) -> str:
                     return f"{path}: line {line_number(path, off)}, byte {off}, {t.message}"
             at += len(line) + 1
     return ""
+
+
+def check_zero_based(value):
+    """``zero_based`` as True, False or "auto" (a numpy bool as the bool it is), or UsageError: an
+    int 0 or 1 would read as one bool where it is tested for identity and as the other where it is
+    tested for truth (sklearn's ``load_svmlight_file`` refuses them too)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, str) and value == "auto":
+        return value
+    raise UsageError(f"zero_based must be True, False or 'auto', got {value!r} ({type(value).__name__})")
+
+
+def check_dtype(value) -> np.dtype:
+    """``dtype`` (of LIBSVM values) as a numpy dtype of numbers (bool, integer, float, complex), or
+    UsageError naming it: a torch dtype, a string or an object dtype holds no decoded value."""
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind not in "biufc":
+        hint = " (a torch dtype: give its numpy one, e.g. np.float32)" if "torch" in str(type(value)) else ""
+        raise UsageError(f"dtype must be a numpy dtype of numbers (np.float32, 'float64', ...), got {value!r}{hint}")
+    return dt
 
 
 def check_n_features(value) -> int:

@@ -42,6 +42,7 @@ from .api import depth_of, keyword_only, maybe_bool, positive_int, whole
 from .batch import Batch, LoaderStats
 from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH, DEFAULT_WINDOW
 from .cores import usable_cores
+from .decode import check_dtype
 from .engines import check_engine, reads_are_copies
 from .errors import UsageError
 from .firstuse import open_source
@@ -158,7 +159,7 @@ class Loader:
                                                                                 ("world_size", world_size)))
         self.drop_last, self.permutation = check_drop_last(self.index.n, self.batch_size, self.world_size,
                                                            drop_last), permutation
-        self.dtype = np.dtype(dtype)
+        self.dtype = check_dtype(dtype)
         self.engine_name, self.depth, self.direct = check_engine(engine), depth_of(depth), maybe_bool("direct", direct)
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")

@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .decode import check_dtype
 from .errors import UsageError
 from .kernels import pack as KP
 
@@ -42,7 +43,7 @@ def to_tensors(b, sparse: str = "csr", label_dtype=torch.float32):
     if sp.issparse(X):
         X = X.tocsr()
         if sparse == "dense":
-            X = torch.from_numpy(np.asarray(X.toarray()))
+            X = torch.from_numpy(dense_of(X))
         else:
             # the decoder's arrays as they are (no copy: int32 indices unless they need int64, as
             # scipy has them); valid by construction, so torch's O(nnz) checks are skipped
@@ -55,6 +56,23 @@ def to_tensors(b, sparse: str = "csr", label_dtype=torch.float32):
     elif isinstance(X, np.ndarray):
         X = torch.from_numpy(dense_native(X))
     return ids, X, y  # lines data stays a list of bytes
+
+
+def dense_of(X) -> np.ndarray:
+    """The dense (n, d) array of CSR matrix ``X``, its dtype kept: scipy densifies no float16, so
+    such values pass through float32 (exact both ways)."""
+    if X.dtype == np.float16:
+        return X.astype(np.float32).toarray().astype(np.float16)
+    return np.asarray(X.toarray())
+
+
+def tuples(batches, ds):
+    """``batches`` of dataset ``ds``, each a tuple where its output is "tuple" and no transform made
+    it: torch's ``default_convert`` and ``pin_memory`` turn a tuple into a list ("backwards
+    compatibility"), and what a loop receives must not depend on ``num_workers`` or ``pin_memory``."""
+    if ds.output != "tuple" or ds.transform is not None:
+        return batches
+    return (tuple(b) if type(b) is list else b for b in batches)
 
 
 def dense_native(X: np.ndarray) -> np.ndarray:
@@ -83,12 +101,7 @@ def build_output(ts: list, kind: str, shape, has_y: bool, output: str, other=Non
     gave them (possibly moved or copied since); ``other``: X itself for kind ``"other"``."""
     ids, y = ts[0], (ts[1] if has_y else None)
     rest = ts[2:] if has_y else ts[1:]
-    if kind == "csr":
-        X = torch.sparse_csr_tensor(*rest, size=shape, check_invariants=False)
-    elif kind == "coo":
-        X = torch.sparse_coo_tensor(*rest, size=shape, is_coalesced=True, check_invariants=False)
-    else:
-        X = rest[0] if kind == "dense" else other
+    X = other if kind == "other" else x_built(kind, rest, shape)
     return {"ids": ids, "X": X, "y": y} if output == "dict" else (X, y, ids)
 
 
@@ -117,7 +130,8 @@ def pack_into(host: np.ndarray, ts, spans) -> None:
     """Copy CPU tensors ``ts`` into the uint8 array ``host`` at their ``spans`` (:func:`pack_spans`)."""
     for t, (a, nb, _, _) in zip(ts, spans):
         if nb:
-            host[a:a + nb] = t.contiguous().numpy().reshape(-1).view(np.uint8)
+            # as bytes: numpy has no bfloat16 (nor torch's other dtypes of its own)
+            host[a:a + nb] = t.contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
 _TORCH_DTYPES: dict = {}
@@ -248,6 +262,20 @@ def _aligned(buf):
 # --------------------------------------------------------------------------- feeding a device
 
 
+OUTPUTS = ("dict", "tuple")
+SPARSE = ("csr", "coo", "dense")
+
+
+def check_outputs(sparse, output, dtype) -> None:
+    """UsageError for a ``sparse`` or ``output`` the torch adapter has not, or a Loader ``dtype``
+    no batch holds (:func:`lirs.decode.check_dtype`): now, not at the first pass in a worker."""
+    if sparse not in SPARSE:
+        raise UsageError(f"sparse must be one of {SPARSE}, got {sparse!r}")
+    if output not in OUTPUTS:
+        raise UsageError(f"output must be one of {OUTPUTS}, got {output!r}")
+    check_dtype(dtype)
+
+
 def check_label_dtype(label_dtype) -> torch.dtype:
     """``label_dtype`` when it is a torch dtype; UsageError otherwise (a string such as "float32"
     would fail only at the first batch, in a DataLoader worker)."""
@@ -277,18 +305,52 @@ def check_device(device):
 
 
 def _parts(out):
-    """(rebuild, tensors) of a batch output (dict or tuple): its dense tensors, a sparse X as its
-    components, and a function of the moved tensors that builds the output again."""
-    d = out if isinstance(out, dict) else {"X": out[0], "y": out[1], "ids": out[2]}
-    X = d["X"]
-    kind, xs = x_parts(X)
-    ts = [d["ids"]] + ([] if d["y"] is None else [d["y"]]) + xs
-    shape, has_y = (tuple(X.shape) if kind != "other" else None), d["y"] is not None
-    output = "dict" if isinstance(out, dict) else "tuple"
+    """(rebuild, tensors) of a batch output, or of what a ``transform`` made of it: every tensor in
+    it (dicts, lists and tuples walked; a sparse tensor as its components) and a function of those
+    tensors, moved, that builds the same structure again; what is no tensor is kept as it is."""
+    ts: list = []
 
-    def rebuild(moved):
-        return build_output(moved, kind, shape, has_y, output, other=X)
-    return rebuild, ts
+    def walk(o):
+        if isinstance(o, torch.Tensor):
+            kind, xs = tensor_parts(o)
+            at, shape = len(ts), tuple(o.shape)
+            ts.extend(xs)
+            return lambda m: x_built(kind, m[at:at + len(xs)], shape)
+        if isinstance(o, (dict, list, tuple)):
+            keys = list(o.keys()) if isinstance(o, dict) else range(len(o))
+            fs = [walk(o[k]) for k in keys]
+            return lambda m: remade(o, keys, [f(m) for f in fs])
+        return lambda m: o
+    return walk(out), ts
+
+
+def tensor_parts(t) -> tuple[str, list]:
+    """:func:`x_parts` of any tensor a batch output may hold; UsageError for a sparse layout other
+    than CSR and COO (no staging buffer carries its parts)."""
+    kind, xs = x_parts(t)
+    if kind == "dense" and t.layout != torch.strided:
+        raise UsageError(f"a batch output's tensor of layout {t.layout} cannot be moved to the device by lirs; "
+                         f"make it CSR, COO or dense (in the transform)")
+    return ("coo_uncoalesced" if kind == "coo" and not t.is_coalesced() else kind), xs
+
+
+def x_built(kind: str, parts: list, shape):
+    """The tensor of ``kind`` (:func:`tensor_parts`) from its moved ``parts``."""
+    if kind == "csr":
+        return torch.sparse_csr_tensor(*parts, size=shape, check_invariants=False)
+    if kind in ("coo", "coo_uncoalesced"):
+        return torch.sparse_coo_tensor(*parts, size=shape, is_coalesced=kind == "coo", check_invariants=False)
+    return parts[0]
+
+
+def remade(o, keys, values):
+    """Container ``o`` (dict, list, tuple, named tuple) of the same type with ``values`` at ``keys``."""
+    if isinstance(o, dict):
+        d = dict(zip(keys, values))
+        return d if type(o) is dict else type(o)(d)
+    if isinstance(o, tuple):
+        return type(o)(*values) if hasattr(o, "_fields") else type(o)(values)
+    return type(o)(values)
 
 
 def to_device(out, device, non_blocking: bool = False):

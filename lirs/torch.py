@@ -64,7 +64,7 @@ from .api import known_keywords, positive_int, whole
 from .policies import DEFAULT_GRANULARITY, POLICIES
 from .recommendation import check_granularity
 from .state import ResumeState, states_of
-from .tensors import Feeder, check_device, check_label_dtype, to_tensors  # noqa: F401 - to_tensors is public here too
+from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_tensors, tuples  # noqa: F401 - to_tensors is public here too
 from .passboard import PassBoard, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
@@ -72,8 +72,6 @@ from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, 
 
 log = logging.getLogger("lirs.torch")
 
-_OUTPUTS = ("dict", "tuple")
-_SPARSE = ("csr", "coo", "dense")
 
 
 def _dist_rank_world() -> tuple[int, int]:
@@ -117,10 +115,7 @@ class LirsIterableDataset(tud.IterableDataset):
                  label_dtype=torch.float32, rank: int | None = None, world_size: int | None = None,
                  epoch: int = 0, transform=None, **loader_kwargs):
         super().__init__()
-        if sparse not in _SPARSE:
-            raise UsageError(f"sparse must be one of {_SPARSE}, got {sparse!r}")
-        if output not in _OUTPUTS:
-            raise UsageError(f"output must be one of {_OUTPUTS}, got {output!r}")
+        check_outputs(sparse, output, loader_kwargs.get("dtype", np.float32))
         known_keywords(Loader.__init__, loader_kwargs, "LirsIterableDataset")  # now, not at the first pass
         check_granularity(loader_kwargs.get("granularity", DEFAULT_GRANULARITY))
         if transform is not None and not callable(transform):
@@ -299,9 +294,9 @@ class LirsIterableDataset(tud.IterableDataset):
         self._resume = None
         self._pos = position
 
-    def delivered(self, next_batch: int) -> None:
-        """The consumer received every batch before ``next_batch`` of the current epoch."""
-        self._next = next_batch
+    def delivered(self, start: ResumeState, next_batch: int) -> None:
+        """The consumer received every batch before ``next_batch`` of the pass begun at ``start``."""
+        self._at, self._next = start, next_batch
 
     @property
     def _pos(self) -> ResumeState:
@@ -411,10 +406,10 @@ class LirsDataLoader(tud.DataLoader):
 
     def __iter__(self):
         if self.device is None or self.device.type == "cpu":
-            return self._batches()
+            return tuples(self._batches(), self.dataset)
         ds = self.dataset
         raw = self.num_workers == 0 and not self.pin_memory and ds.transform is None
-        return iter(Feeder(self._batches(raw), self.device, position=(lambda: ds._pos, ds.handed_out),
+        return iter(Feeder(tuples(self._batches(raw), ds), self.device, position=(lambda: ds._pos, ds.handed_out),
                            convert=ds._converter() if raw else None))
 
     def _batches(self, raw: bool = False):
@@ -451,13 +446,13 @@ class LirsDataLoader(tud.DataLoader):
         ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena = 0, False, None, None, None
         epoch, self._passes = ds.epoch, getattr(self, "_passes", 0) + 1
         k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
-        ds.begin_at(ResumeState(epoch, k, spans))
+        ds.begin_at(start := ResumeState(epoch, k, spans))
         mine = self._passes if self.persistent_workers else None  # they serve the newest pass: an older one stops
         for b in in_order(it if mine is None else while_current(it, lambda: self._passes, mine), k):
             if mine is not None and self._passes != mine:  # batches it held before a newer pass took them
                 raise superseded()
             k += 1
-            ds.delivered(k)
+            ds.delivered(start, k)
             yield b
 
     def pass_times(self) -> dict:

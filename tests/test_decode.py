@@ -1059,3 +1059,40 @@ def test_csr_pieces_are_each_pieces_csr_batch(monkeypatch, fast):
         X.check_format(full_check=True)
         np.testing.assert_array_equal(X.toarray(), want.toarray())
         np.testing.assert_array_equal(X.toarray(), full[rows[i]:rows[i + 1]].toarray())
+
+
+def test_zero_based_numpy_bools_are_the_bools_they_are_and_ints_are_refused(tmp_path):
+    """``zero_based=np.False_`` is False everywhere: the native decoder and the Python fallback
+    (a line with a token it leaves to Python) shift alike, and index 0 is refused when the Loader
+    is made, not in mid-epoch. An int 0 or 1 is refused (sklearn refuses it), not read as a bool
+    one way here and the other way there."""
+    from lirs.errors import UsageError
+
+    p = tmp_path / "z.svm"
+    p.write_bytes(b"1 1:1 3:2\n2 2:5\n3 0_1:5 0003:1\n")  # '0_1' (an int to Python) is left to its parser
+    want, y = load_svmlight_file(str(p), zero_based=False)
+    X, y2 = load_svmlight(p, zero_based=np.False_)
+    assert X.shape == want.shape and (X != want).nnz == 0 and np.array_equal(y, y2)
+    for bad in (0, 1, 1.0, "no"):
+        with pytest.raises(UsageError, match="zero_based must be True, False or 'auto'"):
+            load_svmlight(p, zero_based=bad)
+    z = tmp_path / "zero.svm"
+    z.write_bytes(b"".join(b"1 %d:1\n" % (i % 7 + 1) for i in range(3000)) + b"1 0:1\n")
+    lirs.build_index(str(z), progress=False)
+    with pytest.raises(DataError, match=r"zero\.svm: line 3001"):
+        lirs.Loader(str(z), 10, zero_based=np.False_)
+    with pytest.raises(UsageError, match="zero_based"):
+        lirs.Loader(str(z), 10, zero_based=0)
+
+
+@pytest.mark.parametrize("bad", ["U5", object, "datetime64[s]", "not a dtype"])
+def test_a_loader_dtype_no_value_holds_is_refused_naming_it(tmp_path, bad):
+    from lirs.errors import UsageError
+
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:1.5\n")
+    lirs.build_index(str(p), progress=False)
+    with pytest.raises(UsageError, match="dtype must be a numpy dtype of numbers"):
+        lirs.Loader(str(p), 1, dtype=bad)
+    with lirs.Loader(str(p), 1, dtype=np.int16) as L:  # a number dtype: cast as sklearn does
+        assert next(iter(L.epoch(0))).X.dtype == np.int16

@@ -3,6 +3,7 @@ the data; set_epoch changes the order; the Loader's batches whatever num_workers
 through DataLoader (0, 1, 2 workers) and StatefulDataLoader; no warnings; 2-rank gloo on loopback."""
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -1664,3 +1665,132 @@ def test_without_shared_memory_no_workers_serve_and_workers_are_refused_clearly(
     ds = LirsIterableDataset(small_svm, 64, seed=2)
     with pytest.raises(Exception, match="workers need shared memory.*num_workers=0"):
         _ids(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1))
+
+
+def _same_tree(g, w):
+    """``g`` and ``w`` have the same structure (types, keys, lengths) and equal tensors (dtypes,
+    layouts, shapes, values)."""
+    assert type(g) is type(w), (type(g), type(w))
+    if isinstance(w, torch.Tensor):
+        assert g.dtype == w.dtype and g.layout == w.layout and g.shape == w.shape
+        assert torch.equal(g.to_dense(), w.to_dense()) if w.layout != torch.strided else torch.equal(g, w)
+    elif isinstance(w, dict):
+        assert list(g) == list(w)
+        for k in w:
+            _same_tree(g[k], w[k])
+    elif isinstance(w, (list, tuple)):
+        assert len(g) == len(w)
+        for a, b in zip(g, w):
+            _same_tree(a, b)
+    else:
+        assert g == w
+
+
+Pair = collections.namedtuple("Pair", "X ids")
+
+
+def _adds_a_key(b):
+    return {**b, "w": torch.ones(len(b["ids"]), dtype=torch.bfloat16)}
+
+
+def _x_alone(b):
+    return b["X"].to_dense()
+
+
+def _nested(b):
+    return [b["X"], (b["y"], "tag", None), {"ids": b["ids"], "n": 3}, Pair(b["X"].to_sparse_coo(), b["ids"])]
+
+
+def _uncoalesced(b):
+    c = b["X"].to_sparse_coo()
+    return torch.sparse_coo_tensor(torch.cat([c.indices(), c.indices()], 1), torch.cat([c.values(), c.values()]),
+                                   c.shape)
+
+
+@pytest.mark.parametrize("transform", [_adds_a_key, _x_alone, _nested, _uncoalesced])
+def test_a_device_feeder_moves_whatever_a_transform_returns(small_svm, monkeypatch, transform):
+    """make_dataloader(device="cuda", transform=fn) hands the consumer what fn returned, moved: a
+    dict with keys of its own (a bfloat16 tensor among them), one tensor, nested lists, tuples and
+    named tuples with other values kept as they are, an uncoalesced COO tensor; each equal to
+    the batch without a device (the copy to the "device" a CPU copy here: CUDA stood in for)."""
+    from lirs import tensors
+    from lirs.torch import make_dataloader
+
+    _stand_ins(monkeypatch, [])
+    kw = dict(granularity="group", group_bytes=4096, seed=3, transform=transform)
+    want = list(make_dataloader(small_svm, 32, **kw))
+    dl = make_dataloader(small_svm, 32, **kw)
+    empty = torch.empty  # the "device" buffer in CPU memory, for a stand-in device of type cuda
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: empty(*a, **k))
+    monkeypatch.setattr(tensors, "Staging", lambda s=tensors.Staging: s(2, 256, pin=False))
+    dl.device = type("Dev", (), {"type": "cuda"})()
+    got = list(dl)
+    dl.dataset.close()
+    assert len(got) == len(want) > 4
+    for g, w in zip(got, want):
+        _same_tree(g, w)
+
+
+def test_a_device_feeder_refuses_a_tensor_layout_it_cannot_carry(small_svm, monkeypatch):
+    from lirs import tensors
+
+    with pytest.raises(lirs.errors.UsageError, match="layout torch.sparse_csc cannot be moved"):
+        tensors._parts({"X": torch.eye(3).to_sparse_csc()})
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_bfloat16_labels_and_float16_dense_batches(small_svm, num_workers):
+    """label_dtype=torch.bfloat16 (which numpy has not) crosses from workers as its bytes; a dense
+    batch of float16 values (which scipy does not densify) equals its CSR batch made dense."""
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=4096, seed=3)
+    want = list(make_dataloader(small_svm, 32, label_dtype=torch.float32, **kw))
+    got = list(make_dataloader(small_svm, 32, label_dtype=torch.bfloat16, num_workers=num_workers, **kw))
+    assert len(got) == len(want) > 4
+    for g, w in zip(got, want):
+        assert g["y"].dtype == torch.bfloat16 and torch.equal(g["y"], w["y"].to(torch.bfloat16))
+    csr = list(make_dataloader(small_svm, 32, dtype=np.float16, **kw))
+    dense = list(make_dataloader(small_svm, 32, dtype=np.float16, sparse="dense", num_workers=num_workers, **kw))
+    for d, c in zip(dense, csr):
+        assert d["X"].dtype == torch.float16 and torch.equal(d["X"], c["X"].to_dense())
+
+
+@pytest.mark.parametrize("num_workers,pin_memory", [(0, False), (0, True), (2, False), (2, True)])
+def test_tuple_output_is_a_tuple_whatever_the_workers_and_pinning(small_svm, num_workers, pin_memory):
+    # torch's default_convert and pin_memory make lists of tuples ("backwards compatibility")
+    from lirs.torch import make_dataloader
+
+    dl = make_dataloader(small_svm, 100, output="tuple", num_workers=num_workers, pin_memory=pin_memory, seed=1)
+    got = list(dl)
+    assert got and all(type(b) is tuple and len(b) == 3 for b in got)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_set_epoch_during_a_pass_leaves_the_state_on_the_pass_delivered(small_svm, num_workers):
+    """set_epoch(e) chooses the *next* pass's epoch: a state taken after it, while the current pass
+    is still delivered, names that pass and its next batch, with or without workers; resumed, it
+    gives the rest of that pass."""
+    from lirs.torch import make_dataloader
+
+    dl = make_dataloader(small_svm, 50, seed=7, num_workers=num_workers)
+    dl.dataset.set_epoch(1)
+    it = iter(dl)
+    first = [next(it)["ids"] for _ in range(4)]
+    dl.dataset.set_epoch(5)
+    first.append(next(it)["ids"])
+    sd = dl.state_dict()
+    rest = [b["ids"] for b in it]
+    assert (sd["epoch"], sd["next_batch"]) == (1, 5)
+    again = make_dataloader(small_svm, 50, seed=7, num_workers=num_workers)
+    again.load_state_dict(sd)
+    assert np.array_equal(np.concatenate([b["ids"] for b in again]), np.concatenate(rest))
+    assert dl.dataset.epoch == 5
+
+
+def test_a_torch_dtype_for_the_values_is_refused_when_the_dataset_is_made(small_svm):
+    from lirs.torch import LirsIterableDataset, make_dataloader
+
+    for make in (LirsIterableDataset, make_dataloader):
+        with pytest.raises(lirs.errors.UsageError, match=r"dtype must be a numpy dtype.*torch\.float16.*np\.float32"):
+            make(small_svm, 10, dtype=torch.float16)
