@@ -27,8 +27,8 @@ log = logging.getLogger("lirs.litter")
 def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = None) -> str:
     """The absolute directory ``path`` (an output about to be written to a temporary name and
     renamed over ``path``) goes in. UsageError naming ``what`` (the option, e.g. "-o") before any
-    work when that directory does not exist, or when ``path`` exists and is not a regular file: a
-    directory (unless ``directory_ok``), or a device, FIFO or socket, which the rename would replace
+    work when that directory does not exist or is not writable, or when ``path`` exists and is not
+    a regular file: a directory (unless ``directory_ok``), or a device, FIFO or socket, which the rename would replace
     (``-o /dev/null`` run as root would leave /dev/null a regular file), or one of ``inputs``
     ({path: what it is}, :func:`lirs.sidecar.belonging`: ``--json DATA`` replaced the data)."""
     p = os.fspath(path)
@@ -38,6 +38,8 @@ def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = N
     d = os.path.dirname(absolute(p))
     if not os.path.isdir(d):
         raise UsageError(f"{what} {p}: its directory {d} does not exist")
+    if not os.access(d, os.W_OK | os.X_OK):  # else known only when written, after the work
+        raise UsageError(f"{what} {p}: its directory {d} is not writable")
     if os.path.isdir(p):
         if not directory_ok:
             raise UsageError(f"{what} {p} is a directory; name a file")
@@ -125,9 +127,12 @@ def clean_dead_temps(final: str) -> list[str]:
     return clean_dead(d, re.escape(f".{_stem(base)}{MARK}") + r"(?P<pid>\d+)(?:-\d+)?")
 
 
+BENCH_SCRATCH = ".lirs-bench-"  # + PID-XXXX: a benchmark's scratch folder (its peers' copies of the data)
 # every temporary name lirs writes: `.NAME.lirs-tmp-PID` files and directories (outputs, sidecars,
-# labels, staged shards, verification records) and `.lirs-shuffle-PID-XXXX` pile directories
-LITTER_PATTERN = r"\..+" + re.escape(MARK) + r"(?P<pid>\d+)(?:-\d+)?|\.lirs-shuffle-(?P<pid2>\d+)-[A-Za-z0-9_]+"
+# labels, staged shards, verification records), `.lirs-shuffle-PID-XXXX` pile directories and
+# `.lirs-bench-PID-XXXX` scratch folders
+LITTER_PATTERN = (r"\..+" + re.escape(MARK) + r"(?P<pid>\d+)(?:-\d+)?|\.lirs-shuffle-(?P<pid2>\d+)-[A-Za-z0-9_]+"
+                  r"|" + re.escape(BENCH_SCRATCH) + r"(?P<pid3>\d+)-[A-Za-z0-9_]+")
 
 
 def clean_dead_litter(dirpath: str) -> list[str]:
@@ -136,5 +141,5 @@ def clean_dead_litter(dirpath: str) -> list[str]:
     directory even when that run writes other names. Returns the removed paths."""
     removed = []
     for alt in LITTER_PATTERN.split("|"):  # clean_dead wants one group named "pid"
-        removed += clean_dead(dirpath, alt.replace("pid2", "pid"))
+        removed += clean_dead(dirpath, re.sub(r"\(\?P<pid\d>", "(?P<pid>", alt))
     return removed

@@ -754,6 +754,8 @@ def test_cli_end_to_end(cli_run, kdd_tiny):
         assert row["status"] == "ok", row
         assert row["records"] > 0 and row["epoch_s"] > 0 and row["cpu_s"] >= 0 and row["peak_rss_bytes"] > 0
         assert row["io_source"] in ("cgroup", "loader")
+        if row["name"].startswith("lirs-"):  # the Loader's engine, whose depth picks the fio job it is bound by
+            assert row["engine"] in ("uring", "threads") and row["engine_depth"] >= 1, row
         if not row["extrapolated"]:
             assert row["records"] == res["data"]["records"] * row["epochs_measured"]
     inst = res["rows"][0]
@@ -857,7 +859,7 @@ def test_cli_arguments_are_checked_before_the_benchmark_runs(kdd_tiny, tmp_path,
                         (["--plot", p], "is the data"), (["--json", str(tmp_path / "no" / "r.json")], "does not exist"),
                         (["--plot", str(tmp_path / "p")], "name it OUT.png"), (["--budget", "nan"], "--budget"),
                         (["--fio-runtime", "inf"], "--fio-runtime"), (["--prefetch", "0"], "--prefetch"),
-                        (["--engine", "floppy"], "--engine floppy")):
+                        (["--engine", "floppy"], "--engine floppy"), (["--seed", "-1"], "--seed must be >= 0")):
         assert main(["bench", p, "--no-fio", "--smoke", *extra]) == 2, extra
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, (extra, err)
@@ -1079,3 +1081,139 @@ def test_format_table_names_a_virtio_disk_virtio(tmp_path):
 ])
 def test_one_number_format(v, text):
     assert B.format_number(v) == text
+
+
+def test_peers_write_their_copies_in_a_folder_of_their_own(kdd_tiny, tmp_path):
+    """bmf and external wrote DATA.bmfN and STEM.shuffled.SUF (with its sidecar) in the work
+    directory, by default beside the data: a user's files of those names (an earlier `lirs shuffle
+    -o d.shuffled.svm`) were replaced, then deleted. Now each run writes in a folder of its own."""
+    import lirs
+    from lirs.eval.peers import make_runner, skip_reason
+
+    idx = lirs.open_index(kdd_tiny)
+    base = os.path.basename(kdd_tiny)
+    stem, _, suf = base.rpartition(".")
+    mine = {f"{base}.bmf7": b"mine 1", f"{stem}.shuffled.{suf}": b"mine 2", f"{stem}.shuffled.{suf}.lirs": b"mine 3"}
+    for name, data in mine.items():
+        (tmp_path / name).write_bytes(data)
+    for peer in ("bmf", "external"):
+        if skip_reason(peer, idx, workdir=str(tmp_path)):
+            continue
+        r = make_runner(peer, idx, batch_size=256, seed=1, workdir=str(tmp_path), bmf_blocks=7)
+        try:
+            r.warm()
+            r.prepare()
+            assert len(_epoch_rows(r, 0)[0]) == idx.n
+        finally:
+            r.close()
+    assert {n: (tmp_path / n).read_bytes() for n in mine} == mine
+    assert sorted(os.listdir(tmp_path)) == sorted(mine)
+
+
+def test_a_benchmarks_work_directory_is_checked_and_a_crashed_ones_scratch_removed(tmp_path, monkeypatch):
+    """A scratch folder carries its run's PID (.lirs-bench-PID-XXXX): one of a dead run is removed
+    by the next, one of a live run is left; a work directory that cannot be written is refused
+    before any work, naming --workdir (it failed as "permission denied" on a file name)."""
+    from lirs.errors import UsageError
+    from lirs.litter import out_dir
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        dead_dir = tmp_path / f".lirs-bench-{gone.pid}-ab12cd"
+        live_dir = tmp_path / f".lirs-bench-{live.pid}-ef34gh"
+        for d in (dead_dir, live_dir):
+            d.mkdir()
+            (d / "task.json").write_text("{}")
+        assert B.run.scratch_dir(str(tmp_path)) == str(tmp_path)
+        assert not dead_dir.exists() and live_dir.exists()
+    finally:
+        live.kill()
+        live.wait()
+    monkeypatch.setattr(os, "access", lambda path, mode, **k: False)  # root writes anywhere: as a user would
+    with pytest.raises(UsageError, match="is not writable.*--workdir"):
+        B.run.scratch_dir(str(tmp_path))
+    with pytest.raises(UsageError, match=r"--json .*r\.json: its directory .* is not writable"):
+        out_dir(str(tmp_path / "r.json"), "--json")
+
+
+def test_cli_refuses_a_plot_without_matplotlib_before_the_benchmark(kdd_tiny, tmp_path, monkeypatch, capsys):
+    from lirs.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    assert main(["bench", kdd_tiny, "--no-fio", "--smoke", "--plot", str(tmp_path / "p.png")]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_group_counters_without_the_devices_line_are_unknown_not_zero(fake_root):
+    """Since Linux 6.10 an uncapped group (the nvme envelope's) on a disk no group ever capped counts
+    nothing: no line for the device. That is no count, not 0 reads (the row then counts the
+    loader's reads, instead of 0 MB/s and a ratio of 0 to fio)."""
+    with E.ThrottleGroup("nvme", "254:0", root=fake_root) as g:
+        for f in E._STAT_FILES.values():
+            open(os.path.join(g.path, f), "w").write("Total 0\n")
+        assert g.stats() is None
+        open(os.path.join(g.path, E._STAT_FILES["reads"]), "w").write("254:0 Read 7\n254:0 Write 1\nTotal 8\n")
+        open(os.path.join(g.path, E._STAT_FILES["bytes"]), "w").write("254:0 Read 28672\nTotal 28672\n")
+        assert g.stats() == {"reads": 7, "bytes": 28672}
+
+
+def test_remove_waits_for_a_group_busy_a_moment(fake_root, monkeypatch):
+    """A killed worker's DataLoader children keep its group busy until they are reaped: remove()
+    pauses between retries (50 back to back left the group behind, 'Device or resource busy')."""
+    import errno
+
+    g = E.ThrottleGroup("hdd", "254:0", 600, root=fake_root).create()
+    real, t0 = os.rmdir, time.monotonic()
+
+    def busy(path):
+        if path == g.path and time.monotonic() - t0 < 0.3:
+            raise OSError(errno.EBUSY, "Device or resource busy", path)
+        return real(path)
+
+    monkeypatch.setattr(os, "rmdir", busy)
+    g.remove()
+    assert not os.path.exists(g.path)
+
+
+def test_fio_failing_every_job_is_unavailable_with_the_reason(monkeypatch, tmp_path):
+    """Every job refused (O_DIRECT on ramfs): no figure, and the table says why (it printed an
+    empty "fio:" line and kept the envelope "available")."""
+    def fail(path, job, runtime_s, ioengine="io_uring", cgroup_procs=None):
+        raise F.FioError(f"fio exited with status 1: {job}: O_DIRECT refused ({ioengine})")
+
+    monkeypatch.setattr(F, "fio_path", lambda: "/usr/bin/fio")
+    monkeypatch.setattr(F, "run_job", fail)
+    res = F.run_envelope(str(tmp_path / "d.svm"), jobs=("rand4k_qd1", "seq1m_qd16"))
+    assert res["available"] is False and res["reason"].startswith("every fio job failed: ")
+    assert "O_DIRECT refused" in res["reason"]
+
+
+def test_bench_workers_start_no_compile_helpers_and_the_buffer_warms_its_kernel(monkeypatch, tmp_path):
+    """A cold Loader's compile helpers ran (or were reaped) in the measured epochs, their CPU
+    counted as the row's: the bench's worker runs with LIRS_WARMUP=0. The shuffle buffer's order
+    kernel compiled inside its first measured batch: its warm() runs it once."""
+    from lirs.eval.bench import worker as W
+    from lirs.eval.peers import sequential
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def popen(cmd, **kw):
+        seen.update(kw["env"])
+        raise Stop
+
+    monkeypatch.setattr(W.subprocess, "Popen", popen)
+    with pytest.raises(Stop):
+        W.Worker({"x": 1}, str(tmp_path), 10).run()
+    assert seen["LIRS_WARMUP"] == "0"
+    called = []
+    monkeypatch.setattr(sequential, "shuffle_buffer_order", lambda *a, **k: called.append(a))
+    monkeypatch.setattr(sequential, "warm_decode", lambda index: None)
+    sb = object.__new__(sequential.ShuffleBuffer)
+    sb.index = None
+    sb.warm()
+    assert called

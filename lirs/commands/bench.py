@@ -51,7 +51,8 @@ def add_parser(sub):
     p.add_argument("--fio-runtime", type=float, default=None, metavar="S",
                    help=f"seconds per fio job (default {DEFAULTS['fio_runtime_s']:g}; {SMOKE['fio_runtime_s']:g} with --smoke)")
     p.add_argument("--workdir", metavar="DIR",
-                   help="where BMF and the external shuffle write their copies (default: beside the data)")
+                   help="where the run's scratch folder goes, with BMF's and the external shuffle's copies of the "
+                        "data (default: beside the data; removed at the end)")
     p.add_argument("--json", metavar="OUT", help="write the results as JSON (schema: lirs.eval.bench.SCHEMA)")
     p.add_argument("--plot", metavar="OUT.png", help="write a plot of epoch times (needs matplotlib)")
     p.add_argument("--auto", action="store_true",
@@ -72,8 +73,8 @@ def _list(text: str, what: str) -> list[str]:
 
 def _check_args(args) -> None:
     """UsageError for an argument that cannot work, before the benchmark's minutes: an output that
-    is one of the dataset's files or in no directory, a plot not named .png, a time that is not a
-    positive number, no prefetch, an unknown engine."""
+    is one of the dataset's files or in no writable directory, a plot not named .png or without
+    matplotlib, a negative seed, a time that is not a positive number, no prefetch, an unknown engine."""
     import math
 
     from ..engines import ENGINE_NAMES
@@ -85,6 +86,13 @@ def _check_args(args) -> None:
             out_dir(out, flag, inputs=inputs)
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401 - drawn at the end: missing, known now
+        except ImportError:
+            raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
     for flag, v in (("--budget", args.budget), ("--fio-runtime", args.fio_runtime)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"{flag} must be a positive number of seconds, got {v}")

@@ -41,6 +41,7 @@ import mmap
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 
 from ..errors import LirsError
@@ -285,7 +286,9 @@ class ThrottleGroup:
 
     def stats(self) -> dict | None:
         """Reads and bytes the group has read from the disk so far: ``{"reads", "bytes"}`` (ints),
-        or None when the kernel keeps no such counters here."""
+        or None when the kernel keeps no such counters here, or none for the device: since Linux
+        6.10 a disk on which no group ever had a cap counts nothing in an uncapped group (the nvme
+        envelope's), and a row would read 0 reads and 0 MB/s (the caller counts the loader's)."""
         out = {}
         for key, fname in _STAT_FILES.items():
             try:
@@ -294,7 +297,9 @@ class ThrottleGroup:
             except OSError:
                 return None
             m = re.search(rf"^{re.escape(self.device)} Read (\d+)$", text, re.M)
-            out[key] = int(m.group(1)) if m else 0
+            if m is None:
+                return None
+            out[key] = int(m.group(1))
         return out
 
     # -- teardown
@@ -304,7 +309,9 @@ class ThrottleGroup:
             return
         root_procs = os.path.join(self.root, "cgroup.procs")
         last = None
-        for _ in range(50):  # a member may be forking or exiting while we move it: bounded retries
+        # a member may be forking or exiting while we move it (a killed worker's DataLoader children
+        # keep the group busy until they are reaped): bounded retries, with pauses (about 5 s in all)
+        for k in range(60):
             for pid in self.members():
                 try:
                     _write(root_procs, f"{pid}\n", append=True)
@@ -328,6 +335,8 @@ class ThrottleGroup:
                             os.unlink(p)
                 elif e.errno != errno.EBUSY:
                     break
+                else:
+                    time.sleep(min(0.1, 0.002 * (k + 1)))
         if os.path.isdir(self.path):
             raise EnvelopeError(f"cannot remove cgroup {self.path}: {last}; members: {self.members()}")
         self.created = False

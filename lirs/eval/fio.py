@@ -141,6 +141,10 @@ def run_envelope(path: str, *, jobs=tuple(JOBS), runtime_s: float = 5.0, cgroup_
                 out["jobs"][job] = {"error": str(e)}
                 break
     out["ioengine"] = engines[0]
+    errors = [j["error"] for j in out["jobs"].values() if "error" in j]
+    if out["jobs"] and len(errors) == len(out["jobs"]):  # no figure to compare with: say why
+        out.update(available=False, reason=f"every fio job failed: {errors[0]}")
+        del out["ioengine"]
     return out
 
 

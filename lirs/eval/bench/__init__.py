@@ -25,10 +25,11 @@ buffered peers (in-memory load, torch, memmap) start every epoch, and their pre-
 the data file's pages evicted from the page cache (``posix_fadvise(DONTNEED)``: no root needed,
 other files' cache untouched; ``cache_evicted`` and ``resident_after_evict_bytes`` in each row).
 
-I/O counts. Where the cgroup exists, reads and bytes are the device's own counters for the
-worker (``blkio.throttle.io_serviced`` / ``io_service_bytes``): the same yardstick for lirs and
-for peers that read through the page cache. Elsewhere the loaders' own counters are used
-(``io_source`` says which).
+I/O counts. Where the cgroup exists and counts the disk, reads and bytes are the device's own
+counters for the worker (``blkio.throttle.io_serviced`` / ``io_service_bytes``): the same
+yardstick for lirs and for peers that read through the page cache. Elsewhere (no cgroup, or no
+line for the disk: since Linux 6.10 an uncapped group on a disk no group ever capped counts
+nothing) the loaders' own counters are used (``io_source`` says which).
 
 Results (``SCHEMA_VERSION`` 1) are a JSON-able dict; see :data:`SCHEMA` and :func:`validate`.
 ``save_recommendation`` writes ``DATA.lirs.bench.json`` beside the index: a

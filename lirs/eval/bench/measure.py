@@ -96,7 +96,7 @@ def run_config(task: dict) -> dict:
         if runner.note:
             row["note"] = runner.note
         eng = getattr(runner, "engine", None) if cfg.reads_only else \
-            getattr(getattr(runner, "loader", None), "_engine", None)
+            getattr(getattr(runner, "loader", None), "engine", None)
         if eng is not None:
             row["engine_depth"] = int(eng.depth)
             row["engine"] = eng.name

@@ -6,6 +6,7 @@ import datetime
 import logging
 import os
 import platform
+import shutil
 import signal
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from ...constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ...policies import GRANULARITIES
 from ...errors import DataError, IndexFormatError, UsageError
 from ...index import open_index
+from ...litter import BENCH_SCRATCH, clean_dead_litter
 from ...windows import window_groups
 from .. import envelope as E
 from .. import fio as F
@@ -244,6 +246,21 @@ def _result(index, index_s, command, settings: dict, disk: dict, notes: list) ->
     }
 
 
+def scratch_dir(workdir: str) -> str:
+    """The absolute ``workdir`` a benchmark writes its scratch folder in (made if missing), what a
+    crashed benchmark left there removed; UsageError naming it when it cannot be written."""
+    workdir = os.path.abspath(workdir)
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"work directory {workdir}: {e.strerror or e}; choose another (--workdir)") from None
+    if not os.access(workdir, os.W_OK | os.X_OK):
+        raise UsageError(f"work directory {workdir} is not writable: a benchmark writes its scratch files and the "
+                         f"peers' copies of the data there (by default beside the data); choose another (--workdir)")
+    clean_dead_litter(workdir)
+    return workdir
+
+
 def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, group_bytes=(DEFAULT_GROUP_BYTES, "auto"),
               window=DEFAULT_WINDOW, peers="auto", epochs: int = 1, budget_s: float = 20.0, batch_size: int = 1024,
               seed: int = 0, engine: str = "auto", prefetch: int = 4, fio: bool = True,
@@ -283,8 +300,7 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
     index, index_s = _open_or_build(path, show)
     if index.n == 0:
         raise DataError(f"{index.paths[0]}: no records to benchmark")
-    workdir = os.path.abspath(workdir or os.path.dirname(index.paths[0]))
-    os.makedirs(workdir, exist_ok=True)
+    workdir = scratch_dir(workdir or os.path.dirname(index.paths[0]))
     notes = []
     disk, cg_reason = _disk(index.paths[0], devices, cgroup_root, notes)
     settings = {"devices": devices, "granularities": granularities, "reads_only": reads_only,
@@ -300,9 +316,9 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
     old_term = None
     if threading.current_thread() is threading.main_thread():
         old_term = signal.signal(signal.SIGTERM, interrupt)  # SIGTERM cleans up like Ctrl-C
-    tmp = tempfile.mkdtemp(prefix=".lirs-bench-", dir=workdir)
+    tmp = tempfile.mkdtemp(prefix=f"{BENCH_SCRATCH}{os.getpid()}-", dir=workdir)  # the peers' copies too
     try:
-        bench = _Bench(index, index_s, settings, explicit=explicit, workdir=workdir, cg_reason=cg_reason,
+        bench = _Bench(index, index_s, settings, explicit=explicit, workdir=tmp, cg_reason=cg_reason,
                        cgroup_root=cgroup_root, timeout_s=timeout_s, fio_results=fio_results, bar=bar, tmp=tmp, say=say)
         for dev in devices:
             bench.device(res, dev, n_cfg)
@@ -310,9 +326,7 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
         bar.close()
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
-        for f in os.listdir(tmp):
-            os.unlink(os.path.join(tmp, f))
-        os.rmdir(tmp)
+        shutil.rmtree(tmp)
     res["recommendation"] = recommend(res["rows"], epochs=epochs)
     res["goals"] = goals(res["rows"])
     return res

@@ -8,6 +8,9 @@ import signal
 import subprocess
 import sys
 
+from ...warmup import ENV as WARMUP_ENV
+
+
 def interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -33,6 +36,9 @@ class Worker:
         # the worker imports the same lirs as this process: the folder above this lirs package
         pkg_parent = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardir))
         env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # a runner warms up before it is measured: a cold Loader's compile helpers (lirs.warmup) would
+        # still run, or be reaped, in the measured epochs, their CPU counted as the row's
+        env[WARMUP_ENV] = "0"
         cmd = [sys.executable, "-c", "import sys; from lirs.eval.bench.measure import worker_main; "
                "sys.exit(worker_main())", self.task_path, self.out_path]
         with open(self.err_path, "w") as err:

@@ -3,12 +3,14 @@ one-off block rewrite) and the output of a two-pass external shuffle."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import numpy as np
 
 from ... import seeds
 from ...build import build_index
-from ...inputs import labels_path
+from ...litter import BENCH_SCRATCH
 from ...index import open_index
 from ..reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buffer_order
 from ..spans import Records, SpanReader, take_rows, write_blocks
@@ -37,6 +39,14 @@ class _Sequential(Runner):
     def _sync_counters(self):
         self.reads, self.bytes_read = self.rd.reads, self.rd.bytes_read
 
+    def _scratch(self, name: str) -> str:
+        """``name``'s path in a folder of this run's own in the work directory (the run's PID in its
+        name: a later lirs run removes it if this one crashed), removed by :meth:`close`: a copy
+        named beside the data (``d.shuffled.svm``) would replace a user's file of that name."""
+        os.makedirs(self.workdir, exist_ok=True)
+        self.scratch = tempfile.mkdtemp(prefix=f"{BENCH_SCRATCH}{os.getpid()}-", dir=self.workdir)
+        return os.path.join(self.scratch, name)
+
     def warm(self):
         warm_decode(self.index)
 
@@ -45,10 +55,17 @@ class _Sequential(Runner):
         if rd is not None:
             rd.close()
             self.rd = None
+        if getattr(self, "scratch", None):
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
 
 class ShuffleBuffer(_Sequential):
     name = "shuffle_buffer"
+
+    def warm(self):
+        super().warm()
+        shuffle_buffer_order(2, 1)  # its compiled order kernel, not in the first measured batch
 
     def prepare(self):
         self._open_reader(Records(self.index))
@@ -75,8 +92,7 @@ class BMF(_Sequential):
         idx = self.index
         layout = bmf_blocks(self.n, self.bmf_blocks, seed=self.seed)
         self.first = np.concatenate([[0], np.cumsum([len(b) for b in layout])]).astype(np.int64)
-        os.makedirs(self.workdir, exist_ok=True)
-        self.path = os.path.join(self.workdir, os.path.basename(idx.paths[0]) + f".bmf{self.bmf_blocks}")
+        self.path = self._scratch(os.path.basename(idx.paths[0]) + f".bmf{self.bmf_blocks}")
         self.order, recs = write_blocks(idx, layout, self.path, self.engine)  # record of each block-file position
         self.pre_what = (f"rewrite the file as {self.bmf_blocks} random blocks (read, write, fsync)")
         self._open_reader(recs, workers=1, depth=1)  # BMF holds one block while the next one loads
@@ -103,12 +119,6 @@ class BMF(_Sequential):
             src.close()
             self._sync_counters()
 
-    def close(self):
-        super().close()
-        p = getattr(self, "path", None)
-        if p and os.path.exists(p):
-            os.unlink(p)
-
 
 class External(_Sequential):
     name = "external"
@@ -117,14 +127,12 @@ class External(_Sequential):
         from ...external import shuffle as external_shuffle  # optional: skip_reason says when it is missing
 
         path = self.index.paths[0]
-        os.makedirs(self.workdir, exist_ok=True)
         base, dot, suf = os.path.basename(path).rpartition(".")
-        name = f"{base}.shuffled.{suf}" if dot else f"{suf}.shuffled"
-        self.path = os.path.join(self.workdir, name)
+        self.path = self._scratch(f"{base}.shuffled.{suf}" if dot else f"{suf}.shuffled")
         size = os.path.getsize(path)
         # memory well below the file size, so that the shuffle really takes two passes
         mem = int(min(2 << 30, max(64 << 20, size // 4)))
-        res = external_shuffle([path], self.path, memory=mem, tmpdir=self.workdir, seed=self.seed, index=True,
+        res = external_shuffle([path], self.path, memory=mem, tmpdir=self.scratch, seed=self.seed, index=True,
                                 progress=False)
         try:
             idx = open_index(self.path)
@@ -161,11 +169,5 @@ class External(_Sequential):
         return hi - lo
 
     def close(self):
-        super().close()
-        idx = getattr(self, "out_index", None)
         self.out_index = None
-        p = getattr(self, "path", None)
-        if p:
-            for q in (p, getattr(idx, "sidecar", None) or p + ".lirs", labels_path(p)):
-                if q and os.path.exists(q):
-                    os.unlink(q)
+        super().close()  # the output, its sidecar and labels are in the scratch folder
