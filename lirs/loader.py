@@ -54,7 +54,7 @@ from .recommendation import AUTO, auto_settings, check_granularity
 from .state import ResumeState, check_config, ranks_progress, states_of
 from .units import format_bytes, parse_size
 from .steps import SharedStep
-from .windows import rank_reads, window_groups
+from .windows import group_span, rank_reads, window_groups
 from . import warmup
 from .aepoch import Hop, batches as async_batches
 
@@ -154,7 +154,8 @@ class Loader:
         self.group_bytes = whole("group_bytes", gb)
         window = DEFAULT_WINDOW if window is None else window
         # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
-        self.window = window_groups(window, max(self.group_bytes, BLOCK), self.index.payload_bytes)
+        self.window = window_groups(window, group_span(max(self.group_bytes, BLOCK), self.index.payload_bytes,
+                                                       self.index.n), self.index.payload_bytes)
         self.seed, self.rank, self.world_size = (whole(k, v, None) for k, v in (("seed", seed), ("rank", rank),
                                                                                 ("world_size", world_size)))
         self.drop_last, self.permutation = check_drop_last(self.index.n, self.batch_size, self.world_size,

@@ -72,7 +72,7 @@ from .ranges import rank_slice
 from .steps import ReadStep, SharedStep
 from .stream import UnitStream
 from .walker import walk
-from .windows import window_groups
+from .windows import group_span, window_groups
 
 # SeedSequence([seed, epoch, purpose]) purposes of the planner
 
@@ -460,7 +460,8 @@ def plan_epoch(index, batch_size: int, granularity: str = DEFAULT_GRANULARITY, *
     ub = unit_bytes_of(granularity, group_bytes, block)
     ufirst = unit_table(index, ub)
     n_units = index.n if ufirst is None else len(ufirst) - 1
-    window = window_groups(window, max(int(group_bytes), block), index.payload_bytes)  # a group count
+    window = window_groups(window, group_span(max(int(group_bytes), block), index.payload_bytes, index.n),
+                           index.payload_bytes)  # a group count
     perm = Permutation(n_units, permutation, int(seed), int(epoch), seeds.PLAN_UNITS)
     nb, first, size = rank_slice(index.n, batch_size, rank, world_size, drop_last)
     return EpochPlan(index=index, batch_size=int(batch_size), granularity=granularity, seed=int(seed),

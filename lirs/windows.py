@@ -18,9 +18,17 @@ from .kernels import plan as K
 from .units import parse_size
 
 
+def group_span(group_bytes: int, data_bytes: int, records: int) -> int:
+    """The bytes one group holds, as a window's byte budget counts them: ``group_bytes``, or the
+    mean record's bytes where records are larger (each then a group of its own: a ``"64M"`` window
+    of 1 MiB records counted 1024 groups, a gigabyte held). ``data_bytes`` of ``records`` records."""
+    return max(int(group_bytes), -(-int(data_bytes) // int(records)) if records else 0)
+
+
 def window_groups(window, group_bytes: int, data_bytes: int) -> int:
     """The number of groups a window holds, from its spec: an int (a group count), a size such as
-    ``"64M"`` or ``"1.5GB"`` (a memory budget: ``size // group_bytes`` groups, at least one), a
+    ``"64M"`` or ``"1.5GB"`` (a memory budget: ``size // group_bytes`` groups, at least one; give
+    :func:`group_span` as ``group_bytes`` where records may be larger than a group), a
     share of the data such as ``"5%"`` (of ``data_bytes``, rounded up), or ``"auto"``: 5% of the data
     within [16 MiB, 256 MiB] (:data:`lirs.constants.WINDOW_AUTO_SHARE` and its bounds).
 

@@ -498,3 +498,24 @@ def test_rank_zero_is_told_when_windows_make_each_rank_read_more_than_its_share(
         with caplog.at_level("WARNING", logger="lirs.loader"):
             lirs.Loader(kdd, 64, window=window, group_bytes=4096, rank=rank, world_size=world).close()
         assert ("each rank reads up to 3.0x its share" in caplog.text) == warned, (rank, world, window)
+
+
+def test_a_window_budget_counts_records_larger_than_a_group_at_their_size(tmp_path):
+    """Records larger than a group are each a group of their own: a "64K" window of 16 KiB records
+    over 4 KiB groups is 4 groups (64 KiB held), not 16 (256 KiB); the quality tool's frontier and
+    CorgiPile's blocks count them so too. Small records keep the group's bytes."""
+    p = tmp_path / "big.bin"
+    p.write_bytes(np.random.default_rng(0).integers(0, 255, 32 * 16384, dtype=np.uint8).tobytes())
+    idx = lirs.build_index(str(p), record_size=16384, progress=False)
+    with lirs.Loader(idx, 4, granularity="window", group_bytes=4096, window="64K") as L:
+        assert L.window == 4
+        assert sorted(np.concatenate([b.ids for b in L.epoch(0)])) == list(range(32))
+    assert plan_epoch(idx, 4, granularity="window", group_bytes=4096, window="64K").window == 4
+    from lirs.eval.quality.frontier import budget_groups
+    from lirs.eval.strategies.base import as_source
+    from lirs.eval.strategies.corgi import _buffer_blocks
+    from lirs.windows import group_span
+
+    assert group_span(65536, 200 << 20, 200) == 1 << 20 and group_span(65536, 10 << 20, 10 ** 5) == 65536
+    assert budget_groups(8 << 20, 65536, 200 << 20, 200) == 8 and budget_groups(8 << 20, 65536) == 128
+    assert _buffer_blocks(as_source(200, 1 << 20), 65536, None, 8 << 20) == 8
