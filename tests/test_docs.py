@@ -124,7 +124,7 @@ def options_md() -> str:
         for a in p._actions:
             if "--help" in a.option_strings:
                 continue
-            what = (a.help or "") % {"default": a.default} if "%(" in (a.help or "") else (a.help or "")
+            what = p._get_formatter()._expand_help(a) if a.help else ""  # as --help prints it: 5%% is 5%
             if a.choices:
                 what = f"{what} (one of {', '.join(map(str, a.choices))})".strip()
             flags = ", ".join(f"`{o}`" for o in a.option_strings) or f"`{a.metavar or a.dest}`"

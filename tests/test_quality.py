@@ -283,6 +283,34 @@ def test_quality_command(tmp_path, capsys):
         main(["quality", str(tmp_path / "x.svm"), "--records", "5"])
 
 
+def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tmp_path, capsys, monkeypatch):
+    """A bad --param value was found only once earlier strategies had run (or truncated: a buffer
+    of 1.5 records was 1, file order); --param group_bytes sized the window otherwise than
+    --group-bytes; --json and --plot of one path lost the results; the header printed the window
+    spec ("64M groups") and the columns' help a 64 KiB group whatever --group-bytes."""
+    from lirs.cli import main
+    from lirs.eval import strategies as S
+
+    ran = []
+    real = S.run_strategy
+    monkeypatch.setattr(S, "run_strategy", lambda *a, **k: ran.append(a[0]) or real(*a, **k))
+    base = ["quality", "--records", "500", "--epochs", "2", "--batch-size", "50", "--strategies", "instance,bmf"]
+    for bad, said in ((["--param", "inner=bogus"], "--param inner=bogus: inner must be one of 'shuffle', 'file'"),
+                      (["--param", "buffer_records=1.5"], "--param buffer_records=1.5: expected a whole number"),
+                      (["--param", "reshuffle_every_epoch=2"], "reshuffle_every_epoch must be one of True, False"),
+                      (["--param", "group_bytes=8K"], "--param group_bytes: set it with --group-bytes"),
+                      (["--json", str(tmp_path / "r"), "--plot", str(tmp_path / "r")], "plot would replace")):
+        if bad[0] == "--json":
+            bad[-1] += ".png"
+            bad[1] = bad[-1]
+        assert main(base + bad) == 2, bad
+        assert said in capsys.readouterr().err, bad
+    assert ran == []
+    assert main(base + ["--window", "16K", "--group-bytes", "4K", "--strategies", "window"]) == 0
+    out = capsys.readouterr().out
+    assert "(lirs window: 4 groups)" in out and "from one 4 KiB group" in out
+
+
 def test_every_registered_strategy_is_evaluated():
     res = Q.evaluate(600, None, epochs=2, batch_size=20, progress=False)
     assert list(res["strategies"]) == list(STRATEGIES)
@@ -424,3 +452,54 @@ def test_progress_modes(capsys):
     p.done("ok")
     p.close()
     assert "lirs quality: [1/1] window at 5% in" in capsys.readouterr().err
+
+
+def test_the_position_test_holds_for_records_that_move_together():
+    """lirs group places every record uniformly, its group's records together: the position test
+    widens its law by the dependence it estimates from the epochs (scale ~ records per group, here
+    about 180), where summing records as if independent gave p-values from 1 down to 1e-51."""
+    for seed in range(6):
+        r = _uniformity("group", N, 20, seed, B)
+        assert r["position_p"] > Q.PASS_P, (seed, r)
+        assert 50 < r["position_scale"] < 400, (seed, r)
+    r = _uniformity("instance", N, 20, 3, B)
+    assert r["position_p"] > Q.PASS_P and r["position_scale"] < 2
+
+
+def test_trace_estimate_is_the_unbiased_one_over_distinct_epochs():
+    """trace_of_square against its definition, sums over distinct epochs (Chen and Qin)."""
+    from math import perm
+
+    from lirs.eval.quality.metrics import trace_of_square
+
+    rng = np.random.default_rng(0)
+    e = 6
+    V = rng.normal(size=(e, 5)) + 3.0
+    G = V @ V.T
+    dist = lambda k: itertools.permutations(range(e), k)  # noqa: E731
+    a2 = sum(G[i, j] ** 2 for i, j in dist(2))
+    a3 = sum(G[i, j] * G[j, k] for i, j, k in dist(3))
+    a4 = sum(G[i, j] * G[k, l] for i, j, k, l in dist(4))
+    want = a2 / perm(e, 2) - 2 * a3 / perm(e, 3) + a4 / perm(e, 4)
+    assert trace_of_square(G) == pytest.approx(want, rel=1e-9)
+
+
+def test_the_batch_test_folds_a_short_last_run_into_the_one_before():
+    """995 records, batches of 8: runs of 71 positions left a last run of 1 record whose cells
+    expected ~0.001 each; an exact uniform order then failed (p ~ 1e-33)."""
+    from lirs.eval.kernels import quality as K
+
+    t = Q.UniformityTest(995, 20, batch_size=8)
+    assert (t.unit, t.batches) == (71, 14)  # 13 runs of 71, the last of 72
+    r = _uniformity("instance", 995, 20, 14, 8)
+    assert r["batch_p"] > Q.PASS_P and r["batch_df"] == 19 * 13 ** 2, r
+    # the statistic by its definition, runs as the test cuts them
+    rng = np.random.default_rng(1)
+    a, b = rng.permutation(995), rng.permutation(995)
+    pos_b = np.argsort(b)
+    run_a = np.minimum(np.arange(995) // 71, 13)
+    table = np.zeros((14, 14))
+    np.add.at(table, (run_a, np.minimum(pos_b[a] // 71, 13)), 1)
+    s = table.sum(axis=1)
+    want = (table ** 2 * 995 / np.outer(s, s)).sum() - 995
+    assert K.batch_table_stat(a, pos_b, 71) == pytest.approx(want)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from ..errors import UsageError
@@ -61,24 +62,33 @@ def add_parser(sub):
 
 
 def parse_params(items) -> dict:
-    """``["name=value", ...]`` -> dict; values become int (sizes like 16M allowed), bool or str."""
+    """``["name=value", ...]`` -> dict, each value checked before any work: a name from its
+    choices, a bool (true/false, yes/no, 1/0), a byte size for a ``*_bytes`` parameter (16M), else a
+    whole count (``1.5`` is refused, not a buffer of 1 record)."""
     from ..eval.strategies import all_params
+    from ..eval.strategies.base import PARAM_CHOICES, check_choice
     from ..units import parse_size
 
     out = {}
     known = all_params()
+    bools = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
     for item in items:
         if "=" not in item:
             raise UsageError(f"--param {item!r}: expected NAME=VALUE")
         k, v = (s.strip() for s in item.split("=", 1))
         if k not in known:
             raise UsageError(f"--param {k}: no strategy takes it; known: {', '.join(sorted(known))}")
-        if v.lower() in ("true", "yes", "1", "false", "no", "0") and k == "reshuffle_every_epoch":
-            out[k] = v.lower() in ("true", "yes", "1")
-        elif k in ("inner", "permutation", "remainder"):
-            out[k] = v
-        else:
-            out[k] = parse_size(v)
+        try:
+            if k in PARAM_CHOICES:
+                out[k] = check_choice(k, bools.get(v.lower(), v) if True in PARAM_CHOICES[k] else v)
+            elif k.endswith("_bytes"):
+                out[k] = parse_size(v)
+            elif re.fullmatch(r"[0-9]+", v):
+                out[k] = int(v)
+            else:
+                raise UsageError(f"expected a whole number, got {v!r}")
+        except UsageError as e:
+            raise UsageError(f"--param {k}={v}: {e}") from None
     return out
 
 
@@ -149,9 +159,11 @@ def run(args) -> int:
         if out:  # before the epochs are simulated, not after them; never over the dataset's files
             out_dir(out, flag, inputs=None if args.path is None else belonging_to_input(args.path))
     params = parse_params(args.param)
-    for k in ("memory_bytes", "window"):
-        if k in params:
-            raise UsageError(f"--param {k}: set it with --{k.split('_')[0]}")
+    for k, flag in (("memory_bytes", "--memory"), ("window", "--window"), ("group_bytes", "--group-bytes")):
+        if k in params:  # one value for every strategy and metric, sized the same alone or in a sweep
+            raise UsageError(f"--param {k}: set it with {flag}")
+    if args.json and args.plot and os.path.abspath(args.json) == os.path.abspath(args.plot):
+        raise UsageError(f"--json and --plot both name {args.plot}: the plot would replace the results")
     group_bytes = parse_size(args.group_bytes)
     if group_bytes < 1:
         raise UsageError(f"--group-bytes {args.group_bytes!r} must be positive")
@@ -197,12 +209,16 @@ def run(args) -> int:
 
 def _single(source, budget, names, params, window, common) -> dict:
     from ..eval.quality import evaluate
-    from ..eval.quality.frontier import budget_groups
+    from ..eval.quality.frontier import budget_groups, data_size
+    from ..windows import group_span, window_groups
 
     label, m = budget
     params.setdefault("memory_bytes", m)
     # as the frontier sizes it (rounded up): one budget gives one window, alone or among others
-    params.setdefault("window", window if window is not None else budget_groups(m, common["group_bytes"]))
+    size = data_size(source, common.get("record_bytes"))
+    if window is not None:  # a group count, as the Loader takes the spec (printed and in the JSON so)
+        window = window_groups(window, group_span(common["group_bytes"], *size), size[0])
+    params.setdefault("window", window if window is not None else budget_groups(m, common["group_bytes"], *size))
     return evaluate(source, names, params=params, label=label, **common)
 
 
@@ -236,7 +252,9 @@ def _print(res: dict, what: str, sweep: bool, args) -> None:
     order = {s: k for k, s in enumerate(dict.fromkeys(r["strategy"] for r in rows))}
     rows = sorted(rows, key=lambda r: (order[r["strategy"]], r["memory_bytes"] or 0))
     print(format_summary(res, rows, args.markdown))
-    print("columns: " + SUMMARY_HELP + " --wide: every metric.")
+    g = int(cfg["group_bytes"])
+    print("columns: " + SUMMARY_HELP.format(group=f"{g >> 10} KiB" if g % 1024 == 0 else f"{g:,}-byte")
+          + " --wide: every metric.")
 
 
 WIDE_HELP = ("columns: seg@1% = share of file segments seen after 1% of an epoch; labels all = share of the epoch "

@@ -199,27 +199,29 @@ def add_gap_counts(pos, first, second, edges, counts):
 
 
 @njit(cache=True, nogil=True)
-def batch_table_stat(order_a, pos_b, batch_size):
-    """Pearson's statistic of the table N[i, j] = records in batch i of epoch a and batch j of
-    epoch b (batches of ``batch_size`` consecutive positions; pos_b[id] = position in epoch b)
-    against independence: sum_ij N_ij^2 n / (s_i s_j) - n, with s the batch sizes."""
+def batch_table_stat(order_a, pos_b, unit):
+    """Pearson's statistic of the table N[i, j] = records in run i of epoch a and run j of epoch b
+    (runs of ``unit`` consecutive positions, the last one taking the rest: n // unit runs, the last
+    of ``unit`` to ``2 unit - 1``; pos_b[id] = position in epoch b) against independence:
+    sum_ij N_ij^2 n / (s_i s_j) - n, with s the run sizes."""
     n = order_a.shape[0]
-    tmp = np.empty(batch_size, np.int64)
-    last = n - (n - 1) // batch_size * batch_size  # size of the last batch
-    nb = (n + batch_size - 1) // batch_size
+    nb = max(1, n // unit)
+    last = n - (nb - 1) * unit  # size of the last run
+    tmp = np.empty(max(last, unit), np.int64)
     acc = 0.0
-    for lo in range(0, n, batch_size):
-        hi = min(n, lo + batch_size)
+    for i in range(nb):
+        lo = i * unit
+        hi = n if i == nb - 1 else lo + unit
         k = hi - lo
         for t in range(k):
-            tmp[t] = pos_b[order_a[lo + t]] // batch_size
+            tmp[t] = min(pos_b[order_a[lo + t]] // unit, nb - 1)
         s = np.sort(tmp[:k])
         run = 1
         for t in range(1, k + 1):
             if t < k and s[t] == s[t - 1]:
                 run += 1
             else:
-                sj = last if s[t - 1] == nb - 1 else batch_size
+                sj = last if s[t - 1] == nb - 1 else unit
                 acc += run * run * (n / (k * sj))
                 run = 1
     return acc - n

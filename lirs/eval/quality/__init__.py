@@ -22,7 +22,9 @@ expected, under a uniform random permutation):
     ``group_bytes`` group of the file (ideal: the chance two random records share a group).
 (g) uniformity over the epochs, three chi-square tests (p-values), each valid when the epochs
     are independent uniform permutations: ``position_p``, the position of every sampled record
-    binned (each record's position must be uniform over the epoch); ``pair_p``, the gap between
+    binned (each record's position must be uniform over the epoch; records that move together,
+    as a group's, widen the statistic's law by the dependence estimated from the epochs, so the
+    test holds for page/group/window too); ``pair_p``, the gap between
     the positions of file neighbours (2j, 2j+1) in log2 bins against its exact law under a
     uniform permutation, P(|gap| = k) = 2(n-k)/(n(n-1)); ``batch_p``, the table of batch in one
     epoch against batch in the next (Pearson's test of independence, summed over consecutive

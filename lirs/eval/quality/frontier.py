@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...constants import DEFAULT_GROUP_BYTES
 from ...errors import UsageError
 from ...index import Index
+from ...windows import group_span
 from ..strategies import DEFAULT_RECORD_BYTES, STRATEGIES
 from .evaluate import evaluate
 from .metrics import DEFAULT_CLASSES, DEFAULT_EPOCHS, DEFAULT_SEGMENTS
@@ -57,10 +58,19 @@ def _dedup(budgets) -> list:
     return out
 
 
-def budget_groups(memory_bytes: int, group_bytes: int) -> int:
+def budget_groups(memory_bytes: int, group_bytes: int, data_bytes: int = 0, records: int = 0) -> int:
     """The lirs window at a budget: the groups ``memory_bytes`` spans, rounded up (as the Loader
-    rounds a share of the data), so that a budget of the whole data is one window."""
-    return max(1, -(-int(memory_bytes) // int(group_bytes)))
+    rounds a share of the data), so that a budget of the whole data is one window; a group counted
+    at the mean record's bytes where records (``records`` of ``data_bytes``) are larger than
+    ``group_bytes``, as the Loader counts them (:func:`lirs.windows.group_span`)."""
+    return max(1, -(-int(memory_bytes) // group_span(group_bytes, data_bytes, records)))
+
+
+def data_size(source, record_bytes: int | None = None) -> tuple[int, int]:
+    """``(bytes, records)`` of a strategy source: an Index, or a record count of ``record_bytes``."""
+    if isinstance(source, Index):
+        return int(source.payload_bytes), int(source.n)
+    return int(source) * int(record_bytes or DEFAULT_RECORD_BYTES), int(source)
 
 
 def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_size: int = 1024,
@@ -87,15 +97,16 @@ def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, 
     if "window" in params or "memory_bytes" in params:
         raise UsageError("a frontier sets memory_bytes and window itself, from each budget")
     gb = int(params.pop("group_bytes", group_bytes))
+    size = data_size(source, record_bytes)
     bar = Progress(len(budgets) * len(names) * int(epochs), len(budgets) * len(names), progress)
     out = None
     try:
         for label, m in budgets:
-            p = dict(params, memory_bytes=int(m), window=budget_groups(m, gb))
+            p = dict(params, memory_bytes=int(m), window=budget_groups(m, gb, *size))
             res = evaluate(source, names, epochs=epochs, batch_size=batch_size, seed=seed, params=p, segments=segments,
                            group_bytes=gb, classes=classes, record_bytes=record_bytes, progress=bar, label=label)
             if out is None:
-                out = _start(res, names, budgets, gb)
+                out = _start(res, names, budgets, gb, size)
             for r in res["strategies"].values():
                 r.pop("curve_segments", None)
                 r.pop("curve_labels", None)
@@ -107,12 +118,12 @@ def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, 
     return out
 
 
-def _start(res: dict, names, budgets, group_bytes: int) -> dict:
+def _start(res: dict, names, budgets, group_bytes: int, size: tuple) -> dict:
     cfg = dict(res["config"])
     cfg["params"] = {k: v for k, v in cfg["params"].items() if k not in ("memory_bytes", "window")}
     cfg.update(strategies=names, group_bytes=group_bytes,
                budgets=[{"memory": label, "memory_bytes": int(m), "share": int(m) / max(1, cfg["payload_bytes"]),
-                         "window": budget_groups(m, group_bytes)} for label, m in budgets],
+                         "window": budget_groups(m, group_bytes, *size)} for label, m in budgets],
                memory_meaning={s: MEMORY_MEANING.get(s, "memory_bytes = M (see lirs.eval.strategies)") for s in names})
     ideal = {k: v for k, v in res["ideal"].items() if not k.startswith("curve_")}
     return {"config": cfg, "ideal": ideal, "budgets": []}

@@ -18,6 +18,7 @@ DEFAULT_CLASSES = 1000
 MAX_POSITION_SAMPLE = 4096
 MAX_PAIRS = 1 << 18
 MIN_EXPECTED = 5.0   # chi-square cells are merged until each expects this many
+MAX_TRACE_EPOCHS = 100  # epochs the position test's dependence is estimated from (its cost: epochs^2 x records)
 
 
 # --------------------------------------------------------------------------- labels
@@ -172,22 +173,40 @@ def groups_of(index, group_bytes: int) -> np.ndarray:
     return np.repeat(np.arange(len(ufirst) - 1, dtype=np.int64), np.diff(ufirst))
 
 
+def trace_of_square(G: np.ndarray) -> float:
+    """Chen and Qin's (2010) unbiased estimate of tr(S^2), S the covariance of i.i.d. vectors v_1
+    .. v_e (whatever their mean), from their Gram matrix ``G`` float64 (e, e), e >= 4: sums of
+    products of dot products over distinct epochs."""
+    e = len(G)
+    G0 = G - np.diag(np.diag(G))
+    r, s2 = G0.sum(axis=1), (G0 * G0).sum(axis=1)
+    a2 = float(s2.sum())                        # i != j: G_ij^2
+    a3 = float((r * r - s2).sum())              # i, j, k distinct: G_ij G_jk
+    a4 = float(r.sum()) ** 2 - 2 * a2 - 4 * a3  # i, j, k, l distinct: G_ij G_kl
+    return a2 / (e * (e - 1)) - 2 * a3 / (e * (e - 1) * (e - 2)) + a4 / (e * (e - 1) * (e - 2) * (e - 3))
+
+
 class UniformityTest:
     """(g) Chi-square tests that a strategy's orders are independent uniform permutations, fed one
     epoch at a time with :meth:`add`.
 
     ``position``: records ``sample`` (all when n <= max_sample, else ``max_sample`` evenly
     spaced ones), the position of each binned into ``bins`` equal bins (default: epochs // 5,
-    from 2 to 20, so every cell expects at least 5). Statistic sum (N - E p)^2 / (E p) over
-    records and bins, compared with chi-square on records x (bins - 1) degrees of freedom (its
-    mean is exact; dependence between records of one epoch only narrows it).
+    from 2 to 20, so every cell expects at least 5). Statistic T = sum (N - E p)^2 / (E p) over
+    records and bins. Records of one epoch need not move independently (a group's records land
+    together, a window's in one stretch): T is compared with c chi-square(nu) (Satterthwaite),
+    c = tr(S^2) / tr(S) and nu = tr(S)^2 / tr(S^2), S the covariance of one epoch's centred bin
+    indicators over the sampled records: tr(S) = records x (bins - 1) exactly, tr(S^2) estimated
+    from the epochs without bias whatever their mean (Chen and Qin's estimator, on at most
+    ``MAX_TRACE_EPOCHS`` epochs, four at least), and never taken below its value for independent
+    records (then c = 1: chi-square on records x (bins - 1) degrees of freedom).
     ``pairs``: file neighbours (2j, 2j+1) (at most ``max_pairs``, evenly spaced); the gap between
     their positions counted in bins [1, 2), [2, 4), [4, 8), ... and compared with its exact law;
     bins are merged until each expects at least 5.
     ``batch`` (with ``batch_size``): for each pair of consecutive epochs, Pearson's statistic of
     the (batches x batches) table of where records land, against independence, with batches
-    merged into runs of max(batch_size, sqrt(5 n)) positions so that every cell expects at least
-    5; the relative permutation of two independent uniform epochs is uniform, so the statistics
+    merged into runs of max(batch_size, sqrt(5 n)) positions, the last run taking the rest (a
+    short last run's cells would expect almost nothing), so that every cell expects at least 5; the relative permutation of two independent uniform epochs is uniform, so the statistics
     of successive pairs are independent and add up, on (runs - 1)^2 degrees of freedom each.
     """
 
@@ -197,7 +216,7 @@ class UniformityTest:
         self.epochs = int(epochs)
         # batches merged into runs of at least sqrt(5 n) positions, so every cell expects >= 5
         self.unit = min(self.n, max(int(batch_size), math.ceil(math.sqrt(MIN_EXPECTED * self.n)))) if batch_size else 0
-        self.batches = -(-self.n // self.unit) if self.unit else 0
+        self.batches = self.n // self.unit if self.unit else 0  # runs: the last takes the rest
         self.table_stat = 0.0
         self.table_df = 0
         self._prev = None
@@ -207,6 +226,7 @@ class UniformityTest:
         self.sample = (np.arange(self.n, dtype=np.int64) if self.n <= max_sample else
                        np.unique(np.linspace(0, self.n - 1, max_sample).round().astype(np.int64)))
         self.counts = np.zeros((len(self.sample), self.bins), np.int64)
+        self.bins_of: list = []  # each epoch's bin of every sampled record (the first MAX_TRACE_EPOCHS)
         widths = np.bincount(np.arange(self.n, dtype=np.int64) * self.bins // self.n, minlength=self.bins)
         self.p_bins = widths / self.n
         npairs = self.n // 2
@@ -224,6 +244,8 @@ class UniformityTest:
         order = np.ascontiguousarray(order, np.int64)
         pos = inverse_order(order)
         K.add_position_counts(pos, self.sample, self.n, self.bins, self.counts)
+        if len(self.bins_of) < MAX_TRACE_EPOCHS:
+            self.bins_of.append((pos[self.sample] * self.bins // self.n).astype(np.int8))
         K.add_gap_counts(pos, self.first, self.second, self.edges, self.gap_counts)
         if self.batches > 1:
             if self._prev is not None:
@@ -231,6 +253,27 @@ class UniformityTest:
                 self.table_df += (self.batches - 1) ** 2
             self._prev = order
         self.added += 1
+
+    def _position_scale(self) -> tuple[float, float]:
+        """``(c, nu)`` of the position test (see the class docstring): T ~ c chi-square(nu)."""
+        m = len(self.sample)
+        trace = float(m * (self.bins - 1))  # tr(S): E |v|^2 for one record is bins - 1
+        G = self._epoch_gram()
+        tr2 = trace if G is None else max(trace, trace_of_square(G))
+        return tr2 / trace, trace * trace / tr2
+
+    def _epoch_gram(self) -> np.ndarray | None:
+        """float64 (e, e): v_a . v_b of the first epochs' vectors v (centred bin indicators over
+        the sampled records, scaled by 1 / sqrt(p)): sum over records of [same bin] / p - 1. None
+        with fewer than four epochs."""
+        if len(self.bins_of) < 4:
+            return None
+        B = np.stack(self.bins_of)
+        w = 1.0 / self.p_bins[B]  # 1 / p of each epoch's bin of each record
+        G = np.empty((len(B), len(B)))
+        for a in range(len(B)):
+            G[a] = ((B == B[a]) * w[a]).sum(axis=1) - len(self.sample)
+        return G
 
     def _gap_law(self) -> np.ndarray:
         a = self.edges[:-1].astype(np.float64)
@@ -250,8 +293,8 @@ class UniformityTest:
             raise UsageError("no epochs were added to the uniformity test")
         exp = E * self.p_bins[None, :]
         stat = float(((self.counts - exp) ** 2 / exp).sum())
-        df = len(self.sample) * (self.bins - 1)
-        pos_p = float(chi2.sf(stat, df))
+        scale, df = self._position_scale()
+        pos_p = float(chi2.sf(stat / scale, df))
         # pairs: merge bins from the smallest gaps up until each expects MIN_EXPECTED
         law = self._gap_law() * len(self.first) * E
         obs_m, exp_m = [], []
@@ -275,7 +318,7 @@ class UniformityTest:
             pstat, pdf, pair_p = None, 0, None
         batch_p = float(chi2.sf(self.table_stat, self.table_df)) if self.table_df else None
         low = min(p for p in (pos_p, pair_p, batch_p) if p is not None)
-        return {"epochs": E, "position_p": pos_p, "position_stat": stat, "position_df": df,
+        return {"epochs": E, "position_p": pos_p, "position_stat": stat, "position_df": df, "position_scale": scale,
                 "position_bins": self.bins, "position_records": len(self.sample), "pair_p": pair_p,
                 "pair_stat": pstat, "pair_df": pdf, "pairs": len(self.first), "batch_p": batch_p,
                 "batch_stat": self.table_stat if self.table_df else None, "batch_df": self.table_df,

@@ -13,7 +13,7 @@ SUMMARY_COLUMNS = ("strategy", "memory", "RAM", "read x", "in >=64K", "pairs aga
 SUMMARY_HELP = ("memory = the budget M each strategy was given; RAM = what it holds at its peak; read x = bytes "
                 "read per epoch / data; in >=64K = share of those bytes read in reads of at least 64 KiB "
                 "(sequential streams count); pairs again = batch pairs that meet again next epoch and same grp = "
-                "in-batch neighbours from one 64 KiB group, both x a uniform order (ideal 1x); label H = label "
+                "in-batch neighbours from one {group} group, both x a uniform order (ideal 1x); label H = label "
                 "entropy per batch, bits (ideal in the first row).")
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from ...constants import BLOCK, DEFAULT_GROUP_BYTES
 from ...errors import UsageError
 from ...index import Index
+from ...permutation import PERMUTATIONS
 from ...units import format_bytes
 
 DEFAULT_RECORD_BYTES = 360        # kdd-like records when only a count is given
@@ -182,6 +183,18 @@ def check_common(seed, epoch, batch_size) -> None:
         raise UsageError(f"seed and epoch must be >= 0, got seed={seed}, epoch={epoch}")
     if int(batch_size) < 1:
         raise UsageError(f"batch_size must be >= 1, got {batch_size}")
+
+
+#: the parameters whose values are names (the others are counts, or byte sizes when named *_bytes)
+PARAM_CHOICES = {"inner": ("shuffle", "file"), "remainder": ("last", "spread"), "permutation": PERMUTATIONS,
+                 "reshuffle_every_epoch": (True, False)}
+
+
+def check_choice(name: str, value):
+    """``value`` of parameter ``name`` (:data:`PARAM_CHOICES`), or UsageError naming both."""
+    if value not in PARAM_CHOICES[name] or type(value) is not type(PARAM_CHOICES[name][0]):
+        raise UsageError(f"{name} must be one of {', '.join(map(repr, PARAM_CHOICES[name]))}, got {value!r}")
+    return value
 
 
 def positive_param(name: str, value) -> int:

@@ -8,10 +8,9 @@ import numpy as np
 
 from ... import seeds
 from ...constants import BLOCK
-from ...errors import UsageError
 from ..kernels import strategies as K
 from ..reference import bmf_block_order, bmf_blocks, shuffle_buffer_order
-from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, aligned_bytes, budget_bytes, byte_units, check_common,
+from .base import (DEFAULT_RECORD_BYTES, Cost, check_choice, StrategyOrder, aligned_bytes, budget_bytes, byte_units, check_common,
                    fmt, large_read_bytes, median_or_none, positive_param, strategy_result, as_source, unit_sizes, unit_of_record)
 
 
@@ -40,8 +39,7 @@ def bmf(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024, blocks
     
     check_common(seed, epoch, batch_size)
     src = as_source(source, record_bytes)
-    if inner not in ("shuffle", "file"):
-        raise UsageError(f"inner must be 'shuffle' or 'file', got {inner!r}")
+    check_choice("inner", inner)
     M = budget_bytes(src, memory_bytes)
     nb = positive_param("blocks", blocks) if blocks is not None else max(1, -(-src.payload // M))
     nb = min(nb, src.n)

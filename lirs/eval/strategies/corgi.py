@@ -22,9 +22,9 @@ import numpy as np
 
 from ... import seeds
 from ...constants import DEFAULT_GROUP_BYTES
-from ...errors import UsageError
+from ...windows import group_span
 from ..kernels import strategies as K
-from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, aligned_bytes, budget_bytes, byte_units, check_common,
+from .base import (DEFAULT_RECORD_BYTES, Cost, check_choice, StrategyOrder, aligned_bytes, budget_bytes, byte_units, check_common,
                    fmt, large_read_bytes, median_or_none, positive_param, strategy_result, Source, as_source, unit_sizes)
 
 # the Corgi² rewritten file of a source, per (group_bytes, offline_blocks, seed); dropped with it,
@@ -37,7 +37,8 @@ def _buffer_blocks(src: Source, group_bytes: int, buffer_blocks, memory_bytes) -
     """The buffer in blocks: ``buffer_blocks``, or as many whole blocks as ``memory_bytes`` holds."""
     if buffer_blocks is not None:
         return positive_param("buffer_blocks", buffer_blocks)
-    return max(1, budget_bytes(src, memory_bytes) // group_bytes)
+    # a block is a group: of the mean record's bytes where records are larger (lirs.windows.group_span)
+    return max(1, budget_bytes(src, memory_bytes) // group_span(group_bytes, src.payload, src.n))
 
 
 def _pile(first: np.ndarray, nbuf: int, block_order: np.ndarray, key: int, remainder: str = "last"):
@@ -110,8 +111,7 @@ def corgipile(source, *, seed: int = 0, epoch: int = 0, batch_size: int = 1024,
 
 
 def _check_remainder(remainder) -> None:
-    if remainder not in ("last", "spread"):
-        raise UsageError(f"remainder must be 'last' or 'spread', got {remainder!r}")
+    check_choice("remainder", remainder)
 
 
 def _rewritten(src: Source, group_bytes: int, m: int, seed: int):
