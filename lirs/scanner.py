@@ -254,33 +254,34 @@ class VarScanner:
         else:
             self.stats[:2] = mark[:2]
             self._n0, self._qid0, self._next_mark = self.n - int(mark[3]), self.qid_count - int(mark[2]), next_mark
-        carry = np.empty(0, np.uint8)
+        # the pieces of a line not ended yet, joined once when its newline comes (joining them anew
+        # with every chunk copied a long line over and over: a 2 GiB line took minutes)
+        carry: list = []
         carry_base = 0
         for buf, nb, base in read_chunks(path, start, size, self.chunk_bytes, direct=True):
             if base + nb <= skip_to:  # read for the checksums only
                 self.bar.update(nb)
                 continue
             lo = max(0, skip_to - base)
-            if carry.size:
+            if carry:
                 f = K.find_byte(buf, 0, nb, 10)
                 if f < 0:
-                    carry = np.concatenate([carry, buf[:nb]])
+                    carry.append(buf[:nb].copy())  # the buffer is read into again
                     self.bar.update(nb)
                     continue
-                joined = np.concatenate([carry, buf[:f + 1]])
+                joined = np.concatenate([*carry, buf[:f + 1]])
+                carry = []
                 self.scan_region(path, joined, 0, joined.size, carry_base)
                 lo = f + 1
             last = K.rfind_byte(buf, lo, nb, 10)
-            if last < 0:
-                carry = buf[lo:nb].copy()
-                carry_base = base + lo
-            else:
+            cut = lo if last < 0 else last + 1
+            if last >= 0:
                 self.scan_region(path, buf, lo, last + 1, base)
-                carry = buf[last + 1:nb].copy()
-                carry_base = base + last + 1
+            carry, carry_base = ([buf[cut:nb].copy()] if nb > cut else []), base + cut
             self.bar.update(nb)
-        if carry.size:  # last line without a trailing newline: still a record
-            self.scan_region(path, carry, 0, carry.size, carry_base)
+        if carry:  # last line without a trailing newline: still a record
+            joined = np.concatenate(carry)
+            self.scan_region(path, joined, 0, joined.size, carry_base)
         self._line_base = None
         if self.marks is not None:
             self.close_marks(size)

@@ -972,3 +972,33 @@ def test_npy_headers_that_are_none_are_said_so(tmp_path):
     for path, said in cases:
         with pytest.raises(DataError, match=rf"byte 0: not a valid .npy file .*{said}"):
             lirs.build_index(path, progress=False)
+
+
+@pytest.mark.parametrize("fmt,line", [("libsvm", b"# " + b"x" * 200_000 + b"\n"), ("lines", b"y" * 200_000 + b"\n")])
+def test_a_line_of_many_chunks_is_joined_once(tmp_path, monkeypatch, fmt, line):
+    """A line longer than a chunk (a long comment, a big JSON record) was joined anew with every
+    chunk: bytes copied grew with the square of its length (a 2 GiB line took minutes). Its pieces
+    are now joined once, when its newline comes; the records around it are found as before."""
+    import lirs.scanner as S
+
+    copied = []
+
+    class CountingNumpy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def concatenate(parts, *a, **k):
+            out = np.concatenate(parts, *a, **k)
+            copied.append(out.nbytes)
+            return out
+
+    monkeypatch.setattr(S, "np", CountingNumpy())
+    p = tmp_path / ("d.svm" if fmt == "libsvm" else "d.jsonl")
+    head = b"1 1:1\n" if fmt == "libsvm" else b"{}\n"
+    p.write_bytes(head + line + head + line[:-1])  # the last line without its newline
+    idx = lirs.build_index(str(p), format=fmt, progress=False, chunk_bytes=4096)
+    want = [0, len(head)] if fmt == "lines" else [0]
+    want += [len(head) + len(line)] + ([2 * len(head) + len(line)] if fmt == "lines" else [])
+    assert idx.offsets.tolist() == want
+    assert sum(copied) < 3 * len(line), sum(copied)
