@@ -56,6 +56,35 @@ def trusted_mtime(idx, f: int) -> int | None:
     return None
 
 
+def record_labels(idx, moved: dict) -> bool:
+    """Record in ``idx``'s sidecar the verified modification times ``moved`` ({file number:
+    mtime_ns}) of its ``.npy`` files' labels files (``meta["label_files"]``); False where it cannot
+    be rewritten (a read-only mount: each open compares them again) or was rebuilt meanwhile."""
+    from .sidecar import rewrite_header
+
+    entries = [dict(e, fingerprint=dict(e["fingerprint"])) for e in idx.meta.get("label_files") or ()]
+    for f, m in moved.items():
+        if m is not None:
+            entries[f]["fingerprint"]["mtime_ns"] = int(m)
+
+    def update(header):
+        header.setdefault("meta", {})["label_files"] = entries
+        return header
+
+    try:
+        crc = rewrite_header(idx.sidecar, update, idx.header_crc)
+    except OSError as e:
+        if e.errno not in _READ_ONLY:
+            raise
+        log.info("%s cannot be rewritten (%s): its labels files are compared again at every open", idx.sidecar,
+                 e.strerror)
+        return False
+    if crc is None:
+        return False
+    idx.meta["label_files"], idx.header_crc = entries, crc
+    return True
+
+
 def record(idx, moved: dict) -> str:
     """Record the verified modification times ``moved`` ({file number: mtime_ns}) of ``idx``'s
     files: in its sidecar, else in the cache; returns where ("sidecar", "cache" or "nowhere")."""

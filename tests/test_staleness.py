@@ -447,3 +447,29 @@ def test_a_stale_index_in_a_read_only_directory_is_rebuilt_elsewhere(tmp_path):
         assert len(open_index(str(out))) == 3
     finally:
         subprocess.run(["umount", "-l", str(ro)], capture_output=True)  # lazily: a traceback may hold a file open
+
+
+def test_a_touched_labels_file_is_compared_once_and_then_trusted(tmp_path, monkeypatch):
+    """A labels file whose mtime moved (touch, a copy keeping its bytes) was read whole and
+    compared at every open, its new mtime never recorded (gigabytes each time for a large .npy):
+    once found unchanged, its mtime is recorded in the sidecar, as a data file's is. The
+    comparison goes a million labels at a time."""
+    import lirs.freshness as fr
+
+    x, lab = tmp_path / "x.npy", tmp_path / "x.labels.npy"
+    np.save(x, np.zeros((3_000_000, 1), np.uint8))
+    np.save(lab, np.arange(3_000_000, dtype=np.float64) % 7)
+    lirs.build_index(str(x), progress=False)
+    st = os.stat(lab)
+    os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
+    compared, chunks = [], []
+    real_same, real_of = fr._same_labels, lirs.index.Index.labels_of
+    monkeypatch.setattr(fr, "_same_labels", lambda *a: compared.append(1) or real_same(*a))
+    monkeypatch.setattr(lirs.index.Index, "labels_of", lambda self, ids: chunks.append(len(ids)) or real_of(self, ids))
+    assert np.array_equal(open_index(str(x)).labels, np.arange(3_000_000) % 7)
+    assert len(compared) == 1 and max(chunks) <= 1 << 20
+    open_index(str(x))
+    assert len(compared) == 1, "the recorded mtime is trusted at the next open"
+    np.save(lab, (np.arange(3_000_000, dtype=np.float64) % 7)[::-1].copy())  # other labels: still found
+    with pytest.raises(StaleIndexError, match=r"x\.labels\.npy: the labels of .*x\.npy changed since indexing"):
+        open_index(str(x))
