@@ -24,7 +24,7 @@ from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
 from .inputs import absolute, expand_paths, labels_candidates, read_at, resolve_format
 from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
-from .labelcodes import encode_labels
+from .labelcodes import encode_label_parts
 from .npyformat import npy_header
 from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, check_replaceable, relpath, sidecar_path
@@ -256,7 +256,7 @@ def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
     if labels and all(lab is not None for lab in labels):
         # fingerprinted before their values are copied in: a labels file changed since is found at open
         idx.meta["label_files"] = label_entries(label_files, os.path.dirname(os.path.abspath(dest)))
-        idx.label_values, idx.label_codes = encode_labels(np.concatenate([np.asarray(x) for x in labels]))
+        idx.label_values, idx.label_codes = encode_label_parts(labels)
     return write_index(idx, dest)
 
 

@@ -3,16 +3,42 @@ from __future__ import annotations
 
 import numpy as np
 
+MAX_CODED = 65535  # distinct values past which labels are stored whole (float64), not as codes
+_STEP = 1 << 20    # labels converted at a time
+
 
 def encode_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """Compact labels: (values float64, codes of the smallest unsigned dtype) or (labels, None).
     Values are told apart by their bits (-0.0 and 0.0, NaNs of either sign stay as they were, as
     ``labels[i] is values[codes[i]]`` bit for bit) and sorted by value, NaNs last."""
-    labels = np.asarray(labels, np.float64)
-    bits, codes = np.unique(np.ascontiguousarray(labels).view(np.uint64), return_inverse=True)
+    labels = np.asarray(labels)
+    values, codes = encode_label_parts([labels.reshape(-1)])
+    return (values, codes.reshape(labels.shape)) if codes is not None else (values.reshape(labels.shape), None)
+
+
+def encode_label_parts(parts) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`encode_labels` of the labels ``parts`` (1-D arrays of real numbers, memory maps of
+    ``.npy`` labels files) laid end to end, a million at a time: memory goes to the codes (1 or 2
+    bytes a label), not to float64 copies of every label and their sort (57 bytes a label for an
+    index of 20M records); past ``MAX_CODED`` distinct values, the labels whole (float64)."""
+    bits = np.empty(0, np.uint64)
+    for c in _chunks(parts):
+        bits = np.union1d(bits, c)
+        if len(bits) > MAX_CODED:
+            return np.concatenate([np.asarray(p, np.float64) for p in parts]), None
     order = np.lexsort((bits, bits.view(np.float64)))  # by value, then equal values by their bits
-    values, codes = bits.view(np.float64)[order], np.argsort(order)[codes]
-    if len(values) > 65535:
-        return labels, None
-    dt = np.uint8 if len(values) <= 256 else np.uint16
-    return values, codes.astype(dt).reshape(labels.shape)
+    code_of = np.empty(len(bits), np.int64)
+    code_of[order] = np.arange(len(bits))
+    codes = np.empty(sum(len(p) for p in parts), np.uint8 if len(bits) <= 256 else np.uint16)
+    at = 0
+    for c in _chunks(parts):
+        codes[at:at + len(c)] = code_of[np.searchsorted(bits, c)]
+        at += len(c)
+    return bits.view(np.float64)[order], codes
+
+
+def _chunks(parts):
+    """The bits (uint64) of the labels of ``parts`` as float64, ``_STEP`` at a time."""
+    for p in parts:
+        for c in range(0, len(p), _STEP):
+            yield np.ascontiguousarray(np.asarray(p[c:c + _STEP], np.float64)).view(np.uint64)

@@ -1002,3 +1002,29 @@ def test_a_line_of_many_chunks_is_joined_once(tmp_path, monkeypatch, fmt, line):
     want += [len(head) + len(line)] + ([2 * len(head) + len(line)] if fmt == "lines" else [])
     assert idx.offsets.tolist() == want
     assert sum(copied) < 3 * len(line), sum(copied)
+
+
+@pytest.mark.parametrize("distinct", [5, 300, 70_000])
+def test_labels_are_coded_a_chunk_at_a_time_as_they_are_whole(monkeypatch, tmp_path, distinct):
+    """The labels of .npy files are coded a chunk at a time over the files (codes in 1 or 2 bytes
+    a label; past 65535 distinct values, kept whole): the same values and codes as coding their
+    concatenation at once, -0.0 and 0.0 and NaNs of either sign told apart by their bits."""
+    import lirs.labelcodes as LC
+
+    monkeypatch.setattr(LC, "_STEP", 1000)  # chunks that cross the files' bounds
+    rng = np.random.default_rng(distinct)
+    pool = np.concatenate([[-0.0, 0.0, np.nan, -np.nan], rng.normal(size=distinct - 4)])
+    parts = []
+    for k, n in enumerate((2500, 1, 4200 if distinct < 65536 else 300_000)):
+        np.save(tmp_path / f"{k}.npy", pool[rng.integers(0, len(pool), n)])
+        parts.append(np.load(tmp_path / f"{k}.npy", mmap_mode="r"))
+    whole = np.concatenate(parts)
+    values, codes = LC.encode_label_parts(parts)
+    assert (codes is None) == (distinct > 65535)
+    if codes is None:
+        assert values.view(np.uint64).tolist() == whole.view(np.uint64).tolist()
+        return
+    assert codes.dtype == (np.uint8 if len(values) <= 256 else np.uint16)
+    assert values[codes].view(np.uint64).tolist() == whole.view(np.uint64).tolist()
+    bits = np.unique(whole.view(np.uint64))
+    assert values.view(np.uint64).tolist() == bits[np.lexsort((bits, bits.view(np.float64)))].tolist()
