@@ -117,8 +117,8 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
         w.seal(header_for(shell, dest))
         confirm(plan)  # what was kept as unchanged was: checked before the sidecar takes its name
         return w.publish()
-    except BaseException:
-        settle(plan)
+    except BaseException as e:
+        settle(plan, cancel=not isinstance(e, Exception))  # an error: build() asks the checks' answer
         w.abort()
         raise
     finally:

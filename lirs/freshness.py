@@ -53,13 +53,16 @@ def fingerprint(path: str) -> dict:
                 "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path)}
 
 
-def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None) -> tuple[str | None, int | None, int]:
+def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None,
+              full: bool = False) -> tuple[str | None, int | None, int]:
     """Whether ``path`` still holds the data ``expected`` (a :func:`fingerprint`) and ``sums`` (its
     per-MiB CRC-32C, uint32) describe: ``(why not, None, mtime_ns)``, or ``(None, mtime_ns,
     mtime_ns)`` where the file was read whole to decide (its mtime moved: ``touch``, a copy that
     kept the bytes) and the caller should record the new time, or ``(None, None, mtime_ns)`` when
     the cheap check sufficed; the last: the modification time found (-1: no file).
-    ``trusted_mtime``: a modification time already verified (recorded beside a read-only sidecar)."""
+    ``trusted_mtime``: a modification time already verified (recorded beside a read-only sidecar).
+    ``full`` (``lirs index --check``): compared with ``sums`` even where size and mtime match (a
+    same-size edit whose mtime was put back is then found too)."""
     from .content import changed_range, first_changed_block
 
     try:
@@ -71,7 +74,7 @@ def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None)
     if size != old:
         grew = " (it grew: an append is re-indexed by scanning only the tail)" if old is not None and size > old else ""
         return f"its size changed ({old} -> {size}){grew}", None, mtime
-    if mtime in (expected.get("mtime_ns"), trusted_mtime):
+    if mtime in (expected.get("mtime_ns"), trusted_mtime) and not (full and sums is not None):
         with open(path, "rb") as f:
             if _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path) == expected.get("sample_hash"):
                 return None, None, mtime
@@ -81,6 +84,8 @@ def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None)
     block = first_changed_block(path, sums, size)
     if block is not None:
         return f"its content changed at {changed_range(block, size)}", None, mtime
+    if mtime in (expected.get("mtime_ns"), trusted_mtime):
+        return None, None, mtime  # read whole (full): nothing to record
     log.info("%s: modification time changed, every byte checked unchanged; the index is still used", path)
     return None, mtime, mtime
 
@@ -164,12 +169,13 @@ def label_entries(paths, base: str) -> list:
     return [{"relpath": relpath(p, base), "fingerprint": fingerprint(p)} for p in paths]
 
 
-def check_label_files(index) -> None:
+def check_label_files(index, full: bool = False) -> None:
     """Raise StaleIndexError naming the labels file when one beside ``index``'s ``.npy`` data
     (``meta["label_files"]``) is gone or holds other labels than the index took from it (its
     labels are served from the sidecar, so an edit would otherwise go unseen). One whose size or
     mtime moved is read whole and compared, label by label; unchanged (``touch``), its new mtime is
-    recorded in the sidecar where it can be rewritten, so that the next open does not read it again."""
+    recorded in the sidecar where it can be rewritten, so that the next open does not read it again.
+    ``full``: every labels file is compared, whatever its size and mtime."""
     entries = index.meta.get("label_files") or ()
     if index.format == "npy" and not entries and index.label_values is None:
         _no_new_labels(index)
@@ -178,12 +184,14 @@ def check_label_files(index) -> None:
     for f, e in enumerate(entries):
         path = os.path.normpath(os.path.join(base, e["relpath"]))
         why = staleness(path, e["fingerprint"], None)[0]
-        if why is None:
+        if why is None and not full:
             continue
         mtime = _mtime_ns(path)
         if _same_labels(index, f, path):
-            moved[f] = mtime
+            if why is not None:
+                moved[f] = mtime
             continue
+        why = why or "its labels differ, its size and modification time kept"
         why = "it is gone" if why == "the data file is missing" else why.replace("its modification time", "its mtime")
         raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
                               f"serves the old ones: {reindex_advice(index.paths, index.sidecar)}")

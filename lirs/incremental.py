@@ -87,7 +87,7 @@ def _found_change(plan):
     """The first keep of ``plan`` whose running check found a change, or None (waits for the
     checks; a failed check's OSError, naming the file and byte, is raised)."""
     return next((k for k in plan or () if k is not None and k.pending is not None
-                 and k.pending.result() is not None), None)
+                 and not k.pending.cancelled() and k.pending.result() is not None), None)
 
 
 def confirm(plan) -> None:
@@ -103,10 +103,13 @@ def guessed_wrong(plan) -> bool:
     return _found_change(plan) is not None
 
 
-def settle(plan) -> None:
-    """Let the checks of a plan being abandoned end (none reads on after its build failed)."""
+def settle(plan, cancel: bool = True) -> None:
+    """Let the checks of a plan being abandoned end (none reads on after its build failed): those
+    not started yet are cancelled (``cancel``: the build was interrupted), else waited for, as the
+    caller then asks whether the build failed on bytes that changed (:func:`guessed_wrong`: a
+    cancelled check could not say, and asking it raised a bare CancelledError)."""
     for keep in plan or ():
-        if keep is not None and keep.pending is not None and not keep.pending.cancel():
+        if keep is not None and keep.pending is not None and not (cancel and keep.pending.cancel()):
             keep.pending.exception()
 
 

@@ -273,16 +273,17 @@ class Index:
         a = sum(counts[:f])
         return np.asarray(self.marks, np.int64).reshape(-1, 4)[a:a + counts[f]]
 
-    def check_fresh(self, *, record: bool = True) -> list[int]:
+    def check_fresh(self, *, record: bool = True, full: bool = False) -> list[int]:
         """Raise StaleIndexError naming the file and the first changed byte range if any data file
         changed since the index was built. A file whose size and mtime match is checked cheaply
         (16 sampled blocks); one whose mtime moved is read whole and compared with its per-MiB
         checksums: unchanged, its new mtime is recorded (``record``; in the sidecar, or the user's
-        cache where the sidecar is read-only). Labels files: :func:`~lirs.freshness.check_label_files`.
+        cache where the sidecar is read-only). ``full``: every file is read whole (``lirs index --check``).
+        Labels files: :func:`~lirs.freshness.check_label_files`.
         Sets :attr:`checked`; returns the files read whole."""
         moved, seen = {}, []
         for f, (p, fp) in enumerate(zip(self.paths, self.fingerprints)):
-            why, mtime, now = staleness(p, fp, self.file_sums(f), verified.trusted_mtime(self, f))
+            why, mtime, now = staleness(p, fp, self.file_sums(f), verified.trusted_mtime(self, f), full)
             if why:
                 raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
                                       f"{reindex_advice(self.paths, self.sidecar)}")
@@ -290,7 +291,7 @@ class Index:
             seen.append((int(fp["size"]), now))
         if moved and record and self.sidecar:
             verified.record(self, moved)
-        check_label_files(self)  # served from the sidecar: an edit of a labels file is found here
+        check_label_files(self, full)  # served from the sidecar: an edit of a labels file is found here
         self.checked = tuple(seen)  # what an engine opening the files later must find (as_indexed)
         return sorted(moved)
 
@@ -482,11 +483,11 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: b
 
 def revalidate(path: str) -> Index:
     """``lirs index --check``: confirm that the index of ``path`` still describes its data exactly
-    (array checksums; every data file whose size or mtime moved is read whole and compared with
-    its per-MiB checksums) without re-indexing, and record the files' new modification times (in
+    (array checksums; every data file read whole and compared with its per-MiB checksums, even
+    one whose size and mtime match) without re-indexing, and record the files' new modification times (in
     the sidecar, atomically, or in the user's cache where the sidecar is read-only). Raises
     StaleIndexError (naming the first changed byte range) or IndexFormatError when it does not."""
     idx = open_index(path, check=False, mmap=False, verify=True)
-    idx.check_fresh()
+    idx.check_fresh(full=True)
     _check_no_new_files(idx, path)
     return idx

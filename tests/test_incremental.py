@@ -373,3 +373,28 @@ def test_a_file_cut_where_a_record_starts_on_a_block_boundary(tmp_path):
     lirs.build_index(str(p), progress=False)
     os.truncate(p, SUM_BLOCK)
     _same_as_full(str(p))
+
+
+def test_a_failed_append_scan_says_why_while_the_old_bytes_check_waits(tmp_path, monkeypatch):
+    """An append whose new tail fails to scan (a record still being written), while the check of the
+    file's old bytes has not started yet (lirs's one checker thread busy with another build): the
+    check was cancelled, then asked whether the old bytes changed, and the build raised a bare
+    CancelledError. It now waits for the check and raises the scan's error, naming file and byte."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lirs import content
+    from lirs.errors import DataError
+    from lirs.tfrecord import encode
+
+    p = tmp_path / "d.tfrecord"
+    p.write_bytes(encode([bytes([k % 251]) * 300 for k in range(2000)]).tobytes())
+    lirs.build_index(str(p), progress=False)
+    with open(p, "ab") as f:
+        f.write(encode([b"x" * 100]).tobytes()[:50])  # a writer still writing: the last record is cut
+    checker = ThreadPoolExecutor(1)
+    monkeypatch.setattr(content, "_CHECKER", checker)
+    checker.submit(time.sleep, 0.5)  # busy: the build's check waits in the queue
+    with pytest.raises(DataError, match=r"d\.tfrecord: .*record 2000 at byte \d+"):
+        lirs.build_index(str(p), progress=False)
+    checker.shutdown()

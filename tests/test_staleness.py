@@ -473,3 +473,31 @@ def test_a_touched_labels_file_is_compared_once_and_then_trusted(tmp_path, monke
     np.save(lab, (np.arange(3_000_000, dtype=np.float64) % 7)[::-1].copy())  # other labels: still found
     with pytest.raises(StaleIndexError, match=r"x\.labels\.npy: the labels of .*x\.npy changed since indexing"):
         open_index(str(x))
+
+
+def test_the_check_reads_every_file_even_where_size_and_mtime_match(tmp_path, capsys):
+    """A same-size edit whose mtime was put back (os.utime) passes the cheap check of an open, 16
+    sampled blocks (the README says so); `lirs index --check`, which promises an exact answer,
+    said "still matches": it now reads every data file and labels file whole."""
+    p = tmp_path / "d.svm"
+    lines = [f"{1 if i % 3 else -1} {i % 50 + 1}:{i % 7}\n" for i in range(200_000)]
+    p.write_text("".join(lines))
+    lirs.build_index(str(p), progress=False)
+    st = os.stat(p)
+    data = bytearray(p.read_bytes())
+    at = data.index(b"\n-1 ", 1_000_003) + 1
+    data[at:at + 2] = b" 0"  # a label, same size, deep inside a sampled-out block
+    p.write_bytes(bytes(data))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    open_index(str(p))  # the cheap check: size and mtime match, the sampled blocks too
+    assert main(["index", "--check", str(p)]) == 1
+    assert "content changed at" in capsys.readouterr().err
+    x, lab = tmp_path / "x.npy", tmp_path / "x.labels.npy"
+    np.save(x, np.zeros((50, 2), np.float32))
+    np.save(lab, np.arange(50, dtype=np.float64))
+    lirs.build_index(str(x), progress=False)
+    st = os.stat(lab)
+    np.save(lab, np.arange(50, dtype=np.float64)[::-1].copy())
+    os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(["index", "--check", str(x)]) == 1
+    assert "labels of" in capsys.readouterr().err

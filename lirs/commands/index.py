@@ -23,10 +23,11 @@ def add_parser(sub):
     p.add_argument("--json", action="store_true", help="print the index summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--check", action="store_true",
-                   help="do not scan: confirm the existing index still matches its data exactly (a file whose "
-                        "size or modification time moved is read whole and compared with its per-MiB "
-                        "checksums), record the data's new modification time; exit 1 naming the first "
-                        "changed byte range when it does not")
+                   help="do not scan: confirm the existing index still matches its data exactly (every data "
+                        "file read whole and compared with its per-MiB checksums, and every .npy labels file "
+                        "with its labels, even where size and modification time match: an edit whose mtime "
+                        "was put back is found), record the data's new modification time; exit 1 naming the "
+                        "first changed byte range when it does not")
     p.add_argument("--full", action="store_true",
                    help="scan everything again (default: reuse the existing index for unchanged files and "
                         "scan a changed file from its first changed MiB, an appended one from its old end)")
