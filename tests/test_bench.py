@@ -1217,3 +1217,20 @@ def test_bench_workers_start_no_compile_helpers_and_the_buffer_warms_its_kernel(
     sb.index = None
     sb.warm()
     assert called
+
+
+def test_run_bench_leaves_a_callers_sigterm_handler(kdd_tiny, monkeypatch, tmp_path):
+    """Under the CLI, whose SIGTERM handler makes the command say "terminated" and exit 143, the
+    benchmark put its own in place: a killed `lirs bench` exited 130, "interrupted"."""
+    import signal
+
+    mine = lambda signum, frame: None  # noqa: E731
+    seen = []
+    monkeypatch.setattr(B.run._Bench, "device", lambda self, res, dev, n: seen.append(signal.getsignal(signal.SIGTERM)))
+    old = signal.signal(signal.SIGTERM, mine)
+    try:
+        B.run_bench(kdd_tiny, granularities=["group"], peers="none", budget_s=1, fio=False, workdir=str(tmp_path),
+                    progress=False)
+        assert seen == [mine] and signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, old)

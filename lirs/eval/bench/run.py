@@ -314,8 +314,9 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
                              reads_only, index.payload_bytes)) + len(peer_list)
     bar = tqdm(total=n_cfg * len(devices), unit="config", disable=not show, leave=False)
     old_term = None
-    if threading.current_thread() is threading.main_thread():
-        old_term = signal.signal(signal.SIGTERM, interrupt)  # SIGTERM cleans up like Ctrl-C
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        # SIGTERM cleans up like Ctrl-C (a caller's handler is left: the CLI's says "terminated", exits 143)
+        old_term = signal.signal(signal.SIGTERM, interrupt)
     tmp = tempfile.mkdtemp(prefix=f"{BENCH_SCRATCH}{os.getpid()}-", dir=workdir)  # the peers' copies too
     try:
         bench = _Bench(index, index_s, settings, explicit=explicit, workdir=tmp, cg_reason=cg_reason,
