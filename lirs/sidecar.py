@@ -40,9 +40,13 @@ SIDECAR_SUFFIX = ".lirs"
 
 def belonging(path: str) -> dict:
     """The files that belong to the input ``path`` (whether they exist or not), each with what it
-    is: the data, its index, its labels files. An output written over one would be taken for it."""
+    is: the data, its index, its labels files, the granularity `lirs bench --auto` saved for it. An
+    output written over one would be taken for it."""
+    from .recommendation import RECOMMENDATION_SUFFIX
+
     path = os.fspath(path)
-    return {path: "the data", sidecar_path(path): "the index", **{c: "the labels file" for c in labels_candidates(path)}}
+    return {path: "the data", sidecar_path(path): "the index", **{c: "the labels file" for c in labels_candidates(path)},
+            sidecar_path(path) + RECOMMENDATION_SUFFIX: "the bench recommendation (lirs bench --auto)"}
 
 
 def belonging_to(inputs) -> dict:

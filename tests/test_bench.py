@@ -856,6 +856,7 @@ def test_cli_arguments_are_checked_before_the_benchmark_runs(kdd_tiny, tmp_path,
     data, side = open(p, "rb").read(), open(p + ".lirs", "rb").read()
     os.link(p, tmp_path / "same.json")  # the data under another name
     for extra, said in ((["--json", p], "is the data of the input"), (["--json", str(tmp_path / "same.json")], "is the data"), (["--json", p + ".lirs"], "is the index"),
+                        (["--json", p + ".lirs.bench.json"], "is the bench recommendation"),
                         (["--plot", p], "is the data"), (["--json", str(tmp_path / "no" / "r.json")], "does not exist"),
                         (["--plot", str(tmp_path / "p")], "name it OUT.png"), (["--budget", "nan"], "--budget"),
                         (["--fio-runtime", "inf"], "--fio-runtime"), (["--prefetch", "0"], "--prefetch"),
