@@ -60,7 +60,7 @@ from .freshness import check_identity, identity
 from .loader import Loader
 from .arena import install
 from .passtimes import begun, timed_main
-from .api import known_keywords, positive_int, whole
+from .api import known_keywords, maybe_bool, positive_int, whole
 from .policies import DEFAULT_GRANULARITY, POLICIES
 from .recommendation import check_granularity
 from .state import ResumeState, states_of
@@ -489,7 +489,9 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     kw = {k: v for k, v in (("prefetch_factor", None if prefetch_factor is None else int(prefetch_factor)),
                             ("multiprocessing_context", multiprocessing_context), ("worker_init_fn", worker_init_fn),
                             ("timeout", timeout or None)) if v is not None and num_workers > 0}
-    dl = LirsDataLoader(ds, batch_size=None, num_workers=whole("num_workers", num_workers), pin_memory=pin_memory,
+    pin_memory, persistent_workers = (maybe_bool(k, v) for k, v in (("pin_memory", pin_memory),  # "no" is true
+                                                                     ("persistent_workers", persistent_workers)))
+    dl = LirsDataLoader(ds, batch_size=None, num_workers=whole("num_workers", num_workers), pin_memory=bool(pin_memory),
                         persistent_workers=bool(persistent_workers) and num_workers > 0, **kw)
     dl.device = dev
     return dl

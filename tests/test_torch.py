@@ -1794,3 +1794,15 @@ def test_a_torch_dtype_for_the_values_is_refused_when_the_dataset_is_made(small_
     for make in (LirsIterableDataset, make_dataloader):
         with pytest.raises(lirs.errors.UsageError, match=r"dtype must be a numpy dtype.*torch\.float16.*np\.float32"):
             make(small_svm, 10, dtype=torch.float16)
+
+
+def test_make_dataloader_takes_bools_for_its_switches(small_svm):
+    """persistent_workers="no" turned persistence on (a non-empty string is true), pin_memory="yes"
+    pinned: a switch is True, False (numpy's bools too), or refused naming it."""
+    from lirs.torch import make_dataloader
+
+    for k, v in (("persistent_workers", "no"), ("pin_memory", "yes"), ("pin_memory", 1)):
+        with pytest.raises(lirs.errors.UsageError, match=f"{k} must be True, False or None"):
+            make_dataloader(small_svm, 10, num_workers=1, **{k: v})
+    dl = make_dataloader(small_svm, 10, num_workers=1, persistent_workers=np.False_)
+    assert dl.persistent_workers is False
