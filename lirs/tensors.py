@@ -130,8 +130,11 @@ def pack_into(host: np.ndarray, ts, spans) -> None:
     """Copy CPU tensors ``ts`` into the uint8 array ``host`` at their ``spans`` (:func:`pack_spans`)."""
     for t, (a, nb, _, _) in zip(ts, spans):
         if nb:
-            # as bytes: numpy has no bfloat16 (nor torch's other dtypes of its own)
-            host[a:a + nb] = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+            try:
+                b = t.contiguous().numpy()
+            except TypeError:  # bfloat16, and torch's other dtypes numpy has not: their bytes
+                b = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+            host[a:a + nb] = b.reshape(-1).view(np.uint8)
 
 
 _TORCH_DTYPES: dict = {}
