@@ -304,7 +304,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
             raise UsageError("several data files form one dataset: name its sidecar with -o NAME.lirs")
     if not out.endswith(".lirs"):
         raise UsageError(f"sidecar name must end in .lirs: {out}")
-    out_dir(out, "the index")
+    out_dir(out, "the index", writable=False)  # a read-only directory: the error names -o (firstuse)
     check_replaceable(out)  # before the scan, and before an old index there is looked at
     where = directory_meta(paths, out)
     t0 = time.perf_counter()

@@ -92,11 +92,17 @@ def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None,
 
 def identity(index) -> int:
     """A CRC-32 of what an index serves: where its records lie (:func:`layout_crc`), its
-    per-MiB checksums of the data and its ``meta`` (labels files' fingerprints included); unchanged
-    by a header rewritten to record a checked mtime. 0 for an index without a sidecar."""
+    per-MiB checksums of the data and its ``meta`` (labels files' fingerprints included, but their
+    mtimes); unchanged by a header rewritten to record a checked mtime, a data file's or a labels
+    file's (a spawned worker reopening the index after a ``touch`` took it for another). 0 for an
+    index without a sidecar."""
     if not index.layout:
         return 0
-    key = json.dumps([index.layout, index.meta], sort_keys=True, default=str).encode()
+    meta = dict(index.meta)
+    if meta.get("label_files"):
+        meta["label_files"] = [dict(e, fingerprint={k: v for k, v in e["fingerprint"].items() if k != "mtime_ns"})
+                               for e in meta["label_files"]]
+    key = json.dumps([index.layout, meta], sort_keys=True, default=str).encode()
     return zlib.crc32(b"" if index.sums is None else np.ascontiguousarray(index.sums).tobytes(), zlib.crc32(key)) or 1
 
 

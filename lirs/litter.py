@@ -24,10 +24,11 @@ from .inputs import absolute
 log = logging.getLogger("lirs.litter")
 
 
-def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = None) -> str:
+def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = None, writable: bool = True) -> str:
     """The absolute directory ``path`` (an output about to be written to a temporary name and
     renamed over ``path``) goes in. UsageError naming ``what`` (the option, e.g. "-o") before any
-    work when that directory does not exist or is not writable, or when ``path`` exists and is not
+    work when that directory does not exist or is not writable (``writable``: an index's caller
+    names the way out itself), or when ``path`` exists and is not
     a regular file: a directory (unless ``directory_ok``), or a device, FIFO or socket, which the rename would replace
     (``-o /dev/null`` run as root would leave /dev/null a regular file), or one of ``inputs``
     ({path: what it is}, :func:`lirs.sidecar.belonging`: ``--json DATA`` replaced the data)."""
@@ -38,7 +39,7 @@ def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = N
     d = os.path.dirname(absolute(p))
     if not os.path.isdir(d):
         raise UsageError(f"{what} {p}: its directory {d} does not exist")
-    if not os.access(d, os.W_OK | os.X_OK):  # else known only when written, after the work
+    if writable and not os.access(d, os.W_OK | os.X_OK):  # else known only when written, after the work
         raise UsageError(f"{what} {p}: its directory {d} is not writable")
     if os.path.isdir(p):
         if not directory_ok:
