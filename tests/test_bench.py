@@ -1235,3 +1235,25 @@ def test_run_bench_leaves_a_callers_sigterm_handler(kdd_tiny, monkeypatch, tmp_p
         assert seen == [mine] and signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def test_a_groups_counters_that_appear_with_its_first_read_count_from_zero(monkeypatch):
+    """An uncapped group's line for the disk appears with its first read: none before the measure
+    is none read (the row took the loader's counts, while another row of the same run had the
+    group's); none after it either is no count (the loader's)."""
+    from lirs.eval.bench import measure as M
+
+    seen = iter([None, {"reads": 70, "bytes": 286720}, None, None])
+    monkeypatch.setattr(M, "_group_stats", lambda task: next(seen))
+    m = B.measure_task(_SlowRunner(100, 0.0), {"budget_s": 1, "epochs": 1}, 100, 1.0, None)
+    assert (m["io_source"], m["reads"], m["bytes_read"]) == ("cgroup", 70, 286720)
+    m = B.measure_task(_SlowRunner(100, 0.0), {"budget_s": 1, "epochs": 1}, 100, 1.0, None)
+    assert m["io_source"] == "loader" and m["reads"] == m["loader_reads"]
+
+
+def test_bench_window_configs_count_large_records_as_the_loader_does():
+    from lirs.eval.bench.configs import lirs_configs
+
+    big = lirs_configs(["window"], [65536], "1M", data_bytes=100 * (128 << 10), records=100)
+    small = lirs_configs(["window"], [65536], "1M", data_bytes=100_000 * 300, records=100_000)
+    assert big[0].window == 8 and small[0].window == 16

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ...windows import window_groups
+from ...windows import group_span, window_groups
 from ..fio import IOPS_QDS, figure
 from ..peers import BOUNDS
 from ...policies import POLICIES
@@ -63,13 +63,15 @@ def envelope_group_bytes(fio: dict | None, minimum: int = MIN_AUTO_GROUP, maximu
     return g
 
 
-def lirs_configs(granularities, group_sizes, window, reads_only=(), data_bytes: int = 0) -> list[Config]:
+def lirs_configs(granularities, group_sizes, window, reads_only=(), data_bytes: int = 0,
+                 records: int = 0) -> list[Config]:
     """Configs of the lirs granularities; group and window once per group size in ``group_sizes``;
     each granularity of ``reads_only`` once more as a reads-only run (its first group size).
     ``window`` is a Loader window spec (group count, ``"64M"``, ``"5%"`` of ``data_bytes``); a
-    config holds its group count."""
+    config holds its group count, a group counted as the Loader counts it (of ``records`` records:
+    :func:`lirs.windows.group_span`)."""
     def groups(gb):
-        return window_groups(window, int(gb), data_bytes)
+        return window_groups(window, group_span(int(gb), data_bytes, records), data_bytes)
 
     out = []
     for g in granularities:
@@ -140,7 +142,8 @@ def add_ratios(row: dict, fio: dict | None) -> None:
 
 
 
-def bench_configs(granularities, sizes, window, peer_list, fres, reads_only=(), data_bytes: int = 0) -> list[Config]:
+def bench_configs(granularities, sizes, window, peer_list, fres, reads_only=(), data_bytes: int = 0,
+                  records: int = 0) -> list[Config]:
     gs = []
     for s in sizes:
         if s == "auto":
@@ -151,4 +154,5 @@ def bench_configs(granularities, sizes, window, peer_list, fres, reads_only=(), 
             gs.append(s)
     if not gs:
         gs = [65536]
-    return lirs_configs(granularities, gs, window, reads_only, data_bytes) + [Config("peer", peer=p) for p in peer_list]
+    return lirs_configs(granularities, gs, window, reads_only, data_bytes, records) + \
+        [Config("peer", peer=p) for p in peer_list]

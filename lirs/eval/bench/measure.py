@@ -208,7 +208,8 @@ def measure_task(runner, task, n, frac, evict_paths) -> dict:
     loader_reads = None if runner.reads is None else runner.reads - (r0 or 0)
     loader_bytes = None if runner.bytes_read is None else runner.bytes_read - (b0 or 0)
     payload = runner.payload - (p0 or 0)
-    if cg0 is not None and cg1 is not None:
+    if cg1 is not None:  # the group's disk line comes with its first read: none before is none read
+        cg0 = cg0 or {"reads": 0, "bytes": 0}
         reads, nbytes, src = cg1["reads"] - cg0["reads"], cg1["bytes"] - cg0["bytes"], "cgroup"
     else:
         reads, nbytes, src = loader_reads, loader_bytes, "loader" if loader_reads is not None else None

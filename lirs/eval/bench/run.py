@@ -159,7 +159,7 @@ class _Bench:
     def configs(self, fres) -> list[Config]:
         s = self.s
         return bench_configs(s["granularities"], s["group_bytes"], s["window"], s["peers"], fres, s["reads_only"],
-                        self.index.payload_bytes)
+                             self.index.payload_bytes, self.index.n)
 
     def device(self, res: dict, dev: str, n_cfg: int) -> None:
         """fio and every configuration in the envelope of ``dev``; rows appended to ``res``."""
@@ -311,7 +311,7 @@ def run_bench(path: str, *, devices=("nvme",), granularities=GRANULARITIES, grou
                 "tie_tolerance": TIE_TOLERANCE}
     res = _result(index, index_s, command, settings, disk, notes)
     n_cfg = len(lirs_configs(granularities, [s for s in sizes if s != "auto"] or [DEFAULT_GROUP_BYTES], window,
-                             reads_only, index.payload_bytes)) + len(peer_list)
+                             reads_only, index.payload_bytes, index.n)) + len(peer_list)
     bar = tqdm(total=n_cfg * len(devices), unit="config", disable=not show, leave=False)
     old_term = None
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
