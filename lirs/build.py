@@ -10,7 +10,6 @@ the page cache.
 """
 from __future__ import annotations
 
-import io
 import logging
 import os
 import tempfile
@@ -22,7 +21,7 @@ import numpy as np
 from .api import whole
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
-from .inputs import absolute, expand_paths, labels_candidates, read_at, resolve_format
+from .inputs import absolute, expand_paths, labels_candidates, npy_array, resolve_format
 from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
 from .labelcodes import encode_label_parts
 from .npyformat import npy_header
@@ -186,12 +185,7 @@ def labels_for_npy(path: str, n: int, *, numbers: bool = True):
     if cand is None:
         return None
     try:
-        try:
-            lab = np.load(cand, mmap_mode="r")
-        except OSError:
-            # where it cannot map (ENODEV on some FUSE and network filesystems), or an I/O error
-            # numpy's read does not place: read by pread, whose errors name the file and the byte
-            lab = np.load(io.BytesIO(read_at(cand)))
+        lab = npy_array(cand)
     except (ValueError, EOFError) as e:  # a corrupt header, pickled objects
         raise DataError(f"{cand}: not a .npy array of labels ({e}); expected one label a record of {path}") from None
     if not isinstance(lab, np.ndarray) or lab.ndim == 0 or numbers and (lab.ndim != 1 or lab.dtype.kind not in "biuf"):

@@ -17,7 +17,7 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import StaleIndexError
-from .inputs import labels_candidates, pread_full
+from .inputs import labels_candidates, npy_array, pread_full
 from .sidecar import SIDECAR_SUFFIX, relpath
 
 log = logging.getLogger("lirs.index")
@@ -228,8 +228,8 @@ def _same_labels(index, f: int, path: str) -> bool:
     """Whether the labels file ``path`` holds exactly the labels ``index`` has for file ``f``, compared
     a million at a time (whole float64 copies of both took 24 bytes a record: gigabytes)."""
     try:
-        now = np.load(path, mmap_mode="r")
-    except (OSError, ValueError, EOFError):
+        now = npy_array(path)
+    except (FileNotFoundError, ValueError, EOFError):  # gone or not labels; an I/O error names its byte
         return False
     a, b = int(index.file_starts[f]), int(index.file_starts[f + 1])
     if now.shape != (b - a,):

@@ -299,6 +299,7 @@ def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tm
                       (["--param", "buffer_records=1.5"], "--param buffer_records=1.5: expected a whole number"),
                       (["--param", "reshuffle_every_epoch=2"], "reshuffle_every_epoch must be one of True, False"),
                       (["--param", "group_bytes=8K"], "--param group_bytes: set it with --group-bytes"),
+                      (["--param", "piles=0"], "--param piles=0: expected a positive number"),
                       (["--json", str(tmp_path / "r"), "--plot", str(tmp_path / "r")], "plot would replace")):
         if bad[0] == "--json":
             bad[-1] += ".png"

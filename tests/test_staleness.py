@@ -502,3 +502,25 @@ def test_the_check_reads_every_file_even_where_size_and_mtime_match(tmp_path, ca
     os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert main(["index", "--check", str(x)]) == 1
     assert "labels of" in capsys.readouterr().err
+
+
+def test_the_check_compares_labels_a_filesystem_cannot_map(tmp_path, monkeypatch, capsys):
+    """Where a labels file cannot be memory-mapped (ENODEV: some FUSE and network filesystems), it
+    is read by pread and compared: `lirs index --check` said its unchanged labels differed."""
+    import errno
+
+    x, lab = tmp_path / "x.npy", tmp_path / "x.labels.npy"
+    np.save(x, np.zeros((40, 2), np.float32))
+    np.save(lab, np.arange(40, dtype=np.float64))
+    lirs.build_index(str(x), progress=False)
+    real = np.load
+
+    def no_map(path, *a, mmap_mode=None, **k):
+        if mmap_mode and str(path).endswith(".labels.npy"):
+            raise OSError(errno.ENODEV, "No such device", str(path))
+        return real(path, *a, mmap_mode=mmap_mode, **k)
+
+    monkeypatch.setattr(np, "load", no_map)
+    assert main(["index", "--check", str(x)]) == 0, capsys.readouterr().err
+    np.save(lab, np.arange(40, dtype=np.float64)[::-1].copy())
+    assert main(["index", "--check", str(x)]) == 1 and "labels of" in capsys.readouterr().err

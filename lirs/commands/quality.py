@@ -87,6 +87,8 @@ def parse_params(items) -> dict:
                 out[k] = int(v)
             else:
                 raise UsageError(f"expected a whole number, got {v!r}")
+            if k not in PARAM_CHOICES and out[k] < 1:
+                raise UsageError(f"expected a positive number, got {v!r}")
         except UsageError as e:
             raise UsageError(f"--param {k}={v}: {e}") from None
     return out
