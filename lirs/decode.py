@@ -297,7 +297,7 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
     qid : int64 (number of records with a qid,), only when ``query_id`` (as sklearn: the qids of
         the records that have one, in file order)
     """
-    zero_based = check_zero_based(zero_based)
+    zero_based, dtype = check_zero_based(zero_based), check_dtype(dtype)
     if n_features is not None:
         n_features = check_n_features(n_features)
     path = os.fspath(path)

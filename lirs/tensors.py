@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .decode import check_dtype
+from .decode import check_dtype, check_zero_based
 from .errors import UsageError
 from .kernels import pack as KP
 
@@ -269,14 +269,23 @@ OUTPUTS = ("dict", "tuple")
 SPARSE = ("csr", "coo", "dense")
 
 
-def check_outputs(sparse, output, dtype) -> None:
-    """UsageError for a ``sparse`` or ``output`` the torch adapter has not, or a Loader ``dtype``
-    no batch holds (:func:`lirs.decode.check_dtype`): now, not at the first pass in a worker."""
+def check_outputs(sparse, output, dtype, zero_based="auto") -> None:
+    """UsageError for a ``sparse`` or ``output`` the torch adapter has not, a Loader ``dtype`` no
+    batch holds (:func:`lirs.decode.check_dtype`) or no tensor does (not native, long double), a
+    ``zero_based`` that is no bool: now, not at the first pass in a worker."""
     if sparse not in SPARSE:
         raise UsageError(f"sparse must be one of {SPARSE}, got {sparse!r}")
     if output not in OUTPUTS:
         raise UsageError(f"output must be one of {OUTPUTS}, got {output!r}")
-    check_dtype(dtype)
+    dt = check_dtype(dtype)
+    try:
+        if not dt.isnative:
+            raise TypeError
+        torch_dtype(dt)
+    except TypeError:
+        raise UsageError(f"dtype {dtype!r}: no torch tensor holds it; give a native one torch has (np.float32, "
+                         f"'float64', ...)") from None
+    check_zero_based(zero_based)
 
 
 def check_label_dtype(label_dtype) -> torch.dtype:

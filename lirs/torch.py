@@ -115,7 +115,7 @@ class LirsIterableDataset(tud.IterableDataset):
                  label_dtype=torch.float32, rank: int | None = None, world_size: int | None = None,
                  epoch: int = 0, transform=None, **loader_kwargs):
         super().__init__()
-        check_outputs(sparse, output, loader_kwargs.get("dtype", np.float32))
+        check_outputs(sparse, output, loader_kwargs.get("dtype", np.float32), loader_kwargs.get("zero_based", "auto"))
         known_keywords(Loader.__init__, loader_kwargs, "LirsIterableDataset")  # now, not at the first pass
         check_granularity(loader_kwargs.get("granularity", DEFAULT_GRANULARITY))
         if transform is not None and not callable(transform):

@@ -1094,5 +1094,7 @@ def test_a_loader_dtype_no_value_holds_is_refused_naming_it(tmp_path, bad):
     lirs.build_index(str(p), progress=False)
     with pytest.raises(UsageError, match="dtype must be a numpy dtype of numbers"):
         lirs.Loader(str(p), 1, dtype=bad)
+    with pytest.raises(UsageError, match="dtype must be a numpy dtype of numbers"):
+        load_svmlight(p, dtype=bad)
     with lirs.Loader(str(p), 1, dtype=np.int16) as L:  # a number dtype: cast as sklearn does
         assert next(iter(L.epoch(0))).X.dtype == np.int16

@@ -1794,6 +1794,11 @@ def test_a_torch_dtype_for_the_values_is_refused_when_the_dataset_is_made(small_
     for make in (LirsIterableDataset, make_dataloader):
         with pytest.raises(lirs.errors.UsageError, match=r"dtype must be a numpy dtype.*torch\.float16.*np\.float32"):
             make(small_svm, 10, dtype=torch.float16)
+        for bad in (">f8", np.longdouble):  # numbers, but no tensor holds them
+            with pytest.raises(lirs.errors.UsageError, match="no torch tensor holds it"):
+                make(small_svm, 10, dtype=bad)
+        with pytest.raises(lirs.errors.UsageError, match="zero_based must be True, False or 'auto'"):
+            make(small_svm, 10, zero_based=1)
 
 
 def test_make_dataloader_takes_bools_for_its_switches(small_svm):
