@@ -154,8 +154,8 @@ class Loader:
         self.group_bytes = whole("group_bytes", gb)
         window = DEFAULT_WINDOW if window is None else window
         # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
-        self.window = window_groups(window, group_span(max(self.group_bytes, BLOCK), self.index.payload_bytes,
-                                                       self.index.n), self.index.payload_bytes)
+        span = group_span(max(self.group_bytes, BLOCK), self.index.payload_bytes, self.index.n)  # a group's bytes
+        self.window = window_groups(window, span, self.index.payload_bytes)
         self.seed, self.rank, self.world_size = (whole(k, v, None) for k, v in (("seed", seed), ("rank", rank),
                                                                                 ("world_size", world_size)))
         self.drop_last, self.permutation = check_drop_last(self.index.n, self.batch_size, self.world_size,
@@ -174,10 +174,10 @@ class Loader:
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, BLOCK, permutation)
         if self.world_size > 1 and self.rank == 0 and POLICIES[granularity].uses_window and (x := rank_reads(
-                self.window, self.group_bytes, self.index.payload_bytes, self.world_size)) > 1.5:
+                self.window, span, self.index.payload_bytes, self.world_size)) > 1.5:
             log.warning("with %d ranks and windows of %s, each rank reads up to %.1fx its share of the data; a window of "
                         "a quarter of the share or less keeps it near 1x (window=)", self.world_size,
-                        format_bytes(self.window * self.group_bytes), x)
+                        format_bytes(self.window * span), x)
         self.stats = LoaderStats()
         self._cfg = self._make_config()
         self._pos = ResumeState()  # where the consumer is (epoch None: nothing delivered yet)

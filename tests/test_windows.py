@@ -500,7 +500,7 @@ def test_rank_zero_is_told_when_windows_make_each_rank_read_more_than_its_share(
         assert ("each rank reads up to 3.0x its share" in caplog.text) == warned, (rank, world, window)
 
 
-def test_a_window_budget_counts_records_larger_than_a_group_at_their_size(tmp_path):
+def test_a_window_budget_counts_records_larger_than_a_group_at_their_size(tmp_path, caplog):
     """Records larger than a group are each a group of their own: a "64K" window of 16 KiB records
     over 4 KiB groups is 4 groups (64 KiB held), not 16 (256 KiB); the quality tool's frontier and
     CorgiPile's blocks count them so too. Small records keep the group's bytes."""
@@ -511,6 +511,10 @@ def test_a_window_budget_counts_records_larger_than_a_group_at_their_size(tmp_pa
         assert L.window == 4
         assert sorted(np.concatenate([b.ids for b in L.epoch(0)])) == list(range(32))
     assert plan_epoch(idx, 4, granularity="window", group_bytes=4096, window="64K").window == 4
+    import logging
+    with caplog.at_level(logging.WARNING, logger="lirs"):  # the ranks warning counts the same bytes
+        lirs.Loader(idx, 4, granularity="window", group_bytes=4096, window="64K", world_size=8).close()
+    assert "windows of 65.5 KB" in caplog.text
     from lirs.eval.quality.frontier import budget_groups
     from lirs.eval.strategies.base import as_source
     from lirs.eval.strategies.corgi import _buffer_blocks

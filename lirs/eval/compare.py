@@ -25,6 +25,7 @@ from .reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buff
 from .spans import Ahead, Records, SpanReader, records_per_run, run_ranges, write_blocks
 from .train import LinearSVM, as_pm1, reference_objective, relative_difference
 from ..policies import POLICIES
+from ..windows import group_span
 
 LIRS_METHODS = ("lirs-instance", "lirs-page", "lirs-group", "lirs-window")
 BASELINES = ("bmf", "shuffle_buffer", "sequential")
@@ -171,14 +172,15 @@ def _run_lirs(run: _Run, rec, svm, gran, index_s, group_bytes, window, nf, zb):
         plan_bytes = last_plan.nbytes
         in_flight = steps_in_flight(last_plan, run.prefetch, windows=windows_in_flight(ld.engine.direct, usable_cores()))
         # a window holds at most the data's groups (a small file's default window is larger than it)
-        window = min(int(ld.window), -(-index.payload_bytes // int(ld.group_bytes)))
+        span = group_span(int(ld.group_bytes), index.payload_bytes, n)  # a group's bytes, as the Loader counts them
+        window = min(int(ld.window), -(-index.payload_bytes // span))
         rec["loader"] = {"granularity": gran, "group_bytes": int(ld.group_bytes), "window": window}
     idx_bytes = index.index_bytes()  # compact offsets + label codes
     # a window is read once and feeds several batches: it is the unit held in memory; no step holds
     # more than the data, and no more steps are in flight than an epoch has
     step = min(run.batch_size * run.mean_rec, index.payload_bytes)
     if POLICIES[gran].uses_window:
-        step = max(step, min(window * int(ld.group_bytes), index.payload_bytes))
+        step = max(step, min(window * span, index.payload_bytes))
     in_flight = min(in_flight, max(1, math.ceil(index.payload_bytes / max(step, 1))))
     rec["memory_bytes"] = int(idx_bytes + plan_bytes + in_flight * step *
                               (rec["per_epoch"][-1]["amplification"] or 1.0))

@@ -12,6 +12,7 @@ from ...constants import DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH
 from ...cores import usable_cores
 from ...policies import steps_in_flight, windows_in_flight
 from ...plan import plan_epoch
+from ...windows import group_span
 from ..kernels import strategies as K
 from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, budget_bytes, byte_units,
                    check_common, count_units, index_of, large_read_bytes, median_or_none, positive_param, strategy_result, rewrite_cost,
@@ -110,7 +111,7 @@ def lirs_strategy(granularity: str):
         pol = POLICIES[granularity]
         if pol.uses_window:
             params = {"group_bytes": int(group_bytes), "window": int(plan.window),
-                      "window_bytes": int(plan.window) * int(group_bytes)}
+                      "window_bytes": int(plan.window) * group_span(int(group_bytes), src.payload, src.n)}
         elif pol.uses_group_bytes:
             params = {"group_bytes": int(group_bytes)}
 
