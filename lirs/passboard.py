@@ -99,6 +99,19 @@ def _board_copy(data: bytes, unshared: str | None = None) -> PassBoard:
     return b
 
 
+def delivering(ds, batches):
+    """``batches`` of one pass of the dataset ``ds`` (a :class:`lirs.torch.LirsIterableDataset`),
+    ``ds.in_pass`` set meanwhile: a ``set_epoch`` then chooses the next pass and leaves this one's
+    position (a state taken before its next batch named the new epoch, and skipped the rest of this
+    one); ``ds.pass_ended()`` once the pass ends or is let go."""
+    ds.in_pass = True
+    try:
+        yield from batches
+    finally:
+        ds.in_pass = False
+        ds.pass_ended()
+
+
 def while_current(items, current, mine: int):
     """``items`` while ``current()`` is ``mine``; UsageError before taking the next one once it is
     not: a persistent DataLoader's workers serve one pass at a time, each new iteration resets them

@@ -10,36 +10,36 @@
             loss = model(b["X"], b["y"]) ...
         state = dl.state_dict()              # at any batch: {"epoch", "next_batch", ...}
 
-**Ranks.** Rank ``r`` of ``R`` (from ``torch.distributed`` when it is initialized) reads its own
-contiguous slice of the epoch's global order: the union over ranks is every record exactly once
-(``drop_last=False``), with no communication (the order is a function of seed and epoch).
+**Ranks.** Rank ``r`` of ``R`` (from ``torch.distributed`` when it is initialized) reads its own contiguous slice of
+the epoch's global order: the union over ranks is every record exactly once (``drop_last=False``), with no
+communication (the order is a function of seed and epoch).
 
-**Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids, order, sizes
-and count) whatever ``num_workers``. Under :func:`make_dataloader` worker ``w`` of ``W`` delivers batches
-``w, w + W, ...`` or, with window steps, the rows of windows ``w, w + W, ...`` (each window read once between the
-workers), in bundles the main process puts back in order (:mod:`lirs.workers`); a hand-built DataLoader gets one
-batch per item, worker ``w`` taking batches ``w, w + W, ...``. Each worker's pool is its share of the usable
-cores (:func:`~lirs.workers.worker_threads`). Persistent workers deliver every pass the epoch the main process
-chose (``set_epoch``, a loaded state, the next epoch), posted on a board each worker reads as its pass starts.
-``device="cuda"`` moves each batch to the GPU on a side stream, from a thread of its own (:class:`lirs.tensors.Feeder`).
+**Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids, order, sizes and
+count) whatever ``num_workers``. Under :func:`make_dataloader` worker ``w`` of ``W`` delivers batches ``w, w + W,
+...`` or, with window steps, the rows of windows ``w, w + W, ...`` (each window read once between the workers), in
+bundles the main process puts back in order (:mod:`lirs.workers`); a hand-built DataLoader gets one batch per item,
+worker ``w`` taking batches ``w, w + W, ...``. Each worker's pool is its share of the usable cores
+(:func:`~lirs.workers.worker_threads`). Persistent workers deliver every pass the epoch the main process chose
+(``set_epoch``, a loaded state, the next epoch), posted on a board each worker reads as its pass starts.
+``device="cuda"`` moves each batch to the GPU on a side stream, from a thread of its own
+(:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that consumes the batch
-(cheaper than a task on the pool; a device feeder packs the arrays themselves); a ``transform`` runs on the pool.
-They are: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder
-makes them, int64 when needed), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense
-tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines; y (k,) ``label_dtype`` or
-None. torch's one-time notices (sparse CSR in beta, invariant checks off) are silenced on import.
+(cheaper than a task on the pool; a device feeder packs the arrays themselves); a ``transform`` runs on the pool. They
+are: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder makes them, int64 when
+needed), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense tensor (k, *record_shape) for npy/fixed, a
+list of ``bytes`` for lines; y (k,) ``label_dtype`` or None. torch's one-time notices (sparse CSR in beta, invariant
+checks off) are silenced on import.
 
 **Resume.** ``state_dict()`` / ``load_state_dict(sd)`` on the dataset (and on the DataLoader that
-:func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer received, so
-that batches workers prefetched are not counted) resume mid-epoch exactly with any ``num_workers`` (the state
-of a dataset whose pass the workers of a DataLoader built by hand deliver is a UsageError). With
-torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=W)`` the dataset's state is taken inside each
-worker (then it names the worker, and resumes only there). A state saved with another world size (same global
-batch ``batch_size * world_size``, or any) resumes *elastically*: the records of the epoch no old rank consumed
-are split over the new ranks, each delivered once (:mod:`lirs.state`). A state from another seed, granularity or
-dataset is refused. torch is imported by this module, :mod:`lirs.tensors`, :mod:`lirs.workers`, :mod:`lirs.ring` only.
-"""
+:func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer received, so that
+batches workers prefetched are not counted) resume mid-epoch exactly with any ``num_workers`` (the state of a dataset
+whose pass the workers of a DataLoader built by hand deliver is a UsageError). With torchdata's
+``StatefulDataLoader(ds, batch_size=None, num_workers=W)`` the dataset's state is taken inside each worker (then it
+names the worker, and resumes only there). A state saved with another world size (same global batch ``batch_size *
+world_size``, or any) resumes *elastically*: the records of the epoch no old rank consumed are split over the new
+ranks, each delivered once (:mod:`lirs.state`). A state from another seed, granularity or dataset is refused. torch is
+imported by this module, :mod:`lirs.tensors`, :mod:`lirs.workers`, :mod:`lirs.ring` only."""
 from __future__ import annotations
 
 import logging
@@ -65,7 +65,7 @@ from .policies import DEFAULT_GRANULARITY, POLICIES
 from .recommendation import check_granularity
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_tensors, tuples  # noqa: F401 - to_tensors is public here too
-from .passboard import PassBoard, superseded, while_current
+from .passboard import PassBoard, delivering, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
                       worker_pool, worker_threads, workers_memory)
@@ -143,21 +143,26 @@ class LirsIterableDataset(tud.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration deliver epoch ``epoch`` (call it before every epoch, as with
         ``DistributedSampler``; DataLoader workers get the new value when they start). A loaded
-        state of another epoch is dropped."""
+        state of another epoch is dropped; a pass :class:`LirsDataLoader` is delivering keeps its
+        position until it ends (:func:`~lirs.passboard.delivering`)."""
         self.epoch = whole("epoch", epoch)
         self._chosen = True
         if self._resume is not None and self._resume.epoch != self.epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
                         self._resume.epoch, self.epoch)
             self._resume = None
-        if self._resume is None:
+        if self._resume is None and not getattr(self, "in_pass", False):  # lirs.passboard.delivering
             self._pos = ResumeState(self.epoch)
         self._shown = None
         self.publish()
 
+    def pass_ended(self) -> None:
+        """A delivered pass ended: an epoch chosen meanwhile starts at its first batch."""
+        if self._chosen and self._resume is None and self._pos.epoch != self.epoch:
+            self._pos = ResumeState(self.epoch)
+
     def publish(self) -> None:
-        """Post this copy's epoch and resume point for its DataLoader workers' next pass (persistent
-        ones included); called in the main process, a no-op in a worker."""
+        """Post this copy's epoch and resume point for its workers' next pass (main process only)."""
         if tud.get_worker_info() is None:
             self._seen = self._board.post(self.epoch, self._resume)
 
@@ -387,8 +392,7 @@ class LirsIterableDataset(tud.IterableDataset):
             yield out if convert is None or type(out) is Failed else convert(out)
 
     def _bundler(self, loader):
-        """In a worker of a :class:`LirsDataLoader` (which puts the batches back in order), the
-        :class:`~lirs.workers.Bundler` its tensor batches cross in; else None (one item a batch)."""
+        """In a :class:`LirsDataLoader`'s worker, the :class:`~lirs.workers.Bundler` its batches cross in, else None."""
         info = tud.get_worker_info()
         if info is None or not getattr(self, "_bundle", 0) or self.transform is not None \
                 or loader.index.format in BYTES_FORMATS:
@@ -406,10 +410,10 @@ class LirsDataLoader(tud.DataLoader):
 
     def __iter__(self):
         if self.device is None or self.device.type == "cpu":
-            return tuples(self._batches(), self.dataset)
+            return tuples(delivering(self.dataset, self._batches()), self.dataset)
         ds = self.dataset
         raw = self.num_workers == 0 and not self.pin_memory and ds.transform is None
-        return iter(Feeder(tuples(self._batches(raw), ds), self.device, position=(lambda: ds._pos, ds.handed_out),
+        return iter(Feeder(tuples(delivering(ds, self._batches(raw)), ds), self.device, position=(lambda: ds._pos, ds.handed_out),
                            convert=ds._converter() if raw else None))
 
     def _batches(self, raw: bool = False):
@@ -489,8 +493,7 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     kw = {k: v for k, v in (("prefetch_factor", None if prefetch_factor is None else int(prefetch_factor)),
                             ("multiprocessing_context", multiprocessing_context), ("worker_init_fn", worker_init_fn),
                             ("timeout", timeout or None)) if v is not None and num_workers > 0}
-    pin_memory, persistent_workers = (maybe_bool(k, v) for k, v in (("pin_memory", pin_memory),  # "no" is true
-                                                                     ("persistent_workers", persistent_workers)))
+    pin_memory, persistent_workers = maybe_bool("pin_memory", pin_memory), maybe_bool("persistent_workers", persistent_workers)
     dl = LirsDataLoader(ds, batch_size=None, num_workers=whole("num_workers", num_workers), pin_memory=bool(pin_memory),
                         persistent_workers=bool(persistent_workers) and num_workers > 0, **kw)
     dl.device = dev

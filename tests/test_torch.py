@@ -1778,10 +1778,14 @@ def test_set_epoch_during_a_pass_leaves_the_state_on_the_pass_delivered(small_sv
     it = iter(dl)
     first = [next(it)["ids"] for _ in range(4)]
     dl.dataset.set_epoch(5)
+    before = dl.state_dict()  # before the pass's next batch: still that pass
     first.append(next(it)["ids"])
     sd = dl.state_dict()
     rest = [b["ids"] for b in it]
+    assert (before["epoch"], before["next_batch"]) == (1, 4)
     assert (sd["epoch"], sd["next_batch"]) == (1, 5)
+    after = dl.state_dict()  # the pass ended: the epoch chosen meanwhile, from its first batch
+    assert (after["epoch"], after["next_batch"]) == (5, 0)
     again = make_dataloader(small_svm, 50, seed=7, num_workers=num_workers)
     again.load_state_dict(sd)
     assert np.array_equal(np.concatenate([b["ids"] for b in again]), np.concatenate(rest))
