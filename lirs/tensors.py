@@ -9,7 +9,9 @@ of the torch adapter (this one, :mod:`lirs.workers`, :mod:`lirs.torch`).
 """
 from __future__ import annotations
 
+import copy
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 import scipy.sparse as sp
@@ -328,8 +330,8 @@ def _parts(out):
             at, shape = len(ts), tuple(o.shape)
             ts.extend(xs)
             return lambda m: x_built(kind, m[at:at + len(xs)], shape)
-        if isinstance(o, (dict, list, tuple)):
-            keys = list(o.keys()) if isinstance(o, dict) else range(len(o))
+        if isinstance(o, (Mapping, list, tuple)):
+            keys = list(o.keys()) if isinstance(o, Mapping) else range(len(o))
             fs = [walk(o[k]) for k in keys]
             return lambda m: remade(o, keys, [f(m) for f in fs])
         return lambda m: o
@@ -356,10 +358,12 @@ def x_built(kind: str, parts: list, shape):
 
 
 def remade(o, keys, values):
-    """Container ``o`` (dict, list, tuple, named tuple) of the same type with ``values`` at ``keys``."""
-    if isinstance(o, dict):
-        d = dict(zip(keys, values))
-        return d if type(o) is dict else type(o)(d)
+    """Container ``o`` (a mapping, list, tuple, named tuple) of the same type with ``values`` at
+    ``keys`` (a mapping copied, so that a defaultdict keeps its factory, a UserDict its class)."""
+    if isinstance(o, Mapping):
+        d = copy.copy(o)
+        d.update(zip(keys, values))
+        return d
     if isinstance(o, tuple):
         return type(o)(*values) if hasattr(o, "_fields") else type(o)(values)
     return type(o)(values)

@@ -1674,7 +1674,7 @@ def _same_tree(g, w):
     if isinstance(w, torch.Tensor):
         assert g.dtype == w.dtype and g.layout == w.layout and g.shape == w.shape
         assert torch.equal(g.to_dense(), w.to_dense()) if w.layout != torch.strided else torch.equal(g, w)
-    elif isinstance(w, dict):
+    elif isinstance(w, (dict, collections.UserDict)):
         assert list(g) == list(w)
         for k in w:
             _same_tree(g[k], w[k])
@@ -1698,7 +1698,8 @@ def _x_alone(b):
 
 
 def _nested(b):
-    return [b["X"], (b["y"], "tag", None), {"ids": b["ids"], "n": 3}, Pair(b["X"].to_sparse_coo(), b["ids"])]
+    dd = collections.defaultdict(list, ids=b["ids"], n=3)
+    return [b["X"], (b["y"], "tag", None), dd, Pair(b["X"].to_sparse_coo(), b["ids"]), collections.UserDict(y=b["y"])]
 
 
 def _uncoalesced(b):
@@ -1736,6 +1737,11 @@ def test_a_device_feeder_refuses_a_tensor_layout_it_cannot_carry(small_svm, monk
 
     with pytest.raises(lirs.errors.UsageError, match="layout torch.sparse_csc cannot be moved"):
         tensors._parts({"X": torch.eye(3).to_sparse_csc()})
+    # every tensor of any mapping is moved (a UserDict's were left where they were)
+    rebuild, ts = tensors._parts({"a": collections.UserDict(y=torch.ones(3)), "b": [torch.zeros(2)]})
+    assert len(ts) == 2
+    out = rebuild([t + 1 for t in ts])
+    assert torch.equal(out["a"]["y"], torch.full((3,), 2.0)) and type(out["a"]) is collections.UserDict
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -53,7 +53,8 @@ def add_parser(sub):
                    help="with --records: balanced classes, sorted in file order (default 1000)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a strategy parameter, e.g. buffer_records=10000, shard_records=4096, canonical_nodes=2, "
-                        "reshuffle_every_epoch=false (repeatable; sizes like 16M are accepted)")
+                        "reshuffle_every_epoch=false (repeatable; a *_bytes parameter takes sizes like 16M, "
+                        "the others whole numbers)")
     p.add_argument("--json", metavar="OUT", default=None, help="write the full results here (JSON)")
     p.add_argument("--plot", metavar="OUT.png", default=None, help="save a plot (needs matplotlib)")
     p.add_argument("--markdown", action="store_true", help="print the table as markdown")
