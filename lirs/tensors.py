@@ -69,9 +69,8 @@ def dense_of(X) -> np.ndarray:
 
 
 def tuples(batches, ds):
-    """``batches`` of dataset ``ds``, each a tuple where its output is "tuple" and no transform made
-    it: torch's ``default_convert`` and ``pin_memory`` turn a tuple into a list ("backwards
-    compatibility"), and what a loop receives must not depend on ``num_workers`` or ``pin_memory``."""
+    """``batches`` of dataset ``ds``, each a tuple where its output is "tuple" and no transform made it:
+    torch's ``default_convert`` and ``pin_memory`` make lists of tuples; ``num_workers`` must not matter."""
     if ds.output != "tuple" or ds.transform is not None:
         return batches
     return (tuple(b) if type(b) is list else b for b in batches)
