@@ -44,7 +44,10 @@ _COMPRESSED_EXT = {".gz": ("gzip", "gunzip"), ".bz2": ("bzip2", "bunzip2"), ".xz
 _COMPRESSED_MAGIC = ((b"\x1f\x8b", ".gz"), (b"\xfd7zXZ\x00", ".xz"), (b"\x28\xb5\x2f\xfd", ".zst"),
                      (b"PK\x03\x04", ".zip"), (b"\x04\x22\x4d\x18", ".lz4"))
 _BZIP2 = re.compile(rb"^BZh[1-9]1AY&SY")
-_LIBSVM_LINE = re.compile(rb"^\s*[-+]?[0-9.eEinfa]+(\s+qid:\S+)?(\s+[-+]?\d+:\S+)*\s*(#.*)?$")
+# a label is a number (any run of digits, dots and the letters of "inf" and "nan" let IP addresses,
+# versions and words such as "fine" pass as labels, and the parser then refused the file)
+_LABEL = rb"[-+]?(?:(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d+)?|(?i:inf(?:inity)?|nan))"
+_LIBSVM_LINE = re.compile(rb"^\s*" + _LABEL + rb"(\s+qid:\S+)?(\s+[-+]?\d+:\S+)*\s*(#.*)?$")
 
 
 # --------------------------------------------------------------------------- inputs

@@ -3,7 +3,10 @@
 ``table``: a Fisher–Yates permutation stored in the smallest unsigned dtype that fits.
 ``stateless``: the unit at any position computed on demand with a keyed Feistel network and
 cycle walking — no table of the unit count, so any rank computes its own slice of 10**9 records.
-``auto``: a table up to 2**20 units (4 MiB at most), stateless beyond.
+``auto``: a table up to 2**20 units (4 MiB at most), stateless beyond. Up to 2**16 units both
+modes draw a table (128 KiB at most): a Feistel network over so few bits reaches a biased set of
+permutations (4 units: p = 1e-20 over 24,000 epochs). Beyond, ``stateless`` is a keyed
+pseudo-random permutation, not an exactly uniform draw.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from .kernels import plan as K
 
 PERMUTATIONS = ("auto", "table", "stateless")
 AUTO_TABLE_MAX_UNITS = 1 << 20
+STATELESS_TABLE_MAX_UNITS = 1 << 16  # a stateless permutation of at most this many units is a table
 FEISTEL_ROUNDS = 6
 _CHUNK = 1 << 16     # units walked per kernel call in stateless mode
 
@@ -40,7 +44,7 @@ class Permutation:
             mode = "table" if self.n <= AUTO_TABLE_MAX_UNITS else "stateless"
         self.mode = mode
         ss = seeds.seq(seed, epoch, purpose)
-        if mode == "table":
+        if mode == "table" or (mode == "stateless" and self.n <= STATELESS_TABLE_MAX_UNITS):
             self.table = np.empty(self.n, _smallest_uint(max(self.n, 1)))
             K.fisher_yates_table(self.table, np.uint64(ss.generate_state(1, np.uint64)[0]))
             self.keys = None

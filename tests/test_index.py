@@ -501,6 +501,9 @@ def _cli_index(*args):
     ("d.txt", b"hello world\n", [], "format: lines (the first lines are not LIBSVM; records are delivered "
                                     "as raw lines (bytes))"),
     ("d.txt", b"1 1:1\n", ["--format", "lines"], "format: lines (--format lines)"),
+    ("d.txt", b"10.0.0.1\n192.168.0.1\n", [], "format: lines (the first lines are not LIBSVM"),  # no labels
+    ("d.dat", b"1.2.3\nfine\n", [], "format: lines (the first lines are not LIBSVM"),
+    ("d.dat", b"+1.5e3 1:2\n-inf 3:4\nNaN\n.5 qid:3 2:1\n", [], "format: libsvm (the first 4 data lines"),
     ("d.bin", b"\x00" * 8, ["--record-size", "4"], "format: fixed (--record-size 4)"),
 ])
 def test_index_says_which_format_and_why(tmp_path, name, content, extra, line):

@@ -2,6 +2,7 @@
 resume, determinism across processes, the seed scheme, and the permutation kernels."""
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
@@ -367,6 +368,9 @@ def test_positions_are_uniform(mode):
         counts[np.arange(n), got] += 1
     p = chisquare(counts.ravel()).pvalue
     assert p > 1e-4, p
+    # every order of 4 units as likely as the others (a Feistel network over 2 bits: p ~ 1e-20)
+    seen = collections.Counter(tuple(Permutation(4, mode, seed=3, epoch=e).take(0, 4).tolist()) for e in range(24_000))
+    assert len(seen) == 24 and chisquare(list(seen.values())).pvalue > 1e-4, seen
 
 
 @pytest.mark.parametrize("k", [0, 1, 257])
