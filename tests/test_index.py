@@ -1031,3 +1031,14 @@ def test_labels_are_coded_a_chunk_at_a_time_as_they_are_whole(monkeypatch, tmp_p
     assert values[codes].view(np.uint64).tolist() == whole.view(np.uint64).tolist()
     bits = np.unique(whole.view(np.uint64))
     assert values.view(np.uint64).tolist() == bits[np.lexsort((bits, bits.view(np.float64)))].tolist()
+
+
+def test_info_of_data_without_features_says_so(tmp_path, capsys):
+    from lirs.cli import main
+
+    p = tmp_path / "labels.svm"
+    p.write_bytes(b"1\n-1\n1 # no feature at all\n")
+    lirs.build_index(str(p), progress=False)
+    assert main(["info", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "feature indices   none (no record has a feature)" in out and ".. -1" not in out

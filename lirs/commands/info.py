@@ -91,7 +91,8 @@ def print_summary(s: dict) -> None:
     print(f"  straddle 4 KiB    {s['records_straddling_4k']:,} records cross a page boundary")
     if "features" in s:
         f = s["features"]
-        print(f"  feature indices   {f['min_index']} .. {f['max_index']}")
+        print(f"  feature indices   {f['min_index']} .. {f['max_index']}" if f["max_index"] >= 0 else
+              "  feature indices   none (no record has a feature)")
     if s["labels"]:
         items = list(s["labels"].items())
         shown = ", ".join(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}" for k, v in items[:8])
