@@ -226,7 +226,7 @@ def _no_new_labels(index) -> None:
 
 def _same_labels(index, f: int, path: str) -> bool:
     """Whether the labels file ``path`` holds exactly the labels ``index`` has for file ``f``, compared
-    a million at a time (whole float64 copies of both took 24 bytes a record: gigabytes)."""
+    a million at a time (not whole float64 copies of both)."""
     try:
         now = npy_array(path)
     except (FileNotFoundError, ValueError, EOFError):  # gone or not labels; an I/O error names its byte

@@ -19,8 +19,8 @@ def encode_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
 def encode_label_parts(parts) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`encode_labels` of the labels ``parts`` (1-D arrays of real numbers, memory maps of
     ``.npy`` labels files) laid end to end, a million at a time: memory goes to the codes (1 or 2
-    bytes a label), not to float64 copies of every label and their sort (57 bytes a label for an
-    index of 20M records); past ``MAX_CODED`` distinct values, the labels whole (float64)."""
+    bytes a label), not to float64 copies of every label and their sort; past ``MAX_CODED``
+    distinct values, the labels whole (float64)."""
     bits = np.empty(0, np.uint64)
     for c in _chunks(parts):
         bits = np.union1d(bits, c)

@@ -5,7 +5,7 @@
 cycle walking — no table of the unit count, so any rank computes its own slice of 10**9 records.
 ``auto``: a table up to 2**20 units (4 MiB at most), stateless beyond. Up to 2**16 units both
 modes draw a table (128 KiB at most): a Feistel network over so few bits reaches a biased set of
-permutations (4 units: p = 1e-20 over 24,000 epochs). Beyond, ``stateless`` is a keyed
+permutations (a chi-square over the orders of 4 units rejects it). Beyond, ``stateless`` is a keyed
 pseudo-random permutation, not an exactly uniform draw.
 """
 from __future__ import annotations

@@ -255,7 +255,7 @@ class VarScanner:
             self.stats[:2] = mark[:2]
             self._n0, self._qid0, self._next_mark = self.n - int(mark[3]), self.qid_count - int(mark[2]), next_mark
         # the pieces of a line not ended yet, joined once when its newline comes (joining them anew
-        # with every chunk copied a long line over and over: a 2 GiB line took minutes)
+        # with every chunk copied a long line over and over: quadratic in its length)
         carry: list = []
         carry_base = 0
         for buf, nb, base in read_chunks(path, start, size, self.chunk_bytes, direct=True):

@@ -280,12 +280,12 @@ def check_outputs(sparse, output, dtype, zero_based="auto") -> None:
         raise UsageError(f"output must be one of {OUTPUTS}, got {output!r}")
     dt = check_dtype(dtype)
     try:
-        if not dt.isnative:
-            raise TypeError
-        torch_dtype(dt)
-    except TypeError:
+        held = dt.isnative and torch_dtype(dt) is not None
+    except TypeError:  # long double, and numpy's other dtypes torch has not
+        held = False
+    if not held:
         raise UsageError(f"dtype {dtype!r}: no torch tensor holds it; give a native one torch has (np.float32, "
-                         f"'float64', ...)") from None
+                         f"'float64', ...)")
     check_zero_based(zero_based)
 
 

@@ -10,36 +10,36 @@
             loss = model(b["X"], b["y"]) ...
         state = dl.state_dict()              # at any batch: {"epoch", "next_batch", ...}
 
-**Ranks.** Rank ``r`` of ``R`` (from ``torch.distributed`` when it is initialized) reads its own contiguous slice of
-the epoch's global order: the union over ranks is every record exactly once (``drop_last=False``), with no
-communication (the order is a function of seed and epoch).
+**Ranks.** Rank ``r`` of ``R`` (from ``torch.distributed`` when it is initialized) reads its own
+contiguous slice of the epoch's global order: the union over ranks is every record exactly once
+(``drop_last=False``), with no communication (the order is a function of seed and epoch).
 
-**Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids, order, sizes and
-count) whatever ``num_workers``. Under :func:`make_dataloader` worker ``w`` of ``W`` delivers batches ``w, w + W,
-...`` or, with window steps, the rows of windows ``w, w + W, ...`` (each window read once between the workers), in
-bundles the main process puts back in order (:mod:`lirs.workers`); a hand-built DataLoader gets one batch per item,
-worker ``w`` taking batches ``w, w + W, ...``. Each worker's pool is its share of the usable cores
-(:func:`~lirs.workers.worker_threads`). Persistent workers deliver every pass the epoch the main process chose
-(``set_epoch``, a loaded state, the next epoch), posted on a board each worker reads as its pass starts.
-``device="cuda"`` moves each batch to the GPU on a side stream, from a thread of its own
-(:class:`lirs.tensors.Feeder`).
+**Workers.** A rank's batches are exactly :class:`lirs.Loader`'s batches for that rank (same ids, order, sizes
+and count) whatever ``num_workers``. Under :func:`make_dataloader` worker ``w`` of ``W`` delivers batches
+``w, w + W, ...`` or, with window steps, the rows of windows ``w, w + W, ...`` (each window read once between the
+workers), in bundles the main process puts back in order (:mod:`lirs.workers`); a hand-built DataLoader gets one
+batch per item, worker ``w`` taking batches ``w, w + W, ...``. Each worker's pool is its share of the usable
+cores (:func:`~lirs.workers.worker_threads`). Persistent workers deliver every pass the epoch the main process
+chose (``set_epoch``, a loaded state, the next epoch), posted on a board each worker reads as its pass starts.
+``device="cuda"`` moves each batch to the GPU on a side stream, from a thread of its own (:class:`lirs.tensors.Feeder`).
 
 **Tensors** are built from the decoded arrays (a CSR tensor shares them) on the thread that consumes the batch
-(cheaper than a task on the pool; a device feeder packs the arrays themselves); a ``transform`` runs on the pool. They
-are: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder makes them, int64 when
-needed), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense tensor (k, *record_shape) for npy/fixed, a
-list of ``bytes`` for lines; y (k,) ``label_dtype`` or None. torch's one-time notices (sparse CSR in beta, invariant
-checks off) are silenced on import.
+(cheaper than a task on the pool; a device feeder packs the arrays themselves); a ``transform`` runs on the pool.
+They are: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder
+makes them, int64 when needed), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense
+tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines; y (k,) ``label_dtype`` or
+None. torch's one-time notices (sparse CSR in beta, invariant checks off) are silenced on import.
 
 **Resume.** ``state_dict()`` / ``load_state_dict(sd)`` on the dataset (and on the DataLoader that
-:func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer received, so that
-batches workers prefetched are not counted) resume mid-epoch exactly with any ``num_workers`` (the state of a dataset
-whose pass the workers of a DataLoader built by hand deliver is a UsageError). With torchdata's
-``StatefulDataLoader(ds, batch_size=None, num_workers=W)`` the dataset's state is taken inside each worker (then it
-names the worker, and resumes only there). A state saved with another world size (same global batch ``batch_size *
-world_size``, or any) resumes *elastically*: the records of the epoch no old rank consumed are split over the new
-ranks, each delivered once (:mod:`lirs.state`). A state from another seed, granularity or dataset is refused. torch is
-imported by this module, :mod:`lirs.tensors`, :mod:`lirs.workers`, :mod:`lirs.ring` only."""
+:func:`make_dataloader` returns, a :class:`LirsDataLoader` that counts the batches the consumer received, so
+that batches workers prefetched are not counted) resume mid-epoch exactly with any ``num_workers`` (the state
+of a dataset whose pass the workers of a DataLoader built by hand deliver is a UsageError). With
+torchdata's ``StatefulDataLoader(ds, batch_size=None, num_workers=W)`` the dataset's state is taken inside each
+worker (then it names the worker, and resumes only there). A state saved with another world size (same global
+batch ``batch_size * world_size``, or any) resumes *elastically*: the records of the epoch no old rank consumed
+are split over the new ranks, each delivered once (:mod:`lirs.state`). A state from another seed, granularity or
+dataset is refused. torch is imported by this module, :mod:`lirs.tensors`, :mod:`lirs.workers`, :mod:`lirs.ring` only.
+"""
 from __future__ import annotations
 
 import logging

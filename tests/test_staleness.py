@@ -524,3 +524,28 @@ def test_the_check_compares_labels_a_filesystem_cannot_map(tmp_path, monkeypatch
     assert main(["index", "--check", str(x)]) == 0, capsys.readouterr().err
     np.save(lab, np.arange(40, dtype=np.float64)[::-1].copy())
     assert main(["index", "--check", str(x)]) == 1 and "labels of" in capsys.readouterr().err
+
+
+def test_a_touched_labels_file_beside_a_read_only_sidecar_is_compared_at_every_open(tmp_path, monkeypatch):
+    """Where the sidecar cannot be rewritten (a read-only mount), the labels file's new mtime is not
+    recorded: every open compares it again, and opens."""
+    import lirs.freshness as fr
+    import lirs.sidecar as sc
+
+    x, lab = tmp_path / "x.npy", tmp_path / "x.labels.npy"
+    np.save(x, np.zeros((30, 1), np.uint8))
+    np.save(lab, np.arange(30, dtype=np.float64))
+    lirs.build_index(str(x), progress=False)
+    st = os.stat(lab)
+    os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
+
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    compared = []
+    real = fr._same_labels
+    monkeypatch.setattr(sc, "rewrite_header", read_only)
+    monkeypatch.setattr(fr, "_same_labels", lambda *a: compared.append(1) or real(*a))
+    for _ in range(2):
+        assert np.array_equal(open_index(str(x)).labels, np.arange(30))
+    assert len(compared) == 2
