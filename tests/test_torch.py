@@ -1821,3 +1821,21 @@ def test_make_dataloader_takes_bools_for_its_switches(small_svm):
             make_dataloader(small_svm, 10, num_workers=1, **{k: v})
     dl = make_dataloader(small_svm, 10, num_workers=1, persistent_workers=np.False_)
     assert dl.persistent_workers is False
+
+
+def test_a_relative_path_names_the_file_it_named_when_the_dataset_was_made(tmp_path, monkeypatch):
+    """The first pass may run after the process changed directory (a run manager, a notebook): it
+    reads the file the relative path named at construction, not one of that name in the new
+    directory, and writes no sidecar there."""
+    from lirs.torch import make_dataloader
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "d.svm").write_text("".join(f"1 {i + 1}:1\n" for i in range(30)))
+    (b / "d.svm").write_text("".join(f"-1 {i + 1}:1\n" for i in range(20)))
+    monkeypatch.chdir(a)
+    dl = make_dataloader("d.svm", batch_size=8, granularity="instance")
+    monkeypatch.chdir(b)
+    ys = [float(v) for batch in dl for v in batch["y"]]
+    assert len(ys) == 30 and set(ys) == {1.0}
+    assert not (b / "d.svm.lirs").exists()
