@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _names_as_bytes()
     seen = _Interrupts()
     try:
         with seen:
@@ -47,6 +48,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the command ran: while its modules (and numba) were imported
         print(f"lirs: {seen.said}", file=sys.stderr)
         return seen.status
+
+
+def _names_as_bytes() -> None:
+    """Print a file name that is not valid in the locale's encoding as its bytes, as ``ls`` does:
+    stdout's strict default failed on it (after ``lirs index`` had written the sidecar), stderr's
+    ``backslashreplace`` printed ``\\udcff`` for the byte. Other unencodable text is escaped."""
+    import codecs
+
+    def escape(e):
+        try:
+            return codecs.lookup_error("surrogateescape")(e)  # the bytes os.fsdecode took in
+        except UnicodeError:
+            return codecs.lookup_error("backslashreplace")(e)
+
+    codecs.register_error("lirs.names", escape)
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) in ("strict", "backslashreplace") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="lirs.names")
 
 
 class _Interrupts:

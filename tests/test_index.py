@@ -1042,3 +1042,22 @@ def test_info_of_data_without_features_says_so(tmp_path, capsys):
     assert main(["info", str(p)]) == 0
     out = capsys.readouterr().out
     assert "feature indices   none (no record has a feature)" in out and ".. -1" not in out
+
+
+def test_a_file_name_not_in_utf8_prints_as_its_bytes(tmp_path):
+    """A name of bytes that are not UTF-8 (``os.fsencode``) under a strict UTF-8 stdout (any UTF-8
+    locale but C.UTF-8): every command ran to its end (stdout's strict encoding raised after the
+    sidecar was written) and an error names the file with its own byte, not ``\\udcff``."""
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    d = os.fsencode(tmp_path)
+    good, bad = os.path.join(d, b"good\xff.svm"), os.path.join(d, b"bad\xfe.svm")
+    with open(good, "wb") as f:
+        f.write(b"".join(b"%d %d:1\n" % (i % 2, i + 1) for i in range(20)))
+    with open(bad, "wb") as f:
+        f.write(b"1 1:1\n-1 x:1\n")
+    for cmd in (b"index", b"info", b"order", b"epoch"):
+        r = subprocess.run([sys.executable, b"-m", b"lirs", cmd, good], capture_output=True, env=env)
+        assert r.returncode == 0 and b"Traceback" not in r.stderr, (cmd, r.stderr[-300:])
+    assert good in subprocess.run([sys.executable, b"-m", b"lirs", b"info", good], capture_output=True, env=env).stdout
+    r = subprocess.run([sys.executable, b"-m", b"lirs", b"index", bad], capture_output=True, env=env)
+    assert r.returncode == 1 and bad + b": line 2, byte 9" in r.stderr
