@@ -93,7 +93,7 @@ def temp_name(final: str, pid: int | None = None) -> str:
 def clean_dead(dirpath: str, pattern: str) -> list[str]:
     """Remove the entries of ``dirpath`` whose name fully matches ``pattern`` (a regex with a named
     group ``pid``) and whose process is gone; returns the removed paths (each one logged)."""
-    rx = re.compile(pattern)
+    rx = re.compile(pattern, re.DOTALL)  # a name may hold a newline
     removed = []
     try:
         names = os.listdir(dirpath or ".")

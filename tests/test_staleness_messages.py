@@ -72,7 +72,8 @@ def test_enospc_while_writing_the_index_names_it(tmp_path, monkeypatch, capsys):
 def test_litter_of_a_dead_run_under_another_name_is_removed(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
-    junk = [tmp_path / f".other.svm.lirs-tmp-{dead}", tmp_path / f".other.svm.lirs.lirs-tmp-{dead}"]
+    junk = [tmp_path / f".other.svm.lirs-tmp-{dead}", tmp_path / f".other.svm.lirs.lirs-tmp-{dead}",
+            tmp_path / f".new\nline.svm.lirs.lirs-tmp-{dead}"]  # a newline in a name is a name too
     for j in junk:
         j.write_bytes(b"x" * 10)
     live = tmp_path / f".mine.svm.lirs-tmp-{os.getpid()}"
