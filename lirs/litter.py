@@ -41,6 +41,7 @@ def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = N
         raise UsageError(f"{what} {p}: its directory {d} does not exist")
     if writable and not os.access(d, os.W_OK | os.X_OK):  # else known only when written, after the work
         raise UsageError(f"{what} {p}: its directory {d} is not writable")
+    check_name_length(p, what, d)
     if os.path.isdir(p):
         if not directory_ok:
             raise UsageError(f"{what} {p} is a directory; name a file")
@@ -48,6 +49,19 @@ def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = N
         raise UsageError(f"{what} {p} exists and is not a regular file (a device, FIFO or socket): the output is "
                          "written to a new file renamed over it, which would replace it; name a regular file")
     return d
+
+
+def check_name_length(path: str, what: str, d: str) -> None:
+    """UsageError when ``path``'s last name is longer than directory ``d``'s filesystem allows:
+    else the rename that publishes it fails, after the whole scan or shuffle."""
+    n = len(os.fsencode(os.path.basename(path)))
+    try:
+        most = os.pathconf(d, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        most = NAME_MAX
+    if n > most:
+        raise UsageError(f"{what} {path}: its name is {n} bytes, longer than its filesystem allows ({most}); "
+                         "name it elsewhere (-o NAME)")
 
 
 def pid_alive(pid: int) -> bool:

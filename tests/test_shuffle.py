@@ -796,3 +796,36 @@ def test_shuffle_index_refuses_labels_an_index_cannot_take_before_any_pass(tmp_p
     assert sorted(os.listdir(tmp_path)) == ["x.labels.npy", "x.npy"]
     st = E.shuffle(tmp_path / "x.npy", tmp_path / "o.npy")  # without an index, any rows travel with theirs
     assert np.load(st["labels"][0]).shape == (50, 2)
+
+
+def test_a_sidecar_that_fails_at_its_commit_leaves_no_temporary(tmp_path, monkeypatch):
+    """--index: the output's sidecar failing as it is put in place (ENOSPC at its fsync, a rename
+    refused) leaves no `.NAME.lirs-tmp-` file beside the output."""
+    import errno
+
+    import lirs.sidecar as S
+
+    (tmp_path / "in.svm").write_bytes(libsvm_bytes(300, seed=2))
+
+    def full(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(S.SidecarWriter, "publish", full)
+    with pytest.raises(OSError, match="No space"):
+        E.shuffle(tmp_path / "in.svm", tmp_path / "o.svm", index=True, seed=1)
+    assert not [n for n in os.listdir(tmp_path) if ".lirs-tmp-" in n]
+
+
+def test_names_longer_than_the_filesystem_allows_are_refused_before_any_work(tmp_path):
+    """A data file of 251 bytes has a sidecar name of 256: refused before the scan (the rename
+    failed after it, every time a Loader opened the data), for `lirs index`, a Loader and the
+    sidecar of a shuffle's output."""
+    long = tmp_path / ("x" * 247 + ".svm")
+    long.write_bytes(libsvm_bytes(50, seed=3))
+    for run in (lambda: lirs.build_index(str(long), progress=False), lambda: lirs.Loader(str(long), 8)):
+        with pytest.raises(UsageError, match="its name is 256 bytes, longer than its filesystem allows"):
+            run()
+    (tmp_path / "in.svm").write_bytes(libsvm_bytes(50, seed=3))
+    with pytest.raises(UsageError, match="its name is 256 bytes"):
+        E.shuffle(tmp_path / "in.svm", tmp_path / ("y" * 247 + ".svm"), index=True, seed=1)
+    assert sorted(os.listdir(tmp_path)) == sorted([long.name, "in.svm"])

@@ -67,8 +67,8 @@ class Layout:
         if self.stage is not None:
             for s in self.shards:  # sidecars inside the staging directory, naming the final paths
                 if s.indexer is not None:
-                    s.indexer, ix = None, s.indexer
-                    ix.commit(s.data_end, s.tmp)
+                    s.indexer.commit(s.data_end, s.tmp)
+                    s.indexer = None  # after: a commit that failed is aborted (its temporary removed)
             os.replace(self.stage, self.out)
             self.stage = None
         else:
@@ -83,8 +83,8 @@ class Layout:
         fsync_dir(self.parent)
         for s in self.shards:
             if s.indexer is not None:
-                s.indexer, ix = None, s.indexer
-                ix.commit(s.data_end, s.final)
+                s.indexer.commit(s.data_end, s.final)
+                s.indexer = None
         if index and not ds.text:
             for s in self.shards:
                 build(s.final, format=ds.fmt, record_size=ds.rs if ds.fmt == "fixed" else None,
