@@ -40,9 +40,10 @@ _EXT_FORMAT = {
 }
 # compressed files: extension -> the command that decompresses one; magic bytes -> its name
 _COMPRESSED_EXT = {".gz": ("gzip", "gunzip"), ".bz2": ("bzip2", "bunzip2"), ".xz": ("xz", "unxz"),
-                   ".zst": ("zstd", "unzstd"), ".zip": ("zip", "unzip"), ".lz4": ("lz4", "unlz4")}
+                   ".zst": ("zstd", "unzstd"), ".zip": ("zip", "unzip"), ".lz4": ("lz4", "unlz4"),
+                   ".lzma": ("lzma", "unlzma")}
 _COMPRESSED_MAGIC = ((b"\x1f\x8b", ".gz"), (b"\xfd7zXZ\x00", ".xz"), (b"\x28\xb5\x2f\xfd", ".zst"),
-                     (b"PK\x03\x04", ".zip"), (b"\x04\x22\x4d\x18", ".lz4"))
+                     (b"PK\x03\x04", ".zip"), (b"\x04\x22\x4d\x18", ".lz4"), (b"\x5d\x00\x00", ".lzma"))
 _BZIP2 = re.compile(rb"^BZh[1-9]1AY&SY")
 # a label is a number (any run of digits, dots and the letters of "inf" and "nan" let IP addresses,
 # versions and words such as "fine" pass as labels, and the parser then refused the file)
@@ -160,17 +161,34 @@ def compressed(path: str, head: bytes = b"") -> str | None:
     ext = os.path.splitext(path)[1].lower()
     if ext in _COMPRESSED_EXT:
         return ext
-    kind = next((k for magic, k in _COMPRESSED_MAGIC if head.startswith(magic)), None)
-    if kind is None and _BZIP2.match(head):
-        kind = ".bz2"
+    kind = _magic(head)
     # a TFRecord file's first length may begin with 1f 8b, say: its header CRC tells them apart
     return None if kind is None or _tfrecord_head(head) else kind
+
+
+def _magic(head: bytes) -> str | None:
+    """The compression whose magic bytes ``head`` starts with (its extension), else None."""
+    kind = next((k for magic, k in _COMPRESSED_MAGIC if head.startswith(magic)), None)
+    return ".bz2" if kind is None and _BZIP2.match(head) else kind
+
+
+def _not_so(head: bytes, kind: str) -> bool:
+    """Whether a file named ``kind`` (".gz", ...) starting with ``head`` surely is not (its format's
+    magic bytes missing; ``.lzma`` has none, and an lz4 file may be of the legacy frame)."""
+    if not head or kind == ".lzma":
+        return False
+    if kind in (".zip", ".lz4"):
+        return not head.startswith(b"PK" if kind == ".zip" else (b"\x04\x22\x4d\x18", b"\x02\x21\x4c\x18"))
+    return _magic(head) != kind
 
 
 def refuse_compressed(path: str, kind: str) -> DataError:
     """The error for a compressed input: lirs reads records at their offsets in the file itself."""
     name, tool = _COMPRESSED_EXT[kind]
     base = os.path.basename(path)
+    if _not_so(read_at(path, 64), kind):  # named so, but not so (a shuffle written to NAME.gz): decompressing fails
+        return DataError(f"{path}: named {kind}, but its first bytes are not {name}'s: if it is not compressed, "
+                         f"rename it without {kind}; if it is, decompress it first")
     if base.lower().endswith(kind) and kind != ".zip":
         hint = f"{tool} {base}"
     else:  # a name the tool would not recognize: write the bytes out under a new name
@@ -205,6 +223,10 @@ def format_reason(path: str) -> tuple[str, str]:
             raise DataError(f"{path}: named {ext}, but its first 12 bytes are a TFRecord header (length and its "
                             "CRC-32C check out); name it .tfrecord or pass --format tfrecord (--format lines to "
                             "read it as lines all the same)")
+        nul = head.find(b"\0") if fmt == "lines" else -1
+        if nul >= 0:  # text does not hold NUL: compressed or binary bytes, misnamed
+            raise DataError(f"{path}: byte {nul}: NUL byte in what its {ext} name says is text (compressed "
+                            "or binary data?); pass --format lines (format=\"lines\") to read its lines all the same")
         if fmt == "lines":
             what = "CSV" if ext in (".csv", ".tsv") else "JSON"
             why += f"; {what} is not parsed: records are delivered as raw lines (bytes)"
@@ -243,13 +265,16 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
         raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
     if format != "auto":
         # an explicit text or TFRecord format still refuses a compressed file (raw fixed records
-        # may begin with any bytes)
-        for p in files if format in ("libsvm", "lines", "tfrecord") else ():
-            kind = compressed(p, _head(p))
+        # may begin with any bytes: their files' names alone are looked at)
+        for p in files:
+            kind = compressed(p, _head(p) if format in ("libsvm", "lines", "tfrecord") else b"")
             if kind is not None:
                 raise refuse_compressed(p, kind)
         return format, f"--format {format}"
     if record_size is not None:
+        for p in files:  # by name alone, as with --format fixed
+            if compressed(p) is not None:
+                raise refuse_compressed(p, compressed(p))
         npy = next((p for p in files if extension_format(p) == "npy" or _head(p).startswith(b"\x93NUMPY")), None)
         if npy is not None:  # its NumPy header would be read as records
             raise UsageError(f"{npy} is .npy data, whose rows are its records: drop --record-size (or pass "

@@ -109,7 +109,8 @@ def test_lines_offsets_match_reference(tmp_path, lines, trailing, chunk):
     assume(compressed("d.jsonl", data[:64]) is None)
     p = tmp_path / "d.jsonl"
     p.write_bytes(data)
-    idx = lirs.build_index(str(p), progress=False, chunk_bytes=chunk)
+    # named .jsonl, a NUL byte is refused as binary unless the format is said
+    idx = lirs.build_index(str(p), progress=False, chunk_bytes=chunk, format="lines")
     assert idx.format == "lines"
     assert idx.offsets.tolist() == ref_lines(data)
     f, s, e = idx.spans(np.arange(idx.n))
@@ -575,6 +576,33 @@ def test_compressed_input_is_refused_with_an_explicit_text_format(tmp_path):
             lirs.build_index(str(p), format=fmt, progress=False)
     # raw fixed records may begin with any bytes
     assert lirs.build_index(str(p), record_size=1, progress=False).n == p.stat().st_size
+
+
+def test_misnamed_compressed_and_binary_inputs_are_refused_for_what_they_are(tmp_path):
+    """A plain file named .gz (a shuffle written to o.svm.gz) is not said to be gzip, with a gunzip
+    that fails; LZMA-alone bytes are compressed under any name; compressed or binary bytes under a
+    text extension (zlib in a .jsonl) are refused, not served as lines of garbage, unless the
+    format is given; raw fixed records under a compressed name are refused too."""
+    import lzma
+    import zlib
+
+    def refused(name, data, match, **kw):
+        p = tmp_path / name
+        p.write_bytes(data)
+        with pytest.raises(DataError, match=match):
+            lirs.build_index(str(p), progress=False, **kw)
+        return p
+
+    refused("o.svm.gz", _SVM, r"o.svm.gz: named .gz, but its first bytes are not gzip's: if it is not compressed, "
+                              "rename it without .gz")
+    refused("d.csv", lzma.compress(_SVM, format=lzma.FORMAT_ALONE),
+            r"compressed input \(lzma\) is not supported; decompress first \(e.g. unlzma -c d.csv > DATA\)")
+    packed = zlib.compress(np.random.default_rng(1).integers(0, 256, 4096, np.uint8).tobytes())
+    assert b"\0" in packed
+    p = refused("z.jsonl", packed, r"z.jsonl: byte \d+: NUL byte in what its .jsonl name says is text")
+    assert lirs.build_index(str(p), progress=False, format="lines").format == "lines"
+    refused("r.bin.gz", _gz(bytes(240)), r"compressed input \(gzip\)", record_size=12)
+    refused("r2.bin.gz", _gz(bytes(240)), r"compressed input \(gzip\)", format="fixed", record_size=12)
 
 
 def test_tfrecord_whose_first_length_looks_like_gzip_magic_is_not_compressed(tmp_path):

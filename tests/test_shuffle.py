@@ -829,3 +829,15 @@ def test_names_longer_than_the_filesystem_allows_are_refused_before_any_work(tmp
     with pytest.raises(UsageError, match="its name is 256 bytes"):
         E.shuffle(tmp_path / "in.svm", tmp_path / ("y" * 247 + ".svm"), index=True, seed=1)
     assert sorted(os.listdir(tmp_path)) == sorted([long.name, "in.svm"])
+
+
+@pytest.mark.parametrize("name,said", [("o.svm.gz", "compressed"), ("o.lirs", "a lirs index"),
+                                       ("o.jsonl.zst", "compressed")])
+def test_an_output_named_as_what_it_is_not_is_refused(tmp_path, name, said):
+    """The records are written plain: `-o o.svm.gz` was refused when read back (a gzip that is
+    not), `-o o.lirs` taken for an index (and it could replace one)."""
+    (tmp_path / "in.svm").write_bytes(libsvm_bytes(40, seed=4))
+    with pytest.raises(UsageError, match=f"would be read back as {said} \\(its extension\\), but lirs shuffle writes "
+                                         "plain records"):
+        E.shuffle(tmp_path / "in.svm", tmp_path / name, index=True, seed=1)
+    assert os.listdir(tmp_path) == ["in.svm"]

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inputs import absolute, expand_paths, extension_format, labels_path
+from ..inputs import absolute, compressed, expand_paths, extension_format, labels_path
 from ..sidecar import belonging, sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
@@ -168,7 +168,13 @@ def _check_numbers(shards, seed, record_size) -> tuple[int | None, int]:
 
 def _check_name(out: str, shards, ds) -> None:
     """Refuse a single output whose extension names another format than its records' (a
-    TFRecord shuffle written to ``o.svm`` would be read back as LIBSVM and fail)."""
+    TFRecord shuffle written to ``o.svm`` would be read back as LIBSVM and fail), a compression
+    (the records are written plain: ``o.svm.gz`` would be refused as a misnamed gzip file) or a
+    lirs index (``o.lirs``: read as one, it is not)."""
+    ext = os.path.splitext(out)[1].lower() if shards is None else ""
+    if ext == ".lirs" or compressed(out) is not None:
+        raise UsageError(f"output {out} would be read back as {'a lirs index' if ext == '.lirs' else 'compressed'} "
+                         f"(its extension), but lirs shuffle writes plain records: name it without {ext}")
     named = extension_format(out) if shards is None else None
     if named is not None and named != ds.fmt:
         ext = os.path.splitext(ds.files[0])[1]
