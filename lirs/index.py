@@ -33,7 +33,7 @@ from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
 from .freshness import check_label_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
-from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, is_sidecar_path, offsets_of, read_arrays, read_header, relpath,
+from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, relpath,
                       sidecar_path, verify_arrays)
 from . import verified
 
@@ -383,8 +383,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         if not os.path.exists(path):
             raise FileNotFoundError(2, "No such file or directory", path)
         raise IndexFormatError(f"{path} has no index ({sidecar} not found); run `{reindex_command([path], None)}` first")
-    header, size = read_header(sidecar)
-    arrays, mapped = read_arrays(sidecar, header, size, mmap=mmap)
+    header, arrays, mapped = read_sidecar(sidecar, mmap=mmap)
     if verify:
         bad = verify_arrays(sidecar, header, arrays)
         if bad:

@@ -358,24 +358,42 @@ def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> 
     whose CRC-32 is checked), and the :class:`ArrayFile` they were mapped through (None when
     nothing is mapped). Raises IndexFormatError when one lies past the end of the file, is read
     short or fails its checksum; a failed read raises OSError naming the sidecar and the byte."""
-    arrays, mapped = {}, False
-    mmap = mmap and map_safe(sidecar)
     with open(sidecar, "rb") as f:
         if os.fstat(f.fileno()).st_size != size:
             raise IndexFormatError(f"{sidecar}: the index changed while it was opened; open it again")
-        for name, spec in header["arrays"].items():
-            dt = np.dtype(spec["dtype"])
-            end = spec["offset"] + spec["count"] * dt.itemsize
-            if end > size:
-                raise IndexFormatError(f"{sidecar}: truncated index (array {name} ends at {end}, file has {size})")
-            if spec["count"] == 0:
-                arrays[name] = np.empty(0, dt)
-            elif mmap and name not in _READ_WHOLE:
-                arrays[name], did = _map_or_read(sidecar, f, dt, spec, name)
-                mapped = mapped or did
-            else:
-                arrays[name] = read_array(sidecar, f.fileno(), dt, spec, name, check=name in _READ_WHOLE)
-        return arrays, ArrayFile(sidecar, os.dup(f.fileno())) if mapped else None
+        return _arrays_of(sidecar, f, header, size, mmap)
+
+
+def read_sidecar(sidecar: str, *, mmap: bool = True) -> tuple[dict, dict, ArrayFile | None]:
+    """(header, arrays, :class:`ArrayFile`) of a sidecar, as :func:`read_header` and
+    :func:`read_arrays` give them, read through one descriptor: an index rebuilt (renamed over)
+    meanwhile is never a new file's arrays checked against the old header (a sound index called
+    corrupt), whichever of the two is read."""
+    try:
+        with open(sidecar, "rb") as f:
+            header, size, _, _ = _header_of(f.fileno(), sidecar)
+            return (header, *_arrays_of(sidecar, f, header, size, mmap))
+    except OSError as e:  # EIO: say which index
+        e.filename = e.filename or sidecar
+        raise
+
+
+def _arrays_of(sidecar: str, f, header: dict, size: int, mmap: bool) -> tuple[dict, ArrayFile | None]:
+    arrays, mapped = {}, False
+    mmap = mmap and map_safe(sidecar)
+    for name, spec in header["arrays"].items():
+        dt = np.dtype(spec["dtype"])
+        end = spec["offset"] + spec["count"] * dt.itemsize
+        if end > size:
+            raise IndexFormatError(f"{sidecar}: truncated index (array {name} ends at {end}, file has {size})")
+        if spec["count"] == 0:
+            arrays[name] = np.empty(0, dt)
+        elif mmap and name not in _READ_WHOLE:
+            arrays[name], did = _map_or_read(sidecar, f, dt, spec, name)
+            mapped = mapped or did
+        else:
+            arrays[name] = read_array(sidecar, f.fileno(), dt, spec, name, check=name in _READ_WHOLE)
+    return arrays, ArrayFile(sidecar, os.dup(f.fileno())) if mapped else None
 
 
 def read_array(sidecar: str, fd: int, dt: np.dtype, spec: dict, name: str, check: bool = False) -> np.ndarray:

@@ -1089,3 +1089,36 @@ def test_a_file_name_not_in_utf8_prints_as_its_bytes(tmp_path):
     assert good in subprocess.run([sys.executable, b"-m", b"lirs", b"info", good], capture_output=True, env=env).stdout
     r = subprocess.run([sys.executable, b"-m", b"lirs", b"index", bad], capture_output=True, env=env)
     assert r.returncode == 1 and bad + b": line 2, byte 9" in r.stderr
+
+
+def test_an_index_rebuilt_while_it_is_opened_is_never_called_corrupt(tmp_path, monkeypatch):
+    """Another process rebuilding the index (data rewritten, same size) between the open's read of
+    the header and of the arrays: the arrays were read through a second open(), the new file's,
+    and checked against the old header (IndexFormatError "corrupt"; `--check` then found nothing).
+    One descriptor reads both: the old index, found stale."""
+    import lirs.sidecar as S
+
+    def content(tag):
+        return "".join(f"{tag} 1:{i} 2:{tag + 1}\n" for i in range(3000))
+
+    p = tmp_path / "d.svm"
+    p.write_text(content(0))
+    lirs.build_index(str(p), progress=False)
+    size = os.path.getsize(str(p) + ".lirs")
+    real = S._header_of
+
+    def header_then_rebuild(fd, sidecar):
+        got = real(fd, sidecar)
+        for tag in range(1, 10):  # a rebuilt sidecar of the old one's size
+            p.write_text(content(tag))
+            subprocess.run([sys.executable, "-c", f"import lirs; lirs.build_index({str(p)!r}, progress=False)"],
+                           check=True, capture_output=True)
+            if os.path.getsize(sidecar) == size:
+                break
+        monkeypatch.setattr(S, "_header_of", real)
+        return got
+
+    monkeypatch.setattr(S, "_header_of", header_then_rebuild)
+    with pytest.raises(lirs.StaleIndexError):
+        lirs.open_index(str(p))
+    assert os.path.getsize(str(p) + ".lirs") == size and lirs.open_index(str(p)).n == 3000
