@@ -5,12 +5,15 @@ Every temporary name lirs writes carries the PID of the process writing it and l
 ``.lirs-shuffle-PID-XXXX/`` pile directories. A later run in the same directory removes those
 whose process is gone (and says so); those of a live process are left alone, and so is every name
 without the mark (a user's ``.notes.tmp-2023`` is not lirs's). A NAME too long for the mark within
-the filesystem's 255 bytes is cut and a CRC of it added. Caveat: a directory shared between
-machines (NFS) can hold PIDs of another host; such a temporary file is removed only if no process
-of this host has that PID.
+the filesystem's 255 bytes is cut and a CRC of it added. A directory shared between machines
+(NFS) or containers (PID namespaces) holds PIDs this process cannot see: an index's temporary file
+is locked (``flock``) by its writer while it is written, and a locked one is left whatever its
+PID says (:func:`hold`). Other temporaries of a process another host runs are removed when no
+process of this host has that PID.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -62,6 +65,50 @@ def check_name_length(path: str, what: str, d: str) -> None:
     if n > most:
         raise UsageError(f"{what} {path}: its name is {n} bytes, longer than its filesystem allows ({most}); "
                          "name it elsewhere (-o NAME)")
+
+
+def hold(fd: int) -> int | None:
+    """A descriptor holding an exclusive ``flock`` on the file open as ``fd`` (a temporary being
+    written): the crash cleaner of another host or PID namespace, to whom the writer's PID looks
+    dead, finds it locked and leaves it. The lock lasts until this descriptor is closed
+    (:func:`release`), across the close of ``fd``, so it covers the rename. None where the
+    filesystem has no locks."""
+    d = -1
+    try:
+        d = os.dup(fd)
+        fcntl.flock(d, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return d
+    except OSError:
+        if d >= 0:
+            os.close(d)
+        return None
+
+
+def release(d: int | None) -> None:
+    """Close a descriptor of :func:`hold` (its lock goes with it)."""
+    if d is not None:
+        try:
+            os.close(d)
+        except OSError:
+            pass
+
+
+def held(path: str) -> bool:
+    """Whether the file ``path`` is locked by a live writer (:func:`hold`); False where that
+    cannot be known (a directory, no locks, no access: the PID alone decides)."""
+    try:  # read-write: NFS emulates flock with a write lock, which a read-only descriptor cannot take
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def pid_alive(pid: int) -> bool:
@@ -121,6 +168,8 @@ def clean_dead(dirpath: str, pattern: str) -> list[str]:
         if pid == os.getpid() or pid_alive(pid):
             continue
         path = os.path.join(dirpath, name)
+        if held(path):  # a writer of another host or PID namespace: live
+            continue
         try:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)

@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import IndexFormatError, UsageError
 from .inputs import absolute, expand_paths, labels_candidates, pread_full, pread_into, read_at
-from .litter import clean_dead_litter, clean_dead_temps, temp_name
+from .litter import clean_dead_litter, clean_dead_temps, hold, release, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
 
@@ -118,6 +118,7 @@ class SidecarWriter:
         clean_dead_litter(os.path.dirname(self.dest))  # what a killed `lirs index` or shuffle left here
         self.tmp = temp_name(self.dest)
         self.f = open(self.tmp, "wb")
+        self._held = hold(self.f.fileno())  # live to the cleaner of another host, until renamed or removed
         self.f.write(b"\0" * _PREAMBLE_SIZE)
         self.arrays: dict = {}
         self._cur: str | None = None
@@ -249,6 +250,9 @@ class SidecarWriter:
             os.replace(self.tmp, self.dest)
         except OSError as e:  # EISDIR at the rename: say which index
             raise self._named(e)
+        finally:
+            release(self._held)
+            self._held = None
         fsync_dir(os.path.dirname(self.dest))
         return self.dest
 
@@ -265,6 +269,8 @@ class SidecarWriter:
                 os.unlink(self.tmp)
             except FileNotFoundError:
                 pass
+            release(self._held)
+            self._held = None
 
 
 def fsync_dir(d: str) -> None:
@@ -346,29 +352,20 @@ def offsets_of(arrays: dict, header: dict | None = None, file: ArrayFile | None 
     return None
 
 
-
-
 # arrays read whole (never mapped) and checked against their CRC-32 at every open: small, and what
 # `lirs info` counts (a short or corrupt read must never become a wrong count)
 _READ_WHOLE = ("label_codes", "label_values", "content_sums", "scan_marks", "file_starts", "data_ends",
                "header_sizes")
-def read_arrays(sidecar: str, header: dict, size: int, *, mmap: bool = True) -> tuple[dict, ArrayFile | None]:
-    """The arrays a sidecar's header names, by name: read-only memory maps (or read into memory
+
+
+def read_sidecar(sidecar: str, *, mmap: bool = True) -> tuple[dict, dict, ArrayFile | None]:
+    """(header, arrays, :class:`ArrayFile`) of a sidecar, read through one descriptor: an index
+    rebuilt (renamed over) meanwhile is never a new file's arrays checked against the old header
+    (a sound index called corrupt). The arrays by name: read-only memory maps (or read into memory
     with ``mmap=False``, on FUSE and network filesystems, and for the small arrays of _READ_WHOLE,
     whose CRC-32 is checked), and the :class:`ArrayFile` they were mapped through (None when
     nothing is mapped). Raises IndexFormatError when one lies past the end of the file, is read
     short or fails its checksum; a failed read raises OSError naming the sidecar and the byte."""
-    with open(sidecar, "rb") as f:
-        if os.fstat(f.fileno()).st_size != size:
-            raise IndexFormatError(f"{sidecar}: the index changed while it was opened; open it again")
-        return _arrays_of(sidecar, f, header, size, mmap)
-
-
-def read_sidecar(sidecar: str, *, mmap: bool = True) -> tuple[dict, dict, ArrayFile | None]:
-    """(header, arrays, :class:`ArrayFile`) of a sidecar, as :func:`read_header` and
-    :func:`read_arrays` give them, read through one descriptor: an index rebuilt (renamed over)
-    meanwhile is never a new file's arrays checked against the old header (a sound index called
-    corrupt), whichever of the two is read."""
     try:
         with open(sidecar, "rb") as f:
             header, size, _, _ = _header_of(f.fileno(), sidecar)
@@ -439,9 +436,10 @@ def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int |
         if header_crc is not None and crc != header_crc:
             return None
         clean_dead_temps(sidecar)
-        tmp = temp_name(sidecar)
+        tmp, held = temp_name(sidecar), None
         try:
             with open(tmp, "wb") as out:
+                held = hold(out.fileno())  # released once renamed (or removed): see SidecarWriter
                 f.seek(0)
                 left = hoff
                 while left > 0:
@@ -466,6 +464,8 @@ def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int |
             except OSError:
                 pass
             raise
+        finally:
+            release(held)
     fsync_dir(os.path.dirname(sidecar))
     return zlib.crc32(blob)
 

@@ -11,6 +11,7 @@ import pytest
 
 import lirs
 from lirs import litter
+from lirs import sidecar as S
 from lirs.cli import main
 from lirs.errors import DataError
 
@@ -89,6 +90,31 @@ def test_litter_of_a_dead_run_under_another_name_is_removed(tmp_path):
     assert main(["shuffle", p, "-o", str(out / "s.svm"), "--quiet"]) == 0
     assert not j2.exists()
     assert litter.clean_dead_litter(str(tmp_path)) == []
+
+
+def test_a_temporary_locked_by_its_writer_is_left_whatever_its_pid_says(tmp_path):
+    """Another host (NFS) or container writing an index in the same directory has a PID that looks
+    dead here: its temporary, locked while written, is left (it was removed, and the live build
+    failed at its rename); unlocked, the next run removes it. A sidecar being written is locked."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    other = tmp_path / f".a.svm.lirs.lirs-tmp-{dead}-7"
+    with open(other, "wb") as f:
+        lock = litter.hold(f.fileno())
+        assert lock is not None and litter.held(str(other))
+        p = _svm(tmp_path / "a.svm")
+        lirs.build_index(p, progress=False)
+        assert other.exists()
+        litter.release(lock)
+    assert not litter.held(str(other))
+    lirs.build_index(p, progress=False)
+    assert not other.exists()
+    w = S.SidecarWriter(str(tmp_path / "b.lirs"))
+    try:
+        assert litter.held(w.tmp)
+    finally:
+        w.abort()
+    assert not os.path.exists(w.tmp)
 
 
 def test_eio_in_the_direct_probe_is_an_io_error_not_a_refusal(tmp_path, monkeypatch):
