@@ -191,10 +191,12 @@ def describe_os_error(e: OSError, command: str = "") -> str:
     if offset is not None:
         where.append(f"byte {offset}")
     hint = _HINTS.get(e.errno, "")
-    flag = _FLAG.get(command, "-o")
+    flag, what = _FLAG.get(command, "-o"), _WHAT.get(command, "output")
+    if command == "shuffle" and "/.lirs-shuffle-" in str(e.filename):  # a pile: --tmpdir moves those
+        flag, what = "--tmpdir", "piles"
     if hint and flag is None:  # no option to name: what happened, without advice that does not apply
         hint = hint.split(";")[0]
-    hint = hint.format(what=_WHAT.get(command, "output"), flag=flag) if hint else ""
+    hint = hint.format(what=what, flag=flag) if hint else ""
     return ": ".join(where + [e.strerror or str(e)]) + (f" ({hint})" if hint else "")
 
 

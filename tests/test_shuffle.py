@@ -658,9 +658,9 @@ def test_errors(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("out,index,what", [
-    ("x", False, "the labels file"),                 # its labels, x.labels.npy: the input's preferred name
-    ("x.npy.labels.npy", False, "the labels file"),  # the data itself written over the input's labels
-    ("x.npy.lirs", False, "the index"),              # over the input's sidecar
+    ("x", False, "would be the labels file of the input"),  # its labels, x.labels.npy: the input's preferred name
+    ("x.npy.labels.npy", False, "would be the labels file of the input"),  # the data over the input's labels
+    ("x.npy.lirs", False, "would be read back as a lirs index"),  # over the input's sidecar (named as one)
     ("x.npy.lirs.npy", True, None),                  # an unrelated name: allowed
 ])
 def test_an_output_never_overwrites_what_belongs_to_an_input(tmp_path, out, index, what):
@@ -673,7 +673,7 @@ def test_an_output_never_overwrites_what_belongs_to_an_input(tmp_path, out, inde
         E.shuffle(tmp_path / "x.npy", tmp_path / out, index=index, progress=False)
         assert np.array_equal(np.sort(np.load(tmp_path / out)[:, 0]), x[:, 0])
         return
-    with pytest.raises(UsageError, match=f"would be {what} of the input"):
+    with pytest.raises(UsageError, match=what):
         E.shuffle(tmp_path / "x.npy", tmp_path / out, index=index, progress=False)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
@@ -841,3 +841,58 @@ def test_an_output_named_as_what_it_is_not_is_refused(tmp_path, name, said):
                                          "plain records"):
         E.shuffle(tmp_path / "in.svm", tmp_path / name, index=True, seed=1)
     assert os.listdir(tmp_path) == ["in.svm"]
+
+
+def test_a_labels_file_beside_an_npy_output_that_is_not_the_run_s_is_refused_up_front(tmp_path):
+    """An old output's labels kept beside rows that have none (read as their labels), and an
+    `o.labels.npy` beside the `o.npy.labels.npy` a run writes (found only after both passes): both
+    refused before pass 1. The run's own labels file is replaced as before."""
+    make_npy(tmp_path / "x.npy", 60, seed=1)
+    np.save(tmp_path / "u.npy", np.arange(120, dtype=np.float32).reshape(60, 2))
+    E.shuffle(tmp_path / "x.npy", tmp_path / "o.npy", seed=1)
+    E.shuffle(tmp_path / "x.npy", tmp_path / "o.npy", seed=2)  # its own labels: replaced
+    with pytest.raises(UsageError, match=r"o.npy.labels.npy lies beside the output and would be read as its labels "
+                                         r"\(its records have none\)"):
+        E.shuffle(tmp_path / "u.npy", tmp_path / "o.npy", seed=3)
+    np.save(tmp_path / "p.labels.npy", np.zeros(60))
+    with pytest.raises(UsageError, match=r"p.labels.npy lies beside the output and would be read as its labels "
+                                         r"\(this shuffle writes .*p.npy.labels.npy\)"):
+        E.shuffle(tmp_path / "x.npy", tmp_path / "p.npy", seed=3, index=True)
+    assert not (tmp_path / "p.npy").exists() and leftovers(tmp_path) == []
+
+
+def test_places_that_would_feed_the_output_back_are_refused_up_front(tmp_path):
+    """A single output inside the input directory would be read as more of the dataset (every
+    record twice); piles inside the --shards directory block its rename after both passes."""
+    d = tmp_path / "ds"
+    d.mkdir()
+    (d / "a.svm").write_bytes(libsvm_bytes(30, seed=1))
+    with pytest.raises(UsageError, match="lies in the input directory"):
+        E.shuffle(d, d / "s.svm", seed=1)
+    E.shuffle(d, tmp_path / "s.svm", seed=1)  # beside it: fine
+    (tmp_path / "sh").mkdir()
+    with pytest.raises(UsageError, match="--tmpdir .* lies inside the output directory"):
+        E.shuffle(d, tmp_path / "sh", shards=2, tmpdir=tmp_path / "sh", seed=1)
+    assert os.listdir(d) == ["a.svm"] and os.listdir(tmp_path / "sh") == []
+
+
+def test_shards_are_named_for_their_records_not_an_extension_of_another_format(tmp_path):
+    """Part files took the first input's extension: lines of an `in.svm` read with --format lines
+    became `part-*.svm` (read back as LIBSVM), raw records of an `.npy` `part-*.npy` (no header)."""
+    (tmp_path / "in.svm").write_bytes(b"a\n\nb\nc\n")
+    E.shuffle(tmp_path / "in.svm", tmp_path / "l", shards=2, format="lines", seed=1)
+    np.save(tmp_path / "x.npy", np.arange(40, dtype=np.float32).reshape(20, 2))
+    E.shuffle(tmp_path / "x.npy", tmp_path / "r", shards=2, format="fixed", record_size=8, seed=1)
+    assert [sorted(os.listdir(tmp_path / k)) for k in "lr"] == [["part-00000.bin", "part-00001.bin"]] * 2
+    with pytest.raises(UsageError, match="would be read back as libsvm .*; name it with .bin$"):
+        E.shuffle(tmp_path / "in.svm", tmp_path / "o.svm", format="lines", seed=1)
+
+
+def test_a_pile_that_fills_its_disk_names_tmpdir():
+    import errno
+
+    from lirs.cli import describe_os_error
+
+    e = OSError(errno.ENOSPC, "No space left on device", "/d/.lirs-shuffle-12-ab/p0-0.pile")
+    assert describe_os_error(e, "shuffle").endswith("(no space left on the device; free some or use --tmpdir to "
+                                                    "write elsewhere)")

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inputs import absolute, compressed, expand_paths, extension_format, labels_path
+from ..inputs import absolute, compressed, expand_paths, extension_format, labels_candidates, labels_path
 from ..sidecar import belonging, sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
@@ -126,7 +126,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     files = expand_paths(inputs)
     ds = open_dataset(files, format, record_size, header_size, index=index)
     _check_name(out, shards, ds)
-    parent, tmpdir = _check_places(files, out, shards, tmpdir, labels=ds.linfo is not None, index=index)
+    parent, tmpdir = _check_places(inputs, files, out, shards, tmpdir, labels=ds.linfo is not None, index=index)
     max_piles = int(_max_piles or fd_pile_limit())
     plan = plan_memory(ds.pile_bytes, ds.mean_record(), mem, record_bytes=ds.rr,
                        label_ratio=(ds.ls / ds.rs if ds.rs else 0.0), index=index and ds.text,
@@ -177,10 +177,18 @@ def _check_name(out: str, shards, ds) -> None:
                          f"(its extension), but lirs shuffle writes plain records: name it without {ext}")
     named = extension_format(out) if shards is None else None
     if named is not None and named != ds.fmt:
-        ext = os.path.splitext(ds.files[0])[1]
-        ext = ext if extension_format(ext) in (None, ds.fmt) and ext else ".bin"
+        ext = _output_ext(ds)
         raise UsageError(f"output {out} would be read back as {named} (its extension), but the records are "
-                         f"{ds.fmt}; name it with {ext} as the input is")
+                         f"{ds.fmt}; name it with {ext}")
+
+
+def _output_ext(ds) -> str:
+    """The extension of an output of ``ds``'s records: the first input's where it names their
+    format or none (else ``.bin``: raw fixed records of ``x.npy`` are not a .npy file)."""
+    if ds.fmt == "npy":
+        return ".npy"
+    ext = os.path.splitext(ds.files[0])[1]
+    return ext if ext and extension_format("x" + ext) in (None, ds.fmt) else ".bin"
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -190,7 +198,7 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def _check_places(files, out: str, shards, tmpdir, *, labels: bool, index: bool = False) -> tuple[str, str]:
+def _check_places(inputs, files, out: str, shards, tmpdir, *, labels: bool, index: bool = False) -> tuple[str, str]:
     """(output directory, pile directory's parent) after checking that the output, its labels
     file and its index overwrite no input nor a file that belongs to one, and that the
     directories exist."""
@@ -205,6 +213,7 @@ def _check_places(files, out: str, shards, tmpdir, *, labels: bool, index: bool 
     parent = out_dir(out, "-o", directory_ok=True)
     for p in written[1:] if shards is None else ():  # the labels file and the index written beside it
         out_dir(p, "-o")
+    _check_beside(inputs, files, out, shards, labels)
     if shards is None:
         if os.path.isdir(out):
             raise UsageError(f"output {out} is a directory; name a file, or write shards into it with --shards K")
@@ -218,7 +227,27 @@ def _check_places(files, out: str, shards, tmpdir, *, labels: bool, index: bool 
     tmpdir = os.path.abspath(tmpdir) if tmpdir else parent
     if not os.path.isdir(tmpdir):
         raise UsageError(f"--tmpdir {tmpdir} is not a directory")
+    if shards is not None and os.path.commonpath([tmpdir, out]) == out:  # the piles would block its rename
+        raise UsageError(f"--tmpdir {tmpdir} lies inside the output directory {out}; put the piles elsewhere")
     return parent, tmpdir
+
+
+def _check_beside(inputs, files, out: str, shards, labels: bool) -> None:
+    """Refuse a single output written into a directory read as the dataset (the next read of it
+    takes the shuffle as more data: every record twice), and a labels file beside an ``.npy``
+    output that this run does not write (it would be read as the new rows' labels)."""
+    if shards is not None:
+        return
+    for d in [absolute(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]:
+        if os.path.isdir(d) and os.path.dirname(out) == d:
+            raise UsageError(f"output {out} lies in the input directory {d}, whose files are the dataset: write "
+                             "it elsewhere")
+    stray = [c for c in labels_candidates(out) if out.endswith(".npy") and os.path.exists(c)
+             and not (labels and c == labels_path(out))]
+    if stray:
+        raise UsageError(f"{stray[0]} lies beside the output and would be read as its labels ("
+                         f"{'this shuffle writes ' + labels_path(out) if labels else 'its records have none'}): "
+                         "move it away, or write the output elsewhere")
 
 
 @dataclass
@@ -246,7 +275,7 @@ def _run(ds: Dataset, plan: MemoryPlan, out: str, parent: str, pile_dir: str, *,
             raise DataError(f"{ds.files[0]}: no records found (only blank or comment lines)")
         if shards is not None and shards > n:
             raise UsageError(f"--shards {shards} is more than the {n} records")
-        ext = os.path.splitext(ds.files[0])[1] if ds.fmt != "npy" else ".npy"
+        ext = _output_ext(ds)
         layout = Layout(out, parent, shards, ext, n, labels=ds.linfo is not None, index=index)
         output = Output(ds, layout.shards, plan, index=index, scratch=pile_dir, pool=pool,
                         direct=direct["output"])
