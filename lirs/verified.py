@@ -12,7 +12,7 @@ import json
 import logging
 import os
 
-from .litter import temp_name
+from .litter import clean_dead_litter, temp_name
 
 log = logging.getLogger("lirs.index")
 
@@ -117,6 +117,7 @@ def record(idx, moved: dict) -> str:
         entry["files"][str(f)] = [idx.fingerprints[f].get("size"), int(m)]
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        clean_dead_litter(os.path.dirname(path))  # a killed writer's records
         tmp = temp_name(path)
         with open(tmp, "w") as out:
             json.dump(entry, out)

@@ -116,8 +116,13 @@ def test_a_verified_touch_is_recorded_where_the_sidecar_is_read_only(big, monkey
         raise OSError(errno.EROFS, "Read-only file system", p + ".lirs")
 
     monkeypatch.setattr(S, "rewrite_header", refuse)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    (tmp_path / "cache" / "verified").mkdir(parents=True, exist_ok=True)
+    litter = tmp_path / "cache" / "verified" / f".0123.json.lirs-tmp-{dead}-1"  # a killed writer's
+    litter.write_text("{")
     assert main(["index", "--check", p]) == 0
-    assert os.listdir(tmp_path / "cache" / "verified")
+    assert os.listdir(tmp_path / "cache" / "verified") and not litter.exists()
     # a later open does not read the data again
     monkeypatch.setattr(C, "first_changed_block", lambda *a, **k: pytest.fail("read whole again"))
     assert open_index(p).n == 80_000
