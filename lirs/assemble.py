@@ -232,7 +232,10 @@ def detached(step_rows, lo: int, hi: int):
     (the step's memory can go while these rows wait for the rest of their batch)."""
     X, y = step_rows
     X = rows(X, lo, hi)
-    X = X.copy() if sp.issparse(X) or isinstance(X, np.ndarray) else list(X)
+    if sp.issparse(X):  # the arrays, not X.copy(): scipy's constructor refuses float16 values
+        X = csr_batch(X.data.copy(), X.indices.copy(), X.indptr.copy(), X.shape)
+    else:
+        X = X.copy() if isinstance(X, np.ndarray) else list(X)
     return X, None if y is None else y[lo:hi].copy()
 
 
@@ -242,8 +245,9 @@ def stack(Xs: list, ys):
     y = None if ys is None else np.concatenate(ys)
     if isinstance(first, list):
         return [r for X in Xs for r in X], y
-    if isinstance(first, np.ndarray):
-        return np.concatenate(Xs, axis=0), y
+    if isinstance(first, np.ndarray):  # into the file's dtype: concatenate makes >f4 native, packs padded records
+        out = np.empty((sum(len(X) for X in Xs), *first.shape[1:]), first.dtype)
+        return np.concatenate(Xs, axis=0, out=out), y
     # CSR pieces end to end: the arrays concatenate, each indptr shifted by the values before it
     nnz = np.cumsum([0] + [int(X.indptr[-1]) for X in Xs])
     indptr = np.concatenate([Xs[0].indptr[:1]] + [X.indptr[1:] + off for X, off in zip(Xs, nnz[:-1])])

@@ -93,13 +93,12 @@ class Loader:
         Granularity ``window``: the memory its random groups are dealt from — ``"auto"`` (None: the
         default, 5% of the data within 16 MiB .. 256 MiB), a size such as ``"64M"``, a share of the
         data such as ``"5%"``, or a group count; with ``granularity="auto"`` a window given here is the
-        memory budget and wins over the window ``lirs bench --auto`` saved. A group's
-        records spread over about ``window / (batch_size x record bytes)`` batches, so a larger
-        window makes batches closer to uniform; two windows are in flight (the one being
-        consumed and the next one being read), three where the reads wait for a device or on 8
-        cores or more (:func:`lirs.policies.windows_in_flight`), each raw and then decoded: a
-        16 MiB window epoch held 7.5x the window's bytes (docs/results.md, "What a window's
-        memory costs").
+        memory budget and wins over the window ``lirs bench --auto`` saved. A group's records spread
+        over about ``window / (batch_size x record bytes)`` batches, so a larger window makes batches
+        closer to uniform; two windows are in flight (the one being consumed and the next one being
+        read), three where the reads wait for a device or on 8 cores or more
+        (:func:`lirs.policies.windows_in_flight`), each raw and then decoded: a 16 MiB window epoch
+        held 7.5x the window's bytes (docs/results.md, "What a window's memory costs").
     permutation : ``"auto"``, ``"table"`` or ``"stateless"`` (see :mod:`lirs.permutation`).
     seed : int
         The epoch order is a function of ``(seed, epoch, rank, world_size)`` only.
@@ -118,8 +117,7 @@ class Loader:
     n_features, zero_based : LIBSVM decoding (defaults: from the index, by sklearn's rule).
     depth : int or None
         Reads in flight per batch for the engine (its default when None).
-    direct : bool or None
-        O_DIRECT: None = when the filesystem allows it.
+    direct : O_DIRECT (bool), or None: when the filesystem allows it.
     transform : callable or None
         ``transform(batch: Batch) -> anything``, run on the pool right after decoding; the
         iterators then yield its results (see the module docstring for the GIL and errors).
@@ -423,6 +421,8 @@ class Loader:
         if self._resume is not None and self._resume.epoch != self._next_epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch", self._resume.epoch, epoch)
             self._resume = None
+        if self._resume is None:  # a state saved now resumes that epoch, as the torch dataset's does
+            self._pos, self._moved = ResumeState(self._next_epoch), None
 
     def _begin(self, epoch, start, stride=1, offset=0, windows=None):
         if self._closed:

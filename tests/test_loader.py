@@ -799,3 +799,42 @@ def test_set_epoch_after_a_loaded_state_of_another_epoch_drops_it(svm, caplog):
         assert "resume state is for epoch 2, epoch 4 starts from its first batch" in caplog.text
         got = [x.ids.copy() for x in b]
         assert len(got) == len(want4) and all(np.array_equal(x, y) for x, y in zip(got, want4))
+
+
+def test_a_state_saved_after_set_epoch_resumes_that_epoch(svm):
+    """`set_epoch(7)` then `state_dict()` said epoch None, and a Loader restored from it started
+    its plain pass at epoch 0 (the torch dataset's said 7): the state names the chosen epoch."""
+    p, *_ = svm
+    kw = dict(granularity="group", seed=5, n_features=300)
+    with Loader(p, 100, **kw) as a:
+        a.set_epoch(7)
+        state = a.state_dict()
+        want = [b.ids.copy() for b in a.epoch(7)]
+    assert (state["epoch"], state["next_batch"]) == (7, 0)
+    with Loader(p, 100, **kw) as b:
+        b.load_state_dict(state)
+        got = [x.ids.copy() for x in b]
+    assert len(got) == len(want) and all(np.array_equal(x, y) for x, y in zip(got, want))
+
+
+def test_window_batches_spanning_windows_keep_float16_and_the_file_s_dtype(tmp_path):
+    """A batch spanning two windows copies the earlier window's rows: float16 values went through
+    scipy's constructor (which refuses them, mid-epoch), and .npy rows through np.concatenate
+    (big-endian rows came back native, padded structured rows packed) in those batches only."""
+    p = _write_libsvm(tmp_path / "a.svm", 3000, seed=2)
+    with Loader(p, 100, granularity="window", window=1, group_bytes=4096, dtype=np.float16) as L:
+        batches = list(L.epoch(0))
+    assert sum(len(b.ids) for b in batches) == 3000 and {b.X.dtype for b in batches} == {np.dtype(np.float16)}
+    padded = np.dtype({"names": ["a", "b"], "formats": ["<i2", "<f4"], "offsets": [0, 8], "itemsize": 16})
+    for dt in (np.dtype(">f4"), padded):
+        x = np.zeros(2000, dt)
+        x[x.dtype.names[0] if x.dtype.names else ...] = np.arange(2000)
+        np.save(tmp_path / "x.npy", x)
+        with Loader(str(tmp_path / "x.npy"), 100, granularity="window", window=1, group_bytes=4096,
+                    index="auto") as L:
+            got = list(L.epoch(0))
+        assert {b.X.dtype for b in got} == {dt}
+        ids = np.concatenate([b.ids for b in got])
+        rows = np.concatenate([b.X for b in got])
+        assert np.array_equal(np.sort(ids), np.arange(2000)) and np.array_equal(rows, x[ids])
+        os.unlink(tmp_path / "x.npy.lirs")
