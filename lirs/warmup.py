@@ -141,10 +141,59 @@ def cold_groups(opts: dict) -> list[str]:
     return [g for g, (kernels, _) in GROUPS.items() if not all(cached(k) for k in kernels(opts))]
 
 
+class Helper:
+    """One helper process compiling ``groups``, and per group whether it has started and finished
+    it (both set once the process is gone), followed by a thread of its own. The Loaders of one
+    process made while it runs share it (:data:`_HELPERS`): each started two more, all compiling the
+    same kernels, and outliving the Loaders' ``close()``."""
+
+    def __init__(self, proc, groups, key):
+        self.proc = proc
+        self.started = {g: threading.Event() for g in groups}
+        self.done = {g: threading.Event() for g in groups}
+        threading.Thread(target=self._follow, args=(key,), name="lirs-warmup", daemon=True).start()
+
+    def _follow(self, key):
+        try:
+            for line in self.proc.stdout:
+                what, _, group = line.strip().partition(" ")
+                ev = {"start": self.started, "done": self.done}.get(what, {}).get(group)
+                if ev is not None:
+                    ev.set()
+        finally:
+            rc = self.proc.wait()
+            if rc:
+                log.debug("warm-up helper exited with %s: kernels compile in-process", rc)
+            with _HELPERS_LOCK:
+                if _HELPERS.get(key) is self:
+                    del _HELPERS[key]
+            for g in self.started:
+                self.started[g].set()
+                self.done[g].set()
+
+
+_HELPERS: dict = {}  # (pid, group, options) -> the Helper compiling that group
+_HELPERS_LOCK = threading.Lock()
+
+
+def _helper(opts: dict, group: str) -> Helper | None:
+    """The helper of this process compiling ``group`` for ``opts``: the running one, else a new one
+    (None when it cannot start)."""
+    key = (os.getpid(), group, json.dumps(opts, sort_keys=True))
+    with _HELPERS_LOCK:
+        h = _HELPERS.get(key)
+        if h is None:
+            proc = _spawn(opts, [group])
+            h = None if proc is None else Helper(proc, [group], key)
+            if h is not None:
+                _HELPERS[key] = h
+        return h
+
+
 class Warmup:
-    """Helper processes, each compiling some groups, and per group whether its helper has started
-    and finished it (both set when that helper is gone). ``helpers``: ``[(groups, Popen), ...]``.
-    ``wait(group)`` returns at once in another process (after a fork)."""
+    """The helpers compiling a loader's cold groups (:class:`Helper`), and per group whether its
+    helper has started and finished it. ``wait(group)`` returns at once in another process (after
+    a fork)."""
 
     def __init__(self, helpers=(), preload=None, opts=None):
         self.pid = os.getpid()
@@ -152,26 +201,9 @@ class Warmup:
         self.opts = opts  # the loader's options: settle() loads its groups
         if opts is not None:
             _LIVE.add(self)
-        self.procs = [proc for _, proc in helpers]
-        self.started = {g: threading.Event() for groups, _ in helpers for g in groups}
-        self.done = {g: threading.Event() for groups, _ in helpers for g in groups}
-        for groups, proc in helpers:
-            threading.Thread(target=self._follow, args=(proc, groups), name="lirs-warmup", daemon=True).start()
-
-    def _follow(self, proc, groups):
-        try:
-            for line in proc.stdout:
-                what, _, group = line.strip().partition(" ")
-                ev = {"start": self.started, "done": self.done}.get(what, {}).get(group)
-                if ev is not None:
-                    ev.set()
-        finally:
-            rc = proc.wait()
-            if rc:
-                log.debug("warm-up helper exited with %s: kernels compile in-process", rc)
-            for g in groups:
-                self.started[g].set()
-                self.done[g].set()
+        self.procs = [h.proc for h in helpers]
+        self.started = {g: ev for h in helpers for g, ev in h.started.items()}
+        self.done = {g: ev for h in helpers for g, ev in h.done.items()}
 
     def join_preload(self) -> None:
         """Wait for the thread loading cached kernels (it opened an engine on a scratch file)."""
@@ -273,7 +305,7 @@ def start(opts: dict) -> Warmup:
     if os.environ.get(ENV, "1").strip() in ("0", "false", "no") or not sys.executable:
         return Warmup()
     cold = cold_groups(opts)
-    helpers = [([g], proc) for g in cold if (proc := _spawn(opts, [g])) is not None]
+    helpers = [h for g in cold if (h := _helper(opts, g)) is not None]
     # groups in numba's cache but not yet loaded by this process: a thread loads them now, while
     # the caller opens the engine and plans, instead of the first batch (loading a cached kernel
     # takes milliseconds; a fresh process's first batch waits 0.70x as long, benchmarks/results/consumer.json)
@@ -304,8 +336,16 @@ def join_preloads() -> None:
         t.join()
 
 
+def _forget_helpers() -> None:
+    """In a forked child: the parent's helpers are not its own, and a lock a parent's thread held
+    at the fork would never be released here."""
+    global _HELPERS_LOCK
+    _HELPERS_LOCK = threading.Lock()
+    _HELPERS.clear()
+
+
 if hasattr(os, "register_at_fork"):  # POSIX; multiprocessing's fork and os.fork run it, subprocess does not
-    os.register_at_fork(before=join_preloads)
+    os.register_at_fork(before=join_preloads, after_in_child=_forget_helpers)
 
 
 def loaded(dispatcher) -> bool:

@@ -102,7 +102,7 @@ def test_wait_follows_the_helper(monkeypatch):
                             stdin=r, stdout=subprocess.PIPE, text=True)
     os.close(r)
     try:
-        w = warmup.Warmup([(["decode", "read"], proc)])
+        w = warmup.Warmup([warmup.Helper(proc, ["decode", "read"], None)])
         assert w.started["decode"].wait(30)
         t0 = time.monotonic()
         w.wait("read")  # not begun: returns at once
@@ -119,7 +119,7 @@ def test_a_failing_helper_releases_every_wait():
     # a helper that dies after beginning a group: the wait ends, the pipeline compiles in-process
     proc = subprocess.Popen([sys.executable, "-c", "import sys; print('start read', flush=True); sys.exit(3)"],
                             stdout=subprocess.PIPE, text=True)
-    w = warmup.Warmup([(["read", "decode"], proc)])
+    w = warmup.Warmup([warmup.Helper(proc, ["read", "decode"], None)])
     assert w.started["read"].wait(30)
     t0 = time.monotonic()
     w.wait("read")
@@ -139,7 +139,7 @@ def test_wait_after_fork_returns_at_once():
     proc = subprocess.Popen([sys.executable, "-c", "import time; print('start decode', flush=True); time.sleep(30)"],
                             stdout=subprocess.PIPE, text=True)
     try:
-        w = warmup.Warmup([(["decode"], proc)])
+        w = warmup.Warmup([warmup.Helper(proc, ["decode"], None)])
         assert w.started["decode"].wait(30)  # in this process, wait("decode") would block
         pid = os.fork()
         if pid == 0:  # the helper belongs to the parent: a forked child never waits for it
@@ -233,7 +233,7 @@ def _helper_compiling_read():
                              "sys.stdin.readline(); print('done read', flush=True)"],
                             stdin=r, stdout=subprocess.PIPE, text=True)
     os.close(r)
-    w = warmup.Warmup([(["read"], proc)])
+    w = warmup.Warmup([warmup.Helper(proc, ["read"], None)])
     assert w.started["read"].wait(30)
     return w, w_, proc
 
@@ -388,3 +388,36 @@ def test_a_cache_is_found_where_numba_would_find_none(tmp_path, monkeypatch):
     assert cache_fallback(unwritable, str(tmp_path / "user")) is None
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "given"))
     assert cache_fallback(unwritable, unwritable) is None
+
+
+def test_loaders_made_while_a_helper_runs_share_it(monkeypatch):
+    """Four cold Loaders of one process (train, validation, test) started two helpers each, all
+    compiling the same kernels: a group's running helper is shared, and a new one starts only
+    once it is gone (and the group still cold)."""
+    spawned = []
+
+    def spawn(opts, groups):
+        spawned.append(groups)
+        return subprocess.Popen([sys.executable, "-c", "import sys; print('start %s' % sys.argv[1], flush=True); "
+                                 "sys.stdin.readline()", groups[0]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+
+    monkeypatch.setattr(warmup, "_spawn", spawn)
+    monkeypatch.setattr(warmup, "cold_groups", lambda opts: ["decode", "read"])
+    opts = {"engine": "threads", "format": "libsvm", "dtype": "float32"}
+    ws = [warmup.start(opts) for _ in range(4)]
+    assert spawned == [["decode"], ["read"]]
+    assert all(w.done["read"] is ws[0].done["read"] for w in ws)
+    warmup.start({**opts, "dtype": "float64"})  # other kernels' types: their own helpers
+    assert len(spawned) == 4
+    procs = [h.proc for h in list(warmup._HELPERS.values())]
+    for p in procs:
+        p.communicate("go\n", timeout=30)
+    assert ws[0].done["read"].wait(30) and ws[0].done["decode"].wait(30)
+    deadline = time.monotonic() + 30
+    while warmup._HELPERS and time.monotonic() < deadline:  # each follower forgets its helper as it ends
+        time.sleep(0.05)
+    warmup.start(opts)
+    assert len(spawned) == 6
+    for h in list(warmup._HELPERS.values()):
+        h.proc.communicate("go\n", timeout=30)
