@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from .constants import INT32_MAX
 from .cores import usable_cores
 from .decode import (SpanDecoder, csr_batch, csr_pieces, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord,
-                     resolve_libsvm_params)
+                     owned, resolve_libsvm_params)
 from .errors import DataError
 from .kernels import io as KI
 from .kernels import rows as KR
@@ -231,12 +231,7 @@ def detached(step_rows, lo: int, hi: int):
     """(X, y) of rows lo:hi of a decoded step ``step_rows`` = (X, y), sharing no array with it
     (the step's memory can go while these rows wait for the rest of their batch)."""
     X, y = step_rows
-    X = rows(X, lo, hi)
-    if sp.issparse(X):  # the arrays, not X.copy(): scipy's constructor refuses float16 values
-        X = csr_batch(X.data.copy(), X.indices.copy(), X.indptr.copy(), X.shape)
-    else:
-        X = X.copy() if isinstance(X, np.ndarray) else list(X)
-    return X, None if y is None else y[lo:hi].copy()
+    return owned(rows(X, lo, hi)), None if y is None else y[lo:hi].copy()
 
 
 def stack(Xs: list, ys):

@@ -13,7 +13,11 @@ class Batch:
     ``scipy.sparse.csr_matrix`` (k, n_features) for LIBSVM, an ndarray (k, *record_shape) for
     npy/fixed, a list of k ``bytes`` for lines; ``y`` float64 (k,) or None; ``epoch`` and ``index``
     (batch number within the epoch); ``piece``: None, or for the rows of some windows only of
-    batch ``index`` (``Loader.epoch(..., windows=)``) ``(first window, records of the whole batch)``."""
+    batch ``index`` (``Loader.epoch(..., windows=)``) ``(first window, records of the whole batch)``.
+
+    ``X`` and ``y`` may be views of the arrays their read step was decoded into (a window's, with
+    ``granularity="window"``): a batch kept after the loop moves on keeps that whole step in memory
+    (correct, never reused while held). Keep :meth:`copy` instead to hold only the batch's rows."""
 
     ids: np.ndarray
     X: Any
@@ -24,6 +28,16 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def copy(self) -> Batch:
+        """This batch with arrays of its own (a CSR ``X`` of its values, indices and offsets alone):
+        keeping it holds its rows, not the read step they were decoded in."""
+        import dataclasses
+
+        from .decode import owned
+
+        y = None if self.y is None else self.y.copy()
+        return dataclasses.replace(self, ids=self.ids.copy(), X=owned(self.X), y=y)
 
     def __repr__(self) -> str:
         # a batch holds thousands of ids: say what it is, not every value

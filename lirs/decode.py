@@ -115,6 +115,15 @@ def csr_batch(data, indices, indptr, shape):
     return X
 
 
+def owned(X):
+    """``X`` (a CSR matrix, an ndarray or a list of ``bytes``) with arrays of its own, sharing none
+    with the read step it was cut from; a CSR matrix's three arrays are copied (``X.copy()`` goes
+    through scipy's constructor, which refuses float16 values)."""
+    if hasattr(X, "indptr"):
+        return csr_batch(X.data.copy(), X.indices.copy(), X.indptr.copy(), X.shape)
+    return X.copy() if isinstance(X, np.ndarray) else list(X)
+
+
 def csr_pieces(data, indices, indptr, at: list, sizes: list, n: int) -> list:
     """:func:`csr_batch` of consecutive pieces of three arrays: piece i has ``sizes[i]`` rows (k),
     values and indices ``[at[i], at[i + 1])`` of ``data``/``indices``, and the next k + 1 row

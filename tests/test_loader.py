@@ -838,3 +838,18 @@ def test_window_batches_spanning_windows_keep_float16_and_the_file_s_dtype(tmp_p
         rows = np.concatenate([b.X for b in got])
         assert np.array_equal(np.sort(ids), np.arange(2000)) and np.array_equal(rows, x[ids])
         os.unlink(tmp_path / "x.npy.lirs")
+
+
+def test_a_copied_batch_holds_its_rows_alone(tmp_path):
+    """A kept window batch keeps the window it was decoded in (its arrays are views of it):
+    `copy()` gives the same batch with arrays of its own, float16 included."""
+    p = _write_libsvm(tmp_path / "a.svm", 2000, seed=3)
+    for dtype in (np.float32, np.float16):
+        with Loader(p, 50, granularity="window", dtype=dtype) as L:
+            b = next(iter(L.epoch(0)))
+            c = b.copy()
+        step = b.X.data.base if b.X.data.base is not None else b.X.data
+        assert step.nbytes > 4 * b.X.data.nbytes  # the window's, here
+        assert c.X.data.base is None and c.X.indices.base is None and c.ids.base is None
+        assert (c.X != b.X).nnz == 0 and c.X.dtype == dtype and np.array_equal(c.ids, b.ids)
+        assert np.array_equal(c.y, b.y) and (c.epoch, c.index) == (b.epoch, b.index)
