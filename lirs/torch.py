@@ -333,11 +333,11 @@ class LirsIterableDataset(tud.IterableDataset):
         res, self._resume = self._resume, None
         w, nw = worker_of()
         if res is not None and res.epoch != self.epoch:
-            log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
-                        res.epoch, self.epoch)
+            log.warning("resume state is for epoch %d, epoch %d starts from its first batch", res.epoch, self.epoch)
             res = None
         by_window = self._by_window(loader, nw)
-        if nw > 1 and w == 0 and not by_window and POLICIES[loader.granularity].uses_window:
+        if nw > 1 and w == 0 and not by_window and POLICIES[loader.granularity].uses_window and not self.__dict__.get("_said"):
+            self._said = True  # once a worker: a persistent one said it again every pass
             log.warning("%d DataLoader workers with granularity=%r, one batch an item: each worker reads nearly every "
                         "window (%s)", nw, loader.granularity, "batches of bytes cross so" if loader.index.format in
                         BYTES_FORMATS else "make_dataloader's workers without a transform read their own windows")
