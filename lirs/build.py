@@ -21,7 +21,7 @@ import numpy as np
 from .api import whole
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
-from .inputs import absolute, expand_paths, labels_candidates, npy_array, resolve_format
+from .inputs import absolute, expand_paths, labels_candidates, npy_array, resolve_format, text_paths
 from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
 from .labelcodes import encode_label_parts
 from .npyformat import npy_header
@@ -282,6 +282,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     """Index ``paths`` and write the sidecar atomically; return the opened :class:`Index`.
     An existing sidecar of the same files is reused where the data did not change (lirs.incremental)
     unless ``full``."""
+    paths, out = text_paths(paths), None if out is None else os.fsdecode(out)
     files = expand_paths(paths)
     # as the CLI checks them: -5 wrote a sidecar no epoch could read, np.int64(5) failed in its JSON
     record_size = None if record_size is None else whole("record_size", record_size, 1)

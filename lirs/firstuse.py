@@ -67,4 +67,4 @@ def open_source(src, index: str = "auto"):
         src = src[0]
     if src is None:
         raise UsageError("Loader needs a source: a data file, a directory, a .lirs sidecar or an Index")
-    return open_or_index(os.fspath(src), index=index)
+    return open_or_index(os.fsdecode(src), index=index)

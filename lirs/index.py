@@ -376,7 +376,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
     data file's fingerprint is compared and :class:`StaleIndexError` raised on a mismatch; with
     ``verify`` the CRC-32 of every array is checked too (reads the whole sidecar).
     """
-    path = os.fspath(path)
+    path = os.fsdecode(path)
     named = is_sidecar_path(path)
     sidecar = absolute(path if named else sidecar_path(path))
     if not os.path.exists(sidecar):

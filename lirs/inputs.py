@@ -65,6 +65,14 @@ def labels_candidates(path: str) -> list[str]:
     return ([path[:-4] + ".labels.npy"] if path.endswith(".npy") else []) + [labels_path(path)]
 
 
+def text_paths(paths):
+    """``paths`` (a path or a list of them: ``str``, ``bytes`` as ``os.fsencode`` gives them, or
+    ``os.PathLike``) with every path a ``str``."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        return os.fsdecode(paths)
+    return [os.fsdecode(p) for p in paths]
+
+
 def absolute(path) -> str:
     """``path`` made absolute where the kernel finds it. ``os.path.abspath`` folds ``L/..`` by
     text, but where ``L`` is a symlink the kernel goes to the link target's parent: a path with a

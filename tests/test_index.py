@@ -1118,3 +1118,17 @@ def test_an_index_rebuilt_while_it_is_opened_is_never_called_corrupt(tmp_path, m
     with pytest.raises(lirs.StaleIndexError):
         lirs.open_index(str(p))
     assert os.path.getsize(str(p) + ".lirs") == size and lirs.open_index(str(p)).n == 3000
+
+
+def test_paths_as_bytes_are_paths(tmp_path):
+    """`os.fsencode` paths (what `os.listdir(bytes)` gives): build_index took b"d.svm" for a list
+    of ints, open_index failed in a string method, a Loader looked for the file "b'...'"."""
+    p = os.path.join(os.fsencode(tmp_path), b"d\xff.svm")
+    with open(p, "wb") as f:
+        f.write(b"1 1:1\n0 2:1\n1 3:1\n")
+    assert lirs.build_index(p, progress=False).n == 3
+    assert lirs.build_index([p], out=p + b".lirs", progress=False).n == 3
+    assert lirs.open_index(p).n == 3
+    for source in (p, [p], p + b".lirs"):
+        with lirs.Loader(source, 2) as L:
+            assert sorted(np.concatenate([b.ids for b in L.epoch(0)])) == [0, 1, 2]
