@@ -383,7 +383,15 @@ def test_a_cache_is_found_where_numba_would_find_none(tmp_path, monkeypatch):
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     unwritable = "/proc/1/lirs-no"  # not even root writes there
-    assert cache_fallback(unwritable, unwritable) == str(tmp_path / f"lirs-numba-{os.getuid()}")
+    mine = tmp_path / f"lirs-numba-{os.getuid()}"
+    assert cache_fallback(unwritable, unwritable) == str(mine) and (mine.stat().st_mode & 0o777) == 0o700
+    # made first by someone else (or open to others): numba would unpickle what they put there
+    mine.chmod(0o777)
+    other = cache_fallback(unwritable, unwritable)
+    assert other != str(mine) and os.path.dirname(other) == str(tmp_path) and (os.stat(other).st_mode & 0o777) == 0o700
+    mine.rmdir()
+    mine.symlink_to(other)
+    assert cache_fallback(unwritable, unwritable) not in (str(mine), other)
     assert cache_fallback(str(tmp_path / "src"), unwritable) is None  # numba's own choice
     assert cache_fallback(unwritable, str(tmp_path / "user")) is None
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "given"))

@@ -24,7 +24,25 @@ def cache_fallback(here: str, user: str) -> str | None:
     temporary folder. ``$NUMBA_CACHE_DIR`` set: numba's choice stands."""
     if os.environ.get("NUMBA_CACHE_DIR") or _writable(os.path.join(here, "__pycache__")) or _writable(user):
         return None
-    return os.path.join(tempfile.gettempdir(), f"lirs-numba-{os.getuid()}")
+    return _private(os.path.join(tempfile.gettempdir(), f"lirs-numba-{os.getuid()}"))
+
+
+def _private(d: str) -> str:
+    """``d``, made mode 0700, if it is (or now is) a directory of this user's that no one else can
+    write; else a new one beside it. numba unpickles what its cache holds: in a temporary folder
+    every user writes, another user could make ``d`` first and put code there that ran as us."""
+    import stat
+
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return d  # not writable: _writable says so, and nothing is cached there
+    st = os.lstat(d)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022:
+        return d
+    return tempfile.mkdtemp(prefix=os.path.basename(d) + "-", dir=os.path.dirname(d))
 
 
 def _ensure_cache() -> None:
