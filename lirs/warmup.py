@@ -162,6 +162,7 @@ class Helper:
                     ev.set()
         finally:
             rc = self.proc.wait()
+            self.proc.stdout.close()  # its pipe: open until the process exited otherwise
             if rc:
                 log.debug("warm-up helper exited with %s: kernels compile in-process", rc)
             with _HELPERS_LOCK:

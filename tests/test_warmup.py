@@ -425,6 +425,7 @@ def test_loaders_made_while_a_helper_runs_share_it(monkeypatch):
     deadline = time.monotonic() + 30
     while warmup._HELPERS and time.monotonic() < deadline:  # each follower forgets its helper as it ends
         time.sleep(0.05)
+    assert all(p.stdout.closed for p in procs)  # its pipe too (open until the process exited)
     warmup.start(opts)
     assert len(spawned) == 6
     for h in list(warmup._HELPERS.values()):
