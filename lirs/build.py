@@ -44,7 +44,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
     """Scan ``files`` (whole, or per ``plan``: a :class:`lirs.incremental.Keep` or None per file)
     into the sidecar ``dest``; returns its path. ``csv_header``: refuse a CSV whose first line
     looks like a header (not when the format was given: the user said every line is a record)."""
-    from tqdm import tqdm
+    from .units import progress_bar
 
     total = sum(os.path.getsize(p) for p in files)
     w = SidecarWriter(dest)
@@ -52,9 +52,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
     try:
         if fmt == "libsvm":
             lab_tmp = tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(dest)))
-        with tqdm(total=total, unit="B", unit_scale=True, desc="lirs index",
-                  disable=(None if progress is None else not progress), leave=False) as bar, \
-                ThreadPoolExecutor(SCAN_CORES) as pool:
+        with progress_bar(total, "lirs index", progress) as bar, ThreadPoolExecutor(SCAN_CORES) as pool:
             tap = Tap(w)
             scanner = TFRecordScanner if fmt == "tfrecord" else VarScanner
             sc = scanner(fmt, tap, lab_tmp, chunk_bytes, bar, pool)

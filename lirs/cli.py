@@ -5,6 +5,7 @@ import argparse
 import errno
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _names_as_bytes()
+    _usable_streams()
     seen = _Interrupts()
     try:
         with seen:
@@ -50,10 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         return seen.status
 
 
-def _names_as_bytes() -> None:
+def _usable_streams() -> None:
     """Print a file name that is not valid in the locale's encoding as its bytes, as ``ls`` does:
     stdout's strict default failed on it (after ``lirs index`` had written the sidecar), stderr's
-    ``backslashreplace`` printed ``\\udcff`` for the byte. Other unencodable text is escaped."""
+    ``backslashreplace`` printed ``\\udcff`` for the byte. Other unencodable text is escaped. A
+    stream closed when Python started (None) is the null device."""
     import codecs
 
     def escape(e):
@@ -63,8 +65,12 @@ def _names_as_bytes() -> None:
             return codecs.lookup_error("backslashreplace")(e)
 
     codecs.register_error("lirs.names", escape)
-    for stream in (sys.stdout, sys.stderr):
-        if getattr(stream, "errors", None) in ("strict", "backslashreplace") and hasattr(stream, "reconfigure"):
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:  # closed when Python started (`2>&-`): progress bars and messages go nowhere
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
+        elif getattr(stream, "errors", None) in ("strict", "backslashreplace", "surrogateescape") \
+                and hasattr(stream, "reconfigure"):  # surrogateescape: an ASCII locale's, which failed on ²
             stream.reconfigure(errors="lirs.names")
 
 

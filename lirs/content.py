@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 
 import numpy as np
@@ -105,11 +104,9 @@ def _pool(kind: str = "crc"):
 
 
 def _bar(total: int, desc: str):
-    from tqdm import tqdm
+    from .units import progress_bar
 
-    # on stderr, for long files only, and never into a log or a pipe
-    quiet = total < _BAR_BYTES or not sys.stderr.isatty()
-    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=quiet, leave=False, file=sys.stderr)
+    return progress_bar(total, desc, min_total=_BAR_BYTES)  # long files only, never into a log or a pipe
 
 
 def first_changed_block(path: str, sums: np.ndarray, size: int, *, direct: bool | None = None) -> int | None:

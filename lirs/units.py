@@ -1,7 +1,8 @@
-"""Small parsing helpers shared by the CLI: sizes like ``500MB`` or ``2G``."""
+"""Small helpers shared by the CLI and the library: sizes like ``500MB`` or ``2G``, progress bars."""
 from __future__ import annotations
 
 import re
+import sys
 
 from .errors import UsageError
 
@@ -28,3 +29,14 @@ def format_bytes(n) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000.0
     return f"{n:.1f} TB"
+
+
+def progress_bar(total: int, desc: str, show: bool | None = None, *, unit: str = "B", min_total: int = 0):
+    """A tqdm bar on stderr (``leave=False``): shown where ``show``, or with ``show`` None where
+    stderr is a terminal and ``total`` is ``min_total`` or more; never where stderr is closed (None:
+    a daemon's, ``pythonw``'s), where tqdm raised at its first write."""
+    from tqdm import tqdm
+
+    err = sys.stderr
+    off = err is None or show is False or (show is None and (total < min_total or not err.isatty()))
+    return tqdm(total=total, unit=unit, unit_scale=True, desc=desc, disable=off, leave=False, file=err)

@@ -1132,3 +1132,22 @@ def test_paths_as_bytes_are_paths(tmp_path):
     for source in (p, [p], p + b".lirs"):
         with lirs.Loader(source, 2) as L:
             assert sorted(np.concatenate([b.ids for b in L.epoch(0)])) == [0, 1, 2]
+
+
+def test_closed_standard_streams_neither_stop_work_nor_crash_help(tmp_path):
+    """stderr closed when Python started (a daemon, `2>&-`): sys.stderr is None and every progress
+    bar raised at its first write, so a Loader's first-use index failed and `lirs index` exited 1
+    without a word. An ASCII locale's stdout (surrogateescape) failed on the ² of `quality --help`."""
+    for name in ("a.svm", "b.svm"):
+        (tmp_path / name).write_text("1 1:1\n-1 2:2\n1 3:0.5\n")
+    code = (f"import lirs\nwith lirs.Loader({str(tmp_path / 'a.svm')!r}, 2) as L:\n"
+            "    print(sum(len(b.ids) for b in L.epoch(0)))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=False, stdout=subprocess.PIPE, text=True,
+                       preexec_fn=lambda: os.close(2), timeout=300)
+    assert r.stdout.strip() == "3"
+    r = subprocess.run([sys.executable, "-m", "lirs", "index", str(tmp_path / "b.svm")], stdout=subprocess.DEVNULL,
+                       preexec_fn=lambda: os.close(2), timeout=300)
+    assert r.returncode == 0 and (tmp_path / "b.svm.lirs").exists()
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    r = subprocess.run([sys.executable, "-m", "lirs", "quality", "--help"], capture_output=True, env=env, timeout=300)
+    assert r.returncode == 0 and b"Corgi" in r.stdout, r.stderr[-300:]

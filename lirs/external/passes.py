@@ -15,15 +15,13 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from tqdm import tqdm
-
 from .. import seeds
 from ..constants import BLOCK
 from ..errors import LirsError, UsageError
 from ..kernels import external as K
 from ..kernels import plan as KP
 from ..kernels import tfrecord as KT
-from ..units import format_bytes
+from ..units import format_bytes, progress_bar
 from .disk import alloc, read_all, round_up
 from .formats import Dataset, Source
 from .memory import MAX_DEPTH, OFFSET_BYTES, MemoryPlan, max_line
@@ -33,7 +31,7 @@ from .writer import Output
 
 def _bar(total: int, desc: str, quiet: bool | None):
     """A byte progress bar; ``quiet`` None: shown only when stderr is a terminal."""
-    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=quiet, leave=False)
+    return progress_bar(total, desc, None if quiet is None else not quiet)
 
 
 def pass1(ds: Dataset, plan: MemoryPlan, pile_dir: str, seed: int, *, direct: bool, index: bool, pool=None,
