@@ -13,6 +13,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import struct
 import weakref
 import zlib
@@ -435,11 +436,15 @@ def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int |
         header, size, hoff, crc = _header_of(f.fileno(), sidecar)
         if header_crc is not None and crc != header_crc:
             return None
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.geteuid():  # the new file would be ours, with our umask: others could lose it
+            raise PermissionError(errno.EPERM, "the index belongs to another user", sidecar)
         clean_dead_temps(sidecar)
         tmp, held = temp_name(sidecar), None
         try:
             with open(tmp, "wb") as out:
                 held = hold(out.fileno())  # released once renamed (or removed): see SidecarWriter
+                os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode))  # as readable as it was (not our umask's)
                 f.seek(0)
                 left = hoff
                 while left > 0:

@@ -327,7 +327,7 @@ CHANGES = """## Data that changes, an index that fails
 | event | what lirs does | test |
 | --- | --- | --- |
 | data file's size and mtime as indexed | cheap open: 16 sampled 4 KiB blocks compared | `test_trust.py` |
-| mtime moved (`touch`, a copy that kept the bytes) | the file is read whole and every MiB compared with its CRC-32C; unchanged: used, the new mtime recorded (in the sidecar, or in `~/.cache/lirs` where the sidecar is read-only) | `test_staleness.py::test_check_is_exact_and_touch_needs_no_reindex` |
+| mtime moved (`touch`, a copy that kept the bytes) | the file is read whole and every MiB compared with its CRC-32C; unchanged: used, the new mtime recorded (in the sidecar, or in `~/.cache/lirs` where the sidecar is read-only or another user's; its mode is kept) | `test_staleness.py::test_check_is_exact_and_touch_needs_no_reindex` |
 | any same-size edit (a digit, a label, a moved newline) | `StaleIndexError` naming the file and the changed byte range; `lirs index --check` exits 1 | `test_staleness.py::test_every_same_size_edit_with_a_moved_mtime_is_found` |
 | appended to, edited, files added or removed in a directory | `lirs index` scans only the changed files from their first changed MiB (an append: the tail); the sidecar is byte for byte the full re-index's | `test_incremental.py` |
 | the labels file beside `.npy` data edited or removed after indexing | `StaleIndexError` at open naming the labels file (its fingerprint kept in the sidecar; one whose mtime moved is compared label by label, unchanged: opened); `lirs index --check` exits 1 | `test_staleness.py::test_a_labels_file_changed_after_indexing_is_found_at_open` |

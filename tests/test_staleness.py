@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import subprocess
 import sys
 
@@ -554,3 +555,26 @@ def test_a_touched_labels_file_beside_a_read_only_sidecar_is_compared_at_every_o
     for _ in range(2):
         assert np.array_equal(open_index(str(x)).labels, np.arange(30))
     assert len(compared) == 2
+
+
+def test_an_open_that_records_a_touch_keeps_the_sidecar_s_mode_and_owner(big, monkeypatch, tmp_path):
+    """Recording a verified touch rewrote the sidecar as a new file of the opener's: under umask
+    077 a 644 sidecar became 600, and another user's open took the file over (others then could
+    not read it). The mode is kept; another user's sidecar is left, the touch recorded in the cache."""
+    p, data, side = big
+    _restore(p, data, side)
+    sc = p + ".lirs"
+    os.chmod(sc, 0o644)
+    os.utime(p)
+    old = os.umask(0o077)
+    try:
+        open_index(p)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(sc).st_mode) == 0o644
+    assert open_index(p, check=False).fingerprints[0]["mtime_ns"] == os.stat(p).st_mtime_ns  # recorded there
+    os.utime(p)
+    before = os.stat(sc)
+    monkeypatch.setattr(os, "geteuid", lambda: before.st_uid + 1)  # as another user would
+    open_index(p)
+    assert os.stat(sc).st_ino == before.st_ino and os.listdir(tmp_path / "cache" / "verified")
