@@ -10,6 +10,7 @@ import pkgutil
 import sys
 
 from . import __version__
+from .commands import quiet_stdout
 from .errors import DataError, IndexFormatError, LirsError, StaleIndexError, UsageError
 
 EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
@@ -159,23 +160,11 @@ def _failed(args) -> int:
         print(f"lirs {args.command}: error: permission denied: {e.filename or e}", file=sys.stderr)
         return EXIT_DATA
     except BrokenPipeError:  # `lirs info DATA | head`: the reader left; quiet, as Unix tools are
-        _quiet_stdout()
+        quiet_stdout()
         return EXIT_OK
     except OSError as e:  # EIO, EROFS, ENOSPC, ...: one line, no traceback
         print(f"lirs {args.command}: error: {describe_os_error(e, args.command)}", file=sys.stderr)
         return EXIT_DATA
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null: the interpreter's flush at exit must not fail on the closed pipe."""
-    import os
-
-    try:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-        os.close(fd)
-    except (OSError, ValueError):
-        pass
 
 
 _HINTS = {

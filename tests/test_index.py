@@ -1151,3 +1151,17 @@ def test_closed_standard_streams_neither_stop_work_nor_crash_help(tmp_path):
     env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
     r = subprocess.run([sys.executable, "-m", "lirs", "quality", "--help"], capture_output=True, env=env, timeout=300)
     assert r.returncode == 0 and b"Corgi" in r.stdout, r.stderr[-300:]
+
+
+def test_a_reader_gone_before_the_scan_does_not_stop_lirs_index(tmp_path):
+    """`lirs index D | reader` whose reader has gone: the "format:" line met EPIPE before the scan,
+    and the command exited 0 with no index written."""
+    (tmp_path / "a.svm").write_text("1 1:1\n-1 2:2\n")
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        rc = subprocess.run([sys.executable, "-m", "lirs", "index", str(tmp_path / "a.svm")], stdout=w,
+                            stderr=subprocess.PIPE, timeout=300).returncode
+    finally:
+        os.close(w)
+    assert rc == 0 and lirs.open_index(str(tmp_path / "a.svm")).n == 2

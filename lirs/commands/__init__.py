@@ -2,3 +2,25 @@
 
 The CLI discovers every module in this package, so a new subcommand is a new file here.
 """
+import os
+import sys
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's flush at exit must not fail on the closed pipe."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
+
+
+def say(*args, **kwargs) -> None:
+    """``print`` for what a command says before its work: a reader that has gone (``lirs index D |
+    head -c0``) does not stop the work (the index was not written, and the exit status said 0); what
+    follows goes to the null device."""
+    try:
+        print(*args, **kwargs)
+    except BrokenPipeError:
+        quiet_stdout()

@@ -5,6 +5,7 @@ import json
 import sys
 import time
 
+from . import say
 from ..errors import UsageError
 from ..units import parse_size
 
@@ -56,7 +57,7 @@ def run(args) -> int:
         raise UsageError(f"--header-size applies to raw fixed files (--format fixed); these are {fmt} "
                          f"({why}), whose layout their own format gives")
     if not args.json:
-        print(f"format: {fmt} ({why})", flush=True)
+        say(f"format: {fmt} ({why})", flush=True)
     idx = build_index(paths, format=args.format, record_size=args.record_size, header_size=args.header_size,
                       out=args.out, progress=False if args.quiet else None, chunk_bytes=parse_size(args.chunk),
                       full=args.full)
