@@ -111,6 +111,18 @@ def held(path: str) -> bool:
         os.close(fd)
 
 
+def fsync_dir(d: str) -> None:
+    """Make the renames inside directory ``d`` durable."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # some filesystems refuse fsync on directories
+        pass
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` exists on this host (signal 0: nothing is sent)."""
     if pid <= 0:

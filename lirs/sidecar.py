@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import IndexFormatError, UsageError
 from .inputs import absolute, expand_paths, labels_candidates, pread_full, pread_into, read_at
-from .litter import clean_dead_litter, clean_dead_temps, hold, release, temp_name
+from .litter import clean_dead_litter, clean_dead_temps, fsync_dir, hold, release, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
 
@@ -272,18 +272,6 @@ class SidecarWriter:
                 pass
             release(self._held)
             self._held = None
-
-
-def fsync_dir(d: str) -> None:
-    """Make the renames inside directory ``d`` durable."""
-    try:
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:  # some filesystems refuse fsync on directories
-        pass
 
 
 def relpath(path: str, base_dir: str) -> str:

@@ -12,8 +12,8 @@ import shutil
 
 from ..build import build
 from ..inputs import labels_path
-from ..litter import clean_dead_temps, temp_name
-from ..sidecar import fsync_dir, sidecar_path
+from ..litter import clean_dead_temps, fsync_dir, temp_name
+from ..sidecar import sidecar_path
 from .formats import Dataset
 from .writer import Shard
 
