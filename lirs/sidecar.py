@@ -118,7 +118,10 @@ class SidecarWriter:
         check_replaceable(self.dest)
         clean_dead_litter(os.path.dirname(self.dest))  # what a killed `lirs index` or shuffle left here
         self.tmp = temp_name(self.dest)
-        self.f = open(self.tmp, "wb")
+        try:
+            self.f = open(self.tmp, "wb")
+        except OSError as e:  # a directory that cannot take it: name the index, not a temporary
+            raise self._named(e)
         self._held = hold(self.f.fileno())  # live to the cleaner of another host, until renamed or removed
         self.f.write(b"\0" * _PREAMBLE_SIZE)
         self.arrays: dict = {}
@@ -414,12 +417,12 @@ def _map_or_read(sidecar: str, f, dt: np.dtype, spec: dict, name: str) -> tuple[
 
 def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int | None:
     """Replace the JSON header of ``sidecar`` by ``update(header)`` (a new dict), atomically: the
-    arrays are copied byte for byte into a temp file beside it, which is fsynced and renamed.
-    Returns the new header's CRC-32. Header and arrays are read through one descriptor, and
-    nothing is written (None returned)
-    where the sidecar is not the one whose header has CRC ``header_crc`` or was renamed over while
-    copied: another process rebuilt the index, and an old header over its arrays would corrupt it.
-    Raises OSError where the directory cannot be written (a read-only mount)."""
+    arrays are copied byte for byte into a temp file beside it (the sidecar's mode kept), which is
+    fsynced and renamed. Returns the new header's CRC-32. Header and arrays are read through one
+    descriptor, and nothing is written (None returned) where the sidecar is not the one whose header
+    has CRC ``header_crc`` or was renamed over while copied: another process rebuilt the index, and
+    an old header over its arrays would corrupt it. Raises OSError where the directory cannot be
+    written (a read-only mount) or the sidecar is another user's."""
     with open(sidecar, "rb") as f:
         header, size, hoff, crc = _header_of(f.fileno(), sidecar)
         if header_crc is not None and crc != header_crc:

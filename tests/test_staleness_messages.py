@@ -186,3 +186,24 @@ def test_load_svmlight_of_a_missing_file_is_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         lirs.load_svmlight(str(missing))
     assert not isinstance(e.value, DataError) and e.value.filename == str(missing)
+
+
+def test_an_index_its_directory_refuses_is_named_with_the_way_out(tmp_path, monkeypatch, capsys):
+    """A directory the user cannot write (not root): `lirs index` said "permission denied" of a
+    temporary's name, with no way out; it names the index and -o, as a Loader's first use does. An
+    unreadable data file is still said as it is."""
+    import builtins
+
+    p = _svm(tmp_path / "a.svm")
+    real = builtins.open
+
+    def refuse(f, mode="r", *a, **k):
+        if ".lirs-tmp-" in os.fspath(f) and "w" in mode:
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(f))
+        return real(f, mode, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", refuse)
+    assert main(["index", p]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}.lirs cannot be written (Permission denied); name the index where you can write with -o" in err
+    assert "lirs-tmp" not in err

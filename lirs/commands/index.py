@@ -58,9 +58,15 @@ def run(args) -> int:
                          f"({why}), whose layout their own format gives")
     if not args.json:
         say(f"format: {fmt} ({why})", flush=True)
-    idx = build_index(paths, format=args.format, record_size=args.record_size, header_size=args.header_size,
-                      out=args.out, progress=False if args.quiet else None, chunk_bytes=parse_size(args.chunk),
-                      full=args.full)
+    try:
+        idx = build_index(paths, format=args.format, record_size=args.record_size, header_size=args.header_size,
+                          out=args.out, progress=False if args.quiet else None, chunk_bytes=parse_size(args.chunk),
+                          full=args.full)
+    except PermissionError as e:
+        if not str(e.filename or "").endswith(".lirs"):  # the data's (unreadable): said as it is
+            raise
+        raise UsageError(f"{e.filename} cannot be written ({e.strerror}); name the index where you can write "
+                         "with -o DIR/NAME.lirs") from e
     secs = time.perf_counter() - t0
     s = summarize(idx)
     s["format_reason"] = why
