@@ -23,7 +23,7 @@ def add_parser(sub):
                    help="write K files OUT/part-00000.EXT ... of consecutive shuffled records")
     p.add_argument("--memory", default="2G", help="memory cap for buffers and the pile in RAM (default 2G)")
     p.add_argument("--tmpdir", default=None, metavar="D", help="where the piles go (default: beside OUT)")
-    p.add_argument("--seed", type=int, default=0, help="same input, seed and --memory: same output (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="same input, seed, --memory and open-file limit: same output (default 0)")
     p.add_argument("--index", action="store_true",
                    help="also write OUT.lirs (one per shard), as `lirs index OUT` would")
     p.add_argument("--format", default="auto", choices=["auto", "libsvm", "lines", "tfrecord", "npy", "fixed"])
