@@ -13,6 +13,7 @@ process of this host has that PID.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -72,16 +73,37 @@ def hold(fd: int) -> int | None:
     written): the crash cleaner of another host or PID namespace, to whom the writer's PID looks
     dead, finds it locked and leaves it. The lock lasts until this descriptor is closed
     (:func:`release`), across the close of ``fd``, so it covers the rename. None where the
-    filesystem has no locks."""
-    d = -1
+    filesystem has no locks; BlockingIOError where another writer holds it."""
+    d = os.dup(fd)
     try:
-        d = os.dup(fd)
         fcntl.flock(d, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return d
-    except OSError:
-        if d >= 0:
-            os.close(d)
+    except OSError as e:
+        os.close(d)
+        if isinstance(e, BlockingIOError):
+            raise
         return None
+
+
+def open_locked(final: str):
+    """``(file, name, lock)``: a new temporary of ``final`` (:func:`temp_name`) open for writing,
+    empty, and held (:func:`hold`). A process of another PID namespace can have our PID and thread
+    id: its live temporary of that name is locked, and is neither truncated nor written into here
+    (another name is taken)."""
+    import random
+
+    for attempt in range(16):
+        name = temp_name(final) if attempt == 0 else \
+            temp_name(final, tid=random.randrange(1 << 30))  # noqa: S311 - a name, not a secret
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            lock = hold(fd)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        return os.fdopen(fd, "wb"), name, lock
+    raise FileExistsError(errno.EEXIST, "every temporary name is held by a live writer", temp_name(final))
 
 
 def release(d: int | None) -> None:
@@ -96,12 +118,18 @@ def release(d: int | None) -> None:
 def held(path: str) -> bool:
     """Whether the file ``path`` is locked by a live writer (:func:`hold`); False where that
     cannot be known (a directory, no locks, no access: the PID alone decides)."""
-    try:  # read-write: NFS emulates flock with a write lock, which a read-only descriptor cannot take
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    # read-write: NFS emulates flock with a write lock, which a read-only descriptor cannot take;
+    # another user's temporary (no write permission): a shared lock, which the writer's excludes
+    for flags, op in ((os.O_RDWR, fcntl.LOCK_EX), (os.O_RDONLY, fcntl.LOCK_SH)):
+        try:
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            break
+        except OSError:
+            continue
+    else:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
         return False
     except BlockingIOError:
         return True
@@ -152,7 +180,7 @@ def _stem(base: str) -> str:
     return os.fsdecode(raw[:NAME_MAX - _ADDED - len(tag)] + tag)
 
 
-def temp_name(final: str, pid: int | None = None) -> str:
+def temp_name(final: str, pid: int | None = None, tid: int | None = None) -> str:
     """``DIR/.BASENAME.lirs-tmp-PID-TID``: where this thread writes ``final`` before its atomic
     rename (the thread's id too: threads of one process opening one touched index each rewrite its
     header, and one's rename must not take another's half-written file); ``pid`` given:
@@ -160,7 +188,7 @@ def temp_name(final: str, pid: int | None = None) -> str:
     d, base = os.path.split(absolute(final))
     stem = _stem(base)
     return os.path.join(d, f".{stem}{MARK}{int(pid)}" if pid is not None else
-                        f".{stem}{MARK}{os.getpid()}-{threading.get_native_id()}")
+                        f".{stem}{MARK}{os.getpid()}-{threading.get_native_id() if tid is None else tid}")
 
 
 def clean_dead(dirpath: str, pattern: str) -> list[str]:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import IndexFormatError, UsageError
 from .inputs import absolute, expand_paths, labels_candidates, pread_full, pread_into, read_at
-from .litter import clean_dead_litter, clean_dead_temps, fsync_dir, hold, release, temp_name
+from .litter import clean_dead_litter, clean_dead_temps, fsync_dir, open_locked, release, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
 
@@ -118,11 +118,10 @@ class SidecarWriter:
         check_replaceable(self.dest)
         clean_dead_litter(os.path.dirname(self.dest))  # what a killed `lirs index` or shuffle left here
         self.tmp = temp_name(self.dest)
-        try:
-            self.f = open(self.tmp, "wb")
+        try:  # held: live to the cleaner of another host, until renamed or removed
+            self.f, self.tmp, self._held = open_locked(self.dest)
         except OSError as e:  # a directory that cannot take it: name the index, not a temporary
             raise self._named(e)
-        self._held = hold(self.f.fileno())  # live to the cleaner of another host, until renamed or removed
         self.f.write(b"\0" * _PREAMBLE_SIZE)
         self.arrays: dict = {}
         self._cur: str | None = None
@@ -431,10 +430,9 @@ def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int |
         if st.st_uid != os.geteuid():  # the new file would be ours, with our umask: others could lose it
             raise PermissionError(errno.EPERM, "the index belongs to another user", sidecar)
         clean_dead_temps(sidecar)
-        tmp, held = temp_name(sidecar), None
+        out, tmp, held = open_locked(sidecar)  # released once renamed (or removed): see SidecarWriter
         try:
-            with open(tmp, "wb") as out:
-                held = hold(out.fileno())  # released once renamed (or removed): see SidecarWriter
+            with out:
                 os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode))  # as readable as it was (not our umask's)
                 f.seek(0)
                 left = hoff

@@ -30,7 +30,7 @@ def test_info_broken_pipe_in_process(tmp_path, monkeypatch, capsys):
         raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
     monkeypatch.setattr(info, "print_summary", boom)
-    monkeypatch.setattr("lirs.cli._quiet_stdout", lambda: None)
+    monkeypatch.setattr("lirs.cli.quiet_stdout", lambda: None)
     assert main(["info", p]) == 0
     assert "Broken pipe" not in capsys.readouterr().err
 
@@ -192,18 +192,40 @@ def test_an_index_its_directory_refuses_is_named_with_the_way_out(tmp_path, monk
     """A directory the user cannot write (not root): `lirs index` said "permission denied" of a
     temporary's name, with no way out; it names the index and -o, as a Loader's first use does. An
     unreadable data file is still said as it is."""
-    import builtins
-
     p = _svm(tmp_path / "a.svm")
-    real = builtins.open
+    real = os.open
 
-    def refuse(f, mode="r", *a, **k):
-        if ".lirs-tmp-" in os.fspath(f) and "w" in mode:
+    def refuse(f, flags, *a, **k):
+        if ".lirs-tmp-" in os.fspath(f) and flags & os.O_CREAT:
             raise PermissionError(errno.EACCES, "Permission denied", os.fspath(f))
-        return real(f, mode, *a, **k)
+        return real(f, flags, *a, **k)
 
-    monkeypatch.setattr(builtins, "open", refuse)
+    monkeypatch.setattr(os, "open", refuse)
     assert main(["index", p]) == 2
     err = capsys.readouterr().err
     assert f"{p}.lirs cannot be written (Permission denied); name the index where you can write with -o" in err
     assert "lirs-tmp" not in err
+
+
+def test_a_live_temporary_of_our_own_name_is_neither_truncated_nor_removed(tmp_path, monkeypatch):
+    """Two PID namespaces sharing a directory can both be PID 1 with thread 1: the second writer
+    truncated the first's live temporary and wrote into it. A locked name is left for another.
+    And a temporary of another user (no write permission) is seen locked through a shared lock."""
+    dest = str(tmp_path / "x.svm.lirs")
+    theirs = litter.temp_name(dest)
+    with open(theirs, "wb") as f:
+        f.write(b"their bytes")
+        f.flush()
+        lock = litter.hold(f.fileno())
+        w = S.SidecarWriter(dest)
+        try:
+            assert w.tmp != theirs and litter.held(w.tmp)
+        finally:
+            w.abort()
+        real = os.open
+        monkeypatch.setattr(os, "open", lambda p, fl, *a: (_ for _ in ()).throw(
+            PermissionError(errno.EACCES, "Permission denied", p)) if fl & os.O_RDWR else real(p, fl, *a))
+        assert litter.held(theirs)
+        monkeypatch.undo()
+        litter.release(lock)
+    assert open(theirs, "rb").read() == b"their bytes" and not os.path.exists(w.tmp)
