@@ -73,6 +73,16 @@ def text_paths(paths):
     return [os.fsdecode(p) for p in paths]
 
 
+def absolute_source(source):
+    """A Loader's ``source`` with its paths made absolute (a path, ``bytes`` too, or a list of
+    them); anything else (an Index) as it is."""
+    if isinstance(source, (str, bytes, os.PathLike)):
+        return absolute(os.fsdecode(source))
+    if isinstance(source, (list, tuple)) and all(isinstance(p, (str, bytes, os.PathLike)) for p in source):
+        return [absolute(os.fsdecode(p)) for p in source]
+    return source
+
+
 def absolute(path) -> str:
     """``path`` made absolute where the kernel finds it. ``os.path.abspath`` folds ``L/..`` by
     text, but where ``L`` is a symlink the kernel goes to the link target's parent: a path with a
@@ -187,6 +197,8 @@ def _not_so(head: bytes, kind: str) -> bool:
         return False
     if kind in (".zip", ".lz4"):
         return not head.startswith(b"PK" if kind == ".zip" else (b"\x04\x22\x4d\x18", b"\x02\x21\x4c\x18"))
+    if kind in (".zst", ".bz2") and (head[1:4] == b"\x2a\x4d\x18" and head[0] & 0xF0 == 0x50 or head[:3] == b"BZh"):
+        return False  # a skippable frame first (pzstd), an empty bzip2 stream
     return _magic(head) != kind
 
 
@@ -233,8 +245,9 @@ def format_reason(path: str) -> tuple[str, str]:
                             "read it as lines all the same)")
         nul = head.find(b"\0") if fmt == "lines" else -1
         if nul >= 0:  # text does not hold NUL: compressed or binary bytes, misnamed
-            raise DataError(f"{path}: byte {nul}: NUL byte in what its {ext} name says is text (compressed "
-                            "or binary data?); pass --format lines (format=\"lines\") to read its lines all the same")
+            raise DataError(f"{path}: byte {nul}: NUL byte in what its {ext} name says is text (compressed or "
+                            "binary data?); to read its lines all the same, index it with --format lines "
+                            "(lirs.build_index(path, format=\"lines\"))")
         if fmt == "lines":
             what = "CSV" if ext in (".csv", ".tsv") else "JSON"
             why += f"; {what} is not parsed: records are delivered as raw lines (bytes)"

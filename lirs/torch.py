@@ -56,7 +56,7 @@ import torch.utils.data as tud
 from .constants import BYTES_FORMATS
 from .errors import UsageError
 from .freshness import check_identity, identity
-from .inputs import absolute
+from .inputs import absolute_source
 from .loader import Loader
 from .arena import install
 from .passtimes import begun, timed_main
@@ -120,7 +120,7 @@ class LirsIterableDataset(tud.IterableDataset):
         check_granularity(loader_kwargs.get("granularity", DEFAULT_GRANULARITY))
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
-        path_or_index = absolute(path_or_index) if isinstance(path_or_index, (str, os.PathLike)) else path_or_index  # a pass may follow a chdir
+        path_or_index = absolute_source(path_or_index)  # a pass may follow a chdir
         self.source, self.batch_size = path_or_index, positive_int("batch_size", batch_size)
         self.epoch = whole("epoch", epoch)
         self.sparse, self.output, self.label_dtype, self.transform = sparse, output, check_label_dtype(label_dtype), transform

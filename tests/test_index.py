@@ -601,6 +601,8 @@ def test_misnamed_compressed_and_binary_inputs_are_refused_for_what_they_are(tmp
     assert b"\0" in packed
     p = refused("z.jsonl", packed, r"z.jsonl: byte \d+: NUL byte in what its .jsonl name says is text")
     assert lirs.build_index(str(p), progress=False, format="lines").format == "lines"
+    refused("p.svm.zst", b"\x50\x2a\x4d\x18" + bytes(12) + b"\x28\xb5\x2f\xfd", r"compressed input \(zstd\)")  # pzstd
+    refused("e.svm.bz2", _bz2(b""), r"compressed input \(bzip2\)")  # an empty stream
     refused("r.bin.gz", _gz(bytes(240)), r"compressed input \(gzip\)", record_size=12)
     refused("r2.bin.gz", _gz(bytes(240)), r"compressed input \(gzip\)", format="fixed", record_size=12)
 

@@ -841,6 +841,8 @@ def test_an_output_named_as_what_it_is_not_is_refused(tmp_path, name, said):
                                          "plain records"):
         E.shuffle(tmp_path / "in.svm", tmp_path / name, index=True, seed=1)
     assert os.listdir(tmp_path) == ["in.svm"]
+    E.shuffle(tmp_path / "in.svm", tmp_path / name, shards=2, seed=1)  # a directory of shards: any name
+    assert sorted(os.listdir(tmp_path / name)) == ["part-00000.svm", "part-00001.svm"]
 
 
 def test_a_labels_file_beside_an_npy_output_that_is_not_the_run_s_is_refused_up_front(tmp_path):
@@ -854,11 +856,14 @@ def test_a_labels_file_beside_an_npy_output_that_is_not_the_run_s_is_refused_up_
     with pytest.raises(UsageError, match=r"o.npy.labels.npy lies beside the output and would be read as its labels "
                                          r"\(its records have none\)"):
         E.shuffle(tmp_path / "u.npy", tmp_path / "o.npy", seed=3)
+    np.save(tmp_path / "o.bin.labels.npy", np.zeros(60))  # .npy rows under another name: read so too
+    with pytest.raises(UsageError, match=r"o.bin.labels.npy lies beside the output"):
+        E.shuffle(tmp_path / "u.npy", tmp_path / "o.bin", seed=3)
     np.save(tmp_path / "p.labels.npy", np.zeros(60))
     with pytest.raises(UsageError, match=r"p.labels.npy lies beside the output and would be read as its labels "
                                          r"\(this shuffle writes .*p.npy.labels.npy\)"):
         E.shuffle(tmp_path / "x.npy", tmp_path / "p.npy", seed=3, index=True)
-    assert not (tmp_path / "p.npy").exists() and leftovers(tmp_path) == []
+    assert not (tmp_path / "p.npy").exists() and not (tmp_path / "o.bin").exists() and leftovers(tmp_path) == []
 
 
 def test_places_that_would_feed_the_output_back_are_refused_up_front(tmp_path):
@@ -869,6 +874,9 @@ def test_places_that_would_feed_the_output_back_are_refused_up_front(tmp_path):
     (d / "a.svm").write_bytes(libsvm_bytes(30, seed=1))
     with pytest.raises(UsageError, match="lies in the input directory"):
         E.shuffle(d, d / "s.svm", seed=1)
+    (tmp_path / "link").symlink_to(d)
+    with pytest.raises(UsageError, match="lies in the input directory"):  # the same directory through a link
+        E.shuffle(tmp_path / "link", d / "s.svm", seed=1)
     E.shuffle(d, tmp_path / "s.svm", seed=1)  # beside it: fine
     (tmp_path / "sh").mkdir()
     with pytest.raises(UsageError, match="--tmpdir .* lies inside the output directory"):

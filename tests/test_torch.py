@@ -1835,8 +1835,9 @@ def test_a_relative_path_names_the_file_it_named_when_the_dataset_was_made(tmp_p
     (a / "d.svm").write_text("".join(f"1 {i + 1}:1\n" for i in range(30)))
     (b / "d.svm").write_text("".join(f"-1 {i + 1}:1\n" for i in range(20)))
     monkeypatch.chdir(a)
-    dl = make_dataloader("d.svm", batch_size=8, granularity="instance")
+    dls = [make_dataloader(src, batch_size=8, granularity="instance") for src in ("d.svm", ["d.svm"], b"d.svm")]
     monkeypatch.chdir(b)
-    ys = [float(v) for batch in dl for v in batch["y"]]
-    assert len(ys) == 30 and set(ys) == {1.0}
+    for dl in dls:
+        ys = [float(v) for batch in dl for v in batch["y"]]
+        assert len(ys) == 30 and set(ys) == {1.0}
     assert not (b / "d.svm.lirs").exists()

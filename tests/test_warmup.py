@@ -419,8 +419,9 @@ def test_loaders_made_while_a_helper_runs_share_it(monkeypatch):
     warmup.start({**opts, "dtype": "float64"})  # other kernels' types: their own helpers
     assert len(spawned) == 4
     procs = [h.proc for h in list(warmup._HELPERS.values())]
-    for p in procs:
-        p.communicate("go\n", timeout=30)
+    for p in procs:  # (their stdout is the followers' to read)
+        p.stdin.write("go\n")
+        p.stdin.close()
     assert ws[0].done["read"].wait(30) and ws[0].done["decode"].wait(30)
     deadline = time.monotonic() + 30
     while warmup._HELPERS and time.monotonic() < deadline:  # each follower forgets its helper as it ends
@@ -429,4 +430,6 @@ def test_loaders_made_while_a_helper_runs_share_it(monkeypatch):
     warmup.start(opts)
     assert len(spawned) == 6
     for h in list(warmup._HELPERS.values()):
-        h.proc.communicate("go\n", timeout=30)
+        h.proc.stdin.write("go\n")
+        h.proc.stdin.close()
+        h.proc.wait(30)

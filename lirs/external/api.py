@@ -126,7 +126,8 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     files = expand_paths(inputs)
     ds = open_dataset(files, format, record_size, header_size, index=index)
     _check_name(out, shards, ds)
-    parent, tmpdir = _check_places(inputs, files, out, shards, tmpdir, labels=ds.linfo is not None, index=index)
+    parent, tmpdir = _check_places(inputs, files, out, shards, tmpdir, labels=ds.linfo is not None,
+                                   npy=ds.fmt == "npy", index=index)
     max_piles = int(_max_piles or fd_pile_limit())
     plan = plan_memory(ds.pile_bytes, ds.mean_record(), mem, record_bytes=ds.rr,
                        label_ratio=(ds.ls / ds.rs if ds.rs else 0.0), index=index and ds.text,
@@ -172,7 +173,7 @@ def _check_name(out: str, shards, ds) -> None:
     (the records are written plain: ``o.svm.gz`` would be refused as a misnamed gzip file) or a
     lirs index (``o.lirs``: read as one, it is not)."""
     ext = os.path.splitext(out)[1].lower() if shards is None else ""
-    if ext == ".lirs" or compressed(out) is not None:
+    if shards is None and (ext == ".lirs" or compressed(out) is not None):  # a --shards directory is read as files
         raise UsageError(f"output {out} would be read back as {'a lirs index' if ext == '.lirs' else 'compressed'} "
                          f"(its extension), but lirs shuffle writes plain records: name it without {ext}")
     named = extension_format(out) if shards is None else None
@@ -198,7 +199,8 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def _check_places(inputs, files, out: str, shards, tmpdir, *, labels: bool, index: bool = False) -> tuple[str, str]:
+def _check_places(inputs, files, out: str, shards, tmpdir, *, labels: bool, npy: bool = False,
+                  index: bool = False) -> tuple[str, str]:
     """(output directory, pile directory's parent) after checking that the output, its labels
     file and its index overwrite no input nor a file that belongs to one, and that the
     directories exist."""
@@ -213,7 +215,7 @@ def _check_places(inputs, files, out: str, shards, tmpdir, *, labels: bool, inde
     parent = out_dir(out, "-o", directory_ok=True)
     for p in written[1:] if shards is None else ():  # the labels file and the index written beside it
         out_dir(p, "-o")
-    _check_beside(inputs, files, out, shards, labels)
+    _check_beside(inputs, files, out, shards, labels, npy)
     if shards is None:
         if os.path.isdir(out):
             raise UsageError(f"output {out} is a directory; name a file, or write shards into it with --shards K")
@@ -232,18 +234,17 @@ def _check_places(inputs, files, out: str, shards, tmpdir, *, labels: bool, inde
     return parent, tmpdir
 
 
-def _check_beside(inputs, files, out: str, shards, labels: bool) -> None:
+def _check_beside(inputs, files, out: str, shards, labels: bool, npy: bool) -> None:
     """Refuse a single output written into a directory read as the dataset (the next read of it
-    takes the shuffle as more data: every record twice), and a labels file beside an ``.npy``
-    output that this run does not write (it would be read as the new rows' labels)."""
+    takes the shuffle as more data: every record twice), and a labels file beside an output of
+    ``.npy`` rows (``npy``) that this run does not write (it would be read as the new rows' labels)."""
     if shards is not None:
         return
     for d in [absolute(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]:
-        if os.path.isdir(d) and os.path.dirname(out) == d:
+        if os.path.isdir(d) and _same_file(os.path.dirname(out), d):  # through a link too
             raise UsageError(f"output {out} lies in the input directory {d}, whose files are the dataset: write "
                              "it elsewhere")
-    stray = [c for c in labels_candidates(out) if out.endswith(".npy") and os.path.exists(c)
-             and not (labels and c == labels_path(out))]
+    stray = [c for c in labels_candidates(out) if npy and os.path.exists(c) and not (labels and c == labels_path(out))]
     if stray:
         raise UsageError(f"{stray[0]} lies beside the output and would be read as its labels ("
                          f"{'this shuffle writes ' + labels_path(out) if labels else 'its records have none'}): "
