@@ -223,14 +223,14 @@ def test_sidecar_without_mmap_is_read(tmp_path, monkeypatch):
 
 def test_read_only_directory_says_use_o(tmp_path, monkeypatch, capsys):
     p = _svm(tmp_path / "x.svm")
-    real_open = open
+    real_open = os.open
 
-    def erofs(path, mode="r", *a, **k):
-        if "w" in mode and ".lirs" in os.fspath(path):
+    def erofs(path, flags, *a, **k):  # the sidecar's temporary is created (lirs.litter.open_locked)
+        if flags & os.O_CREAT and ".lirs" in os.fspath(path):
             raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
-        return real_open(path, mode, *a, **k)
+        return real_open(path, flags, *a, **k)
 
-    monkeypatch.setattr(S, "open", erofs, raising=False)
+    monkeypatch.setattr(os, "open", erofs)
     assert main(["index", p, "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "Read-only file system" in err and "use -o" in err and "Traceback" not in err
