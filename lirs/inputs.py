@@ -77,9 +77,9 @@ def absolute_source(source):
     """A Loader's ``source`` with its paths made absolute (a path, ``bytes`` too, or a list of
     them); anything else (an Index) as it is."""
     if isinstance(source, (str, bytes, os.PathLike)):
-        return absolute(os.fsdecode(source))
+        return absolute(text_paths(source))
     if isinstance(source, (list, tuple)) and all(isinstance(p, (str, bytes, os.PathLike)) for p in source):
-        return [absolute(os.fsdecode(p)) for p in source]
+        return [absolute(p) for p in text_paths(source)]
     return source
 
 

@@ -229,3 +229,29 @@ def test_a_live_temporary_of_our_own_name_is_neither_truncated_nor_removed(tmp_p
         monkeypatch.undo()
         litter.release(lock)
     assert open(theirs, "rb").read() == b"their bytes" and not os.path.exists(w.tmp)
+
+
+def test_temporaries_where_locks_fail_or_every_name_is_held(tmp_path, monkeypatch):
+    """A filesystem without locks (ENOLCK): the sidecar is written unlocked, as before. Every name
+    held by live writers: a one-line error naming the temporary, nothing truncated."""
+    import fcntl
+
+    dest = str(tmp_path / "x.svm.lirs")
+    real = fcntl.flock
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    w = S.SidecarWriter(dest)
+    assert w._held is None and os.path.exists(w.tmp)
+    w.abort()
+
+    def all_held(fd, op):
+        if op & fcntl.LOCK_NB and op & fcntl.LOCK_EX:
+            raise BlockingIOError(errno.EWOULDBLOCK, "Resource temporarily unavailable")
+        return real(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", all_held)
+    with pytest.raises(FileExistsError, match="every temporary name is held by a live writer"):
+        litter.open_locked(dest)
