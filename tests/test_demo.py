@@ -155,6 +155,8 @@ def test_default_out_is_a_cache_directory_never_the_current_one(tmp_path, monkey
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # not a usable cache: the temporary directory
     monkeypatch.setenv("HOME", "relative")
     assert not default_out().startswith(str(tmp_path)) and os.path.isabs(default_out())
+    # one per user: a shared temporary directory holds other users' demos
+    assert os.path.basename(default_out()) == f"lirs-demo-{os.getuid()}"
 
 
 def _method(rel, hit, reached, epoch_s, pre_s, memory, read, epochs=None, pre_what=None):

@@ -38,10 +38,11 @@ PAPER_SUMMARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
 
 def default_out() -> str:
     """Where the demo writes when not told: ``$XDG_CACHE_HOME/lirs/demo`` (``~/.cache/lirs/demo``),
-    else ``$TMPDIR/lirs-demo``; never the current directory."""
+    else ``$TMPDIR/lirs-demo-UID`` (one per user: a shared temporary directory holds other users'
+    demos); never the current directory."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     if not os.path.isabs(base):  # no home directory: expanduser left "~" as it was
-        return os.path.join(tempfile.gettempdir(), "lirs-demo")
+        return os.path.join(tempfile.gettempdir(), f"lirs-demo-{os.getuid()}")
     return os.path.join(base, "lirs", "demo")
 
 
