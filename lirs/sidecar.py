@@ -421,7 +421,9 @@ def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int |
     descriptor, and nothing is written (None returned) where the sidecar is not the one whose header
     has CRC ``header_crc`` or was renamed over while copied: another process rebuilt the index, and
     an old header over its arrays would corrupt it. Raises OSError where the directory cannot be
-    written (a read-only mount) or the sidecar is another user's."""
+    written (a read-only mount) or the sidecar is another user's. A symlinked sidecar's target is
+    rewritten (the rename would put a file in the link's place, leaving the target stale)."""
+    sidecar = os.path.realpath(sidecar)
     with open(sidecar, "rb") as f:
         header, size, hoff, crc = _header_of(f.fileno(), sidecar)
         if header_crc is not None and crc != header_crc:

@@ -454,6 +454,20 @@ def test_a_header_rewrite_never_lands_on_an_index_rebuilt_meanwhile(tmp_path):
     assert open(p + ".lirs", "rb").read() == before
 
 
+def test_a_header_rewrite_keeps_a_symlinked_sidecar_a_link(tmp_path):
+    """A sidecar reached through a symlink (an index kept on another disk) became a plain file at
+    its first header rewrite (a verified touch): the link was renamed over, its target left stale."""
+    from lirs import sidecar as S
+
+    p = _svm(tmp_path / "x.svm")
+    lirs.build_index(p, out=str(tmp_path / "kept.lirs"), progress=False)
+    os.symlink(tmp_path / "kept.lirs", p + ".lirs")
+    crc = S.rewrite_header(p + ".lirs", lambda h: dict(h, marked=1))
+    assert os.path.islink(p + ".lirs") and crc is not None
+    assert S.read_sidecar(str(tmp_path / "kept.lirs"))[0]["marked"] == 1
+    assert not [x for x in os.listdir(tmp_path) if "tmp-" in x]
+
+
 def test_advice_pastes_into_a_shell_and_a_directory_named_like_a_sidecar_opens(tmp_path, capsys):
     """The `lirs index ...` an error advises came unquoted: a name with a space (or starting with
     "-") did not paste. A data directory named `train.lirs` indexed, then every open took it for a
