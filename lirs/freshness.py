@@ -17,7 +17,7 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import StaleIndexError
-from .inputs import labels_candidates, npy_array, pread_full
+from .inputs import extension_format, labels_candidates, npy_array, pread_full
 from .sidecar import SIDECAR_SUFFIX, relpath
 
 log = logging.getLogger("lirs.index")
@@ -130,10 +130,28 @@ def layout_crc(header: dict) -> int:
     return zlib.crc32(json.dumps(key).encode()) or 1
 
 
-def reindex_command(paths, sidecar: str | None) -> str:
+def reindex_command(paths, sidecar: str | None, index=None) -> str:
     """The ``lirs index`` command that rebuilds the index ``sidecar`` of the data files ``paths``:
     the file (its own ``FILE.lirs``), the directory (a ``DIR.lirs`` of the files in it), else the
-    files with ``-o``."""
+    files with ``-o``; with the options ``index`` (the :class:`~lirs.index.Index` being rebuilt)
+    was built with (:func:`format_options`)."""
+    return _command(paths, sidecar) + ("" if index is None else format_options(index))
+
+
+def format_options(index) -> str:
+    """The ``lirs index`` options that build ``index``'s format again: ``--record-size`` (and
+    ``--header-size``) for raw fixed records, ``--format F`` where a file's extension would not
+    choose F (lines in a ``.svm`` file, a file with no extension); "" where detection finds it."""
+    if index.format == "fixed":
+        h = int(index.header_sizes[0]) if len(index.header_sizes) else 0
+        return f" --record-size {index.record_size}" + (f" --header-size {h}" if h else "")
+    if any(extension_format(p) != index.format for p in index.paths):
+        return f" --format {index.format}"
+    return ""
+
+
+def _command(paths, sidecar: str | None) -> str:
+    """:func:`reindex_command` without the format options."""
     paths = [os.fspath(p) for p in paths]
     q = _shell  # pasted into a shell: a name with a space, or starting with "-", must come through whole
     if _read_only(sidecar):  # it cannot be rebuilt where it is: one put elsewhere is passed as the source
@@ -147,10 +165,10 @@ def reindex_command(paths, sidecar: str | None) -> str:
     return f"lirs index {named}" + (f" -o {q(sidecar)}" if sidecar else "")
 
 
-def reindex_advice(paths, sidecar: str | None) -> str:
+def reindex_advice(paths, sidecar: str | None, index=None) -> str:
     """"re-run `COMMAND`" (:func:`reindex_command`), and where the sidecar's directory is
     read-only, that the index built elsewhere is then passed as the source."""
-    advice = f"re-run `{reindex_command(paths, sidecar)}`"
+    advice = f"re-run `{reindex_command(paths, sidecar, index)}`"
     if _read_only(sidecar):
         advice += f" in a directory you can write ({os.path.dirname(sidecar)} is read-only), then pass that .lirs file as the source"
     return advice
@@ -200,7 +218,7 @@ def check_label_files(index, full: bool = False) -> None:
         why = why or "its labels differ, its size and modification time kept"
         why = "it is gone" if why == "the data file is missing" else why.replace("its modification time", "its mtime")
         raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
-                              f"serves the old ones: {reindex_advice(index.paths, index.sidecar)}")
+                              f"serves the old ones: {reindex_advice(index.paths, index.sidecar, index)}")
     if moved and index.sidecar:
         from .verified import record_labels
 
@@ -221,7 +239,7 @@ def _no_new_labels(index) -> None:
         new = next((c for c in labels_candidates(p) if os.path.exists(c)), None)
         if new is not None:
             raise StaleIndexError(f"{new}: a labels file for {p} appeared since indexing; the index serves no labels: "
-                                  f"{reindex_advice(index.paths, index.sidecar)}")
+                                  f"{reindex_advice(index.paths, index.sidecar, index)}")
 
 
 def _same_labels(index, f: int, path: str) -> bool:

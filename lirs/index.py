@@ -286,7 +286,7 @@ class Index:
             why, mtime, now = staleness(p, fp, self.file_sums(f), verified.trusted_mtime(self, f), full)
             if why:
                 raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
-                                      f"{reindex_advice(self.paths, self.sidecar)}")
+                                      f"{reindex_advice(self.paths, self.sidecar, self)}")
             moved.update({} if mtime is None else {f: mtime})
             seen.append((int(fp["size"]), now))
         if moved and record and self.sidecar:
@@ -419,7 +419,7 @@ def _check_no_new_files(idx: Index, path: str) -> None:
     if os.path.isdir(d) and all(os.path.dirname(os.path.abspath(p)) == d for p in idx.paths) and (new := [
             os.path.basename(p) for p in sorted(set(expand_paths(d)) - {os.path.abspath(p) for p in idx.paths})]):
         raise StaleIndexError(f"{d} holds files its index {idx.sidecar} does not cover: {', '.join(new[:3])}"
-                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; {reindex_advice([d], idx.sidecar)} "
+                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; {reindex_advice([d], idx.sidecar, idx)} "
                               "(it scans only them)")
 
 

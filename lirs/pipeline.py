@@ -65,7 +65,7 @@ class Pipeline:
         self.warm = warm if warm is not None else Warmup()
         self.warm.wait("read")  # the engine on the index's files, each as its open found it (StaleIndexError)
         self.engine = as_indexed(open_engine(list(index.paths), engine, direct=direct, depth=depth),
-                                 index.checked, reindex_command(index.paths, index.sidecar))
+                                 index.checked, reindex_command(index.paths, index.sidecar, index))
         self.workers = int(workers)
         # the first ``primary`` threads run steps whenever there are some; the others only while
         # the consumer is away (its training step): a consumer that waits runs steps itself

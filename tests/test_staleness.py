@@ -279,6 +279,22 @@ def test_a_directory_dataset_is_named_in_the_reindex_advice(tmp_path):
         lirs.Loader(str(d), 64)
 
 
+def test_the_reindex_advice_keeps_the_options_the_index_was_built_with(tmp_path):
+    """The advised `lirs index FILE` dropped `--format lines` (LIBSVM-looking lines kept whole) and
+    `--record-size`: pasted, it built a LIBSVM index of the lines file, or failed on raw records."""
+    lines = tmp_path / "a.svm"
+    lines.write_bytes(b"1 1:1\n0 2:1\n")
+    raw = tmp_path / "r.bin"
+    raw.write_bytes(bytes(range(40)))
+    lirs.build_index(str(lines), format="lines", progress=False)
+    lirs.build_index(str(raw), record_size=8, header_size=8, progress=False)
+    for p, opts in ((lines, "--format lines"), (raw, "--record-size 8 --header-size 8")):
+        with open(p, "r+b") as f:
+            f.write(b"2")
+        with pytest.raises(StaleIndexError, match=f"re-run `lirs index {p} {opts}`"):
+            lirs.Loader(str(p), 1)
+
+
 def test_persistent_dataloader_workers_find_a_file_rewritten_between_passes(tmp_path):
     """make_dataloader's persistent workers keep their Loaders open from pass to pass: a file
     rewritten in place after a pass fails the next pass with StaleIndexError naming it."""
