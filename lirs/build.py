@@ -300,6 +300,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     out_dir(out, "the index", writable=False)  # a read-only directory: the error names -o (firstuse)
     check_replaceable(out)  # before the scan, and before an old index there is looked at
     where = directory_meta(paths, out)
+    where["format_given"] = None if guessed else format  # a stale index's advice repeats it (format_options)
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         chunk_bytes = max(int(chunk_bytes), 1)

@@ -140,14 +140,15 @@ def reindex_command(paths, sidecar: str | None, index=None) -> str:
 
 def format_options(index) -> str:
     """The ``lirs index`` options that build ``index``'s format again: ``--record-size`` (and
-    ``--header-size``) for raw fixed records, ``--format F`` where a file's extension would not
-    choose F (lines in a ``.svm`` file, a file with no extension); "" where detection finds it."""
+    ``--header-size``) for raw fixed records, ``--format F`` where it was given (a CSV header kept as
+    a record, lines in a ``.svm`` file); "" where detection chose the format."""
     if index.format == "fixed":
         h = int(index.header_sizes[0]) if len(index.header_sizes) else 0
         return f" --record-size {index.record_size}" + (f" --header-size {h}" if h else "")
-    if any(extension_format(p) != index.format for p in index.paths):
-        return f" --format {index.format}"
-    return ""
+    given = index.meta.get("format_given")
+    if given is None and "format_given" not in index.meta:  # (a sidecar of an older lirs: from the names)
+        given = any(extension_format(p) != index.format for p in index.paths)
+    return f" --format {index.format}" if given else ""
 
 
 def _command(paths, sidecar: str | None) -> str:

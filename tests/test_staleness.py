@@ -282,17 +282,24 @@ def test_a_directory_dataset_is_named_in_the_reindex_advice(tmp_path):
 def test_the_reindex_advice_keeps_the_options_the_index_was_built_with(tmp_path):
     """The advised `lirs index FILE` dropped `--format lines` (LIBSVM-looking lines kept whole) and
     `--record-size`: pasted, it built a LIBSVM index of the lines file, or failed on raw records."""
-    lines = tmp_path / "a.svm"
+    lines, csv, raw = tmp_path / "a.svm", tmp_path / "h.csv", tmp_path / "r.bin"
     lines.write_bytes(b"1 1:1\n0 2:1\n")
-    raw = tmp_path / "r.bin"
+    csv.write_bytes(b"age,label\n31,1\n")  # a header kept as a record
     raw.write_bytes(bytes(range(40)))
     lirs.build_index(str(lines), format="lines", progress=False)
+    lirs.build_index(str(csv), format="lines", progress=False)
     lirs.build_index(str(raw), record_size=8, header_size=8, progress=False)
-    for p, opts in ((lines, "--format lines"), (raw, "--record-size 8 --header-size 8")):
+    for p, opts in ((lines, " --format lines"), (csv, " --format lines"), (raw, " --record-size 8 --header-size 8")):
         with open(p, "r+b") as f:
             f.write(b"2")
-        with pytest.raises(StaleIndexError, match=f"re-run `lirs index {p} {opts}`"):
+        with pytest.raises(StaleIndexError, match=f"re-run `lirs index {p}{opts}`"):
             lirs.Loader(str(p), 1)
+    found = tmp_path / "b.csv"  # detection chose the format: no option
+    found.write_bytes(b"1,2\n3,4\n")
+    lirs.build_index(str(found), progress=False)
+    found.write_bytes(b"1,2\n3,5\n")
+    with pytest.raises(StaleIndexError, match=f"re-run `lirs index {found}`$"):
+        lirs.Loader(str(found), 1)
 
 
 def test_persistent_dataloader_workers_find_a_file_rewritten_between_passes(tmp_path):
