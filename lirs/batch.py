@@ -11,9 +11,10 @@ import numpy as np
 class Batch:
     """One batch: ``ids`` int64 (k,) global record IDs in delivery order; ``X`` a
     ``scipy.sparse.csr_matrix`` (k, n_features) for LIBSVM, an ndarray (k, *record_shape) for
-    npy/fixed, a list of k ``bytes`` for lines; ``y`` float64 (k,) or None; ``epoch`` and ``index``
-    (batch number within the epoch); ``piece``: None, or for the rows of some windows only of
-    batch ``index`` (``Loader.epoch(..., windows=)``) ``(first window, records of the whole batch)``.
+    npy/fixed, a list of k ``bytes`` for lines (each without its line end: docs/formats.md) and
+    TFRecord payloads; ``y`` float64 (k,) or None; ``epoch`` and ``index`` (batch number within
+    the epoch); ``piece``: None, or for the rows of some windows only of batch ``index``
+    (``Loader.epoch(..., windows=)``) ``(first window, records of the whole batch)``.
 
     ``X`` and ``y`` may be views of the arrays their read step was decoded into (a window's, with
     ``granularity="window"``): a batch kept after the loop moves on keeps that whole step in memory

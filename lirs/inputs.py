@@ -249,8 +249,9 @@ def format_reason(path: str) -> tuple[str, str]:
                             "binary data?); to read its lines all the same, index it with --format lines "
                             "(lirs.build_index(path, format=\"lines\"))")
         if fmt == "lines":
+            refuse_cr_only(path, head)
             what = "CSV" if ext in (".csv", ".tsv") else "JSON"
-            why += f"; {what} is not parsed: records are delivered as raw lines (bytes)"
+            why += f"; {what} is not parsed: records are delivered as raw lines (bytes, without their line ends)"
         return fmt, why
     if head.startswith(b"\x93NUMPY"):
         return "npy", "NumPy magic bytes at byte 0"
@@ -265,7 +266,19 @@ def format_reason(path: str) -> tuple[str, str]:
     lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip() and not ln.lstrip().startswith(b"#")][:20]
     if lines and all(_LIBSVM_LINE.match(ln) for ln in lines):
         return "libsvm", f"the first {len(lines)} data lines read as LIBSVM (label index:value ...)"
-    return "lines", "the first lines are not LIBSVM; records are delivered as raw lines (bytes)"
+    refuse_cr_only(path, head)
+    return "lines", "the first lines are not LIBSVM; records are delivered as raw lines (bytes, without their line ends)"
+
+
+def refuse_cr_only(path: str, head: bytes) -> None:
+    """Raise DataError where the text ``head`` (a file's first bytes) ends its lines with CR alone
+    (classic Mac OS) and holds no LF: lines end at LF, so the file would be one record."""
+    cr = head.find(b"\r")
+    if b"\n" not in head and 0 <= cr < len(head) - 1:
+        raise DataError(f"{path}: byte {cr}: a line ending in CR alone, and no LF in the first {len(head)} bytes; "
+                        "lines end at LF, so the whole file would be one record: convert its line ends "
+                        "(`tr '\\r' '\\n' < OLD > NEW`), or pass --format lines (format=\"lines\") to keep it "
+                        "one record")
 
 
 def extension_format(path: str) -> str | None:

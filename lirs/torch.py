@@ -26,7 +26,7 @@ chose (``set_epoch``, a loaded state, the next epoch), posted on a board each wo
 (cheaper than a task on the pool; a device feeder packs the arrays themselves); a ``transform`` runs on the pool.
 They are: ids int64 (k,); X a ``torch.sparse_csr_tensor`` (default; indices int32 as the decoder
 makes them, int64 when needed), a COO or a dense float tensor (k, n_features) for LIBSVM, a dense
-tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines; y (k,) ``label_dtype`` or
+tensor (k, *record_shape) for npy/fixed, a list of ``bytes`` for lines (without their line ends); y (k,) ``label_dtype`` or
 None. torch's one-time notices (sparse CSR in beta, invariant checks off) are silenced on import.
 
 **Resume.** ``state_dict()`` / ``load_state_dict(sd)`` on the dataset (and on the DataLoader that

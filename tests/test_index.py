@@ -495,12 +495,12 @@ def _cli_index(*args):
 
 @pytest.mark.parametrize("name,content,extra,line", [
     ("d.csv", b"1,2\n3,4\n", [], "format: lines (from the .csv extension; CSV is not parsed: records are "
-                                  "delivered as raw lines (bytes))"),
+                                  "delivered as raw lines (bytes, without their line ends))"),
     ("d.jsonl", b'{"a": 1}\n', [], "format: lines (from the .jsonl extension; JSON is not parsed"),
     ("d.svm", b"1 1:1\n", [], "format: libsvm (from the .svm extension)"),
     ("d.txt", b"1 1:1\n# c\n-1 2:3\n", [], "format: libsvm (the first 2 data lines read as LIBSVM"),
     ("d.txt", b"hello world\n", [], "format: lines (the first lines are not LIBSVM; records are delivered "
-                                    "as raw lines (bytes))"),
+                                    "as raw lines (bytes, without their line ends))"),
     ("d.txt", b"1 1:1\n", ["--format", "lines"], "format: lines (--format lines)"),
     ("d.txt", b"10.0.0.1\n192.168.0.1\n", [], "format: lines (the first lines are not LIBSVM"),  # no labels
     ("d.dat", b"1.2.3\nfine\n", [], "format: lines (the first lines are not LIBSVM"),

@@ -159,6 +159,26 @@ def test_a_csv_header_is_refused_at_index_time(tmp_path, capsys):
     assert shuffle(str(p), str(tmp_path / "o.csv"), format="lines", progress=False)["records"] == 3
 
 
+def test_the_csv_header_guess_reads_rows_as_csv_does(tmp_path):
+    """Headerless CSVs were refused as headers: a missing value in line 2 (what csv.writer and
+    pandas write for None/NaN), a quoted separator in line 1, a first record past 64 KiB. Headers
+    separated by ';' were served as records. A file of CR-only line ends was one record."""
+    data = {"m.csv": "Alice,5,1\n,6,0\n", "n.csv": "Bob,5,1\nNA,6,0\n", "q.csv": '"Smith, John",42,1\nBob,33,0\n',
+            "long.csv": '"' + "word " * 14_000 + '",1\nshort,0\n', "ragged.csv": "a,b\n1,2,3\n"}
+    for name, text in data.items():
+        (tmp_path / name).write_text(text)
+        assert lirs.build_index(str(tmp_path / name), progress=False).n == 2, name
+    for name, text in {"semi.csv": "age;income;label\n31;1000;1\n", "crlf.tsv": "a\tb\r\n1\t2\r\n"}.items():
+        (tmp_path / name).write_text(text, newline="")
+        with pytest.raises(DataError, match=r"CSV header \('(age;income;label|a\\tb)'\).*> data\." + name[-3:]):
+            lirs.build_index(str(tmp_path / name), progress=False)
+    cr = tmp_path / "cr.csv"
+    cr.write_bytes(b"31,1000,1\r45,2000,0\r52,3000,1\r")
+    with pytest.raises(DataError, match=r"cr\.csv: byte 9: a line ending in CR alone"):
+        lirs.build_index(str(cr), progress=False)
+    assert lirs.build_index(str(cr), "lines", progress=False).n == 1  # the user's word: one record
+
+
 def test_zero_based_auto_over_several_files_follows_sklearn(tmp_path):
     from sklearn.datasets import load_svmlight_files
 
