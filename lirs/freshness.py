@@ -17,7 +17,7 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import StaleIndexError
-from .inputs import extension_format, labels_candidates, npy_array, pread_full
+from .inputs import expand_paths, extension_format, labels_candidates, npy_array, pread_full
 from .sidecar import SIDECAR_SUFFIX, relpath
 
 log = logging.getLogger("lirs.index")
@@ -260,3 +260,15 @@ def _same_labels(index, f: int, path: str) -> bool:
                               equal_nan=True):
             return False
     return True
+
+
+def check_no_new_files(idx, path: str) -> None:
+    """Raise StaleIndexError when the directory the index was built from (``meta["directory"]``; older sidecars: ``path``
+    or the one of its sidecar ``DIR.lirs``) holds data files its index does not name (added after `lirs index`)."""
+    rel = idx.meta.get("directory")
+    d = os.path.normpath(os.path.abspath(path.removesuffix(SIDECAR_SUFFIX) if rel is None else os.path.join(os.path.dirname(idx.sidecar), rel)))
+    if os.path.isdir(d) and all(os.path.dirname(os.path.abspath(p)) == d for p in idx.paths) and (new := [
+            os.path.basename(p) for p in sorted(set(expand_paths(d)) - {os.path.abspath(p) for p in idx.paths})]):
+        raise StaleIndexError(f"{d} holds files its index {idx.sidecar} does not cover: {', '.join(new[:3])}"
+                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; {reindex_advice([d], idx.sidecar, idx)} "
+                              "(it scans only them)")

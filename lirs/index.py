@@ -27,13 +27,13 @@ import numpy as np
 
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .errors import IndexFormatError, StaleIndexError, UsageError
-from .inputs import absolute, expand_paths
+from .inputs import absolute
 from .labelcodes import encode_labels
 from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
-from .freshness import check_label_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
-from .sidecar import (SIDECAR_SUFFIX, SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, relpath,
+from .freshness import check_label_files, check_no_new_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
+from .sidecar import (SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, relpath,
                       sidecar_path, verify_arrays)
 from . import verified
 
@@ -407,20 +407,8 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
     _check_offsets(idx)
     if check:
         idx.check_fresh()
-        _check_no_new_files(idx, path)
+        check_no_new_files(idx, path)
     return idx
-
-
-def _check_no_new_files(idx: Index, path: str) -> None:
-    """Raise StaleIndexError when the directory the index was built from (``meta["directory"]``; older sidecars: ``path``
-    or the one of its sidecar ``DIR.lirs``) holds data files its index does not name (added after `lirs index`)."""
-    rel = idx.meta.get("directory")
-    d = os.path.normpath(os.path.abspath(path.removesuffix(SIDECAR_SUFFIX) if rel is None else os.path.join(os.path.dirname(idx.sidecar), rel)))
-    if os.path.isdir(d) and all(os.path.dirname(os.path.abspath(p)) == d for p in idx.paths) and (new := [
-            os.path.basename(p) for p in sorted(set(expand_paths(d)) - {os.path.abspath(p) for p in idx.paths})]):
-        raise StaleIndexError(f"{d} holds files its index {idx.sidecar} does not cover: {', '.join(new[:3])}"
-                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; {reindex_advice([d], idx.sidecar, idx)} "
-                              "(it scans only them)")
 
 
 def header_crc(header: dict) -> int:
@@ -488,5 +476,5 @@ def revalidate(path: str) -> Index:
     StaleIndexError (naming the first changed byte range) or IndexFormatError when it does not."""
     idx = open_index(path, check=False, mmap=False, verify=True)
     idx.check_fresh(full=True)
-    _check_no_new_files(idx, path)
+    check_no_new_files(idx, path)
     return idx
