@@ -253,12 +253,12 @@ def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
 
 
 def directory_meta(paths, dest: str) -> dict:
-    """``{"directory": DIR}`` (relative to the sidecar ``dest``'s directory) when ``paths`` is a
-    directory: files added to it later are then found at open however the index is opened (the
-    directory, a sidecar named with ``-o`` elsewhere); else ``{}``."""
-    if isinstance(paths, (str, os.PathLike)) and os.path.isdir(paths):
-        return {"directory": relpath(absolute(paths), os.path.dirname(absolute(dest)))}
-    return {}
+    """``{"directories": [DIR, ...]}``: the directories among ``paths`` (relative to the sidecar
+    ``dest``'s directory), whose files added later are then found at open however the index is
+    opened (a directory, a sidecar named with ``-o`` elsewhere); an empty list for files alone."""
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    base = os.path.dirname(absolute(dest))
+    return {"directories": [relpath(absolute(p), base) for p in paths if os.path.isdir(p)]}
 
 
 def _count_straddling(idx: Index) -> int:

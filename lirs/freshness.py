@@ -263,12 +263,22 @@ def _same_labels(index, f: int, path: str) -> bool:
 
 
 def check_no_new_files(idx, path: str) -> None:
-    """Raise StaleIndexError when the directory the index was built from (``meta["directory"]``; older sidecars: ``path``
-    or the one of its sidecar ``DIR.lirs``) holds data files its index does not name (added after `lirs index`)."""
-    rel = idx.meta.get("directory")
-    d = os.path.normpath(os.path.abspath(path.removesuffix(SIDECAR_SUFFIX) if rel is None else os.path.join(os.path.dirname(idx.sidecar), rel)))
-    if os.path.isdir(d) and all(os.path.dirname(os.path.abspath(p)) == d for p in idx.paths) and (new := [
-            os.path.basename(p) for p in sorted(set(expand_paths(d)) - {os.path.abspath(p) for p in idx.paths})]):
-        raise StaleIndexError(f"{d} holds files its index {idx.sidecar} does not cover: {', '.join(new[:3])}"
-                              f"{f' and {len(new) - 3} more' if len(new) > 3 else ''}; {reindex_advice([d], idx.sidecar, idx)} "
-                              "(it scans only them)")
+    """Raise StaleIndexError when a directory the index was built from (``meta["directories"]``;
+    older sidecars: ``meta["directory"]``, else ``path`` or the one of its sidecar ``DIR.lirs``
+    holding all its files) holds data files its index does not name (added after `lirs index`)."""
+    base = os.path.dirname(idx.sidecar or "")
+    rels = idx.meta.get("directories", [idx.meta["directory"]] if "directory" in idx.meta else None)
+    if rels is None:
+        d = os.path.normpath(os.path.abspath(path.removesuffix(SIDECAR_SUFFIX)))
+        dirs = [d] if all(os.path.dirname(os.path.abspath(p)) == d for p in idx.paths) else []
+    else:
+        dirs = [os.path.normpath(os.path.abspath(os.path.join(base, r))) for r in rels]
+    dirs = [d for d in dirs if os.path.isdir(d)]
+    known = {os.path.abspath(p) for p in idx.paths}
+    new = [os.path.relpath(p, os.path.dirname(d)) for d in dirs for p in sorted(set(expand_paths(d)) - known)]
+    if new:
+        where = dirs[0] if len(dirs) == 1 else ", ".join(dirs)
+        names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]
+        raise StaleIndexError(f"{where} holds files its index {idx.sidecar} does not cover: {', '.join(names[:3])}"
+                              f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}; "
+                              f"{reindex_advice(dirs, idx.sidecar, idx)} (it scans only them)")

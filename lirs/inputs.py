@@ -104,7 +104,9 @@ def expand_paths(paths) -> list[str]:
     """Files of a dataset: one file, several files, or the regular files of a directory (sorted).
 
     Sidecars (``*.lirs``), saved bench recommendations (``*.lirs.bench.json``), hidden files and
-    ``*.labels.npy`` label files are not data.
+    ``*.labels.npy`` label files are not data; nor is a directory's empty file, which holds no
+    records (a shard a writer left empty, Spark's ``_SUCCESS``): once it holds some, it is a file
+    the index does not cover.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -113,16 +115,16 @@ def expand_paths(paths) -> list[str]:
         p = os.fspath(p)
         if os.path.isdir(p):
             names = sorted(os.listdir(p))
-            for name in names:
-                full = os.path.join(p, name)
-                if (name.startswith(".") or name.endswith(_NOT_DATA) or not os.path.isfile(full)):
-                    continue
-                out.append(absolute(full))
-            if not out:
+            found = [os.path.join(p, n) for n in names if not n.startswith(".") and not n.endswith(_NOT_DATA)]
+            found = [f for f in found if os.path.isfile(f)]
+            data = [absolute(f) for f in found if os.path.getsize(f) > 0]
+            if not data:
                 subs = [n for n in names if os.path.isdir(os.path.join(p, n)) and not n.startswith(".")]
                 raise DataError(f"{p}: directory holds no data files" + (
+                    f" ({len(found)} empty)" if found else "") + (
                     f" (its subdirectories {', '.join(subs[:3])}{' ...' if len(subs) > 3 else ''} are not read: "
                     "a directory's data are the files directly in it)" if subs else ""))
+            out += data
         elif os.path.exists(p):
             if not os.path.isfile(p):
                 raise DataError(f"{p}: not a regular file")

@@ -97,6 +97,45 @@ def test_a_file_added_to_a_directory_indexed_with_o_elsewhere_is_named_at_open(t
         assert len(_all_ids(ld)) == 250
 
 
+def test_shard_directories_empty_shards_and_a_subset_named_after_its_directory(tmp_path):
+    """Three ways a set of TFRecord shards went wrong: an index of two directories missed a shard
+    added to one of them (served 6 of 7 records, unsaid); one empty shard (a writer's, or Spark's
+    `_SUCCESS`) made the directory unreadable; an index of some of a directory's shards named
+    `DIR.lirs` was refused as missing the others."""
+    from lirs.tfrecord import encode
+
+    def shard(path, *payloads):
+        path.write_bytes(encode([p.encode() for p in payloads]).tobytes())
+
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    d1.mkdir(), d2.mkdir()
+    shard(d1 / "p0.tfrecord", "a", "b")
+    shard(d1 / "p1.tfrecord", "c", "d")
+    (d1 / "p2.tfrecord").write_bytes(b"")
+    (d1 / "_SUCCESS").write_bytes(b"")
+    shard(d2 / "q0.tfrecord", "e", "f")
+    both = str(tmp_path / "both.lirs")
+    assert lirs.build_index(str(d1), progress=False).n == 4
+    assert lirs.build_index([str(d1), str(d2)], out=both, progress=False).n == 6
+    with lirs.Loader(both, 2, granularity="instance") as ld:
+        assert len(_all_ids(ld)) == 6
+    shard(d2 / "q1.tfrecord", "g")
+    with pytest.raises(StaleIndexError, match=re.escape(f"does not cover: d2/q1.tfrecord; re-run `lirs index {d1} {d2} -o {both}`")):
+        lirs.Loader(both, 2)
+    shard(d1 / "p2.tfrecord", "h")  # the empty shard got records: a file the index does not cover
+    with pytest.raises(StaleIndexError, match=r"does not cover: p2\.tfrecord"):
+        lirs.Loader(str(d1), 2)
+    some = str(tmp_path / "d1.lirs")  # a subset named after its directory
+    assert lirs.build_index([str(d1 / "p0.tfrecord"), str(d1 / "p1.tfrecord")], out=some, progress=False).n == 4
+    with lirs.Loader(some, 2, granularity="instance") as ld:
+        assert len(_all_ids(ld)) == 4
+    e = tmp_path / "e"
+    e.mkdir()
+    (e / "x.tfrecord").write_bytes(b"")
+    with pytest.raises(lirs.errors.DataError, match=r"e: directory holds no data files \(1 empty\)"):
+        lirs.build_index(str(e), progress=False)
+
+
 def test_sidecar_copied_beside_another_file_of_the_same_name_is_stale(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
