@@ -261,6 +261,13 @@ def directory_meta(paths, dest: str) -> dict:
     return {"directories": [relpath(absolute(p), base) for p in paths if os.path.isdir(p)]}
 
 
+def index_meta(paths, dest: str, format_given: str | None) -> dict:
+    """What the sidecar ``dest`` of ``paths`` keeps of how it was built: the directories given
+    (:func:`directory_meta`) and the format given (None: detected), which a stale index's advice
+    repeats (:func:`lirs.freshness.format_options`)."""
+    return {**directory_meta(paths, dest), "format_given": format_given}
+
+
 def _count_straddling(idx: Index) -> int:
     total = 0
     for f in range(idx.nfiles):
@@ -299,8 +306,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
         raise UsageError(f"sidecar name must end in .lirs: {out}")
     out_dir(out, "the index", writable=False)  # a read-only directory: the error names -o (firstuse)
     check_replaceable(out)  # before the scan, and before an old index there is looked at
-    where = directory_meta(paths, out)
-    where["format_given"] = None if guessed else format  # a stale index's advice repeats it (format_options)
+    where = index_meta(paths, out, None if guessed else format)
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         chunk_bytes = max(int(chunk_bytes), 1)

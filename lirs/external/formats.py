@@ -50,6 +50,7 @@ class Dataset:
     dtype: object = None
     shape: tuple | None = None
     linfo: tuple | None = None
+    given: bool = False  # the format was given (not detected): the outputs' sidecars say so
 
     @property
     def text(self) -> bool:
@@ -125,7 +126,7 @@ def detect(files, format: str, record_size) -> str:
 def open_dataset(files, format: str = "auto", record_size=None, header_size: int = 0, *, index: bool = False) -> Dataset:
     """Detect the format of ``files`` and read every file's record range and layout; ``index``: the
     outputs get a sidecar, whose labels must be numbers, one a record (checked before any pass)."""
-    ds = Dataset(detect(files, format, record_size), list(files))
+    ds = Dataset(detect(files, format, record_size), list(files), given=format != "auto")
     if ds.variable:
         for p in files:
             size = os.path.getsize(p)

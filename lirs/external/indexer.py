@@ -6,7 +6,7 @@ import tempfile
 
 import numpy as np
 
-from ..build import Tap, VarScanner, write_labels
+from ..build import Tap, VarScanner, index_meta, write_labels
 from ..content import BlockSums
 from ..index import Index, header_for
 from ..kernels import scan as KS
@@ -21,12 +21,14 @@ class TextIndexer:
     ``data_tmp``: where the data is being written (named in scan errors); ``final_path`` and
     ``sidecar_final``: where data and sidecar end up; ``sidecar_tmp_dest``: where the sidecar is
     written; ``scratch``: a directory for the LIBSVM labels' temporary file; ``out_buffer``: the
-    output buffer size (the scan piece); ``label_block``: labels converted per step.
+    output buffer size (the scan piece); ``label_block``: labels converted per step;
+    ``format_given``: the shuffle's format where it was given (None: detected).
     """
 
     def __init__(self, fmt: str, data_tmp: str, final_path: str, sidecar_tmp_dest: str,
-                 sidecar_final: str, scratch: str, out_buffer: int, pool, label_block: int):
-        self.fmt = fmt
+                 sidecar_final: str, scratch: str, out_buffer: int, pool, label_block: int,
+                 format_given: str | None = None):
+        self.fmt, self.format_given = fmt, format_given
         self.out_buffer = out_buffer
         self.data_tmp, self.final_path = data_tmp, final_path
         self.sidecar_final = sidecar_final
@@ -76,8 +78,8 @@ class TextIndexer:
         w.add("data_ends", np.asarray([data_end], np.int64))
         w.add("header_sizes", np.asarray([0], np.int64))
         st = tap.st
-        meta = {
-            "record_bytes_min": int(st[0]), "record_bytes_max": int(st[1]),
+        meta = {  # as `lirs index` of the output writes it
+            **index_meta(self.final_path, self.sidecar_final, self.format_given), "record_bytes_min": int(st[0]), "record_bytes_max": int(st[1]),
             "record_bytes_mean": float(st[2] / n), "records_under_4k": int(st[3]),
             "records_straddling_4k": int(st[4]),
         }

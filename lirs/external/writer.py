@@ -197,7 +197,8 @@ class Output:
         if self.index:
             w.indexer = TextIndexer(ds.fmt, s.tmp, s.final, s.sidecar_tmp, s.sidecar, self.scratch,
                                     self.plan.out_buffer, self.pool,
-                                    label_block=max(1 << 12, self.plan.out_buffer // 8))
+                                    label_block=max(1 << 12, self.plan.out_buffer // 8),
+                                    format_given=ds.fmt if ds.given else None)
 
     def _close_shard(self) -> None:
         s = self.shards[self.k]
