@@ -58,9 +58,10 @@ class Batch:
 class LoaderStats:
     """Counters of a loader since it was made (or since :meth:`reset`).
 
-    ``bytes_read``: bytes the engine read; ``payload_bytes``: bytes of the delivered records
-    (amplification = bytes_read / payload_bytes); ``reads``: extents read; ``records`` and
-    ``batches`` delivered; ``wait_s``: time the consumer spent waiting for a batch's read steps;
+    ``bytes_read``: bytes the engine read; ``payload_bytes``: bytes of the records its read steps
+    decoded, the delivered records once an epoch is whole (a pass stopped early counts the rest of
+    its steps' records; amplification = bytes_read / payload_bytes); ``reads``: extents read;
+    ``records`` and ``batches`` delivered; ``wait_s``: time the consumer spent waiting for a batch's read steps;
     ``plan_s``: time it spent getting batch plans (planning them itself where the pool is small,
     else waiting for the planning thread: on many cores a planning thread slower than the pool
     shows here, not in ``wait_s``); ``planner_busy_s``/``planner_full_s``: the planning thread's time

@@ -69,7 +69,7 @@ class Index:
         Labels stored compactly: ``labels == label_values[label_codes]`` (or ``label_codes`` is
         None and ``label_values`` holds one float64 per record). Both None when unknown.
     meta : dict
-        Extra facts from the scan (LIBSVM: ``min_index``, ``max_index``, ``nnz``; statistics).
+        Extra facts from the scan (LIBSVM: ``min_index``, ``max_index``, ``qid_records``; statistics).
     """
 
     format: str

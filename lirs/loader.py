@@ -60,7 +60,6 @@ from .aepoch import Hop, batches as async_batches
 
 log = logging.getLogger("lirs.loader")
 
-
 _CONFIG_KEYS = ("batch_size", "granularity", "group_bytes", "window", "seed", "rank", "world_size",
                 "drop_last", "permutation")
 _ELASTIC_KEYS = ("batch_size", "rank", "world_size")  # may change between a save and an elastic resume
@@ -168,7 +167,8 @@ class Loader:
                                     verify=verify, cores=None if self.threads is None else self.threads - 1,
                                     wide_threads=None if decode_threads is None else positive_int("decode_threads",
                                                                                                    decode_threads))
-        self.n_features, self.zero_based = self._decoder.n_features, self._decoder.zero_based
+        dec = self._decoder  # npy/fixed: the index's row width (a model is sized by it); lines: None
+        self.n_features, self.zero_based = dec.index.n_features if dec.n_features is None else dec.n_features, dec.zero_based
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
                    self.seed, 0, BLOCK, permutation)
         if self.world_size > 1 and self.rank == 0 and POLICIES[granularity].uses_window and (x := rank_reads(

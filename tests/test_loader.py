@@ -101,6 +101,23 @@ def test_libsvm_batches_match_sklearn(svm, engine_name, granularity):
         assert st.bytes_read >= st.payload_bytes > 0
 
 
+def test_n_features_is_the_row_width_of_npy_and_fixed_records(tmp_path):
+    """`Loader.n_features` was None for `.npy` and raw fixed records, so the README's
+    `np.zeros(loader.n_features)` failed; the index and the torch dataset said the width."""
+    p = tmp_path / "x.npy"
+    np.save(p, np.arange(70, dtype=np.float32).reshape(10, 7))
+    with lirs.Loader(str(p), 4) as ld:
+        assert ld.n_features == 7 == ld.index.n_features
+    r = tmp_path / "r.bin"
+    r.write_bytes(bytes(80))
+    with lirs.Loader(lirs.build_index(str(r), record_size=8, progress=False), 4) as ld:
+        assert ld.n_features == ld.index.n_features == 8
+    q = tmp_path / "l.jsonl"
+    q.write_bytes(b"{}\n[]\n")
+    with lirs.Loader(str(q), 1) as ld:
+        assert ld.n_features is None
+
+
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 def test_npy_and_lines_bytes_match(tmp_path, granularity):
     rng = np.random.default_rng(5)
