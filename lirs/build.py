@@ -11,6 +11,7 @@ the page cache.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 import time
@@ -19,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .api import whole
+from .constants import BLOCK
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
 from .inputs import absolute, expand_paths, labels_candidates, npy_array, resolve_format, text_paths
@@ -148,12 +150,15 @@ def npy_layout(path: str):
     if fortran and len(shape) > 1:
         raise DataError(f"{path}: .npy is in Fortran order, so a record is not contiguous; "
                         "save it C-ordered (np.ascontiguousarray)")
-    rs = int(dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64)))
+    rs = dtype.itemsize * math.prod(int(s) for s in shape[1:])  # Python ints: a huge shape must not wrap
     n = int(shape[0])
     if rs == 0:
         raise DataError(f"{path}: .npy records hold no bytes (shape {tuple(shape)}, dtype {dtype}); expected "
                         "records of at least one value")
     size = os.path.getsize(path)
+    if rs > size:
+        raise DataError(f"{path}: .npy header promises records of {rs} bytes (shape {tuple(shape)}, dtype {dtype}), "
+                        f"more than the file's {size} bytes; expected records that fit in the file")
     if header + n * rs > size:
         raise DataError(f"{path}: truncated .npy: header promises {n} records of {rs} bytes "
                         f"({header + n * rs} bytes), file has {size}")
@@ -192,6 +197,13 @@ def labels_for_npy(path: str, n: int, *, numbers: bool = True):
         raise DataError(f"{cand}: labels of {what}; expected {want}, one a record of {path}")
     if len(lab) != n:
         raise DataError(f"{cand}: {len(lab)} labels, but {path} has {n} records; expected one a record")
+    if numbers and lab.dtype.kind in "iu" and lab.dtype.itemsize == 8 and len(lab):  # labels are kept as float64
+        with np.errstate(invalid="ignore"):  # 2**63 cast back to int64 is the point, not a fault
+            bad = np.flatnonzero(lab.astype(np.float64).astype(lab.dtype) != lab)
+        if len(bad):
+            raise DataError(f"{cand}: label {int(lab[bad[0]])} of record {int(bad[0])} is past 2**53, where float64 "
+                            "(the labels' type in lirs) does not hold every integer; expected integer labels within "
+                            "+-2**53 (class ids), or keep such ids beside lirs")
     return lab
 
 
@@ -309,7 +321,8 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     where = index_meta(paths, out, None if guessed else format)
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
-        chunk_bytes = max(int(chunk_bytes), 1)
+        # at most the largest file (rounded up to a block): a chunk sizes the scan's buffers
+        chunk_bytes = min(max(int(chunk_bytes), 1), -(-max(os.path.getsize(p) for p in files) // BLOCK) * BLOCK or BLOCK)
         # an append is checked while its tail is scanned, on the guess that nothing else changed;
         # when the check says otherwise (or the guessed scan failed on bytes that did change), the
         # build starts again from the exact plan

@@ -1003,6 +1003,32 @@ def test_npy_headers_that_are_none_are_said_so(tmp_path):
             lirs.build_index(path, progress=False)
 
 
+def test_huge_npy_shapes_big_integer_labels_and_a_huge_chunk_are_refused_or_clamped(tmp_path):
+    """A record shape whose bytes overflow int64 was indexed (wrapped) and failed at the first batch
+    with numpy's "array is too big", or said negative bytes; int64 labels past 2**53 changed value
+    (2**63-1 came back as -2**63 through label_dtype=int64); `--chunk 8G` on a 12-byte file asked
+    numpy for 32 GiB."""
+    import struct
+
+    def npy(name, shape):
+        body = repr({"descr": "|i1", "fortran_order": False, "shape": shape}).encode() + b"\n"
+        (tmp_path / name).write_bytes(np.lib.format.magic(1, 0) + struct.pack("<H", len(body)) + body + bytes(8))
+        return str(tmp_path / name)
+
+    for shape in [(1, 2**61 + 1, 8), (1, 2**64), (3, 2**62, 2)]:
+        with pytest.raises(DataError, match=r"records of \d+ bytes .*more than the file's"):
+            lirs.build_index(npy(f"s{len(shape)}{shape[1] % 7}.npy", shape), progress=False)
+    np.save(tmp_path / "x.npy", np.ones((3, 2), np.float32))
+    np.save(tmp_path / "x.labels.npy", np.array([1, 2**53, 2**63 - 1], np.int64))
+    with pytest.raises(DataError, match=r"x\.labels\.npy: label 9223372036854775807 of record 2 is past 2\*\*53"):
+        lirs.build_index(str(tmp_path / "x.npy"), progress=False)
+    np.save(tmp_path / "x.labels.npy", np.array([1, 2**53, -(2**53)], np.int64))  # exact in float64
+    assert lirs.build_index(str(tmp_path / "x.npy"), progress=False).labels.tolist() == [1, 2**53, -(2**53)]
+    small = tmp_path / "t.svm"
+    small.write_bytes(b"1 1:1\n0 2:1\n")
+    assert lirs.build_index(str(small), chunk_bytes=8 << 30, progress=False).n == 2
+
+
 @pytest.mark.parametrize("fmt,line", [("libsvm", b"# " + b"x" * 200_000 + b"\n"), ("lines", b"y" * 200_000 + b"\n")])
 def test_a_line_of_many_chunks_is_joined_once(tmp_path, monkeypatch, fmt, line):
     """A line longer than a chunk (a long comment, a big JSON record) was joined anew with every
