@@ -370,6 +370,33 @@ def test_reads_only_runner_reads_the_plan_once(kdd_tiny):
             r.close()
 
 
+def test_lirs_runner_counts_one_measured_epoch_alone(kdd_tiny):
+    """The warm-up leaves its epoch after one batch while the reads it had started still run: they
+    completed after the counters were reset and counted in the measured epoch (payload and reads
+    above one epoch's). Reads made slow here keep some in flight at the warm-up's end."""
+    import lirs
+
+    idx = lirs.open_index(kdd_tiny)
+    task = {"batch_size": 100, "seed": 5, "engine": "auto", "prefetch": 4}
+    for cfg in (B.Config("lirs", "instance"), B.Config("lirs", "group", 8192)):
+        r = B.LirsRunner(cfg, idx, task)
+        try:
+            eng = r.loader.engine
+            fast = eng.read
+
+            def slow(*a, _read=fast):
+                time.sleep(0.05)
+                return _read(*a)
+            eng.read = slow
+            r.warm()
+            assert r.payload == 0
+            n = sum(len(ids) for ids, X, y in r.epoch(0))
+            assert n == idx.n
+            assert r.payload == idx.payload_bytes, cfg.name
+        finally:
+            r.close()
+
+
 def test_reads_only_runner_keeps_two_calls_in_flight(kdd_tiny):
     import threading
 

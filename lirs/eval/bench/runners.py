@@ -32,8 +32,11 @@ class LirsRunner:
         self.what = f"lirs Loader, {cfg.granularity} granularity, O_DIRECT, prefetch {task['prefetch']}"
 
     def warm(self):
-        for _ in self.loader.epoch(WARM_EPOCH):
-            break
+        gen = self.loader.epoch(WARM_EPOCH)
+        next(gen, None)
+        gen.close()  # the epoch is left now (its steps not started are cancelled), not when collected
+        # the steps it had started still read: counted after the reset they would swell the measured epoch
+        self.loader.wait_idle()
         self.loader.stats.reset()
 
     def prepare(self):
