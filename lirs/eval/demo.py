@@ -157,7 +157,7 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
     ``mean_bytes_read``, the steady state (:func:`steady_state`), the ``verdict`` (:func:`verdict`),
     the one-time costs set apart from it (``one_time``, :func:`one_time_costs`) and ``paper_headline`` (the packaged
     full-size comparison, :func:`paper_headline`)."""
-    from .compare import compare_svm, load_all
+    from .compare import compare_svm, line_of_record, load_all
     from .train import as_pm1, primal_objective, relative_difference
 
     methods = _check_args(data, size, epochs, batch_size, seed, methods, engine)
@@ -179,7 +179,7 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
     warm += prime(index, methods, batch_size, seed, engine)
     say(f"kernels: ready in {warm:.1f} s (numba compiles them on first use and caches them; not counted below)")
     X, y = load_all(index, engine=engine)
-    y = as_pm1(y, path)
+    y = as_pm1(y, path, line_of_record(index))
     f0 = primal_objective(np.zeros(X.shape[1]), X, y, C)
     say(f"training {len(methods)} methods x {epochs} epochs (linear SVM, batch {batch_size}, C={C:g})")
     res = compare_svm(index, methods, epochs=epochs, batch_size=batch_size, C=C, seed=seed, workdir=out,
