@@ -1166,6 +1166,28 @@ def test_a_benchmarks_work_directory_is_checked_and_a_crashed_ones_scratch_remov
         out_dir(str(tmp_path / "r.json"), "--json")
 
 
+def test_data_in_a_read_only_directory_is_indexed_elsewhere_not_moved_by_workdir(tmp_path, monkeypatch, capsys):
+    """Its sidecar cannot be written beside it (a read-only mount): the error advised --workdir,
+    which does not move the index. It names `lirs index DATA -o DIR/NAME.lirs` instead."""
+    import errno
+
+    from lirs.cli import main
+
+    p = tmp_path / "t.svm"
+    p.write_text("+1 1:1 2:2\n-1 3:1\n+1 4:0.5\n")
+
+    def refuse(path, **k):
+        raise OSError(errno.EROFS, "Read-only file system", f"{path}.lirs")
+    monkeypatch.setattr(B.run, "build_index", refuse)
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    assert main(["bench", str(p), "--no-fio", "--smoke", "--workdir", str(wd)]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}.lirs cannot be written (Read-only file system)" in err
+    assert f"`lirs index {p} -o DIR/NAME.lirs`, then pass that .lirs file as the source" in err
+    assert "--workdir" not in err
+
+
 def test_cli_refuses_a_plot_without_matplotlib_before_the_benchmark(kdd_tiny, tmp_path, monkeypatch, capsys):
     from lirs.cli import main
 

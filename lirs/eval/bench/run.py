@@ -16,6 +16,7 @@ import time
 from tqdm import tqdm
 
 from ...build import build_index
+from ...firstuse import sidecar_beside
 from ...constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ...policies import GRANULARITIES
 from ...errors import DataError, IndexFormatError, UsageError
@@ -66,7 +67,8 @@ def _open_or_build(path: str, progress):
         if str(path).endswith(".lirs"):
             raise
     t = time.perf_counter()
-    idx = build_index(path, progress=progress)
+    with sidecar_beside(path):  # --workdir does not move the index: the advice builds it elsewhere
+        idx = build_index(path, progress=progress)
     return idx, time.perf_counter() - t
 
 
