@@ -856,6 +856,29 @@ def test_run_bench_with_a_fake_tree_and_without_cgroups(kdd_tiny, fake_root, mon
     assert list(res["recommendation"]) == ["nvme"] and B.validate(res) == []
 
 
+def test_data_in_memory_is_named_by_its_filesystem_and_its_reads_by_the_engine(kdd_tiny, shm_dir, tmp_path):
+    """On tmpfs the Loader reads through the page cache: every lirs row still said "O_DIRECT", and the
+    disk as it is was headed "nvme" (there is no disk). The rows name the engine's reads as opened,
+    the heading the filesystem."""
+    import shutil
+
+    from lirs.mounts import in_memory
+
+    if not in_memory(shm_dir):
+        pytest.skip(f"{shm_dir} is not held in memory")
+    p = os.path.join(shm_dir, "k.svm")
+    shutil.copy(kdd_tiny, p)
+    res = B.run_bench(p, granularities=["instance"], reads_only=["instance"], peers="none", budget_s=1, fio=False,
+                      workdir=str(tmp_path), progress=False)
+    assert B.validate(res) == []
+    assert [r["status"] for r in res["rows"]] == ["ok", "ok"]
+    for r in res["rows"]:
+        assert "O_DIRECT" not in r["what"] and f"through the page cache, {r['engine']} engine" in r["what"], r
+    assert res["disk"]["transport"] == "tmpfs" and B.device_label(res, "nvme") == "tmpfs"
+    head = B.format_table(res).splitlines()[0]
+    assert head.startswith("tmpfs (tmpfs: no disk, the files are held in memory, as it is; envelope nvme)"), head
+
+
 def test_usage_errors(kdd_tiny):
     from lirs.errors import UsageError
 

@@ -28,7 +28,7 @@ from .. import fio as F
 from ..peers import PEERS, skip_reason
 from .configs import Config, bench_configs, add_ratios, lirs_configs
 from .recommend import TIE_TOLERANCE, goals, recommend
-from .disk import describe
+from .disk import describe, no_disk
 from .report import row_line, device_label
 from .schema import SCHEMA, SCHEMA_VERSION
 from .worker import interrupt, Worker
@@ -138,6 +138,7 @@ def _disk(data_path: str, devices, cgroup_root: str, notes: list) -> tuple[dict,
         cg_reason = E.blkio_unavailable(cgroup_root)
     except E.EnvelopeError as e:
         cg_reason = str(e)
+        disk.update(no_disk(data_path))
     disk["cgroups"] = cg_reason or "available"
     if cg_reason:
         if any(E.ENVELOPES[d].throttled for d in devices):
