@@ -919,6 +919,24 @@ def test_cli_arguments_are_checked_before_the_benchmark_runs(kdd_tiny, tmp_path,
     assert open(p, "rb").read() == data
 
 
+def test_cli_refuses_results_and_plot_in_one_file_before_the_benchmark(kdd_tiny, tmp_path, capsys):
+    """`--json X.png --plot X.png`: the results were written, then replaced by the plot, both announced.
+    Refused at once, as `lirs quality` refuses it (one check for both), under two names of one file too."""
+    from lirs.cli import main
+
+    x = str(tmp_path / "x.png")
+    for cmd in (["bench", kdd_tiny, "--no-fio", "--smoke"], ["quality", kdd_tiny, "--epochs", "2"]):
+        assert main([*cmd, "--json", x, "--plot", x]) == 2, cmd
+        err = capsys.readouterr().err
+        assert f"--json and --plot both name {x}: the plot would replace the results" in err and err.count("\n") == 1
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "a.png").write_bytes(b"old")
+    os.link(tmp_path / "a.png", tmp_path / "b.png")
+    assert main(["bench", kdd_tiny, "--no-fio", "--smoke", "--json", str(tmp_path / "a.png"),
+                 "--plot", str(tmp_path / "b.png")]) == 2
+    assert "the plot would replace the results" in capsys.readouterr().err
+
+
 def test_cli_smoke_keeps_a_budget_given():
     """--smoke sets the budget and fio's runtime only where they are not given (it replaced a
     --budget 60 with 3 s)."""
