@@ -937,6 +937,17 @@ def test_cli_refuses_results_and_plot_in_one_file_before_the_benchmark(kdd_tiny,
     assert "the plot would replace the results" in capsys.readouterr().err
 
 
+def test_cli_refuses_auto_with_no_granularity_before_the_benchmark(kdd_tiny, capsys):
+    """`--granularity none --auto` ran every peer, then failed to save ("no lirs configuration ran"):
+    known from the arguments, refused before any work."""
+    from lirs.cli import main
+
+    assert main(["bench", kdd_tiny, "--no-fio", "--smoke", "--granularity", "none", "--reads-only", "instance",
+                 "--peers", "inmemory", "--auto"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--auto saves the lirs granularity the run recommends, and --granularity none" in err
+
+
 def test_cli_smoke_keeps_a_budget_given():
     """--smoke sets the budget and fio's runtime only where they are not given (it replaced a
     --budget 60 with 3 s)."""

@@ -76,7 +76,7 @@ def _check_args(args) -> None:
     """UsageError for an argument that cannot work, before the benchmark's minutes: an output that
     is one of the dataset's files or in no writable directory, a plot not named .png or without
     matplotlib, or over the results, a negative seed, a time that is not a positive number, no prefetch, an
-    unknown engine."""
+    unknown engine, --auto with no granularity to recommend."""
     import math
 
     from ..engines import ENGINE_NAMES
@@ -103,6 +103,10 @@ def _check_args(args) -> None:
         raise UsageError(f"--prefetch must be >= 1, got {args.prefetch}")
     if args.engine not in ("auto", *ENGINE_NAMES):
         raise UsageError(f"--engine {args.engine}: expected auto or one of {', '.join(ENGINE_NAMES)}")
+    if args.auto and [g.strip() for g in args.granularity.split(",") if g.strip()] == ["none"]:
+        # the recommendation is a lirs granularity (reads-only rows are not one): known now, not after the run
+        raise UsageError("--auto saves the lirs granularity the run recommends, and --granularity none measures "
+                         "none: name some granularities, or drop --auto")
 
 
 def times(args) -> tuple[float, float]:
