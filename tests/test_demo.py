@@ -123,6 +123,22 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path):
         assert said == [] and not out.exists(), kw
 
 
+def test_binary_data_is_refused_as_not_libsvm_without_options_the_demo_has_not(tmp_path):
+    """`--data BINARY` said "use --format fixed --record-size N", options `lirs demo` does not take;
+    the demo's own check names the file and says it trains on LIBSVM text."""
+    from lirs.errors import UsageError
+    from lirs.eval.demo import run_demo
+
+    b = tmp_path / "x.bin"
+    b.write_bytes(bytes(range(256)) * 4)
+    said = []
+    with pytest.raises(UsageError) as e:
+        run_demo(data=str(b), out=str(tmp_path / "out"), say=said.append)
+    assert str(e.value) == (f"--data {b} is not LIBSVM text (byte 0: NUL byte in what should be text); the demo "
+                            "trains an SVM on LIBSVM text")
+    assert said == [] and not (tmp_path / "out").exists()
+
+
 def test_data_in_a_read_only_directory_is_indexed_elsewhere_and_given_as_data(tmp_path, monkeypatch):
     """Its sidecar cannot be written beside it (a read-only mount): the error advised --out, which does
     not move the index. It names `lirs index DATA -o DIR/NAME.lirs`, and --data takes that sidecar."""

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from ..errors import LirsError, UsageError
+from ..errors import DataError, LirsError, UsageError
 from ..units import parse_size
 
 # compare/train load scipy, numba kernels and the Loader: imported where used, so that building the
@@ -239,7 +239,15 @@ def _check_args(data, size, epochs, batch_size, seed, methods, engine) -> list:
             raise UsageError(f"--data {data} indexes {index.nfiles} files; the demo trains on one LIBSVM file")
         fmt = index.format
     else:
-        fmt = detect_format(data)
+        try:
+            fmt = detect_format(data)
+        except DataError as e:
+            if "--format" not in str(e) and "--record-size" not in str(e):
+                raise
+            # its advice is `lirs index`'s options (--format fixed --record-size N), which the demo has not
+            why = str(e).removeprefix(f"{data}: ").split("; ")[0]
+            raise UsageError(f"--data {data} is not LIBSVM text ({why}); the demo trains an SVM on LIBSVM "
+                             "text") from e
     if fmt != "libsvm":
         raise UsageError(f"--data {data} is {fmt} data; the demo trains an SVM on LIBSVM text")
     return methods
