@@ -2,6 +2,7 @@
 would (the same scan, validation and atomic write), with a progress bar on stderr for long scans."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -25,15 +26,24 @@ def index_on_first_use(path: str) -> None:
     permission) raises UsageError naming the sidecar and how to put it elsewhere."""
     from .build import build_index  # the scanner is needed only the first time
 
-    sidecar = sidecar_path(path)
-    log.info("%s has no index: building %s", path, sidecar)
-    try:
+    log.info("%s has no index: building %s", path, sidecar_path(path))
+    with sidecar_beside(path):
         build_index(path)
+
+
+@contextlib.contextmanager
+def sidecar_beside(path: str, source: str = "as the source"):
+    """Around building the sidecar of ``path`` beside it (``DATA.lirs``): where its directory cannot take it
+    (read-only, no permission), UsageError naming the sidecar and ``lirs index PATH -o DIR/NAME.lirs``, whose
+    ``.lirs`` is then passed ``source`` — options that move a command's other outputs do not move the index."""
+    try:
+        yield
     except OSError as e:
-        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            raise UsageError(f"{path} has no index and {sidecar} cannot be written ({os.strerror(e.errno)}); "
+        # the sidecar's error (named after it), not the data's: an unreadable data file is said as it is
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and is_sidecar_path(str(e.filename or ".lirs")):
+            raise UsageError(f"{path}: its index {sidecar_path(path)} cannot be written ({os.strerror(e.errno)}); "
                              f"build it where you can write: `lirs index {path} -o DIR/NAME.lirs`, then pass "
-                             f"that .lirs file as the source") from e
+                             f"that .lirs file {source}") from e
         raise
 
 

@@ -34,6 +34,7 @@ import logging
 import os
 import sys
 import threading
+from concurrent import futures
 
 import numpy as np
 
@@ -149,19 +150,17 @@ class Loader:
         self.granularity = granularity
         gb = parse_size(group_bytes) if isinstance(group_bytes, str) else group_bytes  # "64K" as the CLI takes it
         self.group_bytes = whole("group_bytes", gb)
-        window = DEFAULT_WINDOW if window is None else window
         # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
         span = group_span(max(self.group_bytes, BLOCK), self.index.payload_bytes, self.index.n)  # a group's bytes
-        self.window = window_groups(window, span, self.index.payload_bytes)
+        self.window = window_groups(DEFAULT_WINDOW if window is None else window, span, self.index.payload_bytes)
         self.seed, self.rank, self.world_size = (whole(k, v, None) for k, v in (("seed", seed), ("rank", rank),
                                                                                 ("world_size", world_size)))
         self.drop_last, self.permutation = check_drop_last(self.index.n, self.batch_size, self.world_size,
                                                            drop_last), permutation
-        self.dtype = check_dtype(dtype)
+        self.dtype, self.transform = check_dtype(dtype), transform
         self.engine_name, self.depth, self.direct = check_engine(engine), depth_of(depth), maybe_bool("direct", direct)
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
-        self.transform = transform
         # the pool's threads are its cores and one more (a pool sized by hand: a DataLoader worker's share)
         self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype,
                                     verify=verify, cores=None if self.threads is None else self.threads - 1,
@@ -285,10 +284,8 @@ class Loader:
 
     # ------------------------------------------------------------------ state
     def _make_config(self) -> dict:
-        c = {k: getattr(self, k) for k in _CONFIG_KEYS}
-        c["n"] = int(self.index.n)
-        c["format"], c["layout"] = self.index.format, int(self.index.layout)  # layout: which dataset
-        return c
+        return {**{k: getattr(self, k) for k in _CONFIG_KEYS}, "n": int(self.index.n),
+                "format": self.index.format, "layout": int(self.index.layout)}  # layout: which dataset
 
     def _config(self) -> dict:
         return dict(self._cfg)
@@ -335,7 +332,7 @@ class Loader:
         if not states:
             raise UsageError("cannot resume from an empty list of states")
         for st in states:
-            self._check_state(st)
+            check_config(st.config, self._config(), _ELASTIC_KEYS)
         if len({st.epoch for st in states}) != 1 or states[0].epoch is None:
             if any(st.epoch is not None for st in states):
                 raise UsageError("cannot resume: the states were saved in different epochs")
@@ -355,9 +352,6 @@ class Loader:
                              self.drop_last, ranks_progress(states, old["world_size"]))
             self._resume = ResumeState(epoch, 0, left)
         self._pos, self._moved = ResumeState(), None
-
-    def _check_state(self, state: ResumeState) -> None:
-        check_config(state.config, self._config(), _ELASTIC_KEYS)
 
     # ------------------------------------------------------------------ iteration
     def epoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0,
@@ -386,6 +380,13 @@ class Loader:
         finally:
             pipe.consumer_in = False
             run.abandon()
+
+    def wait_idle(self) -> None:
+        """Wait for the read steps of epochs left early: after a ``break`` those already started run to the end
+        and count in :attr:`stats` (only the others are cancelled), so a reset after this counts what follows alone."""
+        self._hop.drain()  # an async epoch's abandon, queued there
+        if (pipe := self._pipeline) is not None and self._pid == os.getpid():
+            futures.wait([f for f in list(pipe.active) if f.running()])  # the abandon cancelled the others
 
     def aepoch(self, epoch: int, start: int | None = None, *, stride: int = 1, offset: int = 0,
                windows: tuple | None = None):
@@ -448,8 +449,7 @@ class Loader:
         # the pipeline starts after planning: cold, the planning kernels compile while helpers compile the rest
         warmup.prime_walk(self._warm, plan, first, stride, windows)
         self._ensure_started()
-        self._pos, self._moved = ResumeState(epoch, first, spans), None
-        self._stride, self._nb = stride, nb
+        self._pos, self._moved, self._stride, self._nb = ResumeState(epoch, first, spans), None, stride, nb
         finish = None if self.transform is None else self._finisher(epoch)
         return EpochRun(self._pipeline, plan, epoch, first, self.prefetch, self._decoder.empty,
                         stride=stride, finish=finish, windows=windows, units=True)

@@ -370,6 +370,33 @@ def test_reads_only_runner_reads_the_plan_once(kdd_tiny):
             r.close()
 
 
+def test_lirs_runner_counts_one_measured_epoch_alone(kdd_tiny):
+    """The warm-up leaves its epoch after one batch while the reads it had started still run: they
+    completed after the counters were reset and counted in the measured epoch (payload and reads
+    above one epoch's). Reads made slow here keep some in flight at the warm-up's end."""
+    import lirs
+
+    idx = lirs.open_index(kdd_tiny)
+    task = {"batch_size": 100, "seed": 5, "engine": "auto", "prefetch": 4}
+    for cfg in (B.Config("lirs", "instance"), B.Config("lirs", "group", 8192)):
+        r = B.LirsRunner(cfg, idx, task)
+        try:
+            eng = r.loader.engine
+            fast = eng.read
+
+            def slow(*a, _read=fast):
+                time.sleep(0.05)
+                return _read(*a)
+            eng.read = slow
+            r.warm()
+            assert r.payload == 0
+            n = sum(len(ids) for ids, X, y in r.epoch(0))
+            assert n == idx.n
+            assert r.payload == idx.payload_bytes, cfg.name
+        finally:
+            r.close()
+
+
 def test_reads_only_runner_keeps_two_calls_in_flight(kdd_tiny):
     import threading
 
@@ -829,6 +856,29 @@ def test_run_bench_with_a_fake_tree_and_without_cgroups(kdd_tiny, fake_root, mon
     assert list(res["recommendation"]) == ["nvme"] and B.validate(res) == []
 
 
+def test_data_in_memory_is_named_by_its_filesystem_and_its_reads_by_the_engine(kdd_tiny, shm_dir, tmp_path):
+    """On tmpfs the Loader reads through the page cache: every lirs row still said "O_DIRECT", and the
+    disk as it is was headed "nvme" (there is no disk). The rows name the engine's reads as opened,
+    the heading the filesystem."""
+    import shutil
+
+    from lirs.mounts import in_memory
+
+    if not in_memory(shm_dir):
+        pytest.skip(f"{shm_dir} is not held in memory")
+    p = os.path.join(shm_dir, "k.svm")
+    shutil.copy(kdd_tiny, p)
+    res = B.run_bench(p, granularities=["instance"], reads_only=["instance"], peers="none", budget_s=1, fio=False,
+                      workdir=str(tmp_path), progress=False)
+    assert B.validate(res) == []
+    assert [r["status"] for r in res["rows"]] == ["ok", "ok"]
+    for r in res["rows"]:
+        assert "O_DIRECT" not in r["what"] and f"through the page cache, {r['engine']} engine" in r["what"], r
+    assert res["disk"]["transport"] == "tmpfs" and B.device_label(res, "nvme") == "tmpfs"
+    head = B.format_table(res).splitlines()[0]
+    assert head.startswith("tmpfs (tmpfs: no disk, the files are held in memory, as it is; envelope nvme)"), head
+
+
 def test_usage_errors(kdd_tiny):
     from lirs.errors import UsageError
 
@@ -867,6 +917,58 @@ def test_cli_arguments_are_checked_before_the_benchmark_runs(kdd_tiny, tmp_path,
     assert open(p, "rb").read() == data and open(p + ".lirs", "rb").read() == side
     assert main(["quality", p, "--epochs", "2", "--json", p]) == 2 and "is the data" in capsys.readouterr().err
     assert open(p, "rb").read() == data
+
+
+def test_cli_refuses_results_and_plot_in_one_file_before_the_benchmark(kdd_tiny, tmp_path, capsys):
+    """`--json X.png --plot X.png`: the results were written, then replaced by the plot, both announced.
+    Refused at once, as `lirs quality` refuses it (one check for both), under two names of one file too."""
+    from lirs.cli import main
+
+    x = str(tmp_path / "x.png")
+    for cmd in (["bench", kdd_tiny, "--no-fio", "--smoke"], ["quality", kdd_tiny, "--epochs", "2"]):
+        assert main([*cmd, "--json", x, "--plot", x]) == 2, cmd
+        err = capsys.readouterr().err
+        assert f"--json and --plot both name {x}: the plot would replace the results" in err and err.count("\n") == 1
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "a.png").write_bytes(b"old")
+    os.link(tmp_path / "a.png", tmp_path / "b.png")
+    assert main(["bench", kdd_tiny, "--no-fio", "--smoke", "--json", str(tmp_path / "a.png"),
+                 "--plot", str(tmp_path / "b.png")]) == 2
+    assert "the plot would replace the results" in capsys.readouterr().err
+
+
+def test_cli_refuses_auto_with_no_granularity_before_the_benchmark(kdd_tiny, capsys):
+    """`--granularity none --auto` ran every peer, then failed to save ("no lirs configuration ran"):
+    known from the arguments, refused before any work."""
+    from lirs.cli import main
+
+    assert main(["bench", kdd_tiny, "--no-fio", "--smoke", "--granularity", "none", "--reads-only", "instance",
+                 "--peers", "inmemory", "--auto"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--auto saves the lirs granularity the run recommends, and --granularity none" in err
+
+
+def test_a_plot_save_stopped_midway_leaves_the_previous_plot_whole(tmp_path, monkeypatch):
+    """--plot was saved straight under its name: a save stopped midway (Ctrl-C, a full disk) left a
+    truncated PNG in place of the last good one. It is saved as `lirs quality` saves its plots."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    png = tmp_path / "bench.png"
+    png.write_bytes(b"the previous plot")
+
+    def stopped(self, fname, *a, **k):
+        with open(fname, "wb") as f:
+            f.write(b"\x89PNG half")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Figure, "savefig", stopped)
+    res = {"settings": {"devices": ["nvme"]}, "envelopes": {"nvme": {"read_iops": None, "read_bps": None}},
+           "rows": [{"device": "nvme", "status": "ok", "kind": "lirs", "name": "lirs-instance", "epoch_s": 1.0,
+                     "extrapolated": False, "reads_only": False}],
+           "recommendation": {}, "data": {"path": "/x/t.svm", "file_bytes": 10, "records": 3}}
+    with pytest.raises(KeyboardInterrupt):
+        B.plot(res, str(png))
+    assert png.read_bytes() == b"the previous plot" and os.listdir(tmp_path) == ["bench.png"]
 
 
 def test_cli_smoke_keeps_a_budget_given():
@@ -1137,6 +1239,28 @@ def test_a_benchmarks_work_directory_is_checked_and_a_crashed_ones_scratch_remov
         B.run.scratch_dir(str(tmp_path))
     with pytest.raises(UsageError, match=r"--json .*r\.json: its directory .* is not writable"):
         out_dir(str(tmp_path / "r.json"), "--json")
+
+
+def test_data_in_a_read_only_directory_is_indexed_elsewhere_not_moved_by_workdir(tmp_path, monkeypatch, capsys):
+    """Its sidecar cannot be written beside it (a read-only mount): the error advised --workdir,
+    which does not move the index. It names `lirs index DATA -o DIR/NAME.lirs` instead."""
+    import errno
+
+    from lirs.cli import main
+
+    p = tmp_path / "t.svm"
+    p.write_text("+1 1:1 2:2\n-1 3:1\n+1 4:0.5\n")
+
+    def refuse(path, **k):
+        raise OSError(errno.EROFS, "Read-only file system", f"{path}.lirs")
+    monkeypatch.setattr(B.run, "build_index", refuse)
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    assert main(["bench", str(p), "--no-fio", "--smoke", "--workdir", str(wd)]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}.lirs cannot be written (Read-only file system)" in err
+    assert f"`lirs index {p} -o DIR/NAME.lirs`, then pass that .lirs file as the source" in err
+    assert "--workdir" not in err
 
 
 def test_cli_refuses_a_plot_without_matplotlib_before_the_benchmark(kdd_tiny, tmp_path, monkeypatch, capsys):

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from lirs.eval.demo import AXES, default_out, one_time_costs, outcome, steady_state, verdict
@@ -120,6 +121,54 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path):
         with pytest.raises(UsageError, match=msg):
             run_demo(out=str(out), say=said.append, **kw)
         assert said == [] and not out.exists(), kw
+
+
+def test_binary_data_is_refused_as_not_libsvm_without_options_the_demo_has_not(tmp_path):
+    """`--data BINARY` said "use --format fixed --record-size N", options `lirs demo` does not take;
+    the demo's own check names the file and says it trains on LIBSVM text."""
+    from lirs.errors import UsageError
+    from lirs.eval.demo import run_demo
+
+    b = tmp_path / "x.bin"
+    b.write_bytes(bytes(range(256)) * 4)
+    said = []
+    with pytest.raises(UsageError) as e:
+        run_demo(data=str(b), out=str(tmp_path / "out"), say=said.append)
+    assert str(e.value) == (f"--data {b} is not LIBSVM text (byte 0: NUL byte in what should be text); the demo "
+                            "trains an SVM on LIBSVM text")
+    assert said == [] and not (tmp_path / "out").exists()
+
+
+def test_data_in_a_read_only_directory_is_indexed_elsewhere_and_given_as_data(tmp_path, monkeypatch):
+    """Its sidecar cannot be written beside it (a read-only mount): the error advised --out, which does
+    not move the index. It names `lirs index DATA -o DIR/NAME.lirs`, and --data takes that sidecar."""
+    import errno
+
+    import lirs
+    from lirs.errors import UsageError
+    from lirs.eval.demo import ensure_index, run_demo
+
+    p = tmp_path / "t.svm"
+    p.write_text("+1 1:1 2:2\n-1 3:1\n+1 4:0.5\n")
+    real = lirs.build_index
+
+    def refuse(path, **k):
+        raise OSError(errno.EROFS, "Read-only file system", f"{path}.lirs")
+    monkeypatch.setattr(lirs, "build_index", refuse)
+    with pytest.raises(UsageError, match=rf"{p}.lirs cannot be written \(Read-only file system\); build it where you "
+                                         rf"can write: `lirs index {p} -o DIR/NAME.lirs`, then pass that .lirs file "
+                                         "as --data"):
+        ensure_index(str(p), print)
+    side = real(str(p), out=str(tmp_path / "elsewhere.lirs"), progress=False).sidecar
+    said = []
+    index, seconds, reused = ensure_index(side, said.append)
+    assert list(index.paths) == [str(p)] and index.n == 3 and seconds == 0.0 and reused and not os.path.exists(f"{p}.lirs")
+    # --data takes a sidecar: its data's format is what is checked
+    h = tmp_path / "h.npy"
+    np.save(h, np.zeros((4, 2), np.float32))
+    other = real(str(h), out=str(tmp_path / "h-elsewhere.lirs"), progress=False).sidecar
+    with pytest.raises(UsageError, match="h-elsewhere.lirs is npy data; the demo trains an SVM on LIBSVM text"):
+        run_demo(data=other, out=str(tmp_path / "out"), say=said.append)
 
 
 def test_memory_estimates_never_exceed_what_the_data_can_fill(tmp_path):
@@ -313,6 +362,28 @@ def test_plot_has_two_lettered_panels():
     # panel (b) starts every method at 0 s and shifts its first epoch by its pre-processing
     x = b.get_lines()[1].get_xdata()
     assert list(x) == pytest.approx([0.0, 0.3, 1.1, 1.9])
+
+
+def test_a_save_stopped_midway_leaves_the_previous_plot_whole(tmp_path, monkeypatch):
+    """demo.png was saved straight under its name: a save stopped midway (Ctrl-C, a full disk) left a
+    truncated PNG in place of the last good one. It is saved as `lirs quality` saves its plots."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from lirs.eval.demo_report import plot
+
+    png = tmp_path / "demo.png"
+    png.write_bytes(b"the previous plot")
+
+    def stopped(self, fname, *a, **k):
+        with open(fname, "wb") as f:
+            f.write(b"\x89PNG half")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Figure, "savefig", stopped)
+    res = _res({"lirs-window": _method(0.01, 1, 1.0, 0.2, 0.1, 1e5, 1e6)})
+    with pytest.raises(KeyboardInterrupt):
+        plot(res, str(png))
+    assert png.read_bytes() == b"the previous plot" and os.listdir(tmp_path) == ["demo.png"]
 
 
 # ------------------------------------------------------------ the paper's headline, packaged

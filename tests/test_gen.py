@@ -278,6 +278,24 @@ def test_bad_arguments(tmp_path):
     assert not p.exists()
 
 
+def test_an_output_named_for_another_format_is_refused_before_writing(tmp_path, capsys):
+    """higgs rows written to h.svm, kdd text to k.npy: lirs read them back as the extension says and
+    failed to index what it had just written. Refused before any byte, naming the extension."""
+    for profile, name, named, fmt, ext in (("higgs", "h.svm", "libsvm", "npy", ".npy"),
+                                          ("kdd", "k.npy", "npy", "libsvm", ".svm"),
+                                          ("lines", "l.tfrecord", "tfrecord", "lines", ".jsonl")):
+        with pytest.raises(UsageError, match=rf"{name} would be read back as {named} \(its extension\), but "
+                                             rf"{profile} writes {fmt}: name it with \{ext}$"):
+            generate(profile, tmp_path / name, records=5, progress=False)
+    assert main(["gen", "--profile", "higgs", "--records", "5", "-o", str(tmp_path / "h.svm"), "--quiet"]) == 2
+    assert "name it with .npy" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+    # no extension, one of no known format, or another name of the same format: written as asked
+    for profile, name in (("kdd", "k"), ("kdd", "k.txt"), ("kdd", "k.libsvm"), ("lines", "l.csv")):
+        generate(profile, tmp_path / name, records=5, progress=False)
+        assert os.path.getsize(tmp_path / name) > 0
+
+
 @pytest.mark.parametrize("profile", ["kdd", "higgs"])
 def test_interrupted_generation_leaves_nothing(tmp_path, monkeypatch, profile):
     out = tmp_path / "out"

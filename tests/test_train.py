@@ -107,9 +107,15 @@ def test_objective_of_batches_equals_whole(kdd):
 
 def test_labels_and_arguments_are_checked(kdd):
     X, y = kdd
-    assert np.array_equal(as_pm1([0, 1, -1, 1.0]), [-1, 1, -1, 1])
+    assert np.array_equal(as_pm1([0, 1, 0, 1.0]), [-1, 1, -1, 1])
+    assert np.array_equal(as_pm1([-1, 1, 1.0]), [-1, 1, 1])
     with pytest.raises(DataError, match="label 2.0 at position 1"):
         as_pm1([1, 2])
+    # -1 beside 0 is three classes (it trained as two, 0 merged into -1): the later of the two first ones is named
+    with pytest.raises(DataError, match=r"label 0.0 at position 2 after -1.0 at position 1.*not both"):
+        as_pm1([1, -1, 0, 5])
+    with pytest.raises(DataError, match="label 5.0 at position 1"):
+        as_pm1([0, 5, -1])
     svm = LinearSVM(X.shape[1], 10)
     with pytest.raises(UsageError, match="record IDs"):
         svm.partial_fit(np.arange(20), X[:20], y[:20])
@@ -163,6 +169,19 @@ def test_training_benchmarks_smoke(tmp_path, script):
             assert len(m["per_epoch"]) == 2, name
             key = "objective" if script == "train_svm.py" else "val_loss"
             assert all(np.isfinite(p[key]) for p in m["per_epoch"]), name
+
+
+def test_three_classes_are_refused_at_their_line(tmp_path):
+    """Labels -1, 0 and +1 trained silently as two classes (0 taken for -1); the error names the
+    file and the line (blank and comment lines counted: not the record number)."""
+    import lirs
+    from lirs.eval.compare import compare_svm
+
+    p = tmp_path / "tern.svm"
+    p.write_text("# three classes\n-1 1:1\n\n+1 2:1\n# more\n1 3:0.5\n0 1:0.5\n-1 2:2\n")
+    idx = lirs.build_index(str(p), progress=False)
+    with pytest.raises(DataError, match=rf"^{p}: label 0.0 at line 7 after -1.0 at line 2; .*-1/\+1 or 0/1"):
+        compare_svm(idx, ("sequential",), epochs=1, batch_size=2, workdir=str(tmp_path), reference_epochs=1)
 
 
 def test_epoch_budget_extrapolates_cut_epochs(tmp_path):

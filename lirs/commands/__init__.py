@@ -24,3 +24,16 @@ def say(*args, **kwargs) -> None:
         print(*args, **kwargs)
     except BrokenPipeError:
         quiet_stdout()
+
+
+def check_results_and_plot(json_path, plot_path) -> None:
+    """UsageError when ``--json`` and ``--plot`` name one file (the same path, or two names of it): the plot is
+    written after the results and would replace them, both announced as written."""
+    from ..errors import UsageError
+    from ..inputs import absolute
+
+    if not (json_path and plot_path):
+        return
+    if absolute(json_path) == absolute(plot_path) or (
+            os.path.exists(json_path) and os.path.exists(plot_path) and os.path.samefile(json_path, plot_path)):
+        raise UsageError(f"--json and --plot both name {plot_path}: the plot would replace the results")

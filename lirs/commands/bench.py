@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from . import check_results_and_plot
 from ..constants import DEFAULT_WINDOW
 from ..errors import UsageError
 from ..litter import out_dir
@@ -74,7 +75,8 @@ def _list(text: str, what: str) -> list[str]:
 def _check_args(args) -> None:
     """UsageError for an argument that cannot work, before the benchmark's minutes: an output that
     is one of the dataset's files or in no writable directory, a plot not named .png or without
-    matplotlib, a negative seed, a time that is not a positive number, no prefetch, an unknown engine."""
+    matplotlib, or over the results, a negative seed, a time that is not a positive number, no prefetch, an
+    unknown engine, --auto with no granularity to recommend."""
     import math
 
     from ..engines import ENGINE_NAMES
@@ -86,6 +88,7 @@ def _check_args(args) -> None:
             out_dir(out, flag, inputs=inputs)
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
+    check_results_and_plot(args.json, args.plot)
     if args.plot:
         try:
             import matplotlib  # noqa: F401 - drawn at the end: missing, known now
@@ -100,6 +103,10 @@ def _check_args(args) -> None:
         raise UsageError(f"--prefetch must be >= 1, got {args.prefetch}")
     if args.engine not in ("auto", *ENGINE_NAMES):
         raise UsageError(f"--engine {args.engine}: expected auto or one of {', '.join(ENGINE_NAMES)}")
+    if args.auto and [g.strip() for g in args.granularity.split(",") if g.strip()] == ["none"]:
+        # the recommendation is a lirs granularity (reads-only rows are not one): known now, not after the run
+        raise UsageError("--auto saves the lirs granularity the run recommends, and --granularity none measures "
+                         "none: name some granularities, or drop --auto")
 
 
 def times(args) -> tuple[float, float]:

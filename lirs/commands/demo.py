@@ -23,7 +23,9 @@ def add_parser(sub):
                     "epochs under lirs (instance, window), BMF, a shuffle buffer and the file order, then print "
                     "the objective per epoch and against the seconds spent (pre-processing included), where "
                     "lirs wins and where it does not, and save demo.json and a plot (demo.png).")
-    p.add_argument("--data", metavar="PATH", help="your own LIBSVM file (binary labels) instead of a sample")
+    p.add_argument("--data", metavar="PATH",
+                   help="your own LIBSVM file (binary labels: -1/+1 or 0/1), or its .lirs index built elsewhere, "
+                        "instead of a sample")
     p.add_argument("--out", "--dir", dest="out", default=None, metavar="DIR",
                    help="where the sample, its index, demo.json and demo.png go (default: "
                         "$XDG_CACHE_HOME/lirs/demo, i.e. ~/.cache/lirs/demo, or $TMPDIR/lirs-demo-UID with no home; "

@@ -23,7 +23,8 @@ def add_parser(sub):
     p.add_argument("--order", default="shuffled", choices=list(ORDERS),
                    help="shuffled (random order, default) or sorted (all -1 records, then all +1)")
     p.add_argument("--seed", type=int, default=0, help="same seed, same bytes (default 0)")
-    p.add_argument("-o", "--out", required=True, metavar="PATH", help="output file")
+    p.add_argument("-o", "--out", required=True, metavar="PATH",
+                   help="output file; an extension must name the profile's format (.svm, .npy, .jsonl)")
     p.add_argument("--workers", type=int, default=None, help="formatting threads (default: up to 2)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

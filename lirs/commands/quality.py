@@ -5,6 +5,7 @@ import os
 import re
 import sys
 
+from . import check_results_and_plot
 from ..errors import UsageError
 from ..litter import out_dir
 from ..recommendation import write_json
@@ -165,8 +166,7 @@ def run(args) -> int:
     for k, flag in (("memory_bytes", "--memory"), ("window", "--window"), ("group_bytes", "--group-bytes")):
         if k in params:  # one value for every strategy and metric, sized the same alone or in a sweep
             raise UsageError(f"--param {k}: set it with {flag}")
-    if args.json and args.plot and os.path.abspath(args.json) == os.path.abspath(args.plot):
-        raise UsageError(f"--json and --plot both name {args.plot}: the plot would replace the results")
+    check_results_and_plot(args.json, args.plot)
     group_bytes = parse_size(args.group_bytes)
     if group_bytes < 1:
         raise UsageError(f"--group-bytes {args.group_bytes!r} must be positive")

@@ -25,6 +25,7 @@ from .reference import bmf_block_order, bmf_blocks, buffer_batches, shuffle_buff
 from .spans import Ahead, Records, SpanReader, records_per_run, run_ranges, write_blocks
 from .train import LinearSVM, as_pm1, reference_objective, relative_difference
 from ..policies import POLICIES
+from ..svmlight import line_number
 from ..windows import group_span
 
 LIRS_METHODS = ("lirs-instance", "lirs-page", "lirs-group", "lirs-window")
@@ -42,6 +43,15 @@ def load_all(index, *, engine: str = "auto", dtype=np.float32, run_bytes: int = 
     finally:
         rd.close()
     return sp.vstack([p[0] for p in parts], format="csr"), np.concatenate([p[1] for p in parts])
+
+
+def line_of_record(index):
+    """``where(j)`` for :func:`~lirs.eval.train.as_pm1`'s errors on :func:`load_all`'s labels: "line M" of record
+    ``j`` in the file (blank and comment lines skip records, so M is counted, not j + 1)."""
+    def where(j):
+        line = line_number(index.paths[0], int(index.spans([j])[1][0]))
+        return f"record {j}" if line is None else f"line {line}"
+    return where
 
 
 def _check_single_libsvm(index):
@@ -92,7 +102,7 @@ def compare_svm(index, methods=("lirs-group", "lirs-window", "bmf", "shuffle_buf
     t = time.perf_counter()
     X, y = data if data is not None else load_all(index, engine=engine)
     load_all_s = time.perf_counter() - t
-    y = as_pm1(y, index.paths[0])
+    y = as_pm1(y, index.paths[0], line_of_record(index))
     ref_s = 0.0
     if f_star is None:
         t = time.perf_counter()

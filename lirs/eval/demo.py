@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from ..errors import LirsError, UsageError
+from ..errors import DataError, LirsError, UsageError
 from ..units import parse_size
 
 # compare/train load scipy, numba kernels and the Loader: imported where used, so that building the
@@ -98,10 +98,16 @@ def sample(out: str, size: str, seed: int, say) -> tuple[str, dict]:
 
 
 def ensure_index(path: str, say):
-    """The index of ``path``: reused when its sidecar is there and current, else built (one
-    sequential scan). Returns (Index, seconds spent indexing now, reused)."""
+    """The index of ``path`` (a data file, or a sidecar built elsewhere): reused when its sidecar is there and
+    current, else built (one sequential scan). Returns (Index, seconds spent indexing now, reused)."""
     import lirs
+    from ..firstuse import sidecar_beside
+    from ..sidecar import is_sidecar_path
 
+    if is_sidecar_path(path):  # built elsewhere (`lirs index DATA -o`: the data's directory is read-only)
+        index = lirs.open_index(path)
+        say(f"index: using {path} (0 s to index: built before)")
+        return index, 0.0, True
     if os.path.exists(path + ".lirs"):
         try:
             index = lirs.open_index(path)
@@ -110,7 +116,8 @@ def ensure_index(path: str, say):
         except (LirsError, OSError) as e:  # stale or unreadable: build it again
             say(f"index: rebuilding ({e})")
     t = time.perf_counter()
-    index = lirs.build_index(path, progress=False)
+    with sidecar_beside(path, "as --data"):  # --out does not move the index: the advice builds it elsewhere
+        index = lirs.build_index(path, progress=False)
     s = time.perf_counter() - t
     say(f"index: {index.n:,} records scanned once in {s:.2f} s -> {path}.lirs")
     return index, s, False
@@ -157,7 +164,7 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
     ``mean_bytes_read``, the steady state (:func:`steady_state`), the ``verdict`` (:func:`verdict`),
     the one-time costs set apart from it (``one_time``, :func:`one_time_costs`) and ``paper_headline`` (the packaged
     full-size comparison, :func:`paper_headline`)."""
-    from .compare import compare_svm, load_all
+    from .compare import compare_svm, line_of_record, load_all
     from .train import as_pm1, primal_objective, relative_difference
 
     methods = _check_args(data, size, epochs, batch_size, seed, methods, engine)
@@ -179,7 +186,7 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
     warm += prime(index, methods, batch_size, seed, engine)
     say(f"kernels: ready in {warm:.1f} s (numba compiles them on first use and caches them; not counted below)")
     X, y = load_all(index, engine=engine)
-    y = as_pm1(y, path)
+    y = as_pm1(y, index.paths[0], line_of_record(index))
     f0 = primal_objective(np.zeros(X.shape[1]), X, y, C)
     say(f"training {len(methods)} methods x {epochs} epochs (linear SVM, batch {batch_size}, C={C:g})")
     res = compare_svm(index, methods, epochs=epochs, batch_size=batch_size, C=C, seed=seed, workdir=out,
@@ -203,7 +210,9 @@ def _check_args(data, size, epochs, batch_size, seed, methods, engine) -> list:
     """The methods to run (list of str), after checking every argument a run would otherwise
     refuse only after the sample is made or the kernels are warm."""
     from ..engines import engine_class, requested_engine
+    from ..index import open_index
     from ..inputs import detect_format
+    from ..sidecar import is_sidecar_path
 
     if epochs < 1 or batch_size < 1:
         raise UsageError("--epochs and --batch-size must be >= 1")
@@ -224,8 +233,23 @@ def _check_args(data, size, epochs, batch_size, seed, methods, engine) -> list:
         raise UsageError(f"--data {data} is a directory; the demo trains on one LIBSVM file")
     if not os.path.isfile(data):
         raise UsageError(f"--data {data}: no such file")
-    if detect_format(data) != "libsvm":
-        raise UsageError(f"--data {data} is {detect_format(data)} data; the demo trains an SVM on LIBSVM text")
+    if is_sidecar_path(data):  # an index built elsewhere: the data file it names is trained on
+        index = open_index(data)
+        if index.nfiles != 1:
+            raise UsageError(f"--data {data} indexes {index.nfiles} files; the demo trains on one LIBSVM file")
+        fmt = index.format
+    else:
+        try:
+            fmt = detect_format(data)
+        except DataError as e:
+            if "--format" not in str(e) and "--record-size" not in str(e):
+                raise
+            # its advice is `lirs index`'s options (--format fixed --record-size N), which the demo has not
+            why = str(e).removeprefix(f"{data}: ").split("; ")[0]
+            raise UsageError(f"--data {data} is not LIBSVM text ({why}); the demo trains an SVM on LIBSVM "
+                             "text") from e
+    if fmt != "libsvm":
+        raise UsageError(f"--data {data} is {fmt} data; the demo trains an SVM on LIBSVM text")
     return methods
 
 

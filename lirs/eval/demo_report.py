@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from ..units import format_bytes
+from .figures import save_png
 from .demo import MIN_MARGIN, explain
 
 
@@ -210,12 +211,9 @@ def plot(res: dict, png: str) -> bool:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig = figure(res)
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    save_png(figure(res), png)  # atomically: a save stopped midway leaves the previous demo.png whole
     return True
 
 

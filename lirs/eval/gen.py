@@ -44,7 +44,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import seeds
-from ..inputs import labels_path
+from ..inputs import extension_format, labels_path
 from ..errors import UsageError
 from ..external.disk import free_bytes
 from ..litter import clean_dead_temps, out_dir, temp_name
@@ -300,6 +300,16 @@ def _check(profile, records, size, order, seed):
         raise UsageError(f"records must be a positive integer, got {records!r}")
 
 
+def _check_name(profile: str, path: str) -> None:
+    """Refuse an output whose extension names another format than ``profile`` writes (higgs rows in ``h.svm``):
+    lirs would read it back as that format and fail; no extension, or one of no known format, is taken."""
+    ext = PROFILES[profile]["ext"]
+    named, fmt = extension_format(path), extension_format("x" + ext)
+    if named is not None and named != fmt:
+        raise UsageError(f"-o {path} would be read back as {named} (its extension), but {profile} writes {fmt}: "
+                         f"name it with {ext}")
+
+
 def records_for_size(profile: str, size, *, seed: int = 0) -> int:
     """Number of records that makes a ``profile`` file about ``size`` bytes (int or '500MB')."""
     _check(profile, None, size, "shuffled", seed)
@@ -341,6 +351,7 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
     ``label_counts`` {"-1": int, "+1": int}. Raises UsageError on bad arguments.
     """
     _check(profile, records, size, order, seed)
+    _check_name(profile, os.fspath(path))
     if workers is None:
         workers = max(1, min(2, os.cpu_count() or 1))
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:

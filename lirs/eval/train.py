@@ -30,16 +30,23 @@ from .kernels import train as K
 LOSSES = ("squared_hinge", "hinge")
 
 
-def as_pm1(y, source: str = "the labels") -> np.ndarray:
-    """Binary labels as float64 (k,) in {-1, +1}; accepts -1/+1 and 0/1.
+def as_pm1(y, source: str = "the labels", where=None) -> np.ndarray:
+    """Binary labels as float64 (k,) in {-1, +1}; accepts -1/+1 or 0/1, not both (-1 beside 0 is three classes).
 
-    Raises DataError naming the first other value (a multi-class or regression target).
+    Raises DataError naming the first label that makes them not binary (a multi-class or regression
+    target) and where it is: ``where(j)`` for position ``j`` (such as "line 12"), else "position j".
     """
     y = np.asarray(y, dtype=np.float64)
+    at = where or (lambda j: f"position {j}")
     bad = ~((y == 1.0) | (y == -1.0) | (y == 0.0))
-    if bad.any():
-        j = int(np.flatnonzero(bad)[0])
-        raise DataError(f"{source}: label {float(y[j])!r} at position {j}; a binary SVM needs labels -1/+1 (or 0/1)")
+    j = int(np.flatnonzero(bad)[0]) if bad.any() else len(y)
+    neg, zero = y[:j] == -1.0, y[:j] == 0.0
+    if neg.any() and zero.any():  # before any other value: the later of the first -1 and the first 0 is the third class
+        a, b = sorted((int(np.argmax(neg)), int(np.argmax(zero))))
+        raise DataError(f"{source}: label {float(y[b])!r} at {at(b)} after {float(y[a])!r} at {at(a)}; a binary "
+                        "SVM needs labels -1/+1 or 0/1, not both")
+    if j < len(y):
+        raise DataError(f"{source}: label {float(y[j])!r} at {at(j)}; a binary SVM needs labels -1/+1 (or 0/1)")
     return np.where(y > 0, 1.0, -1.0)
 
 

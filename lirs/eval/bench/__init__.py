@@ -1,13 +1,14 @@
 """``lirs bench``: which granularity wins on *this* disk, by how much, and against what.
 
 For every device envelope (:mod:`lirs.eval.envelope`: ``nvme`` = the disk as it is, printed by the
-transport sysfs reports for it, :func:`describe_disk`; ``ssd`` and ``hdd`` = the same disk under a blkio
-throttle), :func:`run_bench`
+transport sysfs reports for it, :func:`describe_disk`, or by its filesystem where no disk holds it;
+``ssd`` and ``hdd`` = the same disk under a blkio throttle), :func:`run_bench`
 
 1. measures the envelope with fio on the data file (:mod:`lirs.eval.fio`), inside the envelope;
 2. runs every configuration in its own worker process, placed in the envelope's cgroup (only the
    worker and its children are throttled): lirs granularities through :class:`lirs.Loader`
-   (``O_DIRECT``, prefetch, decode: what a user gets) and the peers of :mod:`lirs.eval.peers`;
+   (``O_DIRECT`` where the engine opens it, not on tmpfs; prefetch, decode: what a user gets) and the peers
+   of :mod:`lirs.eval.peers`;
 3. reports per configuration the epoch time, records/s, MB/s, reads/s, read amplification, CPU
    time and peak RSS of the worker, and each rate as a ratio to the fio figure it is bound by;
 4. recommends, per envelope, a lirs configuration (:func:`recommend`).

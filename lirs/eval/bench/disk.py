@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from ...mounts import MEMORY_FS, fs_type
+
 SYS_ROOT = "/sys"
 
 # transport, from the resolved path of /sys/block/NAME/device (the bus the disk hangs off), checked
@@ -55,3 +57,13 @@ def describe(name: str, *, sys_root: str = SYS_ROOT) -> dict:
     rotational = None if rot not in ("0", "1") else rot == "1"
     label = f"{transport} disk {name}" + (f" ({model})" if model else "")
     return {"transport": transport, "model": model, "rotational": rotational, "label": label}
+
+
+def no_disk(path: str) -> dict:
+    """What holds ``path`` where no block device does (tmpfs, overlay, NFS): ``{"transport", "label"}`` named by
+    the filesystem (``"tmpfs"``, ``"nfs4"``; ``"no-disk"`` where its type is unknown), so that reads from memory
+    or over a network are not headed as a disk's (the ``nvme`` envelope is the data's storage as it is)."""
+    fs = fs_type(path)
+    if fs in MEMORY_FS:
+        return {"transport": fs, "label": f"{fs}: no disk, the files are held in memory"}
+    return {"transport": fs or "no-disk", "label": f"{fs or 'a filesystem'} with no block device"}

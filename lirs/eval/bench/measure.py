@@ -68,9 +68,9 @@ def run_config(task: dict) -> dict:
                              engine=task["engine"], workdir=task["workdir"], budget_s=task["budget_s"],
                              buffer_records=task["buffer_records"], bmf_blocks=task["bmf_blocks"],
                              prefetch=task["prefetch"])
-    row = {"what": runner.what}
     try:
         runner.warm()
+        row = {"what": runner.what}  # after the warm-up: a lirs row's engine is open, its reads known
         cg = task.get("cgroup")
         if cg:
             # from here on every read of this process (and of processes it starts) is throttled/counted

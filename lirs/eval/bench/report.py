@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from ...units import format_bytes
+from ..figures import save_png
 
 log = logging.getLogger("lirs.eval.bench")
 
@@ -179,8 +180,7 @@ def plot(res: dict, path: str, title: str | None = None) -> bool:
                  fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_png(fig, path)  # atomically: a save stopped midway leaves the previous plot whole
     return True
 
 

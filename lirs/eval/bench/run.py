@@ -16,6 +16,7 @@ import time
 from tqdm import tqdm
 
 from ...build import build_index
+from ...firstuse import sidecar_beside
 from ...constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ...policies import GRANULARITIES
 from ...errors import DataError, IndexFormatError, UsageError
@@ -27,7 +28,7 @@ from .. import fio as F
 from ..peers import PEERS, skip_reason
 from .configs import Config, bench_configs, add_ratios, lirs_configs
 from .recommend import TIE_TOLERANCE, goals, recommend
-from .disk import describe
+from .disk import describe, no_disk
 from .report import row_line, device_label
 from .schema import SCHEMA, SCHEMA_VERSION
 from .worker import interrupt, Worker
@@ -66,7 +67,8 @@ def _open_or_build(path: str, progress):
         if str(path).endswith(".lirs"):
             raise
     t = time.perf_counter()
-    idx = build_index(path, progress=progress)
+    with sidecar_beside(path):  # --workdir does not move the index: the advice builds it elsewhere
+        idx = build_index(path, progress=progress)
     return idx, time.perf_counter() - t
 
 
@@ -136,6 +138,7 @@ def _disk(data_path: str, devices, cgroup_root: str, notes: list) -> tuple[dict,
         cg_reason = E.blkio_unavailable(cgroup_root)
     except E.EnvelopeError as e:
         cg_reason = str(e)
+        disk.update(no_disk(data_path))
     disk["cgroups"] = cg_reason or "available"
     if cg_reason:
         if any(E.ENVELOPES[d].throttled for d in devices):

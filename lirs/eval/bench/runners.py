@@ -17,6 +17,12 @@ from .configs import Config
 WARM_EPOCH = 1_000_003  # an epoch number never measured: the warm-up batch reads other records
 
 
+def read_mode(engine) -> str:
+    """How ``engine`` reads, for a row's ``what``: ``"O_DIRECT, ENGINE engine"``, or through the page cache (tmpfs,
+    or a filesystem that refuses O_DIRECT: :func:`lirs.engines.open_engine` decides)."""
+    return f"{'O_DIRECT' if engine.direct else 'through the page cache'}, {engine.name} engine"
+
+
 class LirsRunner:
     """A lirs Loader with the peers' runner interface (see :mod:`lirs.eval.peers`)."""
 
@@ -29,12 +35,18 @@ class LirsRunner:
         self.loader = Loader(index, task["batch_size"], granularity=cfg.granularity,
                              group_bytes=cfg.group_bytes or DEFAULT_GROUP_BYTES, window=cfg.window or 16, seed=task["seed"],
                              engine=task["engine"], prefetch=task["prefetch"])
-        self.what = f"lirs Loader, {cfg.granularity} granularity, O_DIRECT, prefetch {task['prefetch']}"
+        self._what = f"lirs Loader, {cfg.granularity} granularity, {{}}prefetch {task['prefetch']}"
+        self.what = self._what.format("")  # until warm() opened the engine
 
     def warm(self):
-        for _ in self.loader.epoch(WARM_EPOCH):
-            break
+        gen = self.loader.epoch(WARM_EPOCH)
+        next(gen, None)
+        gen.close()  # the epoch is left now (its steps not started are cancelled), not when collected
+        # the steps it had started still read: counted after the reset they would swell the measured epoch
+        self.loader.wait_idle()
         self.loader.stats.reset()
+        # the engine is open now: whether its reads bypass the page cache (not on tmpfs) is known
+        self.what = self._what.format(read_mode(self.loader.engine) + ", ")
 
     def prepare(self):
         pass
@@ -80,7 +92,7 @@ class LirsReadsRunner:
         self.reads = self.bytes_read = self.payload = 0
         self._local = threading.local()  # a buffer per reading thread
         self._pool = ThreadPoolExecutor(self.IN_FLIGHT, thread_name_prefix="lirs-reads")
-        self.what = f"the {cfg.granularity} plan's extents read by the {self.engine.name} engine, no decode"
+        self.what = f"the {cfg.granularity} plan's extents read ({read_mode(self.engine)}), no decode"
 
     def _plan(self, e):
         c = self.cfg

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 
 import numpy as np
 
-from ...litter import clean_dead_temps, temp_name
+from ..figures import save_png
 from .metrics import FAIL_P, PASS_P
 
 log = logging.getLogger("lirs.eval.quality")
@@ -171,19 +170,3 @@ def plot(result: dict, path: str, title: str | None = None) -> bool:
     fig.tight_layout()
     save_png(fig, path)
     return True
-
-
-def save_png(fig, path: str) -> None:
-    """Save matplotlib ``fig`` as the PNG ``path`` atomically, under a temporary name a later run
-    cleans if this one is killed (:func:`lirs.litter.temp_name`), and close it."""
-    import matplotlib.pyplot as plt
-
-    clean_dead_temps(path)
-    tmp = temp_name(path)
-    try:
-        fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 
-from .report import cell, format_markdown, format_table, save_png
+from ..figures import save_png
+from .report import cell, format_markdown, format_table
 
 log = logging.getLogger("lirs.eval.quality")
 
