@@ -1,15 +1,18 @@
 """The board a DataLoader's main process posts each pass's epoch and resume point on, for its
-workers (:mod:`lirs.torch`): persistent workers read it as each pass starts; and the guard that
-stops an older pass's iterator once a newer pass took the workers (:func:`while_current`)."""
+workers (:mod:`lirs.torch`): persistent workers read it as each pass starts (:class:`PassPosition`, which
+also keeps where the consumer is in a pass); and the guard that stops an older pass's iterator once a newer
+pass took the workers (:func:`while_current`)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import pickle
 
 import numpy as np
 
 from .errors import UsageError
 from .memory import shared_raw
+from .state import ResumeState
 
 BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
 HEAD = 24  # the board's int64 header: generation, payload length, began()
@@ -70,8 +73,6 @@ class PassBoard:
 
     def read(self):
         """(generation, epoch, ResumeState or None) of the last post, read in a DataLoader worker."""
-        from .state import ResumeState
-
         self._shared()
         gen, n = (int(v) for v in self.a[:16].view(np.int64))
         epoch, res = pickle.loads(self.a[HEAD:HEAD + n].tobytes())
@@ -97,6 +98,54 @@ def _board_copy(data: bytes, unshared: str | None = None) -> PassBoard:
     b.a[:] = np.frombuffer(data, np.uint8)
     b.unshared = unshared or b.unshared
     return b
+
+
+class PassPosition:
+    """Where the passes of a :class:`lirs.torch.LirsIterableDataset` (a base of it) are: what a DataLoader
+    worker's copy takes from the dataset's :class:`PassBoard` as its pass starts, and the consumer's
+    position in the pass the main process delivers (``_pos``, what ``state()`` reports). The dataset
+    holds ``epoch``, ``_chosen``, ``_resume``, ``_shown``, ``_board``, ``_seen`` and ``_iter_pid``."""
+
+    def pass_ended(self) -> None:
+        """A delivered pass ended: an epoch chosen meanwhile starts at its first batch."""
+        if self._chosen and self._resume is None and self._pos.epoch != self.epoch:
+            self._pos = ResumeState(self.epoch)
+
+    def begin_at(self, position: ResumeState) -> None:
+        """An iteration started (its workers took the resume point): forget it; the consumer is at ``position``."""
+        self._resume = None
+        self._pos = position
+
+    def delivered(self, start: ResumeState, next_batch: int) -> None:
+        """The consumer received every batch before ``next_batch`` of the pass begun at ``start``."""
+        self._at, self._next = start, next_batch
+
+    @property
+    def _pos(self) -> ResumeState:
+        # this process's position, folded when read (a state a batch was a few Python calls there)
+        return self._at if self._next is None else self._at.at(self._next)
+
+    @_pos.setter
+    def _pos(self, pos: ResumeState) -> None:
+        self._at, self._next = pos, None
+
+    def handed_out(self, position: ResumeState) -> None:
+        """The consumer is at ``position`` (taken when its batch was made; batches made after it
+        are still held back, by a device feeder, which calls this on the consumer's thread)."""
+        self._shown = position
+
+    def _follow_board(self) -> None:
+        """In a DataLoader worker, as a pass starts: take the epoch and resume point the main
+        process posted since this copy's last pass; a persistent worker whose main process chose
+        nothing new goes on to the next epoch, as a plain pass in the main process does. A fresh
+        worker's copy already holds what was posted (it was made after)."""
+        gen, epoch, resume = self._board.read()
+        if gen != self._seen:
+            self.epoch, self._resume, self._seen = epoch, resume, gen
+        elif self._iter_pid == os.getpid():
+            self.epoch, self._resume = self.epoch + 1, None
+        self._iter_pid = os.getpid()
+        self._board.began(self._seen, counted=getattr(self, "_ordered", False))  # False: a hand-built DataLoader's
 
 
 def delivering(ds, batches):

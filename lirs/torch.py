@@ -65,7 +65,7 @@ from .policies import DEFAULT_GRANULARITY, POLICIES
 from .recommendation import check_granularity
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_tensors, tuples  # noqa: F401 - to_tensors is public here too
-from .passboard import PassBoard, delivering, superseded, while_current
+from .passboard import PassBoard, PassPosition, delivering, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
                       worker_pool, worker_threads, workers_memory)
@@ -82,7 +82,7 @@ def _dist_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-class LirsIterableDataset(tud.IterableDataset):
+class LirsIterableDataset(PassPosition, tud.IterableDataset):
     """Batches of one lirs epoch as torch tensors (an ``IterableDataset`` of whole batches: use it
     with ``DataLoader(batch_size=None)``, or :func:`make_dataloader`).
 
@@ -155,11 +155,6 @@ class LirsIterableDataset(tud.IterableDataset):
             self._pos = ResumeState(self.epoch)
         self._shown = None
         self.publish()
-
-    def pass_ended(self) -> None:
-        """A delivered pass ended: an epoch chosen meanwhile starts at its first batch."""
-        if self._chosen and self._resume is None and self._pos.epoch != self.epoch:
-            self._pos = ResumeState(self.epoch)
 
     def publish(self) -> None:
         """Post this copy's epoch and resume point for its workers' next pass (main process only)."""
@@ -294,29 +289,6 @@ class LirsIterableDataset(tud.IterableDataset):
         self._chosen = False
         return self.epoch
 
-    def begin_at(self, position: ResumeState) -> None:
-        """An iteration started (its workers took the resume point): forget it; the consumer is at ``position``."""
-        self._resume = None
-        self._pos = position
-
-    def delivered(self, start: ResumeState, next_batch: int) -> None:
-        """The consumer received every batch before ``next_batch`` of the pass begun at ``start``."""
-        self._at, self._next = start, next_batch
-
-    @property
-    def _pos(self) -> ResumeState:
-        # this process's position, folded when read (a state a batch was a few Python calls there)
-        return self._at if self._next is None else self._at.at(self._next)
-
-    @_pos.setter
-    def _pos(self, pos: ResumeState) -> None:
-        self._at, self._next = pos, None
-
-    def handed_out(self, position: ResumeState) -> None:
-        """The consumer is at ``position`` (taken when its batch was made; batches made after it
-        are still held back, by a device feeder, which calls this on the consumer's thread)."""
-        self._shown = position
-
     # ------------------------------------------------------------------ iteration
     def __iter__(self):
         return self.iterate()
@@ -329,6 +301,7 @@ class LirsIterableDataset(tud.IterableDataset):
             self.begin_pass()
         else:
             self._follow_board()
+            install(getattr(self, "_arena", None), worker_of()[0])  # windows decoded into shared memory
         loader = self.loader()
         res, self._resume = self._resume, None
         w, nw = worker_of()
@@ -359,20 +332,6 @@ class LirsIterableDataset(tud.IterableDataset):
         windows of other workers, joined in the main process; else worker w takes batches w, w + W, ..."""
         return workers > 1 and bool(getattr(self, "_bundle", 0)) and self.transform is None \
             and POLICIES[loader.granularity].uses_window and loader.index.format not in BYTES_FORMATS
-
-    def _follow_board(self) -> None:
-        """In a DataLoader worker, as a pass starts: take the epoch and resume point the main
-        process posted since this copy's last pass; a persistent worker whose main process chose
-        nothing new goes on to the next epoch, as a plain pass in the main process does. A fresh
-        worker's copy already holds what was posted (it was made after)."""
-        gen, epoch, resume = self._board.read()
-        if gen != self._seen:
-            self.epoch, self._resume, self._seen = epoch, resume, gen
-        elif self._iter_pid == os.getpid():
-            self.epoch, self._resume = self.epoch + 1, None
-        self._iter_pid = os.getpid()
-        self._board.began(self._seen, counted=getattr(self, "_ordered", False))  # False: a hand-built DataLoader's
-        install(getattr(self, "_arena", None), worker_of()[0])  # windows decoded into shared memory
 
     def _converter(self) -> "Convert":
         return Convert(self.sparse, self.output, self.label_dtype, self.transform, getattr(self, "_ring", None))
