@@ -25,7 +25,7 @@ class PassBoard:
     as a descriptor to a spawned one), so a *persistent* worker, whose copy was made once, still
     reads the epoch and resume point chosen for each pass. Layout: int64 generation (bytes 0-8),
     int64 payload length (8-16), int64 the last generation a hand-built DataLoader's workers began
-    a pass of (16-24, :meth:`began`), the pickled ``(epoch, resume state dict or None)`` after.
+    a pass of (16-24, :meth:`began`), the pickled ``(epoch, resume state dict or None, owner)`` after.
 
     The main process posts before the pass starts (``DataLoader.__iter__``) and a worker reads as
     its pass starts (after torch's index queue told it to), so no lock is needed. (Not a torch
@@ -58,9 +58,10 @@ class PassBoard:
             return PassBoard, (self.raw,)
         return _board_copy, (self.a.tobytes(), self.unshared if spawning else None)
 
-    def post(self, epoch: int, resume) -> int:
-        """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation."""
-        payload = pickle.dumps((int(epoch), None if resume is None else resume.to_dict(worker=True)))
+    def post(self, epoch: int, resume, owner=None) -> int:
+        """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation. ``owner``: the
+        token of the :class:`lirs.torch.LirsDataLoader` whose pass takes ``resume`` (None: the next pass)."""
+        payload = pickle.dumps((int(epoch), None if resume is None else resume.to_dict(worker=True), owner))
         if len(payload) > BOARD_BYTES - HEAD:
             raise ValueError(f"a resume state of {len(payload)} bytes does not fit the workers' board "
                              f"({BOARD_BYTES - HEAD} bytes)")
@@ -71,12 +72,14 @@ class PassBoard:
         head[0] = gen  # last: the generation names a complete post
         return gen
 
-    def read(self):
-        """(generation, epoch, ResumeState or None) of the last post, read in a DataLoader worker."""
+    def read(self, owner=None):
+        """(generation, epoch, ResumeState or None) of the last post, read in a DataLoader worker of the
+        DataLoader ``owner`` (None: one built by hand): a resume point posted for another's pass is not
+        its own (that pass took it; the epoch holds for every pass)."""
         self._shared()
         gen, n = (int(v) for v in self.a[:16].view(np.int64))
-        epoch, res = pickle.loads(self.a[HEAD:HEAD + n].tobytes())
-        return gen, epoch, None if res is None else ResumeState.from_dict(res)
+        epoch, res, made_for = pickle.loads(self.a[HEAD:HEAD + n].tobytes())
+        return gen, epoch, None if res is None or made_for not in (None, owner) else ResumeState.from_dict(res)
 
     def began(self, gen: int, counted: bool) -> None:
         """A DataLoader worker began the pass of post ``gen``; ``counted``: its DataLoader counts
@@ -139,7 +142,7 @@ class PassPosition:
         process posted since this copy's last pass; a persistent worker whose main process chose
         nothing new goes on to the next epoch, as a plain pass in the main process does. A fresh
         worker's copy already holds what was posted (it was made after)."""
-        gen, epoch, resume = self._board.read()
+        gen, epoch, resume = self._board.read(getattr(self, "_owner", None))
         if gen != self._seen:
             self.epoch, self._resume, self._seen = epoch, resume, gen
         elif self._iter_pid == os.getpid():

@@ -156,10 +156,11 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         self._shown = None
         self.publish()
 
-    def publish(self) -> None:
-        """Post this copy's epoch and resume point for its workers' next pass (main process only)."""
+    def publish(self, owner=None) -> None:
+        """Post this copy's epoch and resume point for its workers' next pass (main process only); ``owner``:
+        the token of the :class:`LirsDataLoader` whose pass takes the resume point (None: the next pass)."""
         if tud.get_worker_info() is None:
-            self._seen = self._board.post(self.epoch, self._resume)
+            self._seen = self._board.post(self.epoch, self._resume, owner)
 
     def shard(self) -> tuple[int, int]:
         """(rank, world_size) this process reads for (its DataLoader workers split the rank's batches)."""
@@ -304,6 +305,8 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
             install(getattr(self, "_arena", None), worker_of()[0])  # windows decoded into shared memory
         loader = self.loader()
         res, self._resume = self._resume, None
+        if res is not None:  # taken by this pass: withdrawn, or a hand-built DataLoader's persistent workers take it too
+            self.publish()
         w, nw = worker_of()
         if res is not None and res.epoch != self.epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch", res.epoch, self.epoch)
@@ -391,7 +394,7 @@ class LirsDataLoader(tud.DataLoader):
                 yield convert(b)
             return
         ds.begin_pass()  # the workers get a copy of the dataset: choose the pass's epoch here
-        ds.publish()  # and post it: persistent workers read it as their pass starts
+        ds.publish(id(self))  # and post it: persistent workers read it as their pass starts, its resume point theirs alone
         res = ds._resume  # the loaded state the pass starts from (None: the epoch's first batch)
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         fresh = not (self.persistent_workers and self._iterator is not None)  # workers start with this pass
@@ -399,6 +402,7 @@ class LirsDataLoader(tud.DataLoader):
             before_fork(ds.loader(), ds.epoch)  # the workers inherit the plan's tables and the kernels
         if fresh:  # shared memory for these workers alone, lent to their copies: two sets never share a slot
             ds._bundle, ds._ordered = BUNDLE_BATCHES if ds.transform is None else 0, True  # in bundles; in_order
+            ds._owner = id(self)  # the posts whose resume point its persistent workers take (not a later hand-built's)
             self._ring, self._times, self._arena = ds._ring, ds._times, ds._arena = workers_memory(
                 ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
                 ds._by_window(ds.loader(), self.num_workers), self.persistent_workers)
@@ -406,7 +410,7 @@ class LirsDataLoader(tud.DataLoader):
         times = begun(self._times)  # before the workers start the pass
         it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
         # taken back once they have their copies: a hand-built DataLoader's workers send plain batches
-        ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena = 0, False, None, None, None
+        ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena, ds._owner = 0, False, None, None, None, None
         epoch, self._passes = ds.epoch, getattr(self, "_passes", 0) + 1
         k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
         ds.begin_at(start := ResumeState(epoch, k, spans))

@@ -627,6 +627,37 @@ def test_a_newer_pass_of_persistent_workers_stops_the_older_one(kdd_file, granul
     assert np.array_equal(np.concatenate(head), _order(kdd_file, 80, 0, **kw)[:len(np.concatenate(head))])
 
 
+@pytest.mark.parametrize("train_workers", [0, 2])
+def test_a_resume_is_taken_by_its_pass_alone_not_by_a_hand_built_dataloaders_workers(kdd_file, train_workers):
+    """Resume training, then evaluate with a persistent DataLoader built by hand over the same
+    dataset: the training pass took the resume point, so the evaluation's workers deliver the
+    whole epoch (they adopted the resume point left on the board and skipped what the checkpoint
+    had consumed, silently)."""
+    import torch.utils.data as tud
+
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=5)
+    whole = _order(kdd_file, 100, 0, **kw)
+    first = make_dataloader(kdd_file, 100, **kw)
+    it = iter(first)
+    for _ in range(10):
+        next(it)
+    ckpt = first.state_dict()
+    del it
+    train = make_dataloader(kdd_file, 100, num_workers=train_workers, **kw)
+    ev = tud.DataLoader(train.dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    try:
+        for resumed in (False, True):
+            if resumed:
+                train.load_state_dict(ckpt)
+            assert np.array_equal(_ids(train), whole[1000:] if resumed else whole)
+            got = _ids(ev)
+            assert np.array_equal(np.sort(got), np.arange(len(whole))), f"evaluation after resumed={resumed}"
+    finally:
+        train.dataset.close()
+
+
 def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
     import torch.utils.data as tud
 
@@ -664,9 +695,11 @@ def test_pass_board_round_trip():
     gen, epoch, got = b.read()
     assert (gen, epoch) == (g2, 4) and g2 == g1 + 1
     assert (got.epoch, got.next_batch, got.spans, got.worker) == (4, 7, ((0, 10), (20, 35)), (1, 2))
+    g3 = b.post(4, res, owner=7)  # for one LirsDataLoader's pass: its workers alone take the resume point
+    assert b.read()[:3] == (g3, 4, None) and b.read(7)[2].next_batch == 7 and b.read(8)[2] is None
     with pytest.raises(ValueError, match="does not fit"):
         b.post(5, ResumeState(5, 0, tuple((i, i + 1) for i in range(0, 4 * BOARD_BYTES, 2))))
-    assert b.read()[0] == g2, "a post that does not fit leaves the last one"
+    assert b.read()[0] == g3, "a post that does not fit leaves the last one"
 
 
 def test_device_cpu_is_the_plain_path_and_cuda_needs_cuda(kdd_file, small_svm):
