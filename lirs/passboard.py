@@ -138,15 +138,19 @@ class PassPosition:
         self._shown = position
 
     def _follow_board(self) -> None:
-        """In a DataLoader worker, as a pass starts: take the epoch and resume point the main
-        process posted since this copy's last pass; a persistent worker whose main process chose
-        nothing new goes on to the next epoch, as a plain pass in the main process does. A fresh
-        worker's copy already holds what was posted (it was made after)."""
-        gen, epoch, resume = self._board.read(getattr(self, "_owner", None))
-        if gen != self._seen:
-            self.epoch, self._resume, self._seen = epoch, resume, gen
-        elif self._iter_pid == os.getpid():
-            self.epoch, self._resume = self.epoch + 1, None
+        """In a DataLoader worker, as a pass starts: a copy's later pass (a persistent worker's) takes
+        the epoch and resume point the main process posted since its last pass, or goes on to the next
+        epoch when it chose nothing new, as a plain pass in the main process does. A fresh copy's first
+        pass keeps what it holds: it was made after the main process posted this pass, and a post made
+        since is for a later pass (of this dataset in the main process, or another DataLoader's), which a
+        sibling worker that started earlier would not see: the two would deliver pieces of two epochs."""
+        self._board._shared()  # a hand-built DataLoader's first pass too: began() must reach the main process
+        if self._iter_pid == os.getpid():
+            gen, epoch, resume = self._board.read(getattr(self, "_owner", None))
+            if gen != self._seen:
+                self.epoch, self._resume, self._seen = epoch, resume, gen
+            else:
+                self.epoch, self._resume = self.epoch + 1, None
         self._iter_pid = os.getpid()
         self._board.began(self._seen, counted=getattr(self, "_ordered", False))  # False: a hand-built DataLoader's
 

@@ -658,6 +658,38 @@ def test_a_resume_is_taken_by_its_pass_alone_not_by_a_hand_built_dataloaders_wor
         train.dataset.close()
 
 
+def _second_worker_waits_for_the_gate(worker_id):
+    # worker 1 starts its pass only once the test opened the gate (a file), worker 0 at once
+    deadline = time.monotonic() + 60
+    while worker_id == 1 and not os.path.exists(os.environ["LIRS_TEST_GATE"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_fresh_workers_of_one_pass_deliver_one_epoch_whatever_is_posted_meanwhile(kdd_file, tmp_path, monkeypatch):
+    """A hand-built DataLoader's fresh workers over make_dataloader's dataset: the training pass
+    starting between its two workers' starts posts the next epoch. Worker 1 took it while worker 0
+    kept the epoch of its copy: records twice and lost. A fresh copy keeps the epoch it was made with."""
+    import torch.utils.data as tud
+
+    from lirs.torch import make_dataloader
+
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("LIRS_TEST_GATE", str(gate))
+    kw = dict(granularity="group", group_bytes=8192, seed=2)
+    train = make_dataloader(kdd_file, 100, **kw)
+    ev = tud.DataLoader(train.dataset, batch_size=None, num_workers=2, worker_init_fn=_second_worker_waits_for_the_gate)
+    assert np.array_equal(_ids(train), _order(kdd_file, 100, 0, **kw))
+    it_ev = iter(ev)
+    got = [next(it_ev)["ids"].numpy()]  # worker 0's pass began
+    it_tr = iter(train)
+    next(it_tr)  # the training pass posts epoch 1
+    gate.touch()
+    got += [b["ids"].numpy() for b in it_ev]
+    assert np.array_equal(np.sort(np.concatenate(got)), np.sort(_order(kdd_file, 100, 0, **kw)))
+    assert len(np.concatenate(got)) == lirs.open_index(kdd_file).n
+    del it_tr
+
+
 def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
     import torch.utils.data as tud
 
