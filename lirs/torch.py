@@ -365,8 +365,9 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
 class LirsDataLoader(tud.DataLoader):
     """A ``DataLoader(batch_size=None)`` over a :class:`LirsIterableDataset` that knows how many
     batches the consumer received: ``state_dict()`` / ``load_state_dict()`` resume there exactly,
-    whatever ``num_workers`` (batches workers prefetched are not counted). With ``num_workers=0``
-    (and no ``pin_memory``) it steps the dataset itself, each batch through ``collate_fn``."""
+    whatever ``num_workers`` (batches workers prefetched are not counted). Each batch goes through ``collate_fn``:
+    with ``num_workers=0`` (and no ``pin_memory``) it steps the dataset itself; with workers, whose items are
+    bundles of batches, in the main process, once the batches are back in order."""
 
     device = None  # make_dataloader(device=...): where the consumer gets the batches (None: as made)
 
@@ -374,7 +375,8 @@ class LirsDataLoader(tud.DataLoader):
         if self.device is None or self.device.type == "cpu":
             return tuples(delivering(self.dataset, self._batches()), self.dataset)
         ds = self.dataset
-        raw = self.num_workers == 0 and not self.pin_memory and ds.transform is None
+        raw = self.num_workers == 0 and not self.pin_memory and ds.transform is None \
+            and self.collate_fn is tud.default_convert  # else the batches go through the user's collate_fn first
         return iter(Feeder(tuples(delivering(ds, self._batches(raw)), ds), self.device, position=(lambda: ds._pos, ds.handed_out),
                            convert=ds._converter() if raw else None))
 
@@ -408,7 +410,13 @@ class LirsDataLoader(tud.DataLoader):
                 ds._by_window(ds.loader(), self.num_workers), self.persistent_workers)
         kept = self._ring, self._arena  # this pass's items name them (ring_of, arena_of): kept while the pass is
         times = begun(self._times)  # before the workers start the pass
-        it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
+        # torch's workers send their items as they are (bundles, which default_convert leaves): the
+        # user's collate_fn takes each batch below, in order
+        collate, self.collate_fn = self.collate_fn, tud.default_convert
+        try:
+            it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
+        finally:
+            self.collate_fn = collate
         # taken back once they have their copies: a hand-built DataLoader's workers send plain batches
         ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena, ds._owner = 0, False, None, None, None, None
         epoch, self._passes = ds.epoch, getattr(self, "_passes", 0) + 1
@@ -420,7 +428,7 @@ class LirsDataLoader(tud.DataLoader):
                 raise superseded()
             k += 1
             ds.delivered(start, k)
-            yield b
+            yield b if collate is tud.default_convert else collate(b)
 
     def pass_times(self) -> dict:
         """Where the last pass with workers spent its time, in seconds: ``{"main": {...}, "workers":

@@ -1190,6 +1190,39 @@ def test_a_device_feeder_counts_the_batches_handed_out(small_svm, monkeypatch, n
     assert len(rest) == len(want) - 4 and all(torch.equal(a, b) for a, b in zip(rest, want[4:]))
 
 
+def _counts_rows(b):
+    return {**b, "rows": torch.tensor(len(b["ids"]))}
+
+
+@pytest.mark.parametrize("num_workers,device", [(0, False), (2, False), (0, True), (2, True)])
+def test_a_lirs_dataloaders_collate_fn_takes_each_batch_whatever_the_workers(small_svm, monkeypatch, num_workers,
+                                                                             device):
+    """LirsDataLoader(collate_fn=f): f takes every batch, in order, whatever num_workers (its workers
+    handed f their bundles of batches, and the DataLoader yielded f's results as batches); with a
+    device feeder (CUDA stood in for, as above) f runs before the batch is moved."""
+    from lirs import tensors
+    from lirs.torch import LirsDataLoader, LirsIterableDataset
+
+    kw = dict(granularity="group", group_bytes=4096, seed=3)
+    with lirs.Loader(small_svm, 32, **kw) as ld:
+        want = [b.ids for b in ld.epoch(0)]
+    dl = LirsDataLoader(LirsIterableDataset(small_svm, 32, **kw), batch_size=None, num_workers=num_workers,
+                        collate_fn=_counts_rows)
+    if device:
+        _stand_ins(monkeypatch, [])
+        empty = torch.empty  # the "device" buffer in CPU memory, for a stand-in device of type cuda
+        monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: empty(*a, **k))
+        monkeypatch.setattr(tensors, "Staging", lambda s=tensors.Staging: s(2, 256, pin=False))
+        dl.device = type("Dev", (), {"type": "cuda"})()
+    try:
+        got = list(dl)
+    finally:
+        dl.dataset.close()
+    assert len(got) == len(want) > 4
+    for g, w in zip(got, want):
+        assert np.array_equal(g["ids"].numpy(), w) and int(g["rows"]) == len(w) and g["X"].shape[0] == len(w)
+
+
 def test_workers_send_bundles_of_batches_put_back_in_order(kdd_file, monkeypatch):
     """make_dataloader's workers send their batches in bundles (1, 2, 4, ... batches: one DataLoader
     item each), and the main process hands them out in the Loader's order, counted one by one."""
