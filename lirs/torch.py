@@ -237,12 +237,14 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
                 "_dist": self._dist if tud.get_worker_info() else _dist_rank_world()}
 
     # ------------------------------------------------------------------ state
-    def state(self) -> ResumeState:
+    def state(self, *, counted: bool = False) -> ResumeState:
         """Where this process is: in the main process the batches it delivered (with
         :class:`LirsDataLoader`: the consumer received); in a DataLoader worker (torchdata's
-        ``StatefulDataLoader``) that worker's next batch, ``worker = (id, num_workers)``."""
+        ``StatefulDataLoader``) that worker's next batch, ``worker = (id, num_workers)``. ``counted``:
+        the caller counted what the consumer received (:meth:`LirsDataLoader.state_dict`), so a pass
+        the workers of a DataLoader built by hand deliver over this dataset is no error."""
         worker = None if tud.get_worker_info() is None else worker_of()
-        if worker is None:  # refused where workers this process cannot count deliver the pass
+        if worker is None and not counted:  # refused where workers this process cannot count deliver the pass
             self._board.check_counted(self._seen)
         pos = self._resume if self._resume is not None else self._shown if self._shown is not None else self._pos
         return pos.replace(config=self.loader().state().config, worker=worker)
@@ -437,8 +439,9 @@ class LirsDataLoader(tud.DataLoader):
         return {} if times is None else times.report()
 
     def state_dict(self) -> dict:
-        """The dataset's state: the batch the consumer gets next (see :meth:`LirsIterableDataset.state_dict`)."""
-        return self.dataset.state_dict()
+        """The dataset's state: the batch the consumer gets next (see :meth:`LirsIterableDataset.state_dict`),
+        by this DataLoader's own count, even after a pass of a hand-built DataLoader over the dataset."""
+        return self.dataset.state(counted=True).to_dict(worker=True)
 
     def load_state_dict(self, state) -> None:
         """Resume the next iteration at ``state`` (see :meth:`LirsIterableDataset.load_state_dict`)."""

@@ -569,6 +569,34 @@ def test_a_hand_built_dataloaders_workers_make_the_datasets_state_an_error(kdd_f
     assert ds.state_dict()["next_batch"] == 5
 
 
+def test_make_dataloaders_own_count_stands_after_a_hand_built_dataloaders_pass(kdd_file):
+    """Train with make_dataloader, evaluate with a DataLoader built by hand over its dataset, then
+    checkpoint with dl.state_dict(): its own count of the batches the loop received is the state
+    (it was refused, telling to take dl.state_dict()); the dataset's own state stays an error."""
+    import torch.utils.data as tud
+
+    from lirs.errors import UsageError
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=8)
+    whole = _order(kdd_file, 100, 0, **kw)
+    dl = make_dataloader(kdd_file, 100, num_workers=2, **kw)
+    try:
+        it = iter(dl)
+        head = np.concatenate([next(it)["ids"].numpy() for _ in range(5)])
+        before = dl.state_dict()
+        assert np.array_equal(np.sort(_ids(tud.DataLoader(dl.dataset, batch_size=None, num_workers=2))),
+                              np.arange(len(whole)))
+        assert dl.state_dict() == before and before["next_batch"] == 5
+        with pytest.raises(UsageError, match="make_dataloader"):
+            dl.dataset.state_dict()
+        del it
+        dl.load_state_dict(dl.state_dict())
+        assert np.array_equal(np.concatenate([head, _ids(dl)]), whole)
+    finally:
+        dl.dataset.close()
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_make_dataloader_plain_passes_and_set_epoch(kdd_file, num_workers):
     from lirs.torch import make_dataloader
