@@ -417,10 +417,9 @@ class LirsDataLoader(tud.DataLoader):
         collate, self.collate_fn = self.collate_fn, tud.default_convert
         try:
             it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
-        finally:
+        finally:  # taken back once they have their copies, or failed to start: a hand-built DataLoader's send plain batches
             self.collate_fn = collate
-        # taken back once they have their copies: a hand-built DataLoader's workers send plain batches
-        ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena, ds._owner = 0, False, None, None, None, None
+            ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena, ds._owner = 0, False, None, None, None, None
         epoch, self._passes = ds.epoch, getattr(self, "_passes", 0) + 1
         k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
         ds.begin_at(start := ResumeState(epoch, k, spans))
@@ -463,8 +462,10 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     consumer's previous step runs (:class:`lirs.tensors.Feeder`); UsageError without CUDA.
     """
     dev = check_device(device)
+    # now: torch refuses a prefetch_factor of 0 only as the first pass starts its workers
+    prefetch = None if prefetch_factor is None else positive_int("prefetch_factor", prefetch_factor)
     ds = LirsIterableDataset(path_or_index, batch_size, **dataset_kwargs)
-    kw = {k: v for k, v in (("prefetch_factor", None if prefetch_factor is None else int(prefetch_factor)),
+    kw = {k: v for k, v in (("prefetch_factor", prefetch),
                             ("multiprocessing_context", multiprocessing_context), ("worker_init_fn", worker_init_fn),
                             ("timeout", timeout or None)) if v is not None and num_workers > 0}
     pin_memory, persistent_workers = maybe_bool("pin_memory", pin_memory), maybe_bool("persistent_workers", persistent_workers)

@@ -1733,6 +1733,27 @@ def test_a_hand_built_dataloader_after_make_dataloader_gets_plain_batches(kdd_fi
         dl.dataset.close()
 
 
+def test_workers_that_fail_to_start_leave_the_dataset_to_a_hand_built_dataloader(kdd_file):
+    """A LirsDataLoader pass whose workers fail to start (prefetch_factor=0, refused by torch only
+    then) left the dataset marked as its own: a hand-built DataLoader over it afterwards got
+    lirs's bundles instead of batches. make_dataloader refuses such a prefetch_factor at once."""
+    import torch.utils.data as tud
+
+    from lirs.errors import UsageError
+    from lirs.torch import LirsDataLoader, LirsIterableDataset, make_dataloader
+
+    for bad in (0, -1, 2.5, True, "2"):
+        with pytest.raises(UsageError, match="prefetch_factor"):
+            make_dataloader(kdd_file, 100, num_workers=2, prefetch_factor=bad)
+    ds = LirsIterableDataset(kdd_file, 100, granularity="group", group_bytes=8192, seed=1)
+    with pytest.raises((AssertionError, ValueError)):
+        next(iter(LirsDataLoader(ds, batch_size=None, num_workers=2, prefetch_factor=0)))
+    got = list(tud.DataLoader(ds, batch_size=None, num_workers=2))
+    ds.close()
+    assert all(type(b) is dict for b in got)
+    assert np.array_equal(np.sort(np.concatenate([b["ids"].numpy() for b in got])), np.arange(lirs.open_index(kdd_file).n))
+
+
 def _mark_worker(worker_id):
     import torch.utils.data as tud
 
