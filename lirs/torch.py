@@ -41,6 +41,7 @@ dataset is refused. torch is imported by this module, :mod:`lirs.tensors`, :mod:
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import multiprocessing
 import os
@@ -372,6 +373,16 @@ class LirsDataLoader(tud.DataLoader):
     bundles of batches, in the main process, once the batches are back in order."""
 
     device = None  # make_dataloader(device=...): where the consumer gets the batches (None: as made)
+
+    def __init__(self, dataset, *args, **kwargs):
+        """As ``torch.utils.data.DataLoader(dataset, batch_size=None, ...)``; UsageError for a
+        ``batch_size`` (torch's default is 1) or a ``batch_sampler``: the dataset's items are whole batches."""
+        given = inspect.signature(tud.DataLoader.__init__).bind_partial(self, dataset, *args, **kwargs).arguments
+        bad = [f"{k}={given.get(k, d)!r}" for k, d in (("batch_size", 1), ("batch_sampler", None)) if given.get(k, d) is not None]
+        if bad:  # torch would collate that many of the dataset's batches into one: a bare KeyError at the first batch
+            raise UsageError(f"LirsDataLoader takes whole batches from its dataset (sized by its batch_size): pass "
+                             f"batch_size=None and no batch_sampler, not {', '.join(bad)} (torch's default batch_size is 1)")
+        super().__init__(dataset, *args, **kwargs)
 
     def __iter__(self):
         if self.device is None or self.device.type == "cpu":

@@ -1754,6 +1754,19 @@ def test_workers_that_fail_to_start_leave_the_dataset_to_a_hand_built_dataloader
     assert np.array_equal(np.sort(np.concatenate([b["ids"].numpy() for b in got])), np.arange(lirs.open_index(kdd_file).n))
 
 
+def test_a_lirs_dataloader_needs_batch_size_none_and_says_so(small_svm):
+    """LirsDataLoader(ds) with torch's default batch_size=1 failed at the first batch with a bare
+    KeyError: 0 from torch's collate: it is refused when made, naming batch_size=None."""
+    from lirs.errors import UsageError
+    from lirs.torch import LirsDataLoader, LirsIterableDataset
+
+    ds = LirsIterableDataset(small_svm, 100, seed=1)
+    for kw in (dict(), dict(batch_size=4), dict(batch_size=None, batch_sampler=[[0]])):
+        with pytest.raises(UsageError, match="pass batch_size=None"):
+            LirsDataLoader(ds, **kw)
+    assert sum(len(b["ids"]) for b in LirsDataLoader(ds, None)) == 700
+
+
 def _mark_worker(worker_id):
     import torch.utils.data as tud
 
