@@ -465,13 +465,19 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
 
     ``dataset_kwargs`` go to :class:`LirsIterableDataset` (and from it to :class:`lirs.Loader`;
     ``threads=`` sizes each worker's pool, by default its share of the usable cores); the DataLoader's own
-    keywords above go to it (``worker_init_fn``, ``timeout`` and the like only with workers).
+    keywords above go to it (``worker_init_fn``, ``timeout`` and the like only with workers); its others
+    (``collate_fn``, ``generator``, ...) are a UsageError: build a :class:`LirsDataLoader` for them.
     ``persistent_workers`` (default True with workers): the workers, their Loaders and pools start once and
     serve every pass, each pass the epoch the main process chose (``set_epoch``, a loaded state, the next one).
     ``device``: None or ``"cpu"`` hands the batches out as made; a CUDA device (``"cuda"``, ``"cuda:1"``,
     a ``torch.device``) moves each batch there from pinned memory on a side stream while the
     consumer's previous step runs (:class:`lirs.tensors.Feeder`); UsageError without CUDA.
     """
+    others = sorted(set(dataset_kwargs) & set(inspect.signature(tud.DataLoader.__init__).parameters)
+                    - set(inspect.signature(Loader.__init__).parameters))  # drop_last is the Loader's
+    if others:  # else the dataset's "unexpected keyword argument", which names no DataLoader
+        raise UsageError(f"make_dataloader does not take the DataLoader options {', '.join(others)}: build "
+                         "LirsDataLoader(LirsIterableDataset(...), batch_size=None, ...) for them")
     dev = check_device(device)
     # now: torch refuses a prefetch_factor of 0 only as the first pass starts its workers
     prefetch = None if prefetch_factor is None else positive_int("prefetch_factor", prefetch_factor)

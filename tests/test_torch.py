@@ -1767,6 +1767,18 @@ def test_a_lirs_dataloader_needs_batch_size_none_and_says_so(small_svm):
     assert sum(len(b["ids"]) for b in LirsDataLoader(ds, None)) == 700
 
 
+def test_make_dataloader_names_the_dataloader_options_it_does_not_take(small_svm):
+    """make_dataloader(collate_fn=...) failed as "LirsIterableDataset() got an unexpected keyword
+    argument": a UsageError names make_dataloader and the options; drop_last is still the Loader's."""
+    from lirs.errors import UsageError
+    from lirs.torch import make_dataloader
+
+    with pytest.raises(UsageError, match=r"make_dataloader does not take the DataLoader options collate_fn, generator: "
+                                         r"build LirsDataLoader"):
+        make_dataloader(small_svm, 100, generator=torch.Generator(), collate_fn=list)
+    assert sum(len(b["ids"]) for b in make_dataloader(small_svm, 100, drop_last=True)) == 700
+
+
 def _mark_worker(worker_id):
     import torch.utils.data as tud
 
