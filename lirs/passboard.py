@@ -5,6 +5,7 @@ pass took the workers (:func:`while_current`)."""
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
 import pickle
 
@@ -180,6 +181,34 @@ def while_current(items, current, mine: int):
             return
         yield item
     raise superseded()
+
+
+class Fed:
+    """The batches a device feeder hands out (``feed``: its iterator, a thread pulling them ahead) in one
+    pass of a DataLoader whose persistent workers serve one pass at a time: :meth:`stop`, as a newer pass
+    takes the workers, ends the feeder and waits for its thread, which would otherwise pull from torch's
+    iterator over the workers while the newer pass resets it; the consumer's next batch is a UsageError."""
+
+    def __init__(self, feed):
+        self.feed, self.stopped = feed, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.stopped:
+            raise superseded()
+        return next(self.feed)
+
+    def stop(self) -> None:
+        """Stop this pass if it is under way: not the newer one (running now), nor one not begun or ended."""
+        if inspect.getgeneratorstate(self.feed) == inspect.GEN_SUSPENDED:
+            self.stopped = True
+            self.feed.close()  # the feeder's finally: its thread stopped and waited for, then the pass let go
+
+    def close(self) -> None:
+        """Let the pass go (the feeder's thread stopped and waited for)."""
+        self.feed.close()
 
 
 def superseded() -> UsageError:

@@ -45,6 +45,7 @@ import inspect
 import logging
 import multiprocessing
 import os
+import weakref
 
 import numpy as np
 
@@ -66,7 +67,7 @@ from .policies import DEFAULT_GRANULARITY, POLICIES
 from .recommendation import check_granularity
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_tensors, tuples  # noqa: F401 - to_tensors is public here too
-from .passboard import PassBoard, PassPosition, delivering, superseded, while_current
+from .passboard import Fed, PassBoard, PassPosition, delivering, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
                       worker_pool, worker_threads, workers_memory)
@@ -390,8 +391,10 @@ class LirsDataLoader(tud.DataLoader):
         ds = self.dataset
         raw = self.num_workers == 0 and not self.pin_memory and ds.transform is None \
             and self.collate_fn is tud.default_convert  # else the batches go through the user's collate_fn first
-        return iter(Feeder(tuples(delivering(ds, self._batches(raw)), ds), self.device, position=(lambda: ds._pos, ds.handed_out),
-                           convert=ds._converter() if raw else None))
+        fed = Fed(iter(Feeder(tuples(delivering(ds, self._batches(raw)), ds), self.device,
+                              position=(lambda: ds._pos, ds.handed_out), convert=ds._converter() if raw else None)))
+        self.__dict__.setdefault("_feeds", weakref.WeakSet()).add(fed)  # the passes a newer one stops (_batches)
+        return fed
 
     def _batches(self, raw: bool = False):
         ds = self.dataset
@@ -408,6 +411,8 @@ class LirsDataLoader(tud.DataLoader):
             for b in ds:
                 yield convert(b)
             return
+        for fed in list(getattr(self, "_feeds", ()) if self.persistent_workers else ()):
+            fed.stop()  # an older pass's feeder thread: off torch's iterator over the workers before this pass resets it
         ds.begin_pass()  # the workers get a copy of the dataset: choose the pass's epoch here
         ds.publish(id(self))  # and post it: persistent workers read it as their pass starts, its resume point theirs alone
         res = ds._resume  # the loaded state the pass starts from (None: the epoch's first batch)

@@ -1251,6 +1251,35 @@ def test_a_lirs_dataloaders_collate_fn_takes_each_batch_whatever_the_workers(sma
         assert np.array_equal(g["ids"].numpy(), w) and int(g["rows"]) == len(w) and g["X"].shape[0] == len(w)
 
 
+def test_a_newer_pass_stops_an_older_device_feeders_thread_before_it_takes_the_workers(small_svm, monkeypatch):
+    """make_dataloader(device=..., num_workers=2) (persistent workers; CUDA stood in for, as above):
+    an older iterator left open kept its feeder's thread pulling from torch's iterator over the
+    workers while a newer pass reset it (a KeyError from torch, batches of the newer pass, or the
+    newer pass failing). The newer pass stops that thread first: it gets its whole epoch, in order,
+    and the older iterator a UsageError at its next batch."""
+    from lirs import tensors
+    from lirs.errors import UsageError
+    from lirs.torch import make_dataloader
+
+    _stand_ins(monkeypatch, [])
+    empty = torch.empty  # the "device" buffer in CPU memory, for a stand-in device of type cuda
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: empty(*a, **k))
+    monkeypatch.setattr(tensors, "Staging", lambda s=tensors.Staging: s(2, 256, pin=False))
+    kw = dict(granularity="group", group_bytes=4096, seed=4)
+    dl = make_dataloader(small_svm, 16, num_workers=2, **kw)
+    dl.device = type("Dev", (), {"type": "cuda"})()
+    try:
+        for _ in range(2):
+            old = iter(dl)
+            next(old)
+            assert np.array_equal(_ids(dl), _order(small_svm, 16, 1, **kw)), "the newer pass: epoch 1, whole"
+            with pytest.raises(UsageError, match="superseded by a newer iteration"):
+                next(old)
+            dl.dataset.set_epoch(0)
+    finally:
+        dl.dataset.close()
+
+
 def test_workers_send_bundles_of_batches_put_back_in_order(kdd_file, monkeypatch):
     """make_dataloader's workers send their batches in bundles (1, 2, 4, ... batches: one DataLoader
     item each), and the main process hands them out in the Loader's order, counted one by one."""
