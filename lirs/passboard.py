@@ -1,15 +1,19 @@
 """The board a DataLoader's main process posts each pass's epoch and resume point on, for its
-workers (:mod:`lirs.torch`): persistent workers read it as each pass starts; and the guard that
-stops an older pass's iterator once a newer pass took the workers (:func:`while_current`)."""
+workers (:mod:`lirs.torch`): persistent workers read it as each pass starts (:class:`PassPosition`, which
+also keeps where the consumer is in a pass); and the guard that stops an older pass's iterator once a newer
+pass took the workers (:func:`while_current`)."""
 from __future__ import annotations
 
 import ctypes
+import inspect
+import os
 import pickle
 
 import numpy as np
 
 from .errors import UsageError
 from .memory import shared_raw
+from .state import ResumeState
 
 BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
 HEAD = 24  # the board's int64 header: generation, payload length, began()
@@ -22,7 +26,7 @@ class PassBoard:
     as a descriptor to a spawned one), so a *persistent* worker, whose copy was made once, still
     reads the epoch and resume point chosen for each pass. Layout: int64 generation (bytes 0-8),
     int64 payload length (8-16), int64 the last generation a hand-built DataLoader's workers began
-    a pass of (16-24, :meth:`began`), the pickled ``(epoch, resume state dict or None)`` after.
+    a pass of (16-24, :meth:`began`), the pickled ``(epoch, resume state dict or None, owner)`` after.
 
     The main process posts before the pass starts (``DataLoader.__iter__``) and a worker reads as
     its pass starts (after torch's index queue told it to), so no lock is needed. (Not a torch
@@ -55,9 +59,10 @@ class PassBoard:
             return PassBoard, (self.raw,)
         return _board_copy, (self.a.tobytes(), self.unshared if spawning else None)
 
-    def post(self, epoch: int, resume) -> int:
-        """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation."""
-        payload = pickle.dumps((int(epoch), None if resume is None else resume.to_dict(worker=True)))
+    def post(self, epoch: int, resume, owner=None) -> int:
+        """Post ``epoch`` and ``resume`` (a ResumeState or None); returns the new generation. ``owner``: the
+        token of the :class:`lirs.torch.LirsDataLoader` whose pass takes ``resume`` (None: the next pass)."""
+        payload = pickle.dumps((int(epoch), None if resume is None else resume.to_dict(worker=True), owner))
         if len(payload) > BOARD_BYTES - HEAD:
             raise ValueError(f"a resume state of {len(payload)} bytes does not fit the workers' board "
                              f"({BOARD_BYTES - HEAD} bytes)")
@@ -68,14 +73,14 @@ class PassBoard:
         head[0] = gen  # last: the generation names a complete post
         return gen
 
-    def read(self):
-        """(generation, epoch, ResumeState or None) of the last post, read in a DataLoader worker."""
-        from .state import ResumeState
-
+    def read(self, owner=None):
+        """(generation, epoch, ResumeState or None) of the last post, read in a DataLoader worker of the
+        DataLoader ``owner`` (None: one built by hand): a resume point posted for another's pass is not
+        its own (that pass took it; the epoch holds for every pass)."""
         self._shared()
         gen, n = (int(v) for v in self.a[:16].view(np.int64))
-        epoch, res = pickle.loads(self.a[HEAD:HEAD + n].tobytes())
-        return gen, epoch, None if res is None else ResumeState.from_dict(res)
+        epoch, res, made_for = pickle.loads(self.a[HEAD:HEAD + n].tobytes())
+        return gen, epoch, None if res is None or made_for not in (None, owner) else ResumeState.from_dict(res)
 
     def began(self, gen: int, counted: bool) -> None:
         """A DataLoader worker began the pass of post ``gen``; ``counted``: its DataLoader counts
@@ -97,6 +102,58 @@ def _board_copy(data: bytes, unshared: str | None = None) -> PassBoard:
     b.a[:] = np.frombuffer(data, np.uint8)
     b.unshared = unshared or b.unshared
     return b
+
+
+class PassPosition:
+    """Where the passes of a :class:`lirs.torch.LirsIterableDataset` (a base of it) are: what a DataLoader
+    worker's copy takes from the dataset's :class:`PassBoard` as its pass starts, and the consumer's
+    position in the pass the main process delivers (``_pos``, what ``state()`` reports). The dataset
+    holds ``epoch``, ``_chosen``, ``_resume``, ``_shown``, ``_board``, ``_seen`` and ``_iter_pid``."""
+
+    def pass_ended(self) -> None:
+        """A delivered pass ended: an epoch chosen meanwhile starts at its first batch."""
+        if self._chosen and self._resume is None and self._pos.epoch != self.epoch:
+            self._pos = ResumeState(self.epoch)
+
+    def begin_at(self, position: ResumeState) -> None:
+        """An iteration started (its workers took the resume point): forget it; the consumer is at ``position``."""
+        self._resume = None
+        self._pos = position
+
+    def delivered(self, start: ResumeState, next_batch: int) -> None:
+        """The consumer received every batch before ``next_batch`` of the pass begun at ``start``."""
+        self._at, self._next = start, next_batch
+
+    @property
+    def _pos(self) -> ResumeState:
+        # this process's position, folded when read (a state a batch was a few Python calls there)
+        return self._at if self._next is None else self._at.at(self._next)
+
+    @_pos.setter
+    def _pos(self, pos: ResumeState) -> None:
+        self._at, self._next = pos, None
+
+    def handed_out(self, position: ResumeState) -> None:
+        """The consumer is at ``position`` (taken when its batch was made; batches made after it
+        are still held back, by a device feeder, which calls this on the consumer's thread)."""
+        self._shown = position
+
+    def _follow_board(self) -> None:
+        """In a DataLoader worker, as a pass starts: a copy's later pass (a persistent worker's) takes
+        the epoch and resume point the main process posted since its last pass, or goes on to the next
+        epoch when it chose nothing new, as a plain pass in the main process does. A fresh copy's first
+        pass keeps what it holds: it was made after the main process posted this pass, and a post made
+        since is for a later pass (of this dataset in the main process, or another DataLoader's), which a
+        sibling worker that started earlier would not see: the two would deliver pieces of two epochs."""
+        self._board._shared()  # a hand-built DataLoader's first pass too: began() must reach the main process
+        if self._iter_pid == os.getpid():
+            gen, epoch, resume = self._board.read(getattr(self, "_owner", None))
+            if gen != self._seen:
+                self.epoch, self._resume, self._seen = epoch, resume, gen
+            else:
+                self.epoch, self._resume = self.epoch + 1, None
+        self._iter_pid = os.getpid()
+        self._board.began(self._seen, counted=getattr(self, "_ordered", False))  # False: a hand-built DataLoader's
 
 
 def delivering(ds, batches):
@@ -124,6 +181,34 @@ def while_current(items, current, mine: int):
             return
         yield item
     raise superseded()
+
+
+class Fed:
+    """The batches a device feeder hands out (``feed``: its iterator, a thread pulling them ahead) in one
+    pass of a DataLoader whose persistent workers serve one pass at a time: :meth:`stop`, as a newer pass
+    takes the workers, ends the feeder and waits for its thread, which would otherwise pull from torch's
+    iterator over the workers while the newer pass resets it; the consumer's next batch is a UsageError."""
+
+    def __init__(self, feed):
+        self.feed, self.stopped = feed, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.stopped:
+            raise superseded()
+        return next(self.feed)
+
+    def stop(self) -> None:
+        """Stop this pass if it is under way: not the newer one (running now), nor one not begun or ended."""
+        if inspect.getgeneratorstate(self.feed) == inspect.GEN_SUSPENDED:
+            self.stopped = True
+            self.feed.close()  # the feeder's finally: its thread stopped and waited for, then the pass let go
+
+    def close(self) -> None:
+        """Let the pass go (the feeder's thread stopped and waited for)."""
+        self.feed.close()
 
 
 def superseded() -> UsageError:

@@ -41,9 +41,11 @@ dataset is refused. torch is imported by this module, :mod:`lirs.tensors`, :mod:
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import multiprocessing
 import os
+import weakref
 
 import numpy as np
 
@@ -65,7 +67,7 @@ from .policies import DEFAULT_GRANULARITY, POLICIES
 from .recommendation import check_granularity
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_tensors, tuples  # noqa: F401 - to_tensors is public here too
-from .passboard import PassBoard, delivering, superseded, while_current
+from .passboard import Fed, PassBoard, PassPosition, delivering, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
                       worker_pool, worker_threads, workers_memory)
@@ -82,7 +84,7 @@ def _dist_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-class LirsIterableDataset(tud.IterableDataset):
+class LirsIterableDataset(PassPosition, tud.IterableDataset):
     """Batches of one lirs epoch as torch tensors (an ``IterableDataset`` of whole batches: use it
     with ``DataLoader(batch_size=None)``, or :func:`make_dataloader`).
 
@@ -156,15 +158,11 @@ class LirsIterableDataset(tud.IterableDataset):
         self._shown = None
         self.publish()
 
-    def pass_ended(self) -> None:
-        """A delivered pass ended: an epoch chosen meanwhile starts at its first batch."""
-        if self._chosen and self._resume is None and self._pos.epoch != self.epoch:
-            self._pos = ResumeState(self.epoch)
-
-    def publish(self) -> None:
-        """Post this copy's epoch and resume point for its workers' next pass (main process only)."""
+    def publish(self, owner=None) -> None:
+        """Post this copy's epoch and resume point for its workers' next pass (main process only); ``owner``:
+        the token of the :class:`LirsDataLoader` whose pass takes the resume point (None: the next pass)."""
         if tud.get_worker_info() is None:
-            self._seen = self._board.post(self.epoch, self._resume)
+            self._seen = self._board.post(self.epoch, self._resume, owner)
 
     def shard(self) -> tuple[int, int]:
         """(rank, world_size) this process reads for (its DataLoader workers split the rank's batches)."""
@@ -241,12 +239,14 @@ class LirsIterableDataset(tud.IterableDataset):
                 "_dist": self._dist if tud.get_worker_info() else _dist_rank_world()}
 
     # ------------------------------------------------------------------ state
-    def state(self) -> ResumeState:
+    def state(self, *, counted: bool = False) -> ResumeState:
         """Where this process is: in the main process the batches it delivered (with
         :class:`LirsDataLoader`: the consumer received); in a DataLoader worker (torchdata's
-        ``StatefulDataLoader``) that worker's next batch, ``worker = (id, num_workers)``."""
+        ``StatefulDataLoader``) that worker's next batch, ``worker = (id, num_workers)``. ``counted``:
+        the caller counted what the consumer received (:meth:`LirsDataLoader.state_dict`), so a pass
+        the workers of a DataLoader built by hand deliver over this dataset is no error."""
         worker = None if tud.get_worker_info() is None else worker_of()
-        if worker is None:  # refused where workers this process cannot count deliver the pass
+        if worker is None and not counted:  # refused where workers this process cannot count deliver the pass
             self._board.check_counted(self._seen)
         pos = self._resume if self._resume is not None else self._shown if self._shown is not None else self._pos
         return pos.replace(config=self.loader().state().config, worker=worker)
@@ -294,29 +294,6 @@ class LirsIterableDataset(tud.IterableDataset):
         self._chosen = False
         return self.epoch
 
-    def begin_at(self, position: ResumeState) -> None:
-        """An iteration started (its workers took the resume point): forget it; the consumer is at ``position``."""
-        self._resume = None
-        self._pos = position
-
-    def delivered(self, start: ResumeState, next_batch: int) -> None:
-        """The consumer received every batch before ``next_batch`` of the pass begun at ``start``."""
-        self._at, self._next = start, next_batch
-
-    @property
-    def _pos(self) -> ResumeState:
-        # this process's position, folded when read (a state a batch was a few Python calls there)
-        return self._at if self._next is None else self._at.at(self._next)
-
-    @_pos.setter
-    def _pos(self, pos: ResumeState) -> None:
-        self._at, self._next = pos, None
-
-    def handed_out(self, position: ResumeState) -> None:
-        """The consumer is at ``position`` (taken when its batch was made; batches made after it
-        are still held back, by a device feeder, which calls this on the consumer's thread)."""
-        self._shown = position
-
     # ------------------------------------------------------------------ iteration
     def __iter__(self):
         return self.iterate()
@@ -329,8 +306,11 @@ class LirsIterableDataset(tud.IterableDataset):
             self.begin_pass()
         else:
             self._follow_board()
+            install(getattr(self, "_arena", None), worker_of()[0])  # windows decoded into shared memory
         loader = self.loader()
         res, self._resume = self._resume, None
+        if res is not None:  # taken by this pass: withdrawn, or a hand-built DataLoader's persistent workers take it too
+            self.publish()
         w, nw = worker_of()
         if res is not None and res.epoch != self.epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch", res.epoch, self.epoch)
@@ -359,20 +339,6 @@ class LirsIterableDataset(tud.IterableDataset):
         windows of other workers, joined in the main process; else worker w takes batches w, w + W, ..."""
         return workers > 1 and bool(getattr(self, "_bundle", 0)) and self.transform is None \
             and POLICIES[loader.granularity].uses_window and loader.index.format not in BYTES_FORMATS
-
-    def _follow_board(self) -> None:
-        """In a DataLoader worker, as a pass starts: take the epoch and resume point the main
-        process posted since this copy's last pass; a persistent worker whose main process chose
-        nothing new goes on to the next epoch, as a plain pass in the main process does. A fresh
-        worker's copy already holds what was posted (it was made after)."""
-        gen, epoch, resume = self._board.read()
-        if gen != self._seen:
-            self.epoch, self._resume, self._seen = epoch, resume, gen
-        elif self._iter_pid == os.getpid():
-            self.epoch, self._resume = self.epoch + 1, None
-        self._iter_pid = os.getpid()
-        self._board.began(self._seen, counted=getattr(self, "_ordered", False))  # False: a hand-built DataLoader's
-        install(getattr(self, "_arena", None), worker_of()[0])  # windows decoded into shared memory
 
     def _converter(self) -> "Convert":
         return Convert(self.sparse, self.output, self.label_dtype, self.transform, getattr(self, "_ring", None))
@@ -403,18 +369,32 @@ class LirsIterableDataset(tud.IterableDataset):
 class LirsDataLoader(tud.DataLoader):
     """A ``DataLoader(batch_size=None)`` over a :class:`LirsIterableDataset` that knows how many
     batches the consumer received: ``state_dict()`` / ``load_state_dict()`` resume there exactly,
-    whatever ``num_workers`` (batches workers prefetched are not counted). With ``num_workers=0``
-    (and no ``pin_memory``) it steps the dataset itself, each batch through ``collate_fn``."""
+    whatever ``num_workers`` (batches workers prefetched are not counted). Each batch goes through ``collate_fn``:
+    with ``num_workers=0`` (and no ``pin_memory``) it steps the dataset itself; with workers, whose items are
+    bundles of batches, in the main process, once the batches are back in order."""
 
     device = None  # make_dataloader(device=...): where the consumer gets the batches (None: as made)
+
+    def __init__(self, dataset, *args, **kwargs):
+        """As ``torch.utils.data.DataLoader(dataset, batch_size=None, ...)``; UsageError for a
+        ``batch_size`` (torch's default is 1) or a ``batch_sampler``: the dataset's items are whole batches."""
+        given = inspect.signature(tud.DataLoader.__init__).bind_partial(self, dataset, *args, **kwargs).arguments
+        bad = [f"{k}={given.get(k, d)!r}" for k, d in (("batch_size", 1), ("batch_sampler", None)) if given.get(k, d) is not None]
+        if bad:  # torch would collate that many of the dataset's batches into one: a bare KeyError at the first batch
+            raise UsageError(f"LirsDataLoader takes whole batches from its dataset (sized by its batch_size): pass "
+                             f"batch_size=None and no batch_sampler, not {', '.join(bad)} (torch's default batch_size is 1)")
+        super().__init__(dataset, *args, **kwargs)
 
     def __iter__(self):
         if self.device is None or self.device.type == "cpu":
             return tuples(delivering(self.dataset, self._batches()), self.dataset)
         ds = self.dataset
-        raw = self.num_workers == 0 and not self.pin_memory and ds.transform is None
-        return iter(Feeder(tuples(delivering(ds, self._batches(raw)), ds), self.device, position=(lambda: ds._pos, ds.handed_out),
-                           convert=ds._converter() if raw else None))
+        raw = self.num_workers == 0 and not self.pin_memory and ds.transform is None \
+            and self.collate_fn is tud.default_convert  # else the batches go through the user's collate_fn first
+        fed = Fed(iter(Feeder(tuples(delivering(ds, self._batches(raw)), ds), self.device,
+                              position=(lambda: ds._pos, ds.handed_out), convert=ds._converter() if raw else None)))
+        self.__dict__.setdefault("_feeds", weakref.WeakSet()).add(fed)  # the passes a newer one stops (_batches)
+        return fed
 
     def _batches(self, raw: bool = False):
         ds = self.dataset
@@ -431,8 +411,10 @@ class LirsDataLoader(tud.DataLoader):
             for b in ds:
                 yield convert(b)
             return
+        for fed in list(getattr(self, "_feeds", ()) if self.persistent_workers else ()):
+            fed.stop()  # an older pass's feeder thread: off torch's iterator over the workers before this pass resets it
         ds.begin_pass()  # the workers get a copy of the dataset: choose the pass's epoch here
-        ds.publish()  # and post it: persistent workers read it as their pass starts
+        ds.publish(id(self))  # and post it: persistent workers read it as their pass starts, its resume point theirs alone
         res = ds._resume  # the loaded state the pass starts from (None: the epoch's first batch)
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         fresh = not (self.persistent_workers and self._iterator is not None)  # workers start with this pass
@@ -440,14 +422,20 @@ class LirsDataLoader(tud.DataLoader):
             before_fork(ds.loader(), ds.epoch)  # the workers inherit the plan's tables and the kernels
         if fresh:  # shared memory for these workers alone, lent to their copies: two sets never share a slot
             ds._bundle, ds._ordered = BUNDLE_BATCHES if ds.transform is None else 0, True  # in bundles; in_order
+            ds._owner = id(self)  # the posts whose resume point its persistent workers take (not a later hand-built's)
             self._ring, self._times, self._arena = ds._ring, ds._times, ds._arena = workers_memory(
                 ds.loader(), ds.epoch, self.num_workers, self.prefetch_factor or 2, ds._bundle,
                 ds._by_window(ds.loader(), self.num_workers), self.persistent_workers)
         kept = self._ring, self._arena  # this pass's items name them (ring_of, arena_of): kept while the pass is
         times = begun(self._times)  # before the workers start the pass
-        it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
-        # taken back once they have their copies: a hand-built DataLoader's workers send plain batches
-        ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena = 0, False, None, None, None
+        # torch's workers send their items as they are (bundles, which default_convert leaves): the
+        # user's collate_fn takes each batch below, in order
+        collate, self.collate_fn = self.collate_fn, tud.default_convert
+        try:
+            it = timed_main(super().__iter__(), times)  # the workers start here, with the loaded state
+        finally:  # taken back once they have their copies, or failed to start: a hand-built DataLoader's send plain batches
+            self.collate_fn = collate
+            ds._bundle, ds._ordered, ds._ring, ds._times, ds._arena, ds._owner = 0, False, None, None, None, None
         epoch, self._passes = ds.epoch, getattr(self, "_passes", 0) + 1
         k, spans = (res.next_batch, res.spans) if res is not None and res.epoch == epoch else (0, None)
         ds.begin_at(start := ResumeState(epoch, k, spans))
@@ -457,7 +445,7 @@ class LirsDataLoader(tud.DataLoader):
                 raise superseded()
             k += 1
             ds.delivered(start, k)
-            yield b
+            yield b if collate is tud.default_convert else collate(b)
 
     def pass_times(self) -> dict:
         """Where the last pass with workers spent its time, in seconds: ``{"main": {...}, "workers":
@@ -466,8 +454,9 @@ class LirsDataLoader(tud.DataLoader):
         return {} if times is None else times.report()
 
     def state_dict(self) -> dict:
-        """The dataset's state: the batch the consumer gets next (see :meth:`LirsIterableDataset.state_dict`)."""
-        return self.dataset.state_dict()
+        """The dataset's state: the batch the consumer gets next (see :meth:`LirsIterableDataset.state_dict`),
+        by this DataLoader's own count, even after a pass of a hand-built DataLoader over the dataset."""
+        return self.dataset.state(counted=True).to_dict(worker=True)
 
     def load_state_dict(self, state) -> None:
         """Resume the next iteration at ``state`` (see :meth:`LirsIterableDataset.load_state_dict`)."""
@@ -481,16 +470,24 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
 
     ``dataset_kwargs`` go to :class:`LirsIterableDataset` (and from it to :class:`lirs.Loader`;
     ``threads=`` sizes each worker's pool, by default its share of the usable cores); the DataLoader's own
-    keywords above go to it (``worker_init_fn``, ``timeout`` and the like only with workers).
+    keywords above go to it (``worker_init_fn``, ``timeout`` and the like only with workers); its others
+    (``collate_fn``, ``generator``, ...) are a UsageError: build a :class:`LirsDataLoader` for them.
     ``persistent_workers`` (default True with workers): the workers, their Loaders and pools start once and
     serve every pass, each pass the epoch the main process chose (``set_epoch``, a loaded state, the next one).
     ``device``: None or ``"cpu"`` hands the batches out as made; a CUDA device (``"cuda"``, ``"cuda:1"``,
     a ``torch.device``) moves each batch there from pinned memory on a side stream while the
     consumer's previous step runs (:class:`lirs.tensors.Feeder`); UsageError without CUDA.
     """
+    others = sorted(set(dataset_kwargs) & set(inspect.signature(tud.DataLoader.__init__).parameters)
+                    - set(inspect.signature(Loader.__init__).parameters))  # drop_last is the Loader's
+    if others:  # else the dataset's "unexpected keyword argument", which names no DataLoader
+        raise UsageError(f"make_dataloader does not take the DataLoader options {', '.join(others)}: build "
+                         "LirsDataLoader(LirsIterableDataset(...), batch_size=None, ...) for them")
     dev = check_device(device)
+    # now: torch refuses a prefetch_factor of 0 only as the first pass starts its workers
+    prefetch = None if prefetch_factor is None else positive_int("prefetch_factor", prefetch_factor)
     ds = LirsIterableDataset(path_or_index, batch_size, **dataset_kwargs)
-    kw = {k: v for k, v in (("prefetch_factor", None if prefetch_factor is None else int(prefetch_factor)),
+    kw = {k: v for k, v in (("prefetch_factor", prefetch),
                             ("multiprocessing_context", multiprocessing_context), ("worker_init_fn", worker_init_fn),
                             ("timeout", timeout or None)) if v is not None and num_workers > 0}
     pin_memory, persistent_workers = maybe_bool("pin_memory", pin_memory), maybe_bool("persistent_workers", persistent_workers)

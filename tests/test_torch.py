@@ -569,6 +569,34 @@ def test_a_hand_built_dataloaders_workers_make_the_datasets_state_an_error(kdd_f
     assert ds.state_dict()["next_batch"] == 5
 
 
+def test_make_dataloaders_own_count_stands_after_a_hand_built_dataloaders_pass(kdd_file):
+    """Train with make_dataloader, evaluate with a DataLoader built by hand over its dataset, then
+    checkpoint with dl.state_dict(): its own count of the batches the loop received is the state
+    (it was refused, telling to take dl.state_dict()); the dataset's own state stays an error."""
+    import torch.utils.data as tud
+
+    from lirs.errors import UsageError
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=8)
+    whole = _order(kdd_file, 100, 0, **kw)
+    dl = make_dataloader(kdd_file, 100, num_workers=2, **kw)
+    try:
+        it = iter(dl)
+        head = np.concatenate([next(it)["ids"].numpy() for _ in range(5)])
+        before = dl.state_dict()
+        assert np.array_equal(np.sort(_ids(tud.DataLoader(dl.dataset, batch_size=None, num_workers=2))),
+                              np.arange(len(whole)))
+        assert dl.state_dict() == before and before["next_batch"] == 5
+        with pytest.raises(UsageError, match="make_dataloader"):
+            dl.dataset.state_dict()
+        del it
+        dl.load_state_dict(dl.state_dict())
+        assert np.array_equal(np.concatenate([head, _ids(dl)]), whole)
+    finally:
+        dl.dataset.close()
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_make_dataloader_plain_passes_and_set_epoch(kdd_file, num_workers):
     from lirs.torch import make_dataloader
@@ -627,6 +655,69 @@ def test_a_newer_pass_of_persistent_workers_stops_the_older_one(kdd_file, granul
     assert np.array_equal(np.concatenate(head), _order(kdd_file, 80, 0, **kw)[:len(np.concatenate(head))])
 
 
+@pytest.mark.parametrize("train_workers", [0, 2])
+def test_a_resume_is_taken_by_its_pass_alone_not_by_a_hand_built_dataloaders_workers(kdd_file, train_workers):
+    """Resume training, then evaluate with a persistent DataLoader built by hand over the same
+    dataset: the training pass took the resume point, so the evaluation's workers deliver the
+    whole epoch (they adopted the resume point left on the board and skipped what the checkpoint
+    had consumed, silently)."""
+    import torch.utils.data as tud
+
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=5)
+    whole = _order(kdd_file, 100, 0, **kw)
+    first = make_dataloader(kdd_file, 100, **kw)
+    it = iter(first)
+    for _ in range(10):
+        next(it)
+    ckpt = first.state_dict()
+    del it
+    train = make_dataloader(kdd_file, 100, num_workers=train_workers, **kw)
+    ev = tud.DataLoader(train.dataset, batch_size=None, num_workers=2, persistent_workers=True)
+    try:
+        for resumed in (False, True):
+            if resumed:
+                train.load_state_dict(ckpt)
+            assert np.array_equal(_ids(train), whole[1000:] if resumed else whole)
+            got = _ids(ev)
+            assert np.array_equal(np.sort(got), np.arange(len(whole))), f"evaluation after resumed={resumed}"
+    finally:
+        train.dataset.close()
+
+
+def _second_worker_waits_for_the_gate(worker_id):
+    # worker 1 starts its pass only once the test opened the gate (a file), worker 0 at once
+    deadline = time.monotonic() + 60
+    while worker_id == 1 and not os.path.exists(os.environ["LIRS_TEST_GATE"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_fresh_workers_of_one_pass_deliver_one_epoch_whatever_is_posted_meanwhile(kdd_file, tmp_path, monkeypatch):
+    """A hand-built DataLoader's fresh workers over make_dataloader's dataset: the training pass
+    starting between its two workers' starts posts the next epoch. Worker 1 took it while worker 0
+    kept the epoch of its copy: records twice and lost. A fresh copy keeps the epoch it was made with."""
+    import torch.utils.data as tud
+
+    from lirs.torch import make_dataloader
+
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("LIRS_TEST_GATE", str(gate))
+    kw = dict(granularity="group", group_bytes=8192, seed=2)
+    train = make_dataloader(kdd_file, 100, **kw)
+    ev = tud.DataLoader(train.dataset, batch_size=None, num_workers=2, worker_init_fn=_second_worker_waits_for_the_gate)
+    assert np.array_equal(_ids(train), _order(kdd_file, 100, 0, **kw))
+    it_ev = iter(ev)
+    got = [next(it_ev)["ids"].numpy()]  # worker 0's pass began
+    it_tr = iter(train)
+    next(it_tr)  # the training pass posts epoch 1
+    gate.touch()
+    got += [b["ids"].numpy() for b in it_ev]
+    assert np.array_equal(np.sort(np.concatenate(got)), np.sort(_order(kdd_file, 100, 0, **kw)))
+    assert len(np.concatenate(got)) == lirs.open_index(kdd_file).n
+    del it_tr
+
+
 def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
     import torch.utils.data as tud
 
@@ -664,9 +755,11 @@ def test_pass_board_round_trip():
     gen, epoch, got = b.read()
     assert (gen, epoch) == (g2, 4) and g2 == g1 + 1
     assert (got.epoch, got.next_batch, got.spans, got.worker) == (4, 7, ((0, 10), (20, 35)), (1, 2))
+    g3 = b.post(4, res, owner=7)  # for one LirsDataLoader's pass: its workers alone take the resume point
+    assert b.read()[:3] == (g3, 4, None) and b.read(7)[2].next_batch == 7 and b.read(8)[2] is None
     with pytest.raises(ValueError, match="does not fit"):
         b.post(5, ResumeState(5, 0, tuple((i, i + 1) for i in range(0, 4 * BOARD_BYTES, 2))))
-    assert b.read()[0] == g2, "a post that does not fit leaves the last one"
+    assert b.read()[0] == g3, "a post that does not fit leaves the last one"
 
 
 def test_device_cpu_is_the_plain_path_and_cuda_needs_cuda(kdd_file, small_svm):
@@ -1123,6 +1216,68 @@ def test_a_device_feeder_counts_the_batches_handed_out(small_svm, monkeypatch, n
     rest = [b["ids"] for b in again]
     again.dataset.close()
     assert len(rest) == len(want) - 4 and all(torch.equal(a, b) for a, b in zip(rest, want[4:]))
+
+
+def _counts_rows(b):
+    return {**b, "rows": torch.tensor(len(b["ids"]))}
+
+
+@pytest.mark.parametrize("num_workers,device", [(0, False), (2, False), (0, True), (2, True)])
+def test_a_lirs_dataloaders_collate_fn_takes_each_batch_whatever_the_workers(small_svm, monkeypatch, num_workers,
+                                                                             device):
+    """LirsDataLoader(collate_fn=f): f takes every batch, in order, whatever num_workers (its workers
+    handed f their bundles of batches, and the DataLoader yielded f's results as batches); with a
+    device feeder (CUDA stood in for, as above) f runs before the batch is moved."""
+    from lirs import tensors
+    from lirs.torch import LirsDataLoader, LirsIterableDataset
+
+    kw = dict(granularity="group", group_bytes=4096, seed=3)
+    with lirs.Loader(small_svm, 32, **kw) as ld:
+        want = [b.ids for b in ld.epoch(0)]
+    dl = LirsDataLoader(LirsIterableDataset(small_svm, 32, **kw), batch_size=None, num_workers=num_workers,
+                        collate_fn=_counts_rows)
+    if device:
+        _stand_ins(monkeypatch, [])
+        empty = torch.empty  # the "device" buffer in CPU memory, for a stand-in device of type cuda
+        monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: empty(*a, **k))
+        monkeypatch.setattr(tensors, "Staging", lambda s=tensors.Staging: s(2, 256, pin=False))
+        dl.device = type("Dev", (), {"type": "cuda"})()
+    try:
+        got = list(dl)
+    finally:
+        dl.dataset.close()
+    assert len(got) == len(want) > 4
+    for g, w in zip(got, want):
+        assert np.array_equal(g["ids"].numpy(), w) and int(g["rows"]) == len(w) and g["X"].shape[0] == len(w)
+
+
+def test_a_newer_pass_stops_an_older_device_feeders_thread_before_it_takes_the_workers(small_svm, monkeypatch):
+    """make_dataloader(device=..., num_workers=2) (persistent workers; CUDA stood in for, as above):
+    an older iterator left open kept its feeder's thread pulling from torch's iterator over the
+    workers while a newer pass reset it (a KeyError from torch, batches of the newer pass, or the
+    newer pass failing). The newer pass stops that thread first: it gets its whole epoch, in order,
+    and the older iterator a UsageError at its next batch."""
+    from lirs import tensors
+    from lirs.errors import UsageError
+    from lirs.torch import make_dataloader
+
+    _stand_ins(monkeypatch, [])
+    empty = torch.empty  # the "device" buffer in CPU memory, for a stand-in device of type cuda
+    monkeypatch.setattr(torch, "empty", lambda *a, device=None, **k: empty(*a, **k))
+    monkeypatch.setattr(tensors, "Staging", lambda s=tensors.Staging: s(2, 256, pin=False))
+    kw = dict(granularity="group", group_bytes=4096, seed=4)
+    dl = make_dataloader(small_svm, 16, num_workers=2, **kw)
+    dl.device = type("Dev", (), {"type": "cuda"})()
+    try:
+        for _ in range(2):
+            old = iter(dl)
+            next(old)
+            assert np.array_equal(_ids(dl), _order(small_svm, 16, 1, **kw)), "the newer pass: epoch 1, whole"
+            with pytest.raises(UsageError, match="superseded by a newer iteration"):
+                next(old)
+            dl.dataset.set_epoch(0)
+    finally:
+        dl.dataset.close()
 
 
 def test_workers_send_bundles_of_batches_put_back_in_order(kdd_file, monkeypatch):
@@ -1605,6 +1760,52 @@ def test_a_hand_built_dataloader_after_make_dataloader_gets_plain_batches(kdd_fi
         assert sorted(b["ids"].tolist() for b in got) == want
     finally:
         dl.dataset.close()
+
+
+def test_workers_that_fail_to_start_leave_the_dataset_to_a_hand_built_dataloader(kdd_file):
+    """A LirsDataLoader pass whose workers fail to start (prefetch_factor=0, refused by torch only
+    then) left the dataset marked as its own: a hand-built DataLoader over it afterwards got
+    lirs's bundles instead of batches. make_dataloader refuses such a prefetch_factor at once."""
+    import torch.utils.data as tud
+
+    from lirs.errors import UsageError
+    from lirs.torch import LirsDataLoader, LirsIterableDataset, make_dataloader
+
+    for bad in (0, -1, 2.5, True, "2"):
+        with pytest.raises(UsageError, match="prefetch_factor"):
+            make_dataloader(kdd_file, 100, num_workers=2, prefetch_factor=bad)
+    ds = LirsIterableDataset(kdd_file, 100, granularity="group", group_bytes=8192, seed=1)
+    with pytest.raises((AssertionError, ValueError)):
+        next(iter(LirsDataLoader(ds, batch_size=None, num_workers=2, prefetch_factor=0)))
+    got = list(tud.DataLoader(ds, batch_size=None, num_workers=2))
+    ds.close()
+    assert all(type(b) is dict for b in got)
+    assert np.array_equal(np.sort(np.concatenate([b["ids"].numpy() for b in got])), np.arange(lirs.open_index(kdd_file).n))
+
+
+def test_a_lirs_dataloader_needs_batch_size_none_and_says_so(small_svm):
+    """LirsDataLoader(ds) with torch's default batch_size=1 failed at the first batch with a bare
+    KeyError: 0 from torch's collate: it is refused when made, naming batch_size=None."""
+    from lirs.errors import UsageError
+    from lirs.torch import LirsDataLoader, LirsIterableDataset
+
+    ds = LirsIterableDataset(small_svm, 100, seed=1)
+    for kw in (dict(), dict(batch_size=4), dict(batch_size=None, batch_sampler=[[0]])):
+        with pytest.raises(UsageError, match="pass batch_size=None"):
+            LirsDataLoader(ds, **kw)
+    assert sum(len(b["ids"]) for b in LirsDataLoader(ds, None)) == 700
+
+
+def test_make_dataloader_names_the_dataloader_options_it_does_not_take(small_svm):
+    """make_dataloader(collate_fn=...) failed as "LirsIterableDataset() got an unexpected keyword
+    argument": a UsageError names make_dataloader and the options; drop_last is still the Loader's."""
+    from lirs.errors import UsageError
+    from lirs.torch import make_dataloader
+
+    with pytest.raises(UsageError, match=r"make_dataloader does not take the DataLoader options collate_fn, generator: "
+                                         r"build LirsDataLoader"):
+        make_dataloader(small_svm, 100, generator=torch.Generator(), collate_fn=list)
+    assert sum(len(b["ids"]) for b in make_dataloader(small_svm, 100, drop_last=True)) == 700
 
 
 def _mark_worker(worker_id):
