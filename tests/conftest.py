@@ -71,3 +71,24 @@ def open_fds() -> dict[int, str]:
         except OSError:  # the descriptor listdir itself used, closed by now
             pass
     return out
+
+
+@pytest.fixture
+def plot_stopped_midway(tmp_path, monkeypatch):
+    """A file NAME under tmp_path holding "the previous plot", and every matplotlib save stopped
+    midway (a half PNG written straight under the name it is given, then KeyboardInterrupt):
+    call it with NAME, get the path."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    def stopped(self, fname, *a, **k):
+        with open(fname, "wb") as f:
+            f.write(b"\x89PNG half")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Figure, "savefig", stopped)
+
+    def previous(name: str):
+        png = tmp_path / name
+        png.write_bytes(b"the previous plot")
+        return png
+    return previous

@@ -948,20 +948,10 @@ def test_cli_refuses_auto_with_no_granularity_before_the_benchmark(kdd_tiny, cap
     assert out == "" and "--auto saves the lirs granularity the run recommends, and --granularity none" in err
 
 
-def test_a_plot_save_stopped_midway_leaves_the_previous_plot_whole(tmp_path, monkeypatch):
+def test_a_plot_save_stopped_midway_leaves_the_previous_plot_whole(tmp_path, plot_stopped_midway):
     """--plot was saved straight under its name: a save stopped midway (Ctrl-C, a full disk) left a
     truncated PNG in place of the last good one. It is saved as `lirs quality` saves its plots."""
-    pytest.importorskip("matplotlib")
-    from matplotlib.figure import Figure
-
-    png = tmp_path / "bench.png"
-    png.write_bytes(b"the previous plot")
-
-    def stopped(self, fname, *a, **k):
-        with open(fname, "wb") as f:
-            f.write(b"\x89PNG half")
-        raise KeyboardInterrupt
-    monkeypatch.setattr(Figure, "savefig", stopped)
+    png = plot_stopped_midway("bench.png")
     res = {"settings": {"devices": ["nvme"]}, "envelopes": {"nvme": {"read_iops": None, "read_bps": None}},
            "rows": [{"device": "nvme", "status": "ok", "kind": "lirs", "name": "lirs-instance", "epoch_s": 1.0,
                      "extrapolated": False, "reads_only": False}],

@@ -364,22 +364,12 @@ def test_plot_has_two_lettered_panels():
     assert list(x) == pytest.approx([0.0, 0.3, 1.1, 1.9])
 
 
-def test_a_save_stopped_midway_leaves_the_previous_plot_whole(tmp_path, monkeypatch):
+def test_a_save_stopped_midway_leaves_the_previous_plot_whole(tmp_path, plot_stopped_midway):
     """demo.png was saved straight under its name: a save stopped midway (Ctrl-C, a full disk) left a
     truncated PNG in place of the last good one. It is saved as `lirs quality` saves its plots."""
-    pytest.importorskip("matplotlib")
-    from matplotlib.figure import Figure
-
     from lirs.eval.demo_report import plot
 
-    png = tmp_path / "demo.png"
-    png.write_bytes(b"the previous plot")
-
-    def stopped(self, fname, *a, **k):
-        with open(fname, "wb") as f:
-            f.write(b"\x89PNG half")
-        raise KeyboardInterrupt
-    monkeypatch.setattr(Figure, "savefig", stopped)
+    png = plot_stopped_midway("demo.png")
     res = _res({"lirs-window": _method(0.01, 1, 1.0, 0.2, 0.1, 1e5, 1e6)})
     with pytest.raises(KeyboardInterrupt):
         plot(res, str(png))
