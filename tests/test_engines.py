@@ -266,8 +266,10 @@ def test_env_overrides_auto(tmp_path, monkeypatch):
     with open_engine(paths, "threads") as eng:  # an explicit name wins over the variable
         assert eng.name == "threads"
     monkeypatch.setenv("LIRS_ENGINE", "nonsense")
-    with pytest.raises(UsageError, match="unknown engine"):
+    with pytest.raises(UsageError, match=r"\$LIRS_ENGINE='nonsense': unknown engine"):  # the variable named
         open_engine(paths)
+    with pytest.raises(UsageError, match=r"^unknown engine 'bogus'"):  # an engine given: not the variable
+        open_engine(paths, "bogus")
 
 
 def test_reads_are_copies_where_no_engine_may_use_o_direct(tmp_path, monkeypatch):

@@ -84,8 +84,14 @@ def _open(name: str, paths, direct: bool, depth) -> Engine:
 def check_engine(engine: str = "auto") -> str:
     """``engine`` after checking that it (or ``$LIRS_ENGINE`` for "auto") names an engine: a
     UsageError naming them at once, not at the first epoch."""
-    if requested_engine(engine) != "auto":
-        engine_class(requested_engine(engine))
+    name = requested_engine(engine)
+    if name != "auto":
+        try:
+            engine_class(name)
+        except UsageError as e:
+            if name != (engine or "auto"):  # the environment asked for it: say so
+                raise UsageError(f"${ENV}={name!r}: {e}; unset it or set it to one of those") from None
+            raise
     return engine
 
 
@@ -140,7 +146,7 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
     requested = requested_engine(engine)
     why = [f"{ENV}={requested}"] if requested != (engine or "auto") else []
     if requested != "auto":
-        engine_class(requested)  # validate the name early
+        check_engine(engine)  # the name validated early (naming $LIRS_ENGINE where it asked)
 
     refused = held = None
     if direct is None:

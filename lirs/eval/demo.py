@@ -209,7 +209,7 @@ def run_demo(*, data: str | None = None, out: str | None = None, size: str = DEF
 def _check_args(data, size, epochs, batch_size, seed, methods, engine) -> list:
     """The methods to run (list of str), after checking every argument a run would otherwise
     refuse only after the sample is made or the kernels are warm."""
-    from ..engines import engine_class, requested_engine
+    from ..engines import check_engine
     from ..index import open_index
     from ..inputs import detect_format
     from ..sidecar import is_sidecar_path
@@ -223,8 +223,7 @@ def _check_args(data, size, epochs, batch_size, seed, methods, engine) -> list:
     if bad or not methods:
         raise UsageError(f"unknown method(s) {', '.join(map(repr, bad))}; choose from {', '.join(METHODS)}" if bad
                          else f"no method given; choose from {', '.join(METHODS)}")
-    if requested_engine(engine) != "auto":
-        engine_class(requested_engine(engine))  # UsageError naming the engines
+    check_engine(engine)  # UsageError naming the engines (and $LIRS_ENGINE where it asked)
     if data is None:
         if parse_size(size) <= 0:
             raise UsageError(f"--size must be a positive size, like 30MB; got {size!r}")
