@@ -289,6 +289,9 @@ def test_an_output_named_for_another_format_is_refused_before_writing(tmp_path, 
             generate(profile, tmp_path / name, records=5, progress=False)
     assert main(["gen", "--profile", "higgs", "--records", "5", "-o", str(tmp_path / "h.svm"), "--quiet"]) == 2
     assert "name it with .npy" in capsys.readouterr().err
+    for name, said in (("k.svm.gz", "compressed"), ("k.lirs", "a lirs index")):  # written plain, not as named
+        with pytest.raises(UsageError, match=rf"{name} would be read back as {said} .*name it with \.svm$"):
+            generate("kdd", tmp_path / name, records=5, progress=False)
     assert os.listdir(tmp_path) == []
     # no extension, one of no known format, or another name of the same format: written as asked
     for profile, name in (("kdd", "k"), ("kdd", "k.txt"), ("kdd", "k.libsvm"), ("lines", "l.csv")):
