@@ -31,7 +31,8 @@ from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, check_replaceable, relpath, sidecar_path
 from .tfrecord import TFRecordScanner
 from .litter import out_dir
-from .scanner import SCAN_CORES, Tap, VarScanner, write_labels, refuse_csv_header  # noqa: F401 - re-exported
+from .scanner import SCAN_CORES, Tap, VarScanner, write_labels  # noqa: F401 - re-exported
+from .textguess import refuse_csv_header  # noqa: F401 - re-exported
 
 log = logging.getLogger("lirs.index")
 
