@@ -32,7 +32,7 @@ from .sidecar import SidecarWriter, check_replaceable, relpath, sidecar_path
 from .tfrecord import TFRecordScanner
 from .litter import out_dir
 from .scanner import SCAN_CORES, Tap, VarScanner, write_labels  # noqa: F401 - re-exported
-from .textguess import refuse_csv_header  # noqa: F401 - re-exported
+from .textguess import refuse_misread
 
 log = logging.getLogger("lirs.index")
 
@@ -43,10 +43,11 @@ def _unchanged(path: str, fp0) -> None:
                         "`lirs index` again once it is complete")
 
 
-def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None, csv_header=True):
+def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None, guessed=True):
     """Scan ``files`` (whole, or per ``plan``: a :class:`lirs.incremental.Keep` or None per file)
-    into the sidecar ``dest``; returns its path. ``csv_header``: refuse a CSV whose first line
-    looks like a header (not when the format was given: the user said every line is a record)."""
+    into the sidecar ``dest``; returns its path. ``guessed``: the format was detected, so a lines
+    file that would be misread (a CSV header, a JSON document over lines) is refused (not when the
+    format was given: the user said every line is a record)."""
     from .units import progress_bar
 
     total = sum(os.path.getsize(p) for p in files)
@@ -69,8 +70,8 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
             featureless = 0  # LIBSVM files without any feature (sklearn's "auto" then reads zero-based)
             for p, keep in zip(files, plan or [None] * len(files)):
                 fp0 = fingerprint(p)
-                if fmt == "lines" and csv_header:
-                    refuse_csv_header(p)
+                if fmt == "lines" and guessed:
+                    refuse_misread(p)
                 lo_hi = sc.stats[:2].copy()
                 try:
                     end = scan_one(sc, tap, lab_tmp, p, keep, sums, bar)

@@ -1,6 +1,7 @@
 """Guesses that a text file named for a line format would be misread: its lines are delivered as
-records, unparsed, so a CSV header would silently become a training record. Used where the format
-was detected, not given (``--format lines`` is the user's word that every line is a record)."""
+records, unparsed, so a CSV header, or the lines of a pretty-printed JSON document, would silently
+become training records (:func:`refuse_misread`). Used where the format was detected, not given
+(``--format lines`` is the user's word that every line is a record)."""
 from __future__ import annotations
 
 import os
@@ -88,3 +89,28 @@ def refuse_csv_header(path: str) -> None:
                         f"({shown!r}); lirs delivers every line as a record: remove the header "
                         f"(e.g. `tail -n +2 {os.path.basename(path)} > data{ext}`) and index that file, or "
                         "pass --format lines (format=\"lines\") to keep that line as a record")
+
+
+_JSON_EXT = (".json", ".jsonl", ".ndjson")
+
+
+def refuse_json_document(path: str) -> None:
+    """Raise DataError when the JSON-lines file ``path`` begins with a JSON document spread over
+    lines (a pretty-printed array or object: line 1 is a lone ``[`` or ``{``), whose lines would be
+    served as records (``[``, ``  {"a": 1},``, ...)."""
+    if os.path.splitext(path)[1].lower() not in _JSON_EXT:
+        return
+    first = read_at(path, _HEAD).split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf").strip()
+    if first in (b"[", b"{"):
+        name = os.path.basename(path)
+        raise DataError(f"{path}: line 1, byte 0: expected one JSON value a line (JSON lines), got {first.decode()!r} "
+                        "alone, the start of a JSON document spread over lines; lirs delivers every line as a record: "
+                        f"write one value a line (e.g. `jq -c '.[]' {name} > data.jsonl`) and index that file, or pass "
+                        "--format lines (format=\"lines\") to keep its lines as records")
+
+
+def refuse_misread(path: str) -> None:
+    """Raise DataError where the text file ``path``, read as lines, would serve what is no record:
+    a CSV header (:func:`refuse_csv_header`), a JSON document over lines (:func:`refuse_json_document`)."""
+    refuse_csv_header(path)
+    refuse_json_document(path)

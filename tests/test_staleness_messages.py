@@ -179,6 +179,22 @@ def test_the_csv_header_guess_reads_rows_as_csv_does(tmp_path):
     assert lirs.build_index(str(cr), "lines", progress=False).n == 1  # the user's word: one record
 
 
+def test_a_pretty_printed_json_document_is_not_indexed_as_json_lines(tmp_path):
+    """A `.json` file holding an indented array was indexed as lines: `[`, `  {"a": 1},` and `]`
+    served as records. Refused, as `lirs shuffle` refuses it; a format given keeps its lines."""
+    from lirs.external import shuffle
+
+    doc = tmp_path / "doc.json"
+    doc.write_text('[\n  {"a": 1},\n  {"a": 2}\n]\n')
+    for run in (lambda: lirs.build_index(str(doc), progress=False),
+                lambda: shuffle(str(doc), str(tmp_path / "o.json"), progress=False)):
+        with pytest.raises(DataError, match=r"doc\.json: line 1, byte 0: expected one JSON value a line .*'\['"):
+            run()
+    assert lirs.build_index(str(doc), "lines", progress=False).n == 4
+    (tmp_path / "ok.jsonl").write_text('{"a": [1,\n')  # a value's line, even a broken one, is a record: not a guess
+    assert lirs.build_index(str(tmp_path / "ok.jsonl"), progress=False).n == 1
+
+
 def test_zero_based_auto_over_several_files_follows_sklearn(tmp_path):
     from sklearn.datasets import load_svmlight_files
 

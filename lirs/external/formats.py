@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..build import VarScanner, labels_for_npy, npy_layout, raw_fixed_count, refuse_csv_header
+from ..build import VarScanner, labels_for_npy, npy_layout, raw_fixed_count
+from ..textguess import refuse_misread
 from ..inputs import read_at, resolve_format
 from ..errors import DataError, UsageError
 from ..npyformat import header_bytes
@@ -135,7 +136,7 @@ def open_dataset(files, format: str = "auto", record_size=None, header_size: int
             if ds.fmt == "libsvm":
                 check_head(p)
             elif format == "auto":  # a CSV header would be shuffled in as a record (given a format: it is one)
-                refuse_csv_header(p)
+                refuse_misread(p)
             ds.srcs.append(Source(p, 0, size))
     elif ds.fmt == "npy":
         _npy_sources(ds, numbers=index)
