@@ -41,7 +41,7 @@ def _rows(lines: list, sep: bytes) -> list:
     quoted separator is not a column)."""
     import csv
 
-    text = [ln.decode("utf-8", "replace") for ln in lines]
+    text = [ln.decode("utf-8", "replace").replace("\r", " ") for ln in lines]  # a lone CR: csv refuses it unquoted
     return [[f.encode() for f in row] for row in csv.reader(text, delimiter=sep.decode())]
 
 

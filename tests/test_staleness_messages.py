@@ -177,6 +177,12 @@ def test_the_csv_header_guess_reads_rows_as_csv_does(tmp_path):
     with pytest.raises(DataError, match=r"cr\.csv: byte 9: a line ending in CR alone"):
         lirs.build_index(str(cr), progress=False)
     assert lirs.build_index(str(cr), "lines", progress=False).n == 1  # the user's word: one record
+    inner = tmp_path / "inner.csv"  # a lone CR inside a field: csv's reader refused it unquoted (a traceback)
+    inner.write_bytes(b"1,2\n3\r,4\n")
+    assert lirs.build_index(str(inner), progress=False).n == 2
+    long = tmp_path / "long.jsonl"  # one CR in a first record past 64 KiB (JSON whitespace) is no line end
+    long.write_bytes(b'{"a":\r "' + b"x" * 70_000 + b'"}\n{"b": 1}\n')
+    assert lirs.build_index(str(long), progress=False).n == 2
 
 
 def test_a_pretty_printed_json_document_is_not_indexed_as_json_lines(tmp_path):
