@@ -108,7 +108,8 @@ class PassPosition:
     """Where the passes of a :class:`lirs.torch.LirsIterableDataset` (a base of it) are: what a DataLoader
     worker's copy takes from the dataset's :class:`PassBoard` as its pass starts, and the consumer's
     position in the pass the main process delivers (``_pos``, what ``state()`` reports). The dataset
-    holds ``epoch``, ``_chosen``, ``_resume``, ``_shown``, ``_board``, ``_seen`` and ``_iter_pid``."""
+    holds ``epoch``, ``_chosen``, ``_resume`` (and ``_resume_for``), ``_shown``, ``_board``, ``_seen`` and
+    ``_iter_pid``."""
 
     def pass_ended(self) -> None:
         """A delivered pass ended: an epoch chosen meanwhile starts at its first batch."""
@@ -117,8 +118,21 @@ class PassPosition:
 
     def begin_at(self, position: ResumeState) -> None:
         """An iteration started (its workers took the resume point): forget it; the consumer is at ``position``."""
-        self._resume = None
+        self._resume = self._resume_for = None
         self._pos = position
+
+    def own_resume(self, owner) -> None:
+        """The resume point loaded last is for the pass of the :class:`lirs.torch.LirsDataLoader` whose
+        token is ``owner`` alone (None: the next pass's): another DataLoader's pass over the dataset (an
+        evaluation's) delivers its epoch whole and leaves it; posted for persistent workers."""
+        self._resume_for = owner
+        self.publish(owner)
+
+    def resume_for(self, taker) -> ResumeState | None:
+        """The loaded resume point where the pass of ``taker`` (a LirsDataLoader's token, None: another
+        DataLoader's or a plain iteration) may take it (:meth:`own_resume`), else None."""
+        owner = getattr(self, "_resume_for", None)
+        return self._resume if owner is None or owner == taker else None
 
     def delivered(self, start: ResumeState, next_batch: int) -> None:
         """The consumer received every batch before ``next_batch`` of the pass begun at ``start``."""
@@ -148,8 +162,8 @@ class PassPosition:
         self._board._shared()  # a hand-built DataLoader's first pass too: began() must reach the main process
         if self._iter_pid == os.getpid():
             gen, epoch, resume = self._board.read(getattr(self, "_owner", None))
-            if gen != self._seen:
-                self.epoch, self._resume, self._seen = epoch, resume, gen
+            if gen != self._seen:  # (the board gives a resume point only to the pass it is for)
+                self.epoch, self._resume, self._seen, self._resume_for = epoch, resume, gen, None
             else:
                 self.epoch, self._resume = self.epoch + 1, None
         self._iter_pid = os.getpid()

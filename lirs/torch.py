@@ -272,7 +272,7 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         if one is None and any(s.worker is not None for s in states):
             raise UsageError("an elastic resume takes the main-process states of the old ranks")
         loader.load_state_dict([s.replace(worker=None) for s in states])
-        self._shown = None
+        self._shown = self._resume_for = None
         exact = loader.state()  # the loaded position, elastic remainders resolved
         if exact.epoch is None:
             self._resume = None
@@ -308,9 +308,12 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
             self._follow_board()
             install(getattr(self, "_arena", None), worker_of()[0])  # windows decoded into shared memory
         loader = self.loader()
-        res, self._resume = self._resume, None
+        res = self.resume_for(getattr(self, "_owner", None))
         if res is not None:  # taken by this pass: withdrawn, or a hand-built DataLoader's persistent workers take it too
+            self._resume = self._resume_for = None
             self.publish()
+        elif self._resume is not None:  # loaded through a LirsDataLoader: its pass takes it, in this epoch
+            self._chosen = True
         w, nw = worker_of()
         if res is not None and res.epoch != self.epoch:
             log.warning("resume state is for epoch %d, epoch %d starts from its first batch", res.epoch, self.epoch)
@@ -398,18 +401,15 @@ class LirsDataLoader(tud.DataLoader):
 
     def _batches(self, raw: bool = False):
         ds = self.dataset
-        if self.num_workers == 0:  # the dataset iterates in this process and counts itself
-            if self.pin_memory:  # torch pins each batch
-                yield from super().__iter__()
-                return
-            # torch's iterator would only add its cost a batch; its one draw from the torch RNG is kept
-            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-            if raw:  # the Loader's batches as they are (a device feeder makes the tensors)
-                yield from ds.iterate(raw=True)
-                return
-            convert = self.collate_fn
-            for b in ds:
-                yield convert(b)
+        if self.num_workers == 0:  # the dataset iterates in this process and counts itself (torch pins: pin_memory)
+            if not self.pin_memory:  # torch's iterator would only add its cost a batch; its one RNG draw is kept
+                torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+            ds._owner = id(self)  # while the pass starts: a state loaded through this DataLoader is its own
+            try:  # raw: the Loader's batches (a device feeder's)
+                it = super().__iter__() if self.pin_memory else ds.iterate(raw=True) if raw else iter(ds)
+            finally:
+                ds._owner = None
+            yield from it if raw or self.pin_memory else map(self.collate_fn, it)
             return
         for fed in list(getattr(self, "_feeds", ()) if self.persistent_workers else ()):
             fed.stop()  # an older pass's feeder thread: off torch's iterator over the workers before this pass resets it
@@ -459,8 +459,10 @@ class LirsDataLoader(tud.DataLoader):
         return self.dataset.state(counted=True).to_dict(worker=True)
 
     def load_state_dict(self, state) -> None:
-        """Resume the next iteration at ``state`` (see :meth:`LirsIterableDataset.load_state_dict`)."""
+        """Resume this DataLoader's next pass at ``state`` (see :meth:`LirsIterableDataset.load_state_dict`);
+        another DataLoader's pass over the dataset meanwhile (an evaluation's) delivers that epoch whole."""
         self.dataset.load_state_dict(state)
+        self.dataset.own_resume(id(self))
 
 
 def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin_memory: bool = False,

@@ -718,6 +718,41 @@ def test_fresh_workers_of_one_pass_deliver_one_epoch_whatever_is_posted_meanwhil
     del it_tr
 
 
+@pytest.mark.parametrize("train_workers", [0, 2])
+@pytest.mark.parametrize("evaluation", ["main", "persistent", "fresh"])
+def test_an_evaluation_between_a_load_and_the_resumed_pass_leaves_the_resume_to_it(kdd_file, train_workers,
+                                                                                    evaluation):
+    """Load a checkpoint into make_dataloader's DataLoader, validate with a DataLoader built by hand
+    over the same dataset, then train: the evaluation took the resume point (its persistent workers
+    from the board, fresh ones from their copy, the main process itself) and served what the
+    checkpoint had not consumed, silently. It is the loading DataLoader's: the evaluation delivers
+    that epoch whole, and the training pass resumes."""
+    import torch.utils.data as tud
+
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=5)
+    whole = _order(kdd_file, 100, 0, **kw)
+    first = make_dataloader(kdd_file, 100, **kw)
+    it = iter(first)
+    for _ in range(10):
+        next(it)
+    ckpt = first.state_dict()
+    del it
+    train = make_dataloader(kdd_file, 100, num_workers=train_workers, **kw)
+    workers = 0 if evaluation == "main" else 2
+    ev = tud.DataLoader(train.dataset, batch_size=None, num_workers=workers, persistent_workers=evaluation == "persistent")
+    try:
+        if evaluation == "persistent":
+            _ids(ev)  # its workers started before the load
+        train.load_state_dict(ckpt)
+        got = _ids(ev)
+        assert np.array_equal(np.sort(got), np.arange(len(whole))), "the evaluation served the epoch whole"
+        assert np.array_equal(_ids(train), whole[1000:]), "the training pass resumed"
+    finally:
+        train.dataset.close()
+
+
 def test_worker_pools_take_their_share_of_the_cores(monkeypatch, kdd_file):
     import torch.utils.data as tud
 
