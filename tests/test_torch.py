@@ -655,6 +655,18 @@ def test_a_newer_pass_of_persistent_workers_stops_the_older_one(kdd_file, granul
     assert np.array_equal(np.concatenate(head), _order(kdd_file, 80, 0, **kw)[:len(np.concatenate(head))])
 
 
+def _checkpoint_after_ten_batches(kdd_file):
+    """(epoch 0's order, make_dataloader's state after 10 batches of 100, the Loader keywords)."""
+    from lirs.torch import make_dataloader
+
+    kw = dict(granularity="group", group_bytes=8192, seed=5)
+    first = make_dataloader(kdd_file, 100, **kw)
+    it = iter(first)
+    for _ in range(10):
+        next(it)
+    return _order(kdd_file, 100, 0, **kw), first.state_dict(), kw
+
+
 @pytest.mark.parametrize("train_workers", [0, 2])
 def test_a_resume_is_taken_by_its_pass_alone_not_by_a_hand_built_dataloaders_workers(kdd_file, train_workers):
     """Resume training, then evaluate with a persistent DataLoader built by hand over the same
@@ -665,14 +677,7 @@ def test_a_resume_is_taken_by_its_pass_alone_not_by_a_hand_built_dataloaders_wor
 
     from lirs.torch import make_dataloader
 
-    kw = dict(granularity="group", group_bytes=8192, seed=5)
-    whole = _order(kdd_file, 100, 0, **kw)
-    first = make_dataloader(kdd_file, 100, **kw)
-    it = iter(first)
-    for _ in range(10):
-        next(it)
-    ckpt = first.state_dict()
-    del it
+    whole, ckpt, kw = _checkpoint_after_ten_batches(kdd_file)
     train = make_dataloader(kdd_file, 100, num_workers=train_workers, **kw)
     ev = tud.DataLoader(train.dataset, batch_size=None, num_workers=2, persistent_workers=True)
     try:
@@ -731,14 +736,7 @@ def test_an_evaluation_between_a_load_and_the_resumed_pass_leaves_the_resume_to_
 
     from lirs.torch import make_dataloader
 
-    kw = dict(granularity="group", group_bytes=8192, seed=5)
-    whole = _order(kdd_file, 100, 0, **kw)
-    first = make_dataloader(kdd_file, 100, **kw)
-    it = iter(first)
-    for _ in range(10):
-        next(it)
-    ckpt = first.state_dict()
-    del it
+    whole, ckpt, kw = _checkpoint_after_ten_batches(kdd_file)
     train = make_dataloader(kdd_file, 100, num_workers=train_workers, **kw)
     workers = 0 if evaluation == "main" else 2
     ev = tud.DataLoader(train.dataset, batch_size=None, num_workers=workers, persistent_workers=evaluation == "persistent")
