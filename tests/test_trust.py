@@ -136,6 +136,46 @@ def test_shard_directories_empty_shards_and_a_subset_named_after_its_directory(t
         lirs.build_index(str(e), progress=False)
 
 
+def test_a_sidecar_of_the_previous_lirs_keeps_its_directory_and_advice(tmp_path):
+    """Sidecars written before `directories` and `format_given` were kept in their meta: one with
+    `directory` (a directory indexed) still names a file added there, one with neither (DIR.lirs)
+    falls back to its name, and the advice takes `--format` from the files' extensions."""
+    def older(side, *gone):
+        def update(h):
+            h["meta"] = {k: v for k, v in h["meta"].items() if k not in gone}
+            return h
+        S.rewrite_header(side, update)
+
+    d = tmp_path / "set"
+    d.mkdir()
+    _svm(d / "a.svm", seed=1)
+    lirs.build_index(str(d), progress=False)
+    side = str(tmp_path / "set.lirs")
+    older(side, "format_given", "directories")
+    meta = S.read_sidecar(side)[0]["meta"]
+    assert "directories" not in meta and "format_given" not in meta
+    _svm(d / "b.svm", n=50, seed=2)
+    with pytest.raises(StaleIndexError, match=f"does not cover: b.svm; re-run `lirs index {d}`"):
+        lirs.Loader(side, 64)  # by its name DIR.lirs
+    elsewhere = str(tmp_path / "side.lirs")  # -o elsewhere, kept as `directory` (one)
+    lirs.build_index(str(d), out=elsewhere, progress=False)
+
+    def one_directory(h):
+        h["meta"]["directory"] = h["meta"].pop("directories")[0]
+        return h
+    S.rewrite_header(elsewhere, one_directory)
+    _svm(d / "c.svm", n=50, seed=3)
+    with pytest.raises(StaleIndexError, match=r"does not cover: c\.svm; re-run `lirs index .* -o "):
+        lirs.Loader(elsewhere, 64)
+    lines = tmp_path / "l.svm"
+    lines.write_bytes(b"1 1:1\n")
+    lirs.build_index(str(lines), format="lines", progress=False)
+    older(str(lines) + ".lirs", "format_given", "directories")
+    lines.write_bytes(b"2 1:1\n")
+    with pytest.raises(StaleIndexError, match=re.escape(f"re-run `lirs index {lines} --format lines`")):
+        lirs.Loader(str(lines), 1)  # .svm would choose libsvm: the option is named
+
+
 def test_sidecar_copied_beside_another_file_of_the_same_name_is_stale(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
