@@ -54,7 +54,7 @@ PLAN_AHEAD_CHUNKS = 2
 # takes the plans of a whole window at once (the batches before the first one of the window after,
 # which it then hands out), and with two chunks ready it waited for the planning thread to plan
 # them (on 16 cores a window epoch's consumer spent 43% of its time waiting for plans, 32% on 8,
-# benchmarks/results/16cores/cores_gil.json). That holds about one window more of planned records:
+# benchmarks/results/16cores/session11/cores_gil.json). That holds about one window more of planned records:
 # the plans' record IDs and the next window's step arrays, about 36 B a record (1/10 of a kdd-like
 # window's bytes), a small part of the two or three windows in flight, read and decoded.
 PLAN_AHEAD_MAX_BATCHES = 4096
@@ -82,7 +82,7 @@ PLAN_AHEAD_MIN_THREADS = 5  # a pool of fewer threads (usable cores + 1) plans o
 # was done delayed every batch; a deferred step's extents cost the pool's threads GIL hand-offs.
 # On 16 cores from the page cache (1 GB kdd-like, group, one run each in one call), 5.99M records/s
 # at the time, 7.70M with the consumer running no step, 6.88M with the extents found ahead
-# (benchmarks/results/16cores/bisect.json). Fewer cores keep both: there the consumer's help is a core's
+# (benchmarks/results/16cores/session11/bisect.json). Fewer cores keep both: there the consumer's help is a core's
 # worth and planning runs on its thread. 4 and 8 cores were not measured apart.
 POOL_ALONE_MIN_CORES = 8
 # A read from a filesystem held in memory (tmpfs, ramfs) is a copy: one thread per this many bytes
@@ -137,7 +137,7 @@ RUNS_SORTED_MAX = 256
 # Measured on 2 cores from this machine's NVMe disk (engine uring, 300 MB kdd-like, 16 MiB windows):
 # 1.06x the records/s of two, peak RSS +34 MiB (benchmarks/results/stages.json). From the page cache on
 # 2 cores it changed nothing measurable (ad hoc: the cores read and decode either way); on 16 cores a window epoch kept 7.8
-# of 16 cores busy and its consumer waited 38% of the time with two (benchmarks/results/16cores).
+# of 16 cores busy and its consumer waited 38% of the time with two (benchmarks/results/16cores/second-lease/).
 WINDOWS_IN_FLIGHT = 2
 WINDOWS_IN_FLIGHT_AHEAD = 3
 WINDOW_THIRD_MIN_CORES = 8
