@@ -1062,38 +1062,51 @@ def sec_consumer():
               f"{f(d['first_batch_preload_vs_off'])}×.")
 
 
-# the 16-core GPU machine lent to a session (tools/device_all.sh): its JSONs sit in results/16cores/, the
-# run before this round's pipeline changes beside them as *_before.json
+# the 16-core GPU machine lent to a session (tools/device_round.sh): the latest lease's JSONs sit in
+# results/16cores/ (its A/B calls in ab/N/), the run before this round's pipeline changes beside them as
+# *_before.json, the earlier lease of this round in session11/
 MANY = "16cores"
+LAST_16 = "session11/"  # the earlier lease's run of this round, kept beside the latest
 GOALS_16 = {"group": 10e6, "window": 10e6, "instance": 2.5e6}  # records/s, page cache, 16 cores
 
 
-def machine_16(suffix: str = "") -> str:
-    """The lent machine in words, from the run's machine.txt and its GPU benchmark."""
+def machine_16(suffix: str = "", sub: str = "") -> str:
+    """The lent machine in words, from the run's machine.txt and its GPU benchmark (``sub``: a folder
+    of an earlier lease's run, e.g. ``"session11/"``)."""
     try:
-        with open(os.path.join(RESULTS, MANY, f"machine{suffix}.txt")) as fh:
+        with open(os.path.join(RESULTS, MANY, f"{sub}machine{suffix}.txt")) as fh:
             txt = fh.read()
     except OSError:
         return "a 16-core machine"
     model = next((ln.split(":", 1)[1].strip() for ln in txt.splitlines() if ln.startswith("Model name")), "")
-    gpu = (load(f"{MANY}/train_gpu{suffix}") or {}).get("device", "")
+    gpu = (load(f"{MANY}/{sub}train_gpu{suffix}") or {}).get("device", "")
     gpu = gpu[gpu.find("(") + 1:gpu.rfind(")")] if "(" in gpu else ""
     return "16 cores" + (f" ({model})" if model else "") + (f", an {gpu}" if gpu else "")
 
 
-def load_cores_16(suffix: str = ""):
+def load_cores_16(suffix: str = "", sub: str = ""):
     """The 16-core cores run; granularities its time budget left out are taken from a run made right
-    after on the same machine (cores_gil{suffix}_<granularity>.json), where there is one."""
-    d = load(f"{MANY}/cores_gil{suffix}")
+    after on the same machine (cores_gil{suffix}_<granularity>.json), where there is one, and a
+    16-core cell it left out from the first A/B run of the same tree on that lease (ab/N/cores_ab.json)."""
+    d = load(f"{MANY}/{sub}cores_gil{suffix}")
     if not d:
         return None
     d = dict(d, extra=[])
     have = {r["granularity"] for r in d["rows"]}
     for g in ("group", "window", "instance"):
-        more = load(f"{MANY}/cores_gil{suffix}_{g}")
+        more = load(f"{MANY}/{sub}cores_gil{suffix}_{g}")
         if g not in have and more:
             d["rows"] = d["rows"] + [r for r in more["rows"] if r["granularity"] == g]
-            d["extra"].append((g, more))
+            d["extra"].append((g, more, (f"The {g} rows come from a second run right after on the same machine "
+                                         f"({source(more)}), since the first one's time budget ran out before them.")))
+    for g in ("group", "window", "instance"):
+        ab = next((a for _, a in ([] if suffix or sub else ab_calls_16())
+                   if a.get("code_commit") == d.get("code_commit") and _rate(a, g, 16)), None)
+        if _rate(d, g, 16) is None and ab:
+            d["rows"] = d["rows"] + [r for r in ab["rows"] if r["granularity"] == g and r["cores"] == 16]
+            d["extra"].append((g, ab, (f"The {g} cell on 16 cores comes from the first A/B run of the same tree "
+                                       "right after (below; no GIL record), since this run's time budget ran "
+                                       "out before it.")))
     return d
 
 
@@ -1154,33 +1167,36 @@ def sec_cores_16():
     d = load_cores_16()
     if not d:
         return None
-    before = load_cores_16("_before")
+    before, last = load_cores_16("_before"), load_cores_16(sub=LAST_16)
     counts = sorted({r["cores"] for r in d["rows"] if r["mode"] == "page-cache"})
     rows = []
     for g in ("group", "window", "instance"):
         rates = [_rate(d, g, c) for c in counts]
         if not any(rates):
             continue
-        r8, r16, was = _rate(d, g, 8), _rate(d, g, 16), _rate(before, g, 16)
+        r8, r16, was, then = _rate(d, g, 8), _rate(d, g, 16), _rate(before, g, 16), _rate(last, g, 16)
         gil = next((r.get("gil_share") for r in d["rows"] if r["mode"] == "page-cache" and r["granularity"] == g
                     and r["cores"] == 16), None)
         rows.append([g] + [f(None if x is None else x / 1e6) for x in rates]
                     + [f(r16 / r8 if r16 and r8 else None), "–" if gil is None else f"{100 * gil:.0f}%",
-                       f(None if was is None else was / 1e6),
-                       f"{GOALS_16[g] / 1e6:g}M: {goal(bool(r16) and r16 >= GOALS_16[g])}"])
-    extra = "".join(f" The {g} rows come from a second run right after on the same machine ({source(m)}), "
-                    f"since the first one's time budget ran out before them." for g, m in d["extra"])
+                       f(None if was is None else was / 1e6)]
+                    + ([f(None if then is None else then / 1e6)] if last else [])
+                    + [f"{GOALS_16[g] / 1e6:g}M: {goal(bool(r16) and r16 >= GOALS_16[g])}"])
+    extra = "".join(" " + why for _, _, why in d["extra"])
     was = "" if not before else (f"; the column \"before\" is the same benchmark on {machine_16('_before')} "
                                  f"with lirs at {before.get('code_commit', '?')}, before this round's pipeline "
                                  f"changes (a read step run by the thread that claims it first, kept decode "
                                  f"threads, a step's Python in kernels, recycled step memory)")
+    if last:
+        was += (f"; the column \"{LAST_16[:-1]}\" is the run of an earlier lease ({machine_16(sub=LAST_16)}, "
+                f"{(last.get('date') or '?')[:10]}, lirs at {last.get('code_commit', '?')}, `{MANY}/{LAST_16}`)")
     text = (f"### Sixteen cores and a GPU\n\nThe same benchmark on {machine_16()}, a machine lent to one "
             f"session ({source(d)}; `tools/device_all.sh`): page cache (the file in /dev/shm, engine `buffered`), "
             f"{d['data']['bytes'] / 1e9:.1f} GB kdd-like, batch {d['batch_size']}, lirs at "
             f"{d.get('code_commit', '?')}. M records/s by cores{was}.{extra}\n\n"
-            + table(["granularity"] + [f"{c} cores" for c in counts] + ["8 → 16", "GIL at 16", "before, 16",
-                                                                         "goal at 16"], rows))
-    for more in (ab_cores_16(), bisect_16()):
+            + table(["granularity"] + [f"{c} cores" for c in counts] + ["8 → 16", "GIL at 16", "before, 16"]
+                    + ([f"{LAST_16[:-1]}, 16"] if last else []) + ["goal at 16"], rows))
+    for more in (ab_cores_16(), pread_16(), bisect_16()):
         if more:
             text += "\n\n" + more
     t = load(f"{MANY}/torch")
@@ -1189,7 +1205,7 @@ def sec_cores_16():
         tw, twb = load(f"{MANY}/torch_window"), load(f"{MANY}/torch_window_before")
         win = "" if not tw or not tw.get("ratio_vs_w0") else (
             "; with granularity window " + _ratios(tw)
-            + ("" if not twb else f" (before: {_ratios(twb)})"))
+            + ("" if not twb else f" (before: {_ratios(twb)})") + ab_torch_window_16())
         ok = all(v >= 1.0 for x in (t, tw or {}) for v in x.get("ratio_vs_w0", {}).values())
         text += (f"\n\n`make_dataloader` on that machine ({source(t)}; lirs at {t.get('code_commit', '?')}), "
                  f"workers against `num_workers=0` ({t['records_per_s']['torch_w0'] / 1e6:.2f}M records/s), group "
@@ -1212,42 +1228,81 @@ def sec_cores_16():
     return text
 
 
-def _earlier(prefix: str) -> list:
+def _earlier(prefix: str, sub: str = "") -> list:
     """``(commit, result)`` of the earlier trees a same-machine A/B (tools/device_ab.sh) ran:
-    ``16cores/<prefix>_<commit>.json``."""
-    found = sorted(glob.glob(os.path.join(RESULTS, MANY, f"{prefix}_[0-9a-f]*.json")))
+    ``16cores/<sub><prefix>_<commit>.json``."""
+    found = sorted(glob.glob(os.path.join(RESULTS, MANY, f"{sub}{prefix}_[0-9a-f]*.json")))
     names = [os.path.basename(p)[len(prefix) + 1:-5] for p in found]
-    return [(c, load(f"{MANY}/{prefix}_{c}")) for c in names if re.fullmatch(r"[0-9a-f]{7,40}", c)]
+    return [(c, load(f"{MANY}/{sub}{prefix}_{c}")) for c in names if re.fullmatch(r"[0-9a-f]{7,40}", c)]
+
+
+def ab_calls_16() -> list:
+    """``(sub, this tree's cores_ab result)`` of each A/B call of the lease: ``16cores/ab/N/`` in order
+    (each call ran this tree, then the earlier trees beside it), or ``16cores/`` itself."""
+    subs = sorted((os.path.relpath(p, os.path.join(RESULTS, MANY)) + "/"
+                   for p in glob.glob(os.path.join(RESULTS, MANY, "ab", "*")) if os.path.isdir(p)),
+                  key=lambda x: int(x.split("/")[1]) if x.split("/")[1].isdigit() else 0) or [""]
+    return [(sub, d) for sub in subs if (d := load(f"{MANY}/{sub}cores_ab"))]
 
 
 def ab_cores_16() -> str | None:
-    """The same-machine comparison of this tree's pipeline with earlier ones (tools/device_ab.sh)."""
-    d = load(f"{MANY}/cores_ab")
-    if not d:
+    """The same-machine comparison of this tree's pipeline with earlier ones (tools/device_ab.sh), one
+    clause per earlier tree of each A/B call."""
+    calls = ab_calls_16()
+    if not calls:
         return None
     parts = []
-    for c, e in _earlier("cores_ab"):
-        cells = []
-        for n in sorted({r["cores"] for r in d["rows"]}):
-            for g in ("group", "window"):
-                now, was = _rate(d, g, n), _rate(e, g, n)
-                if now and was:
-                    cells.append(f"{g} on {n} cores {now / 1e6:.2f}M against {was / 1e6:.2f}M ({now / was:.2f}×)")
-        parts.append(f"lirs at {d.get('code_commit', '?')} against {c}: " + ", ".join(cells))
-    return (f"The same machine class again, a later lease, this tree and an earlier one run one after the other "
-            f"on the same data (`tools/device_ab.sh`, {source(d)}; no GIL records), page cache, M records/s: "
-            + "; ".join(parts) + ".")
+    for sub, d in calls:
+        for c, e in _earlier("cores_ab", sub):
+            cells = []
+            for n in sorted({r["cores"] for r in d["rows"]}):
+                for g in ("group", "window", "instance"):
+                    now, was = _rate(d, g, n), _rate(e, g, n)
+                    if now and was:
+                        cells.append(f"{g} on {n} cores {now / 1e6:.2f}M against {was / 1e6:.2f}M ({now / was:.2f}×)")
+            parts.append(f"lirs at {d.get('code_commit', '?')} against {c}" + (f" (`{sub}`)" if sub else "")
+                         + ": " + ", ".join(cells))
+    d = calls[0][1]
+    return (f"The same machine, this tree and earlier ones run one after the other on the same data, each with "
+            f"its own benchmark scripts (`tools/device_ab.sh`, {source(d)}; no GIL records), page cache, M "
+            f"records/s, one call each (a difference under ~10% is within a call's spread): " + "; ".join(parts) + ".")
+
+
+def ab_torch_window_16() -> str:
+    """The same-machine A/B of window epochs with DataLoader workers (torch_window_ab*.json), or ""."""
+    out = []
+    for sub, _ in ab_calls_16():
+        t = load(f"{MANY}/{sub}torch_window_ab")
+        if t and t.get("ratio_vs_w0"):
+            out.append(f"in an A/B right after (`{sub}`): lirs at {t.get('code_commit', '?')} {_ratios(t)} "
+                       f"({t['records_per_s']['torch_w0'] / 1e6:.2f}M with none)"
+                       + "".join(f", {c} {_ratios(e)} ({e['records_per_s']['torch_w0'] / 1e6:.2f}M)"
+                                 for c, e in _earlier("torch_window_ab", sub) if e.get("ratio_vs_w0")))
+    return "" if not out else " (" + "; ".join(out) + ")"
+
+
+def pread_16() -> str | None:
+    """Page-cache preads from many threads through one descriptor or one each (16cores/pread.json)."""
+    d = load(f"{MANY}/pread")
+    if not d:
+        return None
+    cells = [f"{r['threads']} threads {r['shared_reads_per_s'] / 1e6:.2f}M reads/s shared, "
+             f"{r['own_reads_per_s'] / 1e6:.2f}M own ({r['own_vs_shared']:.2f}×)" for r in d["rows"]]
+    return (f"Reads of an instance epoch from the page cache through one descriptor for all threads or one "
+            f"each, as each reading thread of lirs preads through its own ({source(d)}; lirs at "
+            f"{d.get('code_commit', '?')}): " + "; ".join(cells) + ".")
 
 
 def bisect_16() -> str | None:
-    """The 16-core bisect of the group rate (16cores/bisect.json): each tree's records/s against the first."""
-    d = load(f"{MANY}/bisect")
+    """The 16-core bisect of the group rate (16cores/session11/bisect.json): each tree's records/s against
+    the first."""
+    d = load(f"{MANY}/{LAST_16}bisect")
     if not d:
         return None
     first = d["trees"][0]
     cells = [f"{t['commit']} ({t['what']}) {t['records_per_s'] / 1e6:.2f}M, {t['vs_' + first['commit']]:.2f}×"
              for t in d["trees"][1:]]
-    return (f"A bisect of the group rate on 16 cores, a third lease ({source(d)}; {d['what']}): lirs at "
+    return (f"A bisect of the group rate on 16 cores, the earlier lease ({source(d)}; {d['what']}): lirs at "
             f"{first['commit']} {first['records_per_s'] / 1e6:.2f}M records/s; " + "; ".join(cells) + ".")
 
 
