@@ -3,6 +3,7 @@ from __future__ import annotations
 
 INT32_MAX = 2**31 - 1      # CSR index arrays are int32 up to it (scipy's rule), else int64
 INT64_MAX = 2**63 - 1      # the largest feature count (indices are int64 past INT32_MAX)
+GROUP_BYTES_MAX = 1 << 62  # the largest group_bytes: group spans and their sums stay within int64
 BLOCK = 4096               # O_DIRECT alignment of offsets, sizes and buffers; the planner's page
 COPY_ALIGN = 64            # where a copying engine's extents start in a step's buffer (a cache line)
 FORMATS = ("libsvm", "lines", "tfrecord", "npy", "fixed")   # record formats of an index

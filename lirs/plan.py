@@ -59,7 +59,7 @@ import numpy as np
 
 from . import seeds
 from .api import whole
-from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, EXTENTS_COPY_MIN_BYTES, INDEX_READ_GAP,
+from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, EXTENTS_COPY_MIN_BYTES, GROUP_BYTES_MAX, INDEX_READ_GAP,
                         INDEX_READ_SPAN, INDEX_RELEASE_BATCHES, RUNS_SORTED_MAX, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
 from .errors import IndexFormatError, UsageError
 from .kernels import plan as K
@@ -425,6 +425,9 @@ def check_args(batch_size, granularity, group_bytes, window, rank, world_size, s
     if pol.uses_group_bytes:
         if int(group_bytes) < block or int(group_bytes) % block:
             raise UsageError(f"group_bytes must be a positive multiple of {block}, got {group_bytes}")
+        if int(group_bytes) > GROUP_BYTES_MAX:  # past int64 the planning kernels cannot take it
+            raise UsageError(f"group_bytes must be at most 2**62 ({GROUP_BYTES_MAX}), got {group_bytes}: a "
+                             f"group as large as the dataset already plans it as one")
     if pol.uses_window:
         window_groups(window, group_bytes, 1)  # raises on a spec that cannot work
     if int(world_size) < 1:

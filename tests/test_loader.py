@@ -667,6 +667,7 @@ def _policies():
 @pytest.mark.parametrize("kw,said", [
     (dict(rank=1.5, world_size=2), "rank must be an int"), (dict(world_size=2.7), "world_size must be an int"),
     (dict(seed=1.5), "seed must be an int"), (dict(group_bytes=4096.5), "group_bytes must be an int"),
+    (dict(granularity="group", group_bytes=2**64), r"group_bytes must be at most 2\*\*62"),
     (dict(window=2.5), "window must be a group count"), (dict(depth=0), "depth must be >= 1"),
     (dict(depth=1.5), "depth must be an int"), (dict(depth=33000), "depth must be at most 4096"),
     (dict(direct=0), "direct must be True, False or None, got 0"), (dict(direct="no"), "direct must be"),
