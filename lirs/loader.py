@@ -88,7 +88,7 @@ class Loader:
         default ``"window"``. ``"auto"``: the choice ``lirs bench DATA --auto`` saved for this
         dataset (with its group_bytes and window), or ``"window"`` when there is none.
     group_bytes : int
-        Bytes of a group (granularity group and window), a multiple of 4096.
+        Bytes of a group (granularity group and window), a multiple of 4096, at most 2**62.
     window : int or str
         Granularity ``window``: the memory its random groups are dealt from — ``"auto"`` (None: the
         default, 5% of the data within 16 MiB .. 256 MiB), a size such as ``"64M"``, a share of the
