@@ -8,7 +8,7 @@ import json
 import logging
 import os
 
-from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
+from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, GROUP_BYTES_MAX
 from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 
 AUTO = "auto"  # the granularity that reads what `lirs bench --auto` saved
@@ -104,7 +104,8 @@ def load_recommendation(index) -> dict | None:
         log.warning("ignoring %s: unknown granularity %r", path, doc.get("granularity"))
         return None
     gb, w = doc.get("group_bytes"), doc.get("window")
-    if gb is not None and (type(gb) is not int or gb < BLOCK or gb % BLOCK) or w is not None and not _window_ok(w, gb):
+    if gb is not None and (type(gb) is not int or gb < BLOCK or gb % BLOCK or gb > GROUP_BYTES_MAX) \
+            or w is not None and not _window_ok(w, gb):
         log.warning("ignoring %s: group_bytes %r or window %r is not a size", path, gb, w)
         return None
     return doc

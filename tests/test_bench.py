@@ -1060,7 +1060,7 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog, c
     # valid JSON of the wrong shape (a list, a size that is not one, no config) is ignored too
     good = dict(doc, n=doc["n"] - 1)
     for bad in ([], 5, dict(good, group_bytes="abc"), dict(good, window=[1]), dict(good, window=-1),
-                dict(good, window="garbage"), dict(good, group_bytes=1000)):
+                dict(good, window="garbage"), dict(good, group_bytes=1000), dict(good, group_bytes=2**64)):
         with open(path, "w") as f:
             json.dump(bad, f)
         caplog.clear()
