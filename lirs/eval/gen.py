@@ -44,9 +44,10 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import seeds
-from ..inputs import compressed, extension_format, labels_path
+from ..inputs import extension_format, labels_path
 from ..errors import UsageError
 from ..external.disk import free_bytes
+from ..external.outputs import read_back_as
 from ..litter import clean_dead_temps, out_dir, temp_name
 from ..units import format_bytes, parse_size
 from .kernels import gen as K
@@ -305,13 +306,13 @@ def _check_name(profile: str, path: str) -> None:
     a compression or a lirs index (``x.svm.gz``, ``x.lirs``: the data is written plain): lirs would read it
     back as that and fail; no extension, or one of no known format, is taken."""
     ext = PROFILES[profile]["ext"]
-    named, fmt = extension_format(path), extension_format("x" + ext)
-    own = os.path.splitext(path)[1].lower()
-    if own == ".lirs" or compressed(path) is not None:  # written plain: read back as an index or compressed
-        raise UsageError(f"-o {path} would be read back as {'a lirs index' if own == '.lirs' else 'compressed'} "
-                         f"(its extension), but lirs gen writes plain {fmt} data: name it with {ext}")
-    if named is not None and named != fmt:
-        raise UsageError(f"-o {path} would be read back as {named} (its extension), but {profile} writes {fmt}: "
+    fmt = extension_format("x" + ext)
+    why = read_back_as(path, fmt)
+    if why in ("a lirs index", "compressed"):  # written plain: read back as an index or compressed
+        raise UsageError(f"-o {path} would be read back as {why} (its extension), but lirs gen writes plain "
+                         f"{fmt} data: name it with {ext}")
+    if why is not None:
+        raise UsageError(f"-o {path} would be read back as {why} (its extension), but {profile} writes {fmt}: "
                          f"name it with {ext}")
 
 

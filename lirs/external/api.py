@@ -58,7 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..inputs import absolute, compressed, expand_paths, extension_format, labels_candidates, labels_path
+from ..inputs import absolute, expand_paths, extension_format, labels_candidates, labels_path
 from ..sidecar import belonging, sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
@@ -67,7 +67,7 @@ from ..units import format_bytes, parse_size
 from .disk import check_space, direct_ok
 from .formats import Dataset, open_dataset
 from .memory import MemoryPlan, fd_pile_limit, plan_memory
-from .outputs import Layout
+from .outputs import Layout, read_back_as
 from .passes import Pass2, pass1, pass2
 from .writer import Output
 
@@ -172,15 +172,13 @@ def _check_name(out: str, shards, ds) -> None:
     TFRecord shuffle written to ``o.svm`` would be read back as LIBSVM and fail), a compression
     (the records are written plain: ``o.svm.gz`` would be refused as a misnamed gzip file) or a
     lirs index (``o.lirs``: read as one, it is not)."""
-    ext = os.path.splitext(out)[1].lower() if shards is None else ""
-    if shards is None and (ext == ".lirs" or compressed(out) is not None):  # a --shards directory is read as files
-        raise UsageError(f"output {out} would be read back as {'a lirs index' if ext == '.lirs' else 'compressed'} "
-                         f"(its extension), but lirs shuffle writes plain records: name it without {ext}")
-    named = extension_format(out) if shards is None else None
-    if named is not None and named != ds.fmt:
-        ext = _output_ext(ds)
-        raise UsageError(f"output {out} would be read back as {named} (its extension), but the records are "
-                         f"{ds.fmt}; name it with {ext}")
+    why = None if shards is not None else read_back_as(out, ds.fmt)  # a --shards directory is read as files
+    if why in ("a lirs index", "compressed"):
+        raise UsageError(f"output {out} would be read back as {why} (its extension), but lirs shuffle writes "
+                         f"plain records: name it without {os.path.splitext(out)[1].lower()}")
+    if why is not None:
+        raise UsageError(f"output {out} would be read back as {why} (its extension), but the records are "
+                         f"{ds.fmt}; name it with {_output_ext(ds)}")
 
 
 def _output_ext(ds) -> str:

@@ -11,11 +11,24 @@ import os
 import shutil
 
 from ..build import build
-from ..inputs import labels_path
+from ..inputs import compressed, extension_format, labels_path
 from ..litter import clean_dead_temps, fsync_dir, temp_name
 from ..sidecar import sidecar_path
 from .formats import Dataset
 from .writer import Shard
+
+
+def read_back_as(path: str, fmt: str) -> str | None:
+    """What lirs would read an output named ``path`` back as, where that is not the plain ``fmt``
+    records written there: ``"a lirs index"`` (a ``.lirs`` name), ``"compressed"`` (``.gz`` and the
+    like) or the format its extension names (``o.svm`` for TFRecord records); None when the name
+    fits (no extension, or one of no known format). `lirs shuffle` and `lirs gen` refuse such names."""
+    if os.path.splitext(path)[1].lower() == ".lirs":
+        return "a lirs index"
+    if compressed(path) is not None:
+        return "compressed"
+    named = extension_format(path)
+    return named if named is not None and named != fmt else None
 
 
 def shard_names(shards: int, ext: str) -> list[str]:
