@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .constants import BLOCK, POOL_ALONE_MIN_CORES, RING_MAX_BYTES, STEP_MIN_BYTES, WINDOW_THIRD_MIN_CORES, WINDOWS_IN_FLIGHT, WINDOWS_IN_FLIGHT_AHEAD
+from .windows import group_span
 
 STEP_SHAPES = ("batch", "batches", "window")
 UNIT_KINDS = ("record", "block", "group")
@@ -73,7 +74,8 @@ class Policy:
         ``workers``, and the one being consumed; for window steps ``windows`` windows (see
         :func:`windows_in_flight`), or the windows that ``prefetch + 1`` batches span if more."""
         if self.steps == "window":
-            window_bytes = plan.window * plan.group_bytes
+            # a group of records larger than group_bytes holds one of them (group_span's bytes)
+            window_bytes = plan.window * group_span(plan.group_bytes, plan.index.payload_bytes, plan.index.n)
             return max(int(windows), -(-int((prefetch + 1) * batch_bytes(plan)) // window_bytes) + 1)
         per = self.batches_per_step(plan)
         return prefetch + 1 if per == 1 else max(-(-(prefetch + 1) // per), int(workers)) + 1

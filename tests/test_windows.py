@@ -114,6 +114,21 @@ def test_small_windows_still_prefetch_batches(kdd, monkeypatch):
     assert 5 < most <= want + max(len(bp.parts) for bp in plan.batches(extents=False))
 
 
+def test_windows_of_records_larger_than_a_group_count_their_bytes_in_flight():
+    """A window of 3 groups of one 256 KiB record each holds 768 KiB, not 3 x group_bytes: the
+    windows that prefetch + 1 batches span are counted by those bytes (60 records, batch 2: about
+    5 windows in flight, where 3 x 64 KiB windows made it 15, 12 MB of a 16 MB dataset)."""
+    from lirs.index import Index
+    from lirs.plan import plan_epoch
+
+    n, size = 60, 256 << 10
+    idx = Index.from_arrays(["/nonexistent/big.svm"], "libsvm", offsets=np.arange(n, dtype=np.int64) * size,
+                            data_ends=[n * size], file_starts=[0, n])
+    plan = plan_epoch(idx, 2, "window", group_bytes=65536, window=3)
+    window_bytes = plan.window * size
+    assert pipeline.steps_in_flight(plan, 8) == max(2, -(-9 * 2 * size // window_bytes) + 1) == 7
+
+
 def test_cli_takes_window_sizes(kdd, capsys):
     assert cli_main(["order", kdd, "--granularity", "window", "--window", "5%", "--batch-size", "128",
                      "--group-bytes", "16K"]) == 0
