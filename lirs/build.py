@@ -70,6 +70,8 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
             featureless = 0  # LIBSVM files without any feature (sklearn's "auto" then reads zero-based)
             for p, keep in zip(files, plan or [None] * len(files)):
                 fp0 = fingerprint(p)
+                if keep is not None and keep.seen != fp0:  # changed since it was planned: plan again
+                    raise Unconfirmed(p)
                 if fmt == "lines" and guessed:
                     refuse_misread(p)
                 lo_hi = sc.stats[:2].copy()
@@ -334,9 +336,13 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
         except Exception as e:
             if not (isinstance(e, Unconfirmed) or guessed_wrong(plan)):
                 raise
-            log.info("changed before its old end (%s); planning from its checksums", e)
+            log.info("changed before its old end or since it was planned (%s); planning from its checksums", e)
             plan = plan_update(files, format, out)
-            dest = _build_variable(files, format, out, chunk_bytes, progress, plan, where, guessed)
+            try:
+                dest = _build_variable(files, format, out, chunk_bytes, progress, plan, where, guessed)
+            except Unconfirmed as again:  # changed once more between planning and scanning
+                raise DataError(f"{again}: file changed while it was being indexed (still being written?); run "
+                                "`lirs index` again once it is complete") from None
     else:
         dest = _build_fixed(files, format, out, record_size, header_size, where)
     log.info("indexed %d file(s) as %s in %.2fs -> %s", len(files), format, time.perf_counter() - t0, dest)

@@ -29,7 +29,7 @@ import numpy as np
 from .content import SUM_BLOCK, BlockSums, block_count, check_in_background, first_changed_block
 from .errors import IndexFormatError, StaleIndexError
 from .inputs import SUM_TAPS, pread_full
-from .freshness import staleness
+from .freshness import fingerprint, staleness
 
 log = logging.getLogger("lirs.index")
 
@@ -46,6 +46,7 @@ class Keep:
     byte: int = 0
     block: int = 0  # the marks row (block boundary) whose state the restart continues
     pending: object = None  # a Future of the checksum check this keep assumes found no change
+    seen: object = None  # the file's fingerprint when it was planned: the scan starts on that file or not at all
 
 
     @property
@@ -116,6 +117,15 @@ def settle(plan, cancel: bool = True) -> None:
 def _plan_file(old, f, path: str, fmt: str, speculate: bool = False):
     if f is None:
         return None
+    seen = fingerprint(path)  # before it is judged: a change after this one is found at the scan
+    keep = _judge(old, f, path, fmt, speculate)
+    if keep is not None:
+        keep.seen = seen
+    return keep
+
+
+def _judge(old, f, path: str, fmt: str, speculate: bool):
+    """The :class:`Keep` of ``path`` (file ``f`` of ``old``) as it is now, or None (scan it whole)."""
     fp = old.fingerprints[f]
     why = staleness(path, fp, None)[0]  # the cheap answer: size, mtime and sampled blocks
     if why is None:

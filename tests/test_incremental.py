@@ -398,3 +398,49 @@ def test_a_failed_append_scan_says_why_while_the_old_bytes_check_waits(tmp_path,
     with pytest.raises(DataError, match=r"d\.tfrecord: .*record 2000 at byte \d+"):
         lirs.build_index(str(p), progress=False)
     checker.shutdown()
+
+
+@pytest.mark.parametrize("where", ["unchanged", "appended"])
+def test_a_file_changed_after_it_was_planned_is_planned_again_not_kept_as_planned(tmp_path, monkeypatch, where):
+    """A writer that appends to a file after `lirs index` judged it unchanged (or planned its
+    append) but before its scan began: the index kept the old records under the new fingerprint,
+    every later `lirs index` then took the file as unchanged, and the new records were never
+    served (no error). The scan compares the file with what was planned and plans again; a file
+    that changes again in between is refused as still being written."""
+    d = tmp_path / "set"
+    d.mkdir()
+    for i in range(2):
+        (d / f"part{i}.svm").write_text(_lines(2000, 30 + i))
+    lirs.build_index(str(d), progress=False)
+    if where == "appended":
+        with open(d / "part1.svm", "a") as f:
+            f.write(_lines(50, 40))
+    real, appends = I.plan_update, []
+
+    def plan_then_write(*a, **k):
+        p = real(*a, **k)
+        if len(appends) < 1:  # a writer, right after the first plan
+            with open(d / "part1.svm", "a") as f:
+                f.write("1 5:5\n1 6:6\n1 7:7\n")
+            appends.append(1)
+        return p
+
+    monkeypatch.setattr("lirs.build.plan_update", plan_then_write)
+    idx = lirs.build_index(str(d), progress=False)
+    lines = sum(1 for p in sorted(d.iterdir()) for ln in open(p) if ln.strip() and not ln.startswith("#"))
+    assert idx.n == lines == 4000 + (50 if where == "appended" else 0) + 3
+    monkeypatch.setattr("lirs.build.plan_update", real)
+    assert lirs.build_index(str(d), progress=False).n == lines  # and kept as such
+
+    (d / "part2.svm").write_text(_lines(60000, 41))  # past a checksum block: its appends keep a head
+    lirs.build_index(str(d), progress=False)
+
+    def always(*a, **k):  # a file written to between every plan and its scan: refused, not kept
+        p = real(*a, **k)
+        with open(d / "part2.svm", "a") as f:
+            f.write("1 8:8\n")
+        return p
+
+    monkeypatch.setattr("lirs.build.plan_update", always)
+    with pytest.raises(lirs.DataError, match="part2.svm: file changed while it was being indexed"):
+        lirs.build_index(str(d), progress=False)
