@@ -63,6 +63,7 @@ from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, EXTENTS_COPY
                         INDEX_READ_SPAN, INDEX_RELEASE_BATCHES, RUNS_SORTED_MAX, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
 from .errors import IndexFormatError, UsageError
 from .kernels import plan as K
+from .kernels import steps as KS
 from .libc import Libc
 from .memory import copy_held
 from .offsets import offset_arrays
@@ -83,6 +84,7 @@ _UNIT_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 _SCRATCH = threading.local()  # each thread's offsets scratch (offsets_scratch)
+_NO_DEAL = np.empty(0, np.int64)  # step_extents: the records kept in the order found
 
 
 def offsets_scratch(n: int) -> np.ndarray:
@@ -273,9 +275,11 @@ class EpochPlan:
         rx = np.empty(k, np.int32)
         rp = np.empty(k, np.int64)
         rl = np.empty(k, np.int64)
-        ne = self._extents(ids, (ef, eo, en, rx, rp, rl), piece_runs) if k else 0
-        if order is not None:
-            # extents are found on the unit-ordered records (runs sort fast), then all move together
+        # extents are found on the unit-ordered records (runs sort fast), then all move together
+        ne, dealt_all = self._extents(ids, (ef, eo, en, rx, rp, rl), piece_runs, order) if k else (0, None)
+        if dealt_all is not None:
+            ids, rx, rp, rl = dealt_all
+        elif order is not None:
             ids, rx, rp, rl = K.gather_records(order, ids, rx, rp, rl)
         cut = (ef[:ne], eo[:ne], en[:ne])
         if eo.nbytes >= EXTENTS_COPY_MIN_BYTES:  # arrays sized by the records: a window's hold tens of MB
@@ -289,20 +293,21 @@ class EpochPlan:
         (step.ext_file, step.ext_offset, step.ext_nbytes, step.rec_extent, step.rec_pos,
          step.rec_len) = full.ext_file, full.ext_offset, full.ext_nbytes, full.rec_extent, full.rec_pos, full.rec_len
 
-    def _extents(self, ids: np.ndarray, out: tuple, piece_runs: int) -> int:
+    def _extents(self, ids: np.ndarray, out: tuple, piece_runs: int, order=None) -> tuple:
         """Fill ``out`` (the extent and record arrays of :func:`lirs.kernels.plan.extents`) for
-        ``ids`` int64 (k >= 1,); returns the number of extents. The runs are visited in ID order.
+        ``ids`` int64 (k >= 1,); returns the number of extents and, where one kernel call also
+        put them in the delivery order ``order`` (int64 (k,) or None), ``(ids, rec_extent, rec_pos,
+        rec_len)`` so (else None). The runs are visited in ID order.
 
         A step of many batches (``piece_runs`` > 0: a window, a group step) has runs all over the
         index, and every offset it touches in a memory-mapped table maps the pages (or the whole
         large folio) around it: its offsets are read with pread from the sidecar instead, in one
         kernel call, when the table is a map of one; else the runs go ``piece_runs`` per call, the
-        index pages released after each. 0: one pass through the table (a batch's step)."""
-        heads, keys = np.empty(len(ids), np.int64), np.empty(len(ids), np.int64)
-        order = np.empty(min(len(ids), RUNS_SORTED_MAX), np.int64)
-        n = K.run_heads(ids, heads, keys, order, RUNS_SORTED_MAX)
-        heads = heads[:n]
-        runs = order[:n] if n <= RUNS_SORTED_MAX else np.argsort(keys[:n])
+        index pages released after each. 0: one pass through the table (a batch's step). A pass of
+        at most RUNS_SORTED_MAX runs (a group step's) is one call (:mod:`lirs.kernels.steps`)."""
+        k = len(ids)
+        heads, keys = np.empty(k, np.int64), np.empty(k, np.int64)
+        runs = np.empty(min(k, RUNS_SORTED_MAX), np.int64)
         state = np.array([-1, -1, -1, 0], np.int64)  # last extent, its file, its end; error
         fd, rel_off = -1, 0
         if piece_runs > 0 and self._rel_file is not None:
@@ -310,19 +315,37 @@ class EpochPlan:
             fd = file.fd
         elif piece_runs > 0 and self._rs > 0:
             piece_runs = 0  # records of a fixed size: no offset is read, no index page is mapped
+        base, rel, wide = self._offs
+        args = (base, rel, wide, *self._libc, fd, rel_off, INDEX_READ_GAP, INDEX_READ_SPAN, self._fs, self._de,
+                self._hs, self._rs, self.align, *out, state)
+        if piece_runs <= 0 and (self.ufirst is not None or k <= RUNS_SORTED_MAX):
+            # one pass: runs, extents and the deal in one call where the runs are few (not an instance step's)
+            few = min(k, RUNS_SORTED_MAX)
+            room = 0 if self._rs > 0 else min(k + few * (INDEX_READ_GAP + 2), len(rel) + few)
+            n, ne, *dealt = KS.step_extents(ids, _NO_DEAL if order is None else order, heads, keys, runs,
+                                            RUNS_SORTED_MAX, *args, offsets_scratch(room))
+            if n <= RUNS_SORTED_MAX:
+                self._raise_state(state)
+                return ne, None if order is None else tuple(dealt)
+        else:
+            n = K.run_heads(ids, heads, keys, runs, RUNS_SORTED_MAX)
+        heads = heads[:n]
+        runs = runs[:n] if n <= RUNS_SORTED_MAX else np.argsort(keys[:n])
         step = len(runs) if piece_runs <= 0 else int(piece_runs)
         ne = 0
-        base, rel, wide = self._offs
-        room = 0 if self._rs > 0 else min(len(ids) + min(step, len(runs)) * (INDEX_READ_GAP + 2), len(rel) + len(runs))
+        room = 0 if self._rs > 0 else min(k + min(step, len(runs)) * (INDEX_READ_GAP + 2), len(rel) + len(runs))
         src = offsets_scratch(room)
         for lo in range(0, len(runs), step):
-            ne = K.extents(ids, heads, runs[lo:lo + step], base, rel, wide, *self._libc, fd, rel_off, INDEX_READ_GAP,
-                           INDEX_READ_SPAN, self._fs, self._de, self._hs, self._rs, self.align, *out, state, src)
-            if state[3]:
-                raise _index_read_error(None if self._rel_file is None else self._rel_file[0].path, int(state[3]))
+            ne = K.extents(ids, heads, runs[lo:lo + step], *args, src)
+            self._raise_state(state)
             if piece_runs > 0:
                 self.index.release_pages()
-        return ne
+        return ne, None
+
+    def _raise_state(self, state: np.ndarray) -> None:
+        """The error an extents kernel left in ``state[3]``, raised (none: nothing)."""
+        if state[3]:
+            raise _index_read_error(None if self._rel_file is None else self._rel_file[0].path, int(state[3]))
 
     def batches(self, start: int = 0, *, extents: bool | str = True, stride: int = 1, windows=None,
                 units: bool = False):

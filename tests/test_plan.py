@@ -955,3 +955,25 @@ def test_a_threads_offsets_scratch_is_reused_and_its_bound_guarded(tmp_path, mon
     monkeypatch.setattr(P, "offsets_scratch", lambda n: np.empty(5, np.uint32))
     with pytest.raises(RuntimeError, match="scratch"):
         p.step(0, cases[1], piece_runs=16)
+
+
+@pytest.mark.parametrize("gran,sidecar", [("group", True), ("group", False), ("page", False), ("instance", True),
+                                          ("window", True)])
+def test_a_step_planned_in_one_kernel_call_is_the_step_of_the_calls_one_by_one(tmp_path, monkeypatch, gran,
+                                                                               sidecar):
+    """A read step's runs, extents and deal found by one kernel call (lirs.kernels.steps, where the
+    runs are few) give the same step as run_heads, extents and gather_records called one by one
+    (forced by no run counting as few): the same records in the same order, the same extents."""
+    from lirs import plan as P
+    from lirs.index import open_index
+
+    idx = open_index(_sidecar_index(tmp_path), check=False) if sidecar else _variable_index(20000, 5, files=3)
+    p = plan_epoch(idx, 256, gran, seed=9, epoch=2, group_bytes=8192, window=6)
+    walks = []
+    for few in (P.RUNS_SORTED_MAX, 0):
+        monkeypatch.setattr(P, "RUNS_SORTED_MAX", few)
+        walks.append([bp.parts[0].step for bp in p.batches(0, extents=True)][:40])
+    for a, b in zip(*walks):
+        for name in ("ids", "ext_file", "ext_offset", "ext_nbytes", "rec_extent", "rec_pos", "rec_len"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), (gran, name)
+    assert len(walks[0]) >= 10
