@@ -43,6 +43,10 @@ def out_dir(path, what: str, directory_ok: bool = False, inputs: dict | None = N
     d = os.path.dirname(absolute(p))
     if not os.path.isdir(d):
         raise UsageError(f"{what} {p}: its directory {d} does not exist")
+    for q, kind in (inputs or {}).items():
+        if os.path.isdir(q) and os.path.samefile(q, d):
+            raise UsageError(f"{what} {p} lies in {q}, {kind}, whose files are the dataset (a file written "
+                             "there joins it): write it elsewhere")
     if writable and not os.access(d, os.W_OK | os.X_OK):  # else known only when written, after the work
         raise UsageError(f"{what} {p}: its directory {d} is not writable")
     check_name_length(p, what, d)

@@ -61,16 +61,19 @@ def belonging_to_input(path) -> dict:
     files of a directory, or those a sidecar indexes (read from its header); an output may replace
     none of them."""
     path = os.fspath(path)
-    files = []
+    files, dirs = [], [path] if os.path.isdir(path) else []
     if os.path.isdir(path):
         files = expand_paths(path)
     elif is_sidecar_path(path) and os.path.isfile(path):
         try:
             header, _ = read_header(path)
-            files = [os.path.join(os.path.dirname(absolute(path)), fi["relpath"]) for fi in header["files"]]
+            base = os.path.dirname(absolute(path))
+            files = [os.path.join(base, fi["relpath"]) for fi in header["files"]]
+            dirs = [os.path.join(base, d) for d in header.get("meta", {}).get("directories", [])]
         except (OSError, IndexFormatError):
             pass  # not an index: the command itself says so
-    return belonging_to([path, *files])
+    # a new file in a directory given as data joins the dataset (its next open refuses it as new)
+    return {**belonging_to([path, *files]), **{d: f"a directory of the input {path}" for d in dirs}}
 
 
 def is_sidecar_path(path) -> bool:

@@ -592,6 +592,27 @@ def test_order_never_writes_over_its_input(tmp_path, capsys):
     assert main(["quality", str(d), "--epochs", "1", "--json", str(d / "a.npy")]) == 2
 
 
+def test_an_output_is_not_written_into_a_directory_given_as_data(tmp_path, capsys):
+    """`lirs order DIR -o DIR/order.npy` (or `quality --json DIR/q.json`, `bench --json`) wrote a
+    new file among the dataset's: every later open refused the dataset for a file its index does
+    not cover. An output in a directory given as the input, or named by a sidecar given as it, is
+    refused before any work; beside the directory it is written."""
+    from lirs.cli import main
+
+    d = tmp_path / "d"
+    d.mkdir()
+    np.save(d / "a.npy", np.ones((20, 2), np.float32))
+    lirs.build_index(str(d), progress=False)
+    for cmd in (["order", str(d), "-o", str(d / "order.npy")], ["order", str(d) + ".lirs", "-o", str(d / "o.npy")],
+                ["quality", str(d), "--epochs", "1", "--json", str(d / "q.json")],
+                ["bench", str(d), "--json", str(d / "b.json")]):
+        assert main(cmd) == 2, cmd
+        assert f"lies in {d}, a directory of the input" in capsys.readouterr().err, cmd
+    assert sorted(os.listdir(d)) == ["a.npy"]
+    assert main(["order", str(d), "-o", str(tmp_path / "order.npy")]) == 0
+    assert lirs.open_index(str(d)).n == 20
+
+
 def test_a_dataset_of_more_files_than_the_soft_limit_of_open_files(tmp_path):
     """A directory of 300 files under a soft limit of 256 open files indexed, then every epoch
     failed with "no engine works" (EMFILE taken for engines that cannot work here). The soft
