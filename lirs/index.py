@@ -459,8 +459,12 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: b
             raise IndexFormatError(
                 f"{sidecar} indexes {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}, not {want}; "
                 f"re-run `lirs index {opened_as}`")
+    dirs = sorted({os.path.realpath(os.path.join(base, d)) for d in header.get("meta", {}).get("directories", [])})
     for p, fi in zip(paths, header["files"]):
         if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
+            if os.path.realpath(os.path.dirname(p)) in dirs:  # a file removed from a directory indexed whole
+                raise StaleIndexError(f"{p} was removed from {os.path.dirname(p)} after it was indexed; "
+                                      f"{reindex_advice(dirs, sidecar)}")
             raise IndexFormatError(
                 f"{sidecar} indexes {p}, which does not exist (the index was built for {fi['path']}); "
                 f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "

@@ -444,3 +444,22 @@ def test_a_file_changed_after_it_was_planned_is_planned_again_not_kept_as_planne
     monkeypatch.setattr("lirs.build.plan_update", always)
     with pytest.raises(lirs.DataError, match="part2.svm: file changed while it was being indexed"):
         lirs.build_index(str(d), progress=False)
+
+
+def test_a_file_removed_from_an_indexed_directory_is_a_stale_index_with_its_command(tmp_path):
+    """`rm DIR/b.svm` after `lirs index DIR`: opening said the sidecar had been moved from its data
+    (an IndexFormatError naming the same path twice), which code catching StaleIndexError to
+    re-index missed. A file gone from a directory indexed whole is a stale index, with the command
+    that re-indexes the directory; `lirs index DIR` then drops it."""
+    d = tmp_path / "set"
+    d.mkdir()
+    for i in range(3):
+        (d / f"part{i}.svm").write_text(_lines(300, 50 + i))
+    lirs.build_index(str(d), progress=False)
+    os.unlink(d / "part1.svm")
+    for opener in (lambda: lirs.open_index(str(d)), lambda: lirs.open_index(str(d) + ".lirs"),
+                   lambda: lirs.Loader(str(d), 64)):
+        with pytest.raises(lirs.StaleIndexError, match=rf"part1.svm was removed from {d} after it was indexed; "
+                                                       rf"re-run `lirs index {d}`"):
+            opener()
+    assert lirs.build_index(str(d), progress=False).n == 600
