@@ -256,12 +256,12 @@ class Loader:
     def plan(self, epoch: int, spans=None):
         """The :class:`~lirs.plan.EpochPlan` of ``epoch`` for this loader's rank (the last one is
         cached); ``spans``: only those position ranges of the epoch (an elastic resume)."""
+        if self._closed:  # its index is let go (num_batches() after close() failed on None)
+            raise ValueError("this Loader is closed")
         key = (int(epoch), None if spans is None else np.asarray(spans, np.int64).tobytes())
         if self._last_plan is not None and self._last_plan[0] == key:
             return self._last_plan[1]
-        # the cache lets go of the last epoch's plan first: two epochs' unit permutations (4 B a unit
-        # each) need not be held at once (an epoch still running keeps its own)
-        self._last_plan = None
+        self._last_plan = None  # let go first: two epochs' unit permutations (4 B a unit) need not be held at once
         plan = self._make_plan(epoch, spans)
         self._last_plan = (key, plan)
         return plan

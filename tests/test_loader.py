@@ -751,6 +751,18 @@ def test_an_epoch_begun_before_a_fork_is_refused_in_the_child(svm):
         assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
 
 
+def test_a_closed_loader_says_so_when_asked_for_a_plan(svm):
+    """num_batches() or plan() after close() failed on the index it let go (AttributeError on None)."""
+    p, *_ = svm
+    ld = Loader(p, 64)
+    n = ld.num_batches()
+    ld.close()
+    for ask in (ld.num_batches, lambda: ld.plan(1)):
+        with pytest.raises(ValueError, match="this Loader is closed"):
+            ask()
+    assert n >= 1
+
+
 def test_close_lets_go_of_the_sidecar_and_the_preload_without_a_gc(svm):
     """close() leaves no descriptor of the sidecar open (a reference cycle through the pool's
     thread initializer kept the index's maps until a collection) and no preload thread (a Loader
