@@ -366,6 +366,29 @@ def test_frontier_on_synthetic_records():
         Q.frontier(n, [("0", 0)], names, epochs=1)
 
 
+def test_frontier_ideal_streaming_entropy_is_per_budget():
+    """Streaming's shards are a tenth of M's records, so the ideal Streaming entropy follows M: a
+    frontier kept the first budget's ideal for every budget, in its JSON and in every --wide table."""
+    n = 4000
+    budgets = [("16K", 16384), ("100%", n * 360)]
+    fr = Q.frontier(n, budgets, ["instance"], epochs=2, batch_size=50, progress=False)
+    wide = [line.split() for line in Q.format_frontier_wide(fr).splitlines() if line.startswith("ideal (uniform)")]
+    alone = [Q.evaluate(n, ["instance"], epochs=1, batch_size=50, params={"memory_bytes": m}, progress=False)
+             for _, m in budgets]
+    # the stream H column of each budget's ideal row
+    assert [row[8] for row in wide] == [f"{a['ideal']['streaming_entropy']:.2f}" for a in alone]
+    for b, a in zip(fr["budgets"], alone):
+        ideal = a["ideal"]["streaming_entropy"]
+        assert b["ideal"]["streaming_entropy"] == pytest.approx(ideal)
+        assert b["shard_records"] == a["config"]["shard_records"]
+        r = b["strategies"]["instance"]
+        assert r["streaming_entropy_vs_ideal"] == pytest.approx(r["streaming_entropy"] / ideal)
+    assert abs(fr["budgets"][0]["ideal"]["streaming_entropy"] - fr["budgets"][1]["ideal"]["streaming_entropy"]) > 0.1
+    # no one budget's value stands for all of them
+    assert fr["ideal"]["streaming_entropy"] is None and fr["config"]["shard_records"] is None
+    assert fr["ideal"]["batch_entropy"] == fr["budgets"][1]["ideal"]["batch_entropy"]
+
+
 def test_default_budgets():
     assert Q.default_budgets(500_000_000) == [("1M", 1 << 20), ("4M", 4 << 20), ("16M", 16 << 20),
                                               ("5%", 25_000_000), ("64M", 64 << 20), ("256M", 256 << 20),
