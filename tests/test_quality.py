@@ -286,8 +286,9 @@ def test_quality_command(tmp_path, capsys):
 def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tmp_path, capsys, monkeypatch):
     """A bad --param value was found only once earlier strategies had run (or truncated: a buffer
     of 1.5 records was 1, file order); --param group_bytes sized the window otherwise than
-    --group-bytes; --json and --plot of one path lost the results; the header printed the window
-    spec ("64M groups") and the columns' help a 64 KiB group whatever --group-bytes."""
+    --group-bytes; --param record_bytes was taken and did nothing (every source is an index, whose
+    records keep their sizes); --json and --plot of one path lost the results; the header printed
+    the window spec ("64M groups") and the columns' help a 64 KiB group whatever --group-bytes."""
     from lirs.cli import main
     from lirs.eval import strategies as S
 
@@ -299,6 +300,7 @@ def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tm
                       (["--param", "buffer_records=1.5"], "--param buffer_records=1.5: expected a whole number"),
                       (["--param", "reshuffle_every_epoch=2"], "reshuffle_every_epoch must be one of True, False"),
                       (["--param", "group_bytes=8K"], "--param group_bytes: set it with --group-bytes"),
+                      (["--param", "record_bytes=100000"], "--param record_bytes: set it with --record-bytes"),
                       (["--param", "piles=0"], "--param piles=0: expected a positive number"),
                       (["--json", str(tmp_path / "r"), "--plot", str(tmp_path / "r")], "plot would replace")):
         if bad[0] == "--json":
@@ -306,6 +308,9 @@ def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tm
             bad[1] = bad[-1]
         assert main(base + bad) == 2, bad
         assert said in capsys.readouterr().err, bad
+    # a file's records keep their sizes: refused before the file is even opened
+    assert main(["quality", str(tmp_path / "x.svm"), "--param", "record_bytes=100"]) == 2
+    assert f"the records of {tmp_path / 'x.svm'} have the sizes its index holds" in capsys.readouterr().err
     assert ran == []
     assert main(base + ["--window", "16K", "--group-bytes", "4K", "--strategies", "window"]) == 0
     out = capsys.readouterr().out
@@ -364,6 +369,29 @@ def test_frontier_on_synthetic_records():
         Q.frontier(n, budgets, names, epochs=1, params={"window": 3})
     with pytest.raises(UsageError):
         Q.frontier(n, [("0", 0)], names, epochs=1)
+
+
+def test_frontier_ideal_streaming_entropy_is_per_budget():
+    """Streaming's shards are a tenth of M's records, so the ideal Streaming entropy follows M: a
+    frontier kept the first budget's ideal for every budget, in its JSON and in every --wide table."""
+    n = 4000
+    budgets = [("16K", 16384), ("100%", n * 360)]
+    fr = Q.frontier(n, budgets, ["instance"], epochs=2, batch_size=50, progress=False)
+    wide = [line.split() for line in Q.format_frontier_wide(fr).splitlines() if line.startswith("ideal (uniform)")]
+    alone = [Q.evaluate(n, ["instance"], epochs=1, batch_size=50, params={"memory_bytes": m}, progress=False)
+             for _, m in budgets]
+    # the stream H column of each budget's ideal row
+    assert [row[8] for row in wide] == [f"{a['ideal']['streaming_entropy']:.2f}" for a in alone]
+    for b, a in zip(fr["budgets"], alone):
+        ideal = a["ideal"]["streaming_entropy"]
+        assert b["ideal"]["streaming_entropy"] == pytest.approx(ideal)
+        assert b["shard_records"] == a["config"]["shard_records"]
+        r = b["strategies"]["instance"]
+        assert r["streaming_entropy_vs_ideal"] == pytest.approx(r["streaming_entropy"] / ideal)
+    assert abs(fr["budgets"][0]["ideal"]["streaming_entropy"] - fr["budgets"][1]["ideal"]["streaming_entropy"]) > 0.1
+    # no one budget's value stands for all of them
+    assert fr["ideal"]["streaming_entropy"] is None and fr["config"]["shard_records"] is None
+    assert fr["ideal"]["batch_entropy"] == fr["budgets"][1]["ideal"]["batch_entropy"]
 
 
 def test_default_budgets():

@@ -166,6 +166,10 @@ def run(args) -> int:
     for k, flag in (("memory_bytes", "--memory"), ("window", "--window"), ("group_bytes", "--group-bytes")):
         if k in params:  # one value for every strategy and metric, sized the same alone or in a sweep
             raise UsageError(f"--param {k}: set it with {flag}")
+    if "record_bytes" in params:  # every strategy runs on an index, whose records keep their own sizes
+        raise UsageError("--param record_bytes: set it with --record-bytes (with --records)" if args.path is None else
+                         f"--param record_bytes: the records of {args.path} have the sizes its index holds; "
+                         "--record-bytes sizes --records only")
     check_results_and_plot(args.json, args.plot)
     group_bytes = parse_size(args.group_bytes)
     if group_bytes < 1:

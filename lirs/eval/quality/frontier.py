@@ -83,9 +83,10 @@ def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, 
     At budget M every strategy gets ``memory_bytes = M`` and lirs ``window`` gets
     :func:`budget_groups` groups. Other arguments as :func:`lirs.eval.quality.evaluate`.
     Returns a JSON-ready dict: ``config`` (with ``budgets`` and ``memory_meaning``), ``ideal``
-    (a uniform permutation's values), ``rows`` (one flat dict per strategy and budget: see
-    :func:`summary_rows`) and ``budgets`` (per budget, every strategy's full metrics without
-    the curves)."""
+    (a uniform permutation's values that no budget changes; ``streaming_entropy`` is None there),
+    ``rows`` (one flat dict per strategy and budget: see :func:`summary_rows`) and ``budgets``
+    (per budget, every strategy's full metrics without the curves, and its ``ideal`` and
+    ``shard_records``: Streaming's shards, so its entropy and that entropy's ideal, follow M)."""
     names = list(FRONTIER_STRATEGIES if strategies is None else strategies)
     bad = [s for s in names if s not in STRATEGIES]
     if bad or not names:
@@ -111,6 +112,7 @@ def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, 
                 r.pop("curve_segments", None)
                 r.pop("curve_labels", None)
             out["budgets"].append({"memory": label, "memory_bytes": int(m), "window": p["window"],
+                                   "shard_records": res["config"]["shard_records"], "ideal": _no_curves(res["ideal"]),
                                    "strategies": res["strategies"]})
     finally:
         bar.close()
@@ -125,8 +127,15 @@ def _start(res: dict, names, budgets, group_bytes: int, size: tuple) -> dict:
                budgets=[{"memory": label, "memory_bytes": int(m), "share": int(m) / max(1, cfg["payload_bytes"]),
                          "window": budget_groups(m, group_bytes, *size)} for label, m in budgets],
                memory_meaning={s: MEMORY_MEANING.get(s, "memory_bytes = M (see lirs.eval.strategies)") for s in names})
-    ideal = {k: v for k, v in res["ideal"].items() if not k.startswith("curve_")}
+    # shard_records, and so the ideal Streaming entropy, follow the budget: they are per budget
+    # (budgets[i]), and None here rather than the first budget's value standing for every budget
+    cfg["shard_records"] = None
+    ideal = dict(_no_curves(res["ideal"]), streaming_entropy=None)
     return {"config": cfg, "ideal": ideal, "budgets": []}
+
+
+def _no_curves(ideal: dict) -> dict:
+    return {k: v for k, v in ideal.items() if not k.startswith("curve_")}
 
 
 def summary_rows(result: dict) -> list:

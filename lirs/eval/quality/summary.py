@@ -55,7 +55,8 @@ def format_frontier_wide(result: dict, markdown: bool = False) -> str:
     """Every metric of a frontier: the full comparison table of every budget, one after another."""
     parts = []
     for b in result["budgets"]:
-        one = {"ideal": result["ideal"], "strategies": b["strategies"]}
+        # the budget's own ideal: Streaming's ideal entropy follows M (its shards do)
+        one = {"ideal": b["ideal"], "strategies": b["strategies"]}
         parts.append(f"memory {b['memory']} ({cell(b['memory_bytes'])}, lirs window = {b['window']} groups):")
         parts.append(format_markdown(one) if markdown else format_table(one))
     return "\n\n".join(parts)
