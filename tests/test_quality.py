@@ -532,3 +532,17 @@ def test_the_batch_test_folds_a_short_last_run_into_the_one_before():
     s = table.sum(axis=1)
     want = (table ** 2 * 995 / np.outer(s, s)).sum() - 995
     assert K.batch_table_stat(a, pos_b, 71) == pytest.approx(want)
+
+
+def test_quality_names_the_file_and_the_argument_it_refuses(tmp_path, capsys):
+    """A dataset of one record said "need at least 2 records, got 1" (which file?), and --segments 0
+    "epochs, batch_size and segments must be >= 1, got 1, 64, 0"."""
+    from lirs.cli import main
+
+    p = tmp_path / "one.svm"
+    p.write_text("1 3:1\n")
+    assert main(["index", str(p), "--quiet"]) == 0
+    assert main(["quality", str(p), "--epochs", "1", "--batch-size", "1"]) == 2
+    assert f"need at least 2 records, got 1 of {p}" in capsys.readouterr().err
+    assert main(["quality", "--records", "100", "--epochs", "1", "--segments", "0"]) == 2
+    assert "segments must be >= 1, got 0" in capsys.readouterr().err

@@ -41,8 +41,9 @@ def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_siz
     if bad or not names:
         raise UsageError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
     epochs, batch_size, segments = int(epochs), int(batch_size), int(segments)
-    if epochs < 1 or batch_size < 1 or segments < 1:
-        raise UsageError(f"epochs, batch_size and segments must be >= 1, got {epochs}, {batch_size}, {segments}")
+    for name, v in (("epochs", epochs), ("batch_size", batch_size), ("segments", segments)):
+        if v < 1:
+            raise UsageError(f"{name} must be >= 1, got {v}")
     params = dict(params or {})
     if isinstance(source, Index):
         index = source
@@ -55,10 +56,11 @@ def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_siz
         index = synthetic_index(n, rb, labels=sorted_labels(n, classes))
         synthetic = True
     n = index.n
+    where = "" if synthetic else f" of {', '.join(index.paths[:2])}{' ...' if len(index.paths) > 2 else ''}"
     if n < 2:
-        raise UsageError(f"need at least 2 records, got {n}")
+        raise UsageError(f"need at least 2 records, got {n}{where}")
     if batch_size > n:
-        raise UsageError(f"batch_size {batch_size} exceeds the {n} records")
+        raise UsageError(f"batch_size {batch_size} exceeds the {n} records{where}")
     params.setdefault("group_bytes", int(group_bytes))
     labels = index.labels
     if labels is not None:
