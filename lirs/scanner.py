@@ -26,6 +26,19 @@ from .kernels.numbers import POW10
 # --------------------------------------------------------------------------- variable formats
 
 
+def _unterminated_at(path: str, off: int, most: int = 1 << 20) -> bool:
+    """Whether byte ``off`` of ``path`` lies on its last line and that line has no line end (a
+    writer midway through it), looked for in the ``most`` bytes from ``off`` (a CR there: CR-only
+    line ends, said otherwise)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(off)
+            tail = f.read(most)
+    except OSError:
+        return False
+    return len(tail) < most and b"\n" not in tail and b"\r" not in tail
+
+
 def _line_of(path: str, offset: int) -> int:
     """1-based line number of byte ``offset`` of ``path`` (error path only)."""
     line = line_number(path, offset)
@@ -167,7 +180,9 @@ class VarScanner:
             line = self._line_base + K.count_byte(buf, lo, pos, 10) + 1
         else:
             line = _line_of(path, off)
-        raise DataError(f"{path}: line {line}, byte {off}: {message}")
+        hint = " (on the last line, which has no line end: is the file still being written?)" \
+            if _unterminated_at(path, off) else ""
+        raise DataError(f"{path}: line {line}, byte {off}: {message}{hint}")
 
     def _check_line(self, path, buf, lo, hi, base, s):
         """Check the line at buf[s:] with sklearn's rules (Python ``int``/``float``).

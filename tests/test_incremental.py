@@ -463,3 +463,18 @@ def test_a_file_removed_from_an_indexed_directory_is_a_stale_index_with_its_comm
                                                        rf"re-run `lirs index {d}`"):
             opener()
     assert lirs.build_index(str(d), progress=False).n == 600
+
+
+def test_a_last_line_cut_midway_says_it_has_no_line_end(tmp_path):
+    """A LIBSVM file whose writer is midway through its last line (`1 3:0.5 7:`) was refused as bad
+    data with nothing said of the line being the last one, unterminated: the error says so (a
+    file still being written?); the same bad token on a terminated line does not."""
+    p = tmp_path / "d.svm"
+    p.write_text(_lines(500, 60) + "1 3:0.5 7:")
+    with pytest.raises(lirs.DataError, match=r"d.svm: line \d+, byte \d+: .*\(on the last line, which has no line "
+                                             r"end: is the file still being written\?\)$"):
+        lirs.build_index(str(p), progress=False)
+    p.write_text(_lines(500, 60) + "1 3:0.5 7:\n")
+    with pytest.raises(lirs.DataError) as e:
+        lirs.build_index(str(p), progress=False)
+    assert "line end" not in str(e.value)
