@@ -62,15 +62,26 @@ def _check_out(path: str | None, data: str) -> None:
 
 
 def _write_order(path: str, order) -> str:
+    """Write ``order`` to ``path`` as .npy (through a temporary put in place once whole); the absolute path.
+
+    A failed write raises OSError naming ``path`` with its errno (ENOSPC, EIO, ...), which the CLI
+    describes: np.save writes a real file with ndarray.tofile, whose short write is a bare OSError
+    ("20000 requested and 8176 written") naming neither the file nor the cause."""
     import numpy as np
+    from numpy.lib import format as npy
 
     from ..litter import clean_dead_temps, temp_name
 
+    arr = np.ascontiguousarray(order)
     clean_dead_temps(path)  # a killed run's
     tmp = temp_name(path)  # named as every lirs temporary, written through a file (np.save adds no suffix)
     try:
-        with open(tmp, "wb") as f:
-            np.save(f, order)
+        try:
+            with open(tmp, "wb") as f:
+                npy.write_array_header_1_0(f, npy.header_data_from_array_1_0(arr))  # as np.save's for this array
+                f.write(memoryview(arr).cast("B"))  # Python's write: an OSError with the errno of the failed call
+        except OSError as e:
+            raise OSError(e.errno, e.strerror or str(e), path) from e
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
