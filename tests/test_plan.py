@@ -509,6 +509,72 @@ def test_order_command(tmp_path, capsys):
     assert main(["order", str(tmp_path / "missing.svm")]) == 1
 
 
+def _order_input(tmp_path) -> str:
+    from lirs.build import build_index
+    from lirs.eval.gen import generate
+
+    p = str(tmp_path / "k.svm")
+    generate("kdd", p, records=3000, seed=2, progress=False)
+    build_index(p, progress=False)
+    return p
+
+
+def test_order_out_on_a_full_disk_names_the_file_and_the_cause(tmp_path, monkeypatch, capsys):
+    """-o on a full disk: the error names the file and "no space left" (it named neither:
+    "20000 requested and 8176 written"), and no temporary is left behind."""
+    import errno
+    import io
+
+    import lirs.commands.order as order_cmd
+    from lirs.cli import main
+
+    p = _order_input(tmp_path)
+    out = tmp_path / "o.npy"
+
+    class Full(io.RawIOBase):  # a file on a disk with 1000 bytes free
+        def __init__(self, f):
+            self.f, self.room = f, 1000
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            n = min(len(b), self.room)
+            if n == 0:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.room -= n
+            return self.f.write(bytes(b)[:n])
+
+        def close(self):
+            self.f.close()
+            super().close()
+
+    monkeypatch.setattr(order_cmd, "open", lambda path, mode="r": io.BufferedWriter(Full(open(path, mode))),
+                        raising=False)
+    assert main(["order", p, "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert str(out) in err and "No space left on device" in err and "use -o to write elsewhere" in err, err
+    assert "tmp-" not in err and sorted(x.name for x in tmp_path.iterdir()) == ["k.svm", "k.svm.lirs"]
+
+
+def test_order_out_past_the_file_size_limit_names_the_file(tmp_path):
+    """A short write of the order on a real file (here past RLIMIT_FSIZE: EFBIG, as ENOSPC on a full
+    disk) names the file and the cause, not numpy's "N requested and M written"."""
+    p = _order_input(tmp_path)
+    out = tmp_path / "o.npy"
+    code = (  # the first run compiles and caches what it needs; the second writes under the limit
+        "import resource, signal, sys\n"
+        "from lirs.cli import main\n"
+        "assert main(['order', sys.argv[1]]) == 0\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (16384, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))\n"
+        "sys.exit(main(['order', sys.argv[1], '-o', sys.argv[2]]))\n")
+    r = subprocess.run([sys.executable, "-c", code, p, str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    assert f"{out}: File too large" in r.stderr and "requested" not in r.stderr, r.stderr
+    assert not out.exists() and not list(tmp_path.glob(".o.npy*"))
+
+
 @pytest.mark.parametrize("fixed", [False, True])
 def test_batches_sharing_a_read_step_equal_a_step_per_batch(monkeypatch, fixed):
     """Consecutive batches read as one step (STEP_MIN_BYTES) hold the same records, dealt in the

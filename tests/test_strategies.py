@@ -333,6 +333,30 @@ def test_order_command_with_a_strategy(kdd_file, tmp_path, capsys):
     assert "amplification" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("given, refused", [
+    (["--strategy", "bmf", "--param", "buffer_records=10"], "--param buffer_records"),
+    (["--strategy", "sequential", "--memory", "1M"], "--memory"),
+    (["--strategy", "bmf", "--window", "3"], "--window"),
+    (["--strategy", "bmf", "--permutation", "stateless"], "--permutation"),
+    (["--strategy", "shuffle_buffer", "--group-bytes", "8K"], "--group-bytes"),
+    (["--strategy", "sequential", "--param", "record_bytes=10"], "--param record_bytes"),  # sizes come from the index
+])
+def test_order_refuses_an_option_the_strategy_does_not_take(kdd_file, tmp_path, capsys, given, refused):
+    """An option the strategy does not take is refused, before any work, naming what it takes:
+    it was ignored (exit 0, the same order)."""
+    from lirs.cli import main
+
+    out = tmp_path / "o.npy"
+    assert main(["order", kdd_file, *given, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--strategy {given[1]} does not take {refused}; it takes " in err, err
+    assert not out.exists()
+    # options the strategy takes, and the defaults of those it does not, still run
+    for ok in (["--strategy", "corgipile", "--group-bytes", "8K", "--memory", "10%"],
+               ["--strategy", "bmf", "--param", "blocks=3"], ["--strategy", "sequential"]):
+        assert main(["order", kdd_file, *ok]) == 0, ok
+
+
 # --------------------------------------------------------------------------- CorgiPile and Corgi²
 
 

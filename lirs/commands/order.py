@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from ..constants import DEFAULT_WINDOW
+from ..constants import DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ..policies import DEFAULT_GRANULARITY
 from ..errors import UsageError
 from ..litter import out_dir
@@ -39,10 +39,12 @@ def add_parser(sub):
     p.add_argument("--rank", type=int, default=0, metavar="R")
     p.add_argument("--world-size", type=int, default=1, metavar="W")
     p.add_argument("--drop-last", action="store_true", help="every batch full; the tail is not delivered")
-    p.add_argument("--group-bytes", default="64K", metavar="G", help="group size for group/window (default 64K)")
-    p.add_argument("--window", default=DEFAULT_WINDOW, metavar="W",
+    # None: not given (the defaults apply in run), so that a --strategy that does not take an option
+    # can refuse it when given rather than ignore it
+    p.add_argument("--group-bytes", default=None, metavar="G", help="group size for group/window (default 64K)")
+    p.add_argument("--window", default=None, metavar="W",
                    help="memory of a window: auto (default: 5%% of the data within 16M..256M), a size such as 64M, a share such as 5%%, or a group count")
-    p.add_argument("--permutation", default="auto", choices=PERMUTATIONS,
+    p.add_argument("--permutation", default=None, choices=PERMUTATIONS,
                    help="table (stored), stateless (computed on demand) or auto (default)")
     p.add_argument("-o", "--out", metavar="ORDER.npy", default=None, help="write the order here")
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
@@ -60,15 +62,26 @@ def _check_out(path: str | None, data: str) -> None:
 
 
 def _write_order(path: str, order) -> str:
+    """Write ``order`` to ``path`` as .npy (through a temporary put in place once whole); the absolute path.
+
+    A failed write raises OSError naming ``path`` with its errno (ENOSPC, EIO, ...), which the CLI
+    describes: np.save writes a real file with ndarray.tofile, whose short write is a bare OSError
+    ("20000 requested and 8176 written") naming neither the file nor the cause."""
     import numpy as np
+    from numpy.lib import format as npy
 
     from ..litter import clean_dead_temps, temp_name
 
+    arr = np.ascontiguousarray(order)
     clean_dead_temps(path)  # a killed run's
     tmp = temp_name(path)  # named as every lirs temporary, written through a file (np.save adds no suffix)
     try:
-        with open(tmp, "wb") as f:
-            np.save(f, order)
+        try:
+            with open(tmp, "wb") as f:
+                npy.write_array_header_1_0(f, npy.header_data_from_array_1_0(arr))  # as np.save's for this array
+                f.write(memoryview(arr).cast("B"))  # Python's write: an OSError with the errno of the failed call
+        except OSError as e:
+            raise OSError(e.errno, e.strerror or str(e), path) from e
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -76,19 +89,46 @@ def _write_order(path: str, order) -> str:
     return os.path.abspath(path)
 
 
-def _run_strategy(args, idx) -> int:
-    """A reference strategy's order (not a planner granularity): whole epoch, one rank."""
-    from ..eval.strategies import run_strategy
-    from ..units import format_bytes, parse_size
+def _strategy_params(args) -> dict:
+    """The parameters of reference strategy ``args.strategy`` from --param, --memory and --group-bytes;
+    UsageError, before any work, for an option it does not take (refused, not ignored)."""
+    from ..eval.strategies import strategy_params
+    from ..units import parse_size
     from .quality import memory_budget, parse_params
 
+    name = args.strategy
     if args.world_size != 1 or args.rank != 0 or args.drop_last:
         raise UsageError(f"--rank/--world-size/--drop-last apply to the lirs strategies "
-                         f"(instance, page, group, window), not to {args.strategy}")
+                         f"(instance, page, group, window), not to {name}")
     params = parse_params(args.param)
-    params.setdefault("memory_bytes", memory_budget(args.memory or "5%", idx.payload_bytes))
-    params.setdefault("group_bytes", parse_size(args.group_bytes))
-    params.setdefault("window", args.window)
+    # record_bytes sizes a synthetic source's records; an index has every record's size, so it is not taken here
+    takes = [k for k in strategy_params(name) if k != "record_bytes"]
+    flags = {"memory_bytes": ("--memory", args.memory), "group_bytes": ("--group-bytes", args.group_bytes),
+             "window": ("--window", args.window), "permutation": ("--permutation", args.permutation)}
+    refused = [f"--param {k}" for k in params if k not in takes]
+    refused += [flag for k, (flag, value) in flags.items() if value is not None and k not in takes]
+    if refused:
+        options = [flags[k][0] for k in ("memory_bytes", "group_bytes") if k in takes]
+        options += [f"--param {', '.join(takes)}"] if takes else []
+        raise UsageError(f"--strategy {name} does not take {', '.join(refused)}; "
+                         f"it takes {' and '.join(options) if options else 'no options (its order is fixed)'}")
+    if "memory_bytes" in takes:
+        if args.memory is not None:
+            memory_budget(args.memory, 1)  # a spec that cannot work fails here, before the data is indexed
+        params.setdefault("memory_bytes", args.memory or "5%")  # a share of the data: sized once it is open
+    if "group_bytes" in takes and args.group_bytes is not None:
+        params.setdefault("group_bytes", parse_size(args.group_bytes))
+    return params
+
+
+def _run_strategy(args, params: dict, idx) -> int:
+    """A reference strategy's order (not a planner granularity): whole epoch, one rank."""
+    from ..eval.strategies import run_strategy
+    from ..units import format_bytes
+    from .quality import memory_budget
+
+    if isinstance(params.get("memory_bytes"), str):  # --memory (or its 5% default): bytes of this data
+        params["memory_bytes"] = memory_budget(params["memory_bytes"], idx.payload_bytes)
     r = run_strategy(args.strategy, idx, seed=args.seed, epoch=args.epoch, batch_size=args.batch_size, **params)
     cost = r.cost.as_dict()
     st = {"strategy": args.strategy, "path": os.path.abspath(args.path), "records": int(len(r.order)),
@@ -132,7 +172,8 @@ def run(args) -> int:
         if args.granularity is not None and args.granularity != args.strategy:
             raise UsageError(f"--granularity {args.granularity} and --strategy {args.strategy} disagree; give one")
         if args.strategy not in GRANULARITIES:
-            return _run_strategy(args, open_or_index(args.path))
+            params = _strategy_params(args)
+            return _run_strategy(args, params, open_or_index(args.path))
         args.granularity = args.strategy
     if args.param or args.memory is not None:  # a granularity's memory is its --window
         raise UsageError(f"{'--param' if args.param else '--memory'} goes with a --strategy other than the "
@@ -143,8 +184,9 @@ def run(args) -> int:
     check_drop_last(idx.n, args.batch_size, args.world_size, args.drop_last)  # as the Loader: not an empty order
     plan = plan_epoch(idx, args.batch_size, args.granularity, seed=args.seed, epoch=args.epoch, rank=args.rank,
                       world_size=args.world_size, drop_last=args.drop_last,
-                      group_bytes=parse_size(args.group_bytes), window=args.window,
-                      permutation=args.permutation)
+                      group_bytes=DEFAULT_GROUP_BYTES if args.group_bytes is None else parse_size(args.group_bytes),
+                      window=DEFAULT_WINDOW if args.window is None else args.window,
+                      permutation=args.permutation or "auto")
     st = plan.stats()
     st["path"] = os.path.abspath(args.path)
     st["records_in_dataset"] = idx.n
