@@ -70,7 +70,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
             featureless = 0  # LIBSVM files without any feature (sklearn's "auto" then reads zero-based)
             for p, keep in zip(files, plan or [None] * len(files)):
                 fp0 = fingerprint(p)
-                if keep is not None and keep.seen != fp0:  # changed since it was planned: plan again
+                if keep is not None and keep.seen != (fp0["size"], fp0["mtime_ns"]):  # changed since planned: again
                     raise Unconfirmed(p)
                 if fmt == "lines" and guessed:
                     refuse_misread(p)

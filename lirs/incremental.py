@@ -29,7 +29,7 @@ import numpy as np
 from .content import SUM_BLOCK, BlockSums, block_count, check_in_background, first_changed_block
 from .errors import IndexFormatError, StaleIndexError
 from .inputs import SUM_TAPS, pread_full
-from .freshness import fingerprint, staleness
+from .freshness import staleness
 
 log = logging.getLogger("lirs.index")
 
@@ -46,7 +46,7 @@ class Keep:
     byte: int = 0
     block: int = 0  # the marks row (block boundary) whose state the restart continues
     pending: object = None  # a Future of the checksum check this keep assumes found no change
-    seen: object = None  # the file's fingerprint when it was planned: the scan starts on that file or not at all
+    seen: object = None  # (size, mtime_ns) of the file when it was planned: the scan starts on that file or not at all
 
 
     @property
@@ -117,7 +117,8 @@ def settle(plan, cancel: bool = True) -> None:
 def _plan_file(old, f, path: str, fmt: str, speculate: bool = False):
     if f is None:
         return None
-    seen = fingerprint(path)  # before it is judged: a change after this one is found at the scan
+    st = os.stat(path)  # before it is judged: a change after this one is found at the scan (no block read)
+    seen = (int(st.st_size), int(st.st_mtime_ns))
     keep = _judge(old, f, path, fmt, speculate)
     if keep is not None:
         keep.seen = seen
