@@ -1,7 +1,11 @@
 """The compact offset table: record start offsets in about 4 bytes per record instead of 8."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+from .errors import IndexFormatError
 
 OFFSET_SHIFT = 10                  # records per offset block: 1 << OFFSET_SHIFT
 OFFSET_BLOCK = 1 << OFFSET_SHIFT
@@ -145,3 +149,15 @@ def offset_arrays(offsets):
         offsets = OffsetTable.from_array(offsets)
     return (np.asarray(offsets.base, np.int64), np.asarray(offsets.rel, np.uint32),
             np.asarray(offsets.wide, np.int64))
+
+
+def index_read_error(path: str, err: int) -> Exception:
+    """The error of a failed read of the offset table in sidecar ``path``: ``err`` an errno, or -1
+    when the file ended before the table (it was truncated after it was opened); -2: the offsets
+    scratch was found too small (a lirs bug: its bound is :meth:`EpochPlan._extents`'s)."""
+    if err == -2:
+        return RuntimeError("lirs: the offsets scratch of a read step is smaller than its offsets (a bug)")
+    if err < 0:
+        return IndexFormatError(f"{path}: the index ends before its offset table does (truncated after it was "
+                                f"opened?); re-run `lirs index`")
+    return OSError(err, f"reading the offset table of the index failed: {os.strerror(err)}", path)

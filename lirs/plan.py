@@ -49,7 +49,6 @@ supports it (see :mod:`lirs.ranges`).
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -61,12 +60,12 @@ from . import seeds
 from .api import whole
 from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, EXTENTS_COPY_MIN_BYTES, GROUP_BYTES_MAX, INDEX_READ_GAP,
                         INDEX_READ_SPAN, INDEX_RELEASE_BATCHES, RUNS_SORTED_MAX, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
-from .errors import IndexFormatError, UsageError
+from .errors import UsageError
 from .kernels import plan as K
 from .kernels import steps as KS
 from .libc import Libc
 from .memory import copy_held
-from .offsets import offset_arrays
+from .offsets import index_read_error, offset_arrays
 from .permutation import PERMUTATIONS, Permutation
 from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 from .ranges import rank_slice
@@ -345,7 +344,7 @@ class EpochPlan:
     def _raise_state(self, state: np.ndarray) -> None:
         """The error an extents kernel left in ``state[3]``, raised (none: nothing)."""
         if state[3]:
-            raise _index_read_error(None if self._rel_file is None else self._rel_file[0].path, int(state[3]))
+            raise index_read_error(None if self._rel_file is None else self._rel_file[0].path, int(state[3]))
 
     def batches(self, start: int = 0, *, extents: bool | str = True, stride: int = 1, windows=None,
                 units: bool = False):
@@ -416,18 +415,6 @@ class EpochPlan:
                 "permutation": self.perm.mode, "plan_table_bytes": self.nbytes, "plan_s": self.plan_s,
             }
         return dict(self._stats)
-
-
-def _index_read_error(path: str, err: int) -> Exception:
-    """The error of a failed read of the offset table in sidecar ``path``: ``err`` an errno, or -1
-    when the file ended before the table (it was truncated after it was opened); -2: the offsets
-    scratch was found too small (a lirs bug: its bound is :meth:`EpochPlan._extents`'s)."""
-    if err == -2:
-        return RuntimeError("lirs: the offsets scratch of a read step is smaller than its offsets (a bug)")
-    if err < 0:
-        return IndexFormatError(f"{path}: the index ends before its offset table does (truncated after it was "
-                                f"opened?); re-run `lirs index`")
-    return OSError(err, f"reading the offset table of the index failed: {os.strerror(err)}", path)
 
 
 # --------------------------------------------------------------------------- the planner
