@@ -238,7 +238,8 @@ class EpochPlan:
 
     # ---- read steps --------------------------------------------------------------------
     def step(self, number: int, ids: np.ndarray, extents: bool | str = True, shuffle_at: int = -1,
-              order: np.ndarray | None = None, piece_runs: int = 0, dealt: np.ndarray | None = None) -> ReadStep:
+              order: np.ndarray | None = None, piece_runs: int = 0, dealt: np.ndarray | None = None,
+              span=None) -> ReadStep:
         """The read step of records ``ids``, delivered in the order ``ids[order]`` (a window) or,
         with ``shuffle_at`` >= 0, in a random order drawn from the batch stream at that counter
         (page/group batches); else as given. ``piece_runs`` > 0: the extents are found that many
@@ -249,8 +250,13 @@ class EpochPlan:
         not the one planning). A step of many runs (``piece_runs`` > 0) defers them too where
         finding them maps no page of the index (its offsets read with pread, or records of a fixed
         size); otherwise it has its extents found now, as with True. ``dealt``: ``ids[order]``
-        when the caller has it already (int64 (k,))."""
+        when the caller has it already (int64 (k,)). ``span``: a :class:`lirs.stream.Span` whose
+        ``ids`` and ``order`` these are, taken from the stream in the kernel call that finds the
+        extents where there is one, else first."""
         k = len(ids)
+        if span is not None and (extents is not True and (extents != "defer" or piece_runs <= 0
+                                                          or self._maps_no_index)):
+            dealt, span = span.take(), None  # deferred, or no extents: the records alone
         if order is None and shuffle_at >= 0 and k > 1:
             order = self.batch_order(k, shuffle_at)
         if extents == "defer" and k and (piece_runs <= 0 or self._maps_no_index):
@@ -275,7 +281,7 @@ class EpochPlan:
         rp = np.empty(k, np.int64)
         rl = np.empty(k, np.int64)
         # extents are found on the unit-ordered records (runs sort fast), then all move together
-        ne, dealt_all = self._extents(ids, (ef, eo, en, rx, rp, rl), piece_runs, order) if k else (0, None)
+        ne, dealt_all = self._extents(ids, (ef, eo, en, rx, rp, rl), piece_runs, order, span) if k else (0, None)
         if dealt_all is not None:
             ids, rx, rp, rl = dealt_all
         elif order is not None:
@@ -292,7 +298,7 @@ class EpochPlan:
         (step.ext_file, step.ext_offset, step.ext_nbytes, step.rec_extent, step.rec_pos,
          step.rec_len) = full.ext_file, full.ext_offset, full.ext_nbytes, full.rec_extent, full.rec_pos, full.rec_len
 
-    def _extents(self, ids: np.ndarray, out: tuple, piece_runs: int, order=None) -> tuple:
+    def _extents(self, ids: np.ndarray, out: tuple, piece_runs: int, order=None, span=None) -> tuple:
         """Fill ``out`` (the extent and record arrays of :func:`lirs.kernels.plan.extents`) for
         ``ids`` int64 (k >= 1,); returns the number of extents and, where one kernel call also
         put them in the delivery order ``order`` (int64 (k,) or None), ``(ids, rec_extent, rec_pos,
@@ -321,12 +327,19 @@ class EpochPlan:
             # one pass: runs, extents and the deal in one call where the runs are few (not an instance step's)
             few = min(k, RUNS_SORTED_MAX)
             room = 0 if self._rs > 0 else min(k + few * (INDEX_READ_GAP + 2), len(rel) + few)
-            n, ne, *dealt = KS.step_extents(ids, _NO_DEAL if order is None else order, heads, keys, runs,
-                                            RUNS_SORTED_MAX, *args, offsets_scratch(room))
+            if span is not None:  # the records too: taken from the stream in the same call
+                upos, within, n, ne, *dealt = KS.span_step(*span.args, heads, keys, runs, RUNS_SORTED_MAX, *args,
+                                                           offsets_scratch(room))
+                span.done(upos, within, len(ids) if n >= 0 else 0)
+            else:
+                n, ne, *dealt = KS.step_extents(ids, _NO_DEAL if order is None else order, heads, keys, runs,
+                                                RUNS_SORTED_MAX, *args, offsets_scratch(room))
             if n <= RUNS_SORTED_MAX:
                 self._raise_state(state)
                 return ne, None if order is None else tuple(dealt)
         else:
+            if span is not None:
+                span.take()  # ids and order filled: the extents go piece by piece below
             n = K.run_heads(ids, heads, keys, runs, RUNS_SORTED_MAX)
         heads = heads[:n]
         runs = runs[:n] if n <= RUNS_SORTED_MAX else np.argsort(keys[:n])

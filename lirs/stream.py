@@ -11,6 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from .kernels import plan as K
+from .kernels import steps as KS
+
+_NO_TABLE, _NO_KEYS, _NO_UFIRST = np.empty(0, np.uint8), np.empty(0, np.uint64), np.empty(0, np.int64)
+_NO_COUNTERS = np.empty(0, np.uint64)
 
 
 class UnitStream:
@@ -22,6 +26,7 @@ class UnitStream:
 
     def __init__(self, perm, ufirst: np.ndarray | None, n: int):
         self.perm, self.ufirst, self.n = perm, ufirst, int(n)
+        self._kargs = None
 
     @property
     def units(self) -> int:
@@ -78,6 +83,17 @@ class UnitStream:
             upos += int(i)
         return out, upos, within
 
+    def kernel_args(self) -> tuple:
+        """``(table, width, fkeys, half, units, ufirst)``: the stream as the planning kernels take it
+        (:func:`lirs.kernels.steps.span_records`): a table's units as bytes (uint8) and their width,
+        or a bijection's round keys and half width; an empty ``ufirst`` where every record is a unit."""
+        if self._kargs is None:
+            t = self.perm.table
+            perm = (t.view(np.uint8), t.itemsize, _NO_KEYS, 0) if t is not None else \
+                (_NO_TABLE, 0, self.perm.keys, self.perm.half)
+            self._kargs = (*perm, self.perm.n, _NO_UFIRST if self.ufirst is None else self.ufirst)
+        return self._kargs
+
     def count(self, lo: int, hi: int) -> int:
         """Records held by the units at positions ``[lo, hi)``."""
         units = self.perm.take(lo, hi)
@@ -120,3 +136,39 @@ class Cursor:
         ids, upos, within = self.stream.records(*self.seek(int(lo)), int(hi - lo))
         self.pos, self.upos, self.within = int(hi), upos, within
         return ids
+
+
+class Span:
+    """The ``k`` records of a :class:`UnitStream` from a cursor's place on, not taken yet: the
+    planning kernel that plans their read step takes them (:func:`lirs.kernels.steps.span_step`),
+    so that a step of consecutive batches is planned in one kernel call. ``deal``: ``(cuts, key,
+    counters)``, each batch ``cuts[i]:cuts[i + 1]`` dealt from its stream counter (None: not dealt).
+
+    ``ids`` int64 (k,) and ``order`` int64 (k,) (None without a deal) are filled by the kernel;
+    ``args`` are its first arguments; :meth:`done` (or :meth:`take`) then moves the cursor past them.
+    """
+
+    __slots__ = ("cursor", "hi", "ids", "order", "args")
+
+    def __init__(self, cursor: Cursor, lo: int, k: int, deal: tuple | None):
+        place = cursor.seek(int(lo))
+        self.cursor, self.hi = cursor, int(lo) + int(k)
+        self.ids = np.empty(k, np.int64)
+        self.order = None if deal is None else np.empty(k, np.int64)
+        cuts, key, counters = deal if deal is not None else (_NO_UFIRST, 0, _NO_COUNTERS)
+        self.args = (*cursor.stream.kernel_args(), *place, self.ids, cuts, np.uint64(key), counters,
+                     _NO_UFIRST if self.order is None else self.order)
+
+    def done(self, upos: int, within: int, filled: int) -> None:
+        """The kernel's place after the records and how many it filled: the cursor moves there."""
+        if filled < len(self.ids):
+            raise RuntimeError("unit stream ended early (asked past its end)")
+        c = self.cursor
+        c.pos, c.upos, c.within = self.hi, int(upos), int(within)
+
+    def take(self) -> np.ndarray:
+        """Take the records (and deal them) in a call of their own; returns them in delivery order
+        (int64 (k,)): for a step whose extents are not found in the same call."""
+        dealt = _NO_UFIRST if self.order is None else np.empty(len(self.ids), np.int64)
+        self.done(*KS.span_records(*self.args, dealt))
+        return self.ids if self.order is None else dealt

@@ -27,7 +27,7 @@ from .kernels.plan import batch_orders
 from .errors import UsageError
 from .policies import POLICIES
 from .ranges import cut, rank_spans
-from .stream import Cursor
+from .stream import Cursor, Span
 from .steps import BatchPlan, Part, SharedStep
 from .windows import window_bounds, window_count, window_of, window_rows_step, window_step
 
@@ -161,7 +161,14 @@ class BatchSteps:
         cuts = [0]
         for f in firsts:
             cuts.append(cuts[-1] + min(B, p.size - f))  # the last batch may be short
-        if js.step == 1:  # consecutive batches: their records in one piece
+        if js.step == 1 and cuts[-1]:
+            # consecutive batches: their records taken in the kernel call that finds their extents
+            deal = (np.array(cuts, np.int64), p.batch_key, np.array([s0 + f for f in firsts], np.uint64)) \
+                if self.deals else None
+            span = Span(self.cursor, s0 + j0 * B, cuts[-1], deal)
+            step = p.step(j0, span.ids, self.extents, order=span.order, piece_runs=STEP_PIECE_RUNS, span=span)
+            return self._plans(step, js, cuts)
+        if js.step == 1:
             ids = self.cursor.take(s0 + j0 * B, s0 + j0 * B + cuts[-1])
         else:
             ids = np.concatenate([self.cursor.take(s0 + f, s0 + f + cuts[i + 1] - cuts[i])

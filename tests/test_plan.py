@@ -1043,3 +1043,72 @@ def test_a_step_planned_in_one_kernel_call_is_the_step_of_the_calls_one_by_one(t
         for name in ("ids", "ext_file", "ext_offset", "ext_nbytes", "rec_extent", "rec_pos", "rec_len"):
             assert np.array_equal(getattr(a, name), getattr(b, name)), (gran, name)
     assert len(walks[0]) >= 10
+
+
+@pytest.mark.parametrize("mode,n_units", [("table", 200), ("table", 70_000), ("stateless", 70_000)])
+@pytest.mark.parametrize("grouped", [True, False])
+def test_a_span_of_the_unit_stream_is_taken_and_dealt_in_one_kernel_call(mode, n_units, grouped):
+    # span_records takes the stream's records from any place, as a Cursor takes them (units from a
+    # table of 1-4 B units, or computed), and deals each batch as batch_orders does
+    from lirs.kernels import plan as K
+    from lirs.kernels.steps import span_records
+    from lirs.stream import Cursor, Span, UnitStream
+
+    rng = np.random.default_rng(n_units)
+    perm = Permutation(n_units, mode, seed=4, epoch=1)
+    assert (perm.table is None) == (mode == "stateless")
+    ufirst = np.concatenate([[0], np.cumsum(rng.integers(1, 9, n_units))]).astype(np.int64) if grouped else None
+    n = n_units if ufirst is None else int(ufirst[-1])
+    for lo, k in [(0, 1), (3, min(700, n - 3)), (n - 50, 50), (int(rng.integers(0, n // 2)), min(3000, n // 2))]:
+        want = Cursor(UnitStream(perm, ufirst, n)).take(lo, lo + k)
+        cuts = np.array([0, k // 3, k // 3 + 1, k], np.int64)
+        counters = rng.integers(0, 2**40, 3).astype(np.uint64)
+        order, dealt = np.empty(k, np.int64), np.empty(k, np.int64)
+        K.batch_orders(order, cuts, np.uint64(77), counters, want, dealt)
+        cur = Cursor(UnitStream(perm, ufirst, n))
+        span = Span(cur, lo, k, (cuts, 77, counters))
+        got = span.take()
+        assert np.array_equal(span.ids, want) and np.array_equal(span.order, order) and np.array_equal(got, dealt)
+        assert cur.pos == lo + k and (cur.upos, cur.within) == Cursor(UnitStream(perm, ufirst, n)).seek(lo + k)
+        assert np.array_equal(Span(Cursor(UnitStream(perm, ufirst, n)), lo, k, None).take(), want)
+    with pytest.raises(RuntimeError, match="ended early"):  # asked past the stream's end
+        Span(Cursor(UnitStream(perm, ufirst, n)), n - 5, 6, None).take()
+    args = Span(Cursor(UnitStream(perm, ufirst, n)), n - 5, 6, None).args
+    assert span_records(*args, np.empty(0, np.int64))[2] == 5
+
+
+@pytest.mark.parametrize("extents", [True, "defer", False])
+def test_a_group_step_is_planned_in_one_kernel_call(tmp_path, monkeypatch, extents):
+    # a step of consecutive batches: its records taken, dealt and their extents found in one call
+    # (three before, each a GIL release and re-take); each batch as the stream and its deal give it
+    import lirs
+    import lirs.stream as S
+    import lirs.walker as Wk
+    from lirs.index import open_index
+    from lirs.kernels import steps as KS
+    from lirs.stream import Cursor
+
+    path = tmp_path / "d.svm"
+    rng = np.random.default_rng(8)
+    path.write_bytes(b"".join(b"1 3:%d%s\n" % (i, b"1" * int(rng.integers(0, 400))) for i in range(30_000)))
+    lirs.build_index(str(path), progress=False)
+    idx = open_index(str(path))
+    p = plan_epoch(idx, 256, "group", seed=2, epoch=1)
+    assert p.batches_per_step > 1
+    ref = Cursor(p.stream)
+    want = [ref.take(j * 256, j * 256 + p.batch_size_of(j))[p.batch_order(p.batch_size_of(j), j * 256)]
+            for j in range(p.num_batches)]
+    calls = collections.Counter()
+    for mod, name in [(KS, "span_step"), (KS, "span_records"), (KS, "step_extents"), (S.K, "fill_records"),
+                      (Wk, "batch_orders")]:
+        monkeypatch.setattr(mod, name, lambda *a, _f=getattr(mod, name), _n=name: calls.update([_n]) or _f(*a))
+    steps = {}  # the steps kept: an id is not reused
+    for b in p.batches(extents=extents):
+        assert np.array_equal(b.ids, want[b.index])
+        for part in b.parts:
+            if id(part.step) not in steps and extents:
+                steps[id(part.step)] = part.step
+                _check_step_extents(idx, part.step.ready())
+    one = "span_step" if extents is True else "span_records"
+    assert calls[one] == len(steps or [0] * calls[one]) >= 5 and not calls["fill_records"] + calls["batch_orders"]
+    assert calls["step_extents"] == (calls["span_records"] if extents == "defer" else 0), calls

@@ -113,15 +113,16 @@ def batch_orders(out, cuts, key, counters, ids, dealt):
     """The deal orders of consecutive batches in one call: ``out[cuts[i]:cuts[i + 1]]`` (int64) is
     ``cuts[i] + `` a Fisher-Yates of ``arange(cuts[i + 1] - cuts[i])`` with the stream (key,
     ``counters[i]``), as :func:`shuffle_inplace` draws it for one batch; and ``dealt[r] =
-    ids[out[r]]`` (int64 (cuts[-1],)): the records in delivery order, gathered here without the
-    GIL instead of by numpy's fancy index with it."""
+    ids[out[r]]`` (int64 (cuts[-1],), or empty for none): the records in delivery order, gathered
+    here without the GIL instead of by numpy's fancy index with it."""
     for i in range(counters.shape[0]):
         a, b = cuts[i], cuts[i + 1]
         for r in range(a, b):
             out[r] = r
         shuffle_inplace(out[a:b], key, counters[i])
-        for r in range(a, b):
-            dealt[r] = ids[out[r]]
+        if dealt.shape[0] > 0:  # empty: the caller gathers them with their extents
+            for r in range(a, b):
+                dealt[r] = ids[out[r]]
 
 
 @njit(cache=True, nogil=True)
@@ -138,15 +139,20 @@ def _feistel(x, keys, half, mask):
 def feistel_range(keys, half, n, p0, out):
     """``out[i] = perm(p0 + i)`` for the keyed bijection ``perm`` of [0, n): a balanced Feistel
     network on 2*half bits (``keys`` uint64 round keys) with cycle walking back into [0, n)."""
+    for i in range(out.shape[0]):
+        out[i] = feistel_at(p0 + i, keys, half, n)
+
+
+@njit(cache=True, nogil=True, inline='always')
+def feistel_at(p, keys, half, n):
+    """``perm(p)`` (int64) of :func:`feistel_range`'s bijection."""
     h = np.uint64(half)
     mask = (np.uint64(1) << h) - np.uint64(1)
     nn = np.uint64(n)
-    for i in range(out.shape[0]):
-        x = np.uint64(p0 + i)
+    x = _feistel(np.uint64(p), keys, h, mask)
+    while x >= nn:
         x = _feistel(x, keys, h, mask)
-        while x >= nn:
-            x = _feistel(x, keys, h, mask)
-        out[i] = x
+    return np.int64(x)
 
 
 @njit(cache=True, nogil=True)
