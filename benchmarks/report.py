@@ -625,15 +625,17 @@ def sec_plan():
                    f"{mb(d['fio'].get('bw_64k_qd32'))} MB/s in 64 KiB reads). The Loader plans batch by batch "
                    f"on its pool, overlapped with reads:\n\n"
                    + table(["granularity, permutation", "plan s", "read s at fio", "plan / read"], rows))
-    pg = load("plan_gil")
-    if pg:
+    for name in ("plan_gil", "plan_gil_span"):
+        pg = load(name)
+        if not pg:
+            continue
         cells = [f"{r['granularity']} with {r['holders']} {r['this_records_per_s'] / 1e6:.2f}M against "
                  f"{r['against_records_per_s'] / 1e6:.2f}M ({r['this_vs_against']:.2f}×)"
                  for r in pg["rows"] if r.get("this_vs_against")]
         out.append(f"The planning thread's walk of an epoch (records/s) while K other threads hold the GIL in turns "
                    f"({pg['hold_us']} µs each in a call that sleeps, then {pg['gap_us']} µs without: contention "
                    f"without taking the cores; `benchmarks/bench_plan_gil.py`, {source(pg)}), lirs at "
-                   f"{pg.get('code_commit', '?')} (a read step's runs, extents and deal in one kernel call) against "
+                   f"{pg.get('code_commit', '?')} ({pg.get('change', '?')}) against "
                    f"{pg.get('against_commit', '?')}, medians of {pg['rounds']} turns, by K: " + "; ".join(cells) + ".")
     m = d.get("memory")
     if m:
