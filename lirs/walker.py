@@ -151,7 +151,8 @@ class BatchSteps:
         return self._plans(step, js, cuts)
 
     def _share_span(self, js: range) -> tuple:
-        """:meth:`_share` of a plan of one span: the batches' records taken in one piece (stride 1)
+        """:meth:`_share` of a plan of one span: the batches' records taken in one piece (stride 1:
+        by the kernel call that deals them and finds their extents, a :class:`~lirs.stream.Span`)
         or one piece a batch (a DataLoader worker's every stride-th), every batch's deal order
         drawn by one kernel call (the consumer's thread plans this under the GIL)."""
         p, B = self.plan, self.plan.batch_size
