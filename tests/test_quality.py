@@ -546,3 +546,30 @@ def test_quality_names_the_file_and_the_argument_it_refuses(tmp_path, capsys):
     assert f"need at least 2 records, got 1 of {p}" in capsys.readouterr().err
     assert main(["quality", "--records", "100", "--epochs", "1", "--segments", "0"]) == 2
     assert "segments must be >= 1, got 0" in capsys.readouterr().err
+
+
+def _tiny(tmp_path, n=2):
+    """An indexed libsvm file of ``n`` records (a few bytes each), both labels."""
+    from lirs.cli import main
+
+    p = tmp_path / "tiny.svm"
+    p.write_text("".join(f"{1 if i % 2 else -1} {i % 7 + 1}:1\n" for i in range(n)))
+    assert main(["index", str(p), "--quiet"]) == 0
+    return p
+
+
+def _rows(text, name):
+    return [line.split() for line in text.splitlines() if line.startswith(name + " ")]
+
+
+def test_a_budget_given_twice_is_one_budget_and_labelled_so(tmp_path, capsys):
+    """--memory 5%,5% ran once (repeats were dropped) but its row and the JSON called it "5%,5%"."""
+    from lirs.cli import main
+
+    out = str(tmp_path / "q.json")
+    assert main(["quality", "--records", "3000", "--epochs", "1", "--batch-size", "100", "--strategies", "window",
+                 "--memory", "5%,5%", "--json", out]) == 0
+    text = capsys.readouterr().out
+    assert [r[:2] for r in _rows(text, "window")] == [["window", "5%"]] and "5%,5%" not in text
+    res = json.load(open(out))
+    assert res["config"]["memory"] == "5%" and res["config"]["params"]["memory_bytes"] == 54_000

@@ -199,7 +199,8 @@ def run(args) -> int:
     res = (_frontier(source, budgets, names, params, common) if sweep else
            _single(source, budgets[0], names, params, args.window, common))
     res["config"]["source"] = what
-    res["config"]["memory"] = args.memory
+    # the budgets used, not the text given: "5%,5%" is one budget, and its rows say "5%", not "5%,5%"
+    res["config"]["memory"] = args.memory if sweep else budgets[0][0]
     _print(res, what, sweep, args)
     if args.json:
         write_json(res, args.json)
