@@ -573,3 +573,24 @@ def test_a_budget_given_twice_is_one_budget_and_labelled_so(tmp_path, capsys):
     assert [r[:2] for r in _rows(text, "window")] == [["window", "5%"]] and "5%,5%" not in text
     res = json.load(open(out))
     assert res["config"]["memory"] == "5%" and res["config"]["params"]["memory_bytes"] == 54_000
+
+
+def test_a_share_the_floor_raised_is_labelled_by_the_bytes_it_gives(tmp_path, capsys):
+    """A share's budget is at least 4096 B: on 2 records (13 B) "5%" gave 4 kB, 315 times the data,
+    and the table called it 5%. It is now at most the data, and labelled with the bytes used."""
+    from lirs.cli import main
+    from lirs.commands.quality import memory_budgets
+
+    assert memory_budgets("5%", 50_000) == [("4,096 B (5% raised)", 4096)]
+    assert memory_budgets("5%,100%", 13) == [("13 B (5% raised)", 13)]  # the floor is the data, at most
+    assert memory_budgets("5%", 100_000) == [("5%", 5000)]  # not raised: the share asked
+    assert Q.default_budgets(13) == [("100%", 13)] and Q.default_budgets(50_000)[0] == ("4,096 B (5% raised)", 4096)
+    p = _tiny(tmp_path)
+    out = str(tmp_path / "q.json")
+    assert main(["quality", str(p), "--epochs", "1", "--batch-size", "1", "--strategies", "shuffle_buffer",
+                 "--json", out]) == 0
+    cap = capsys.readouterr()
+    assert "note: --memory 5% of the 13 B of data is under the floor of 4,096 B" in cap.err
+    assert "memory budget 13 B " in cap.out and _rows(cap.out, "shuffle_buffer")[0][1:5] == ["13", "B", "(5%",
+                                                                                              "raised)"]
+    assert json.load(open(out))["config"]["memory"] == "13 B (5% raised)"

@@ -97,7 +97,13 @@ def parse_params(items) -> dict:
 
 
 def memory_budget(text, payload: int) -> int:
-    """``"5%"`` -> 5% of ``payload`` bytes; ``"64M"`` -> 67108864."""
+    """``"5%"`` -> 5% of ``payload`` bytes (at least 4096, or ``payload`` where that is less:
+    :func:`lirs.eval.quality.frontier.share_budget`); ``"64M"`` -> 67108864."""
+    return _budget(text, payload)[1]
+
+
+def _budget(text, payload: int) -> tuple[str, int]:
+    from ..eval.quality.frontier import share_budget
     from ..units import parse_size
 
     t = str(text).strip()
@@ -108,7 +114,7 @@ def memory_budget(text, payload: int) -> int:
             raise UsageError(f"--memory {text!r}: expected a size like 64M or a share like 5%") from None
         if not 0 < frac <= 1:
             raise UsageError(f"--memory {text!r}: a share must be in (0%, 100%]")
-        return max(4096, int(payload * frac))
+        return share_budget(t, frac, payload)
     try:
         m = parse_size(t)
     except UsageError:
@@ -116,12 +122,13 @@ def memory_budget(text, payload: int) -> int:
                          "list of them, or 'sweep'") from None
     if m < 1:
         raise UsageError(f"--memory {text!r} must be positive")
-    return m
+    return t, m
 
 
 def memory_budgets(text, payload: int) -> list:
     """``"1M,5%"`` -> ``[("1M", 1048576), ("5%", payload // 20)]`` (in the order given, repeats
-    dropped); ``"sweep"`` -> :func:`lirs.eval.quality.default_budgets`."""
+    dropped); ``"sweep"`` -> :func:`lirs.eval.quality.default_budgets`. A share the floor raised
+    is labelled with the bytes it gives (:func:`lirs.eval.quality.frontier.share_budget`)."""
     from ..eval.quality import default_budgets
 
     t = str(text).strip()
@@ -132,11 +139,21 @@ def memory_budgets(text, payload: int) -> list:
         raise UsageError(f"--memory {text!r}: an empty budget; expected sizes like 1M,16M,5% separated by commas")
     out, seen = [], set()
     for x in items:
-        m = memory_budget(x, payload)
+        label, m = _budget(x, payload)
         if m not in seen:
             seen.add(m)
-            out.append((x, m))
+            out.append((label, m))
     return out
+
+
+def raised_notes(budgets, payload: int) -> list:
+    """A line per budget of ``budgets`` that the floor raised above the share asked, saying so."""
+    from ..eval.quality.frontier import RAISED, SHARE_FLOOR
+
+    return [f"note: --memory {label[label.index('(') + 1:-len(RAISED)]} of the {payload:,} B of data is under "
+            f"the floor of {SHARE_FLOOR:,} B (or all the data, where less): the strategies get {m:,} B, "
+            f"{100 * m / max(1, payload):.3g}% of the data, shown as {label!r}"
+            for label, m in budgets if label.endswith(RAISED)]
 
 
 def run(args) -> int:
@@ -187,6 +204,8 @@ def run(args) -> int:
         payload = args.records * (args.record_bytes or DEFAULT_RECORD_BYTES)
         what = f"{args.records:,} synthetic label-sorted records of {args.record_bytes} B, {args.classes} classes"
     budgets = memory_budgets(args.memory, payload)
+    for note in raised_notes(budgets, payload):
+        print(note, file=sys.stderr)
     sweep = len(budgets) > 1 or str(args.memory).strip().lower() == "sweep"
     if sweep and args.window is not None:
         raise UsageError("--window: with several memory budgets the lirs window follows each budget "
