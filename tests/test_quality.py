@@ -594,3 +594,19 @@ def test_a_share_the_floor_raised_is_labelled_by_the_bytes_it_gives(tmp_path, ca
     assert "memory budget 13 B " in cap.out and _rows(cap.out, "shuffle_buffer")[0][1:5] == ["13", "B", "(5%",
                                                                                               "raised)"]
     assert json.load(open(out))["config"]["memory"] == "13 B (5% raised)"
+
+
+def test_batches_of_one_record_have_no_same_group_ratio(tmp_path, capsys):
+    """With --batch-size 1 no batch has neighbours, and "same grp" printed 0x (0 of 0 against an
+    ideal of 1x): a ratio that means nothing, now "-" as "pairs again" is."""
+    from lirs.cli import main
+
+    out = str(tmp_path / "q.json")
+    assert main(["quality", "--records", "300", "--epochs", "1", "--batch-size", "1", "--strategies", "window",
+                 "--json", out]) == 0
+    text = capsys.readouterr().out
+    assert _rows(text, "window")[0][-3:-1] == ["-", "-"] and "0x" not in text  # pairs again, same grp
+    assert _rows(text, "ideal")[0][-3:-1] == ["-", "-"]  # no ideal pairs or neighbours either
+    res = json.load(open(out))
+    assert res["ideal"]["same_group"] is None and res["strategies"]["window"]["same_group"] is None
+    assert res["strategies"]["window"]["same_group_vs_ideal"] is None

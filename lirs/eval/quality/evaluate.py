@@ -87,7 +87,8 @@ def evaluate(source, strategies=None, *, epochs: int = DEFAULT_EPOCHS, batch_siz
         "spearman": 0.0,
         "repeat_pairs": ideal_repeat_rate(n, batch_size),
         "streaming_entropy": streaming_entropy(ideal_perm, shard_records),
-        "same_group": ideal_same_group_rate(groups),
+        # batches of one record have no neighbours: the share of same-group ones means nothing there
+        "same_group": ideal_same_group_rate(groups) if batch_size > 1 else None,
         "curve_segments": ideal_seg_curve.tolist(),
         "curve_labels": (expected_distinct_seen(class_counts, n, cps) / ncodes).tolist() if labels is not None else None,
     }
@@ -155,7 +156,8 @@ def _evaluate_one(name, index, epochs, batch_size, seed, params, codes, ncodes, 
         if prev is not None:
             acc["repeat_pairs"].append(repeat_pair_rate(prev, order, batch_size))
         acc["streaming_entropy"].append(streaming_entropy(order, shard_records))
-        acc["same_group"].append(same_group_rate(order, groups, batch_size))
+        if batch_size > 1:
+            acc["same_group"].append(same_group_rate(order, groups, batch_size))
         test.add(order)
         prev = order
         bar.epoch()
