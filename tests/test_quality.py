@@ -610,3 +610,18 @@ def test_batches_of_one_record_have_no_same_group_ratio(tmp_path, capsys):
     res = json.load(open(out))
     assert res["ideal"]["same_group"] is None and res["strategies"]["window"]["same_group"] is None
     assert res["strategies"]["window"]["same_group_vs_ideal"] is None
+
+
+def test_synthetic_only_options_are_refused_with_a_path(tmp_path, capsys):
+    """--classes and --record-bytes size synthetic records; with a PATH they were silently ignored
+    (the file's labels and sizes were used). Refused, naming the option, before the file is opened."""
+    from lirs.cli import main
+
+    missing = tmp_path / "missing.svm"
+    for flag, v in (("--classes", "7"), ("--record-bytes", "99")):
+        assert main(["quality", str(missing), flag, v]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag} applies only to synthetic records (--records N, without a PATH)" in err and str(missing) in err
+    p = _tiny(tmp_path, 3)
+    assert main(["quality", str(p), "--epochs", "1", "--batch-size", "1", "--strategies", "sequential"]) == 0
+    capsys.readouterr()

@@ -48,10 +48,12 @@ def add_parser(sub):
                         "(default: the memory budget M; not with several budgets)")
     p.add_argument("--segments", type=int, default=1000, metavar="K",
                    help="file segments of metric (a) (default 1000)")
-    p.add_argument("--record-bytes", type=int, default=360, metavar="R",
-                   help="with --records: bytes per record (default 360, kdd-like)")
-    p.add_argument("--classes", type=int, default=1000, metavar="C",
-                   help="with --records: balanced classes, sorted in file order (default 1000)")
+    # None: not given, so that a PATH with either is refused, not run on the file's own sizes and labels
+    p.add_argument("--record-bytes", type=int, default=None, metavar="R",
+                   help="only with --records (refused with a PATH): bytes per record (default 360, kdd-like)")
+    p.add_argument("--classes", type=int, default=None, metavar="C",
+                   help="only with --records (refused with a PATH): balanced classes, sorted in file order "
+                        "(default 1000)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a strategy parameter, e.g. buffer_records=10000, shard_records=4096, canonical_nodes=2, "
                         "reshuffle_every_epoch=false (repeatable; a *_bytes parameter takes sizes like 16M, "
@@ -157,6 +159,7 @@ def raised_notes(budgets, payload: int) -> list:
 
 
 def run(args) -> int:
+    from ..eval.quality import DEFAULT_CLASSES
     from ..eval.strategies import DEFAULT_RECORD_BYTES, STRATEGIES
     from ..units import parse_size
 
@@ -168,6 +171,12 @@ def run(args) -> int:
             raise UsageError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
     if args.epochs < 1 or args.batch_size < 1:
         raise UsageError("--epochs and --batch-size must be >= 1")
+    for flag, v in (("--record-bytes", args.record_bytes), ("--classes", args.classes)):
+        if v is not None and args.path is not None:  # they were ignored: the index has the sizes and labels
+            raise UsageError(f"{flag} applies only to synthetic records (--records N, without a PATH): the records "
+                             f"of {args.path} have the sizes and labels its index holds")
+    args.record_bytes = DEFAULT_RECORD_BYTES if args.record_bytes is None else args.record_bytes
+    args.classes = DEFAULT_CLASSES if args.classes is None else args.classes
     if args.record_bytes < 1:
         raise UsageError(f"--record-bytes must be >= 1, got {args.record_bytes}")
     if args.window is not None:
