@@ -625,3 +625,21 @@ def test_synthetic_only_options_are_refused_with_a_path(tmp_path, capsys):
     p = _tiny(tmp_path, 3)
     assert main(["quality", str(p), "--epochs", "1", "--batch-size", "1", "--strategies", "sequential"]) == 0
     capsys.readouterr()
+
+
+def test_the_window_reported_is_at_most_the_groups_of_the_data(tmp_path, capsys):
+    """--window auto (16 MiB at least) was reported as "256 groups" on 7.2 MB of data, 110 groups
+    of 64 KiB; a 16M budget of a frontier too. The window holds every group, in the same order."""
+    from lirs.cli import main
+
+    out = str(tmp_path / "q.json")
+    base = ["quality", "--records", "20000", "--epochs", "1", "--batch-size", "64", "--strategies", "window"]
+    assert main(base + ["--window", "auto", "--json", out]) == 0
+    assert "(lirs window: 110 groups)" in capsys.readouterr().out
+    res = json.load(open(out))
+    assert res["config"]["groups"] == 110 and res["config"]["params"]["window"] == 110
+    assert res["strategies"]["window"]["params"]["window"] == 110
+    assert main(base + ["--memory", "16M,1M", "--json", out]) == 0
+    capsys.readouterr()
+    res = json.load(open(out))
+    assert [b["window"] for b in res["config"]["budgets"]] == [16, 110] == [b["window"] for b in res["budgets"]]

@@ -133,7 +133,9 @@ def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, 
             for r in res["strategies"].values():
                 r.pop("curve_segments", None)
                 r.pop("curve_labels", None)
-            out["budgets"].append({"memory": label, "memory_bytes": int(m), "window": p["window"],
+            # the window evaluate ran: at most the groups the data has
+            out["budgets"].append({"memory": label, "memory_bytes": int(m),
+                                   "window": res["config"]["params"]["window"],
                                    "shard_records": res["config"]["shard_records"], "ideal": _no_curves(res["ideal"]),
                                    "strategies": res["strategies"]})
     finally:
@@ -147,7 +149,8 @@ def _start(res: dict, names, budgets, group_bytes: int, size: tuple) -> dict:
     cfg["params"] = {k: v for k, v in cfg["params"].items() if k not in ("memory_bytes", "window")}
     cfg.update(strategies=names, group_bytes=group_bytes,
                budgets=[{"memory": label, "memory_bytes": int(m), "share": int(m) / max(1, cfg["payload_bytes"]),
-                         "window": budget_groups(m, group_bytes, *size)} for label, m in budgets],
+                         "window": min(cfg["groups"], budget_groups(m, group_bytes, *size))}
+                        for label, m in budgets],
                memory_meaning={s: MEMORY_MEANING.get(s, "memory_bytes = M (see lirs.eval.strategies)") for s in names})
     # shard_records, and so the ideal Streaming entropy, follow the budget: they are per budget
     # (budgets[i]), and None here rather than the first budget's value standing for every budget
