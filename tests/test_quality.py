@@ -546,3 +546,100 @@ def test_quality_names_the_file_and_the_argument_it_refuses(tmp_path, capsys):
     assert f"need at least 2 records, got 1 of {p}" in capsys.readouterr().err
     assert main(["quality", "--records", "100", "--epochs", "1", "--segments", "0"]) == 2
     assert "segments must be >= 1, got 0" in capsys.readouterr().err
+
+
+def _tiny(tmp_path, n=2):
+    """An indexed libsvm file of ``n`` records (a few bytes each), both labels."""
+    from lirs.cli import main
+
+    p = tmp_path / "tiny.svm"
+    p.write_text("".join(f"{1 if i % 2 else -1} {i % 7 + 1}:1\n" for i in range(n)))
+    assert main(["index", str(p), "--quiet"]) == 0
+    return p
+
+
+def _rows(text, name):
+    return [line.split() for line in text.splitlines() if line.startswith(name + " ")]
+
+
+def test_a_budget_given_twice_is_one_budget_and_labelled_so(tmp_path, capsys):
+    """--memory 5%,5% ran once (repeats were dropped) but its row and the JSON called it "5%,5%"."""
+    from lirs.cli import main
+
+    out = str(tmp_path / "q.json")
+    assert main(["quality", "--records", "3000", "--epochs", "1", "--batch-size", "100", "--strategies", "window",
+                 "--memory", "5%,5%", "--json", out]) == 0
+    text = capsys.readouterr().out
+    assert [r[:2] for r in _rows(text, "window")] == [["window", "5%"]] and "5%,5%" not in text
+    res = json.load(open(out))
+    assert res["config"]["memory"] == "5%" and res["config"]["params"]["memory_bytes"] == 54_000
+
+
+def test_a_share_the_floor_raised_is_labelled_by_the_bytes_it_gives(tmp_path, capsys):
+    """A share's budget is at least 4096 B: on 2 records (13 B) "5%" gave 4 kB, 315 times the data,
+    and the table called it 5%. It is now at most the data, and labelled with the bytes used."""
+    from lirs.cli import main
+    from lirs.commands.quality import memory_budgets
+
+    assert memory_budgets("5%", 50_000) == [("4,096 B (5% raised)", 4096)]
+    assert memory_budgets("5%,100%", 13) == [("13 B (5% raised)", 13)]  # the floor is the data, at most
+    assert memory_budgets("5%", 100_000) == [("5%", 5000)]  # not raised: the share asked
+    assert Q.default_budgets(13) == [("100%", 13)] and Q.default_budgets(50_000)[0] == ("4,096 B (5% raised)", 4096)
+    p = _tiny(tmp_path)
+    out = str(tmp_path / "q.json")
+    assert main(["quality", str(p), "--epochs", "1", "--batch-size", "1", "--strategies", "shuffle_buffer",
+                 "--json", out]) == 0
+    cap = capsys.readouterr()
+    assert "note: --memory 5% of the 13 B of data is under the floor of 4,096 B" in cap.err
+    assert "memory budget 13 B " in cap.out and _rows(cap.out, "shuffle_buffer")[0][1:5] == ["13", "B", "(5%",
+                                                                                              "raised)"]
+    assert json.load(open(out))["config"]["memory"] == "13 B (5% raised)"
+
+
+def test_batches_of_one_record_have_no_same_group_ratio(tmp_path, capsys):
+    """With --batch-size 1 no batch has neighbours, and "same grp" printed 0x (0 of 0 against an
+    ideal of 1x): a ratio that means nothing, now "-" as "pairs again" is."""
+    from lirs.cli import main
+
+    out = str(tmp_path / "q.json")
+    assert main(["quality", "--records", "300", "--epochs", "1", "--batch-size", "1", "--strategies", "window",
+                 "--json", out]) == 0
+    text = capsys.readouterr().out
+    assert _rows(text, "window")[0][-3:-1] == ["-", "-"] and "0x" not in text  # pairs again, same grp
+    assert _rows(text, "ideal")[0][-3:-1] == ["-", "-"]  # no ideal pairs or neighbours either
+    res = json.load(open(out))
+    assert res["ideal"]["same_group"] is None and res["strategies"]["window"]["same_group"] is None
+    assert res["strategies"]["window"]["same_group_vs_ideal"] is None
+
+
+def test_synthetic_only_options_are_refused_with_a_path(tmp_path, capsys):
+    """--classes and --record-bytes size synthetic records; with a PATH they were silently ignored
+    (the file's labels and sizes were used). Refused, naming the option, before the file is opened."""
+    from lirs.cli import main
+
+    missing = tmp_path / "missing.svm"
+    for flag, v in (("--classes", "7"), ("--record-bytes", "99")):
+        assert main(["quality", str(missing), flag, v]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag} applies only to synthetic records (--records N, without a PATH)" in err and str(missing) in err
+    p = _tiny(tmp_path, 3)
+    assert main(["quality", str(p), "--epochs", "1", "--batch-size", "1", "--strategies", "sequential"]) == 0
+    capsys.readouterr()
+
+
+def test_the_window_reported_is_at_most_the_groups_of_the_data(tmp_path, capsys):
+    """--window auto (16 MiB at least) was reported as "256 groups" on 7.2 MB of data, 110 groups
+    of 64 KiB; a 16M budget of a frontier too. The window holds every group, in the same order."""
+    from lirs.cli import main
+
+    out = str(tmp_path / "q.json")
+    base = ["quality", "--records", "20000", "--epochs", "1", "--batch-size", "64", "--strategies", "window"]
+    assert main(base + ["--window", "auto", "--json", out]) == 0
+    assert "(lirs window: 110 groups)" in capsys.readouterr().out
+    res = json.load(open(out))
+    assert res["config"]["groups"] == 110 and res["config"]["params"]["window"] == 110
+    assert res["strategies"]["window"]["params"]["window"] == 110
+    assert main(base + ["--memory", "16M,1M", "--json", out]) == 0
+    capsys.readouterr()
+    res = json.load(open(out))
+    assert [b["window"] for b in res["config"]["budgets"]] == [16, 110] == [b["window"] for b in res["budgets"]]

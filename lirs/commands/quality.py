@@ -48,10 +48,12 @@ def add_parser(sub):
                         "(default: the memory budget M; not with several budgets)")
     p.add_argument("--segments", type=int, default=1000, metavar="K",
                    help="file segments of metric (a) (default 1000)")
-    p.add_argument("--record-bytes", type=int, default=360, metavar="R",
-                   help="with --records: bytes per record (default 360, kdd-like)")
-    p.add_argument("--classes", type=int, default=1000, metavar="C",
-                   help="with --records: balanced classes, sorted in file order (default 1000)")
+    # None: not given, so that a PATH with either is refused, not run on the file's own sizes and labels
+    p.add_argument("--record-bytes", type=int, default=None, metavar="R",
+                   help="only with --records (refused with a PATH): bytes per record (default 360, kdd-like)")
+    p.add_argument("--classes", type=int, default=None, metavar="C",
+                   help="only with --records (refused with a PATH): balanced classes, sorted in file order "
+                        "(default 1000)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a strategy parameter, e.g. buffer_records=10000, shard_records=4096, canonical_nodes=2, "
                         "reshuffle_every_epoch=false (repeatable; a *_bytes parameter takes sizes like 16M, "
@@ -97,7 +99,13 @@ def parse_params(items) -> dict:
 
 
 def memory_budget(text, payload: int) -> int:
-    """``"5%"`` -> 5% of ``payload`` bytes; ``"64M"`` -> 67108864."""
+    """``"5%"`` -> 5% of ``payload`` bytes (at least 4096, or ``payload`` where that is less:
+    :func:`lirs.eval.quality.frontier.share_budget`); ``"64M"`` -> 67108864."""
+    return _budget(text, payload)[1]
+
+
+def _budget(text, payload: int) -> tuple[str, int]:
+    from ..eval.quality.frontier import share_budget
     from ..units import parse_size
 
     t = str(text).strip()
@@ -108,7 +116,7 @@ def memory_budget(text, payload: int) -> int:
             raise UsageError(f"--memory {text!r}: expected a size like 64M or a share like 5%") from None
         if not 0 < frac <= 1:
             raise UsageError(f"--memory {text!r}: a share must be in (0%, 100%]")
-        return max(4096, int(payload * frac))
+        return share_budget(t, frac, payload)
     try:
         m = parse_size(t)
     except UsageError:
@@ -116,12 +124,13 @@ def memory_budget(text, payload: int) -> int:
                          "list of them, or 'sweep'") from None
     if m < 1:
         raise UsageError(f"--memory {text!r} must be positive")
-    return m
+    return t, m
 
 
 def memory_budgets(text, payload: int) -> list:
     """``"1M,5%"`` -> ``[("1M", 1048576), ("5%", payload // 20)]`` (in the order given, repeats
-    dropped); ``"sweep"`` -> :func:`lirs.eval.quality.default_budgets`."""
+    dropped); ``"sweep"`` -> :func:`lirs.eval.quality.default_budgets`. A share the floor raised
+    is labelled with the bytes it gives (:func:`lirs.eval.quality.frontier.share_budget`)."""
     from ..eval.quality import default_budgets
 
     t = str(text).strip()
@@ -132,14 +141,25 @@ def memory_budgets(text, payload: int) -> list:
         raise UsageError(f"--memory {text!r}: an empty budget; expected sizes like 1M,16M,5% separated by commas")
     out, seen = [], set()
     for x in items:
-        m = memory_budget(x, payload)
+        label, m = _budget(x, payload)
         if m not in seen:
             seen.add(m)
-            out.append((x, m))
+            out.append((label, m))
     return out
 
 
+def raised_notes(budgets, payload: int) -> list:
+    """A line per budget of ``budgets`` that the floor raised above the share asked, saying so."""
+    from ..eval.quality.frontier import RAISED, SHARE_FLOOR
+
+    return [f"note: --memory {label[label.index('(') + 1:-len(RAISED)]} of the {payload:,} B of data is under "
+            f"the floor of {SHARE_FLOOR:,} B (or all the data, where less): the strategies get {m:,} B, "
+            f"{100 * m / max(1, payload):.3g}% of the data, shown as {label!r}"
+            for label, m in budgets if label.endswith(RAISED)]
+
+
 def run(args) -> int:
+    from ..eval.quality import DEFAULT_CLASSES
     from ..eval.strategies import DEFAULT_RECORD_BYTES, STRATEGIES
     from ..units import parse_size
 
@@ -151,6 +171,12 @@ def run(args) -> int:
             raise UsageError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
     if args.epochs < 1 or args.batch_size < 1:
         raise UsageError("--epochs and --batch-size must be >= 1")
+    for flag, v in (("--record-bytes", args.record_bytes), ("--classes", args.classes)):
+        if v is not None and args.path is not None:  # they were ignored: the index has the sizes and labels
+            raise UsageError(f"{flag} applies only to synthetic records (--records N, without a PATH): the records "
+                             f"of {args.path} have the sizes and labels its index holds")
+    args.record_bytes = DEFAULT_RECORD_BYTES if args.record_bytes is None else args.record_bytes
+    args.classes = DEFAULT_CLASSES if args.classes is None else args.classes
     if args.record_bytes < 1:
         raise UsageError(f"--record-bytes must be >= 1, got {args.record_bytes}")
     if args.window is not None:
@@ -187,6 +213,8 @@ def run(args) -> int:
         payload = args.records * (args.record_bytes or DEFAULT_RECORD_BYTES)
         what = f"{args.records:,} synthetic label-sorted records of {args.record_bytes} B, {args.classes} classes"
     budgets = memory_budgets(args.memory, payload)
+    for note in raised_notes(budgets, payload):
+        print(note, file=sys.stderr)
     sweep = len(budgets) > 1 or str(args.memory).strip().lower() == "sweep"
     if sweep and args.window is not None:
         raise UsageError("--window: with several memory budgets the lirs window follows each budget "
@@ -199,7 +227,8 @@ def run(args) -> int:
     res = (_frontier(source, budgets, names, params, common) if sweep else
            _single(source, budgets[0], names, params, args.window, common))
     res["config"]["source"] = what
-    res["config"]["memory"] = args.memory
+    # the budgets used, not the text given: "5%,5%" is one budget, and its rows say "5%", not "5%,5%"
+    res["config"]["memory"] = args.memory if sweep else budgets[0][0]
     _print(res, what, sweep, args)
     if args.json:
         write_json(res, args.json)

@@ -37,15 +37,37 @@ MEMORY_MEANING = {
 """What the budget M bounds, per strategy (the RAM a strategy really holds is ``cost.memory_bytes``)."""
 
 
+SHARE_FLOOR = 4096
+"""The least budget a share of the data gives (one page), or the whole data where that is less:
+a buffer of no record or a window of no group measures nothing."""
+
+RAISED = " raised)"
+"""How the label of a share that :data:`SHARE_FLOOR` raised ends: ``"4,096 B (5% raised)"``."""
+
+
+def share_budget(label: str, share: float, payload: int) -> tuple[str, int]:
+    """A share of the data (``share`` in (0, 1], written ``label`` such as ``"5%"``) as a budget
+    ``(label, bytes)``: ``share`` x ``payload`` bytes, at least :data:`SHARE_FLOOR` or the whole
+    data where that is less. Where the floor raised it, the label gives the bytes used and the
+    share asked (``"13 B (5% raised)"``): 4 kB of 13 B of data was reported as 5%."""
+    want = int(int(payload) * float(share))
+    floor = max(1, min(SHARE_FLOOR, int(payload)))
+    if want >= floor:
+        return label, want
+    return f"{floor:,} B ({label}{RAISED}", floor
+
+
 def default_budgets(payload: int) -> list:
     """The default sweep: 1 MiB, 4 MiB, 16 MiB, ... below the data, then 5% and 100% of it, as
-    ``(label, bytes)`` in increasing bytes (duplicates dropped)."""
+    ``(label, bytes)`` in increasing bytes (duplicates dropped; 5% as :func:`share_budget` gives
+    it, so on data under 80 kB it is labelled with the bytes the floor raised it to)."""
     out = []
     m = MIB
     while m < payload:
         out.append((f"{m // MIB}M" if m < 1024 * MIB else f"{m // (1024 * MIB)}G", m))
         m *= 4
-    out += [("5%", max(4096, int(payload * 0.05))), ("100%", int(payload))]
+    # 100% first: where the floor raises 5% to the whole data, the one budget is called 100%
+    out += [("100%", int(payload)), share_budget("5%", 0.05, payload)]
     return _dedup(out)
 
 
@@ -111,7 +133,9 @@ def frontier(source, budgets, strategies=None, *, epochs: int = DEFAULT_EPOCHS, 
             for r in res["strategies"].values():
                 r.pop("curve_segments", None)
                 r.pop("curve_labels", None)
-            out["budgets"].append({"memory": label, "memory_bytes": int(m), "window": p["window"],
+            # the window evaluate ran: at most the groups the data has
+            out["budgets"].append({"memory": label, "memory_bytes": int(m),
+                                   "window": res["config"]["params"]["window"],
                                    "shard_records": res["config"]["shard_records"], "ideal": _no_curves(res["ideal"]),
                                    "strategies": res["strategies"]})
     finally:
@@ -125,7 +149,8 @@ def _start(res: dict, names, budgets, group_bytes: int, size: tuple) -> dict:
     cfg["params"] = {k: v for k, v in cfg["params"].items() if k not in ("memory_bytes", "window")}
     cfg.update(strategies=names, group_bytes=group_bytes,
                budgets=[{"memory": label, "memory_bytes": int(m), "share": int(m) / max(1, cfg["payload_bytes"]),
-                         "window": budget_groups(m, group_bytes, *size)} for label, m in budgets],
+                         "window": min(cfg["groups"], budget_groups(m, group_bytes, *size))}
+                        for label, m in budgets],
                memory_meaning={s: MEMORY_MEANING.get(s, "memory_bytes = M (see lirs.eval.strategies)") for s in names})
     # shard_records, and so the ideal Streaming entropy, follow the budget: they are per budget
     # (budgets[i]), and None here rather than the first budget's value standing for every budget

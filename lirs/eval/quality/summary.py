@@ -25,7 +25,9 @@ def _x(v, fmt="{:.3g}x") -> str:
 def summary_table_rows(result: dict, rows: list) -> list:
     """Strings in SUMMARY_COLUMNS order: the ideal first, then one per row of ``rows``."""
     ideal = result["ideal"]
-    out = [["ideal (uniform)", "", "", "", "", "1x", "1x", _x(ideal.get("batch_entropy"), "{:.3f}")]]
+    # no ideal (batches of one record: no pairs, no neighbours): "-" as in the rows, not 1x
+    out = [["ideal (uniform)", "", "", "", "", "1x" if ideal.get("repeat_pairs") else "-",
+            "1x" if ideal.get("same_group") is not None else "-", _x(ideal.get("batch_entropy"), "{:.3f}")]]
     for r in rows:
         share = r["large_read_share"]
         out.append([r["strategy"], str(r["memory"]), cell(r["ram_bytes"]), _x(r["read_x"], "{:.3f}x"),
