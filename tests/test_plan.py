@@ -575,6 +575,29 @@ def test_order_out_past_the_file_size_limit_names_the_file(tmp_path):
     assert not out.exists() and not list(tmp_path.glob(".o.npy*"))
 
 
+@pytest.mark.parametrize("granularity", ["instance", "page", "window"])
+def test_order_counts_the_bytes_read_up_to_the_end_of_the_file(tmp_path, capsys, granularity):
+    """The extent holding a file's last record runs on to a multiple of the block; `lirs order`
+    counted that block whole (a window over this 15,393-byte file: 16,384 bytes read), and said more bytes
+    read and a higher amplification than the Loader reads (its reads stop at the file's end)."""
+    import lirs
+    from lirs.cli import main
+
+    p = tmp_path / "s.svm"
+    p.write_bytes(b"".join(b"%d %d:1.5\n" % (i % 2, i + 1) for i in range(1500)))
+    size = p.stat().st_size
+    assert size % 4096  # the file ends inside a block
+    lirs.build_index(str(p), progress=False)
+    assert main(["order", str(p), "--granularity", granularity, "--batch-size", "100", "--json"]) == 0
+    st_ = json.loads(capsys.readouterr().out)
+    with lirs.Loader(str(p), 100, granularity=granularity) as ld:
+        for _ in ld.epoch(0):
+            pass
+        assert st_["bytes_read"] == ld.stats.bytes_read and st_["reads"] == ld.stats.reads
+    if granularity == "window":  # one window: the whole file, once
+        assert st_["bytes_read"] == size and st_["amplification"] == 1.0
+
+
 @pytest.mark.parametrize("fixed", [False, True])
 def test_batches_sharing_a_read_step_equal_a_step_per_batch(monkeypatch, fixed):
     """Consecutive batches read as one step (STEP_MIN_BYTES) hold the same records, dealt in the
