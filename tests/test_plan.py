@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import subprocess
 import sys
 
@@ -555,6 +556,21 @@ def test_order_out_on_a_full_disk_names_the_file_and_the_cause(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert str(out) in err and "No space left on device" in err and "use -o to write elsewhere" in err, err
     assert "tmp-" not in err and sorted(x.name for x in tmp_path.iterdir()) == ["k.svm", "k.svm.lirs"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("cmd", [["order"], ["order", "--json"], ["order", "--strategy", "sequential"], ["info"]])
+def test_results_on_a_full_stdout_say_standard_output(tmp_path, cmd):
+    """`lirs order DATA > /dev/full` said "error: No space left on device (...; use -o to write
+    elsewhere)": neither that it was writing standard output, nor advice that applies (-o moves the
+    order, not what is printed). Now one line names standard output, exit 1, no traceback."""
+    p = _order_input(tmp_path)
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "lirs", *cmd, p], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr == f"lirs {cmd[0]}: error: standard output: No space left on device " \
+                       "(no space left on the device)\n", r.stderr
 
 
 def test_order_out_past_the_file_size_limit_names_the_file(tmp_path):

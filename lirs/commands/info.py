@@ -6,6 +6,8 @@ import sys
 
 import numpy as np
 
+from . import printing_results
+
 
 def add_parser(sub):
     p = sub.add_parser("info", help="describe an indexed dataset",
@@ -109,12 +111,13 @@ def run(args) -> int:
     s = summarize(idx)
     if args.verify:
         s["verified"] = True
-    if args.json:
-        json.dump(s, sys.stdout, indent=2, allow_nan=False)
-        print()
-    else:
-        print(f"{idx.sidecar}")
-        print_summary(s)
-        if args.verify:
-            print("  checksums         every array matches its CRC-32")
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        if args.json:
+            json.dump(s, sys.stdout, indent=2, allow_nan=False)
+            print()
+        else:
+            print(f"{idx.sidecar}")
+            print_summary(s)
+            if args.verify:
+                print("  checksums         every array matches its CRC-32")
     return 0
