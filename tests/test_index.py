@@ -1088,6 +1088,24 @@ def test_labels_are_coded_a_chunk_at_a_time_as_they_are_whole(monkeypatch, tmp_p
     assert values.view(np.uint64).tolist() == bits[np.lexsort((bits, bits.view(np.float64)))].tolist()
 
 
+def test_info_says_huge_labels_briefly(tmp_path, capsys):
+    """A label of 1e300 was printed as its 301-digit integer (str(int(v))), in `lirs info` and
+    as a JSON key; integers that float64 holds whole are still said as integers."""
+    import json
+
+    from lirs.cli import main
+
+    p = tmp_path / "big.svm"
+    p.write_bytes(b"1e300 1:2\n0 2:3\n-2.5 1:1\n7 1:1\n123456789012345 1:1\n1e16 1:1\n-1e300 1:1\n")
+    lirs.build_index(str(p), progress=False)
+    assert main(["info", str(p), "--json"]) == 0
+    labels = json.loads(capsys.readouterr().out)["labels"]
+    assert sorted(labels) == sorted(["-1e+300", "-2.5", "0", "7", "123456789012345", "1e+16", "1e+300"])
+    assert main(["info", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "1e+300: 1" in out and "-2.5: 1" in out and "7: 1" in out and "0000000000" not in out, out
+
+
 def test_info_of_data_without_features_says_so(tmp_path, capsys):
     from lirs.cli import main
 

@@ -68,7 +68,11 @@ def _number(v) -> float | str:
 
 
 def _fmt_label(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else repr(float(v))
+    """A label as a short key: an integer as one (``1``, ``-3``) up to 1e16, where float64 still
+    holds every integer and ``repr`` starts writing exponents; past it and otherwise ``repr``
+    (``1e+300``, ``0.5``, ``nan``): ``str(int(1e300))`` is 301 digits."""
+    v = float(v)
+    return str(int(v)) if v.is_integer() and abs(v) < 1e16 else repr(v)
 
 
 def _share(f: float) -> str:
