@@ -1107,6 +1107,8 @@ def test_info_says_huge_labels_briefly(tmp_path, capsys):
 
 
 def test_info_of_data_without_features_says_so(tmp_path, capsys):
+    import json
+
     from lirs.cli import main
 
     p = tmp_path / "labels.svm"
@@ -1115,6 +1117,20 @@ def test_info_of_data_without_features_says_so(tmp_path, capsys):
     assert main(["info", str(p)]) == 0
     out = capsys.readouterr().out
     assert "feature indices   none (no record has a feature)" in out and ".. -1" not in out
+    # --json said {"min_index": 0, "max_index": -1}: the index's sentinels, read as indices
+    assert main(["info", str(p), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["features"] == {"min_index": None, "max_index": None}
+    p.write_bytes(b"1 3:1\n-1\n1 0:2 7:1\n")
+    lirs.build_index(str(p), progress=False)
+    assert main(["info", str(p), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["features"] == {"min_index": 0, "max_index": 7}
+    from lirs.commands.info import print_summary, summarize
+
+    idx = lirs.open_index(str(p))
+    for k in ("min_index", "max_index"):  # an index that does not record them: said, not a TypeError
+        idx.meta.pop(k)
+    print_summary(summarize(idx))
+    assert "feature indices   not recorded" in capsys.readouterr().out
 
 
 def test_a_file_name_not_in_utf8_prints_as_its_bytes(tmp_path):

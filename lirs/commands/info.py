@@ -45,7 +45,7 @@ def summarize(idx) -> dict:
     if idx.is_fixed:
         s["record_size"] = idx.record_size
     if idx.format == "libsvm":
-        s["features"] = {"min_index": m.get("min_index"), "max_index": m.get("max_index")}
+        s["features"] = _features(m)
     if idx.label_values is not None:
         if idx.label_codes is not None:
             counts = np.bincount(np.asarray(idx.label_codes), minlength=len(idx.label_values))
@@ -59,6 +59,17 @@ def summarize(idx) -> dict:
     else:
         s["labels"] = None
     return s
+
+
+def _features(meta: dict) -> dict | None:
+    """A LIBSVM index's feature indices: ``{"min_index", "max_index"}``, both None where no record
+    has a feature (the index stores 0 and -1 for that, which are not indices); None where the index
+    does not say (one made before it recorded them)."""
+    if "min_index" not in meta or "max_index" not in meta:
+        return None
+    if int(meta["max_index"]) < 0:
+        return {"min_index": None, "max_index": None}
+    return {"min_index": int(meta["min_index"]), "max_index": int(meta["max_index"])}
 
 
 def _number(v) -> float | str:
@@ -97,8 +108,12 @@ def print_summary(s: dict) -> None:
     print(f"  straddle 4 KiB    {s['records_straddling_4k']:,} records cross a page boundary")
     if "features" in s:
         f = s["features"]
-        print(f"  feature indices   {f['min_index']} .. {f['max_index']}" if f["max_index"] >= 0 else
-              "  feature indices   none (no record has a feature)")
+        if f is None:
+            print("  feature indices   not recorded (re-run `lirs index` to record them)")
+        elif f["max_index"] is None:
+            print("  feature indices   none (no record has a feature)")
+        else:
+            print(f"  feature indices   {f['min_index']} .. {f['max_index']}")
     if s["labels"]:
         items = list(s["labels"].items())
         shown = ", ".join(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}" for k, v in items[:8])
