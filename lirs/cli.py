@@ -10,7 +10,7 @@ import pkgutil
 import sys
 
 from . import __version__
-from .commands import quiet_stdout
+from .commands import STDOUT, quiet_stdout
 from .errors import DataError, IndexFormatError, LirsError, StaleIndexError, UsageError
 
 EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
@@ -189,7 +189,7 @@ def describe_os_error(e: OSError, command: str = "") -> str:
     flag, what = _FLAG.get(command, "-o"), _WHAT.get(command, "output")
     if command == "shuffle" and "/.lirs-shuffle-" in str(e.filename):  # a pile: --tmpdir moves those
         flag, what = "--tmpdir", "piles"
-    if hint and flag is None:  # no option to name: what happened, without advice that does not apply
+    if hint and (flag is None or e.filename == STDOUT):  # no option moves it: what happened, without advice
         hint = hint.split(";")[0]
     hint = hint.format(what=what, flag=flag) if hint else ""
     return ": ".join(where + [e.strerror or str(e)]) + (f" ({hint})" if hint else "")

@@ -69,7 +69,7 @@ from .offsets import index_read_error, offset_arrays
 from .permutation import PERMUTATIONS, Permutation
 from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 from .ranges import rank_slice
-from .steps import ReadStep, SharedStep
+from .steps import ReadStep, SharedStep, file_ends
 from .stream import UnitStream
 from .walker import walk
 from .windows import group_span, window_groups
@@ -406,16 +406,16 @@ class EpochPlan:
         """Batches, records, reads, bytes read, payload bytes and read amplification of the epoch
         (this rank), as planned: computed by walking the plan, without I/O."""
         if self._stats is None:
-            reads = bytes_read = payload = records = 0
-            extent_bytes = []
+            reads = payload = records = 0
+            extent_bytes, ends = [], file_ends(self.index)
             for b in self.batches():
                 records += len(b.ids)
                 for s in b.new_steps:
                     reads += s.reads
-                    bytes_read += s.bytes_read
                     payload += s.payload_bytes
-                    extent_bytes.append(s.ext_nbytes)
+                    extent_bytes.append(s.extents_within(ends))  # as the Loader counts: not past a file's end
             sizes = np.concatenate(extent_bytes) if extent_bytes else np.empty(0, np.int64)
+            bytes_read = int(sizes.sum())
             self._stats = {
                 "granularity": self.granularity, "batch_size": self.batch_size, "batches": self.num_batches,
                 "records": records, "units": self.units, "reads": reads, "bytes_read": bytes_read,

@@ -49,6 +49,23 @@ class ReadStep:
     def payload_bytes(self) -> int:
         return int(self.rec_len.sum())
 
+    def extents_within(self, file_ends: np.ndarray) -> np.ndarray:
+        """int64 (e,): the bytes each extent covers in its file, ``file_ends`` int64 (nfiles,) being
+        where each file ends: an aligned extent runs on to a multiple of the block past the end of
+        its file, and a read stops there (the Loader counts what the reads return)."""
+        ends = np.asarray(file_ends, np.int64)[self.ext_file]
+        return np.clip(ends - self.ext_offset, 0, self.ext_nbytes).astype(np.int64)
+
+
+def file_ends(index) -> np.ndarray:
+    """int64 (nfiles,): where each data file of ``index`` ends, its size when indexed (from its
+    fingerprint), else the end of its last record (an index made from arrays has no fingerprints)."""
+    ends = np.asarray(index.data_ends, np.int64).copy()
+    for f, fp in enumerate(index.fingerprints[:len(ends)]):
+        if isinstance(fp, dict) and fp.get("size") is not None:
+            ends[f] = max(int(ends[f]), int(fp["size"]))
+    return ends
+
 
 class Part(NamedTuple):
     """Rows ``lo:hi`` of read step ``step`` that a batch takes; ``last``: no later batch needs

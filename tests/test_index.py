@@ -1088,7 +1088,27 @@ def test_labels_are_coded_a_chunk_at_a_time_as_they_are_whole(monkeypatch, tmp_p
     assert values.view(np.uint64).tolist() == bits[np.lexsort((bits, bits.view(np.float64)))].tolist()
 
 
+def test_info_says_huge_labels_briefly(tmp_path, capsys):
+    """A label of 1e300 was printed as its 301-digit integer (str(int(v))), in `lirs info` and
+    as a JSON key; integers that float64 holds whole are still said as integers."""
+    import json
+
+    from lirs.cli import main
+
+    p = tmp_path / "big.svm"
+    p.write_bytes(b"1e300 1:2\n0 2:3\n-2.5 1:1\n7 1:1\n123456789012345 1:1\n1e16 1:1\n-1e300 1:1\n")
+    lirs.build_index(str(p), progress=False)
+    assert main(["info", str(p), "--json"]) == 0
+    labels = json.loads(capsys.readouterr().out)["labels"]
+    assert sorted(labels) == sorted(["-1e+300", "-2.5", "0", "7", "123456789012345", "1e+16", "1e+300"])
+    assert main(["info", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "1e+300: 1" in out and "-2.5: 1" in out and "7: 1" in out and "0000000000" not in out, out
+
+
 def test_info_of_data_without_features_says_so(tmp_path, capsys):
+    import json
+
     from lirs.cli import main
 
     p = tmp_path / "labels.svm"
@@ -1097,6 +1117,20 @@ def test_info_of_data_without_features_says_so(tmp_path, capsys):
     assert main(["info", str(p)]) == 0
     out = capsys.readouterr().out
     assert "feature indices   none (no record has a feature)" in out and ".. -1" not in out
+    # --json said {"min_index": 0, "max_index": -1}: the index's sentinels, read as indices
+    assert main(["info", str(p), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["features"] == {"min_index": None, "max_index": None}
+    p.write_bytes(b"1 3:1\n-1\n1 0:2 7:1\n")
+    lirs.build_index(str(p), progress=False)
+    assert main(["info", str(p), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["features"] == {"min_index": 0, "max_index": 7}
+    from lirs.commands.info import print_summary, summarize
+
+    idx = lirs.open_index(str(p))
+    for k in ("min_index", "max_index"):  # an index that does not record them: said, not a TypeError
+        idx.meta.pop(k)
+    print_summary(summarize(idx))
+    assert "feature indices   not recorded" in capsys.readouterr().out
 
 
 def test_a_file_name_not_in_utf8_prints_as_its_bytes(tmp_path):

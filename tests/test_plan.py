@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import subprocess
 import sys
 
@@ -557,6 +558,21 @@ def test_order_out_on_a_full_disk_names_the_file_and_the_cause(tmp_path, monkeyp
     assert "tmp-" not in err and sorted(x.name for x in tmp_path.iterdir()) == ["k.svm", "k.svm.lirs"]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("cmd", [["order"], ["order", "--json"], ["order", "--strategy", "sequential"], ["info"]])
+def test_results_on_a_full_stdout_say_standard_output(tmp_path, cmd):
+    """`lirs order DATA > /dev/full` said "error: No space left on device (...; use -o to write
+    elsewhere)": neither that it was writing standard output, nor advice that applies (-o moves the
+    order, not what is printed). Now one line names standard output, exit 1, no traceback."""
+    p = _order_input(tmp_path)
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "lirs", *cmd, p], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr == f"lirs {cmd[0]}: error: standard output: No space left on device " \
+                       "(no space left on the device)\n", r.stderr
+
+
 def test_order_out_past_the_file_size_limit_names_the_file(tmp_path):
     """A short write of the order on a real file (here past RLIMIT_FSIZE: EFBIG, as ENOSPC on a full
     disk) names the file and the cause, not numpy's "N requested and M written"."""
@@ -573,6 +589,29 @@ def test_order_out_past_the_file_size_limit_names_the_file(tmp_path):
     assert r.returncode == 1, r.stderr
     assert f"{out}: File too large" in r.stderr and "requested" not in r.stderr, r.stderr
     assert not out.exists() and not list(tmp_path.glob(".o.npy*"))
+
+
+@pytest.mark.parametrize("granularity", ["instance", "page", "window"])
+def test_order_counts_the_bytes_read_up_to_the_end_of_the_file(tmp_path, capsys, granularity):
+    """The extent holding a file's last record runs on to a multiple of the block; `lirs order`
+    counted that block whole (a window over this 15,393-byte file: 16,384 bytes read), and said more bytes
+    read and a higher amplification than the Loader reads (its reads stop at the file's end)."""
+    import lirs
+    from lirs.cli import main
+
+    p = tmp_path / "s.svm"
+    p.write_bytes(b"".join(b"%d %d:1.5\n" % (i % 2, i + 1) for i in range(1500)))
+    size = p.stat().st_size
+    assert size % 4096  # the file ends inside a block
+    lirs.build_index(str(p), progress=False)
+    assert main(["order", str(p), "--granularity", granularity, "--batch-size", "100", "--json"]) == 0
+    st_ = json.loads(capsys.readouterr().out)
+    with lirs.Loader(str(p), 100, granularity=granularity) as ld:
+        for _ in ld.epoch(0):
+            pass
+        assert st_["bytes_read"] == ld.stats.bytes_read and st_["reads"] == ld.stats.reads
+    if granularity == "window":  # one window: the whole file, once
+        assert st_["bytes_read"] == size and st_["amplification"] == 1.0
 
 
 @pytest.mark.parametrize("fixed", [False, True])

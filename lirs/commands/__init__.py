@@ -2,8 +2,11 @@
 
 The CLI discovers every module in this package, so a new subcommand is a new file here.
 """
+import contextlib
 import os
 import sys
+
+STDOUT = "standard output"  # the file name an OSError gets when writing a command's output there failed
 
 
 def quiet_stdout() -> None:
@@ -24,6 +27,24 @@ def say(*args, **kwargs) -> None:
         print(*args, **kwargs)
     except BrokenPipeError:
         quiet_stdout()
+
+
+@contextlib.contextmanager
+def printing_results():
+    """Around what a command prints on stdout: a write that fails (``> /dev/full``: ENOSPC; EIO)
+    raises an OSError naming standard output, as a failed ``-o`` write names its file; stdout's
+    own error names nothing ("No space left on device" alone). Flushed here, so that the failure
+    comes while the command can say it, not at the interpreter's exit. A gone reader
+    (BrokenPipeError) and an error that names its own file pass as they are."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror or str(e), STDOUT) from e
 
 
 def check_results_and_plot(json_path, plot_path) -> None:

@@ -6,6 +6,8 @@ import sys
 
 import numpy as np
 
+from . import printing_results
+
 
 def add_parser(sub):
     p = sub.add_parser("info", help="describe an indexed dataset",
@@ -43,7 +45,7 @@ def summarize(idx) -> dict:
     if idx.is_fixed:
         s["record_size"] = idx.record_size
     if idx.format == "libsvm":
-        s["features"] = {"min_index": m.get("min_index"), "max_index": m.get("max_index")}
+        s["features"] = _features(m)
     if idx.label_values is not None:
         if idx.label_codes is not None:
             counts = np.bincount(np.asarray(idx.label_codes), minlength=len(idx.label_values))
@@ -59,6 +61,17 @@ def summarize(idx) -> dict:
     return s
 
 
+def _features(meta: dict) -> dict | None:
+    """A LIBSVM index's feature indices: ``{"min_index", "max_index"}``, both None where no record
+    has a feature (the index stores 0 and -1 for that, which are not indices); None where the index
+    does not say (one made before it recorded them)."""
+    if "min_index" not in meta or "max_index" not in meta:
+        return None
+    if int(meta["max_index"]) < 0:
+        return {"min_index": None, "max_index": None}
+    return {"min_index": int(meta["min_index"]), "max_index": int(meta["max_index"])}
+
+
 def _number(v) -> float | str:
     """``v`` as a JSON number, or ``"inf"``, ``"-inf"``, ``"nan"`` where it is not finite."""
     v = float(v)
@@ -66,7 +79,11 @@ def _number(v) -> float | str:
 
 
 def _fmt_label(v: float) -> str:
-    return str(int(v)) if float(v).is_integer() else repr(float(v))
+    """A label as a short key: an integer as one (``1``, ``-3``) up to 1e16, where float64 still
+    holds every integer and ``repr`` starts writing exponents; past it and otherwise ``repr``
+    (``1e+300``, ``0.5``, ``nan``): ``str(int(1e300))`` is 301 digits."""
+    v = float(v)
+    return str(int(v)) if v.is_integer() and abs(v) < 1e16 else repr(v)
 
 
 def _share(f: float) -> str:
@@ -91,8 +108,12 @@ def print_summary(s: dict) -> None:
     print(f"  straddle 4 KiB    {s['records_straddling_4k']:,} records cross a page boundary")
     if "features" in s:
         f = s["features"]
-        print(f"  feature indices   {f['min_index']} .. {f['max_index']}" if f["max_index"] >= 0 else
-              "  feature indices   none (no record has a feature)")
+        if f is None:
+            print("  feature indices   not recorded (re-run `lirs index` to record them)")
+        elif f["max_index"] is None:
+            print("  feature indices   none (no record has a feature)")
+        else:
+            print(f"  feature indices   {f['min_index']} .. {f['max_index']}")
     if s["labels"]:
         items = list(s["labels"].items())
         shown = ", ".join(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}" for k, v in items[:8])
@@ -109,12 +130,13 @@ def run(args) -> int:
     s = summarize(idx)
     if args.verify:
         s["verified"] = True
-    if args.json:
-        json.dump(s, sys.stdout, indent=2, allow_nan=False)
-        print()
-    else:
-        print(f"{idx.sidecar}")
-        print_summary(s)
-        if args.verify:
-            print("  checksums         every array matches its CRC-32")
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        if args.json:
+            json.dump(s, sys.stdout, indent=2, allow_nan=False)
+            print()
+        else:
+            print(f"{idx.sidecar}")
+            print_summary(s)
+            if args.verify:
+                print("  checksums         every array matches its CRC-32")
     return 0

@@ -11,6 +11,7 @@ from ..errors import UsageError
 from ..litter import out_dir
 from ..ranges import check_drop_last
 from ..sidecar import belonging_to_input
+from . import printing_results
 
 
 def add_parser(sub):
@@ -137,25 +138,26 @@ def _run_strategy(args, params: dict, idx) -> int:
           "params": r.params, "cost": cost}
     if args.out:
         st["out"] = _write_order(args.out, r.order)
-    if args.json:
-        json.dump(st, sys.stdout, indent=2)
-        print()
-        return 0
-    print(f"{st['path']}: epoch {args.epoch}, strategy {args.strategy}, seed {args.seed}"
-          f"{' (uniform permutation)' if r.exact else ''}")
-    print(f"  records        {st['records']:,} in {st['batches']:,} batches of {args.batch_size}")
-    print(f"  parameters     {', '.join(f'{k}={v}' for k, v in r.params.items()) or '-'}")
-    print(f"  memory         {format_bytes(cost['memory_bytes'])} ({cost['memory_what']})")
-    reads = (f"{cost['rand_reads']:,} random (median {format_bytes(cost['median_read_bytes'] or 0)})"
-             if cost["rand_reads"] else "none random")
-    print(f"  per epoch      read {format_bytes(cost['read_bytes'])} ({format_bytes(cost['seq_read_bytes'])} "
-          f"sequential), {reads}, written {format_bytes(cost['write_bytes'])}")
-    if cost["oneoff_read_bytes"] or cost["oneoff_write_bytes"]:
-        print(f"  once per run   read {format_bytes(cost['oneoff_read_bytes'])}, "
-              f"written {format_bytes(cost['oneoff_write_bytes'])}")
-    print(f"  how            {cost['notes']}")
-    if args.out:
-        print(f"  order          {st['out']}")
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        if args.json:
+            json.dump(st, sys.stdout, indent=2)
+            print()
+            return 0
+        print(f"{st['path']}: epoch {args.epoch}, strategy {args.strategy}, seed {args.seed}"
+              f"{' (uniform permutation)' if r.exact else ''}")
+        print(f"  records        {st['records']:,} in {st['batches']:,} batches of {args.batch_size}")
+        print(f"  parameters     {', '.join(f'{k}={v}' for k, v in r.params.items()) or '-'}")
+        print(f"  memory         {format_bytes(cost['memory_bytes'])} ({cost['memory_what']})")
+        reads = (f"{cost['rand_reads']:,} random (median {format_bytes(cost['median_read_bytes'] or 0)})"
+                 if cost["rand_reads"] else "none random")
+        print(f"  per epoch      read {format_bytes(cost['read_bytes'])} ({format_bytes(cost['seq_read_bytes'])} "
+              f"sequential), {reads}, written {format_bytes(cost['write_bytes'])}")
+        if cost["oneoff_read_bytes"] or cost["oneoff_write_bytes"]:
+            print(f"  once per run   read {format_bytes(cost['oneoff_read_bytes'])}, "
+                  f"written {format_bytes(cost['oneoff_write_bytes'])}")
+        print(f"  how            {cost['notes']}")
+        if args.out:
+            print(f"  order          {st['out']}")
     return 0
 
 
@@ -194,21 +196,22 @@ def run(args) -> int:
     st["plan_bytes_per_record"] = plan.nbytes / idx.n if idx.n else 0.0
     if args.out:
         st["out"] = _write_order(args.out, plan.order())
-    if args.json:
-        json.dump(st, sys.stdout, indent=2)
-        print()
-        return 0
-    amp = st["amplification"]
-    print(f"{st['path']}: epoch {args.epoch}, {args.granularity}, rank {args.rank} of {args.world_size}, "
-          f"seed {args.seed}")
-    print(f"  batches        {st['batches']:,} x {args.batch_size} records ({st['records']:,} records"
-          f"{', tail dropped' if args.drop_last and st['records'] * args.world_size < idx.n else ''})")
-    print(f"  units          {st['units']:,} ({st['permutation']} permutation)")
-    print(f"  reads          {st['reads']:,} (median {format_bytes(st['median_read_bytes'] or 0)})")
-    print(f"  bytes read     {format_bytes(st['bytes_read'])} for {format_bytes(st['payload_bytes'])} of records")
-    print(f"  amplification  {amp:.3f}x" if amp else "  amplification  -")
-    print(f"  memory         index {st['index_bytes_per_record']:.2f} B/record + plan "
-          f"{st['plan_bytes_per_record']:.2f} B/record")
-    if args.out:
-        print(f"  order          {st['out']}")
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        if args.json:
+            json.dump(st, sys.stdout, indent=2)
+            print()
+            return 0
+        amp = st["amplification"]
+        print(f"{st['path']}: epoch {args.epoch}, {args.granularity}, rank {args.rank} of {args.world_size}, "
+              f"seed {args.seed}")
+        print(f"  batches        {st['batches']:,} x {args.batch_size} records ({st['records']:,} records"
+              f"{', tail dropped' if args.drop_last and st['records'] * args.world_size < idx.n else ''})")
+        print(f"  units          {st['units']:,} ({st['permutation']} permutation)")
+        print(f"  reads          {st['reads']:,} (median {format_bytes(st['median_read_bytes'] or 0)})")
+        print(f"  bytes read     {format_bytes(st['bytes_read'])} for {format_bytes(st['payload_bytes'])} of records")
+        print(f"  amplification  {amp:.3f}x" if amp else "  amplification  -")
+        print(f"  memory         index {st['index_bytes_per_record']:.2f} B/record + plan "
+              f"{st['plan_bytes_per_record']:.2f} B/record")
+        if args.out:
+            print(f"  order          {st['out']}")
     return 0

@@ -12,6 +12,7 @@ from ...constants import DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH
 from ...cores import usable_cores
 from ...policies import steps_in_flight, windows_in_flight
 from ...plan import plan_epoch
+from ...steps import file_ends
 from ...windows import group_span
 from ..kernels import strategies as K
 from .base import (DEFAULT_RECORD_BYTES, Cost, StrategyOrder, budget_bytes, byte_units,
@@ -139,7 +140,9 @@ def lirs_strategy(granularity: str):
 
 
 def _plan_reads(plan) -> np.ndarray:
-    """int64 (reads,): the size of every aligned read of an epoch plan, in plan order (the plan is
-    walked with its extents; nothing is read)."""
-    sizes = [s.ext_nbytes for b in plan.batches() for s in b.new_steps]
+    """int64 (reads,): the bytes of every aligned read of an epoch plan, in plan order, up to the
+    end of its file as the Loader counts them and as the plan's statistics do (the plan is walked
+    with its extents; nothing is read)."""
+    ends = file_ends(plan.index)
+    sizes = [s.extents_within(ends) for b in plan.batches() for s in b.new_steps]
     return np.concatenate(sizes).astype(np.int64) if sizes else np.empty(0, np.int64)
