@@ -1137,6 +1137,8 @@ def test_a_group_step_is_planned_in_one_kernel_call(tmp_path, monkeypatch, exten
     ref = Cursor(p.stream)
     want = [ref.take(j * 256, j * 256 + p.batch_size_of(j))[p.batch_order(p.batch_size_of(j), j * 256)]
             for j in range(p.num_batches)]
+    for _ in plan_epoch(idx, 256, "group", seed=2, epoch=0).batches(extents=extents):
+        pass  # the kernels compiled first: numba resolves the names below when it compiles span_step
     calls = collections.Counter()
     for mod, name in [(KS, "span_step"), (KS, "span_records"), (KS, "step_extents"), (S.K, "fill_records"),
                       (Wk, "batch_orders")]:
