@@ -263,13 +263,19 @@ def prime_walk(warm: Warmup, plan, first: int, stride: int, windows) -> None:
     after it. The step is thrown away (the epoch plans it again); an error it meets is left to the
     epoch's own walk, which raises it where it belongs."""
     if warm.compiling("read"):
-        walk_first(plan, first, stride, windows)
+        from .cores import usable_cores
+        from .policies import walk_extents
+
+        # as the epoch's walk will plan: on many cores a group step's records, deal and extents are
+        # one kernel call (lirs.kernels.steps.span_step), compiled here too, not at the first step
+        walk_first(plan, first, stride, windows, walk_extents(plan.granularity, False, usable_cores()))
 
 
-def walk_first(plan, first: int = 0, stride: int = 1, windows=None) -> None:
+def walk_first(plan, first: int = 0, stride: int = 1, windows=None, extents: bool | str = "defer") -> None:
     """Plan the first step of ``plan``'s walk from batch ``first`` and find its extents, then throw
-    it away: the walk's kernels are compiled (or loaded) here by the end (see :func:`prime_walk`)."""
-    walk = plan.batches(first, extents="defer", stride=stride, windows=windows, units=True)
+    it away: the walk's kernels are compiled (or loaded) here by the end (see :func:`prime_walk`).
+    ``extents``: as the walk will find them (:func:`lirs.policies.walk_extents`)."""
+    walk = plan.batches(first, extents=extents, stride=stride, windows=windows, units=True)
     try:
         item = next(walk, None)
         if item is not None:

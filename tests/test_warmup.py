@@ -433,3 +433,34 @@ def test_loaders_made_while_a_helper_runs_share_it(monkeypatch):
         h.proc.stdin.write("go\n")
         h.proc.stdin.close()
         h.proc.wait(30)
+
+
+_PRIME_CHILD = r"""
+import sys
+import lirs, lirs.cores
+from lirs import warmup
+from lirs.kernels import steps as KS
+lirs.cores.usable_cores = lambda: int(sys.argv[2])
+class Cold:  # a helper still compiling the read kernels
+    def compiling(self, group):
+        return True
+with lirs.Loader(sys.argv[1], 64, granularity="group", seed=1) as loader:
+    plan = loader.plan(0)
+    assert plan.batches_per_step > 1
+    warmup.prime_walk(Cold(), plan, 0, 1, None)
+print(len(KS.span_step.signatures), len(KS.span_records.signatures))
+"""
+
+
+@pytest.mark.parametrize("cores,span_step", [(2, False), (16, True)])
+def test_a_cold_walk_is_primed_with_the_extents_its_epoch_plans_with(tmp_path, cores, span_step):
+    # on many cores a group epoch's planning thread finds each step's extents in the call that takes
+    # its records (span_step): primed so, it compiles while the helper compiles the read kernels,
+    # not at the epoch's first step; on few cores the extents are deferred, and it is not compiled
+    path = _svm(str(tmp_path / "a.svm"), n=3000)
+    env = dict(os.environ, PYTHONPATH=ROOT, LIRS_WARMUP="0")
+    out = subprocess.run([sys.executable, "-c", _PRIME_CHILD, path, str(cores)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    steps, records = map(int, out.stdout.split())
+    assert (steps > 0) == span_step and (records > 0) != span_step
