@@ -419,7 +419,8 @@ class LirsDataLoader(tud.DataLoader):
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         fresh = not (self.persistent_workers and self._iterator is not None)  # workers start with this pass
         if ctx.get_start_method() == "fork" and fresh:
-            before_fork(ds.loader(), ds.epoch)  # the workers inherit the plan's tables and the kernels
+            # the workers inherit the plan's tables and the kernels of their walk
+            before_fork(ds.loader(), ds.epoch, share_of(ds._by_window(ds.loader(), self.num_workers), 0, self.num_workers))
         if fresh:  # shared memory for these workers alone, lent to their copies: two sets never share a slot
             ds._bundle, ds._ordered = BUNDLE_BATCHES if ds.transform is None else 0, True  # in bundles; in_order
             ds._owner = id(self)  # the posts whose resume point its persistent workers take (not a later hand-built's)

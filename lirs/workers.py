@@ -320,12 +320,15 @@ def bundled(loader, batches, bundler: "Bundler", sparse: str, label_dtype, times
     return timed_worker(stops_at_error(batches, loader, bundler.worker), make, last, times, bundler.worker)
 
 
-def before_fork(loader, epoch: int) -> None:
+def before_fork(loader, epoch: int, share: dict | None = None) -> None:
     """Ready this process for DataLoader workers about to fork: ``loader``'s plan of ``epoch`` made
     (the workers inherit the index and its unit tables), its walk's kernels (:func:`lirs.warmup.walk_first`)
     and the read and decode kernels (:func:`lirs.warmup.settle`) compiled or loaded here: the workers
-    inherit them instead of each compiling or loading its own."""
-    warmup.walk_first(loader.plan(epoch))
+    inherit them instead of each compiling or loading its own. ``share``: a worker's walk
+    (:func:`share_of`), whose kernels differ from a whole walk's (every stride-th batch's records
+    are taken one batch at a time, not by the kernel that plans a step of consecutive ones)."""
+    share = share or {}
+    warmup.walk_first(loader.plan(epoch), share.get("offset", 0), share.get("stride", 1), share.get("windows"))
     warmup.settle()
 
 
