@@ -573,6 +573,26 @@ def test_results_on_a_full_stdout_say_standard_output(tmp_path, cmd):
                        "(no space left on the device)\n", r.stderr
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("cmd", [["epoch", "{p}"], ["epoch", "--json", "{p}"], ["index", "{p}"],
+                                 ["quality", "{p}", "--strategies", "sequential", "--epochs", "2"],
+                                 ["gen", "--profile", "kdd", "--records", "50", "-o", "{d}/g.svm", "--quiet"],
+                                 ["shuffle", "{p}", "-o", "{d}/s.svm", "--quiet"]])
+def test_every_commands_results_on_a_full_stdout_say_standard_output(tmp_path, cmd):
+    """`lirs epoch DATA > /dev/full` said "error: No space left on device (no space left on the
+    device)", as if the disk or the cache were full; as `lirs order` and `lirs info`, every command
+    that prints its results names standard output."""
+    p = _order_input(tmp_path)
+    (tmp_path / "out").mkdir()
+    args = [a.format(p=p, d=tmp_path / "out") for a in cmd]
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "lirs", *args], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.endswith(f"lirs {cmd[0]}: error: standard output: No space left on device "
+                             "(no space left on the device)\n"), r.stderr
+
+
 def test_order_out_past_the_file_size_limit_names_the_file(tmp_path):
     """A short write of the order on a real file (here past RLIMIT_FSIZE: EFBIG, as ENOSPC on a full
     disk) names the file and the cause, not numpy's "N requested and M written"."""

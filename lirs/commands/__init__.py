@@ -22,9 +22,11 @@ def quiet_stdout() -> None:
 def say(*args, **kwargs) -> None:
     """``print`` for what a command says before its work: a reader that has gone (``lirs index D |
     head -c0``) does not stop the work (the index was not written, and the exit status said 0); what
-    follows goes to the null device."""
+    follows goes to the null device. A failed write (``> /dev/full``) names standard output
+    (:func:`printing_results`), not a disk to free."""
     try:
-        print(*args, **kwargs)
+        with printing_results():
+            print(*args, **kwargs)
     except BrokenPipeError:
         quiet_stdout()
 

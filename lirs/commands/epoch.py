@@ -10,6 +10,7 @@ import time
 from ..policies import DEFAULT_GRANULARITY, GRANULARITIES
 from ..recommendation import AUTO
 from ..errors import UsageError
+from . import printing_results
 
 
 def add_parser(sub):
@@ -107,20 +108,21 @@ def run(args) -> int:
             "load_ms_per_batch": 1000 * (st["io_s"] + st["decode_s"]) / st["batches"] if st["batches"] else None,
             "peak_rss_bytes": peak_rss_bytes(),
         }
-    if args.json:
-        json.dump(res, sys.stdout, indent=2)
-        print()
-        return 0
-    print(f"{res['path']}: epoch {args.epoch}, {res['granularity']}, engine {res['engine']}"
-          f"{' (O_DIRECT)' if res['direct'] else ' (page cache)'}")
-    print(f"  batches        {res['batches']:,} x {args.batch_size} records, prefetch {args.prefetch}, "
-          f"compute {args.compute_ms:g} ms/batch")
-    print(f"  wall           {wall:.3f} s")
-    print(f"  records/s      {res['records_per_s']:,.0f}")
-    print(f"  MB/s           {res['mb_per_s']:,.1f}   ({format_bytes(res['bytes_read'])} read)")
-    print(f"  reads/s        {res['reads_per_s']:,.0f}   ({res['reads']:,} reads)")
-    amp = res["amplification"]
-    print(f"  amplification  {amp:.3f}x" if amp else "  amplification  -")
-    print(f"  stall          {100 * res['stall_fraction']:.1f}% of wall time waiting for data")
-    print(f"  peak RSS       {format_bytes(res['peak_rss_bytes'])}")
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        if args.json:
+            json.dump(res, sys.stdout, indent=2)
+            print()
+            return 0
+        print(f"{res['path']}: epoch {args.epoch}, {res['granularity']}, engine {res['engine']}"
+              f"{' (O_DIRECT)' if res['direct'] else ' (page cache)'}")
+        print(f"  batches        {res['batches']:,} x {args.batch_size} records, prefetch {args.prefetch}, "
+              f"compute {args.compute_ms:g} ms/batch")
+        print(f"  wall           {wall:.3f} s")
+        print(f"  records/s      {res['records_per_s']:,.0f}")
+        print(f"  MB/s           {res['mb_per_s']:,.1f}   ({format_bytes(res['bytes_read'])} read)")
+        print(f"  reads/s        {res['reads_per_s']:,.0f}   ({res['reads']:,} reads)")
+        amp = res["amplification"]
+        print(f"  amplification  {amp:.3f}x" if amp else "  amplification  -")
+        print(f"  stall          {100 * res['stall_fraction']:.1f}% of wall time waiting for data")
+        print(f"  peak RSS       {format_bytes(res['peak_rss_bytes'])}")
     return 0

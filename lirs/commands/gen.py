@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+from . import printing_results
 from ..errors import UsageError
 
 
@@ -40,13 +41,14 @@ def run(args) -> int:
         raise UsageError("--seed must be a non-negative integer")
     res = generate(args.profile, args.out, records=args.records, size=args.size, order=args.order,
                    seed=args.seed, progress=False if args.quiet else None, workers=args.workers)
-    if args.json:
-        json.dump(res, sys.stdout, indent=2)
-        print()
-    else:
-        lc = res["label_counts"]
-        extra = f" (labels in {res['labels_path']})" if res["labels_path"] else ""
-        print(f"wrote {res['records']:,} {args.profile} records, {res['bytes'] / 1e6:,.1f} MB, {args.order}, "
-              f"labels -1: {lc['-1']:,} +1: {lc['+1']:,}, in {res['seconds']:.2f}s "
-              f"({res['bytes_per_s'] / 1e6:,.0f} MB/s) -> {res['path']}{extra}")
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        if args.json:
+            json.dump(res, sys.stdout, indent=2)
+            print()
+        else:
+            lc = res["label_counts"]
+            extra = f" (labels in {res['labels_path']})" if res["labels_path"] else ""
+            print(f"wrote {res['records']:,} {args.profile} records, {res['bytes'] / 1e6:,.1f} MB, {args.order}, "
+                  f"labels -1: {lc['-1']:,} +1: {lc['+1']:,}, in {res['seconds']:.2f}s "
+                  f"({res['bytes_per_s'] / 1e6:,.0f} MB/s) -> {res['path']}{extra}")
     return 0

@@ -5,7 +5,7 @@ import json
 import sys
 import time
 
-from . import say
+from . import printing_results, say
 from ..errors import UsageError
 from ..units import parse_size
 
@@ -72,13 +72,14 @@ def run(args) -> int:
     s["format_reason"] = why
     s["seconds"] = round(secs, 3)
     s["scan_bytes_per_s"] = round(s["bytes"] / secs) if secs > 0 else None
-    if args.json:
-        json.dump(s, sys.stdout, indent=2)
-        print()
-    else:
-        print(f"indexed {s['records']:,} records ({s['bytes'] / 1e6:,.1f} MB, {s['format']}) in {secs:.2f}s "
-              f"-> {idx.sidecar}")
-        print_summary(s)
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        if args.json:
+            json.dump(s, sys.stdout, indent=2)
+            print()
+        else:
+            print(f"indexed {s['records']:,} records ({s['bytes'] / 1e6:,.1f} MB, {s['format']}) in {secs:.2f}s "
+                  f"-> {idx.sidecar}")
+            print_summary(s)
     return 0
 
 

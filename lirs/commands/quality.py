@@ -5,7 +5,7 @@ import os
 import re
 import sys
 
-from . import check_results_and_plot
+from . import check_results_and_plot, printing_results
 from ..errors import UsageError
 from ..litter import out_dir
 from ..recommendation import write_json
@@ -229,7 +229,8 @@ def run(args) -> int:
     res["config"]["source"] = what
     # the budgets used, not the text given: "5%,5%" is one budget, and its rows say "5%", not "5%,5%"
     res["config"]["memory"] = args.memory if sweep else budgets[0][0]
-    _print(res, what, sweep, args)
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        _print(res, what, sweep, args)
     if args.json:
         write_json(res, args.json)
         print(f"results: {os.path.abspath(args.json)}")

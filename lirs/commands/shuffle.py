@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
+from . import printing_results
 from ..units import format_bytes
 
 
@@ -44,25 +45,26 @@ def run(args) -> int:
     st = shuffle(inputs, args.out, shards=args.shards, memory=args.memory, tmpdir=args.tmpdir, seed=args.seed,
                  index=args.index, progress=False if args.quiet else None, format=args.format,
                  record_size=args.record_size, header_size=args.header_size)
-    if args.json:
-        json.dump(st, sys.stdout, indent=2)
-        print()
-        return 0
-    where = st["outputs"][0] if len(st["outputs"]) == 1 else f"{len(st['outputs'])} shards in {args.out}"
-    print(f"shuffled {st['records']:,} records ({format_bytes(st['bytes'])}, {st['format']}) in "
-          f"{st['seconds']:.2f}s (pass 1 {st['seconds_pass1']:.2f}s, pass 2 {st['seconds_pass2']:.2f}s, "
-          f"{st['piles']} piles) -> {where}")
-    notes = []
-    if st["skipped_lines"]:
-        notes.append(f"dropped {st['skipped_lines']:,} blank/comment-only lines")
-    if st["added_newlines"]:
-        notes.append(f"added a newline after {st['added_newlines']} last line(s)")
-    if st["splits"]:
-        notes.append(f"{st['splits']} oversized pile(s) split again")
-    if st.get("labels"):
-        notes.append(f"labels in {st['labels'][0]}" + (" ..." if len(st["labels"]) > 1 else ""))
-    if st.get("sidecars"):
-        notes.append(f"index {st['sidecars'][0]}" + (" ..." if len(st["sidecars"]) > 1 else ""))
-    if notes:
-        print("  " + "; ".join(notes))
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        if args.json:
+            json.dump(st, sys.stdout, indent=2)
+            print()
+            return 0
+        where = st["outputs"][0] if len(st["outputs"]) == 1 else f"{len(st['outputs'])} shards in {args.out}"
+        print(f"shuffled {st['records']:,} records ({format_bytes(st['bytes'])}, {st['format']}) in "
+              f"{st['seconds']:.2f}s (pass 1 {st['seconds_pass1']:.2f}s, pass 2 {st['seconds_pass2']:.2f}s, "
+              f"{st['piles']} piles) -> {where}")
+        notes = []
+        if st["skipped_lines"]:
+            notes.append(f"dropped {st['skipped_lines']:,} blank/comment-only lines")
+        if st["added_newlines"]:
+            notes.append(f"added a newline after {st['added_newlines']} last line(s)")
+        if st["splits"]:
+            notes.append(f"{st['splits']} oversized pile(s) split again")
+        if st.get("labels"):
+            notes.append(f"labels in {st['labels'][0]}" + (" ..." if len(st["labels"]) > 1 else ""))
+        if st.get("sidecars"):
+            notes.append(f"index {st['sidecars'][0]}" + (" ..." if len(st["sidecars"]) > 1 else ""))
+        if notes:
+            print("  " + "; ".join(notes))
     return 0
