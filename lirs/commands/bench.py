@@ -45,7 +45,7 @@ def add_parser(sub):
                    help="seconds of reading per configuration before it stops and extrapolates "
                         f"(default {DEFAULTS['budget_s']:g}; {SMOKE['budget_s']:g} with --smoke)")
     p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
-    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the orders read (default 0)")
     p.add_argument("--engine", default="auto", help="lirs I/O engine (default auto)")
     p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")
     p.add_argument("--no-fio", action="store_true", help="do not run fio (no ratios)")

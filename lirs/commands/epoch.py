@@ -26,8 +26,9 @@ def add_parser(sub):
     p.add_argument("--engine", default="auto",
                    help="auto (default; $LIRS_ENGINE or the best that works), uring, threads, aiofiles, buffered")
     p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
-    p.add_argument("--seed", type=int, default=0, metavar="S")
-    p.add_argument("--epoch", type=int, default=0, metavar="E")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of every epoch's order (default 0)")
+    p.add_argument("--epoch", type=int, default=0, metavar="E",
+                   help="the epoch whose order is read: each epoch of a seed has its own (default 0)")
     p.add_argument("--compute-ms", type=float, default=0.0, metavar="T",
                    help="sleep T ms per batch, as a training step would take (default 0)")
     p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")

@@ -35,8 +35,9 @@ def add_parser(sub):
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="with --strategy: a strategy parameter, e.g. buffer_records=10000 (repeatable)")
     p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
-    p.add_argument("--seed", type=int, default=0, metavar="S")
-    p.add_argument("--epoch", type=int, default=0, metavar="E")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of every epoch's order (default 0)")
+    p.add_argument("--epoch", type=int, default=0, metavar="E",
+                   help="the epoch whose order is written: each epoch of a seed has its own (default 0)")
     p.add_argument("--rank", type=int, default=0, metavar="R")
     p.add_argument("--world-size", type=int, default=1, metavar="W")
     p.add_argument("--drop-last", action="store_true", help="every batch full; the tail is not delivered")

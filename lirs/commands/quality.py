@@ -35,7 +35,7 @@ def add_parser(sub):
     p.add_argument("--epochs", type=int, default=20, metavar="E",
                    help="epochs per strategy (default 20; the uniformity test needs at least 10)")
     p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
-    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of every strategy's orders (default 0)")
     p.add_argument("--memory", default="5%", metavar="SIZE[,SIZE...]",
                    help="memory budget M of the buffer/block/shard strategies and of the lirs window "
                         "(the groups M spans, rounded up): bytes (64M, 1G) or a share of the data (5%%, the "
