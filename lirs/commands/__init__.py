@@ -3,6 +3,7 @@
 The CLI discovers every module in this package, so a new subcommand is a new file here.
 """
 import contextlib
+import json
 import os
 import sys
 
@@ -29,6 +30,12 @@ def say(*args, **kwargs) -> None:
             print(*args, **kwargs)
     except BrokenPipeError:
         quiet_stdout()
+
+
+def print_json(obj, **kw) -> None:
+    """``obj`` as indented JSON on standard output, then a line end (``kw``: :func:`json.dump`'s)."""
+    json.dump(obj, sys.stdout, indent=2, **kw)
+    print()
 
 
 @contextlib.contextmanager

@@ -1,7 +1,6 @@
 """`lirs epoch PATH`: read one epoch through the Loader and report how fast and how smoothly."""
 from __future__ import annotations
 
-import json
 import os
 import resource
 import sys
@@ -10,7 +9,7 @@ import time
 from ..policies import DEFAULT_GRANULARITY, GRANULARITIES
 from ..recommendation import AUTO
 from ..errors import UsageError
-from . import printing_results
+from . import print_json, printing_results
 
 
 def add_parser(sub):
@@ -111,8 +110,7 @@ def run(args) -> int:
         }
     with printing_results():  # a full disk or a failed device behind stdout: said as such
         if args.json:
-            json.dump(res, sys.stdout, indent=2)
-            print()
+            print_json(res)
             return 0
         print(f"{res['path']}: epoch {args.epoch}, {res['granularity']}, engine {res['engine']}"
               f"{' (O_DIRECT)' if res['direct'] else ' (page cache)'}")

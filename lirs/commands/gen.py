@@ -1,10 +1,8 @@
 """`lirs gen`: write a seeded synthetic dataset shaped like one of the LIRS paper's datasets."""
 from __future__ import annotations
 
-import json
-import sys
 
-from . import printing_results
+from . import print_json, printing_results
 from ..errors import UsageError
 
 
@@ -43,8 +41,7 @@ def run(args) -> int:
                    seed=args.seed, progress=False if args.quiet else None, workers=args.workers)
     with printing_results():  # a full disk or a failed device behind stdout: said as such
         if args.json:
-            json.dump(res, sys.stdout, indent=2)
-            print()
+            print_json(res)
         else:
             lc = res["label_counts"]
             extra = f" (labels in {res['labels_path']})" if res["labels_path"] else ""

@@ -1,11 +1,9 @@
 """`lirs index PATH...`: scan a dataset once and write its offset table (the sidecar)."""
 from __future__ import annotations
 
-import json
-import sys
 import time
 
-from . import printing_results, say
+from . import print_json, printing_results, say
 from ..errors import UsageError
 from ..units import parse_size
 
@@ -74,8 +72,7 @@ def run(args) -> int:
     s["scan_bytes_per_s"] = round(s["bytes"] / secs) if secs > 0 else None
     with printing_results():  # a full disk or a failed device behind stdout: said as such
         if args.json:
-            json.dump(s, sys.stdout, indent=2)
-            print()
+            print_json(s)
         else:
             print(f"indexed {s['records']:,} records ({s['bytes'] / 1e6:,.1f} MB, {s['format']}) in {secs:.2f}s "
                   f"-> {idx.sidecar}")

@@ -1,12 +1,10 @@
 """`lirs info PATH`: what an index says about its dataset."""
 from __future__ import annotations
 
-import json
-import sys
 
 import numpy as np
 
-from . import printing_results
+from . import print_json, printing_results
 
 
 def add_parser(sub):
@@ -132,8 +130,7 @@ def run(args) -> int:
         s["verified"] = True
     with printing_results():  # a full disk or a failed device behind stdout: said as such
         if args.json:
-            json.dump(s, sys.stdout, indent=2, allow_nan=False)
-            print()
+            print_json(s, allow_nan=False)
         else:
             print(f"{idx.sidecar}")
             print_summary(s)

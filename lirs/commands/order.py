@@ -1,9 +1,7 @@
 """`lirs order PATH`: an epoch's record order and read plan, computed without reading the data."""
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 from ..constants import DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ..policies import DEFAULT_GRANULARITY
@@ -11,7 +9,7 @@ from ..errors import UsageError
 from ..litter import out_dir
 from ..ranges import check_drop_last
 from ..sidecar import belonging_to_input
-from . import printing_results
+from . import print_json, printing_results
 
 
 def add_parser(sub):
@@ -141,8 +139,7 @@ def _run_strategy(args, params: dict, idx) -> int:
         st["out"] = _write_order(args.out, r.order)
     with printing_results():  # a full disk or a failed device behind stdout: said as such
         if args.json:
-            json.dump(st, sys.stdout, indent=2)
-            print()
+            print_json(st)
             return 0
         print(f"{st['path']}: epoch {args.epoch}, strategy {args.strategy}, seed {args.seed}"
               f"{' (uniform permutation)' if r.exact else ''}")
@@ -199,8 +196,7 @@ def run(args) -> int:
         st["out"] = _write_order(args.out, plan.order())
     with printing_results():  # a full disk or a failed device behind stdout: said as such
         if args.json:
-            json.dump(st, sys.stdout, indent=2)
-            print()
+            print_json(st)
             return 0
         amp = st["amplification"]
         print(f"{st['path']}: epoch {args.epoch}, {args.granularity}, rank {args.rank} of {args.world_size}, "

@@ -1,10 +1,8 @@
 """`lirs shuffle IN... -o OUT`: an exact two-pass external shuffle of files larger than RAM."""
 from __future__ import annotations
 
-import json
-import sys
 
-from . import printing_results
+from . import print_json, printing_results
 from ..units import format_bytes
 
 
@@ -47,8 +45,7 @@ def run(args) -> int:
                  record_size=args.record_size, header_size=args.header_size)
     with printing_results():  # a full disk or a failed device behind stdout: said as such
         if args.json:
-            json.dump(st, sys.stdout, indent=2)
-            print()
+            print_json(st)
             return 0
         where = st["outputs"][0] if len(st["outputs"]) == 1 else f"{len(st['outputs'])} shards in {args.out}"
         print(f"shuffled {st['records']:,} records ({format_bytes(st['bytes'])}, {st['format']}) in "
