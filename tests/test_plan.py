@@ -1173,3 +1173,21 @@ def test_a_group_step_is_planned_in_one_kernel_call(tmp_path, monkeypatch, exten
     one = "span_step" if extents is True else "span_records"
     assert calls[one] == len(steps or [0] * calls[one]) >= 5 and not calls["fill_records"] + calls["batch_orders"]
     assert calls["step_extents"] == (calls["span_records"] if extents == "defer" else 0), calls
+
+
+@pytest.mark.parametrize("extents", [True, "defer"])
+def test_a_step_asking_past_the_unit_stream_says_so(tmp_path, extents):
+    # the one-call kernel (span_step) and the records-only one (span_records) stop at the stream's
+    # end: the step is refused, not planned over records that do not exist
+    import lirs
+    from lirs.constants import STEP_PIECE_RUNS
+    from lirs.index import open_index
+    from lirs.stream import Cursor, Span
+
+    path = tmp_path / "d.svm"
+    path.write_bytes(b"".join(b"1 3:%d\n" % i for i in range(5000)))
+    lirs.build_index(str(path), progress=False)
+    p = plan_epoch(open_index(str(path)), 256, "group", seed=2, epoch=1)
+    span = Span(Cursor(p.stream), 4990, 11, (np.array([0, 11]), p.batch_key, np.array([4990], np.uint64)))
+    with pytest.raises(RuntimeError, match="ended early"):
+        p.step(0, span.ids, extents, order=span.order, piece_runs=STEP_PIECE_RUNS, span=span)
