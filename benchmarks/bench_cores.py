@@ -373,6 +373,13 @@ def _planner(row: dict) -> str:
     return "" if not busy and not full else f" (planner busy {busy or 0:.0%}, full {full or 0:.0%})"
 
 
+def _work(row: dict) -> str:
+    """``, decode D%, reads R%``: the pool's decoding and reading time over the epoch's (summed
+    over threads), or ``""`` in older records."""
+    dec, io = row.get("decode_share"), row.get("io_share")
+    return "" if dec is None or io is None else f", decode {dec:.0%}, reads {io:.0%}"
+
+
 def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
     """A row from the child's timed runs, the GIL record and the profiled phase."""
     rates = [r["records"] / r["epoch_s"] for r in timed]
@@ -392,6 +399,10 @@ def summarize(timed: list, gil, reason, profiled, cores: int) -> dict:
            # instead of waiting): where it rarely waits (many cores) near 1 when its own Python sets
            # the rate, well below where it waits for the GIL (older records have no such field: None)
            "consumer_cpu_share": _median_ratio([(r.get("consumer_cpu_s"), r["epoch_s"]) for r in timed]),
+           # reads' and decodes' time summed over the threads running them, over the epoch's: a window's
+           # decodes go one at a time (each spread over the cores), so near 1 says they set its rate
+           "decode_share": _median_ratio([(r.get("decode_s"), r["epoch_s"]) for r in timed]),
+           "io_share": _median_ratio([(r.get("io_s"), r["epoch_s"]) for r in timed]),
            "consumer_cpu_us_per_batch": _median_ratio([(r.get("consumer_cpu_s"), (r.get("batches") or 0) / 1e6)
                                                        for r in timed]),
            "cpu_us_per_record": 1e6 * cpu_s / n if n else None, "cpu_util_cores": cpu_s / wall if wall else None,
@@ -514,7 +525,7 @@ def main(argv=None) -> int:
                 print(f"{mode:>10} {gran:>8} {r['cores']:>2} cores ({r['workers']} threads, {r['engine']}): "
                       f"{r['records_per_s'] / 1e3:.0f}k rec/s ({r['MB_per_s']:.0f} MB/s), "
                       f"{r['cpu_us_per_record']:.2f} CPU us/rec, stall {r['stall_share']:.0%}, "
-                      f"plans {r['plan_share']:.0%}{_planner(r)}, consumer on CPU {r['consumer_cpu_share']:.0%}, {gs}"
+                      f"plans {r['plan_share']:.0%}{_planner(r)}{_work(r)}, consumer on CPU {r['consumer_cpu_share']:.0%}, {gs}"
                       + ("" if r["gil_reason"] is None else f" ({r['gil_reason']})"), flush=True)
                 res["load1_after"] = os.getloadavg()[0]
                 res["seconds"] = time.perf_counter() - t0

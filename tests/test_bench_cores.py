@@ -183,16 +183,20 @@ def test_one_core_run_on_a_tiny_file(bc, tmp_path):
 
 
 def test_a_record_without_the_consumers_cpu_reads_none(bc):
-    """Runs recorded before the consumer's thread time was kept (or with no batch) give None, not
-    an error; runs that have it give the median share and CPU per batch."""
+    """Runs recorded before the consumer's thread time (or the pool's decode and read time) was kept
+    (or with no batch) give None, not an error; runs that have it give the median shares and CPU per batch."""
     old = {"records": 1000, "epoch_s": 0.5, "cpu_s": 0.8, "wait_s": 0.1, "plan_s": 0.0, "workers": 3,
            "engine": "buffered", "complete": True}
     row = bc.summarize([old], None, "not measured", None, 2)
     assert row["consumer_cpu_share"] is None and row["consumer_cpu_us_per_batch"] is None
     assert row["peak_rss_bytes"] is None
-    new = [dict(old, consumer_cpu_s=c, batches=10, peak_rss_bytes=m) for c, m in ((0.2, 5), (0.3, 9), (0.4, 7))]
+    assert row["decode_share"] is None and row["io_share"] is None and bc._work(row) == ""
+    new = [dict(old, consumer_cpu_s=c, batches=10, peak_rss_bytes=m, decode_s=d, io_s=0.1)
+           for c, m, d in ((0.2, 5, 0.45), (0.3, 9, 0.5), (0.4, 7, 0.6))]
     row = bc.summarize(new, None, "not measured", None, 2)
     assert row["consumer_cpu_share"] == pytest.approx(0.6) and row["peak_rss_bytes"] == 9
+    assert row["decode_share"] == pytest.approx(1.0) and row["io_share"] == pytest.approx(0.2)
+    assert bc._work(row) == ", decode 100%, reads 20%"
     assert row["consumer_cpu_us_per_batch"] == pytest.approx(30000.0)
 
 
