@@ -12,6 +12,8 @@
 #      $OUT/torch_window_ab.json, torch_window_ab_<commit>.json.
 # An earlier tree is lirs/ and benchmarks/*.py of a commit, made here before the call with
 #   bash tools/device_ab.sh --make COMMIT...      (into .ab/COMMIT/; add /.ab/ to .git/info/exclude)
+# or, for a tree that is a commit with a patch applied (an experiment not on main; tools/ab/*.diff),
+#   bash tools/device_ab.sh --make NAME=COMMIT+PATCH   (into .ab/NAME/; then CORES_AB="NAME ...")
 # and carried (run's carry: [".ab"]). Each tree runs its own benchmark scripts on its own lirs.
 #
 #   TRAIN_AB=49dc7d9 CORES_AB=75594c1 OUT=/tmp/out bash tools/device_ab.sh           # 1 GB, ~4 minutes
@@ -22,9 +24,14 @@ set -uo pipefail
 if [[ ${1:-} == --make ]]; then
   shift
   for c in "$@"; do
-    rm -rf ".ab/$c" && mkdir -p ".ab/$c"
-    git archive "$c" lirs benchmarks | tar -x -C ".ab/$c" --exclude 'benchmarks/results'
-    rm -rf ".ab/$c/benchmarks/results"
+    name=${c%%=*} spec=${c#*=} patch=
+    [[ $spec == *+* ]] && patch=${spec#*+} spec=${spec%%+*}
+    rm -rf ".ab/$name" && mkdir -p ".ab/$name"
+    git archive "$spec" lirs benchmarks | tar -x -C ".ab/$name" --exclude 'benchmarks/results' || exit 1
+    rm -rf ".ab/$name/benchmarks/results"
+    if [[ -n $patch ]]; then
+      patch -s -p1 -d ".ab/$name" < "$patch" || { echo "device_ab: $patch does not apply to $spec" >&2; exit 1; }
+    fi
   done
   du -sh .ab
   exit 0
