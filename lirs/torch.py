@@ -142,22 +142,6 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         self.publish()
 
     # ------------------------------------------------------------------ where and what
-    def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration deliver epoch ``epoch`` (call it before every epoch, as with
-        ``DistributedSampler``; DataLoader workers get the new value when they start). A loaded
-        state of another epoch is dropped; a pass :class:`LirsDataLoader` is delivering keeps its
-        position until it ends (:func:`~lirs.passboard.delivering`)."""
-        self.epoch = whole("epoch", epoch)
-        self._chosen = True
-        if self._resume is not None and self._resume.epoch != self.epoch:
-            log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
-                        self._resume.epoch, self.epoch)
-            self._resume = None
-        if self._resume is None and not getattr(self, "in_pass", False):  # lirs.passboard.delivering
-            self._pos = ResumeState(self.epoch)
-        self._shown = None
-        self.publish()
-
     def publish(self, owner=None) -> None:
         """Post this copy's epoch and resume point for its workers' next pass (main process only); ``owner``:
         the token of the :class:`LirsDataLoader` whose pass takes the resume point (None: the next pass)."""
