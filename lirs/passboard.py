@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import logging
 import os
 import pickle
 
 import numpy as np
 
+from .api import whole
 from .errors import UsageError
 from .memory import shared_raw
 from .state import ResumeState
+
+log = logging.getLogger("lirs.torch")  # set_epoch's notices are the dataset's
 
 BOARD_BYTES = 1 << 16  # the posted pass (an epoch and a resume state: a few hundred bytes, spans aside)
 HEAD = 24  # the board's int64 header: generation, payload length, began()
@@ -107,9 +111,25 @@ def _board_copy(data: bytes, unshared: str | None = None) -> PassBoard:
 class PassPosition:
     """Where the passes of a :class:`lirs.torch.LirsIterableDataset` (a base of it) are: what a DataLoader
     worker's copy takes from the dataset's :class:`PassBoard` as its pass starts, and the consumer's
-    position in the pass the main process delivers (``_pos``, what ``state()`` reports). The dataset
-    holds ``epoch``, ``_chosen``, ``_resume`` (and ``_resume_for``), ``_shown``, ``_board``, ``_seen`` and
-    ``_iter_pid``."""
+    position in the pass the main process delivers (``_pos``, what ``state()`` reports), and the epoch its next
+    pass delivers (:meth:`set_epoch`). The dataset holds ``epoch``, ``_chosen``, ``_resume`` (and ``_resume_for``),
+    ``_shown``, ``_board``, ``_seen`` and ``_iter_pid``, and makes :meth:`publish`."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration deliver epoch ``epoch`` (call it before every epoch, as with
+        ``DistributedSampler``; DataLoader workers get the new value when they start). A loaded
+        state of another epoch is dropped; a pass :class:`lirs.torch.LirsDataLoader` is delivering keeps
+        its position until it ends (:func:`delivering`)."""
+        self.epoch = whole("epoch", epoch)
+        self._chosen = True
+        if self._resume is not None and self._resume.epoch != self.epoch:
+            log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
+                        self._resume.epoch, self.epoch)
+            self._resume = None
+        if self._resume is None and not getattr(self, "in_pass", False):  # delivering(), below
+            self._pos = ResumeState(self.epoch)
+        self._shown = None
+        self.publish()
 
     def pass_ended(self) -> None:
         """A delivered pass ended: an epoch chosen meanwhile starts at its first batch."""

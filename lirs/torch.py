@@ -142,22 +142,6 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         self.publish()
 
     # ------------------------------------------------------------------ where and what
-    def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration deliver epoch ``epoch`` (call it before every epoch, as with
-        ``DistributedSampler``; DataLoader workers get the new value when they start). A loaded
-        state of another epoch is dropped; a pass :class:`LirsDataLoader` is delivering keeps its
-        position until it ends (:func:`~lirs.passboard.delivering`)."""
-        self.epoch = whole("epoch", epoch)
-        self._chosen = True
-        if self._resume is not None and self._resume.epoch != self.epoch:
-            log.warning("resume state is for epoch %d, epoch %d starts from its first batch",
-                        self._resume.epoch, self.epoch)
-            self._resume = None
-        if self._resume is None and not getattr(self, "in_pass", False):  # lirs.passboard.delivering
-            self._pos = ResumeState(self.epoch)
-        self._shown = None
-        self.publish()
-
     def publish(self, owner=None) -> None:
         """Post this copy's epoch and resume point for its workers' next pass (main process only); ``owner``:
         the token of the :class:`LirsDataLoader` whose pass takes the resume point (None: the next pass)."""
@@ -298,8 +282,9 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
     def __iter__(self):
         return self.iterate()
 
-    def iterate(self, raw: bool = False):
-        """``iter(dataset)``; ``raw``: the Loader's Batch objects, no tensors (a device feeder's)."""
+    def iterate(self, raw: bool = False, collate=None):
+        """``iter(dataset)``; ``raw``: the Loader's Batch objects, no tensors (a device feeder's); ``collate``: a
+        function each output goes through before the batch is counted (a LirsDataLoader's collate_fn)."""
         # eager (not a generator function): the position is known when the iterator is made, as
         # StatefulDataLoader reads the state before the first batch
         if tud.get_worker_info() is None:
@@ -308,6 +293,7 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
             self._follow_board()
             install(getattr(self, "_arena", None), worker_of()[0])  # windows decoded into shared memory
         loader = self.loader()
+        collate = getattr(self, "_collate", None) if collate is None else collate  # a pinning LirsDataLoader's
         res = self.resume_for(getattr(self, "_owner", None))
         if res is not None:  # taken by this pass: withdrawn, or a hand-built DataLoader's persistent workers take it too
             self._resume = self._resume_for = None
@@ -334,7 +320,7 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
             it = loader.epoch(self.epoch, **share_of(by_window, w if by_window else off, nw))
         nb = loader.plan(self.epoch, None if spans is None else [list(s) for s in spans]).num_batches
         self._pos = ResumeState(self.epoch, min(start + off, nb), spans)
-        return self._deliver(it, loader, raw)
+        return self._deliver(it, loader, raw, collate)
 
     def _by_window(self, loader, workers: int) -> bool:
         """Whether this process is one of several workers of a :class:`LirsDataLoader` reading window steps: then
@@ -346,7 +332,7 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
     def _converter(self) -> "Convert":
         return Convert(self.sparse, self.output, self.label_dtype, self.transform, getattr(self, "_ring", None))
 
-    def _deliver(self, it, loader, raw: bool = False):
+    def _deliver(self, it, loader, raw: bool = False, collate=None):
         # without a user transform the tensors are built here (a pool task costs more in hand-offs)
         bundler = self._bundler(loader)
         if bundler is not None:  # each step timed for LirsDataLoader.pass_times (the block inherited with the ring)
@@ -356,6 +342,12 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         convert = self._converter() if self.transform is None and not raw else None
         if getattr(self, "_ordered", False):  # a LirsDataLoader's worker: an error is an item at its batch
             it = stops_at_error(it, loader, worker_of()[0])
+        if collate is not None:  # counted once collated: a batch whose collate_fn raised is served again on resume
+            for out in it:
+                out = collate(out if convert is None else convert(out))
+                self._pos = loader.position
+                yield out
+            return
         for out in it:
             self._pos = loader.position
             yield out if convert is None or type(out) is Failed else convert(out)
@@ -372,9 +364,9 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
 class LirsDataLoader(tud.DataLoader):
     """A ``DataLoader(batch_size=None)`` over a :class:`LirsIterableDataset` that knows how many
     batches the consumer received: ``state_dict()`` / ``load_state_dict()`` resume there exactly,
-    whatever ``num_workers`` (batches workers prefetched are not counted). Each batch goes through ``collate_fn``:
-    with ``num_workers=0`` (and no ``pin_memory``) it steps the dataset itself; with workers, whose items are
-    bundles of batches, in the main process, once the batches are back in order."""
+    whatever ``num_workers`` (batches workers prefetched are not counted). Each batch goes through ``collate_fn``
+    before it is counted (a state taken after it raised resumes at that batch): with ``num_workers=0`` as the dataset
+    steps; with workers, whose items are bundles of batches, in the main process, once the batches are back in order."""
 
     device = None  # make_dataloader(device=...): where the consumer gets the batches (None: as made)
 
@@ -404,12 +396,14 @@ class LirsDataLoader(tud.DataLoader):
         if self.num_workers == 0:  # the dataset iterates in this process and counts itself (torch pins: pin_memory)
             if not self.pin_memory:  # torch's iterator would only add its cost a batch; its one RNG draw is kept
                 torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-            ds._owner = id(self)  # while the pass starts: a state loaded through this DataLoader is its own
+            ds._owner, collate = id(self), self.collate_fn  # while the pass starts: a state loaded here is its own
+            if self.pin_memory:  # torch's fetcher would collate after the dataset counted: the dataset collates
+                ds._collate, self.collate_fn = collate, lambda b: b
             try:  # raw: the Loader's batches (a device feeder's)
-                it = super().__iter__() if self.pin_memory else ds.iterate(raw=True) if raw else iter(ds)
+                it = super().__iter__() if self.pin_memory else ds.iterate(raw, None if raw else collate)
             finally:
-                ds._owner = None
-            yield from it if raw or self.pin_memory else map(self.collate_fn, it)
+                ds._owner, ds._collate, self.collate_fn = None, None, collate
+            yield from it
             return
         for fed in list(getattr(self, "_feeds", ()) if self.persistent_workers else ()):
             fed.stop()  # an older pass's feeder thread: off torch's iterator over the workers before this pass resets it
@@ -444,9 +438,10 @@ class LirsDataLoader(tud.DataLoader):
         for b in in_order(it if mine is None else while_current(it, lambda: self._passes, mine), k):
             if mine is not None and self._passes != mine:  # batches it held before a newer pass took them
                 raise superseded()
+            b = b if collate is tud.default_convert else collate(b)  # counted once collated: a raise is no delivery
             k += 1
             ds.delivered(start, k)
-            yield b if collate is tud.default_convert else collate(b)
+            yield b
 
     def pass_times(self) -> dict:
         """Where the last pass with workers spent its time, in seconds: ``{"main": {...}, "workers":

@@ -1284,6 +1284,50 @@ def test_a_lirs_dataloaders_collate_fn_takes_each_batch_whatever_the_workers(sma
         assert np.array_equal(g["ids"].numpy(), w) and int(g["rows"]) == len(w) and g["X"].shape[0] == len(w)
 
 
+class _FailsOnce:
+    """A collate_fn that raises a transient error on its ``at``-th call (0-based), as a flaky one might."""
+
+    def __init__(self, at):
+        self.calls, self.at = 0, at
+
+    def __call__(self, b):
+        self.calls += 1
+        if self.calls - 1 == self.at:
+            raise RuntimeError("transient collate error")
+        return b
+
+
+@pytest.mark.parametrize("at", [0, 3])
+@pytest.mark.parametrize("num_workers,persistent,pin", [(0, False, False), (0, False, True), (2, False, False),
+                                                        (2, True, False)])
+def test_a_batch_whose_collate_fn_raised_is_not_counted(small_svm, num_workers, persistent, pin, at):
+    """A loop that catches a collate_fn's error and saves the state resumes AT that batch: it was
+    counted as delivered before collate_fn ran (the dataset counted it as it yielded, or the main
+    process before collating), so a resume started after it and the batch was lost. The very first
+    batch of a pass as well: after the state is loaded a new iteration serves it first."""
+    from lirs.torch import LirsDataLoader, LirsIterableDataset
+
+    kw = dict(granularity="group", group_bytes=4096, seed=3)
+    with lirs.Loader(small_svm, 32, **kw) as ld:
+        want = [b.ids for b in ld.epoch(0)]
+    dl = LirsDataLoader(LirsIterableDataset(small_svm, 32, **kw), batch_size=None, num_workers=num_workers,
+                        persistent_workers=persistent, pin_memory=pin, collate_fn=_FailsOnce(at))
+    got = []
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", ".*pin_memory.*no accelerator", UserWarning)
+            with pytest.raises(RuntimeError, match="transient collate error"):
+                for b in dl:
+                    got.append(b["ids"].numpy())
+            state = dl.state_dict()
+            assert (state["epoch"], state["next_batch"]) == (0, at) and len(got) == at
+            dl.load_state_dict(state)
+            got += [b["ids"].numpy() for b in dl]
+    finally:
+        dl.dataset.close()
+    assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
 def test_a_newer_pass_stops_an_older_device_feeders_thread_before_it_takes_the_workers(small_svm, monkeypatch):
     """make_dataloader(device=..., num_workers=2) (persistent workers; CUDA stood in for, as above):
     an older iterator left open kept its feeder's thread pulling from torch's iterator over the
