@@ -483,6 +483,20 @@ def test_the_options_a_granularity_uses_and_auto_are_taken(svm, capsys):
         assert want[2] is None or got["window_groups"] == want[2], got
 
 
+def test_epoch_text_counts_the_short_last_batch_as_it_is(svm, capsys):
+    """3,000 records in batches of 1,024 printed "3 x 1024 records": 3,072, not the 3,000 served."""
+    from lirs.cli import main
+
+    p, idx, *_ = svm
+    assert idx.n == 3000
+    assert main(["epoch", p, "--batch-size", "1024"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("batches"))
+    assert "3,000 records" in line and "x 1024" not in line, line
+    assert main(["epoch", p, "--batch-size", "1000", "--max-batches", "2"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("batches"))
+    assert "2,000 records" in line, line
+
+
 def test_dropped_loader_is_freed(svm):
     import gc
     import weakref

@@ -117,8 +117,9 @@ def run(args) -> int:
             return 0
         print(f"{res['path']}: epoch {args.epoch}, {res['granularity']}, engine {res['engine']}"
               f"{' (O_DIRECT)' if res['direct'] else ' (page cache)'}")
-        print(f"  batches        {res['batches']:,} x {args.batch_size} records, prefetch {args.prefetch}, "
-              f"compute {args.compute_ms:g} ms/batch")
+        # the records served, not batches x batch size: the last batch may be short
+        print(f"  batches        {res['batches']:,} of up to {args.batch_size:,} records ({res['records']:,} records), "
+              f"prefetch {args.prefetch}, compute {args.compute_ms:g} ms/batch")
         print(f"  wall           {wall:.3f} s")
         print(f"  records/s      {res['records_per_s']:,.0f}")
         print(f"  MB/s           {res['mb_per_s']:,.1f}   ({format_bytes(res['bytes_read'])} read)")
