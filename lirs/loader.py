@@ -229,7 +229,7 @@ class Loader:
             pipeline, self._pipeline = self._pipeline, None
             if pipeline is not None:
                 pipeline.close()
-            self._warm.close()  # its preload, and its helpers still compiling that no open loader shares
+            self._warm.join_preload()
             self._release_index()
         self._hop.close()  # outside the lock: a _begin running there may be waiting for it
 

@@ -148,11 +148,11 @@ class Helper:
     """One helper process compiling ``groups``, and per group whether it has started and finished
     it (both set once the process is gone), followed by a thread of its own. The Loaders of one
     process made while it runs share it (:data:`_HELPERS`): each started two more, all compiling the
-    same kernels, and outliving the Loaders' ``close()``. ``users``: the open Loaders' Warmups sharing it;
-the last one's ``close()`` stops it (:meth:`stop`), as does this process's exit."""
+    same kernels. It outlives the Loaders' ``close()`` (it fills the cache a later Loader loads
+    from), not this process (:meth:`stop` at exit)."""
 
     def __init__(self, proc, groups, key):
-        self.proc, self.key, self.pid, self.users = proc, key, os.getpid(), 0
+        self.proc, self.pid = proc, os.getpid()
         self.started = {g: threading.Event() for g in groups}
         self.done = {g: threading.Event() for g in groups}
         threading.Thread(target=self._follow, args=(key,), name="lirs-warmup", daemon=True).start()
@@ -223,10 +223,6 @@ class Warmup:
         self.opts = opts  # the loader's options: settle() loads its groups
         if opts is not None:
             _LIVE.add(self)
-        self.helpers = list(helpers)
-        with _HELPERS_LOCK:
-            for h in self.helpers:
-                h.users += 1
         self.procs = [h.proc for h in helpers]
         self.started = {g: ev for h in helpers for g, ev in h.started.items()}
         self.done = {g: ev for h in helpers for g, ev in h.done.items()}
@@ -236,24 +232,6 @@ class Warmup:
         t = self.preload
         if t is not None and t is not threading.current_thread() and os.getpid() == self.pid:
             t.join()
-
-    def close(self) -> None:
-        """Its loader is closed: wait for the preload thread, and stop the helpers no other open loader
-        of this process shares (:meth:`Helper.stop`); a later loader starts its own. Idempotent."""
-        self.join_preload()
-        if os.getpid() != self.pid:
-            return
-        idle = []
-        with _HELPERS_LOCK:
-            helpers, self.helpers = self.helpers, []
-            for h in helpers:
-                h.users -= 1
-                if h.users <= 0:
-                    idle.append(h)
-                    if _HELPERS.get(h.key) is h:
-                        del _HELPERS[h.key]
-        for h in idle:
-            h.stop()
 
     def settle(self) -> None:
         """Have every group compiled or loaded in this process, waiting for its helper where one

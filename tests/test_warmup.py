@@ -476,29 +476,24 @@ def _blocking_spawn(spawned):
     return spawn
 
 
-def test_the_last_loader_closed_stops_its_helpers_and_exit_stops_only_this_processs(monkeypatch):
-    """A Loader closed (on Ctrl-C, say) left its helpers compiling: now the last open loader sharing
-    a helper stops it, and its waiters go on; one another process started is never stopped."""
+def test_exit_stops_this_processs_helpers_not_a_closed_loaders_or_anothers(monkeypatch):
+    """A Ctrl-C'd command left its helpers compiling after it had exited: at exit this process's
+    helpers still running are stopped (their waiters released), not one another process started (a
+    forked child's copy). A closed Loader's helpers go on: they fill the cache a later Loader loads."""
     spawned = []
     monkeypatch.setattr(warmup, "_spawn", _blocking_spawn(spawned))
     monkeypatch.setattr(warmup, "cold_groups", lambda opts: ["decode", "read"])
-    opts = {"engine": "threads", "format": "libsvm", "dtype": "float32", "test": "close"}
+    opts = {"engine": "threads", "format": "libsvm", "dtype": "float32", "test": "exit"}
     a, b = warmup.start(opts), warmup.start(opts)
-    procs = list(a.procs)
-    assert len(procs) == 2 and b.procs == procs
-    a.close()
-    a.close()  # idempotent: b still shares them
-    assert all(p.poll() is None for p in procs), "b still waits on them"
-    b.close()
-    assert all(p.poll() is not None for p in procs), "the last loader closed stops them"
-    assert b.done["read"].wait(10) and b.done["decode"].wait(10)  # its waiters are released
-    # at exit: this process's helpers are stopped, not one another process started (a forked child's copy)
-    c = warmup.start(opts)
-    assert len(spawned) == 4
-    mine, theirs = [h for h in warmup._HELPERS.values() if h.proc in c.procs]
+    assert len(spawned) == 2 and b.procs == a.procs
+    a.join_preload()
+    assert all(p.poll() is None for p in a.procs), "a loader's close leaves them compiling"
+    mine, theirs = [h for h in warmup._HELPERS.values() if h.proc in a.procs]
     theirs.pid = os.getpid() + 1
     warmup._stop_helpers()
     assert mine.proc.poll() is not None and theirs.proc.poll() is None
+    group = next(iter(mine.done))
+    assert a.done[group].wait(10)  # its waiters are released: they compile in-process
     theirs.proc.stdin.write("go\n")
     theirs.proc.stdin.close()
     theirs.proc.wait(30)
