@@ -25,6 +25,7 @@ off, the loading thread too; a process the helper starts never starts another.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 ENV = "LIRS_WARMUP"
 #: Longest wait for one group (seconds): past it the pipeline compiles in-process.
 WAIT_S = 120.0
+#: Longest wait for a helper told to stop (SIGTERM) before it is killed (seconds).
+STOP_WAIT_S = 2.0
 
 
 # ---------------------------------------------------------------- groups: what each compiles
@@ -145,10 +148,11 @@ class Helper:
     """One helper process compiling ``groups``, and per group whether it has started and finished
     it (both set once the process is gone), followed by a thread of its own. The Loaders of one
     process made while it runs share it (:data:`_HELPERS`): each started two more, all compiling the
-    same kernels, and outliving the Loaders' ``close()``."""
+    same kernels. It outlives the Loaders' ``close()`` (it fills the cache a later Loader loads
+    from), not this process (:meth:`stop` at exit)."""
 
     def __init__(self, proc, groups, key):
-        self.proc = proc
+        self.proc, self.pid = proc, os.getpid()
         self.started = {g: threading.Event() for g in groups}
         self.done = {g: threading.Event() for g in groups}
         threading.Thread(target=self._follow, args=(key,), name="lirs-warmup", daemon=True).start()
@@ -171,6 +175,23 @@ class Helper:
             for g in self.started:
                 self.started[g].set()
                 self.done[g].set()
+
+    def stop(self) -> None:
+        """End the helper when it is still compiling and this process started it (a forked child's
+        copy is its parent's): SIGTERM, then SIGKILL past :data:`STOP_WAIT_S`. It runs in a session of
+        its own, out of reach of the terminal's Ctrl-C, and compiled on for seconds after a Ctrl-C'd
+        ``lirs epoch`` had exited. Its waiters go on (its follower releases them) and compile here."""
+        if os.getpid() != self.pid or self.proc.poll() is not None:
+            return
+        try:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_WAIT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:  # gone meanwhile, or unkillable: nothing more to do
+            log.debug("stopping warm-up helper %s: %s", self.proc.pid, e)
 
 
 _HELPERS: dict = {}  # (pid, group, options) -> the Helper compiling that group
@@ -350,6 +371,21 @@ def _forget_helpers() -> None:
     _HELPERS_LOCK = threading.Lock()
     _HELPERS.clear()
 
+
+def _stop_helpers() -> None:
+    """At exit: stop this process's helpers still compiling (a Loader not closed, or a Ctrl-C while
+    one was being made), not left to compile for an interpreter that is gone."""
+    if not _HELPERS_LOCK.acquire(timeout=STOP_WAIT_S):  # a thread stopped holding it: leave them
+        return
+    try:
+        helpers = list(_HELPERS.values())
+    finally:
+        _HELPERS_LOCK.release()
+    for h in helpers:
+        h.stop()
+
+
+atexit.register(_stop_helpers)
 
 if hasattr(os, "register_at_fork"):  # POSIX; multiprocessing's fork and os.fork run it, subprocess does not
     os.register_at_fork(before=join_preloads, after_in_child=_forget_helpers)

@@ -447,6 +447,56 @@ def test_epoch_command(svm, capsys):
         assert "--compute-ms must be a number of milliseconds" in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("cmd", ["epoch", "order"])
+@pytest.mark.parametrize("granularity,flag,value", [("instance", "--window", "64M"), ("group", "--window", "8"),
+                                                    ("page", "--window", "5%"), ("instance", "--group-bytes", "128K"),
+                                                    ("page", "--group-bytes", "8K")])
+def test_an_option_the_granularity_does_not_use_is_refused(svm, tmp_path, capsys, cmd, granularity, flag, value):
+    """`--granularity instance --window 64M` ran an instance epoch and reported it as asked: the
+    window, unused, was ignored in silence. Refused before any work (the file is not even indexed)."""
+    import shutil
+
+    from lirs.cli import main
+
+    p = str(tmp_path / "fresh.svm")
+    shutil.copy(svm[0], p)
+    assert main([cmd, p, "--granularity", granularity, flag, value]) == 2
+    err = capsys.readouterr().err
+    takers = "window" if flag == "--window" else "group or window"
+    assert f"{flag} {value} applies to --granularity {takers} only" in err and f"--granularity {granularity}" in err, err
+    assert not os.path.exists(p + ".lirs"), "refused before the file was indexed"
+
+
+def test_the_options_a_granularity_uses_and_auto_are_taken(svm, capsys):
+    import json
+
+    from lirs.cli import main
+
+    p = svm[0]
+    for argv, want in ((["--granularity", "group", "--group-bytes", "8K"], ("group", 8192, None)),
+                       (["--granularity", "window", "--group-bytes", "8K", "--window", "4"], ("window", 8192, 4)),
+                       (["--granularity", "auto", "--group-bytes", "8K", "--window", "4"], (DEFAULT_GRANULARITY, 8192, 4)),
+                       (["--granularity", "instance"], ("instance", 65536, None))):  # the default, as before
+        assert main(["epoch", p, *argv, "--max-batches", "1", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert got["granularity"] == want[0] and got["group_bytes"] == want[1], got
+        assert want[2] is None or got["window_groups"] == want[2], got
+
+
+def test_epoch_text_counts_the_short_last_batch_as_it_is(svm, capsys):
+    """3,000 records in batches of 1,024 printed "3 x 1024 records": 3,072, not the 3,000 served."""
+    from lirs.cli import main
+
+    p, idx, *_ = svm
+    assert idx.n == 3000
+    assert main(["epoch", p, "--batch-size", "1024"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("batches"))
+    assert "3,000 records" in line and "x 1024" not in line, line
+    assert main(["epoch", p, "--batch-size", "1000", "--max-batches", "2"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("batches"))
+    assert "2,000 records" in line, line
+
+
 def test_dropped_loader_is_freed(svm):
     import gc
     import weakref

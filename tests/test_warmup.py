@@ -464,3 +464,90 @@ def test_a_cold_walk_is_primed_with_the_extents_its_epoch_plans_with(tmp_path, c
     assert out.returncode == 0, out.stderr[-2000:]
     steps, records = map(int, out.stdout.split())
     assert (steps > 0) == span_step and (records > 0) != span_step
+
+
+def _blocking_spawn(spawned):
+    """A stand-in for _spawn: a process that says it started its group and waits on its stdin."""
+    def spawn(opts, groups):
+        spawned.append(groups)
+        return subprocess.Popen([sys.executable, "-c", "import sys; print('start %s' % sys.argv[1], flush=True); "
+                                 "sys.stdin.readline()", groups[0]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+    return spawn
+
+
+def test_exit_stops_this_processs_helpers_not_a_closed_loaders_or_anothers(monkeypatch):
+    """A Ctrl-C'd command left its helpers compiling after it had exited: at exit this process's
+    helpers still running are stopped (their waiters released), not one another process started (a
+    forked child's copy). A closed Loader's helpers go on: they fill the cache a later Loader loads."""
+    spawned = []
+    monkeypatch.setattr(warmup, "_spawn", _blocking_spawn(spawned))
+    monkeypatch.setattr(warmup, "cold_groups", lambda opts: ["decode", "read"])
+    opts = {"engine": "threads", "format": "libsvm", "dtype": "float32", "test": "exit"}
+    a, b = warmup.start(opts), warmup.start(opts)
+    assert len(spawned) == 2 and b.procs == a.procs
+    a.join_preload()
+    assert all(p.poll() is None for p in a.procs), "a loader's close leaves them compiling"
+    mine, theirs = [h for h in warmup._HELPERS.values() if h.proc in a.procs]
+    theirs.pid = os.getpid() + 1
+    warmup._stop_helpers()
+    assert mine.proc.poll() is not None and theirs.proc.poll() is None
+    group = next(iter(mine.done))
+    assert a.done[group].wait(10)  # its waiters are released: they compile in-process
+    theirs.proc.stdin.write("go\n")
+    theirs.proc.stdin.close()
+    theirs.proc.wait(30)
+
+
+def _alive_helper(pid: int) -> bool:
+    """Whether ``pid`` is still a running (not zombie) warm-up helper."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/cmdline") as f:
+            return state != "Z" and "lirs.warmup" in f.read()
+    except OSError:
+        return False
+
+
+def _helpers_of(ppid: int) -> list[int]:
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == ppid and _alive_helper(int(d)):
+            out.append(int(d))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the helpers through /proc")
+def test_a_command_interrupted_on_a_cold_cache_stops_its_helpers(tmp_path):
+    """Ctrl-C during a cold `lirs epoch` ended the command, not its helpers (a session of their own,
+    out of the terminal's reach): they compiled on for seconds after it had exited."""
+    import signal
+
+    p = _svm(str(tmp_path / "d.svm"), n=3000)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=ROOT, LIRS_WARMUP="1")
+    cli = subprocess.Popen([sys.executable, "-m", "lirs.cli", "epoch", p], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (helpers := _helpers_of(cli.pid)) and cli.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # both started, still compiling
+        helpers = _helpers_of(cli.pid)
+        assert helpers, "no helper started on an empty cache"
+        cli.send_signal(signal.SIGINT)
+        _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 130 and "interrupted" in err, err[-2000:]
+    left = [h for h in helpers if _alive_helper(h)]
+    for h in left:  # not left running past the test
+        os.kill(h, signal.SIGKILL)
+    assert not left, "the interrupted command's helpers are still compiling"

@@ -67,3 +67,20 @@ def check_results_and_plot(json_path, plot_path) -> None:
     if absolute(json_path) == absolute(plot_path) or (
             os.path.exists(json_path) and os.path.exists(plot_path) and os.path.samefile(json_path, plot_path)):
         raise UsageError(f"--json and --plot both name {plot_path}: the plot would replace the results")
+
+
+def check_unit_options(granularity: str, group_bytes, window) -> None:
+    """UsageError when ``--group-bytes`` or ``--window`` is given (not None) to a granularity that does
+    not use it: accepted silently, the run measured or planned something other than what was asked.
+    ``auto`` takes both (it may choose a granularity that uses them, or a saved one's settings)."""
+    from ..errors import UsageError
+    from ..policies import POLICIES
+    from ..recommendation import AUTO
+
+    if granularity == AUTO or granularity not in POLICIES:  # an unknown one: argparse's choices refuse it
+        return
+    for flag, value, uses in (("--group-bytes", group_bytes, "uses_group_bytes"), ("--window", window, "uses_window")):
+        if value is not None and not getattr(POLICIES[granularity], uses):
+            takers = [g for g, pol in POLICIES.items() if getattr(pol, uses)]
+            raise UsageError(f"{flag} {value} applies to --granularity {' or '.join(takers)} only; "
+                             f"--granularity {granularity} does not use it: leave {flag} out")

@@ -9,7 +9,7 @@ import time
 from ..policies import DEFAULT_GRANULARITY, GRANULARITIES
 from ..recommendation import AUTO
 from ..errors import UsageError
-from . import print_json, printing_results
+from . import check_unit_options, print_json, printing_results
 
 
 def add_parser(sub):
@@ -31,7 +31,8 @@ def add_parser(sub):
     p.add_argument("--compute-ms", type=float, default=0.0, metavar="T",
                    help="sleep T ms per batch, as a training step would take (default 0)")
     p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")
-    p.add_argument("--group-bytes", default="64K", metavar="G", help="group size for group/window (default 64K)")
+    # None: not given (64K applies in run), so that a granularity without groups can refuse it when given
+    p.add_argument("--group-bytes", default=None, metavar="G", help="group size for group/window (default 64K)")
     p.add_argument("--window", default=None, metavar="W",  # None: auto, or what `--granularity auto` saved
                    help="memory of a window: auto (default: 5%% of the data within 16M..256M), a size such as 64M, a share such as 5%%, or a group count")
     p.add_argument("--depth", type=int, default=None, metavar="D",
@@ -49,17 +50,19 @@ def peak_rss_bytes() -> int:
 
 
 def run(args) -> int:
+    from ..constants import DEFAULT_GROUP_BYTES
     from ..loader import Loader
     from ..units import format_bytes, parse_size
 
+    check_unit_options(args.granularity, args.group_bytes, args.window)
     if not 0 <= args.compute_ms <= 3.6e6:  # (NaN fails both) an hour a batch at most: time.sleep takes it
         raise UsageError(f"--compute-ms must be a number of milliseconds from 0 to 3600000, got {args.compute_ms}")
     if args.max_batches is not None and args.max_batches < 1:
         raise UsageError("--max-batches must be >= 1")
     compute_s = args.compute_ms / 1000.0
-    with Loader(args.path, args.batch_size, granularity=args.granularity, group_bytes=parse_size(args.group_bytes),
-                window=args.window, seed=args.seed, engine=args.engine, prefetch=args.prefetch,
-                depth=args.depth) as loader:
+    group_bytes = DEFAULT_GROUP_BYTES if args.group_bytes is None else parse_size(args.group_bytes)
+    with Loader(args.path, args.batch_size, granularity=args.granularity, group_bytes=group_bytes, window=args.window,
+                seed=args.seed, engine=args.engine, prefetch=args.prefetch, depth=args.depth) as loader:
         eng = loader.engine
         total = loader.num_batches(args.epoch)
         if args.max_batches is not None:
@@ -114,8 +117,9 @@ def run(args) -> int:
             return 0
         print(f"{res['path']}: epoch {args.epoch}, {res['granularity']}, engine {res['engine']}"
               f"{' (O_DIRECT)' if res['direct'] else ' (page cache)'}")
-        print(f"  batches        {res['batches']:,} x {args.batch_size} records, prefetch {args.prefetch}, "
-              f"compute {args.compute_ms:g} ms/batch")
+        # the records served, not batches x batch size: the last batch may be short
+        print(f"  batches        {res['batches']:,} of up to {args.batch_size:,} records ({res['records']:,} records), "
+              f"prefetch {args.prefetch}, compute {args.compute_ms:g} ms/batch")
         print(f"  wall           {wall:.3f} s")
         print(f"  records/s      {res['records_per_s']:,.0f}")
         print(f"  MB/s           {res['mb_per_s']:,.1f}   ({format_bytes(res['bytes_read'])} read)")

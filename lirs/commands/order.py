@@ -9,7 +9,7 @@ from ..errors import UsageError
 from ..litter import out_dir
 from ..ranges import check_drop_last
 from ..sidecar import belonging_to_input
-from . import print_json, printing_results
+from . import check_unit_options, print_json, printing_results
 
 
 def add_parser(sub):
@@ -180,6 +180,7 @@ def run(args) -> int:
                          f"granularities ({', '.join(GRANULARITIES)}); a window's memory is --window")
     if args.granularity is None:
         args.granularity = DEFAULT_GRANULARITY
+    check_unit_options(args.granularity, args.group_bytes, args.window)
     idx = open_or_index(args.path)
     check_drop_last(idx.n, args.batch_size, args.world_size, args.drop_last)  # as the Loader: not an empty order
     plan = plan_epoch(idx, args.batch_size, args.granularity, seed=args.seed, epoch=args.epoch, rank=args.rank,
