@@ -38,7 +38,7 @@ from .assemble import batch_of, detached, rows_of
 from .buffers import BufferPool
 from .constants import BLOCK, COPY_ALIGN, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
 from .cores import usable_cores
-from .engines import as_indexed, open_engine
+from .engines import open_indexed
 from .freshness import reindex_command
 from .kernels import io as KI
 from . import memory
@@ -64,8 +64,8 @@ class Pipeline:
                  cores: int | None = None):
         self.warm = warm if warm is not None else Warmup()
         self.warm.wait("read")  # the engine on the index's files, each as its open found it (StaleIndexError)
-        self.engine = as_indexed(open_engine(list(index.paths), engine, direct=direct, depth=depth),
-                                 index.checked, reindex_command(index.paths, index.sidecar, index))
+        self.engine = open_indexed(list(index.paths), index.checked, reindex_command(index.paths, index.sidecar, index),
+                                   engine, direct=direct, depth=depth)
         self.workers = int(workers)
         # the first ``primary`` threads run steps whenever there are some; the others only while
         # the consumer is away (its training step): a consumer that waits runs steps itself

@@ -2,8 +2,10 @@
 epoch fails at the next step; a corrupt offset table is a clean error under every granularity."""
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -253,6 +255,62 @@ def test_a_file_changed_before_the_first_epoch_is_not_read(tmp_path, change):
                 for b in ld.epoch(0):
                     served.append(b.y)
             assert not served
+
+
+def _gone_dataset(tmp_path, layout):
+    """A dataset of one file, or a directory of three, indexed: (source, the file to remove, the
+    advised command)."""
+    if layout == "file":
+        p = _svm(tmp_path / "g.svm", 3000)
+        lirs.build_index(p, progress=False)
+        return p, p, f"lirs index {p}"
+    d = tmp_path / "D"
+    d.mkdir()
+    for i in range(3):
+        _svm(d / f"g{i}.svm", 1000, seed=i)
+    lirs.build_index(str(d), progress=False)
+    return str(d), str(d / "g1.svm"), f"lirs index {d}"
+
+
+@pytest.mark.parametrize("layout", ["file", "directory"])
+@pytest.mark.parametrize("engine,direct", [("buffered", None), ("auto", None), ("auto", False)])
+def test_a_file_removed_before_the_first_epoch_is_a_stale_index(tmp_path, layout, engine, direct):
+    """A data file removed (another process cleaning up shards) between a Loader's open and its
+    first epoch, which opens the files: StaleIndexError naming it with the re-index advice, as an
+    edit is, not the engine's bare FileNotFoundError (nor, where ``auto`` tried every engine, an
+    OSError of them all) that code re-indexing on StaleIndexError would miss; from ``aepoch`` too."""
+    src, gone, command = _gone_dataset(tmp_path, layout)
+    data = open(gone, "rb").read()
+    want = rf"{re.escape(gone)} was removed .*since its index was checked at the Loader's open.*re-run `{re.escape(command)}`"
+    for asynchronous in (False, True):
+        with open(gone, "wb") as f:
+            f.write(data)
+        with lirs.Loader(src, 64, granularity="window", seed=0, engine=engine, direct=direct) as ld:
+            os.unlink(gone)
+            with pytest.raises(StaleIndexError, match=want):
+                if asynchronous:
+                    async def drain():
+                        return [b async for b in ld.aepoch(0)]
+                    asyncio.run(drain())
+                else:
+                    list(ld.epoch(0))
+
+
+def test_a_dataloader_worker_finds_a_file_removed_before_its_first_pass(tmp_path):
+    """A file removed after make_dataloader opened the dataset, before its first pass: a
+    StaleIndexError naming it with the re-index advice (whichever of the worker's index or its
+    engine finds it gone), not a FileNotFoundError out of the worker."""
+    pytest.importorskip("torch")
+    from lirs.torch import make_dataloader
+
+    src, gone, command = _gone_dataset(tmp_path, "directory")
+    dl = make_dataloader(src, 256, num_workers=1, granularity="window", seed=0)
+    try:
+        os.unlink(gone)
+        with pytest.raises(StaleIndexError, match=rf"{re.escape(gone)} was removed .*re-run `{re.escape(command)}`"):
+            sum(len(b["ids"]) for b in dl)
+    finally:
+        dl.dataset.close()
 
 
 def test_a_directory_dataset_is_named_in_the_reindex_advice(tmp_path):

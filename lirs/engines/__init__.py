@@ -32,7 +32,7 @@ import warnings
 from ..api import depth_of, maybe_bool
 from ..errors import UsageError
 from ..mounts import held_in_memory
-from .base import BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, as_indexed, probe_direct
+from .base import BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, as_indexed, probe_direct, stale_error
 
 log = logging.getLogger("lirs.engines")
 
@@ -42,8 +42,8 @@ ENV = "LIRS_ENGINE"
 # a probe read failing with these is the device's answer, not an engine that cannot work here
 DEVICE_ERRNOS = (errno.EIO, errno.EREMOTEIO, errno.ENOMEDIUM, errno.ETIMEDOUT)
 
-__all__ = ["open_engine", "as_indexed", "available_engines", "engine_class", "aligned_empty", "probe_direct",
-           "Engine", "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK", "reads_are_copies",
+__all__ = ["open_engine", "open_indexed", "as_indexed", "available_engines", "engine_class", "aligned_empty",
+           "probe_direct", "Engine", "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK", "reads_are_copies",
            "requested_engine"]
 
 
@@ -204,6 +204,37 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
     eng.reason = "; ".join(w for w in why if w)
     log.info("engine %s: %s", eng.name, eng.reason)
     return eng
+
+
+def open_indexed(paths, stats, reindex: str | None, engine: str | None = "auto", *, direct=None,
+                 depth=None) -> Engine:
+    """:func:`open_engine` on an index's data files ``paths``, then :func:`as_indexed` (``stats``,
+    ``reindex``): what a Loader's first epoch opens. A file removed (or renamed away) since the
+    Loader's open is a StaleIndexError naming it with the re-index advice, as an edit is: the
+    engine's open fails on it with a bare FileNotFoundError (or, where ``auto`` tried every
+    engine, an OSError of them all) that code re-indexing on StaleIndexError would not catch."""
+    try:
+        eng = open_engine(paths, engine, direct=direct, depth=depth)
+    except OSError as e:
+        gone = _gone(paths, e)
+        if gone is None:
+            raise
+        when = "since its index was checked at the Loader's open" if stats is not None else "since the Loader's open"
+        raise stale_error(gone, f"was removed (or renamed away) {when}", reindex) from e
+    return as_indexed(eng, stats, reindex)
+
+
+def _gone(paths, e: OSError) -> str | None:
+    """The first of ``paths`` that no longer exists (the one ``e`` names first), else None."""
+    named = [e.filename] if e.filename in paths else []
+    for p in named + list(paths):
+        try:
+            os.stat(p)
+        except FileNotFoundError:
+            return p
+        except OSError:
+            continue  # not a removal: left to the error ``e`` says
+    return None
 
 
 def available_engines(path: str, *, direct: bool | None = None) -> list[str]:

@@ -247,9 +247,7 @@ class Engine:
         """The error of file ``f`` found changed (``what``: how; ``when``)."""
         how = ("if its bytes changed, its index no longer describes it (`lirs index --check` tells)"
                if what.startswith("its modification") else "its index no longer describes it")
-        return StaleIndexError(f"{self.paths[f]} changed {when} ({what}); {how}: re-run "
-                               f"`{self.reindex or 'lirs index ' + self.paths[f]}`, then open a new Loader (or "
-                               f"DataLoader): this one keeps the index it opened")
+        return stale_error(self.paths[f], f"changed {when} ({what})", self.reindex, how)
 
     def check_unchanged(self, ext_file) -> None:
         """Raise StaleIndexError when a file of ``ext_file`` (int32 file numbers) changed size or
@@ -401,6 +399,16 @@ class Engine:
         f = int(ext_file[i])
         return ReadError(int(en), f"{os.strerror(int(en))} ({self.name} engine) reading "
                                   f"{int(ext_nbytes[i])} bytes at offset {int(offset)}", self.paths[f])
+
+
+def stale_error(path: str, change: str, reindex: str | None,
+                how: str = "its index no longer describes it") -> StaleIndexError:
+    """The StaleIndexError of the data file ``path`` found changed after its index was opened:
+    ``change`` says what and when (``"changed while it was being read (its size changed ...)"``),
+    ``how`` what that does to the index, then the re-index advice (``reindex``, the ``lirs index``
+    command; else one for ``path`` alone)."""
+    return StaleIndexError(f"{path} {change}; {how}: re-run `{reindex or 'lirs index ' + path}`, then open a new "
+                           f"Loader (or DataLoader): this one keeps the index it opened")
 
 
 def as_indexed(engine: Engine, stats, reindex: str | None = None) -> Engine:
