@@ -23,10 +23,10 @@ from .api import whole
 from .constants import BLOCK
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
-from .inputs import absolute, expand_paths, labels_candidates, npy_array, resolve_format, text_paths
+from .inputs import absolute, expand_paths, labels_candidates, resolve_format, text_paths
 from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
 from .labelcodes import encode_label_parts
-from .npyformat import npy_header
+from .npyformat import NpyRows, npy_header
 from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, check_replaceable, relpath, sidecar_path
 from .tfrecord import TFRecordScanner
@@ -184,30 +184,31 @@ def npy_labels_file(path: str) -> str | None:
 
 def labels_for_npy(path: str, n: int, *, numbers: bool = True):
     """The labels beside ``X.npy`` (``X.labels.npy`` or ``X.npy.labels.npy``) of its ``n``
-    records: numbers of shape (n,) (``numbers=False``: any array of n rows), memory-mapped where
-    the filesystem allows it (read into memory where it cannot map: ENODEV on some FUSE and network
-    filesystems); None when there are none. DataError naming the labels file when it is not such
-    an array."""
+    records: numbers of shape (n,) (``numbers=False``: any array of n rows), as a
+    :class:`lirs.npyformat.NpyRows` read a slice at a time by pread (a memory map of a labels file
+    rewritten in place meanwhile killed the process with SIGBUS); None when there are none.
+    DataError naming the labels file when it is not such an array."""
     cand = npy_labels_file(path)
     if cand is None:
         return None
     try:
-        lab = npy_array(cand)
+        lab = NpyRows(cand)
     except (ValueError, EOFError) as e:  # a corrupt header, pickled objects
         raise DataError(f"{cand}: not a .npy array of labels ({e}); expected one label a record of {path}") from None
-    if not isinstance(lab, np.ndarray) or lab.ndim == 0 or numbers and (lab.ndim != 1 or lab.dtype.kind not in "biuf"):
-        what = f"shape {lab.shape}, dtype {lab.dtype}" if isinstance(lab, np.ndarray) else type(lab).__name__
+    if lab.ndim == 0 or numbers and (lab.ndim != 1 or lab.dtype.kind not in "biuf"):
         want = f"numbers of shape ({n},)" if numbers else f"an array of {n} rows"
-        raise DataError(f"{cand}: labels of {what}; expected {want}, one a record of {path}")
+        raise DataError(f"{cand}: labels of shape {lab.shape}, dtype {lab.dtype}; expected {want}, one a record of {path}")
     if len(lab) != n:
         raise DataError(f"{cand}: {len(lab)} labels, but {path} has {n} records; expected one a record")
-    if numbers and lab.dtype.kind in "iu" and lab.dtype.itemsize == 8 and len(lab):  # labels are kept as float64
-        with np.errstate(invalid="ignore"):  # 2**63 cast back to int64 is the point, not a fault
-            bad = np.flatnonzero(lab.astype(np.float64).astype(lab.dtype) != lab)
-        if len(bad):
-            raise DataError(f"{cand}: label {int(lab[bad[0]])} of record {int(bad[0])} is past 2**53, where float64 "
-                            "(the labels' type in lirs) does not hold every integer; expected integer labels within "
-                            "+-2**53 (class ids), or keep such ids beside lirs")
+    if numbers and lab.dtype.kind in "iu" and lab.dtype.itemsize == 8:  # labels are kept as float64
+        for c in range(0, n, 1 << 20):  # a million at a time: no whole copy of a large labels file
+            part = lab[c:c + (1 << 20)]
+            with np.errstate(invalid="ignore"):  # 2**63 cast back to int64 is the point, not a fault
+                bad = np.flatnonzero(part.astype(np.float64).astype(lab.dtype) != part)
+            if len(bad):
+                raise DataError(f"{cand}: label {int(part[bad[0]])} of record {c + int(bad[0])} is past 2**53, where "
+                                "float64 (the labels' type in lirs) does not hold every integer; expected integer "
+                                "labels within +-2**53 (class ids), or keep such ids beside lirs")
     return lab
 
 
