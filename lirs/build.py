@@ -24,7 +24,7 @@ from .constants import BLOCK
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
 from .inputs import absolute, expand_paths, labels_candidates, resolve_format, text_paths
-from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
+from .index import VARIABLE_FORMATS, Index, data_sums, header_for, open_index, write_index
 from .labelcodes import encode_label_parts
 from .npyformat import NpyRows, npy_header
 from .freshness import fingerprint, label_entries
@@ -230,27 +230,42 @@ def raw_fixed_count(path: str, header_size: int, record_size: int, doing: str = 
 
 
 def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
-    headers, counts, labels, label_files = [], [], [], []
+    """Index the fixed-size records of ``files`` (``.npy``, or raw with ``record_size``) into the
+    sidecar ``dest``: every file (and labels file) is fingerprinted before its layout (and labels)
+    are read, and the sidecar carries those fingerprints, so a file changed while it was indexed
+    raises here, or makes the index stale at open; never a sidecar of the old layout that the
+    changed file's fingerprint vouches for."""
+    if fmt != "npy" and (not record_size or record_size <= 0):
+        raise UsageError("--format fixed needs --record-size N (bytes per record)")
+    headers, counts, labels, label_files, fps, label_fps = [], [], [], [], [], []
     dtype = shape = None
     rs = record_size
     for p in files:
-        if fmt == "npy":
-            h, r, n, dt, shp = npy_layout(p)
-            if rs is not None and r != rs or dtype is not None and (dt != dtype or shp != shape):
-                raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
-                                f"({dtype}{shape})")
-            rs, dtype, shape = r, dt, shp
-            labels.append(labels_for_npy(p, n))
-            label_files.append(npy_labels_file(p))
-        else:
-            if not record_size or record_size <= 0:
-                raise UsageError("--format fixed needs --record-size N (bytes per record)")
-            h = header_size
-            n = raw_fixed_count(p, h, record_size, "index")
+        fp0, lf = fingerprint(p), None
+        try:
+            if fmt == "npy":
+                h, r, n, dt, shp = npy_layout(p)
+                if rs is not None and r != rs or dtype is not None and (dt != dtype or shp != shape):
+                    raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
+                                    f"({dtype}{shape})")
+                rs, dtype, shape = r, dt, shp
+                lf = npy_labels_file(p)
+                label_fps.append(None if lf is None else fingerprint(lf))
+                labels.append(labels_for_npy(p, n))
+                label_files.append(lf)
+            else:
+                h = header_size
+                n = raw_fixed_count(p, h, record_size, "index")
+        except DataError:  # a file being written (a partial record, a labels count behind): say so
+            _unchanged(p, fp0)
+            if lf is not None:
+                _unchanged(lf, label_fps[-1])
+            raise
         if n == 0:
             raise DataError(f"{p}: no records")
         headers.append(h)
         counts.append(n)
+        fps.append(fp0)
     fs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     idx = Index.from_arrays(files, fmt, file_starts=fs, header_sizes=headers, record_size=rs,
                             record_dtype=dtype if fmt == "npy" else None,
@@ -262,10 +277,21 @@ def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
         have, bare = (next(p for p, f in zip(files, label_files) if (f is None) == none) for none in (False, True))
         raise DataError(f"{bare}: no labels file beside it ({labels_candidates(bare)[0]}), while {have} has one; "
                         "expected every .npy file of the dataset to have its labels, or none (its labels would be lost)")
-    if labels and all(lab is not None for lab in labels):
-        # fingerprinted before their values are copied in: a labels file changed since is found at open
-        idx.meta["label_files"] = label_entries(label_files, os.path.dirname(os.path.abspath(dest)))
-        idx.label_values, idx.label_codes = encode_label_parts(labels)
+    labelled = bool(labels) and all(lab is not None for lab in labels)
+    if labelled:
+        # with the fingerprints taken before the labels were read: a labels file changed since is found
+        idx.meta["label_files"] = label_entries(label_files, os.path.dirname(os.path.abspath(dest)), label_fps)
+        try:
+            idx.label_values, idx.label_codes = encode_label_parts(labels)
+        except DataError:  # cut short while read: rewritten in place
+            for lf, lfp in zip(label_files, label_fps):
+                _unchanged(lf, lfp)
+            raise
+    # the fingerprints taken before each layout was read, the checksums now: a file changed in between
+    # is refused here; one changed after this check no longer matches them, and the index is stale at open
+    idx.fingerprints, idx.sums = tuple(fps), data_sums(files)
+    for p, fp in zip(list(files) + (label_files if labelled else []), fps + (label_fps if labelled else [])):
+        _unchanged(p, fp)
     return write_index(idx, dest)
 
 

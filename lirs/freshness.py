@@ -189,10 +189,12 @@ def _shell(path: str) -> str:
     return shlex.quote("./" + path if path.startswith("-") else path)
 
 
-def label_entries(paths, base: str) -> list:
+def label_entries(paths, base: str, fingerprints=None) -> list:
     """What a sidecar in ``base`` keeps of each ``.npy`` file's labels file (``paths``): its path
-    relative to ``base`` and its :func:`fingerprint` (``meta["label_files"]``)."""
-    return [{"relpath": relpath(p, base), "fingerprint": fingerprint(p)} for p in paths]
+    relative to ``base`` and its :func:`fingerprint` (``meta["label_files"]``): ``fingerprints``,
+    taken before the labels were read, else taken now."""
+    fps = fingerprints or [fingerprint(p) for p in paths]
+    return [{"relpath": relpath(p, base), "fingerprint": fp} for p, fp in zip(paths, fps)]
 
 
 def check_label_files(index, full: bool = False) -> None:
