@@ -23,10 +23,10 @@ from .api import whole
 from .constants import BLOCK
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
-from .inputs import absolute, expand_paths, labels_candidates, npy_array, resolve_format, text_paths
-from .index import VARIABLE_FORMATS, Index, header_for, open_index, write_index
+from .inputs import absolute, expand_paths, labels_candidates, resolve_format, text_paths
+from .index import VARIABLE_FORMATS, Index, data_sums, header_for, open_index, write_index
 from .labelcodes import encode_label_parts
-from .npyformat import npy_header
+from .npyformat import NpyRows, npy_header
 from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, check_replaceable, relpath, sidecar_path
 from .tfrecord import TFRecordScanner
@@ -184,30 +184,31 @@ def npy_labels_file(path: str) -> str | None:
 
 def labels_for_npy(path: str, n: int, *, numbers: bool = True):
     """The labels beside ``X.npy`` (``X.labels.npy`` or ``X.npy.labels.npy``) of its ``n``
-    records: numbers of shape (n,) (``numbers=False``: any array of n rows), memory-mapped where
-    the filesystem allows it (read into memory where it cannot map: ENODEV on some FUSE and network
-    filesystems); None when there are none. DataError naming the labels file when it is not such
-    an array."""
+    records: numbers of shape (n,) (``numbers=False``: any array of n rows), as a
+    :class:`lirs.npyformat.NpyRows` read a slice at a time by pread (a memory map of a labels file
+    rewritten in place meanwhile killed the process with SIGBUS); None when there are none.
+    DataError naming the labels file when it is not such an array."""
     cand = npy_labels_file(path)
     if cand is None:
         return None
     try:
-        lab = npy_array(cand)
+        lab = NpyRows(cand)
     except (ValueError, EOFError) as e:  # a corrupt header, pickled objects
         raise DataError(f"{cand}: not a .npy array of labels ({e}); expected one label a record of {path}") from None
-    if not isinstance(lab, np.ndarray) or lab.ndim == 0 or numbers and (lab.ndim != 1 or lab.dtype.kind not in "biuf"):
-        what = f"shape {lab.shape}, dtype {lab.dtype}" if isinstance(lab, np.ndarray) else type(lab).__name__
+    if lab.ndim == 0 or numbers and (lab.ndim != 1 or lab.dtype.kind not in "biuf"):
         want = f"numbers of shape ({n},)" if numbers else f"an array of {n} rows"
-        raise DataError(f"{cand}: labels of {what}; expected {want}, one a record of {path}")
+        raise DataError(f"{cand}: labels of shape {lab.shape}, dtype {lab.dtype}; expected {want}, one a record of {path}")
     if len(lab) != n:
         raise DataError(f"{cand}: {len(lab)} labels, but {path} has {n} records; expected one a record")
-    if numbers and lab.dtype.kind in "iu" and lab.dtype.itemsize == 8 and len(lab):  # labels are kept as float64
-        with np.errstate(invalid="ignore"):  # 2**63 cast back to int64 is the point, not a fault
-            bad = np.flatnonzero(lab.astype(np.float64).astype(lab.dtype) != lab)
-        if len(bad):
-            raise DataError(f"{cand}: label {int(lab[bad[0]])} of record {int(bad[0])} is past 2**53, where float64 "
-                            "(the labels' type in lirs) does not hold every integer; expected integer labels within "
-                            "+-2**53 (class ids), or keep such ids beside lirs")
+    if numbers and lab.dtype.kind in "iu" and lab.dtype.itemsize == 8:  # labels are kept as float64
+        for c in range(0, n, 1 << 20):  # a million at a time: no whole copy of a large labels file
+            part = lab[c:c + (1 << 20)]
+            with np.errstate(invalid="ignore"):  # 2**63 cast back to int64 is the point, not a fault
+                bad = np.flatnonzero(part.astype(np.float64).astype(lab.dtype) != part)
+            if len(bad):
+                raise DataError(f"{cand}: label {int(part[bad[0]])} of record {c + int(bad[0])} is past 2**53, where "
+                                "float64 (the labels' type in lirs) does not hold every integer; expected integer "
+                                "labels within +-2**53 (class ids), or keep such ids beside lirs")
     return lab
 
 
@@ -229,27 +230,42 @@ def raw_fixed_count(path: str, header_size: int, record_size: int, doing: str = 
 
 
 def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
-    headers, counts, labels, label_files = [], [], [], []
+    """Index the fixed-size records of ``files`` (``.npy``, or raw with ``record_size``) into the
+    sidecar ``dest``: every file (and labels file) is fingerprinted before its layout (and labels)
+    are read, and the sidecar carries those fingerprints, so a file changed while it was indexed
+    raises here, or makes the index stale at open; never a sidecar of the old layout that the
+    changed file's fingerprint vouches for."""
+    if fmt != "npy" and (not record_size or record_size <= 0):
+        raise UsageError("--format fixed needs --record-size N (bytes per record)")
+    headers, counts, labels, label_files, fps, label_fps = [], [], [], [], [], []
     dtype = shape = None
     rs = record_size
     for p in files:
-        if fmt == "npy":
-            h, r, n, dt, shp = npy_layout(p)
-            if rs is not None and r != rs or dtype is not None and (dt != dtype or shp != shape):
-                raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
-                                f"({dtype}{shape})")
-            rs, dtype, shape = r, dt, shp
-            labels.append(labels_for_npy(p, n))
-            label_files.append(npy_labels_file(p))
-        else:
-            if not record_size or record_size <= 0:
-                raise UsageError("--format fixed needs --record-size N (bytes per record)")
-            h = header_size
-            n = raw_fixed_count(p, h, record_size, "index")
+        fp0, lf = fingerprint(p), None
+        try:
+            if fmt == "npy":
+                h, r, n, dt, shp = npy_layout(p)
+                if rs is not None and r != rs or dtype is not None and (dt != dtype or shp != shape):
+                    raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
+                                    f"({dtype}{shape})")
+                rs, dtype, shape = r, dt, shp
+                lf = npy_labels_file(p)
+                label_fps.append(None if lf is None else fingerprint(lf))
+                labels.append(labels_for_npy(p, n))
+                label_files.append(lf)
+            else:
+                h = header_size
+                n = raw_fixed_count(p, h, record_size, "index")
+        except DataError:  # a file being written (a partial record, a labels count behind): say so
+            _unchanged(p, fp0)
+            if lf is not None:
+                _unchanged(lf, label_fps[-1])
+            raise
         if n == 0:
             raise DataError(f"{p}: no records")
         headers.append(h)
         counts.append(n)
+        fps.append(fp0)
     fs = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     idx = Index.from_arrays(files, fmt, file_starts=fs, header_sizes=headers, record_size=rs,
                             record_dtype=dtype if fmt == "npy" else None,
@@ -261,10 +277,21 @@ def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
         have, bare = (next(p for p, f in zip(files, label_files) if (f is None) == none) for none in (False, True))
         raise DataError(f"{bare}: no labels file beside it ({labels_candidates(bare)[0]}), while {have} has one; "
                         "expected every .npy file of the dataset to have its labels, or none (its labels would be lost)")
-    if labels and all(lab is not None for lab in labels):
-        # fingerprinted before their values are copied in: a labels file changed since is found at open
-        idx.meta["label_files"] = label_entries(label_files, os.path.dirname(os.path.abspath(dest)))
-        idx.label_values, idx.label_codes = encode_label_parts(labels)
+    labelled = bool(labels) and all(lab is not None for lab in labels)
+    if labelled:
+        # with the fingerprints taken before the labels were read: a labels file changed since is found
+        idx.meta["label_files"] = label_entries(label_files, os.path.dirname(os.path.abspath(dest)), label_fps)
+        try:
+            idx.label_values, idx.label_codes = encode_label_parts(labels)
+        except DataError:  # cut short while read: rewritten in place
+            for lf, lfp in zip(label_files, label_fps):
+                _unchanged(lf, lfp)
+            raise
+    # the fingerprints taken before each layout was read, the checksums now: a file changed in between
+    # is refused here; one changed after this check no longer matches them, and the index is stale at open
+    idx.fingerprints, idx.sums = tuple(fps), data_sums(files)
+    for p, fp in zip(list(files) + (label_files if labelled else []), fps + (label_fps if labelled else [])):
+        _unchanged(p, fp)
     return write_index(idx, dest)
 
 

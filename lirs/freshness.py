@@ -17,7 +17,8 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import StaleIndexError
-from .inputs import expand_paths, extension_format, labels_candidates, npy_array, pread_full
+from .inputs import expand_paths, extension_format, labels_candidates, pread_full
+from .npyformat import NpyRows
 from .sidecar import SIDECAR_SUFFIX, relpath
 
 log = logging.getLogger("lirs.index")
@@ -188,10 +189,12 @@ def _shell(path: str) -> str:
     return shlex.quote("./" + path if path.startswith("-") else path)
 
 
-def label_entries(paths, base: str) -> list:
+def label_entries(paths, base: str, fingerprints=None) -> list:
     """What a sidecar in ``base`` keeps of each ``.npy`` file's labels file (``paths``): its path
-    relative to ``base`` and its :func:`fingerprint` (``meta["label_files"]``)."""
-    return [{"relpath": relpath(p, base), "fingerprint": fingerprint(p)} for p in paths]
+    relative to ``base`` and its :func:`fingerprint` (``meta["label_files"]``): ``fingerprints``,
+    taken before the labels were read, else taken now."""
+    fps = fingerprints or [fingerprint(p) for p in paths]
+    return [{"relpath": relpath(p, base), "fingerprint": fp} for p, fp in zip(paths, fps)]
 
 
 def check_label_files(index, full: bool = False) -> None:
@@ -216,7 +219,8 @@ def check_label_files(index, full: bool = False) -> None:
             if why is not None:
                 moved[f] = mtime
             continue
-        why = why or "its labels differ, its size and modification time kept"
+        # asked again: a file rewritten while it was compared has moved since (its size, not a touch)
+        why = staleness(path, e["fingerprint"], None)[0] or "its labels differ, its size and modification time kept"
         why = "it is gone" if why == "the data file is missing" else why.replace("its modification time", "its mtime")
         raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
                               f"serves the old ones: {reindex_advice(index.paths, index.sidecar, index)}")
@@ -245,20 +249,22 @@ def _no_new_labels(index) -> None:
 
 def _same_labels(index, f: int, path: str) -> bool:
     """Whether the labels file ``path`` holds exactly the labels ``index`` has for file ``f``, compared
-    a million at a time (not whole float64 copies of both)."""
-    try:
-        now = npy_array(path)
-    except (FileNotFoundError, ValueError, EOFError):  # gone or not labels; an I/O error names its byte
-        return False
+    a million at a time (not whole float64 copies of both), read by pread: a memory map of a file
+    rewritten in place meanwhile (np.save) killed the opening process with SIGBUS."""
     a, b = int(index.file_starts[f]), int(index.file_starts[f + 1])
-    if now.shape != (b - a,):
-        return False
     step = 1 << 20
-    for c in range(a, b, step):
-        e = min(b, c + step)
-        if not np.array_equal(np.asarray(now[c - a:e - a], np.float64), index.labels_of(np.arange(c, e)),
-                              equal_nan=True):
+    try:
+        now = NpyRows(path)
+        if now.shape != (b - a,):
             return False
+        for c in range(a, b, step):
+            e = min(b, c + step)
+            if not np.array_equal(np.asarray(now[c - a:e - a], np.float64), index.labels_of(np.arange(c, e)),
+                                  equal_nan=True):
+                return False
+    # gone, not labels, or cut short while read (DataError: rewritten); an I/O error names its byte
+    except (FileNotFoundError, ValueError, EOFError):
+        return False
     return True
 
 

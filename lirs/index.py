@@ -337,13 +337,11 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
     Data files are fingerprinted now unless ``index.fingerprints`` is already set, and summed
     (one sequential read each: formats whose index needs no scan) unless ``index.sums`` is set.
     """
-    from .content import sum_file
-
     dest = dest or sidecar_path(index.paths if index.nfiles > 1 else index.paths[0])
     if fingerprints and not index.fingerprints:
         index.fingerprints = tuple(fingerprint(p) for p in index.paths)
     if fingerprints and index.sums is None:
-        index.sums = np.concatenate([np.empty(0, np.uint32)] + [sum_file(p) for p in index.paths])
+        index.sums = data_sums(index.paths)
     w = SidecarWriter(dest)
     try:
         w.add("file_starts", index.file_starts.astype(np.int64))
@@ -362,6 +360,14 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
     except BaseException:
         w.abort()
         raise
+
+
+def data_sums(paths) -> np.ndarray:
+    """The per-MiB checksums (uint32) of the data files ``paths``, end to end, as a sidecar keeps
+    them (one sequential read of each)."""
+    from .content import sum_file
+
+    return np.concatenate([np.empty(0, np.uint32)] + [sum_file(p) for p in paths])
 
 
 def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool = False,

@@ -2,7 +2,6 @@
 sequentially in chunks with the next read in flight."""
 from __future__ import annotations
 
-import io
 import logging
 import os
 import re
@@ -146,16 +145,6 @@ def pread_full(fd: int, nbytes: int, offset: int, path: str | None = None) -> by
     byte (``lirs_offset``, which the CLI prints). The bytes form of :func:`pread_into`."""
     buf = bytearray(nbytes)
     return bytes(buf[:pread_into(fd, memoryview(buf), offset, path)])
-
-
-def npy_array(path: str):
-    """The array of the ``.npy`` file ``path``, memory-mapped where the filesystem allows it, else
-    read whole by pread (ENODEV on some FUSE and network filesystems, or an I/O error numpy's read
-    does not place: pread's names the file and the byte)."""
-    try:
-        return np.load(path, mmap_mode="r")
-    except OSError:
-        return np.load(io.BytesIO(read_at(path)))
 
 
 def read_at(path: str, nbytes: int = -1, offset: int = 0) -> bytes:

@@ -3,9 +3,15 @@ UTF-8) and a record dtype's description as a sidecar's JSON gives it back."""
 from __future__ import annotations
 
 import ast
+import math
+import os
 import struct
+import weakref
 
 import numpy as np
+
+from .errors import DataError
+from .inputs import pread_into
 
 # a header's most bytes: numpy refuses more than 10,000 by default (a structured dtype of many fields
 # passes it); this bounds what ast.literal_eval is given, as numpy's limit does
@@ -41,6 +47,68 @@ def npy_header(f, version: tuple) -> tuple:
     except (TypeError, ValueError) as e:
         raise ValueError(f"the header's descr {d['descr']!r} is no dtype ({e})") from None
     return shape, fortran, dtype
+
+
+class NpyRows:
+    """The array of the ``.npy`` file ``path`` read by pread from a descriptor held open, never
+    memory-mapped: a file truncated under a map (``np.save`` rewriting it in place) kills the
+    process with SIGBUS, where a short read here is a DataError naming the file. ``rows[a:b]``
+    reads those rows alone (memory bounded by the slice), ``np.asarray(rows)`` the whole array.
+    ValueError or EOFError (as ``np.load``) for a file that is no ``.npy`` array of plain values,
+    or shorter than its header promises."""
+
+    def __init__(self, path: str):
+        self.path = os.fspath(path)
+        with open(self.path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version not in ((1, 0), (2, 0), (3, 0)):
+                raise ValueError(f"format version {version[0]}.{version[1]}; expected 1.0, 2.0 or 3.0")
+            shape, fortran, self.dtype = npy_header(f, version)
+            self.offset = f.tell()
+            # its own descriptor, kept: a file replaced by rename is still read whole from the old one
+            self._fd = os.dup(f.fileno())
+        weakref.finalize(self, os.close, self._fd)
+        if self.dtype.hasobject:
+            raise ValueError("it holds Python objects (pickled), not plain values")
+        if any(s < 0 for s in shape):
+            raise ValueError(f"a negative dimension in its shape {shape}")
+        self.shape, self.ndim = tuple(shape), len(shape)
+        self._fortran = fortran and self.ndim > 1  # rows not contiguous: read whole, then indexed
+        self._row = self.dtype.itemsize * math.prod(self.shape[1:])
+        need = self.offset + self.dtype.itemsize * math.prod(self.shape)
+        size = os.fstat(self._fd).st_size
+        if size < need:
+            raise ValueError(f"the file has {size} bytes, its header promises {need}")
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._read(0, math.prod(self.shape) * self.dtype.itemsize)
+        a = a.reshape(self.shape, order="F" if self._fortran else "C")
+        return a if dtype is None else a.astype(dtype)
+
+    def __getitem__(self, key):
+        if self.ndim and not self._fortran:
+            if isinstance(key, slice) and key.step in (None, 1):
+                a, b, _ = key.indices(self.shape[0])
+                return self._read(a * self._row, max(0, b - a) * self._row).reshape((-1,) + self.shape[1:])
+            if isinstance(key, (int, np.integer)):
+                i = range(self.shape[0])[key]  # IndexError past either end, as an array's
+                return self[i:i + 1][0]
+        return np.asarray(self)[key]
+
+    def _read(self, at: int, nbytes: int) -> np.ndarray:
+        """``nbytes`` from byte ``at`` of the data as values; DataError on a short read (the file
+        was cut since its header was read: a rewrite in place)."""
+        buf = np.empty(nbytes, np.uint8)
+        got = pread_into(self._fd, memoryview(buf), self.offset + at, self.path)
+        if got < nbytes:
+            raise DataError(f"{self.path}: byte {self.offset + at + got}: the file ends inside the values its header "
+                            "promises; it was cut while it was read (rewritten in place?)")
+        return buf.view(self.dtype)
 
 
 def descr_from_json(d):
