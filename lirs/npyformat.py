@@ -11,7 +11,7 @@ import weakref
 import numpy as np
 
 from .errors import DataError
-from .inputs import pread_into
+from .inputs import pread_full, pread_into
 
 # a header's most bytes: numpy refuses more than 10,000 by default (a structured dtype of many fields
 # passes it); this bounds what ast.literal_eval is given, as numpy's limit does
@@ -49,6 +49,22 @@ def npy_header(f, version: tuple) -> tuple:
     return shape, fortran, dtype
 
 
+class _PreadFile:
+    """The ``read``/``tell`` of a file object over ``fd`` by pread, for a header: a failed read names
+    ``path`` and the byte (:func:`lirs.inputs.pread_into`), and reads no more than asked."""
+
+    def __init__(self, fd: int, path: str):
+        self.fd, self.path, self.pos = fd, path, 0
+
+    def read(self, n: int) -> bytes:
+        b = pread_full(self.fd, n, self.pos, self.path)
+        self.pos += len(b)
+        return b
+
+    def tell(self) -> int:
+        return self.pos
+
+
 class NpyRows:
     """The array of the ``.npy`` file ``path`` read by pread from a descriptor held open, never
     memory-mapped: a file truncated under a map (``np.save`` rewriting it in place) kills the
@@ -59,15 +75,15 @@ class NpyRows:
 
     def __init__(self, path: str):
         self.path = os.fspath(path)
-        with open(self.path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version not in ((1, 0), (2, 0), (3, 0)):
-                raise ValueError(f"format version {version[0]}.{version[1]}; expected 1.0, 2.0 or 3.0")
-            shape, fortran, self.dtype = npy_header(f, version)
-            self.offset = f.tell()
-            # its own descriptor, kept: a file replaced by rename is still read whole from the old one
-            self._fd = os.dup(f.fileno())
+        # its own descriptor, kept: a file replaced by rename is still read whole from the old one
+        self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         weakref.finalize(self, os.close, self._fd)
+        f = _PreadFile(self._fd, self.path)  # not a buffered file: its 8 KiB reads' errors named no file
+        version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"format version {version[0]}.{version[1]}; expected 1.0, 2.0 or 3.0")
+        shape, fortran, self.dtype = npy_header(f, version)
+        self.offset = f.tell()
         if self.dtype.hasobject:
             raise ValueError("it holds Python objects (pickled), not plain values")
         if any(s < 0 for s in shape):
