@@ -27,18 +27,35 @@ def stops_at_error(batches, loader, worker: int):
     try:
         yield from batches
     except Exception as e:
-        try:
-            pickle.loads(pickle.dumps(e))
-        except Exception:  # noqa: BLE001 - any failure to pickle (or to unpickle): torch's own path
-            raise e from None
-        if e.__cause__ is not None:  # a pickle carries no __cause__: it travels as an attribute where
-            with contextlib.suppress(Exception):  # it comes back whole (a custom __init__ may not)
-                pickle.loads(pickle.dumps(e.__cause__))
-                e.lirs_cause = e.__cause__
-        e.add_note(f"(raised in DataLoader worker {worker}: "
-                   + "".join(traceback.format_exception(e)).rstrip().replace("\n", "\n    ") + ")")
         pos = loader.position
-        yield Failed(0 if pos is before else pos.next_batch, e)
+        yield failed(e, 0 if pos is before else pos.next_batch, worker)
+
+
+def failed(e: Exception, batch: int, worker: int) -> Failed:
+    """``e``, raised in DataLoader worker ``worker``, as the :class:`Failed` item of ``batch``, its traceback in a
+    note; ``e`` raised again where it cannot be pickled (torch then sends its text)."""
+    try:
+        pickle.loads(pickle.dumps(e))
+    except Exception:  # noqa: BLE001 - any failure to pickle (or to unpickle): torch's own path
+        raise e from None
+    if e.__cause__ is not None:  # a pickle carries no __cause__: it travels as an attribute where
+        with contextlib.suppress(Exception):  # it comes back whole (a custom __init__ may not)
+            pickle.loads(pickle.dumps(e.__cause__))
+            e.lirs_cause = e.__cause__
+    e.add_note(f"(raised in DataLoader worker {worker}: "
+               + "".join(traceback.format_exception(e)).rstrip().replace("\n", "\n    ") + ")")
+    return Failed(batch, e)
+
+
+def failing_early(start, worker: int):
+    """``start()``, a :class:`lirs.torch.LirsDataLoader` worker's iterator of its pass; an error before its walk
+    began (a spawned worker's index, opened again by path, found stale) is instead its one item, a
+    :class:`Failed` at batch 0, which the main process raises as soon as it comes, as is: raised here, it left
+    through torch's fetcher, wrapped in the worker's traceback."""
+    try:
+        return start()
+    except Exception as e:
+        return iter([failed(e, 0, worker)])
 
 
 def with_cause(e: BaseException) -> BaseException:
