@@ -117,6 +117,16 @@ def check_identity(index, expected: int | None) -> None:
                               "this worker would serve other records than those counted there; make the dataset again")
 
 
+def check_data_unmoved(index) -> None:
+    """StaleIndexError, the one a Loader's first epoch raises (:func:`lirs.engines.open_indexed`), when a data
+    file of ``index`` was removed or no longer has the size and modification time its open found
+    (:attr:`lirs.index.Index.checked`), by ``os.stat`` alone: checked before DataLoader workers start, each of
+    which would find it (a spawned one opening the index again, a forked one its engine)."""
+    from .engines import check_indexed  # the engines' own check (as_indexed), without opening the files
+
+    check_indexed(list(index.paths), index.checked, reindex_command(index.paths, index.sidecar, index))
+
+
 # the arrays that say where every record lies: a plan (and so a resume state) depends on them alone
 _LAYOUT_ARRAYS = ("file_starts", "data_ends", "header_sizes", "offsets_base", "offsets_rel", "offsets_wide")
 

@@ -57,7 +57,7 @@ import torch.utils.data as tud
 
 from .constants import BYTES_FORMATS
 from .errors import UsageError
-from .freshness import check_identity, identity
+from .freshness import check_data_unmoved, check_identity, identity
 from .inputs import absolute_source
 from .loader import Loader
 from .arena import install
@@ -69,8 +69,9 @@ from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_tensors, tuples  # noqa: F401 - to_tensors is public here too
 from .passboard import Fed, PassBoard, PassPosition, delivering, superseded, while_current
 from .ring import BUNDLE_BATCHES
-from .workers import (Bundler, bundled, Convert, Failed, before_fork, in_order, share_of, stops_at_error, worker_of,
-                      worker_pool, worker_threads, workers_memory)
+from .workererrors import Failed, failing_early, stops_at_error
+from .workers import (Bundler, bundled, Convert, before_fork, in_order, share_of, worker_of, worker_pool, worker_threads,
+                      workers_memory)
 
 log = logging.getLogger("lirs.torch")
 
@@ -279,8 +280,8 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         return self.epoch
 
     # ------------------------------------------------------------------ iteration
-    def __iter__(self):
-        return self.iterate()
+    def __iter__(self):  # a LirsDataLoader's worker: an error before its walk is its first item, raised as is
+        return failing_early(self.iterate, worker_of()[0]) if getattr(self, "_ordered", False) else self.iterate()
 
     def iterate(self, raw: bool = False, collate=None):
         """``iter(dataset)``; ``raw``: the Loader's Batch objects, no tensors (a device feeder's); ``collate``: a
@@ -412,6 +413,8 @@ class LirsDataLoader(tud.DataLoader):
         res = ds._resume  # the loaded state the pass starts from (None: the epoch's first batch)
         ctx = self.multiprocessing_context or multiprocessing.get_context()
         fresh = not (self.persistent_workers and self._iterator is not None)  # workers start with this pass
+        if fresh:  # a data file changed since the index's open: the error each worker would meet, raised before they start
+            check_data_unmoved(ds.loader().index)
         if ctx.get_start_method() == "fork" and fresh:
             # the workers inherit the plan's tables and the kernels of their walk
             before_fork(ds.loader(), ds.epoch, share_of(ds._by_window(ds.loader(), self.num_workers), 0, self.num_workers))

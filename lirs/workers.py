@@ -14,9 +14,7 @@ workers read (:class:`lirs.passboard.PassBoard`).
 from __future__ import annotations
 
 import collections
-import contextlib
 import pickle
-import traceback
 from typing import NamedTuple
 
 import numpy as np
@@ -28,6 +26,7 @@ from .cores import usable_cores
 from .arena import arena_for, arena_of
 from .passtimes import PassTimes, timed_worker
 from .ring import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, INBAND_BYTES, crossing, ring_for, ring_of  # noqa: F401 - INBAND_BYTES: public here
+from .workererrors import Failed, stops_at_error, with_cause  # noqa: F401 - Failed, stops_at_error: public here
 from .tensors import ALIGN, array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, torch_dtype, unpack, unpack_many, x_parts
 
 
@@ -262,43 +261,6 @@ class Bundler:
         return b
 
 
-class Failed(NamedTuple):
-    """A worker's error, sent as an item after the batches it delivered: ``batch`` is the batch it
-    belongs to, which the consumer reaches after every batch before it (:func:`in_order`)."""
-
-    batch: int
-    error: BaseException
-
-
-def stops_at_error(batches, loader, worker: int):
-    """``batches`` (a walk of ``loader``), then on an error a :class:`Failed` at the batch the
-    Loader's position names, or at batch 0 (raised as soon as it comes) where the walk failed before
-    it began (the position is still the last walk's); an exception that cannot be pickled
-    propagates (torch sends its text)."""
-    before = loader.position  # a walk that begins sets a new one
-    try:
-        yield from batches
-    except Exception as e:
-        try:
-            pickle.loads(pickle.dumps(e))
-        except Exception:  # noqa: BLE001 - any failure to pickle (or to unpickle): torch's own path
-            raise e from None
-        if e.__cause__ is not None:  # a pickle carries no __cause__: it travels as an attribute where
-            with contextlib.suppress(Exception):  # it comes back whole (a custom __init__ may not)
-                pickle.loads(pickle.dumps(e.__cause__))
-                e.lirs_cause = e.__cause__
-        e.add_note(f"(raised in DataLoader worker {worker}: "
-                   + "".join(traceback.format_exception(e)).rstrip().replace("\n", "\n    ") + ")")
-        pos = loader.position
-        yield Failed(0 if pos is before else pos.next_batch, e)
-
-
-def _with_cause(e: BaseException) -> BaseException:
-    """A worker's error as raised there: its ``__cause__`` (a TransformError's original) put back."""
-    e.__cause__ = e.__dict__.pop("lirs_cause", e.__cause__)
-    return e
-
-
 def bundled(loader, batches, bundler: "Bundler", sparse: str, label_dtype, times, moved):
     """A DataLoader worker's items of a pass: the :class:`lirs.loader.Batch` objects ``batches``
     (a walk of ``loader``) added to ``bundler`` as they come (a piece of a batch keyed
@@ -491,9 +453,9 @@ def in_order(items, first: int):
             yield held.pop(k)
             k += 1
         if failed is not None and k >= failed.batch:
-            raise _with_cause(failed.error)
+            raise with_cause(failed.error)
     if failed is not None:
-        raise _with_cause(failed.error)
+        raise with_cause(failed.error)
     if held or pieces:
         some = f" and pieces of {sorted(pieces)[:4]}" if pieces else ""
         raise RuntimeError(f"the DataLoader workers sent batches {sorted(held)[:4]}{some} but not "

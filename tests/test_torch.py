@@ -853,14 +853,17 @@ def test_a_spawned_worker_refuses_an_index_rebuilt_after_the_main_process_opened
     """A spawned worker opens the index again by path: one rebuilt in between (the data appended
     to) served other records than the main process counted (len, resume); a touch, whose check
     rewrites the sidecar's header, is not a rebuild."""
+    import torch.utils.data as tud
+
     from lirs.errors import StaleIndexError
-    from lirs.torch import make_dataloader
+    from lirs.torch import LirsIterableDataset
 
     p = str(tmp_path / "w.svm")
     with open(p, "w") as f:
         f.write("".join(f"1 {i % 9 + 1}:1\n" for i in range(4000)))
     lirs.build_index(p, progress=False)
-    dl = make_dataloader(p, 500, num_workers=1, multiprocessing_context="spawn", persistent_workers=False)
+    # a hand-built DataLoader: make_dataloader's refuses any move of a data file's mtime before its workers start
+    dl = tud.DataLoader(LirsIterableDataset(p, 500), batch_size=None, num_workers=1, multiprocessing_context="spawn")
     assert len(dl) == 8
     st = os.stat(p)
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
@@ -870,6 +873,68 @@ def test_a_spawned_worker_refuses_an_index_rebuilt_after_the_main_process_opened
     lirs.build_index(p, progress=False)
     with pytest.raises(StaleIndexError, match="was rebuilt after the main process opened it"):
         _ids(dl)
+
+
+def _rewrite_in_place(p, keep_mtime=False):
+    """Every ``:1`` value of ``p`` made ``:2``: the same size, other bytes (its mtime put back: ``keep_mtime``)."""
+    st = os.stat(p)
+    with open(p, "rb") as f:
+        data = f.read()
+    time.sleep(0.02)
+    with open(p, "r+b") as f:
+        f.write(data.replace(b":1 ", b":2 "))
+    if keep_mtime:
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _plain_lirs_error(e, start):
+    msg = str(e)
+    assert msg.startswith(start) and "lirs index" in msg, msg
+    assert "Caught" not in msg and "Traceback" not in msg, "not torch's wrapped worker traceback: " + msg
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_spawned_workers_pass_on_a_data_file_changed_since_the_index_opened_as_the_plain_lirs_error(tmp_path, persistent):
+    """A data file rewritten in place (same size, new mtime) after the main process opened its index, before a
+    pass's spawned workers start (between passes, or before the first): the plain StaleIndexError a forked worker
+    (or num_workers=0) raises, with its advice, raised before the workers start; a spawned worker opening the index
+    again by path raised it through torch's fetcher, as torch's 37-line wrapped worker traceback."""
+    from lirs.errors import StaleIndexError
+    from lirs.torch import make_dataloader
+
+    p = str(tmp_path / "w.svm")
+    with open(p, "w") as f:
+        f.write("".join(f"1 {i % 9 + 1}:1 20:{i % 7 + 1}\n" for i in range(4000)))
+    lirs.build_index(p, progress=False)
+    dl = make_dataloader(p, 256, num_workers=2, multiprocessing_context="spawn", persistent_workers=persistent)
+    if persistent:
+        assert len(dl) == 16  # the index opened
+    else:
+        assert sorted(_ids(dl)) == list(range(4000))
+    _rewrite_in_place(p)
+    with pytest.raises(StaleIndexError) as err:
+        _ids(dl)
+    _plain_lirs_error(err.value, f"{p} changed since its index was checked at the Loader's open")
+    assert "then open a new Loader (or DataLoader)" in str(err.value)
+
+
+def test_a_spawned_workers_error_before_its_walk_is_passed_on_as_the_plain_lirs_error(tmp_path):
+    """A spawned worker's reopened index found stale where the main process's check could not see it (a same-size
+    edit whose mtime was put back): the worker sends the error as its first item, raised as is in the main process,
+    not through torch's fetcher as its wrapped worker traceback."""
+    from lirs.errors import StaleIndexError
+    from lirs.torch import make_dataloader
+
+    p = str(tmp_path / "w.svm")
+    with open(p, "w") as f:
+        f.write("".join(f"1 {i % 9 + 1}:1 20:{i % 7 + 1}\n" for i in range(4000)))
+    lirs.build_index(p, progress=False)
+    dl = make_dataloader(p, 256, num_workers=2, multiprocessing_context="spawn")
+    assert len(dl) == 16
+    _rewrite_in_place(p, keep_mtime=True)
+    with pytest.raises(StaleIndexError) as err:
+        _ids(dl)
+    _plain_lirs_error(err.value, f"index {p}.lirs is stale for {p}")
 
 
 def test_slot_ring_batches_cross_without_the_pickle_stream(small_svm):

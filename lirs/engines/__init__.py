@@ -32,7 +32,8 @@ import warnings
 from ..api import depth_of, maybe_bool
 from ..errors import UsageError
 from ..mounts import held_in_memory
-from .base import BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, as_indexed, probe_direct, stale_error
+from .base import (BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, as_indexed, check_unmoved, probe_direct,
+                   stale_error)
 
 log = logging.getLogger("lirs.engines")
 
@@ -42,7 +43,7 @@ ENV = "LIRS_ENGINE"
 # a probe read failing with these is the device's answer, not an engine that cannot work here
 DEVICE_ERRNOS = (errno.EIO, errno.EREMOTEIO, errno.ENOMEDIUM, errno.ETIMEDOUT)
 
-__all__ = ["open_engine", "open_indexed", "as_indexed", "available_engines", "engine_class", "aligned_empty",
+__all__ = ["open_engine", "open_indexed", "check_indexed", "as_indexed", "available_engines", "engine_class", "aligned_empty",
            "probe_direct", "Engine", "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK", "reads_are_copies",
            "requested_engine"]
 
@@ -222,6 +223,24 @@ def open_indexed(paths, stats, reindex: str | None, engine: str | None = "auto",
         when = "since its index was checked at the Loader's open" if stats is not None else "since the Loader's open"
         raise stale_error(gone, f"was removed (or renamed away) {when}", reindex) from e
     return as_indexed(eng, stats, reindex)
+
+
+def check_indexed(paths, stats, reindex: str | None) -> None:
+    """What :func:`open_indexed` checks, by ``os.stat`` without opening the files (a process that
+    will not read them: one about to start DataLoader workers, which would each find it): StaleIndexError
+    when a data file of ``paths`` was removed, or its size or modification time is no longer the one its
+    index's open found (``stats``, :attr:`lirs.index.Index.checked`; None: nothing to compare)."""
+    if stats is None:
+        return
+    found = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except FileNotFoundError as e:
+            raise stale_error(p, "was removed (or renamed away) since its index was checked at the Loader's open",
+                              reindex) from e
+        found.append((st.st_size, st.st_mtime_ns))
+    check_unmoved(paths, found, stats, reindex)
 
 
 def _gone(paths, e: OSError) -> str | None:

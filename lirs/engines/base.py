@@ -245,9 +245,7 @@ class Engine:
 
     def stale(self, f: int, what: str, when: str = "while it was being read") -> StaleIndexError:
         """The error of file ``f`` found changed (``what``: how; ``when``)."""
-        how = ("if its bytes changed, its index no longer describes it (`lirs index --check` tells)"
-               if what.startswith("its modification") else "its index no longer describes it")
-        return stale_error(self.paths[f], f"changed {when} ({what})", self.reindex, how)
+        return changed_error(self.paths[f], what, when, self.reindex)
 
     def check_unchanged(self, ext_file) -> None:
         """Raise StaleIndexError when a file of ``ext_file`` (int32 file numbers) changed size or
@@ -411,6 +409,24 @@ def stale_error(path: str, change: str, reindex: str | None,
                            f"Loader (or DataLoader): this one keeps the index it opened")
 
 
+def changed_error(path: str, what: str, when: str, reindex: str | None) -> StaleIndexError:
+    """The error of the data file ``path`` found changed (``what``: how; ``when``), :func:`stale_error`'s."""
+    how = ("if its bytes changed, its index no longer describes it (`lirs index --check` tells)"
+           if what.startswith("its modification") else "its index no longer describes it")
+    return stale_error(path, f"changed {when} ({what})", reindex, how)
+
+
+def check_unmoved(paths, found, stats, reindex: str | None) -> None:
+    """StaleIndexError for the first of ``paths`` whose ``(size, mtime_ns)`` found now (``found[f]``) is not
+    the one ``stats`` names (what its index's open found unchanged, :attr:`lirs.index.Index.checked`; None:
+    an index opened unchecked, nothing to compare)."""
+    for f, (size, mtime) in enumerate(stats or ()):
+        now, now_mtime = (int(x) for x in found[f])
+        if now != size or now_mtime != mtime:
+            raise changed_error(paths[f], f"its size changed ({size} -> {now})" if now != size
+                                else "its modification time moved", "since its index was checked at the Loader's open", reindex)
+
+
 def as_indexed(engine: Engine, stats, reindex: str | None = None) -> Engine:
     """``engine``, once each file it opened has the size and modification time ``stats`` names
     ((size, mtime_ns) a file: what its index's open found unchanged, :attr:`lirs.index.Index.checked`;
@@ -419,9 +435,9 @@ def as_indexed(engine: Engine, stats, reindex: str | None = None) -> Engine:
     caught here, before an offset of the old file is read in the new one. ``reindex``: the command
     that rebuilds the index (named in this and the engine's later errors)."""
     engine.reindex = reindex
-    for f, (size, mtime) in enumerate(stats or ()):
-        if int(engine.sizes[f]) != size or int(engine.mtimes[f]) != mtime:
-            engine.close()
-            raise engine.stale(f, f"its size changed ({size} -> {int(engine.sizes[f])})" if engine.sizes[f] != size
-                               else "its modification time moved", "since its index was checked at the Loader's open")
+    try:
+        check_unmoved(engine.paths, list(zip(engine.sizes, engine.mtimes)), stats, reindex)
+    except StaleIndexError:
+        engine.close()
+        raise
     return engine
