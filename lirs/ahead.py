@@ -60,20 +60,23 @@ class PlanAhead:
     def _first(self):
         """The first item, made on the consumer's thread (no hand-off before the first batch),
         then the thread that makes the rest."""
-        self._it = iter(self._make())
+        make = self._make
+        if make is None:  # closed meanwhile, from another thread
+            raise ValueError("this epoch's planning was stopped (its Loader was closed)")
+        self._it = it = iter(make())
         try:
-            first = next(self._it)
+            first = next(it)
         except BaseException:
             self._done = True
             raise
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(it,), name=self._name, daemon=True)
         self._thread.start()
         return first
 
-    def _run(self) -> None:
+    def _run(self, it) -> None:
         chunk, size, full, t = [], 1, 0.0, time.perf_counter()
         try:
-            for item in self._it:
+            for item in it:
                 chunk.append(item)
                 if len(chunk) >= size:
                     f = time.perf_counter()
@@ -138,6 +141,9 @@ class PlanAhead:
         close = getattr(self._it, "close", None)
         if close is not None and not getattr(self._it, "gi_running", False):  # a first item made elsewhere now
             close()
+        # the plan (and through it the index's maps of the sidecar) let go now, not when the epoch's
+        # iterator, which holds this, is collected: a closed Loader leaves no descriptor behind
+        self._it = self._make = None
 
 
 class PlanInline:
@@ -155,6 +161,8 @@ class PlanInline:
     def __next__(self):
         if self._stopped:
             raise ValueError("this epoch's planning was stopped (its Loader was closed)")
+        if self._done:
+            raise StopIteration
         if self._it is None:
             self._it = iter(self._make())
         try:
@@ -166,3 +174,4 @@ class PlanInline:
     def close(self) -> None:
         self._stopped = self._stopped or not self._done
         self._done = True
+        self._it = self._make = None  # as PlanAhead's: the plan let go with the Loader

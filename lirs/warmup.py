@@ -84,7 +84,9 @@ def _compile_read(opts: dict) -> None:
         path = os.path.join(d, "block")
         with open(path, "wb") as f:
             f.write(b"\0" * BLOCK)
-        open_engine([path], opts.get("engine") or "auto", direct=False, depth=opts.get("depth")).close()
+        # at DEBUG: this choice is the scratch file's, not the epoch's (-v shows the Loader's own, once)
+        open_engine([path], opts.get("engine") or "auto", direct=False, depth=opts.get("depth"),
+                    log_level=logging.DEBUG).close()
     _compile_step_layout()
 
 

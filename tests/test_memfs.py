@@ -3,6 +3,7 @@ for: tmpfs takes O_DIRECT since Linux 6.6, but a direct read there copies whole 
 same memory (``lirs.mounts.held_in_memory``, ``benchmarks/results/memfs_engines.json``)."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import warnings
@@ -97,3 +98,39 @@ def test_an_index_scan_of_a_file_in_memory_opens_no_direct_engine(tmp_path, monk
         got = np.concatenate([buf[:nb].copy() for buf, nb, _ in I.read_chunks(p, 0, len(want), 4096, direct=True)])
     assert np.array_equal(got, want) and probed == []
     assert not [r for r in caplog.records if "O_DIRECT" in r.getMessage()]
+
+
+def test_order_plans_the_reads_a_loader_makes_on_a_file_in_memory(tmp_path, monkeypatch, capsys):
+    """`lirs order` ("what an epoch will read") planned O_DIRECT 4 KiB blocks on any file: on tmpfs,
+    where a Loader reads each record's bytes alone, it said 9x the bytes and amplification an epoch
+    reads. It plans as a Loader with the same engine does, and says which reads."""
+    from lirs.cli import main
+
+    p = _write_libsvm(str(tmp_path / "d.svm"), 2000, seed=8)
+    lirs.build_index(p, progress=False)
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+
+    def order(*extra):
+        assert main(["order", p, "--granularity", "instance", "--batch-size", "40", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    def loader(**kw):
+        with lirs.Loader(p, 40, granularity="instance", **kw) as ld:
+            return ld.plan(0).stats()
+
+    _pretend_in_memory(monkeypatch)
+    st = order()
+    assert st["bytes_read"] == loader()["bytes_read"] == st["payload_bytes"] and st["amplification"] == 1.0
+    assert not st["direct"] and st["read_as"] == "page cache copies"
+    assert main(["order", p, "--granularity", "instance"]) == 0
+    assert "page cache copies (engine auto)" in capsys.readouterr().out
+    monkeypatch.undo()
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    if probe_direct(p) is None:  # a disk taking O_DIRECT: blocks by default, copies with the buffered engine
+        st = order()
+        assert st["direct"] and st["read_as"] == "direct 4 KiB blocks" and st["engine"] == "auto"
+        assert st["bytes_read"] == loader()["bytes_read"] > st["payload_bytes"]
+        st = order("--engine", "buffered")
+        assert not st["direct"] and st["bytes_read"] == loader(engine="buffered")["bytes_read"] == st["payload_bytes"]
+    assert main(["order", p, "--engine", "nosuch"]) == 2
+    assert main(["order", p, "--strategy", "sequential", "--engine", "buffered"]) == 2

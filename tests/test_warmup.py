@@ -551,3 +551,38 @@ def test_a_command_interrupted_on_a_cold_cache_stops_its_helpers(tmp_path):
     for h in left:  # not left running past the test
         os.kill(h, signal.SIGKILL)
     assert not left, "the interrupted command's helpers are still compiling"
+
+
+_CHOICE_CHILD = r"""
+import json, logging, sys
+import lirs
+import lirs.mounts as mounts
+mounts.fs_type = lambda path: "tmpfs"  # as on /dev/shm: the Loader reads through the page cache
+lines = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        lines.append(record.getMessage())
+logging.getLogger("lirs").addHandler(Keep(logging.INFO))
+logging.getLogger("lirs").setLevel(logging.INFO)
+with lirs.Loader(sys.argv[1], 64, granularity="group", seed=0) as loader:
+    loader._warm.join_preload()  # the cached kernels loaded (the warm-up's scratch engine opened)
+    for _ in loader.epoch(0):
+        pass
+    print(json.dumps({"engine": loader.engine.name, "lines": [m for m in lines if m.startswith("engine ")]}))
+"""
+
+
+def test_verbose_names_only_the_engine_the_epoch_reads_with(tmp_path, monkeypatch):
+    """Loading the cached read kernels opens an ``auto`` engine on a scratch file; it logged its
+    choice at INFO like the Loader's, so ``-v`` on a file in memory said "engine buffered chosen"
+    and then "engine uring chosen" for an epoch read by buffered. One choice is said: the epoch's."""
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    path = _svm(str(tmp_path / "v.svm"))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    for _ in ("cache cold or warm", "cache warm: the kernels preloaded in this process"):
+        out = subprocess.run([sys.executable, "-c", _CHOICE_CHILD, path], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert got["engine"] == "buffered"
+        assert [m.split()[1] for m in got["lines"] if " chosen" in m] == ["buffered"], got

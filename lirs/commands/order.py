@@ -32,6 +32,11 @@ def add_parser(sub):
                         "data, default 5%%)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="with --strategy: a strategy parameter, e.g. buffer_records=10000 (repeatable)")
+    # None: not given (auto applies), so that a --strategy that reads no file can refuse it when given
+    p.add_argument("--engine", default=None, metavar="NAME",
+                   help="the engine whose reads are planned, as `lirs epoch --engine`: auto (default; $LIRS_ENGINE "
+                        "or the best that works: O_DIRECT 4 KiB blocks where the files take it and are not held "
+                        "in memory), uring, threads, aiofiles, buffered (page-cache copies of each record's bytes)")
     p.add_argument("--batch-size", type=int, default=1024, metavar="B", help="records per batch (default 1024)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of every epoch's order (default 0)")
     p.add_argument("--epoch", type=int, default=0, metavar="E",
@@ -97,8 +102,8 @@ def _strategy_params(args) -> dict:
     from .quality import memory_budget, parse_params
 
     name = args.strategy
-    if args.world_size != 1 or args.rank != 0 or args.drop_last:
-        raise UsageError(f"--rank/--world-size/--drop-last apply to the lirs strategies "
+    if args.world_size != 1 or args.rank != 0 or args.drop_last or args.engine is not None:
+        raise UsageError(f"--rank/--world-size/--drop-last/--engine apply to the lirs strategies "
                          f"(instance, page, group, window), not to {name}")
     params = parse_params(args.param)
     # record_bytes sizes a synthetic source's records; an index has every record's size, so it is not taken here
@@ -160,6 +165,8 @@ def _run_strategy(args, params: dict, idx) -> int:
 
 
 def run(args) -> int:
+    from ..constants import BLOCK
+    from ..engines import check_engine, reads_are_copies
     from ..firstuse import open_or_index
     from ..plan import GRANULARITIES, plan_epoch
     from ..eval.strategies import STRATEGIES
@@ -181,15 +188,22 @@ def run(args) -> int:
     if args.granularity is None:
         args.granularity = DEFAULT_GRANULARITY
     check_unit_options(args.granularity, args.group_bytes, args.window)
+    engine = check_engine(args.engine or "auto")  # an unknown name (or $LIRS_ENGINE) refused before indexing
     idx = open_or_index(args.path)
     check_drop_last(idx.n, args.batch_size, args.world_size, args.drop_last)  # as the Loader: not an empty order
+    # the reads a Loader with this engine makes (its rule, not a copy of it): O_DIRECT ones cover whole
+    # 4 KiB blocks; page-cache copies (tmpfs, a filesystem refusing O_DIRECT, buffered) each record's bytes alone
+    copies = reads_are_copies(engine, None, idx.paths)
     plan = plan_epoch(idx, args.batch_size, args.granularity, seed=args.seed, epoch=args.epoch, rank=args.rank,
                       world_size=args.world_size, drop_last=args.drop_last,
                       group_bytes=DEFAULT_GROUP_BYTES if args.group_bytes is None else parse_size(args.group_bytes),
                       window=DEFAULT_WINDOW if args.window is None else args.window,
-                      permutation=args.permutation or "auto")
+                      permutation=args.permutation or "auto", block=BLOCK, align=1 if copies else BLOCK)
     st = plan.stats()
     st["path"] = os.path.abspath(args.path)
+    st["engine"] = engine
+    st["direct"] = not copies  # as `lirs epoch --json`'s: whether the reads are O_DIRECT
+    st["read_as"] = "page cache copies" if copies else f"direct {BLOCK // 1024} KiB blocks"
     st["records_in_dataset"] = idx.n
     st["index_bytes_per_record"] = idx.index_bytes() / idx.n if idx.n else 0.0
     st["plan_bytes_per_record"] = plan.nbytes / idx.n if idx.n else 0.0
@@ -205,7 +219,8 @@ def run(args) -> int:
         print(f"  batches        {st['batches']:,} x {args.batch_size} records ({st['records']:,} records"
               f"{', tail dropped' if args.drop_last and st['records'] * args.world_size < idx.n else ''})")
         print(f"  units          {st['units']:,} ({st['permutation']} permutation)")
-        print(f"  reads          {st['reads']:,} (median {format_bytes(st['median_read_bytes'] or 0)})")
+        print(f"  reads          {st['reads']:,} (median {format_bytes(st['median_read_bytes'] or 0)}), "
+              f"{st['read_as']} (engine {engine})")
         print(f"  bytes read     {format_bytes(st['bytes_read'])} for {format_bytes(st['payload_bytes'])} of records")
         print(f"  amplification  {amp:.3f}x" if amp else "  amplification  -")
         print(f"  memory         index {st['index_bytes_per_record']:.2f} B/record + plan "

@@ -122,7 +122,8 @@ def reads_are_copies(engine: str = "auto", direct: bool | None = None, paths=())
     return False
 
 
-def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, depth: int | None = None) -> Engine:
+def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, depth: int | None = None,
+                log_level: int = logging.INFO) -> Engine:
     """Open an engine on ``paths`` (sequence of str; ``ext_file`` indexes it).
 
     Parameters
@@ -139,6 +140,10 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
         require O_DIRECT (error if refused). False: page cache.
     depth : int or None
         Reads in flight; the engine's default when None.
+    log_level : int
+        Level of the log lines saying which engine was chosen and why (``-v`` shows INFO). An open
+        that reads nothing of the data (the warm-up's, :mod:`lirs.warmup`) passes DEBUG: at INFO its
+        choice, on a scratch file, read as the epoch's engine where the epoch's was another.
 
     The chosen engine carries ``.name``, ``.direct`` and ``.reason`` (why it was chosen).
     """
@@ -164,7 +169,7 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
     if requested == "auto":
         if held:  # not a refusal: the right reads for memory, said without a warning
             why.append(f"{held}: page-cache reads")
-            log.info("%s; reading through the page cache", held)
+            log.log(log_level, "%s; reading through the page cache", held)
             order = ("buffered",)
         elif refused:
             why.append(f"{refused}: page-cache reads")
@@ -185,12 +190,12 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
                     raise OSError(e.errno, f"{e.strerror} (writing numba's cache of the kernels while opening the "
                                            f"{name} engine; free some space, or set NUMBA_CACHE_DIR)") from e
                 why.append(f"{name} unavailable ({e})")
-                log.info("engine %s unavailable: %s", name, e)
+                log.log(log_level, "engine %s unavailable: %s", name, e)
                 last = e
                 continue
             why.append(f"{name} works" + (" with O_DIRECT" if eng.direct else ""))
             eng.reason = "; ".join(why)
-            log.info("engine %s chosen: %s", eng.name, eng.reason)
+            log.log(log_level, "engine %s chosen: %s", eng.name, eng.reason)
             return eng
         raise OSError(f"no engine works on {paths[0] if paths else 'these files'}: {'; '.join(why)}") from last
 
@@ -203,7 +208,7 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
     eng = _open(requested, paths, use_direct, depth)
     why.append("requested" if not why else "")
     eng.reason = "; ".join(w for w in why if w)
-    log.info("engine %s: %s", eng.name, eng.reason)
+    log.log(log_level, "engine %s: %s", eng.name, eng.reason)
     return eng
 
 
