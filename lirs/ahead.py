@@ -60,23 +60,20 @@ class PlanAhead:
     def _first(self):
         """The first item, made on the consumer's thread (no hand-off before the first batch),
         then the thread that makes the rest."""
-        make = self._make
-        if make is None:  # closed meanwhile, from another thread
-            raise ValueError("this epoch's planning was stopped (its Loader was closed)")
-        self._it = it = iter(make())
+        self._it = iter(self._make())
         try:
-            first = next(it)
+            first = next(self._it)
         except BaseException:
             self._done = True
             raise
-        self._thread = threading.Thread(target=self._run, args=(it,), name=self._name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
         return first
 
-    def _run(self, it) -> None:
+    def _run(self) -> None:
         chunk, size, full, t = [], 1, 0.0, time.perf_counter()
         try:
-            for item in it:
+            for item in self._it:
                 chunk.append(item)
                 if len(chunk) >= size:
                     f = time.perf_counter()
@@ -141,9 +138,6 @@ class PlanAhead:
         close = getattr(self._it, "close", None)
         if close is not None and not getattr(self._it, "gi_running", False):  # a first item made elsewhere now
             close()
-        # the plan (and through it the index's maps of the sidecar) let go now, not when the epoch's
-        # iterator, which holds this, is collected: a closed Loader leaves no descriptor behind
-        self._it = self._make = None
 
 
 class PlanInline:
@@ -161,8 +155,6 @@ class PlanInline:
     def __next__(self):
         if self._stopped:
             raise ValueError("this epoch's planning was stopped (its Loader was closed)")
-        if self._done:
-            raise StopIteration
         if self._it is None:
             self._it = iter(self._make())
         try:
@@ -174,4 +166,3 @@ class PlanInline:
     def close(self) -> None:
         self._stopped = self._stopped or not self._done
         self._done = True
-        self._it = self._make = None  # as PlanAhead's: the plan let go with the Loader

@@ -100,20 +100,19 @@ class Pipeline:
         # the cores an extra thread would only preempt them, some while holding the GIL (the
         # figures: docs/engines.md). Set without a lock: it only steers the extras.
         self.consumer_in = False
-        self.planners, self.planners_lock = set(), threading.Lock()  # EpochRuns (or their PlanAhead) being iterated
+        self.planners, self.planners_lock = set(), threading.Lock()  # PlanAhead of the epochs being iterated
 
-    def plan_ahead(self, make, batches: int = 0, owner=None):
+    def plan_ahead(self, make, batches: int = 0):
         """A :class:`~lirs.ahead.PlanAhead` of ``make()`` (``batches`` plans ahead at least), stopped by :meth:`close`
-        if still running (``owner.close()``, the run iterating it, where given); with fewer than
-        ``PLAN_AHEAD_MIN_THREADS`` pool threads a :class:`~lirs.ahead.PlanInline`."""
+        if still running; with fewer than ``PLAN_AHEAD_MIN_THREADS`` pool threads a :class:`~lirs.ahead.PlanInline`."""
         p = PlanAhead(make, batches=batches, stats=self.stats) if self.workers >= PLAN_AHEAD_MIN_THREADS else PlanInline(make)
         with self.planners_lock:
-            self.planners.add(owner or p)
+            self.planners.add(p)
         return p
 
-    def stop_planning(self, p, owner=None) -> None:
+    def stop_planning(self, p) -> None:
         with self.planners_lock:
-            self.planners.discard(owner or p)
+            self.planners.discard(p)
         p.close()
 
     def submit(self, step, then=None, helpable: bool = True):
@@ -200,13 +199,20 @@ class Pipeline:
         out.add_done_callback(self.active.discard)
         left, lock = [max(len(futures), 1)], threading.Lock()
 
+        def run():
+            if out.set_running_or_notify_cancel():
+                try:
+                    out.set_result(fn())
+                except BaseException as e:  # noqa: BLE001 - delivered to the consumer
+                    out.set_exception(e)
+
         def one_done(_):
             with lock:
                 left[0] -= 1
                 if left[0]:
                     return
             try:
-                self.executor.submit(_run_into, out, fn)  # fn's exception delivered to the consumer
+                self.executor.submit(run)
             except RuntimeError:  # the pool was closed meanwhile: nobody waits for this batch
                 out.cancel()
 
@@ -271,7 +277,6 @@ class Pipeline:
         self.active.clear()
         self.executor.shutdown(wait=True)
         self.engine.close()
-        self.decode = None  # it holds the index (the sidecar's maps): not kept by an epoch iterator still referenced
         memory.RECYCLER.trim()  # the blocks kept for the next window: a closed loader reads none
 
 
@@ -332,16 +337,16 @@ class EpochRun:
         self.prefetch = int(prefetch)
         self.empty = empty
         self.finish = finish  # finish(bp, X, y) -> what the consumer gets, run on the pool
-        self.steps: dict = {}                       # read step number -> future of its (X, y)
-        self.pending: collections.deque = collections.deque()  # Pending batches, in order
-        self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1
         # planned on a thread of its own, ahead of the consumer (lirs.ahead): a window's batches ahead
         # extents deferred to the pool thread that reads each step, or found ahead (walk_extents)
         # units (no finish): a shared step's batches are one pending item (lirs.steps.SharedStep)
         ext, units = walk_extents(plan.granularity, pipeline.engine.direct, pipeline.cores), units and finish is None
         self.batches = pipeline.plan_ahead(lambda: plan.batches(int(start), extents=ext, stride=int(stride), windows=windows,
-                                                                 units=units), plans_ahead(plan, units), self)
+                                                                 units=units), plans_ahead(plan, units))
+        self.steps: dict = {}                       # read step number -> future of its (X, y)
         self.helpable = POLICIES[plan.granularity].consumer_helps
+        self.pending: collections.deque = collections.deque()  # Pending batches, in order
+        self.heads = 0  # pending batches whose finish task exists: the first ones, up to prefetch + 1
         # every thread of the pool has a step to work on, whatever ``prefetch``
         self.max_steps = steps_in_flight(plan, max(self.prefetch, pipeline.workers - 1), pipeline.workers,
                                          windows_in_flight(pipeline.engine.direct, pipeline.cores))
@@ -480,10 +485,8 @@ class EpochRun:
         return batch_of([(r, f.lo, f.hi) for r, f in zip(results, parts)], self.empty)
 
     def abandon(self) -> None:
-        """The consumer left the epoch, or its Loader was closed (:meth:`Pipeline.close`): cancel what has not
-        started (started steps run to the end) and let go of the plan and the decoder (the index's maps of the
-        sidecar), which an epoch iterator still referenced would otherwise keep open."""
-        self.pipeline.stop_planning(self.batches, self)
+        """The consumer left the epoch: cancel what has not started (started steps run to the end)."""
+        self.pipeline.stop_planning(self.batches)
         for item in self.pending:
             for f in item.parts:
                 f.future.cancel()
@@ -494,6 +497,3 @@ class EpochRun:
         for f in self.steps.values():
             f.cancel()
         self.steps.clear()
-        self.empty = None
-
-    close = abandon  # what Pipeline.close calls on the epochs being iterated

@@ -846,32 +846,6 @@ def test_close_lets_go_of_the_sidecar_and_the_preload_without_a_gc(svm):
     assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr[-2000:])
 
 
-@pytest.mark.parametrize("granularity,threads", [("instance", 2), ("group", 8), ("window", 8)])
-def test_close_lets_go_of_the_sidecar_while_an_epoch_iterator_is_still_referenced(svm, granularity, threads):
-    """An epoch left part way (its iterator kept) held the sidecar's maps (3 descriptors) past
-    ``close()``, until the iterator was dropped: its run kept the plan (planner), the decoder
-    (the pipeline's) and its batches in flight. close() lets go of them: nothing of the sidecar stays open."""
-    import gc
-
-    p, *_ = svm
-
-    def sidecar_fds():
-        return sorted(t for t in open_fds().values() if t.endswith(".lirs"))
-
-    with Loader(p, 64, granularity=granularity, threads=threads, n_features=300) as loader:
-        _collect(loader, 0)  # the kernels loaded: the epoch below has batches in flight when it is left
-    gc.collect()
-    before = sidecar_fds()
-    with Loader(p, 64, granularity=granularity, threads=threads, n_features=300) as loader:
-        it = loader.epoch(0)
-        next(it)
-        assert len(sidecar_fds()) > len(before)
-    gc.collect()
-    assert sidecar_fds() == before
-    with pytest.raises(ValueError, match="closed"):
-        next(it)
-
-
 def test_a_file_named_twice_is_refused(tmp_path):
     """The same file twice in a dataset's list (or once through a link) would serve each of its
     records twice: refused, naming it."""
