@@ -3,10 +3,10 @@ UTF-8) and a record dtype's description as a sidecar's JSON gives it back."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import os
 import struct
-import weakref
 
 import numpy as np
 
@@ -66,24 +66,28 @@ class _PreadFile:
 
 
 class NpyRows:
-    """The array of the ``.npy`` file ``path`` read by pread from a descriptor held open, never
-    memory-mapped: a file truncated under a map (``np.save`` rewriting it in place) kills the
-    process with SIGBUS, where a short read here is a DataError naming the file. ``rows[a:b]``
-    reads those rows alone (memory bounded by the slice), ``np.asarray(rows)`` the whole array.
-    ValueError or EOFError (as ``np.load``) for a file that is no ``.npy`` array of plain values,
-    or shorter than its header promises."""
+    """The array of the ``.npy`` file ``path`` read by pread, never memory-mapped: a file truncated
+    under a map (``np.save`` rewriting it in place) kills the process with SIGBUS, where a short
+    read here is a DataError naming the file. ``rows[a:b]`` reads those rows alone (memory bounded
+    by the slice), ``np.asarray(rows)`` the whole array. No descriptor is held between reads (an
+    index of a directory of many labelled ``.npy`` files holds one of these a file): each read
+    opens the file and checks it is the one whose header was read (device, inode, size,
+    modification time), else a DataError (replaced or rewritten since). ValueError or EOFError (as
+    ``np.load``) for a file that is no ``.npy`` array of plain values, or shorter than its header
+    promises."""
 
     def __init__(self, path: str):
         self.path = os.fspath(path)
-        # its own descriptor, kept: a file replaced by rename is still read whole from the old one
-        self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        weakref.finalize(self, os.close, self._fd)
-        f = _PreadFile(self._fd, self.path)  # not a buffered file: its 8 KiB reads' errors named no file
-        version = np.lib.format.read_magic(f)
-        if version not in ((1, 0), (2, 0), (3, 0)):
-            raise ValueError(f"format version {version[0]}.{version[1]}; expected 1.0, 2.0 or 3.0")
-        shape, fortran, self.dtype = npy_header(f, version)
-        self.offset = f.tell()
+        with self._opened() as fd:
+            f = _PreadFile(fd, self.path)  # not a buffered file: its 8 KiB reads' errors named no file
+            version = np.lib.format.read_magic(f)
+            if version not in ((1, 0), (2, 0), (3, 0)):
+                raise ValueError(f"format version {version[0]}.{version[1]}; expected 1.0, 2.0 or 3.0")
+            shape, fortran, self.dtype = npy_header(f, version)
+            self.offset = f.tell()
+            st = os.fstat(fd)
+        self._id = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        self._whole = None  # a Fortran-order array, read once (its rows are not contiguous)
         if self.dtype.hasobject:
             raise ValueError("it holds Python objects (pickled), not plain values")
         if any(s < 0 for s in shape):
@@ -92,7 +96,7 @@ class NpyRows:
         self._fortran = fortran and self.ndim > 1  # rows not contiguous: read whole, then indexed
         self._row = self.dtype.itemsize * math.prod(self.shape[1:])
         need = self.offset + self.dtype.itemsize * math.prod(self.shape)
-        size = os.fstat(self._fd).st_size
+        size = st.st_size
         if size < need:
             raise ValueError(f"the file has {size} bytes, its header promises {need}")
 
@@ -102,9 +106,21 @@ class NpyRows:
         return self.shape[0]
 
     def __array__(self, dtype=None, copy=None):
-        a = self._read(0, math.prod(self.shape) * self.dtype.itemsize)
-        a = a.reshape(self.shape, order="F" if self._fortran else "C")
+        a = self._whole
+        if a is None:
+            a = self._read(0, math.prod(self.shape) * self.dtype.itemsize)
+            a = a.reshape(self.shape, order="F" if self._fortran else "C")
+            if self._fortran:  # sliced a chunk at a time (lirs shuffle): read once, not once a chunk
+                self._whole = a
         return a if dtype is None else a.astype(dtype)
+
+    @contextlib.contextmanager
+    def _opened(self):
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def __getitem__(self, key):
         if self.ndim and not self._fortran:
@@ -120,7 +136,12 @@ class NpyRows:
         """``nbytes`` from byte ``at`` of the data as values; DataError on a short read (the file
         was cut since its header was read: a rewrite in place)."""
         buf = np.empty(nbytes, np.uint8)
-        got = pread_into(self._fd, memoryview(buf), self.offset + at, self.path)
+        with self._opened() as fd:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self._id:
+                raise DataError(f"{self.path}: replaced or rewritten since its header was read (device, inode, size "
+                                "or modification time differ); expected the file whose values were being read")
+            got = pread_into(fd, memoryview(buf), self.offset + at, self.path)
         if got < nbytes:
             raise DataError(f"{self.path}: byte {self.offset + at + got}: the file ends inside the values its header "
                             "promises; it was cut while it was read (rewritten in place?)")

@@ -145,3 +145,56 @@ def test_a_labels_file_rewritten_while_it_is_indexed_is_refused(tmp_path, monkey
     with pytest.raises(DataError, match=r"x\.labels\.npy: file changed while it was being indexed"):
         lirs.build_index(str(x), progress=False)
     assert not os.path.exists(str(x) + ".lirs")
+
+
+def test_a_directory_of_more_labelled_npy_files_than_free_descriptors_is_indexed(tmp_path):
+    """Each labels file's reader held a descriptor open until the index was written: a directory of
+    more labelled .npy files than the process could open at once failed with EMFILE."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "shards"
+    d.mkdir()
+    for i in range(120):
+        np.save(d / f"x{i:03d}.npy", np.full((3, 2), i, np.float32))
+        np.save(d / f"x{i:03d}.labels.npy", np.full(3, i % 5, np.float64))
+    code = ("import resource, sys, lirs; resource.setrlimit(resource.RLIMIT_NOFILE, (100, 100)); "
+            "idx = lirs.build_index(sys.argv[1], progress=False); print(idx.n)")
+    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split()[-1] == "360"
+
+
+def test_a_labels_file_replaced_after_its_header_was_read_is_refused(tmp_path):
+    """No descriptor is held between reads: a labels file replaced (renamed over) after its header
+    was read is refused at the next read, not read from the new file as if it were the old one."""
+    from lirs.npyformat import NpyRows
+
+    _, lab = _labelled(tmp_path)
+    rows = NpyRows(str(lab))
+    assert np.array_equal(rows[0:5], np.arange(5.0))
+    other = tmp_path / "other.npy"
+    np.save(other, np.arange(50, dtype=np.float64) + 100)
+    os.replace(other, lab)
+    with pytest.raises(DataError, match="replaced or rewritten since its header was read"):
+        rows[0:5]
+
+
+def test_fortran_order_labels_are_read_once_for_all_their_slices(tmp_path, monkeypatch):
+    """Rows of Fortran-order labels are not contiguous: each slice read the whole file (lirs shuffle
+    slices labels a chunk at a time), now the first one does."""
+    from lirs import npyformat
+    from lirs.npyformat import NpyRows
+
+    lab = tmp_path / "f.labels.npy"
+    a = np.asfortranarray(np.arange(40, dtype=np.float64).reshape(20, 2))
+    np.save(lab, a)
+    reads = []
+    real = npyformat.pread_into
+    monkeypatch.setattr(npyformat, "pread_into", lambda *x: reads.append(1) or real(*x))
+    rows = NpyRows(str(lab))
+    reads.clear()
+    for c in range(0, 20, 5):
+        assert np.array_equal(rows[c:c + 5], a[c:c + 5])
+    assert len(reads) == 1
