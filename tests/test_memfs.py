@@ -134,3 +134,6 @@ def test_order_plans_the_reads_a_loader_makes_on_a_file_in_memory(tmp_path, monk
         assert not st["direct"] and st["bytes_read"] == loader(engine="buffered")["bytes_read"] == st["payload_bytes"]
     assert main(["order", p, "--engine", "nosuch"]) == 2
     assert main(["order", p, "--strategy", "sequential", "--engine", "buffered"]) == 2
+    monkeypatch.setenv("LIRS_ENGINE", "buffered")  # auto asks for what the environment names: say that one
+    st = order()
+    assert st["engine"] == "buffered" and not st["direct"] and st["amplification"] == 1.0

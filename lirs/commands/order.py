@@ -166,7 +166,7 @@ def _run_strategy(args, params: dict, idx) -> int:
 
 def run(args) -> int:
     from ..constants import BLOCK
-    from ..engines import check_engine, reads_are_copies
+    from ..engines import check_engine, reads_are_copies, requested_engine
     from ..firstuse import open_or_index
     from ..plan import GRANULARITIES, plan_epoch
     from ..eval.strategies import STRATEGIES
@@ -188,7 +188,8 @@ def run(args) -> int:
     if args.granularity is None:
         args.granularity = DEFAULT_GRANULARITY
     check_unit_options(args.granularity, args.group_bytes, args.window)
-    engine = check_engine(args.engine or "auto")  # an unknown name (or $LIRS_ENGINE) refused before indexing
+    # an unknown name (or $LIRS_ENGINE) refused before indexing; reported as asked ($LIRS_ENGINE for auto)
+    engine = requested_engine(check_engine(args.engine or "auto"))
     idx = open_or_index(args.path)
     check_drop_last(idx.n, args.batch_size, args.world_size, args.drop_last)  # as the Loader: not an empty order
     # the reads a Loader with this engine makes (its rule, not a copy of it): O_DIRECT ones cover whole
