@@ -182,7 +182,8 @@ def summary_bullets() -> list:
         c = plan["memory"]["configs"]
         out.append(f"Memory: index + epoch assignment {c['group/table']['index_plus_plan_bytes_per_record']:.2f} "
                    f"B/record (group), {c['instance/stateless']['index_plus_plan_bytes_per_record']:.2f} (instance, "
-                   f"stateless), against the LIRS paper's 16; read amplification of 64 KiB groups "
+                   f"stateless), against the LIRS paper's 16 (labels add "
+                   f"{plan['memory']['labels_bytes_per_record']:.1f}); read amplification of 64 KiB groups "
                    f"{plan['amplification']['kdd']['group']['amplification']:.3f} on small records, where the "
                    f"paper's pages read {plan['amplification']['kdd']['page']['amplification']:.2f}×.")
     kdd = load("bench_kdd")
