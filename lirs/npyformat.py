@@ -71,8 +71,11 @@ class NpyRows:
     read here is a DataError naming the file. ``rows[a:b]`` reads those rows alone (memory bounded
     by the slice), ``np.asarray(rows)`` the whole array. No descriptor is held between reads (an
     index of a directory of many labelled ``.npy`` files holds one of these a file): each read
-    opens the file and checks it is the one whose header was read (device, inode, size,
-    modification time), else a DataError (replaced or rewritten since). ValueError or EOFError (as
+    opens the file and checks it still has the size whose header was read, else a DataError (its
+    values no longer where the header says). A file only touched reads on, as a data file does (a
+    fingerprint, :func:`lirs.freshness.fingerprint`, tells a rewrite of the same size: the index's
+    build and open check one; an inode is not compared: some FUSE and network filesystems change it
+    for an unchanged file). ValueError or EOFError (as
     ``np.load``) for a file that is no ``.npy`` array of plain values, or shorter than its header
     promises."""
 
@@ -86,7 +89,7 @@ class NpyRows:
             shape, fortran, self.dtype = npy_header(f, version)
             self.offset = f.tell()
             st = os.fstat(fd)
-        self._id = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        self._size = st.st_size
         self._whole = None  # a Fortran-order array, read once (its rows are not contiguous)
         if self.dtype.hasobject:
             raise ValueError("it holds Python objects (pickled), not plain values")
@@ -138,9 +141,9 @@ class NpyRows:
         buf = np.empty(nbytes, np.uint8)
         with self._opened() as fd:
             st = os.fstat(fd)
-            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != self._id:
-                raise DataError(f"{self.path}: replaced or rewritten since its header was read (device, inode, size "
-                                "or modification time differ); expected the file whose values were being read")
+            if st.st_size != self._size:
+                raise DataError(f"{self.path}: its size changed since its header was read ({self._size} -> "
+                                f"{st.st_size} bytes): rewritten or replaced; expected the values its header promises")
             got = pread_into(fd, memoryview(buf), self.offset + at, self.path)
         if got < nbytes:
             raise DataError(f"{self.path}: byte {self.offset + at + got}: the file ends inside the values its header "
