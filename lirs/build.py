@@ -174,8 +174,15 @@ def npy_layout(path: str):
 
 def npy_labels_file(path: str) -> str | None:
     """The labels file beside ``X.npy``: ``X.labels.npy`` or ``X.npy.labels.npy`` (None: neither);
-    DataError naming both when both exist (one is another file's, and which is not known)."""
-    found = [c for c in labels_candidates(path) if os.path.exists(c)]
+    DataError naming both when both exist (one is another file's, and which is not known), or
+    naming a symlink there whose target is missing (an unmounted store: its records would be served
+    without labels, silently)."""
+    found = [c for c in labels_candidates(path) if os.path.lexists(c)]
+    for c in found:
+        if not os.path.exists(c):
+            raise DataError(f"{c}: the labels file of {path} is a symlink to {os.readlink(c)}, which does not exist; "
+                            "expected its labels there (mount or restore them, or remove the link to index "
+                            "without labels)")
     if len(found) > 1:
         raise DataError(f"{path}: two labels files beside it, {found[0]} and {found[1]}; expected one (remove or "
                         "rename the one that is not its labels)")

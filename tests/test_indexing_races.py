@@ -201,3 +201,14 @@ def test_fortran_order_labels_are_read_once_for_all_their_slices(tmp_path, monke
     for c in range(0, 20, 5):
         assert np.array_equal(rows[c:c + 5], a[c:c + 5])
     assert len(reads) == 1
+
+
+def test_a_labels_symlink_to_a_missing_file_is_refused_not_taken_for_no_labels(tmp_path):
+    """A labels file that is a symlink to a missing target (a store not mounted) was taken for no
+    labels: the index served every record without one, silently."""
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((10, 2), np.float32))
+    os.symlink(tmp_path / "gone" / "x.labels.npy", tmp_path / "x.labels.npy")
+    with pytest.raises(DataError, match=r"x\.labels\.npy: the labels file of .* is a symlink to .*gone.*which does not exist"):
+        lirs.build_index(str(x), progress=False)
+    assert not os.path.exists(str(x) + ".lirs")
