@@ -17,7 +17,7 @@ def encode_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def encode_label_parts(parts) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`encode_labels` of the labels ``parts`` (1-D arrays of real numbers, memory maps of
+    """:func:`encode_labels` of the labels ``parts`` (1-D arrays of real numbers, or readers of
     ``.npy`` labels files) laid end to end, a million at a time: memory goes to the codes (1 or 2
     bytes a label), not to float64 copies of every label and their sort; past ``MAX_CODED``
     distinct values, the labels whole (float64)."""

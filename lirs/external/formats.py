@@ -33,7 +33,7 @@ class Source:
     start: int            # first record byte
     end: int              # end of the last record
     n: int = -1           # records (fixed formats; -1 when unknown)
-    labels: object = None  # memmap of the .npy labels
+    labels: object = None  # the .npy labels (lirs.npyformat.NpyRows: read a chunk at a time)
 
 
 @dataclass
