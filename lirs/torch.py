@@ -343,15 +343,13 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         convert = self._converter() if self.transform is None and not raw else None
         if getattr(self, "_ordered", False):  # a LirsDataLoader's worker: an error is an item at its batch
             it = stops_at_error(it, loader, worker_of()[0])
-        if collate is not None:  # counted once collated: a batch whose collate_fn raised is served again on resume
-            for out in it:
-                out = collate(out if convert is None else convert(out))
-                self._pos = loader.position
-                yield out
-            return
         for out in it:
-            self._pos = loader.position
-            yield out if convert is None or type(out) is Failed else convert(out)
+            if convert is not None and type(out) is not Failed:
+                out = convert(out)
+            if collate is not None:
+                out = collate(out)
+            self._pos = loader.position  # counted once made: a batch whose collate_fn raised is served again on resume
+            yield out
 
     def _bundler(self, loader):
         """In a :class:`LirsDataLoader`'s worker, the :class:`~lirs.workers.Bundler` its batches cross in, else None."""
