@@ -176,13 +176,17 @@ def npy_labels_file(path: str) -> str | None:
     """The labels file beside ``X.npy``: ``X.labels.npy`` or ``X.npy.labels.npy`` (None: neither);
     DataError naming both when both exist (one is another file's, and which is not known), or
     naming a symlink there whose target is missing (an unmounted store: its records would be served
-    without labels, silently)."""
+    without labels, silently), or one that is not a regular file (checked before it is opened:
+    opening a FIFO waits for a writer, forever)."""
     found = [c for c in labels_candidates(path) if os.path.lexists(c)]
     for c in found:
         if not os.path.exists(c):
             raise DataError(f"{c}: the labels file of {path} is a symlink to {os.readlink(c)}, which does not exist; "
                             "expected its labels there (mount or restore them, or remove the link to index "
                             "without labels)")
+        if not os.path.isfile(c):
+            raise DataError(f"{c}: the labels file of {path} is not a regular file (a FIFO, device, socket or "
+                            "directory); expected a .npy file of its labels (or none there, to index without labels)")
     if len(found) > 1:
         raise DataError(f"{path}: two labels files beside it, {found[0]} and {found[1]}; expected one (remove or "
                         "rename the one that is not its labels)")

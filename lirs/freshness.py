@@ -209,7 +209,8 @@ def label_entries(paths, base: str, fingerprints=None) -> list:
 
 def check_label_files(index, full: bool = False) -> None:
     """Raise StaleIndexError naming the labels file when one beside ``index``'s ``.npy`` data
-    (``meta["label_files"]``) is gone or holds other labels than the index took from it (its
+    (``meta["label_files"]``) is gone, is no regular file now (a FIFO is refused unopened: its open
+    would block) or holds other labels than the index took from it (its
     labels are served from the sidecar, so an edit would otherwise go unseen). One whose size or
     mtime moved is read whole and compared, label by label; unchanged (``touch``), its new mtime is
     recorded in the sidecar where it can be rewritten, so that the next open does not read it again.
@@ -221,6 +222,10 @@ def check_label_files(index, full: bool = False) -> None:
     moved = {}
     for f, e in enumerate(entries):
         path = os.path.normpath(os.path.join(base, e["relpath"]))
+        if os.path.exists(path) and not os.path.isfile(path):  # a FIFO's open (to compare it) would block
+            raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing (it is not a "
+                                  "regular file now: a FIFO, device, socket or directory); the index serves the old "
+                                  f"ones: {reindex_advice(index.paths, index.sidecar, index)}")
         why = staleness(path, e["fingerprint"], None)[0]
         if why is None and not full:
             continue

@@ -6,6 +6,7 @@ import ast
 import contextlib
 import math
 import os
+import stat
 import struct
 
 import numpy as np
@@ -77,7 +78,8 @@ class NpyRows:
     build and open check one; an inode is not compared: some FUSE and network filesystems change it
     for an unchanged file). ValueError or EOFError (as
     ``np.load``) for a file that is no ``.npy`` array of plain values, or shorter than its header
-    promises."""
+    promises; DataError for one that is not a regular file (a FIFO, device, socket or
+    directory), before a read that would block on it."""
 
     def __init__(self, path: str):
         self.path = os.fspath(path)
@@ -119,8 +121,13 @@ class NpyRows:
 
     @contextlib.contextmanager
     def _opened(self):
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK: opening a FIFO put in the file's place would otherwise wait for a writer, forever
+        # (a regular file's reads ignore the flag); the fstat then refuses what is not a regular file
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise DataError(f"{self.path}: not a regular file (a FIFO, device, socket or directory); "
+                                "expected a .npy file")
             yield fd
         finally:
             os.close(fd)

@@ -1,0 +1,77 @@
+"""The labels file beside ``.npy`` data (``X.labels.npy``, ``X.npy.labels.npy``) as `lirs index`
+and an open read it: a node that is not a regular file, bytes after its values, and which record's
+label changed."""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import lirs
+from lirs.cli import main
+from lirs.errors import DataError, StaleIndexError
+from lirs.index import open_index
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LIRS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _within(fn, fifo, seconds=30):
+    """``fn()``'s result or exception, run in a thread: a call still blocked after ``seconds`` (on
+    opening ``fifo``, waiting for a writer) fails the test instead of hanging the suite; the blocked
+    open is then released by opening the FIFO for writing."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # handed to the test, which asserts on it
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # the blocked reader sees end of file
+        t.join(seconds)
+        pytest.fail(f"blocked on {fifo} for over {seconds} s (a FIFO opened for reading)")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+@pytest.mark.parametrize("name", ["x.labels.npy", "x.npy.labels.npy"])
+@pytest.mark.parametrize("make", [os.mkfifo, os.mkdir], ids=["fifo", "directory"])
+def test_a_labels_file_that_is_no_regular_file_is_refused_before_it_is_opened(tmp_path, capsys, name, make):
+    """A FIFO named X.labels.npy made `lirs index X.npy` wait forever (opening it for reading waits
+    for a writer); a directory there failed with a bare IsADirectoryError. A DataError naming it,
+    as a data file that is not a regular file is refused."""
+    x, node = tmp_path / "x.npy", tmp_path / name
+    np.save(x, np.zeros((4, 3), np.float32))
+    make(node)
+    with pytest.raises(DataError, match=rf"{name}: the labels file of .*x\.npy is not a regular file \(a FIFO, "
+                                        r"device, socket or directory\)"):
+        _within(lambda: lirs.build_index(str(x), progress=False), node)
+    assert _within(lambda: main(["index", "--quiet", str(x)]), node) == 1
+    assert "not a regular file" in capsys.readouterr().err
+    assert node.is_fifo() if make is os.mkfifo else node.is_dir()  # left as it was
+
+
+def test_an_index_whose_labels_file_became_a_fifo_opens_to_a_stale_error_not_a_hang(tmp_path, capsys):
+    """The labels file of an index replaced by a FIFO: the open compared it (its size moved) by
+    opening it for reading, which waited for a writer forever; `lirs index --check` too."""
+    x, lab = tmp_path / "x.npy", tmp_path / "x.labels.npy"
+    np.save(x, np.zeros((4, 3), np.float32))
+    np.save(lab, np.arange(4, dtype=np.float64))
+    lirs.build_index(str(x), progress=False)
+    lab.unlink()
+    os.mkfifo(lab)
+    with pytest.raises(StaleIndexError, match=r"x\.labels\.npy: the labels of .*x\.npy changed since indexing "
+                                              r"\(it is not a regular file now"):
+        _within(lambda: open_index(str(x)), lab)
+    assert _within(lambda: main(["index", "--check", str(x)]), lab) == 1
+    assert "not a regular file" in capsys.readouterr().err
