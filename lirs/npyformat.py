@@ -77,8 +77,9 @@ class NpyRows:
     fingerprint, :func:`lirs.freshness.fingerprint`, tells a rewrite of the same size: the index's
     build and open check one; an inode is not compared: some FUSE and network filesystems change it
     for an unchanged file). ValueError or EOFError (as
-    ``np.load``) for a file that is no ``.npy`` array of plain values, or shorter than its header
-    promises; DataError for one that is not a regular file (a FIFO, device, socket or
+    ``np.load``) for a file that is no ``.npy`` array of plain values, or not the size its header
+    promises (bytes after the values are refused, as ``lirs index`` refuses them after a data
+    file's records); DataError for one that is not a regular file (a FIFO, device, socket or
     directory), before a read that would block on it."""
 
     def __init__(self, path: str):
@@ -104,6 +105,9 @@ class NpyRows:
         size = st.st_size
         if size < need:
             raise ValueError(f"the file has {size} bytes, its header promises {need}")
+        if size > need:  # values appended without a new header would never be read
+            raise ValueError(f"the file has {size} bytes, its header promises {need} (shape {self.shape}, dtype "
+                             f"{self.dtype}): {size - need} bytes after its values, never read (save it again)")
 
     def __len__(self) -> int:
         if not self.shape:

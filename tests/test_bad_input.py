@@ -164,6 +164,8 @@ OTHER = [
     ("npy labels of two columns", "x.npy", _npy_with_labels(np.zeros((4, 2))), []),
     ("npy labels that are objects", "x.npy", _npy_with_labels(np.array([{}, {}, {}, {}], dtype=object)), []),
     ("npy labels fewer than records", "x.npy", _npy_with_labels(np.zeros(3)), []),
+    ("npy labels with bytes after them", "x.npy",
+     {**_npy_with_labels(np.zeros(4)), "x.labels.npy": _npy(np.zeros(4)) + b"\0" * 8}, []),
     ("fixed size not a multiple", "x.bin", b"\x00" * 10, ["--record-size", "4"]),
     ("fixed empty after header", "x.bin", b"\x00" * 8, ["--record-size", "4", "--header-size", "8"]),
     ("lines empty file", "x.jsonl", b"", []),

@@ -75,3 +75,25 @@ def test_an_index_whose_labels_file_became_a_fifo_opens_to_a_stale_error_not_a_h
         _within(lambda: open_index(str(x)), lab)
     assert _within(lambda: main(["index", "--check", str(x)]), lab) == 1
     assert "not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["x.labels.npy", "x.npy.labels.npy"])
+def test_a_labels_file_with_bytes_after_its_values_is_refused_as_a_data_file_is(tmp_path, capsys, name):
+    """`lirs index` refuses a data .npy with bytes after the records its header promises (values
+    appended without a new header are never read), but took a labels file so, silently. Refused
+    too, naming the labels file, its size and the size its header promises."""
+    x, lab = tmp_path / "x.npy", tmp_path / name
+    np.save(x, np.zeros((4, 3), np.float32))
+    np.save(lab, np.arange(4, dtype=np.float64))
+    promised = lab.stat().st_size
+    with open(lab, "ab") as f:
+        f.write(b"junk")
+    with pytest.raises(DataError, match=rf"{name}: not a \.npy array of labels \(the file has {promised + 4} bytes, "
+                                        rf"its header promises {promised} .*4 bytes after its values"):
+        lirs.build_index(str(x), progress=False)
+    assert main(["index", "--quiet", str(x)]) == 1
+    assert f"{promised + 4} bytes" in capsys.readouterr().err
+    with open(x, "ab") as f:  # the data file so is refused alike
+        f.write(b"junk")
+    with pytest.raises(DataError, match=r"x\.npy: byte \d+: 4 bytes after the 4 records"):
+        lirs.build_index(str(x), progress=False)
