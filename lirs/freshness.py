@@ -230,13 +230,15 @@ def check_label_files(index, full: bool = False) -> None:
         if why is None and not full:
             continue
         mtime = _mtime_ns(path)
-        if _same_labels(index, f, path):
+        diff = _label_difference(index, f, path)
+        if diff is None:
             if why is not None:
                 moved[f] = mtime
             continue
         # asked again: a file rewritten while it was compared has moved since (its size, not a touch)
         why = staleness(path, e["fingerprint"], None)[0] or "its labels differ, its size and modification time kept"
-        why = "it is gone" if why == "the data file is missing" else why.replace("its modification time", "its mtime")
+        why = "it is gone" if why == "the data file is missing" else f"{why}; {diff}".replace(
+            "its modification time", "its mtime")
         raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
                               f"serves the old ones: {reindex_advice(index.paths, index.sidecar, index)}")
     if moved and index.sidecar:
@@ -262,25 +264,32 @@ def _no_new_labels(index) -> None:
                                   f"{reindex_advice(index.paths, index.sidecar, index)}")
 
 
-def _same_labels(index, f: int, path: str) -> bool:
-    """Whether the labels file ``path`` holds exactly the labels ``index`` has for file ``f``, compared
-    a million at a time (not whole float64 copies of both), read by pread: a memory map of a file
-    rewritten in place meanwhile (np.save) killed the opening process with SIGBUS."""
+def _label_difference(index, f: int, path: str) -> str | None:
+    """None when the labels file ``path`` holds exactly the labels ``index`` has for file ``f``, else
+    what differs: the first record (numbered within that file) whose label differs, with both
+    labels, or the file's shape, or why it could not be read. Compared a million at a time (not
+    whole float64 copies of both), read by pread: a memory map of a file rewritten in place
+    meanwhile (np.save) killed the opening process with SIGBUS."""
     a, b = int(index.file_starts[f]), int(index.file_starts[f + 1])
     step = 1 << 20
     try:
         now = NpyRows(path)
         if now.shape != (b - a,):
-            return False
+            return f"it holds labels of shape {now.shape}; the index has {b - a} labels"
         for c in range(a, b, step):
             e = min(b, c + step)
-            if not np.array_equal(np.asarray(now[c - a:e - a], np.float64), index.labels_of(np.arange(c, e)),
-                                  equal_nan=True):
-                return False
-    # gone, not labels, or cut short while read (DataError: rewritten); an I/O error names its byte
-    except (FileNotFoundError, ValueError, EOFError):
-        return False
-    return True
+            new, old = np.asarray(now[c - a:e - a], np.float64), index.labels_of(np.arange(c, e))
+            # NaN is its own label here (np.array_equal's equal_nan), and -0.0 is 0.0
+            bad = np.flatnonzero((new != old) & ~(np.isnan(new) & np.isnan(old)))
+            if len(bad):
+                i = int(bad[0])
+                return f"record {c - a + i}: the index has {float(old[i])}, the file has {float(new[i])}"
+    except FileNotFoundError:
+        return "it is gone"
+    # not labels, or cut short while read (DataError: rewritten); an I/O error names its byte
+    except (ValueError, EOFError) as e:
+        return f"it is no .npy of labels now: {e}"
+    return None
 
 
 def check_no_new_files(idx, path: str) -> None:

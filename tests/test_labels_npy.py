@@ -97,3 +97,57 @@ def test_a_labels_file_with_bytes_after_its_values_is_refused_as_a_data_file_is(
         f.write(b"junk")
     with pytest.raises(DataError, match=r"x\.npy: byte \d+: 4 bytes after the 4 records"):
         lirs.build_index(str(x), progress=False)
+
+
+def _keep_size_and_mtime(lab, labels):
+    """Rewrite the labels file ``lab`` with ``labels`` (the same count), its mtime put back."""
+    st = os.stat(lab)
+    np.save(lab, labels)
+    os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_the_check_names_the_first_record_whose_label_changed(tmp_path, capsys):
+    """`lirs index --check` on a labels file whose values changed, its size and mtime kept, said
+    "its labels differ" and named no record: it names the first one (numbered within its data
+    file, the second file's here) with the label the index has and the one the file has now."""
+    d = tmp_path / "d"
+    d.mkdir()
+    for name, n in (("a", 30), ("b", 40)):
+        np.save(d / f"{name}.npy", np.zeros((n, 2), np.float32))
+        np.save(d / f"{name}.labels.npy", np.ones(n))
+    lirs.build_index(str(d), progress=False)
+    labels = np.ones(40)
+    labels[[17, 33]] = -1.0
+    _keep_size_and_mtime(d / "b.labels.npy", labels)
+    assert main(["index", "--check", str(d)]) == 1
+    err = capsys.readouterr().err
+    assert "b.labels.npy: the labels of" in err and "its mtime kept" in err, err
+    assert "record 17: the index has 1.0, the file has -1.0" in err, err
+    with pytest.raises(StaleIndexError, match=r"b\.labels\.npy: .*record 17: the index has 1\.0, the file has -1\.0"):
+        open_index(str(d), check=False).check_fresh(full=True)
+
+
+def test_a_labels_file_whose_mtime_moved_names_the_first_changed_record_at_open(tmp_path):
+    """A labels file whose sampled blocks, size and mtime are kept is compared by `--check`, one whose
+    mtime moved by an open: the stale error names the first record whose label differs, past the
+    first million labels compared (one chunk) too; a NaN label the same is no difference."""
+    x, lab = tmp_path / "x.npy", tmp_path / "x.labels.npy"
+    n = (1 << 20) + 10
+    labels = np.arange(n, dtype=np.float64) % 5
+    labels[3] = np.nan
+    np.save(x, np.zeros((n, 1), np.uint8))
+    np.save(lab, labels)
+    lirs.build_index(str(x), progress=False)
+    labels[40_000] = -1.0  # between the blocks an open samples: only `lirs index --check` sees it
+    _keep_size_and_mtime(lab, labels)
+    open_index(str(x))
+    with pytest.raises(StaleIndexError, match=r"x\.labels\.npy: .*\(its labels differ, its size and modification "
+                                              r"time kept; record 40000: the index has 0\.0, the file has -1\.0\)"):
+        open_index(str(x), check=False).check_fresh(full=True)
+    labels[(1 << 20) + 2] = 7.5
+    labels[40_000] = 0.0
+    np.save(lab, labels)
+    os.utime(lab, ns=(0, os.stat(lab).st_mtime_ns + 10 ** 9))
+    with pytest.raises(StaleIndexError, match=rf"x\.labels\.npy: .*its mtime changed .*; record {(1 << 20) + 2}: "
+                                              rf"the index has {float(((1 << 20) + 2) % 5)}, the file has 7\.5"):
+        open_index(str(x))

@@ -494,7 +494,8 @@ def test_labels_that_appear_or_are_missing_for_one_file_are_not_lost_unsaid(tmp_
     st = os.stat(lab)
     np.save(lab, np.full(20, 2.0))  # same size, other labels, the mtime put back
     os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with pytest.raises(StaleIndexError, match=r"\(its content changed: sampled blocks differ, its mtime kept\)"):
+    with pytest.raises(StaleIndexError, match=r"\(its content changed: sampled blocks differ, its mtime kept; "
+                                              r"record 0: the index has 1\.0, the file has 2\.0\)"):
         open_index(str(x))
 
 
@@ -550,8 +551,8 @@ def test_a_touched_labels_file_is_compared_once_and_then_trusted(tmp_path, monke
     st = os.stat(lab)
     os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
     compared, chunks = [], []
-    real_same, real_of = fr._same_labels, lirs.index.Index.labels_of
-    monkeypatch.setattr(fr, "_same_labels", lambda *a: compared.append(1) or real_same(*a))
+    real_same, real_of = fr._label_difference, lirs.index.Index.labels_of
+    monkeypatch.setattr(fr, "_label_difference", lambda *a: compared.append(1) or real_same(*a))
     monkeypatch.setattr(lirs.index.Index, "labels_of", lambda self, ids: chunks.append(len(ids)) or real_of(self, ids))
     assert np.array_equal(open_index(str(x)).labels, np.arange(3_000_000) % 7)
     assert len(compared) == 1 and max(chunks) <= 1 << 20
@@ -630,9 +631,9 @@ def test_a_touched_labels_file_beside_a_read_only_sidecar_is_compared_at_every_o
         raise OSError(errno.EROFS, "Read-only file system")
 
     compared = []
-    real = fr._same_labels
+    real = fr._label_difference
     monkeypatch.setattr(sc, "rewrite_header", read_only)
-    monkeypatch.setattr(fr, "_same_labels", lambda *a: compared.append(1) or real(*a))
+    monkeypatch.setattr(fr, "_label_difference", lambda *a: compared.append(1) or real(*a))
     for _ in range(2):
         assert np.array_equal(open_index(str(x)).labels, np.arange(30))
     assert len(compared) == 2
