@@ -643,3 +643,37 @@ def test_the_window_reported_is_at_most_the_groups_of_the_data(tmp_path, capsys)
     capsys.readouterr()
     res = json.load(open(out))
     assert [b["window"] for b in res["config"]["budgets"]] == [16, 110] == [b["window"] for b in res["budgets"]]
+
+
+def _stdout(kind):
+    """A stdout whose reader has gone (`| true`: writes fail with EPIPE) or that is full (`> /dev/full`)."""
+    if kind == "gone":
+        r, w = os.pipe()
+        os.close(r)
+        return os.fdopen(w, "w")
+    return open("/dev/full", "w")
+
+
+@pytest.mark.parametrize("kind", ["gone", "full"])
+def test_quality_writes_its_files_before_a_failing_stdout(tmp_path, kind):
+    """`lirs quality ... --json q.json --plot q.png | true` exited 0 silently and wrote neither file:
+    the table was printed first, and the broken pipe ended the command before the files were written
+    (`> /dev/full` lost them too). The files come first now; the stdout failure after them."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("matplotlib")
+    if kind == "full" and not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    out, png = str(tmp_path / "q.json"), str(tmp_path / "q.png")
+    with _stdout(kind) as stdout:
+        r = subprocess.run([sys.executable, "-m", "lirs", "quality", "--records", "500", "--epochs", "2",
+                            "--batch-size", "50", "--strategies", "sequential", "--json", out, "--plot", png],
+                           stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert json.load(open(out))["strategies"].keys() == {"sequential"}, r.stderr
+    with open(png, "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+    if kind == "gone":  # a reader that left: quiet, as Unix tools are
+        assert r.returncode == 0 and "Broken pipe" not in r.stderr, r.stderr
+    else:
+        assert r.returncode == 1 and "error: standard output: No space left on device" in r.stderr, r.stderr

@@ -229,18 +229,23 @@ def run(args) -> int:
     res["config"]["source"] = what
     # the budgets used, not the text given: "5%,5%" is one budget, and its rows say "5%", not "5%,5%"
     res["config"]["memory"] = args.memory if sweep else budgets[0][0]
-    with printing_results():  # a full disk or a failed device behind stdout: said as such
-        _print(res, what, sweep, args)
+    # the files first: a stdout that fails or whose reader has gone (`| head`, a full disk behind
+    # `>`) ends the command while it prints, and must not take the results asked for with it
     if args.json:
         write_json(res, args.json)
-        print(f"results: {os.path.abspath(args.json)}")
+    plotted = False
     if args.plot:
         from ..eval.quality import plot, plot_frontier
 
-        if (plot_frontier if sweep else plot)(res, args.plot):
+        plotted = (plot_frontier if sweep else plot)(res, args.plot)
+    if args.plot and not plotted:
+        print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        _print(res, what, sweep, args)
+        if args.json:
+            print(f"results: {os.path.abspath(args.json)}")
+        if plotted:
             print(f"plot: {os.path.abspath(args.plot)}")
-        else:
-            print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
     return 0
 
 
