@@ -164,6 +164,8 @@ def _failed(args) -> int:
         return EXIT_OK
     except OSError as e:  # EIO, EROFS, ENOSPC, ...: one line, no traceback
         print(f"lirs {args.command}: error: {describe_os_error(e, args.command)}", file=sys.stderr)
+        if e.filename == STDOUT:  # what stdout still buffers would fail again at exit ("Exception ignored", 120)
+            quiet_stdout()
         return EXIT_DATA
 
 

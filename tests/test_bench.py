@@ -821,7 +821,8 @@ def test_json_schema_catches_broken_results(cli_run):
     bad = copy.deepcopy(res)
     del bad["data"]
     assert any("missing 'data'" in p for p in B.validate(bad))
-    assert "~ = extrapolated" in B.format_table(res)
+    # the mark's key, where a row shows the mark
+    assert ("~ = extrapolated" in B.format_table(res)) == any(r["extrapolated"] for r in res["rows"])
 
 
 def test_run_bench_removes_its_group_when_a_step_fails(kdd_tiny, fake_root, monkeypatch, tmp_path):
@@ -1371,3 +1372,79 @@ def test_bench_window_configs_count_large_records_as_the_loader_does():
     big = lirs_configs(["window"], [65536], "1M", data_bytes=100 * (128 << 10), records=100)
     small = lirs_configs(["window"], [65536], "1M", data_bytes=100_000 * 300, records=100_000)
     assert big[0].window == 8 and small[0].window == 16
+
+
+def _shown_result(extrapolated=False):
+    """A result as run_bench returns it, with one lirs row on the disk as it is: enough for the
+    table, the JSON, the plot and --auto (nothing is measured)."""
+    row = {"device": "nvme", "name": "lirs-window-64Kx16", "kind": "lirs", "status": "ok", "epoch_s": 0.5,
+           "extrapolated": extrapolated, "reads_only": False, "granularity": "window", "group_bytes": 65536,
+           "window": 16, "records_per_s": 6000.0, "mb_per_s": 2.0, "reads_per_s": 50.0, "amplification": 1.1,
+           "cpu_s_per_epoch": 0.4, "peak_rss_bytes": 2 ** 27, "pre_s": 0.0}
+    rec = {"rule": "fastest", "text": "nvme: use lirs-window-64Kx16 (epoch 0.5s)", "config": row["name"],
+           "granularity": "window", "group_bytes": 65536, "window": 16, "epoch_s": 0.5, "extrapolated": extrapolated}
+    return {"settings": {"devices": ["nvme"], "batch_size": 128},
+            "envelopes": {"nvme": {"read_iops": None, "read_bps": None}},
+            "fio": {"nvme": {"available": False, "reason": "not run (--no-fio)"}}, "rows": [row],
+            "recommendation": {"nvme": rec}, "data": {"path": "/x/k.svm", "file_bytes": 10, "records": 3000},
+            "date": "now", "command": "test"}
+
+
+def test_the_extrapolation_key_only_where_a_row_was_extrapolated():
+    """The table ended with "~ = extrapolated from a budget-limited sample" when no row carried the
+    mark: the key now comes only with the mark it explains."""
+    assert "~ = extrapolated" not in B.format_table(_shown_result())
+    text = B.format_table(_shown_result(extrapolated=True))
+    assert "~ = extrapolated" in text and "~0.500s" in text
+
+
+@pytest.mark.parametrize("kind", ["gone", "full"])
+def test_bench_writes_its_files_before_a_failing_stdout(kdd_tiny, tmp_path, kind):
+    """`lirs bench DATA --json --plot --auto | true` exited 0 with no JSON, no plot and no saved
+    recommendation (PYTHONUNBUFFERED=1; 120 with "Exception ignored ... BrokenPipeError" otherwise):
+    the table was printed first, outside the guard the other commands print in. `> /dev/full` said
+    "No space left on device (... use --workdir ...)", naming no file. The files come first now, and
+    a failing stdout is said to be standard output. The benchmark is a saved result: nothing is measured."""
+    import shutil
+
+    import lirs
+
+    pytest.importorskip("matplotlib")
+    if kind == "full" and not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    data = str(tmp_path / "k.svm")
+    shutil.copy(kdd_tiny, data)
+    lirs.build_index(data, progress=False)
+    saved = tmp_path / "res.json"
+    saved.write_text(json.dumps(_shown_result()))
+    js, png = str(tmp_path / "b.json"), str(tmp_path / "b.png")
+    drv = ("import json, sys\nimport lirs.eval.bench as B\n"
+           f"res = json.load(open({str(saved)!r}))\nB.run_bench = lambda *a, **k: res\n"
+           "from lirs.cli import main\n"
+           f"sys.exit(main(['bench', {data!r}, '--no-fio', '--json', {js!r}, '--plot', {png!r}, '--auto']))\n")
+    if kind == "gone":
+        r_end, stdout = os.pipe()
+        os.close(r_end)
+        stdout = os.fdopen(stdout, "w")
+    else:
+        stdout = open("/dev/full", "w")
+    for unbuffered in ("1", None):
+        for f in (js, png):
+            if os.path.exists(f):
+                os.unlink(f)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        if unbuffered:
+            env["PYTHONUNBUFFERED"] = unbuffered
+        r = subprocess.run([sys.executable, "-c", drv], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                           timeout=300, env=env)
+        assert json.load(open(js))["rows"][0]["name"] == "lirs-window-64Kx16", r.stderr
+        assert open(png, "rb").read(4) == b"\x89PNG"
+        assert json.load(open(data + ".lirs" + B.RECOMMENDATION_SUFFIX))["config"] == "lirs-window-64Kx16"
+        os.unlink(data + ".lirs" + B.RECOMMENDATION_SUFFIX)
+        assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+        if kind == "gone":  # a reader that left: quiet, as Unix tools are
+            assert r.returncode == 0 and "Broken pipe" not in r.stderr, r.stderr
+        else:
+            assert r.returncode == 1 and r.stderr.endswith(
+                "lirs bench: error: standard output: No space left on device (no space left on the device)\n"), r.stderr
+    stdout.close()

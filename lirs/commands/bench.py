@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import check_results_and_plot
+from . import check_results_and_plot, printing_results
 from ..constants import DEFAULT_WINDOW
 from ..errors import UsageError
 from ..litter import out_dir
@@ -139,22 +139,31 @@ def run(args) -> int:
                     engine=args.engine, prefetch=args.prefetch, fio=not args.no_fio, fio_runtime_s=fio_runtime,
                     workdir=args.workdir, progress=None, command=command_line(["lirs", *sys.argv[1:]]),
                     say=(lambda m: None) if interactive else (lambda m: print(m, file=sys.stderr, flush=True)))
-    print(format_table(res))
+    # the files first: a stdout that fails or whose reader has gone (`| head`, a full disk behind
+    # `>`) ends the command while it prints, and must not take the minutes of results with it
+    written = []
     if args.json:
-        print(f"results: {write_json(res, args.json)}")
+        written.append(f"results: {write_json(res, args.json)}")
     if args.plot:
         if plot(res, args.plot):
-            print(f"plot: {os.path.abspath(args.plot)}")
+            written.append(f"plot: {os.path.abspath(args.plot)}")
         else:
-            print("no plot (matplotlib is not installed: pip install matplotlib)")
+            print("no plot (matplotlib is not installed: pip install matplotlib)", file=sys.stderr)
+    unsaved = None
     if args.auto:
         from ..index import open_index
 
         idx = open_index(args.path)
         try:
             path = save_recommendation(res, idx)
-            print(f"saved: {path} ({saved_device(res)}'s choice; Loader(..., granularity='auto') uses it)")
+            written.append(f"saved: {path} ({saved_device(res)}'s choice; Loader(..., granularity='auto') uses it)")
         except UsageError as e:
-            print(f"not saved: {e}", file=sys.stderr)
-            return 1
+            unsaved = e
+    with printing_results():  # a full disk or a failed device behind stdout: said as such
+        print(format_table(res))
+        for line in written:
+            print(line)
+    if unsaved is not None:
+        print(f"not saved: {unsaved}", file=sys.stderr)
+        return 1
     return 0

@@ -113,7 +113,9 @@ def format_table(res: dict) -> str:
                                               for i, c in enumerate(t)).rstrip())
         lines.extend(skipped)
         lines.append("")
-    lines.append("~ = extrapolated from a budget-limited sample of the epoch")
+    if any(r["status"] == "ok" and r.get("extrapolated") and r["device"] in res["settings"]["devices"]
+           for r in res["rows"]):  # the mark's key, where a row shows the mark
+        lines.append("~ = extrapolated from a budget-limited sample of the epoch")
     recs = res.get("recommendation") or {}
     if recs:
         lines.append("")
