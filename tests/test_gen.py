@@ -387,3 +387,35 @@ def test_cli_exit_codes(tmp_path, capsys):
     assert main(["gen", "--profile", "kdd", "--records", "5", "-o", str(tmp_path / "no" / "b.svm")]) == 2
     assert "its directory" in capsys.readouterr().err
     assert not (tmp_path / "b.svm").exists()
+
+
+def test_gen_refuses_a_labels_file_beside_the_output_it_does_not_write(tmp_path, capsys):
+    """`lirs gen --profile higgs -o h.npy` beside an old h.labels.npy wrote h.npy.labels.npy and
+    succeeded; `lirs index h.npy` then failed ("two labels files beside it"). Refused up front now,
+    naming the stray file, as `lirs shuffle` refuses it; nothing is written."""
+    import lirs
+
+    stray = tmp_path / "h.labels.npy"
+    np.save(stray, np.zeros(3))
+    out = tmp_path / "h.npy"
+    assert main(["gen", "--profile", "higgs", "--records", "100", "-o", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{stray} lies beside -o {out}" in err and f"{out}.labels.npy" in err, err
+    assert sorted(os.listdir(tmp_path)) == ["h.labels.npy"]
+    stray.unlink()  # gone, the run goes through and its output is indexed
+    assert main(["gen", "--profile", "higgs", "--records", "100", "-o", str(out), "--quiet"]) == 0
+    assert lirs.build_index(str(out), progress=False).n == 100
+    # the labels of data that is not .npy are never read beside it: nothing to refuse
+    (tmp_path / "k.labels.npy").write_bytes(b"x")
+    assert main(["gen", "--profile", "kdd", "--records", "10", "-o", str(tmp_path / "k.svm"), "--quiet"]) == 0
+
+
+def test_gen_names_a_directory_in_the_way_of_its_labels_as_the_labels_file(tmp_path, capsys):
+    """A directory X.npy.labels.npy was refused as "-o .../X.npy.labels.npy is a directory", blaming
+    -o for a name the user never gave; it is named as the labels file gen writes for -o X.npy."""
+    (tmp_path / "X.npy.labels.npy").mkdir()
+    out = tmp_path / "X.npy"
+    assert main(["gen", "--profile", "higgs", "--records", "10", "-o", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out}.labels.npy is a directory, and it is where gen writes the labels of -o {out}" in err, err
+    assert f"-o {out}.labels.npy" not in err and not out.exists()

@@ -44,12 +44,12 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import seeds
-from ..inputs import extension_format, labels_path
 from ..errors import UsageError
 from ..external.disk import free_bytes
-from ..external.outputs import read_back_as
-from ..litter import clean_dead_temps, out_dir, temp_name
+from ..inputs import labels_path  # noqa: F401 - part of this module's API (see above)
+from ..litter import out_dir, temp_name
 from ..units import format_bytes, parse_size
+from .genout import check_name, check_outputs
 from .kernels import gen as K
 
 ORDERS = ("shuffled", "sorted")
@@ -301,21 +301,6 @@ def _check(profile, records, size, order, seed):
         raise UsageError(f"records must be a positive integer, got {records!r}")
 
 
-def _check_name(profile: str, path: str) -> None:
-    """Refuse an output whose extension names another format than ``profile`` writes (higgs rows in ``h.svm``),
-    a compression or a lirs index (``x.svm.gz``, ``x.lirs``: the data is written plain): lirs would read it
-    back as that and fail; no extension, or one of no known format, is taken."""
-    ext = PROFILES[profile]["ext"]
-    fmt = extension_format("x" + ext)
-    why = read_back_as(path, fmt)
-    if why in ("a lirs index", "compressed"):  # written plain: read back as an index or compressed
-        raise UsageError(f"-o {path} would be read back as {why} (its extension), but lirs gen writes plain "
-                         f"{fmt} data: name it with {ext}")
-    if why is not None:
-        raise UsageError(f"-o {path} would be read back as {why} (its extension), but {profile} writes {fmt}: "
-                         f"name it with {ext}")
-
-
 def records_for_size(profile: str, size, *, seed: int = 0) -> int:
     """Number of records that makes a ``profile`` file about ``size`` bytes (int or '500MB')."""
     _check(profile, None, size, "shuffled", seed)
@@ -357,7 +342,7 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
     ``label_counts`` {"-1": int, "+1": int}. Raises UsageError on bad arguments.
     """
     _check(profile, records, size, order, seed)
-    _check_name(profile, os.fspath(path))
+    check_name(profile, PROFILES[profile]["ext"], os.fspath(path))
     if workers is None:
         workers = max(1, min(2, os.cpu_count() or 1))
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
@@ -368,10 +353,7 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
     seed = int(seed)
     model = _Model(profile, seed)
     n = int(records) if records is not None else _records_for(model, size)
-    outs = [path] + ([labels_path(path)] if model.kind == "dense" else [])
-    for p in outs:  # what a killed run left (its temporaries named as every lirs writer names them)
-        out_dir(p, "-o")
-        clean_dead_temps(p)
+    outs = check_outputs(path, labels=model.kind == "dense")
     _check_room(path, model, n)
     tmps = [temp_name(p) for p in outs]
     disable = None if progress is None else not progress
