@@ -1448,3 +1448,19 @@ def test_bench_writes_its_files_before_a_failing_stdout(kdd_tiny, tmp_path, kind
             assert r.returncode == 1 and r.stderr.endswith(
                 "lirs bench: error: standard output: No space left on device (no space left on the device)\n"), r.stderr
     stdout.close()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--batch-size", "0"], "--batch-size: must be >= 1, got 0"),
+    (["--epochs", "0"], "--epochs: must be >= 1, got 0"),
+    (["--group-bytes", "1000"], "--group-bytes: a group size is a power of two >= 4096, got '1000'"),
+    (["--group-bytes", "64K,12x"], "--group-bytes: cannot read size '12x'"),
+    (["--window", "0"], "--window: window must be a group count >= 1")])
+def test_bench_usage_errors_name_the_option(kdd_tiny, capsys, args, said):
+    """--batch-size 0 said "batch_size must be >= 1", --group-bytes 1000 "group size 1000 must be a
+    power of two": the Python API's parameter, not the option typed. Said before any work."""
+    from lirs.cli import main
+
+    assert main(["bench", kdd_tiny, "--no-fio", "--smoke", *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"lirs bench: error: {said}" in err, err

@@ -419,3 +419,15 @@ def test_gen_names_a_directory_in_the_way_of_its_labels_as_the_labels_file(tmp_p
     err = capsys.readouterr().err
     assert f"{out}.labels.npy is a directory, and it is where gen writes the labels of -o {out}" in err, err
     assert f"-o {out}.labels.npy" not in err and not out.exists()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--size", "0"], "--size: must be positive, got '0'"),
+    (["--size", "12x"], "--size: cannot read size '12x'"),
+    (["--records", "5", "--workers", "0"], "--workers: must be >= 1, got 0")])
+def test_gen_usage_errors_name_the_option(tmp_path, capsys, args, said):
+    """--size 0 said "size must be positive", --size 12x "cannot read size '12x'", --workers 0
+    "workers must be a positive integer": the Python API's parameter, not the option typed."""
+    assert main(["gen", "--profile", "kdd", *args, "-o", str(tmp_path / "a.svm")]) == 2
+    assert f"lirs gen: error: {said}" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []

@@ -545,7 +545,7 @@ def test_quality_names_the_file_and_the_argument_it_refuses(tmp_path, capsys):
     assert main(["quality", str(p), "--epochs", "1", "--batch-size", "1"]) == 2
     assert f"need at least 2 records, got 1 of {p}" in capsys.readouterr().err
     assert main(["quality", "--records", "100", "--epochs", "1", "--segments", "0"]) == 2
-    assert "segments must be >= 1, got 0" in capsys.readouterr().err
+    assert "error: --segments: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def _tiny(tmp_path, n=2):
@@ -677,3 +677,17 @@ def test_quality_writes_its_files_before_a_failing_stdout(tmp_path, kind):
         assert r.returncode == 0 and "Broken pipe" not in r.stderr, r.stderr
     else:
         assert r.returncode == 1 and "error: standard output: No space left on device" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--segments", "0"], "--segments: must be >= 1, got 0"),
+    (["--window", "0"], "--window: window must be a group count >= 1"),
+    (["--group-bytes", "12x"], "--group-bytes: cannot read size '12x'"),
+    (["--group-bytes", "0"], "--group-bytes: must be positive, got '0'")])
+def test_quality_usage_errors_name_the_option(capsys, args, said):
+    """--segments 0 said "segments must be >= 1", --window 0 "window must be ...", --group-bytes 12x
+    "cannot read size '12x'": the library's parameter or nothing, not the option the user typed."""
+    from lirs.cli import main
+
+    assert main(["quality", "--records", "100", "--epochs", "1", *args]) == 2
+    assert f"lirs quality: error: {said}" in capsys.readouterr().err

@@ -84,3 +84,45 @@ def check_unit_options(granularity: str, group_bytes, window) -> None:
             takers = [g for g, pol in POLICIES.items() if getattr(pol, uses)]
             raise UsageError(f"{flag} {value} applies to --granularity {' or '.join(takers)} only; "
                              f"--granularity {granularity} does not use it: leave {flag} out")
+
+
+def option(flag: str, value, check=lambda v: v):
+    """``check(value)``, with its UsageError said with ``flag`` first (``--size: must be positive,
+    got '0'``): the library's checks name its parameter (``size``), which the user of the command
+    line never typed. Call it before any work."""
+    from ..errors import UsageError
+
+    try:
+        return check(value)
+    except UsageError as e:
+        raise UsageError(f"{flag}: {e}") from None
+
+
+def at_least_one(value: int) -> int:
+    """``value`` when it is 1 or more (a count: workers, epochs, records per batch), else UsageError."""
+    from ..errors import UsageError
+
+    if value < 1:
+        raise UsageError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_size(text) -> int:
+    """The bytes of ``text`` (``"64K"``, ``"2G"``: :func:`lirs.units.parse_size`) when more than
+    none, else UsageError."""
+    from ..errors import UsageError
+    from ..units import parse_size
+
+    n = parse_size(text)
+    if n < 1:
+        raise UsageError(f"must be positive, got {text!r}")
+    return n
+
+
+def window_spec(text):
+    """``text`` when it is a window the Loader takes (a group count, a size, a share or auto:
+    :func:`lirs.windows.window_groups`), else UsageError."""
+    from ..windows import window_groups
+
+    window_groups(text, 4096, 1)  # the spec alone: any group size and data size take it alike
+    return text

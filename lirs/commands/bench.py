@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-from . import check_results_and_plot, printing_results
-from ..constants import DEFAULT_WINDOW
+from . import at_least_one, check_results_and_plot, option, positive_size, printing_results, window_spec
+from ..constants import BLOCK, DEFAULT_WINDOW
 from ..errors import UsageError
 from ..litter import out_dir
 
@@ -99,6 +99,11 @@ def _check_args(args) -> None:
     for flag, v in (("--budget", args.budget), ("--fio-runtime", args.fio_runtime)):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise UsageError(f"{flag} must be a positive number of seconds, got {v}")
+    option("--epochs", args.epochs, at_least_one)
+    option("--batch-size", args.batch_size, at_least_one)
+    option("--window", args.window, window_spec)
+    for s in _list(args.group_bytes, "group-bytes"):
+        option("--group-bytes", s, group_size)
     if args.prefetch < 1:
         raise UsageError(f"--prefetch must be >= 1, got {args.prefetch}")
     if args.engine not in ("auto", *ENGINE_NAMES):
@@ -107,6 +112,17 @@ def _check_args(args) -> None:
         # the recommendation is a lirs granularity (reads-only rows are not one): known now, not after the run
         raise UsageError("--auto saves the lirs granularity the run recommends, and --granularity none measures "
                          "none: name some granularities, or drop --auto")
+
+
+def group_size(text):
+    """``"auto"``, or the bytes of a group size ``text`` names (a power of two of at least a page,
+    as the Loader's groups are), else UsageError."""
+    if text == "auto":
+        return text
+    g = positive_size(text)
+    if g < BLOCK or g & (g - 1):
+        raise UsageError(f"a group size is a power of two >= {BLOCK}, got {text!r}")
+    return g
 
 
 def times(args) -> tuple[float, float]:
@@ -119,14 +135,13 @@ def times(args) -> tuple[float, float]:
 def run(args) -> int:
     from ..eval.bench import (command_line, format_table, plot, run_bench, save_recommendation, saved_device,
                               write_json)
-    from ..units import parse_size
 
     _check_args(args)
     devices = _list(args.devices, "devices")
     gran = _list(args.granularity, "granularity")
     if gran == ["none"]:
         gran = []
-    sizes = ["auto" if s == "auto" else parse_size(s) for s in _list(args.group_bytes, "group-bytes")]
+    sizes = [group_size(s) for s in _list(args.group_bytes, "group-bytes")]
     reads_only = [] if args.reads_only.strip() == "none" else _list(args.reads_only, "reads-only")
     peers = args.peers.strip()
     if peers not in ("auto", "none"):

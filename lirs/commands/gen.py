@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 
-from . import print_json, printing_results
+from . import at_least_one, option, positive_size, print_json, printing_results
 from ..errors import UsageError
 
 
@@ -37,6 +37,10 @@ def run(args) -> int:
         raise UsageError("--records must be a positive number")
     if args.seed < 0:
         raise UsageError("--seed must be a non-negative integer")
+    if args.size is not None:
+        option("--size", args.size, positive_size)
+    if args.workers is not None:
+        option("--workers", args.workers, at_least_one)
     res = generate(args.profile, args.out, records=args.records, size=args.size, order=args.order,
                    seed=args.seed, progress=False if args.quiet else None, workers=args.workers)
     with printing_results():  # a full disk or a failed device behind stdout: said as such

@@ -5,7 +5,7 @@ import os
 import re
 import sys
 
-from . import check_results_and_plot, printing_results
+from . import at_least_one, check_results_and_plot, option, positive_size, printing_results, window_spec
 from ..errors import UsageError
 from ..litter import out_dir
 from ..recommendation import write_json
@@ -161,7 +161,6 @@ def raised_notes(budgets, payload: int) -> list:
 def run(args) -> int:
     from ..eval.quality import DEFAULT_CLASSES
     from ..eval.strategies import DEFAULT_RECORD_BYTES, STRATEGIES
-    from ..units import parse_size
 
     names = None
     if args.strategies:
@@ -179,10 +178,9 @@ def run(args) -> int:
     args.classes = DEFAULT_CLASSES if args.classes is None else args.classes
     if args.record_bytes < 1:
         raise UsageError(f"--record-bytes must be >= 1, got {args.record_bytes}")
-    if args.window is not None:
-        from ..windows import window_groups
-
-        window_groups(args.window, 4096, 1)  # a spec that cannot work fails here, before any work
+    if args.window is not None:  # a spec that cannot work fails here, before any work
+        option("--window", args.window, window_spec)
+    option("--segments", args.segments, at_least_one)
     if args.plot and not args.plot.endswith(".png"):
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
     for flag, out in (("--json", args.json), ("--plot", args.plot)):
@@ -197,9 +195,7 @@ def run(args) -> int:
                          f"--param record_bytes: the records of {args.path} have the sizes its index holds; "
                          "--record-bytes sizes --records only")
     check_results_and_plot(args.json, args.plot)
-    group_bytes = parse_size(args.group_bytes)
-    if group_bytes < 1:
-        raise UsageError(f"--group-bytes {args.group_bytes!r} must be positive")
+    group_bytes = option("--group-bytes", args.group_bytes, positive_size)
     if args.path is not None:
         from ..index import open_index
 
