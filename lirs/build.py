@@ -103,8 +103,10 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
             }
             if fmt == "libsvm":
                 # load_svmlight_files(zero_based="auto") is one-based only if *every* file has a
-                # feature and its smallest index is above 0: a featureless file makes it zero-based
+                # feature and its smallest index is above 0: a featureless file makes it zero-based.
+                # least_index is the smallest index written: zero_based=False refuses only a real 0
                 meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 and not featureless else 0,
+                            least_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
                             max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
                             qid_records=sc.qid_count)
                 write_labels(w, lab_tmp, n, sc.distinct, pool, kept=sc.kept_labels)

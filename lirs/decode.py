@@ -340,9 +340,12 @@ def resolve_libsvm_params(index, zero_based="auto", n_features=None):
     """``(n_features, zero_based)`` of an indexed LIBSVM dataset, by ``load_svmlight_file``'s rule.
 
     Uses ``index.meta["min_index"]`` and ``["max_index"]`` (raw indices as written; the scanner
-    records them, ``max_index < 0`` meaning no feature at all). ``zero_based="auto"``: zero-based
-    iff some index is 0 or there is no feature. ``n_features`` defaults to ``max_index + 1``
-    (zero-based) or ``max_index`` (one-based), at least 1; a smaller explicit value is an error.
+    records them, ``max_index < 0`` meaning no feature at all; ``min_index`` is 0 where a file of
+    several has no feature, as ``load_svmlight_files`` then reads them zero-based, and
+    ``["least_index"]``, where recorded, is the smallest index written). ``zero_based="auto"``:
+    zero-based iff some index is 0 or some file has no feature; ``False`` refuses a real index 0.
+    ``n_features`` defaults to ``max_index + 1`` (zero-based) or ``max_index`` (one-based), at
+    least 1; a smaller explicit value is an error.
     """
     zero_based = check_zero_based(zero_based)
     meta = getattr(index, "meta", None) or {}
@@ -354,7 +357,8 @@ def resolve_libsvm_params(index, zero_based="auto", n_features=None):
     has_features = hi >= 0
     if zero_based == "auto":
         zero_based = (not has_features) or lo == 0
-    elif zero_based is False and has_features and lo == 0:
+    # an index built before least_index was recorded says 0 for a featureless file too: refused as then
+    elif zero_based is False and has_features and int(meta.get("least_index", lo)) == 0:
         raise DataError(_where_index_zero(index) or f"{src}: zero_based=False, but the data holds feature index 0")
     if not has_features:
         n_f = 1

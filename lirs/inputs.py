@@ -12,23 +12,8 @@ import numpy as np
 from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
 from .mounts import held_in_memory
-
-
-def pread_into(fd: int, mv: memoryview, off: int, path: str) -> int:
-    """Read into all of ``mv`` (a writable byte view) from byte ``off`` of ``fd``, continuing short
-    reads; returns the bytes read (fewer only at the end of the file). An OSError (EIO and kin)
-    names ``path`` and carries the byte (``lirs_offset``) it failed at: the CLI prints both."""
-    got = 0
-    while got < len(mv):
-        try:
-            r = os.preadv(fd, [mv[got:]], off + got)
-        except OSError as e:
-            e.filename, e.lirs_offset = path, off + got
-            raise
-        if r == 0:
-            break
-        got += r
-    return got
+# importers of these reads take them from here as from their own module (they began here)
+from .preads import pread_full, pread_into, read_at  # noqa: F401
 
 log = logging.getLogger("lirs.inputs")
 
@@ -48,6 +33,10 @@ _BZIP2 = re.compile(rb"^BZh[1-9]1AY&SY")
 # versions and words such as "fine" pass as labels, and the parser then refused the file)
 _LABEL = rb"[-+]?(?:(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d+)?|(?i:inf(?:inity)?|nan))"
 _LIBSVM_LINE = re.compile(rb"^\s*" + _LABEL + rb"(\s+qid:\S+)?(\s+[-+]?\d+:\S+)*\s*(#.*)?$")
+_HEAD = 1 << 16  # what detection reads of a file: enough for its first lines, as a rule
+# where no data line ends within the head (a LIBSVM record of 9,000 features is 80 KB, and comment
+# blocks can be long), detection reads on, doubling, up to this bound
+_DETECT_MAX = 4 << 20
 
 
 # --------------------------------------------------------------------------- inputs
@@ -139,29 +128,9 @@ def expand_paths(paths) -> list[str]:
     return out
 
 
-def pread_full(fd: int, nbytes: int, offset: int, path: str | None = None) -> bytes:
-    """``nbytes`` from ``offset``, continuing short reads (FUSE and network filesystems return
-    them mid-file); shorter only at end of file. A failed read's OSError names ``path`` and the
-    byte (``lirs_offset``, which the CLI prints). The bytes form of :func:`pread_into`."""
-    buf = bytearray(nbytes)
-    return bytes(buf[:pread_into(fd, memoryview(buf), offset, path)])
-
-
-def read_at(path: str, nbytes: int = -1, offset: int = 0) -> bytes:
-    """``nbytes`` of the file ``path`` from ``offset`` (-1: to its end; fewer at its end), as
-    :func:`pread_full` reads them: an I/O error names the file and the byte."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if nbytes < 0:
-            nbytes = max(0, os.fstat(fd).st_size - offset)
-        return pread_full(fd, nbytes, offset, path)
-    finally:
-        os.close(fd)
-
-
 def _head(path: str) -> bytes:
     """The first 64 KiB of ``path`` (what detection looks at)."""
-    return read_at(path, 1 << 16)
+    return read_at(path, _HEAD)
 
 
 def compressed(path: str, head: bytes = b"") -> str | None:
@@ -254,11 +223,45 @@ def format_reason(path: str) -> tuple[str, str]:
     if nul >= 0:
         raise DataError(f"{path}: byte {nul}: NUL byte in what should be text; for binary records use "
                         "--format fixed --record-size N (or --format tfrecord, npy)")
-    lines = [ln for ln in head.split(b"\n")[:-1] if ln.strip() and not ln.lstrip().startswith(b"#")][:20]
+    lines = _data_lines(path, head)
     if lines and all(_LIBSVM_LINE.match(ln) for ln in lines):
         return "libsvm", f"the first {len(lines)} data lines read as LIBSVM (label index:value ...)"
     refuse_cr_only(path, head)
     return "lines", "the first lines are not LIBSVM; records are delivered as raw lines (bytes, without their line ends)"
+
+
+def _data_lines(path: str, head: bytes) -> list[bytes]:
+    """The first data lines (at most 20; blank and comment lines skipped) of the text file ``path``,
+    whose first bytes are ``head``: whole lines only, the last one at end of file without its LF.
+
+    Where none ends in ``head`` but the cut one may still be LIBSVM (its whole tokens read so), the
+    file is read on, up to ``_DETECT_MAX`` bytes: deciding from the cut line alone served a LIBSVM
+    file of long records as raw lines. Raises DataError when no data line ends within that bound."""
+    buf, at_end = head, len(head) < _HEAD
+    while True:
+        parts = buf.split(b"\n")
+        cut = b"" if at_end else parts.pop()
+        lines = [ln for ln in parts if ln.strip() and not ln.lstrip().startswith(b"#")][:20]
+        if lines or at_end or not _may_be_libsvm(cut):
+            return lines
+        refuse_cr_only(path, head)  # no LF read on for: its own error, not "no line ends"
+        if len(buf) >= _DETECT_MAX:
+            raise DataError(f"{path}: no data line ends in its first {len(buf)} bytes (a LIBSVM record or a "
+                            "comment block that long?), so its format cannot be told from them: pass "
+                            "--format libsvm or --format lines (format=\"libsvm\" or \"lines\")")
+        want = min(len(buf), _DETECT_MAX - len(buf))
+        more = read_at(path, want, len(buf))
+        buf, at_end = buf + more, len(more) < want
+
+
+def _may_be_libsvm(cut: bytes) -> bool:
+    """Whether ``cut``, a line's start, may be of a LIBSVM data line, or a comment or blank line's
+    (what follows decides): its whole tokens (those before its last whitespace) read as LIBSVM."""
+    s = cut.lstrip()
+    if not s or s.startswith(b"#"):
+        return True
+    whole = re.match(rb".*\s", s, re.S)  # a 64 KiB token without whitespace is no label
+    return whole is not None and _LIBSVM_LINE.match(whole.group().rstrip()) is not None
 
 
 def refuse_cr_only(path: str, head: bytes) -> None:

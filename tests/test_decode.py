@@ -475,6 +475,40 @@ def test_resolve_params_needs_meta_and_checks_n_features(tmp_path):
         resolve_libsvm_params(index, n_features=5)
 
 
+def test_zero_based_false_with_a_featureless_file_agrees_with_sklearn(tmp_path):
+    """A file of labels only beside one-based files: the index said min_index 0 (so that "auto"
+    reads zero-based, as sklearn does), and zero_based=False refused valid data as holding index 0."""
+    from sklearn.datasets import load_svmlight_files
+
+    d = tmp_path / "ds"
+    d.mkdir()
+    (d / "a.svm").write_bytes(b"1\n-1\n")
+    (d / "b.svm").write_bytes(b"1 3:1 5:2\n2 1:4\n")
+    files = [str(d / "a.svm"), str(d / "b.svm")]
+    for zb in (False, "auto", True):
+        ref = load_svmlight_files(files, zero_based=zb)
+        with lirs.Loader(str(d), 4, zero_based=zb) as L:
+            got = {int(i): row for b in L.epoch(0) for i, row in zip(b.ids, b.X.toarray())}
+        assert L.n_features == ref[2].shape[1], zb
+        np.testing.assert_array_equal(np.array([got[2], got[3]]), ref[2].toarray())
+    index = lirs.open_index(str(d))
+    assert resolve_libsvm_params(index, zero_based=False) == (5, False)
+    from lirs.commands.info import summarize  # lirs info says the index written, not the 0 "auto" reads
+
+    assert summarize(index)["features"] == {"min_index": 1, "max_index": 5}
+    index.meta.pop("least_index")  # an index built before it was recorded: refused as then, no crash
+    with pytest.raises(DataError, match="index 0"):
+        resolve_libsvm_params(index, zero_based=False)
+    (d / "c.svm").write_bytes(b"1 0:1\n")  # a real index 0 is still refused
+    lirs.build_index(str(d), progress=False)
+    with pytest.raises(DataError, match="index 0"):
+        resolve_libsvm_params(lirs.open_index(str(d)), zero_based=False)
+    one = tmp_path / "one.svm"  # one file without any feature: one column, as sklearn
+    one.write_bytes(b"1\n-1\n")
+    lirs.build_index(str(one), progress=False)
+    assert resolve_libsvm_params(lirs.open_index(str(one)), zero_based=False) == (1, False)
+
+
 @pytest.mark.parametrize("bad", [4.9, 5.5, "6", b"7", 0, -1, 2**63, float("inf"), [5], True])
 def test_n_features_must_be_a_whole_number_in_range(tmp_path, bad):
     """A float was truncated (4.9 -> 4), a string converted, 2**63 or a list raised Python's own

@@ -519,6 +519,36 @@ def test_index_says_which_format_and_why(tmp_path, name, content, extra, line):
     assert rc == 0 and first == f"format: {s['format']} ({s['format_reason']})"
 
 
+def test_detection_reads_on_to_the_end_of_a_long_first_line(tmp_path, monkeypatch):
+    """A LIBSVM file named without an extension (as LIBSVM's data sets are: gisette_scale) whose first
+    record, or leading comment block, is longer than the 64 KiB head was detected as raw lines."""
+    from lirs import inputs
+
+    wide = b"1 " + b" ".join(b"%d:0.5" % i for i in range(1, 9001)) + b"\n"  # 9000 features, 80 KB
+    for name, data in (("long_first", wide + b"-1 3:1\n"), ("comment", b"# " + b"x" * 70000 + b"\n1 1:1\n-1 2:2\n"),
+                       ("no_lf_at_end", b"1 1:1")):  # the last line is whole at end of file
+        p = tmp_path / name
+        p.write_bytes(data)
+        fmt, why = inputs.format_reason(str(p))
+        assert fmt == "libsvm" and "data lines read as LIBSVM" in why, (name, why)
+    idx = lirs.build_index(str(tmp_path / "long_first"), progress=False)
+    assert idx.format == "libsvm" and idx.n == 2 and idx.meta["max_index"] == 9000
+    reads = []
+    real = inputs.read_at
+    monkeypatch.setattr(inputs, "read_at", lambda *a: reads.append(a[1:]) or real(*a))
+    short = tmp_path / "short"
+    short.write_bytes(b"-1 3:1\n" + wide * 40)  # a line ends in the head: only the head is read
+    assert inputs.format_reason(str(short))[0] == "libsvm" and reads == [(1 << 16,)]
+    reads.clear()
+    text = tmp_path / "text"
+    text.write_bytes(b"hello " * 20000 + b"\n")  # a long line whose words are not LIBSVM: no read on
+    assert inputs.format_reason(str(text))[0] == "lines" and reads == [(1 << 16,)]
+    endless = tmp_path / "endless"  # no line ends within the bound: the format cannot be told
+    endless.write_bytes(b"1" + b" 1:1" * (2 << 20))
+    with pytest.raises(DataError, match=r"endless: no data line ends in its first 4194304 bytes .*--format libsvm"):
+        inputs.format_reason(str(endless))
+
+
 def _gz(b):
     import gzip
     return gzip.compress(b)

@@ -67,7 +67,8 @@ def _features(meta: dict) -> dict | None:
         return None
     if int(meta["max_index"]) < 0:
         return {"min_index": None, "max_index": None}
-    return {"min_index": int(meta["min_index"]), "max_index": int(meta["max_index"])}
+    # min_index is 0 where a file has no feature (sklearn's "auto" rule): least_index is what is written
+    return {"min_index": int(meta.get("least_index", meta["min_index"])), "max_index": int(meta["max_index"])}
 
 
 def _number(v) -> float | str:

@@ -85,8 +85,8 @@ class TextIndexer:
         }
         if self.fmt == "libsvm":
             sc = self.sc
-            meta.update(min_index=int(sc.stats[0]) if sc.stats[1] >= 0 else 0,
-                        max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
+            lo = int(sc.stats[0]) if sc.stats[1] >= 0 else 0  # one file: least_index is min_index
+            meta.update(min_index=lo, least_index=lo, max_index=int(sc.stats[1]) if sc.stats[1] >= 0 else -1,
                         qid_records=sc.qid_count)
             write_labels(self.w, self.lab, n, self.sc.distinct, self.sc.pool, self.label_block)
         w.add("content_sums", self.sums.finish())
