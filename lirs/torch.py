@@ -70,8 +70,8 @@ from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_
 from .passboard import Fed, PassBoard, PassPosition, delivering, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workererrors import Failed, failing_early, stops_at_error
-from .workers import (Bundler, bundled, Convert, before_fork, in_order, share_of, worker_of, worker_pool, worker_threads,
-                      workers_memory)
+from .workers import (Bundler, bundled, Convert, before_fork, check_tensor_records, in_order, share_of, worker_of, worker_pool,
+                      worker_threads, workers_memory)
 
 log = logging.getLogger("lirs.torch")
 
@@ -127,6 +127,7 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         self.source, self.batch_size = path_or_index, positive_int("batch_size", batch_size)
         self.epoch = whole("epoch", epoch)
         self.sparse, self.output, self.label_dtype, self.transform = sparse, output, check_label_dtype(label_dtype), transform
+        check_tensor_records(path_or_index, loader_kwargs.get("index", "auto"))  # after the arguments: it may index the data
         self._rank, self._world = rank, world_size
         self.loader_kwargs = {k: v for k, v in loader_kwargs.items() if not (k == "threads" and v is None)}
         self._loader = self._loader_key = None
@@ -485,12 +486,13 @@ def make_dataloader(path_or_index, batch_size: int, *, num_workers: int = 0, pin
     dev = check_device(device)
     # now: torch refuses a prefetch_factor of 0 only as the first pass starts its workers
     prefetch = None if prefetch_factor is None else positive_int("prefetch_factor", prefetch_factor)
+    pin_memory, persistent_workers = maybe_bool("pin_memory", pin_memory), maybe_bool("persistent_workers", persistent_workers)
+    num_workers = whole("num_workers", num_workers)  # these before the dataset, which may index the data
     ds = LirsIterableDataset(path_or_index, batch_size, **dataset_kwargs)
     kw = {k: v for k, v in (("prefetch_factor", prefetch),
                             ("multiprocessing_context", multiprocessing_context), ("worker_init_fn", worker_init_fn),
                             ("timeout", timeout or None)) if v is not None and num_workers > 0}
-    pin_memory, persistent_workers = maybe_bool("pin_memory", pin_memory), maybe_bool("persistent_workers", persistent_workers)
-    dl = LirsDataLoader(ds, batch_size=None, num_workers=whole("num_workers", num_workers), pin_memory=bool(pin_memory),
+    dl = LirsDataLoader(ds, batch_size=None, num_workers=num_workers, pin_memory=bool(pin_memory),
                         persistent_workers=bool(persistent_workers) and num_workers > 0, **kw)
     dl.device = dev
     return dl

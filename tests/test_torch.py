@@ -1981,9 +1981,53 @@ def test_big_endian_npy_comes_as_native_tensors_and_structured_is_refused_clearl
     got = {int(i): row for b in dl for i, row in zip(b["ids"], b["X"].numpy())}
     assert sorted(got) == list(range(100)) and all(np.array_equal(got[i], x[i]) for i in got)
     np.save(tmp_path / "st.npy", np.zeros(50, [("a", "<f4"), ("b", "<i2")]))
-    dl = make_dataloader(str(tmp_path / "st.npy"), 16, num_workers=num_workers, granularity="group")
-    with pytest.raises(Exception, match="structured dtype .* have no torch tensor; read them with lirs.Loader"):
-        next(iter(dl))
+    with pytest.raises(lirs.errors.UsageError, match=r"st\.npy: records of dtype .* have no torch tensor.*lirs\.Loader"):
+        make_dataloader(str(tmp_path / "st.npy"), 16, num_workers=num_workers, granularity="group")
+
+
+@pytest.mark.parametrize("dtype", ["S4", "U3", "M8[s]", [("a", "<i4"), ("b", "<f4")]])
+def test_npy_records_no_tensor_holds_are_refused_when_the_dataset_is_made(tmp_path, dtype):
+    """Records the Loader serves as numpy but torch makes no tensor of (bytes, str, datetime64, structured)
+    were accepted, then failed at the first batch with torch's bare TypeError (naming no file; in a worker,
+    "Caught TypeError in DataLoader worker process 0"): now a UsageError as the dataset is made, naming the
+    file, the dtype and what torch takes, whatever the source (path, sidecar, Index) and with a transform,
+    which is given the batch's tensors and so cannot convert the records."""
+    from lirs.torch import LirsIterableDataset, make_dataloader
+
+    p = str(tmp_path / "r.npy")
+    np.save(p, np.zeros(40, dtype))
+    with lirs.Loader(p, 10) as L:  # the Loader serves them
+        assert sum(len(b) for b in L.epoch(0)) == 40
+    for make in (LirsIterableDataset, make_dataloader):
+        for src, kw in ((p, {}), (p + ".lirs", {}), (lirs.open_index(p), {}), (p, {"transform": lambda o: o})):
+            with pytest.raises(lirs.errors.UsageError, match=rf"{re.escape(p)}: records of dtype .* have no torch "
+                                                             r"tensor: .*numeric and bool.*lirs\.Loader"):
+                make(src, 10, **kw)
+
+
+def test_unsigned_npy_records_are_refused_early_where_torch_has_no_such_tensor(tmp_path, monkeypatch):
+    """torch.from_numpy takes uint16, uint32, uint64 from torch 2.3 on; lirs supports torch 2.1: there such
+    records are refused as the dataset is made, saying so, and served where torch has them."""
+    import lirs.workers
+    from lirs.torch import make_dataloader
+
+    p = str(tmp_path / "u.npy")
+    np.save(p, np.arange(40, dtype=np.uint16).reshape(20, 2))
+    got = np.concatenate([b["X"].numpy() for b in make_dataloader(p, 8, granularity="group")])
+    assert got.dtype == np.uint16 and sorted(got[:, 0]) == list(range(0, 40, 2))
+    real = lirs.workers.torch_dtype
+
+    def old_torch(dt):  # torch 2.1's from_numpy: "can't convert np.ndarray of type numpy.uint16"
+        if np.dtype(dt).kind == "u" and np.dtype(dt).itemsize > 1:
+            raise TypeError(f"can't convert np.ndarray of type numpy.{np.dtype(dt).name}")
+        return real(dt)
+
+    monkeypatch.setattr(lirs.workers, "torch_dtype", old_torch)
+    with pytest.raises(lirs.errors.UsageError, match=rf"{re.escape(p)}: records of dtype uint16 have no torch tensor "
+                                                     r"in torch .*torch 2\.3.*a\.astype\(np\.int64\)"):
+        make_dataloader(p, 8)
+    np.save(tmp_path / "b.npy", np.arange(40, dtype=np.uint8))  # uint8 every torch has
+    assert sum(len(b["ids"]) for b in make_dataloader(str(tmp_path / "b.npy"), 8)) == 40
 
 
 def test_without_shared_memory_no_workers_serve_and_workers_are_refused_clearly(small_svm, monkeypatch):
