@@ -14,6 +14,7 @@ workers read (:class:`lirs.passboard.PassBoard`).
 from __future__ import annotations
 
 import collections
+import os
 import pickle
 from typing import NamedTuple
 
@@ -475,8 +476,9 @@ def check_tensor_records(source, index: str = "auto") -> None:
         one = source[0] if isinstance(source, (list, tuple)) and len(source) == 1 else source
         try:  # the sidecar's header names the format: a text format's index (an O(n) check at open) is not opened twice
             fmt = read_header(one if is_sidecar_path(one) else sidecar_path(one))[0].get("format")
-        except (OSError, TypeError, LirsError):
-            fmt = "npy"  # no sidecar yet (or a bad one): opened, or refused, as the Loader would
+        except (OSError, TypeError, LirsError):  # no sidecar yet (or a bad one): a .npy file is opened (indexed)
+            # now, as the Loader would; other sources (a LIBSVM file) are not indexed twice for this check
+            fmt = "npy" if isinstance(one, (str, os.PathLike)) and os.fspath(one).endswith(".npy") else None
         if fmt != "npy":  # raw fixed records are uint8, text formats' X is decoded to the Loader's dtype
             return
         source = open_source(source, index)

@@ -2005,6 +2005,24 @@ def test_npy_records_no_tensor_holds_are_refused_when_the_dataset_is_made(tmp_pa
                 make(src, 10, **kw)
 
 
+def test_the_early_record_check_indexes_a_fresh_npy_alone(tmp_path, monkeypatch):
+    """With no index yet, a .npy file is indexed as the dataset is made (its dtype refused then); a LIBSVM
+    file is not indexed by the check (the Loader does it once, at its first pass)."""
+    import lirs.workers
+    from lirs.torch import make_dataloader
+
+    p = str(tmp_path / "fresh.npy")
+    np.save(p, np.zeros(40, "S4"))
+    with pytest.raises(lirs.errors.UsageError, match=rf"{re.escape(p)}: records of dtype \|S4 have no torch tensor"):
+        make_dataloader(p, 10)
+    svm = tmp_path / "fresh.svm"
+    svm.write_text("".join(f"{i % 2} 1:{i}\n" for i in range(40)))
+    monkeypatch.setattr(lirs.workers, "open_source", lambda *a, **k: pytest.fail("indexed by the check"))
+    dl = make_dataloader(str(svm), 10)
+    monkeypatch.undo()
+    assert sum(len(b["y"]) for b in dl) == 40
+
+
 def test_unsigned_npy_records_are_refused_early_where_torch_has_no_such_tensor(tmp_path, monkeypatch):
     """torch.from_numpy takes uint16, uint32, uint64 from torch 2.3 on; lirs supports torch 2.1: there such
     records are refused as the dataset is made, saying so, and served where torch has them."""
