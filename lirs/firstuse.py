@@ -71,6 +71,9 @@ def open_source(src, index: str = "auto"):
     if isinstance(src, Index):
         return src
     if isinstance(src, (list, tuple)):
+        if not src:
+            raise UsageError("no data files given: source is an empty list; expected a data file, a directory, "
+                             "a .lirs sidecar or an Index")
         if len(src) != 1:
             raise UsageError("several data files form one dataset: pass their .lirs sidecar "
                              "(lirs index FILES -o NAME.lirs) or an opened Index")

@@ -88,16 +88,18 @@ def absolute(path) -> str:
 _NOT_DATA = (".lirs", ".lirs.bench.json", ".labels.npy")  # what lirs and its users keep beside data
 
 
-def expand_paths(paths) -> list[str]:
-    """Files of a dataset: one file, several files, or the regular files of a directory (sorted).
+def expand_paths(paths, name: str = "paths") -> list[str]:
+    """Files of a dataset: one file, several files, or the regular files of a directory (sorted);
+    UsageError naming the parameter ``name`` for an empty list.
 
     Sidecars (``*.lirs``), saved bench recommendations (``*.lirs.bench.json``), hidden files and
     ``*.labels.npy`` label files are not data; nor is a directory's empty file, which holds no
     records (a shard a writer left empty, Spark's ``_SUCCESS``): once it holds some, it is a file
     the index does not cover.
     """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not paths:  # else each caller failed its own way once at work (StopIteration, max() of nothing)
+        raise UsageError(f"no data files given: {name} is an empty list; expected a data file, a directory or a list of them")
     out: list[str] = []
     for p in paths:
         p = os.fspath(p)

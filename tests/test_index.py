@@ -1015,6 +1015,19 @@ def test_fixed_record_arguments_are_checked_in_the_api_as_in_the_cli(tmp_path):
     assert len(lirs.build_index(str(tmp_path / "h.npy"), "fixed", record_size=8, progress=False)) > 6  # asked for
 
 
+def test_an_empty_list_of_data_files_is_refused_naming_the_parameter(tmp_path):
+    """build_index([]) and shuffle([], out) raised a bare StopIteration, build_index([], format=...,
+    out=...) "max() arg is an empty sequence", Loader([]) "several data files form one dataset":
+    each is now a UsageError naming its parameter, before anything is written."""
+    for call, name in ((lambda: lirs.build_index([], progress=False), "paths"),
+                       (lambda: lirs.build_index([], "libsvm", out=str(tmp_path / "e.lirs"), progress=False), "paths"),
+                       (lambda: lirs.shuffle([], str(tmp_path / "o.svm"), progress=False), "inputs"),
+                       (lambda: lirs.Loader([], 4), "source")):
+        with pytest.raises(UsageError, match=f"no data files given: {name} is an empty list"):
+            call()
+    assert os.listdir(tmp_path) == []
+
+
 def test_npy_headers_that_are_none_are_said_so(tmp_path):
     """lirs reads .npy headers itself: each way a header can fail is a DataError at byte 0."""
     import struct

@@ -123,7 +123,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     if not out:
         raise UsageError("name the output with -o OUT")
     out = absolute(out)
-    files = expand_paths(inputs)
+    files = expand_paths(inputs, "inputs")
     ds = open_dataset(files, format, record_size, header_size, index=index)
     _check_name(out, shards, ds)
     parent, tmpdir = _check_places(inputs, files, out, shards, tmpdir, labels=ds.linfo is not None,
