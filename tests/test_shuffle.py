@@ -604,6 +604,22 @@ def test_a_run_stopped_between_its_renames_never_pairs_new_labels_with_old_data(
 # --------------------------------------------------------------------------- errors and CLI
 
 
+def test_fixed_record_sizes_that_are_not_whole_numbers_are_refused_before_any_work(tmp_path):
+    """record_size=16.0 or header_size=16.0 passed the checks and failed with a TypeError in pass 1
+    (a pile directory made and removed), "16" with a bare TypeError, 1.5 with a DataError of "1.0
+    trailing bytes": each is a UsageError naming the argument, as build_index gives, before any work."""
+    (tmp_path / "x.bin").write_bytes(bytes(range(256)) * 4)
+    for kw, said in ((dict(record_size=16.0), "record_size must be an int"), (dict(record_size="16"), "record_size"),
+                     (dict(record_size=1.5), "record_size"), (dict(record_size=True), "record_size"),
+                     (dict(record_size=16, header_size=16.0), "header_size must be an int"),
+                     (dict(record_size=16, header_size=-1), "header_size must be >= 0")):
+        with pytest.raises(UsageError, match=said):
+            E.shuffle(tmp_path / "x.bin", tmp_path / "o.bin", memory="64M", format="fixed", **kw)
+        assert os.listdir(tmp_path) == ["x.bin"]
+    st = E.shuffle(tmp_path / "x.bin", tmp_path / "o.bin", format="fixed", record_size=np.int64(16), header_size=np.int64(0))
+    assert st["records"] == 64
+
+
 def test_a_file_of_another_format_named_svm_is_refused_before_pass_1(tmp_path):
     good = b"".join(b"%d 1:%d 7:0.5\n" % (i % 2, i) for i in range(5000))  # 5000 lines over 64 KiB
     (tmp_path / "a.svm").write_bytes(good)

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..api import whole
 from ..inputs import absolute, expand_paths, extension_format, labels_candidates, labels_path
 from ..sidecar import belonging, sidecar_path
 from ..errors import DataError, LirsError, UsageError
@@ -118,7 +119,10 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     ``added_newlines``, ``seed`` and the memory plan.
     """
     t_start = time.perf_counter()
-    shards, seed = _check_numbers(shards, seed, record_size)
+    shards, seed = _check_numbers(shards, seed)
+    # as build() checks them: 16.0 failed with a TypeError in pass 1, 1.5 as "1.0 trailing bytes"
+    record_size = None if record_size is None else whole("record_size", record_size, 1)
+    header_size = whole("header_size", header_size, 0)
     mem = parse_size(memory)
     if not out:
         raise UsageError("name the output with -o OUT")
@@ -154,16 +158,14 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     return st
 
 
-def _check_numbers(shards, seed, record_size) -> tuple[int | None, int]:
-    """``shards`` and ``seed`` as ints, after checking them and ``record_size``."""
+def _check_numbers(shards, seed) -> tuple[int | None, int]:
+    """``shards`` and ``seed`` as ints, after checking them."""
     if shards is not None:
         if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or shards < 1:
             raise UsageError(f"--shards must be a positive integer, got {shards!r}")
         shards = int(shards)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise UsageError(f"--seed must be a non-negative integer, got {seed!r}")
-    if record_size is not None and (isinstance(record_size, bool) or int(record_size) <= 0):
-        raise UsageError("--record-size must be a positive number of bytes")
     return shards, int(seed)
 
 
