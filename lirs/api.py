@@ -67,6 +67,14 @@ def maybe_bool(name: str, value) -> bool | None:
     raise UsageError(f"{name} must be True, False or None, got {value!r} ({type(value).__name__})")
 
 
+def strict_bool(name: str, value) -> bool:
+    """``value`` as True or False (a numpy bool as the bool it is), or UsageError: ``"no"`` or ``0``
+    would be taken by its truth (scikit-learn refuses them where it takes a bool)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise UsageError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+
+
 def depth_of(value) -> int | None:
     """An engine's ``depth`` (reads in flight) as an int in [1, MAX_DEPTH], or None (the engine's
     default); else UsageError."""

@@ -29,7 +29,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
-from .api import whole
+from .api import positive_int, strict_bool, whole
 from .constants import INT32_MAX, INT64_MAX
 from .errors import DataError, UsageError
 from .kernels import libsvm as K
@@ -296,7 +296,7 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
     Parameters mirror sklearn's: ``n_features`` None (inferred: max index + 1 after the shift, or
     1 when there is no feature) or an int >= that; ``zero_based`` True, False or "auto" (one-based
     iff there is at least one feature and no index 0); ``.gz``/``.bz2`` are decompressed.
-    ``threads``: parts of the file decoded at once (default: every CPU this process may use).
+    ``threads``: parts of the file decoded at once, an int >= 1 (None: every CPU this process may use).
 
     Returns
     -------
@@ -309,6 +309,9 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
     zero_based, dtype = check_zero_based(zero_based), check_dtype(dtype)
     if n_features is not None:
         n_features = check_n_features(n_features)
+    # before the file is read: threads=0 or "2" was taken as 1 or 2 parts, query_id="no" as true
+    query_id = strict_bool("query_id", query_id)
+    threads = None if threads is None else positive_int("threads", threads)
     path = os.fspath(path)
     buf = _as_u8(_read_file(path))
     # "auto" parses as zero-based (0 allowed) and shifts afterwards when every index is > 0

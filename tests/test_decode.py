@@ -1119,6 +1119,26 @@ def test_zero_based_numpy_bools_are_the_bools_they_are_and_ints_are_refused(tmp_
         lirs.Loader(str(z), 10, zero_based=0)
 
 
+def test_load_svmlight_threads_and_query_id_are_checked_before_the_file_is_read(tmp_path):
+    """threads=0, -1, 1.5, "2" or True were taken (as 1 or 2 parts) and query_id="no" as true,
+    where the Loader and sklearn refuse them: each is a UsageError naming the argument, raised
+    before the file (here: none) is opened. None stays "every usable CPU"; numpy ints and bools pass."""
+    from lirs.errors import UsageError
+
+    missing = tmp_path / "missing.svm"
+    for kw, said in ((dict(threads=0), "threads must be >= 1"), (dict(threads=-1), "threads must be >= 1"),
+                     (dict(threads=1.5), "threads must be an int"), (dict(threads="2"), "threads must be an int"),
+                     (dict(threads=True), "threads must be an int"), (dict(query_id="no"), "query_id must be True or False"),
+                     (dict(query_id=1), "query_id"), (dict(query_id=None), "query_id")):
+        with pytest.raises(UsageError, match=said):
+            load_svmlight(missing, **kw)
+    p = tmp_path / "q.svm"
+    p.write_bytes(b"1 qid:3 1:1\n0 qid:4 2:5\n")
+    X, y, qid = load_svmlight(p, threads=np.int64(2), query_id=np.True_)
+    assert X.shape == (2, 2) and qid.tolist() == [3, 4]
+    assert len(load_svmlight(p, threads=None, query_id=np.False_)) == 2
+
+
 @pytest.mark.parametrize("bad", ["U5", object, "datetime64[s]", "not a dtype"])
 def test_a_loader_dtype_no_value_holds_is_refused_naming_it(tmp_path, bad):
     from lirs.errors import UsageError
