@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .api import whole
+from .api import positive_int, whole
 from .constants import BLOCK
 from .errors import DataError, UsageError
 from .incremental import Unconfirmed, confirm, guessed_wrong, plan_update, scan_one, settle
@@ -33,6 +33,7 @@ from .tfrecord import TFRecordScanner
 from .litter import out_dir
 from .scanner import SCAN_CORES, Tap, VarScanner, write_labels  # noqa: F401 - re-exported
 from .textguess import refuse_misread
+from .units import parse_size
 
 log = logging.getLogger("lirs.index")
 
@@ -338,6 +339,14 @@ def _count_straddling(idx: Index) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
+def check_header_size(header_size: int, fmt: str, why: str) -> None:
+    """UsageError where a ``header_size`` is given for files of format ``fmt`` (found as ``why``)
+    other than raw fixed records: their own format gives their layout, and it would be ignored."""
+    if header_size and fmt != "fixed":
+        raise UsageError(f"--header-size (header_size={header_size}) applies to raw fixed files (--format fixed); "
+                         f"these are {fmt} ({why}), whose layout their own format gives")
+
+
 def build(paths, format="auto", *, record_size=None, header_size=0, out=None, progress=None,
           chunk_bytes=16 << 20, full=False) -> Index:
     """Index ``paths`` and write the sidecar atomically; return the opened :class:`Index`.
@@ -348,7 +357,10 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     # as the CLI checks them: -5 wrote a sidecar no epoch could read, np.int64(5) failed in its JSON
     record_size = None if record_size is None else whole("record_size", record_size, 1)
     header_size = whole("header_size", header_size, 0)
+    # "64K" as `--chunk 64K` and shuffle's memory take it; -5 or 1.5 were taken as a 1-byte chunk
+    chunk_bytes = positive_int("chunk_bytes", parse_size(chunk_bytes) if isinstance(chunk_bytes, str) else chunk_bytes)
     format, why = resolve_format(files, format, record_size)
+    check_header_size(header_size, format, why)
     log.info("format: %s (%s)", format, why)
     guessed = not why.startswith("--format")
     if out is None:
@@ -366,7 +378,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     t0 = time.perf_counter()
     if format in VARIABLE_FORMATS:
         # at most the largest file (rounded up to a block): a chunk sizes the scan's buffers
-        chunk_bytes = min(max(int(chunk_bytes), 1), -(-max(os.path.getsize(p) for p in files) // BLOCK) * BLOCK or BLOCK)
+        chunk_bytes = min(chunk_bytes, -(-max(os.path.getsize(p) for p in files) // BLOCK) * BLOCK or BLOCK)
         # an append is checked while its tail is scanned, on the guess that nothing else changed;
         # when the check says otherwise (or the guessed scan failed on bytes that did change), the
         # build starts again from the exact plan
@@ -397,7 +409,10 @@ def build_index(paths, format: str = "auto", *, record_size: int | None = None, 
     Returns the opened :class:`Index`. See this module's docstring for the formats. Where the
     sidecar exists, only what changed is scanned again (an append: its tail; a directory: the
     files added or changed), and the sidecar written is the one a full scan writes; ``full``:
-    scan everything.
+    scan everything. ``record_size`` (an int >= 1) selects raw fixed records, after a
+    ``header_size``-byte header in each file (refused for any other format); ``chunk_bytes``: the
+    bytes a text or TFRecord scan reads at a time, an int >= 1 or a size like ``"64K"`` (as
+    ``lirs index --chunk``; at most the largest file is used).
     """
     return build(paths, format=format, record_size=record_size, header_size=header_size, out=out,
                  progress=progress, chunk_bytes=chunk_bytes, full=full)

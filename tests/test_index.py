@@ -322,7 +322,7 @@ def test_cli_index_info_and_exit_codes(tmp_path):
 @pytest.mark.parametrize("args,said", [
     (["--chunk", "0"], "--chunk must be a positive size"),
     (["--header-size", "-1"], "--header-size must be 0 or more"),
-    (["--header-size", "4"], "--header-size applies to raw fixed files (--format fixed); these are libsvm"),
+    (["--header-size", "4"], "--header-size (header_size=4) applies to raw fixed files (--format fixed); these are libsvm"),
     (["-o", "{tmp}/no/such/dir/d.lirs"], "its directory {tmp}/no/such/dir does not exist"),
 ])
 def test_cli_index_refuses_options_it_would_ignore_or_misuse(tmp_path, capsys, args, said):
@@ -1026,6 +1026,26 @@ def test_an_empty_list_of_data_files_is_refused_naming_the_parameter(tmp_path):
         with pytest.raises(UsageError, match=f"no data files given: {name} is an empty list"):
             call()
     assert os.listdir(tmp_path) == []
+
+
+def test_build_index_refuses_a_header_size_it_would_ignore_and_a_chunk_that_is_no_size(tmp_path):
+    """header_size on a LIBSVM or .npy file was silently ignored where `lirs index --header-size`
+    refuses it; chunk_bytes=-5 or 1.5 was taken as a 1-byte chunk, "64K" raised a bare ValueError:
+    each is a UsageError naming the argument, before any sidecar is written. "64K" is a size, as
+    --chunk takes it."""
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"1 1:1 5:2\n-1 2:1\n")
+    np.save(tmp_path / "a.npy", np.zeros((3, 2), np.float32))
+    for path, fmt in ((p, "libsvm"), (tmp_path / "a.npy", "npy")):
+        with pytest.raises(UsageError, match=rf"header_size=100\) applies to raw fixed files .*these are {fmt}"):
+            lirs.build_index(str(path), header_size=100, progress=False)
+    for bad, said in ((-5, "chunk_bytes must be >= 1"), (0, "chunk_bytes must be >= 1"), (1.5, "chunk_bytes must be an int"),
+                      ("lots", "cannot read size 'lots'"), (True, "chunk_bytes must be an int")):
+        with pytest.raises(UsageError, match=said):
+            lirs.build_index(str(p), chunk_bytes=bad, full=True, progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["a.npy", "d.svm"]
+    assert len(lirs.build_index(str(p), chunk_bytes="64K", progress=False)) == 2
+    assert len(lirs.build_index(str(p), chunk_bytes=np.int64(3), full=True, progress=False)) == 2
 
 
 def test_npy_headers_that_are_none_are_said_so(tmp_path):

@@ -34,7 +34,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from ..build import build_index
+    from ..build import build_index, check_header_size
     from ..inputs import expand_paths, resolve_format
     from .info import summarize, print_summary
 
@@ -51,9 +51,7 @@ def run(args) -> int:
     # say which format will be read and why before the scan: a .csv read as raw lines, say, is
     # better known before it takes minutes
     fmt, why = resolve_format(expand_paths(paths), args.format, args.record_size)
-    if args.header_size and fmt != "fixed":
-        raise UsageError(f"--header-size applies to raw fixed files (--format fixed); these are {fmt} "
-                         f"({why}), whose layout their own format gives")
+    check_header_size(args.header_size, fmt, why)  # build_index checks it too: here before the format is said
     if not args.json:
         say(f"format: {fmt} ({why})", flush=True)
     try:
