@@ -206,7 +206,7 @@ class Index:
         """float64 labels of the given record IDs (None when unknown)."""
         if self.label_values is None:
             return None
-        ids = np.asarray(ids, np.int64)
+        ids = self._ids(ids)  # -1 would index from the end: the last record's label
         if self.label_codes is None:
             return np.asarray(self.label_values[ids], np.float64)
         return np.asarray(self.label_values, np.float64)[self.label_codes[ids]]
@@ -222,6 +222,13 @@ class Index:
         return int(self.header_sizes[f]) if self.is_fixed else int(self._offsets[a])
 
     # ---- lookups ------------------------------------------------------------------------
+    def _ids(self, ids) -> np.ndarray:
+        """``ids`` as int64, or IndexError for one outside [0, n) (one min and max: cheap per batch)."""
+        ids = np.asarray(ids, np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n):
+            raise IndexError(f"record id out of range [0, {self.n})")
+        return ids
+
     def file_of(self, ids) -> np.ndarray:
         """int32 file number of each record ID."""
         ids = np.asarray(ids, np.int64)
@@ -229,9 +236,7 @@ class Index:
 
     def spans(self, ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Byte spans of records: ``(file int32, start int64, end int64)``, each of shape ids.shape."""
-        ids = np.asarray(ids, np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() >= self.n):
-            raise IndexError(f"record id out of range [0, {self.n})")
+        ids = self._ids(ids)
         f = self.file_of(ids)
         if self.is_fixed:
             start = self.header_sizes[f] + (ids - self.file_starts[f]) * self.record_size

@@ -1048,6 +1048,22 @@ def test_build_index_refuses_a_header_size_it_would_ignore_and_a_chunk_that_is_n
     assert len(lirs.build_index(str(p), chunk_bytes=np.int64(3), full=True, progress=False)) == 2
 
 
+def test_labels_of_refuses_the_record_ids_spans_refuses(tmp_path):
+    """labels_of([-1]) gave the last record's label (numpy indexes from the end), where spans([-1])
+    raises IndexError: both refuse an id outside [0, n), with codes or with plain label values."""
+    p = tmp_path / "d.svm"
+    p.write_bytes(b"0 1:1\n1 2:1\n0 3:1\n")
+    np.save(tmp_path / "a.npy", np.zeros((3, 2), np.float32))
+    np.save(tmp_path / "a.labels.npy", np.array([0.5, 1.5, 2.5]))
+    for idx in (lirs.build_index(str(p), progress=False), lirs.build_index(str(tmp_path / "a.npy"), progress=False)):
+        for bad in ([-1], [0, 3], np.array([[1, -2]])):
+            for lookup in (idx.spans, idx.labels_of):
+                with pytest.raises(IndexError, match=r"record id out of range \[0, 3\)"):
+                    lookup(bad)
+        assert idx.labels_of(np.array([2, 0])).tolist() == idx.labels[[2, 0]].tolist()
+        assert idx.labels_of([]).shape == (0,)
+
+
 def test_npy_headers_that_are_none_are_said_so(tmp_path):
     """lirs reads .npy headers itself: each way a header can fail is a DataError at byte 0."""
     import struct
