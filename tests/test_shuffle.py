@@ -620,6 +620,15 @@ def test_fixed_record_sizes_that_are_not_whole_numbers_are_refused_before_any_wo
     assert st["records"] == 64
 
 
+def test_a_header_size_for_a_format_that_has_its_own_layout_is_refused(tmp_path):
+    """shuffle(header_size=...) of a LIBSVM file ignored it (the format gives the layout), where
+    build_index and `lirs index --header-size` refuse it: refused alike, before any work."""
+    (tmp_path / "x.svm").write_text("".join(f"{i % 2} 1:{i}\n" for i in range(50)))
+    with pytest.raises(UsageError, match=r"header_size=16\) applies to raw fixed files.*these are libsvm"):
+        E.shuffle(tmp_path / "x.svm", tmp_path / "o.svm", memory="64M", header_size=16)
+    assert os.listdir(tmp_path) == ["x.svm"]
+
+
 def test_a_file_of_another_format_named_svm_is_refused_before_pass_1(tmp_path):
     good = b"".join(b"%d 1:%d 7:0.5\n" % (i % 2, i) for i in range(5000))  # 5000 lines over 64 KiB
     (tmp_path / "a.svm").write_bytes(good)

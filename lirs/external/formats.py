@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..build import VarScanner, labels_for_npy, npy_layout, raw_fixed_count
+from ..build import VarScanner, check_header_size, labels_for_npy, npy_layout, raw_fixed_count
 from ..textguess import refuse_misread
 from ..inputs import read_at, resolve_format
 from ..errors import DataError, UsageError
@@ -118,16 +118,12 @@ def _mean_tfrecord(head: bytes) -> float:
     return pos / max(count, 1)
 
 
-def detect(files, format: str, record_size) -> str:
-    """The format of ``files`` (str): ``format`` itself, ``fixed`` with a ``record_size``, else the
-    one format all files are found to have (:func:`lirs.inputs.resolve_format`)."""
-    return resolve_format(files, format, record_size)[0]
-
-
 def open_dataset(files, format: str = "auto", record_size=None, header_size: int = 0, *, index: bool = False) -> Dataset:
     """Detect the format of ``files`` and read every file's record range and layout; ``index``: the
     outputs get a sidecar, whose labels must be numbers, one a record (checked before any pass)."""
-    ds = Dataset(detect(files, format, record_size), list(files), given=format != "auto")
+    fmt, why = resolve_format(files, format, record_size)
+    check_header_size(header_size, fmt, why)  # else ignored: the format gives the layout
+    ds = Dataset(fmt, list(files), given=format != "auto")
     if ds.variable:
         for p in files:
             size = os.path.getsize(p)
