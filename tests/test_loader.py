@@ -933,3 +933,59 @@ def test_a_copied_batch_holds_its_rows_alone(tmp_path):
         assert c.X.data.base is None and c.X.indices.base is None and c.ids.base is None
         assert (c.X != b.X).nnz == 0 and c.X.dtype == dtype and np.array_equal(c.ids, b.ids)
         assert np.array_equal(c.y, b.y) and (c.epoch, c.index) == (b.epoch, b.index)
+
+
+@pytest.mark.parametrize("args,kw,said", [
+    ((16,), dict(rank=5, world_size=2), r"rank 5 outside \[0, 2\)"), ((16,), dict(seed=-1), "seed must be >= 0"),
+    ((16,), dict(granularity="bogus"), "granularity must be one of"), ((16,), dict(prefetch=0), "prefetch must be >= 1"),
+    ((16,), dict(window=-1), "window must be a group count"), ((0,), {}, "batch_size must be >= 1"),
+    ((16,), dict(dtype="str"), "dtype must be a numpy dtype"), ((16,), dict(engine="nope"), "unknown engine 'nope'"),
+    ((16,), dict(granularity="auto", group_bytes=65536.9), "group_bytes must be an int"),
+    ((16,), dict(transform=3), "transform must be callable"), ((16,), dict(threads=0), "threads must be >= 1"),
+])
+def test_bad_arguments_are_refused_before_the_data_is_indexed(tmp_path, args, kw, said):
+    """A file without an index is scanned whole on first use: an argument that cannot work is refused
+    before that (no sidecar written), by the Loader and by the torch dataset as it is made, not at its
+    first pass."""
+    p = _write_libsvm(tmp_path / "a.svm", 200, seed=5)
+    with pytest.raises(UsageError, match=said):
+        Loader(p, *args, **kw)
+    assert not os.path.exists(p + ".lirs"), "refused only after the data was indexed"
+    pytest.importorskip("torch")
+    from lirs.torch import LirsIterableDataset, make_dataloader
+
+    if "transform" not in kw:  # the dataset's transform is its own keyword
+        for make in (LirsIterableDataset, make_dataloader):
+            with pytest.raises(UsageError, match=said):
+                make(p, *args, **kw)
+    assert not os.path.exists(p + ".lirs"), "refused only after the data was indexed"
+
+
+def test_granularity_auto_takes_group_bytes_as_a_size(tmp_path):
+    """group_bytes="64K" is parsed before granularity="auto" reads its settings (it was a bare
+    ValueError there, and 65536.9 was truncated)."""
+    p = _write_libsvm(tmp_path / "a.svm", 200, seed=5)
+    with Loader(p, 16, granularity="auto", group_bytes="64K") as L:
+        assert (L.granularity, L.group_bytes) == (DEFAULT_GRANULARITY, 65536)
+
+
+def test_the_torch_dataset_checks_rank_and_world_size_when_made(svm):
+    """rank=1.9, "1" or True read as rank 1, world_size=0 said "rank 0 outside [0, 0)", each only at the
+    first pass: each is refused as the dataset is made; one given alone waits for torch.distributed's other."""
+    pytest.importorskip("torch")
+    from lirs.torch import LirsIterableDataset
+
+    p, *_ = svm
+    for kw, said in [(dict(rank=1.9, world_size=2.5), "rank must be an int"),
+                     (dict(rank="1", world_size=2), "rank must be an int"),
+                     (dict(rank=True, world_size=2), "rank must be an int"),
+                     (dict(world_size=2.0), "world_size must be an int"),
+                     (dict(world_size=0), "world_size must be >= 1"),
+                     (dict(rank=-1), "rank must be >= 0"),
+                     (dict(rank=2, world_size=2), r"rank 2 outside \[0, 2\)")]:
+        with pytest.raises(UsageError, match=said):
+            LirsIterableDataset(p, 16, **kw)
+    alone = LirsIterableDataset(p, 16, rank=3)  # taken: its world size comes from torch.distributed, at a pass
+    with pytest.raises(UsageError, match=r"rank 3 outside \[0, 1\)"):
+        alone.shard()
+    assert LirsIterableDataset(p, 16, rank=np.int64(1), world_size=2).shard() == (1, 2)
