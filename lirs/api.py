@@ -67,6 +67,14 @@ def maybe_bool(name: str, value) -> bool | None:
     raise UsageError(f"{name} must be True, False or None, got {value!r} ({type(value).__name__})")
 
 
+def flag(name: str, value) -> bool:
+    """``value`` as True or False, or UsageError: a string such as ``"False"`` is true to Python, and was
+    taken as True where a flag is tested for truth."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise UsageError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+
+
 def depth_of(value) -> int | None:
     """An engine's ``depth`` (reads in flight) as an int in [1, MAX_DEPTH], or None (the engine's
     default); else UsageError."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .api import depth_of, maybe_bool, positive_int, whole
+from .api import depth_of, flag, maybe_bool, positive_int, whole
 from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH, DEFAULT_WINDOW
 from .decode import check_dtype, check_n_features, check_zero_based
 from .engines import check_engine
@@ -72,13 +72,13 @@ def check_loader_args(batch_size, *, granularity=DEFAULT_GRANULARITY, group_byte
     r = 0 if rank is None else rank
     planned = DEFAULT_GRANULARITY if check_granularity(granularity) == AUTO else granularity
     check_args(batch_size, planned, gb, DEFAULT_WINDOW if window is None else window, r,
-               r + 1 if world_size is None else world_size, seed, 0, BLOCK, permutation)
+               r + 1 if world_size is None else world_size, seed, 0, BLOCK, permutation, drop_last)
     if transform is not None and not callable(transform):
         raise UsageError(f"transform must be callable, got {transform!r}")
     check_zero_based(zero_based)
     if n_features is not None:
         check_n_features(n_features)
     return LoaderArgs(batch_size, granularity, gb, window, seed, check_engine(engine), prefetch, rank, world_size,
-                      bool(drop_last), check_dtype(dtype), permutation, depth_of(depth),
-                      maybe_bool("direct", direct), bool(verify), threads, decode_threads)
+                      flag("drop_last", drop_last), check_dtype(dtype), permutation, depth_of(depth),
+                      maybe_bool("direct", direct), flag("verify", verify), threads, decode_threads)
 

@@ -989,3 +989,21 @@ def test_the_torch_dataset_checks_rank_and_world_size_when_made(svm):
     with pytest.raises(UsageError, match=r"rank 3 outside \[0, 1\)"):
         alone.shard()
     assert LirsIterableDataset(p, 16, rank=np.int64(1), world_size=2).shard() == (1, 2)
+
+def test_drop_last_and_verify_are_true_or_false(svm):
+    """drop_last="False" is true to Python: it dropped the epoch's tail. It and verify are refused unless
+    a bool, by the Loader, the planner and the torch dataset (np.bool_ is a bool)."""
+    p, idx, *_ = svm
+    for kw in (dict(drop_last="False"), dict(drop_last=1), dict(drop_last=None), dict(verify="no")):
+        with pytest.raises(UsageError, match=f"{next(iter(kw))} must be True or False"):
+            Loader(p, 64, **kw)
+    with pytest.raises(UsageError, match="drop_last must be True or False"):
+        lirs.plan.plan_epoch(idx, 64, drop_last="False")
+    with Loader(p, 64, drop_last=np.bool_(False), n_features=300) as L:
+        assert L.drop_last is False and sum(len(b) for b in L.epoch(0)) == 3000
+    pytest.importorskip("torch")
+    from lirs.torch import LirsIterableDataset
+
+    with pytest.raises(UsageError, match="drop_last must be True or False"):
+        LirsIterableDataset(p, 64, drop_last="False")
+
