@@ -50,7 +50,7 @@ from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
 from .policies import DEFAULT_GRANULARITY, POLICIES
 from .ranges import check_drop_last, over_spans, remainder
-from .loaderargs import check_loader_args
+from .loaderargs import check_loader_args, check_windows
 from .recommendation import AUTO, auto_settings
 from .state import ResumeState, check_config, ranks_progress, states_of
 from .units import format_bytes
@@ -251,7 +251,7 @@ class Loader:
         cached); ``spans``: only those position ranges of the epoch (an elastic resume)."""
         if self._closed:  # its index is let go (num_batches() after close() failed on None)
             raise ValueError("this Loader is closed")
-        key = (int(epoch), None if spans is None else np.asarray(spans, np.int64).tobytes())
+        key = (whole("epoch", epoch), None if spans is None else np.asarray(spans, np.int64).tobytes())
         if self._last_plan is not None and self._last_plan[0] == key:
             return self._last_plan[1]
         self._last_plan = None  # let go first: two epochs' unit permutations (4 B a unit) need not be held at once
@@ -273,6 +273,7 @@ class Loader:
         return plan if spans is None else over_spans(plan, spans)
 
     def num_batches(self, epoch: int = 0) -> int:
+        """Batches of this loader's rank in ``epoch``."""
         return int(self.plan(epoch).num_batches)
 
     # ------------------------------------------------------------------ state
@@ -424,7 +425,7 @@ class Loader:
         epoch, stride, offset = whole("epoch", epoch), whole("stride", stride, None), whole("offset", offset, None)
         if stride < 1 or offset < 0:
             raise UsageError(f"stride must be >= 1 and offset >= 0, got stride={stride}, offset={offset}")
-        spans = None
+        spans, windows = None, check_windows(windows)
         if start is None:
             start = 0
             if self._resume is not None and self._resume.epoch == epoch:
@@ -432,13 +433,15 @@ class Loader:
             elif self._resume is not None:
                 log.warning("resume state is for epoch %d, starting epoch %d from its first batch",
                             self._resume.epoch, epoch)
+        else:  # 1.5 started at batch 1, "1" failed with a bare TypeError
+            start = whole("start", start)
         self._resume = None
         self._next_epoch = epoch + 1
         plan = self.plan(epoch, spans)
         nb = int(plan.num_batches)
         if not 0 <= start <= nb:
             raise UsageError(f"start batch {start} outside [0, {nb}] for epoch {epoch}")
-        first = min(int(start) + offset, nb)
+        first = min(start + offset, nb)
         # the pipeline starts after planning: cold, the planning kernels compile while helpers compile the rest
         warmup.prime_walk(self._warm, plan, first, stride, windows)
         self._ensure_started()

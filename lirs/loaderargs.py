@@ -82,3 +82,15 @@ def check_loader_args(batch_size, *, granularity=DEFAULT_GRANULARITY, group_byte
                       flag("drop_last", drop_last), check_dtype(dtype), permutation, depth_of(depth),
                       maybe_bool("direct", direct), flag("verify", verify), threads, decode_threads)
 
+
+def check_windows(windows) -> tuple[int, int] | None:
+    """``Loader.epoch``'s ``windows=(w, W)`` as a pair of ints with ``0 <= w < W``, or None; else UsageError
+    (a float window would be compared, never matched, and a bare int failed to unpack)."""
+    if windows is None:
+        return None
+    if not isinstance(windows, (tuple, list)) or len(windows) != 2:
+        raise UsageError(f"windows must be a pair (w, W) of ints with 0 <= w < W, got {windows!r}")
+    w, nw = whole("windows' w", windows[0]), whole("windows' W", windows[1], 1)
+    if w >= nw:
+        raise UsageError(f"windows=(w, W) needs 0 <= w < W, got ({w}, {nw})")
+    return w, nw

@@ -1007,3 +1007,20 @@ def test_drop_last_and_verify_are_true_or_false(svm):
     with pytest.raises(UsageError, match="drop_last must be True or False"):
         LirsIterableDataset(p, 64, drop_last="False")
 
+def test_start_epoch_and_windows_are_whole_numbers(svm):
+    """epoch(0, start=1.5) started at batch 1, start="1" was a bare TypeError, num_batches(1.7) and
+    plan(1.7) planned epoch 1, windows=(0.5, 2) was taken and windows=3 a bare TypeError."""
+    p, *_ = svm
+    with Loader(p, 16, n_features=300) as L:
+        for kw, said in [(dict(start=1.5), "start must be an int"), (dict(start="1"), "start must be an int"),
+                         (dict(windows=(0.5, 2)), "windows' w must be an int"),
+                         (dict(windows=(0, 2.0)), "windows' W must be an int"),
+                         (dict(windows=3), r"windows must be a pair \(w, W\)"),
+                         (dict(windows=(2, 2)), r"needs 0 <= w < W, got \(2, 2\)")]:
+            with pytest.raises(UsageError, match=said):
+                next(iter(L.epoch(0, **kw)))
+        for ask in (L.num_batches, L.plan):
+            with pytest.raises(UsageError, match="epoch must be an int"):
+                ask(1.7)
+        assert next(iter(L.epoch(0, start=np.int64(2)))).index == 2
+
