@@ -320,13 +320,15 @@ class Loader:
         old rank's states. The same rank, world size and batch size resume exactly at
         ``next_batch``; others resume elastically (see the module docstring; one state stands for
         every old rank). Raises UsageError when a state was saved by a loader that plans another
-        epoch (seed, granularity, dataset, ...).
+        epoch (seed, granularity, dataset, ...; not a setting the granularity does not plan with).
         """
         states = states_of(state)
         if not states:
             raise UsageError("cannot resume from an empty list of states")
+        unused = POLICIES[self.granularity].unused_settings  # "window: saved 256, now 1024" of a group epoch: same batches
+        now = {k: v for k, v in self._config().items() if k not in unused}
         for st in states:
-            check_config(st.config, self._config(), _ELASTIC_KEYS)
+            check_config(st.config, now, _ELASTIC_KEYS)
         if len({st.epoch for st in states}) != 1 or states[0].epoch is None:
             if any(st.epoch is not None for st in states):
                 raise UsageError("cannot resume: the states were saved in different epochs")

@@ -1024,3 +1024,29 @@ def test_start_epoch_and_windows_are_whole_numbers(svm):
                 ask(1.7)
         assert next(iter(L.epoch(0, start=np.int64(2)))).index == 2
 
+@pytest.mark.parametrize("granularity,other", [("group", dict(window="64M")), ("page", dict(window="64M", group_bytes=8192)),
+                                               ("instance", dict(window=3, group_bytes=8192))])
+def test_a_state_resumes_under_settings_its_granularity_does_not_plan_with(svm, granularity, other):
+    """A group, page or instance epoch's batches do not depend on the window (nor a page or instance
+    epoch's on group_bytes): its state resumes under a Loader whose differ, at the same batch."""
+    p, *_ = svm
+    with Loader(p, 100, granularity=granularity, n_features=300) as a, \
+            Loader(p, 100, granularity=granularity, n_features=300, **other) as b:
+        want = [bt.ids for bt in a.epoch(1)]
+        it = a.epoch(1)
+        next(it), next(it)
+        b.load_state_dict(a.state_dict())
+        got = [bt.ids for bt in b.epoch(1)]
+    assert len(got) == len(want) - 2 and all(np.array_equal(x, y) for x, y in zip(got, want[2:]))
+
+
+@pytest.mark.parametrize("granularity,other,said", [("window", dict(window="64M"), "window: saved"),
+                                                    ("window", dict(group_bytes=8192), "group_bytes: saved"),
+                                                    ("group", dict(group_bytes=8192), "group_bytes: saved")])
+def test_a_state_is_refused_under_settings_its_granularity_plans_with(svm, granularity, other, said):
+    p, *_ = svm
+    with Loader(p, 100, granularity=granularity, n_features=300) as a, \
+            Loader(p, 100, granularity=granularity, n_features=300, **other) as b:
+        state = a.state_dict()
+        with pytest.raises(UsageError, match=said):
+            b.load_state_dict(state)
