@@ -39,21 +39,21 @@ from concurrent import futures
 import numpy as np
 
 from .assemble import StepDecoder, rows_each
-from .api import depth_of, keyword_only, maybe_bool, positive_int, whole
+from .api import keyword_only, whole
 from .batch import Batch, LoaderStats
 from .constants import BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_PREFETCH, DEFAULT_WINDOW
 from .cores import usable_cores
-from .decode import check_dtype
-from .engines import check_engine, reads_are_copies
+from .engines import reads_are_copies
 from .errors import UsageError
 from .firstuse import open_source
 from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
 from .policies import DEFAULT_GRANULARITY, POLICIES
 from .ranges import check_drop_last, over_spans, remainder
-from .recommendation import AUTO, auto_settings, check_granularity
+from .loaderargs import check_loader_args, check_windows
+from .recommendation import AUTO, auto_settings
 from .state import ResumeState, check_config, ranks_progress, states_of
-from .units import format_bytes, parse_size
+from .units import format_bytes
 from .steps import SharedStep
 from .windows import group_span, rank_reads, window_groups
 from . import warmup
@@ -140,36 +140,29 @@ class Loader:
                  drop_last=False, dtype=np.float32, permutation="auto", index="auto", n_features=None,
                  zero_based="auto", depth=None, direct=None, transform=None, verify=False, threads=None,
                  decode_threads=None):
+        # every keyword as given (the parameters are its own), checked before the source: it may be indexed
+        a = check_loader_args(**{k: v for k, v in locals().items() if k not in ("self", "source")})
         self.index = open_source(source, index)
         self._owns_index = self.index is not source  # opened here: released by close()
-        self.batch_size = positive_int("batch_size", batch_size)
-        self.prefetch = positive_int("prefetch", prefetch)
-        self.threads = None if threads is None else positive_int("threads", threads)
-        if check_granularity(granularity) == AUTO:  # what `lirs bench --auto` saved for this dataset, else the default
-            granularity, group_bytes, window = auto_settings(self.index, group_bytes, window)
+        self.batch_size, self.prefetch, self.threads, self.seed = a.batch_size, a.prefetch, a.threads, a.seed
+        self.rank, self.world_size, self.permutation, self.dtype = a.rank, a.world_size, a.permutation, a.dtype
+        self.engine_name, self.depth, self.direct, self.transform = a.engine, a.depth, a.direct, transform
+        granularity, self.group_bytes, window = a.granularity, a.group_bytes, a.window
+        if granularity == AUTO:  # what `lirs bench --auto` saved for this dataset, else the default
+            granularity, self.group_bytes, window = auto_settings(self.index, self.group_bytes, window)
         self.granularity = granularity
-        gb = parse_size(group_bytes) if isinstance(group_bytes, str) else group_bytes  # "64K" as the CLI takes it
-        self.group_bytes = whole("group_bytes", gb)
         # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
         span = group_span(max(self.group_bytes, BLOCK), self.index.payload_bytes, self.index.n)  # a group's bytes
         self.window = window_groups(DEFAULT_WINDOW if window is None else window, span, self.index.payload_bytes)
-        self.seed, self.rank, self.world_size = (whole(k, v, None) for k, v in (("seed", seed), ("rank", rank),
-                                                                                ("world_size", world_size)))
-        self.drop_last, self.permutation = check_drop_last(self.index.n, self.batch_size, self.world_size,
-                                                           drop_last), permutation
-        self.dtype, self.transform = check_dtype(dtype), transform
-        self.engine_name, self.depth, self.direct = check_engine(engine), depth_of(depth), maybe_bool("direct", direct)
-        if transform is not None and not callable(transform):
-            raise UsageError(f"transform must be callable, got {transform!r}")
+        self.drop_last = check_drop_last(self.index.n, self.batch_size, self.world_size, a.drop_last)
         # the pool's threads are its cores and one more (a pool sized by hand: a DataLoader worker's share)
         self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype,
-                                    verify=verify, cores=None if self.threads is None else self.threads - 1,
-                                    wide_threads=None if decode_threads is None else positive_int("decode_threads",
-                                                                                                   decode_threads))
+                                    verify=a.verify, cores=None if self.threads is None else self.threads - 1,
+                                    wide_threads=a.decode_threads)
         dec = self._decoder  # npy/fixed: the index's row width (a model is sized by it); lines: None
         self.n_features, self.zero_based = dec.index.n_features if dec.n_features is None else dec.n_features, dec.zero_based
         check_args(self.batch_size, granularity, self.group_bytes, self.window, self.rank, self.world_size,
-                   self.seed, 0, BLOCK, permutation)
+                   self.seed, 0, BLOCK, self.permutation)  # what `lirs bench --auto` saved, the window's group count
         if self.world_size > 1 and self.rank == 0 and POLICIES[granularity].uses_window and (x := rank_reads(
                 self.window, span, self.index.payload_bytes, self.world_size)) > 1.5:
             log.warning("with %d ranks and windows of %s, each rank reads up to %.1fx its share of the data; a window of "
@@ -258,7 +251,7 @@ class Loader:
         cached); ``spans``: only those position ranges of the epoch (an elastic resume)."""
         if self._closed:  # its index is let go (num_batches() after close() failed on None)
             raise ValueError("this Loader is closed")
-        key = (int(epoch), None if spans is None else np.asarray(spans, np.int64).tobytes())
+        key = (whole("epoch", epoch), None if spans is None else np.asarray(spans, np.int64).tobytes())
         if self._last_plan is not None and self._last_plan[0] == key:
             return self._last_plan[1]
         self._last_plan = None  # let go first: two epochs' unit permutations (4 B a unit) need not be held at once
@@ -280,6 +273,7 @@ class Loader:
         return plan if spans is None else over_spans(plan, spans)
 
     def num_batches(self, epoch: int = 0) -> int:
+        """Batches of this loader's rank in ``epoch``."""
         return int(self.plan(epoch).num_batches)
 
     # ------------------------------------------------------------------ state
@@ -326,13 +320,15 @@ class Loader:
         old rank's states. The same rank, world size and batch size resume exactly at
         ``next_batch``; others resume elastically (see the module docstring; one state stands for
         every old rank). Raises UsageError when a state was saved by a loader that plans another
-        epoch (seed, granularity, dataset, ...).
+        epoch (seed, granularity, dataset, ...; not a setting the granularity does not plan with).
         """
         states = states_of(state)
         if not states:
             raise UsageError("cannot resume from an empty list of states")
+        unused = POLICIES[self.granularity].unused_settings  # "window: saved 256, now 1024" of a group epoch: same batches
+        now = {k: v for k, v in self._config().items() if k not in unused}
         for st in states:
-            check_config(st.config, self._config(), _ELASTIC_KEYS)
+            check_config(st.config, now, _ELASTIC_KEYS)
         if len({st.epoch for st in states}) != 1 or states[0].epoch is None:
             if any(st.epoch is not None for st in states):
                 raise UsageError("cannot resume: the states were saved in different epochs")
@@ -431,7 +427,7 @@ class Loader:
         epoch, stride, offset = whole("epoch", epoch), whole("stride", stride, None), whole("offset", offset, None)
         if stride < 1 or offset < 0:
             raise UsageError(f"stride must be >= 1 and offset >= 0, got stride={stride}, offset={offset}")
-        spans = None
+        spans, windows = None, check_windows(windows)
         if start is None:
             start = 0
             if self._resume is not None and self._resume.epoch == epoch:
@@ -439,13 +435,15 @@ class Loader:
             elif self._resume is not None:
                 log.warning("resume state is for epoch %d, starting epoch %d from its first batch",
                             self._resume.epoch, epoch)
+        else:  # 1.5 started at batch 1, "1" failed with a bare TypeError
+            start = whole("start", start)
         self._resume = None
         self._next_epoch = epoch + 1
         plan = self.plan(epoch, spans)
         nb = int(plan.num_batches)
         if not 0 <= start <= nb:
             raise UsageError(f"start batch {start} outside [0, {nb}] for epoch {epoch}")
-        first = min(int(start) + offset, nb)
+        first = min(start + offset, nb)
         # the pipeline starts after planning: cold, the planning kernels compile while helpers compile the rest
         warmup.prime_walk(self._warm, plan, first, stride, windows)
         self._ensure_started()

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import seeds
-from .api import whole
+from .api import strict_bool, whole
 from .constants import (BLOCK, DEFAULT_GROUP_BYTES, DEFAULT_WINDOW, EXTENTS_COPY_MIN_BYTES, GROUP_BYTES_MAX, INDEX_READ_GAP,
                         INDEX_READ_SPAN, INDEX_RELEASE_BATCHES, RUNS_SORTED_MAX, STEP_PIECE_RUNS, UNIT_SCAN_RECORDS)
 from .errors import UsageError
@@ -434,12 +434,13 @@ class EpochPlan:
 
 
 def check_args(batch_size, granularity, group_bytes, window, rank, world_size, seed, epoch, block=BLOCK,
-               permutation="auto") -> None:
+               permutation="auto", drop_last=False) -> None:
     """Raise UsageError naming the first argument that cannot work (a float or a string where an
     int is wanted included: never truncated)."""
     for name, value in (("batch_size", batch_size), ("group_bytes", group_bytes), ("rank", rank),
                         ("world_size", world_size), ("seed", seed), ("epoch", epoch)):
         whole(name, value, None)
+    strict_bool("drop_last", drop_last)  # "False" is true to Python: it dropped the epoch's tail
     if int(batch_size) < 1:
         raise UsageError(f"batch_size must be >= 1, got {batch_size}")
     if granularity not in POLICIES:
@@ -479,7 +480,7 @@ def plan_epoch(index, batch_size: int, granularity: str = DEFAULT_GRANULARITY, *
     Returns an :class:`EpochPlan`; nothing is read and no per-batch work is done until its
     batches are iterated.
     """
-    check_args(batch_size, granularity, group_bytes, window, rank, world_size, seed, epoch, block, permutation)
+    check_args(batch_size, granularity, group_bytes, window, rank, world_size, seed, epoch, block, permutation, drop_last)
     if align not in (None, 1, block):
         raise UsageError(f"align must be 1 (reads that are copies) or the block ({block}), got {align!r}")
     t = time.perf_counter()

@@ -46,6 +46,13 @@ class Policy:
         return self.steps == "window"
 
     @property
+    def unused_settings(self) -> tuple:
+        """The Loader settings this granularity's plan does not depend on (a group epoch's batches are the
+        same whatever its window): a saved state need not match them to resume."""
+        return tuple(k for k, used in (("group_bytes", self.uses_group_bytes), ("window", self.uses_window))
+                     if not used)
+
+    @property
     def consumer_helps(self) -> bool:
         """Whether a consumer waiting for a batch runs queued read steps itself (lirs.pipeline). Not
         windows: a window is decoded by the cores but one at once and feeds many batches, and a consumer

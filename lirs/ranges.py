@@ -21,6 +21,7 @@ import dataclasses
 
 import numpy as np
 
+from .api import strict_bool
 from .errors import UsageError
 
 
@@ -28,9 +29,9 @@ from .errors import UsageError
 
 
 def check_drop_last(n: int, batch_size: int, world_size: int, drop_last) -> bool:
-    """``bool(drop_last)``; UsageError when it would leave every epoch empty (fewer than
-    ``batch_size * world_size`` records: no rank gets one full batch)."""
-    if drop_last and int(n) < int(batch_size) * int(world_size):
+    """``drop_last`` (True or False, :func:`~lirs.api.strict_bool`); UsageError when it would leave every epoch empty
+    (fewer than ``batch_size * world_size`` records: no rank gets one full batch)."""
+    if strict_bool("drop_last", drop_last) and int(n) < int(batch_size) * int(world_size):
         raise UsageError(f"drop_last=True with batch_size {batch_size}"
                          f"{f' on {world_size} ranks' if world_size > 1 else ''} leaves every epoch empty: "
                          f"the dataset has {n} records, fewer than one full batch"

@@ -63,8 +63,8 @@ from .loader import Loader
 from .arena import install
 from .passtimes import begun, timed_main
 from .api import known_keywords, maybe_bool, positive_int, whole
-from .policies import DEFAULT_GRANULARITY, POLICIES
-from .recommendation import check_granularity
+from .loaderargs import check_loader_args
+from .policies import POLICIES
 from .state import ResumeState, states_of
 from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_tensors, tuples  # noqa: F401 - to_tensors is public here too
 from .passboard import Fed, PassBoard, PassPosition, delivering, superseded, while_current
@@ -120,15 +120,16 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         super().__init__()
         check_outputs(sparse, output, loader_kwargs.get("dtype", np.float32), loader_kwargs.get("zero_based", "auto"))
         known_keywords(Loader.__init__, loader_kwargs, "LirsIterableDataset")  # now, not at the first pass
-        check_granularity(loader_kwargs.get("granularity", DEFAULT_GRANULARITY))
+        # the Loader's own checks, now: not at the first pass in a worker, after the data was indexed
+        shard = check_loader_args(batch_size, rank=rank, world_size=world_size, shard_later=True, **loader_kwargs)
         if transform is not None and not callable(transform):
             raise UsageError(f"transform must be callable, got {transform!r}")
         path_or_index = absolute_source(path_or_index)  # a pass may follow a chdir
-        self.source, self.batch_size = path_or_index, positive_int("batch_size", batch_size)
+        self.source, self.batch_size = path_or_index, shard.batch_size
         self.epoch = whole("epoch", epoch)
         self.sparse, self.output, self.label_dtype, self.transform = sparse, output, check_label_dtype(label_dtype), transform
         check_tensor_records(path_or_index, loader_kwargs.get("index", "auto"))  # after the arguments: it may index the data
-        self._rank, self._world = rank, world_size
+        self._rank, self._world = shard.rank, shard.world_size  # checked ints, or None: torch.distributed's
         self.loader_kwargs = {k: v for k, v in loader_kwargs.items() if not (k == "threads" and v is None)}
         self._loader = self._loader_key = None
         self._pos = ResumeState(self.epoch)        # this process's deliveries (the consumer's position)
@@ -155,8 +156,8 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         rank, world = _dist_rank_world()  # a forked worker inherits the group's rank; a spawned one has none
         if (rank, world) == (0, 1):
             rank, world = self._dist  # a spawned worker: the main process's, as it started the worker
-        rank = rank if self._rank is None else int(self._rank)
-        world = world if self._world is None else int(self._world)
+        rank = rank if self._rank is None else self._rank
+        world = world if self._world is None else self._world
         if not 0 <= rank < world:
             raise UsageError(f"rank {rank} outside [0, {world})")
         return rank, world

@@ -933,3 +933,120 @@ def test_a_copied_batch_holds_its_rows_alone(tmp_path):
         assert c.X.data.base is None and c.X.indices.base is None and c.ids.base is None
         assert (c.X != b.X).nnz == 0 and c.X.dtype == dtype and np.array_equal(c.ids, b.ids)
         assert np.array_equal(c.y, b.y) and (c.epoch, c.index) == (b.epoch, b.index)
+
+
+@pytest.mark.parametrize("args,kw,said", [
+    ((16,), dict(rank=5, world_size=2), r"rank 5 outside \[0, 2\)"), ((16,), dict(seed=-1), "seed must be >= 0"),
+    ((16,), dict(granularity="bogus"), "granularity must be one of"), ((16,), dict(prefetch=0), "prefetch must be >= 1"),
+    ((16,), dict(window=-1), "window must be a group count"), ((0,), {}, "batch_size must be >= 1"),
+    ((16,), dict(dtype="str"), "dtype must be a numpy dtype"), ((16,), dict(engine="nope"), "unknown engine 'nope'"),
+    ((16,), dict(granularity="auto", group_bytes=65536.9), "group_bytes must be an int"),
+    ((16,), dict(transform=3), "transform must be callable"), ((16,), dict(threads=0), "threads must be >= 1"),
+])
+def test_bad_arguments_are_refused_before_the_data_is_indexed(tmp_path, args, kw, said):
+    """A file without an index is scanned whole on first use: an argument that cannot work is refused
+    before that (no sidecar written), by the Loader and by the torch dataset as it is made, not at its
+    first pass."""
+    p = _write_libsvm(tmp_path / "a.svm", 200, seed=5)
+    with pytest.raises(UsageError, match=said):
+        Loader(p, *args, **kw)
+    assert not os.path.exists(p + ".lirs"), "refused only after the data was indexed"
+    pytest.importorskip("torch")
+    from lirs.torch import LirsIterableDataset, make_dataloader
+
+    if "transform" not in kw:  # the dataset's transform is its own keyword
+        for make in (LirsIterableDataset, make_dataloader):
+            with pytest.raises(UsageError, match=said):
+                make(p, *args, **kw)
+    assert not os.path.exists(p + ".lirs"), "refused only after the data was indexed"
+
+
+def test_granularity_auto_takes_group_bytes_as_a_size(tmp_path):
+    """group_bytes="64K" is parsed before granularity="auto" reads its settings (it was a bare
+    ValueError there, and 65536.9 was truncated)."""
+    p = _write_libsvm(tmp_path / "a.svm", 200, seed=5)
+    with Loader(p, 16, granularity="auto", group_bytes="64K") as L:
+        assert (L.granularity, L.group_bytes) == (DEFAULT_GRANULARITY, 65536)
+
+
+def test_the_torch_dataset_checks_rank_and_world_size_when_made(svm):
+    """rank=1.9, "1" or True read as rank 1, world_size=0 said "rank 0 outside [0, 0)", each only at the
+    first pass: each is refused as the dataset is made; one given alone waits for torch.distributed's other."""
+    pytest.importorskip("torch")
+    from lirs.torch import LirsIterableDataset
+
+    p, *_ = svm
+    for kw, said in [(dict(rank=1.9, world_size=2.5), "rank must be an int"),
+                     (dict(rank="1", world_size=2), "rank must be an int"),
+                     (dict(rank=True, world_size=2), "rank must be an int"),
+                     (dict(world_size=2.0), "world_size must be an int"),
+                     (dict(world_size=0), "world_size must be >= 1"),
+                     (dict(rank=-1), "rank must be >= 0"),
+                     (dict(rank=2, world_size=2), r"rank 2 outside \[0, 2\)")]:
+        with pytest.raises(UsageError, match=said):
+            LirsIterableDataset(p, 16, **kw)
+    alone = LirsIterableDataset(p, 16, rank=3)  # taken: its world size comes from torch.distributed, at a pass
+    with pytest.raises(UsageError, match=r"rank 3 outside \[0, 1\)"):
+        alone.shard()
+    assert LirsIterableDataset(p, 16, rank=np.int64(1), world_size=2).shard() == (1, 2)
+
+def test_drop_last_and_verify_are_true_or_false(svm):
+    """drop_last="False" is true to Python: it dropped the epoch's tail. It and verify are refused unless
+    a bool, by the Loader, the planner and the torch dataset (np.bool_ is a bool)."""
+    p, idx, *_ = svm
+    for kw in (dict(drop_last="False"), dict(drop_last=1), dict(drop_last=None), dict(verify="no")):
+        with pytest.raises(UsageError, match=f"{next(iter(kw))} must be True or False"):
+            Loader(p, 64, **kw)
+    with pytest.raises(UsageError, match="drop_last must be True or False"):
+        lirs.plan.plan_epoch(idx, 64, drop_last="False")
+    with Loader(p, 64, drop_last=np.bool_(False), n_features=300) as L:
+        assert L.drop_last is False and sum(len(b) for b in L.epoch(0)) == 3000
+    pytest.importorskip("torch")
+    from lirs.torch import LirsIterableDataset
+
+    with pytest.raises(UsageError, match="drop_last must be True or False"):
+        LirsIterableDataset(p, 64, drop_last="False")
+
+def test_start_epoch_and_windows_are_whole_numbers(svm):
+    """epoch(0, start=1.5) started at batch 1, start="1" was a bare TypeError, num_batches(1.7) and
+    plan(1.7) planned epoch 1, windows=(0.5, 2) was taken and windows=3 a bare TypeError."""
+    p, *_ = svm
+    with Loader(p, 16, n_features=300) as L:
+        for kw, said in [(dict(start=1.5), "start must be an int"), (dict(start="1"), "start must be an int"),
+                         (dict(windows=(0.5, 2)), "windows' w must be an int"),
+                         (dict(windows=(0, 2.0)), "windows' W must be an int"),
+                         (dict(windows=3), r"windows must be a pair \(w, W\)"),
+                         (dict(windows=(2, 2)), r"needs 0 <= w < W, got \(2, 2\)")]:
+            with pytest.raises(UsageError, match=said):
+                next(iter(L.epoch(0, **kw)))
+        for ask in (L.num_batches, L.plan):
+            with pytest.raises(UsageError, match="epoch must be an int"):
+                ask(1.7)
+        assert next(iter(L.epoch(0, start=np.int64(2)))).index == 2
+
+@pytest.mark.parametrize("granularity,other", [("group", dict(window="64M")), ("page", dict(window="64M", group_bytes=8192)),
+                                               ("instance", dict(window=3, group_bytes=8192))])
+def test_a_state_resumes_under_settings_its_granularity_does_not_plan_with(svm, granularity, other):
+    """A group, page or instance epoch's batches do not depend on the window (nor a page or instance
+    epoch's on group_bytes): its state resumes under a Loader whose differ, at the same batch."""
+    p, *_ = svm
+    with Loader(p, 100, granularity=granularity, n_features=300) as a, \
+            Loader(p, 100, granularity=granularity, n_features=300, **other) as b:
+        want = [bt.ids for bt in a.epoch(1)]
+        it = a.epoch(1)
+        next(it), next(it)
+        b.load_state_dict(a.state_dict())
+        got = [bt.ids for bt in b.epoch(1)]
+    assert len(got) == len(want) - 2 and all(np.array_equal(x, y) for x, y in zip(got, want[2:]))
+
+
+@pytest.mark.parametrize("granularity,other,said", [("window", dict(window="64M"), "window: saved"),
+                                                    ("window", dict(group_bytes=8192), "group_bytes: saved"),
+                                                    ("group", dict(group_bytes=8192), "group_bytes: saved")])
+def test_a_state_is_refused_under_settings_its_granularity_plans_with(svm, granularity, other, said):
+    p, *_ = svm
+    with Loader(p, 100, granularity=granularity, n_features=300) as a, \
+            Loader(p, 100, granularity=granularity, n_features=300, **other) as b:
+        state = a.state_dict()
+        with pytest.raises(UsageError, match=said):
+            b.load_state_dict(state)
