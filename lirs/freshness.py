@@ -292,6 +292,14 @@ def _label_difference(index, f: int, path: str) -> str | None:
     return None
 
 
+def built_from(dirs, paths) -> list[str]:
+    """The inputs an index was built from, as `lirs index` must be given them again: its
+    directories ``dirs`` and those of its data ``paths`` in none of them (files named on their own,
+    which re-indexing the directories alone would drop, unsaid)."""
+    real = {os.path.realpath(d) for d in dirs}
+    return [*dirs, *(p for p in paths if os.path.realpath(os.path.dirname(p)) not in real)]
+
+
 def check_no_new_files(idx, path: str) -> None:
     """Raise StaleIndexError when a directory the index was built from (``meta["directories"]``;
     older sidecars: ``meta["directory"]``, else ``path`` or the one of its sidecar ``DIR.lirs``
@@ -311,4 +319,4 @@ def check_no_new_files(idx, path: str) -> None:
         names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]
         raise StaleIndexError(f"{where} holds files its index {idx.sidecar} does not cover: {', '.join(names[:3])}"
                               f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}; "
-                              f"{reindex_advice(dirs, idx.sidecar, idx)} (it scans only them)")
+                              f"{reindex_advice(built_from(dirs, idx.paths), idx.sidecar, idx)} (it scans only them)")

@@ -136,6 +136,27 @@ def test_shard_directories_empty_shards_and_a_subset_named_after_its_directory(t
         lirs.build_index(str(e), progress=False)
 
 
+def test_the_advice_for_a_directory_and_a_file_named_on_its_own_names_both(tmp_path):
+    """`lirs index a b/x.svm -o mix.lirs`, then a file added to (or removed from) a/: the advice
+    said `lirs index a -o mix.lirs`, and following it rebuilt the index without b/x.svm (its
+    records gone, unsaid). It repeats every input: the directory and the file outside it."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    for i in range(3):
+        _svm(a / f"s{i}.svm", n=10, seed=i)
+    x = _svm(b / "x.svm", n=10, seed=9)
+    mix = str(tmp_path / "mix.lirs")
+    assert main(["index", str(a), x, "-o", mix, "--quiet"]) == 0
+    again = f"re-run `lirs index {a} {x} -o {mix}`"
+    _svm(a / "s5.svm", n=10, seed=5)
+    with pytest.raises(StaleIndexError, match=re.escape(f"does not cover: s5.svm; {again}")):
+        open_index(mix)
+    assert main(["index", str(a), x, "-o", mix, "--quiet"]) == 0 and open_index(mix).n == 50
+    os.unlink(a / "s1.svm")
+    with pytest.raises(StaleIndexError, match=re.escape(f"s1.svm was removed from {a} after it was indexed; {again}")):
+        open_index(mix)
+
+
 def test_a_sidecar_of_the_previous_lirs_keeps_its_directory_and_advice(tmp_path):
     """Sidecars written before `directories` and `format_given` were kept in their meta: one with
     `directory` (a directory indexed) still names a file added there, one with neither (DIR.lirs)
