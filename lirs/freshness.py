@@ -292,10 +292,19 @@ def _label_difference(index, f: int, path: str) -> str | None:
     return None
 
 
+def built_from(dirs, paths) -> list[str]:
+    """The inputs an index was built from, as `lirs index` must be given them again: its
+    directories ``dirs`` and those of its data ``paths`` in none of them (files named on their own,
+    which re-indexing the directories alone would drop, unsaid)."""
+    real = {os.path.realpath(d) for d in dirs}
+    return [*dirs, *(p for p in paths if os.path.realpath(os.path.dirname(p)) not in real)]
+
+
 def check_no_new_files(idx, path: str) -> None:
     """Raise StaleIndexError when a directory the index was built from (``meta["directories"]``;
     older sidecars: ``meta["directory"]``, else ``path`` or the one of its sidecar ``DIR.lirs``
-    holding all its files) holds data files its index does not name (added after `lirs index`)."""
+    holding all its files), or the directory ``path`` itself, holds data files its index does not
+    name (added after `lirs index`, or left out of the file list a ``DIR.lirs`` was built from)."""
     base = os.path.dirname(idx.sidecar or "")
     rels = idx.meta.get("directories", [idx.meta["directory"]] if "directory" in idx.meta else None)
     if rels is None:
@@ -304,11 +313,19 @@ def check_no_new_files(idx, path: str) -> None:
     else:
         dirs = [os.path.normpath(os.path.abspath(os.path.join(base, r))) for r in rels]
     dirs = [d for d in dirs if os.path.isdir(d)]
+    # a directory opened through a DIR.lirs built from a list of its files: serving only the listed
+    # ones would leave its other files out, unsaid
+    subset = os.path.isdir(path) and os.path.realpath(path) not in {os.path.realpath(d) for d in dirs}
+    if subset:
+        dirs.append(os.path.normpath(os.path.abspath(path)))
     known = {os.path.abspath(p) for p in idx.paths}
     new = [os.path.relpath(p, os.path.dirname(d)) for d in dirs for p in sorted(set(expand_paths(d)) - known)]
     if new:
         where = dirs[0] if len(dirs) == 1 else ", ".join(dirs)
         names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]
-        raise StaleIndexError(f"{where} holds files its index {idx.sidecar} does not cover: {', '.join(names[:3])}"
-                              f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}; "
-                              f"{reindex_advice(dirs, idx.sidecar, idx)} (it scans only them)")
+        how = (f"{reindex_advice([dirs[-1]], idx.sidecar, idx)} to index them all, or open {idx.sidecar} itself to read "
+               "only the files it names" if subset else
+               f"{reindex_advice(built_from(dirs, idx.paths), idx.sidecar, idx)} (it scans only them)")
+        raise StaleIndexError(f"{where} holds files its index {idx.sidecar}{', built from a list of files,' if subset else ''}"
+                              f" does not cover: {', '.join(names[:3])}"
+                              f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}; {how}")

@@ -32,7 +32,7 @@ from .labelcodes import encode_labels
 from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
-from .freshness import check_label_files, check_no_new_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
+from .freshness import built_from, check_label_files, check_no_new_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
 from .sidecar import (SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, relpath,
                       sidecar_path, verify_arrays)
 from . import verified
@@ -475,7 +475,7 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: b
         if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
             if os.path.realpath(os.path.dirname(p)) in dirs:  # a file removed from a directory indexed whole
                 raise StaleIndexError(f"{p} was removed from {os.path.dirname(p)} after it was indexed; "
-                                      f"{reindex_advice(dirs, sidecar)}")
+                                      f"{reindex_advice(built_from(dirs, paths), sidecar)}")
             raise IndexFormatError(
                 f"{sidecar} indexes {p}, which does not exist (the index was built for {fi['path']}); "
                 f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "

@@ -136,6 +136,49 @@ def test_shard_directories_empty_shards_and_a_subset_named_after_its_directory(t
         lirs.build_index(str(e), progress=False)
 
 
+def test_the_advice_for_a_directory_and_a_file_named_on_its_own_names_both(tmp_path):
+    """`lirs index a b/x.svm -o mix.lirs`, then a file added to (or removed from) a/: the advice
+    said `lirs index a -o mix.lirs`, and following it rebuilt the index without b/x.svm (its
+    records gone, unsaid). It repeats every input: the directory and the file outside it."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    for i in range(3):
+        _svm(a / f"s{i}.svm", n=10, seed=i)
+    x = _svm(b / "x.svm", n=10, seed=9)
+    mix = str(tmp_path / "mix.lirs")
+    assert main(["index", str(a), x, "-o", mix, "--quiet"]) == 0
+    again = f"re-run `lirs index {a} {x} -o {mix}`"
+    _svm(a / "s5.svm", n=10, seed=5)
+    with pytest.raises(StaleIndexError, match=re.escape(f"does not cover: s5.svm; {again}")):
+        open_index(mix)
+    assert main(["index", str(a), x, "-o", mix, "--quiet"]) == 0 and open_index(mix).n == 50
+    os.unlink(a / "s1.svm")
+    with pytest.raises(StaleIndexError, match=re.escape(f"s1.svm was removed from {a} after it was indexed; {again}")):
+        open_index(mix)
+
+
+def test_a_directory_opened_through_an_index_of_some_of_its_files_names_the_others(tmp_path):
+    """`lirs index d/part-*.svm -o d.lirs`, then `Loader("d")`: the directory was read through that
+    sidecar and its files the list did not name (there before, or added after) were left out,
+    unsaid. Opening the directory names them; the sidecar opened by its own name serves its list."""
+    d = tmp_path / "d"
+    d.mkdir()
+    parts = [_svm(d / f"part-{i}.svm", n=10, seed=i) for i in range(3)]
+    side = str(tmp_path / "d.lirs")
+    lirs.build_index(parts[:2], out=side, progress=False)  # part-2 there before, not listed
+    _svm(d / "part-3.svm", n=10, seed=3)  # and one added after
+    subset = (f"{d} holds files its index {side}, built from a list of files, does not cover: part-2.svm, "
+              f"part-3.svm; re-run `lirs index {d}` to index them all, or open {side} itself")
+    with pytest.raises(StaleIndexError, match=re.escape(subset)):
+        lirs.Loader(str(d), 64, granularity="instance")
+    assert main(["info", str(d)]) != 0 and main(["epoch", str(d), "--batch-size", "8"]) != 0
+    with lirs.Loader(side, 64, granularity="instance") as ld:
+        assert len(_all_ids(ld)) == 20
+    lirs.build_index(str(d), progress=False)
+    with lirs.Loader(str(d), 64, granularity="instance") as ld:
+        assert len(_all_ids(ld)) == 40
+
+
 def test_a_sidecar_of_the_previous_lirs_keeps_its_directory_and_advice(tmp_path):
     """Sidecars written before `directories` and `format_given` were kept in their meta: one with
     `directory` (a directory indexed) still names a file added there, one with neither (DIR.lirs)
