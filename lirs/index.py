@@ -289,8 +289,8 @@ class Index:
         Labels files: :func:`~lirs.freshness.check_label_files`.
         Sets :attr:`checked`; returns the files read whole."""
         moved, seen = {}, []
-        for f, (p, fp) in enumerate(zip(self.paths, self.fingerprints)):
-            why, mtime, now = staleness(p, fp, self.file_sums(f), verified.trusted_mtime(self, f), full)
+        for f, (p, fp, trusted) in enumerate(zip(self.paths, self.fingerprints, verified.trusted_mtimes(self))):
+            why, mtime, now = staleness(p, fp, self.file_sums(f), trusted, full)
             if why:
                 raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
                                       f"{reindex_advice(self.paths, self.sidecar, self)}")
