@@ -262,21 +262,23 @@ class Index:
         """uint32 CRC-32C per MiB of file ``f`` as indexed (None for an index without them)."""
         if self.sums is None:
             return None
-        from .content import block_count
+        ends = self._block_ends()
+        return np.asarray(self.sums[ends[f]:ends[f + 1]])
 
-        counts = [block_count(fp.get("size", 0)) for fp in self.fingerprints]
-        a = sum(counts[:f])
-        return np.asarray(self.sums[a:a + counts[f]])
+    def _block_ends(self) -> np.ndarray:
+        # counted once per fingerprints (record() swaps them), not per file: an open is O(files)
+        if self.__dict__.get("_ends", (None,))[0] is not self.fingerprints:
+            from .content import block_count
+            sizes = [block_count(fp.get("size", 0)) for fp in self.fingerprints]
+            self._ends = (self.fingerprints, np.cumsum([0] + sizes, dtype=np.int64))
+        return self._ends[1]
 
     def file_marks(self, f: int) -> np.ndarray | None:
         """int64 (blocks + 1, 4) scan marks of LIBSVM file ``f`` (see lirs.scanner), or None."""
         if self.marks is None:
             return None
-        from .content import block_count
-
-        counts = [block_count(fp.get("size", 0)) + 1 for fp in self.fingerprints]
-        a = sum(counts[:f])
-        return np.asarray(self.marks, np.int64).reshape(-1, 4)[a:a + counts[f]]
+        ends = self._block_ends()  # each file's marks: one row per block boundary, blocks + 1
+        return np.asarray(self.marks, np.int64).reshape(-1, 4)[ends[f] + f:ends[f + 1] + f + 1]
 
     def check_fresh(self, *, record: bool = True, full: bool = False) -> list[int]:
         """Raise StaleIndexError naming the file and the first changed byte range if any data file
@@ -287,8 +289,8 @@ class Index:
         Labels files: :func:`~lirs.freshness.check_label_files`.
         Sets :attr:`checked`; returns the files read whole."""
         moved, seen = {}, []
-        for f, (p, fp) in enumerate(zip(self.paths, self.fingerprints)):
-            why, mtime, now = staleness(p, fp, self.file_sums(f), verified.trusted_mtime(self, f), full)
+        for f, (p, fp, trusted) in enumerate(zip(self.paths, self.fingerprints, verified.trusted_mtimes(self))):
+            why, mtime, now = staleness(p, fp, self.file_sums(f), trusted, full)
             if why:
                 raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
                                       f"{reindex_advice(self.paths, self.sidecar, self)}")

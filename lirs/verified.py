@@ -44,16 +44,13 @@ def _load(idx) -> dict:
     return e
 
 
-def trusted_mtime(idx, f: int) -> int | None:
-    """The modification time (ns) file ``f`` of ``idx`` was verified at, recorded in the cache
-    because the sidecar could not be rewritten; None when there is none."""
-    if not idx.sidecar:
-        return None
-    fp = idx.fingerprints[f]
-    e = _load(idx).get("files", {}).get(str(f))
-    if e and e[0] == fp.get("size"):
-        return int(e[1])
-    return None
+def trusted_mtimes(idx) -> list:
+    """Per file of ``idx``: the modification time (ns) it was verified at, recorded in the cache
+    because the sidecar could not be rewritten, or None when there is none (or its size moved).
+    The cache entry is read once for all files: once per file made an open of many files quadratic."""
+    files = _load(idx).get("files", {}) if idx.sidecar else {}
+    entries = (files.get(str(f)) for f in range(len(idx.fingerprints)))
+    return [int(e[1]) if e and e[0] == fp.get("size") else None for e, fp in zip(entries, idx.fingerprints)]
 
 
 def record_labels(idx, moved: dict) -> bool:

@@ -478,3 +478,25 @@ def test_a_last_line_cut_midway_says_it_has_no_line_end(tmp_path):
     with pytest.raises(lirs.DataError) as e:
         lirs.build_index(str(p), progress=False)
     assert "line end" not in str(e.value)
+
+
+def test_reindexing_many_files_counts_each_file_s_blocks_once(tmp_path, spy, monkeypatch):
+    """Each kept file's checksums and scan marks were found by counting the blocks of every file
+    before it: a re-index of many files was quadratic. Counted, not timed: linear in files."""
+    import lirs.content as C
+
+    d = tmp_path / "many"
+    d.mkdir()
+    for i in range(200):
+        (d / f"s{i:04d}.svm").write_text(f"{i} {1 + i % 5}:1\n")
+    lirs.build_index(str(d), progress=False)
+    with open(d / "s0100.svm", "a") as f:
+        f.write("7 2:2\n")
+    calls = []
+    real = C.block_count
+    monkeypatch.setattr(C, "block_count", lambda size: calls.append(1) or real(size))
+    idx = lirs.build_index(str(d), progress=False)
+    assert sum(k is not None and k.whole for k in spy[-1]) == 199 and idx.n == 201
+    assert len(calls) <= 3 * 200
+    monkeypatch.setattr(C, "block_count", real)
+    _same_as_full(str(d))

@@ -660,3 +660,50 @@ def test_an_open_that_records_a_touch_keeps_the_sidecar_s_mode_and_owner(big, mo
     monkeypatch.setattr(os, "geteuid", lambda: before.st_uid + 1)  # as another user would
     open_index(p)
     assert os.stat(sc).st_ino == before.st_ino and os.listdir(tmp_path / "cache" / "verified")
+
+
+def _many_files(tmp_path, n):
+    """A directory of ``n`` one-record LIBSVM files, indexed."""
+    d = tmp_path / "many"
+    d.mkdir()
+    for i in range(n):
+        (d / f"s{i:04d}.svm").write_text(f"{i} 1:1\n")
+    lirs.build_index(str(d), progress=False)
+    return str(d)
+
+
+def test_opening_an_index_of_many_files_counts_each_file_s_blocks_once(tmp_path, monkeypatch):
+    """Each file's checksums were found by counting the blocks of every file before it, for every
+    file: an open of 20,000 files took minutes. Counted, not timed: the work is linear in files."""
+    d = _many_files(tmp_path, 200)
+    calls = []
+    real = C.block_count
+    monkeypatch.setattr(C, "block_count", lambda size: calls.append(1) or real(size))
+    idx = open_index(d)
+    assert idx.nfiles == 200 and len(calls) <= 3 * 200
+    assert [int(idx.file_sums(f)[0]) for f in (0, 199)] == [int(C.sum_file(idx.paths[f])[0]) for f in (0, 199)]
+    assert len(idx.file_marks(199)) == 2 and len(calls) <= 3 * 200
+
+
+def test_a_read_only_sidecar_s_recorded_touches_are_read_once_per_open(tmp_path, monkeypatch):
+    """The verifications recorded in the cache (the sidecar read-only) were read again for every
+    data file: once per open now, and still trusted (no data file read again)."""
+    import json
+
+    d = _many_files(tmp_path, 150)
+    for name in os.listdir(d):
+        os.utime(os.path.join(d, name), ns=(10 ** 18, 10 ** 18))
+
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(S, "rewrite_header", read_only)
+    assert len(open_index(d).check_fresh()) == 0  # the first open recorded every file in the cache
+    loads = []
+    real = json.load
+    cache = str(tmp_path / "cache")
+    monkeypatch.setattr(json, "load", lambda f, **k: (loads.append(1) if f.name.startswith(cache) else None)
+                        or real(f, **k))
+    monkeypatch.setattr(C, "first_changed_block", lambda *a, **k: pytest.fail("read whole again"))
+    assert open_index(d).nfiles == 150
+    assert len(loads) == 1
