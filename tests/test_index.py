@@ -995,6 +995,32 @@ def test_a_directory_of_mixed_formats_names_the_odd_file(tmp_path):
         lirs.build_index(str(d), progress=False)
 
 
+def test_a_directory_skips_editor_backups_and_refuses_a_file_unlike_its_shards(tmp_path):
+    """A README.md beside .jsonl shards was served as records, and a VERSION file beside .svm ones
+    as a LIBSVM record; an editor's backup (part-1.svm~) or autosave (#part-1.svm#) read as LIBSVM
+    by content served its shard's records twice. Backups are skipped as hidden files are; a file
+    without the shards' extension is refused, naming it and the extension; a directory of files
+    all without one (Spark's part-00000) is read by content as before."""
+    s, j, spark = tmp_path / "s", tmp_path / "j", tmp_path / "spark"
+    for d in (s, j, spark):
+        d.mkdir()
+    for i in range(3):
+        (s / f"part-{i}.svm").write_bytes(b"%d 1:1\n" % i)
+        (j / f"part-{i}.jsonl").write_bytes(b'{"id": %d}\n' % i)
+        (spark / f"part-0000{i}").write_bytes(b"%d 1:1\n" % i)
+    for name in ("part-1.svm~", "#part-1.svm#", "part-1.svm.bak", "part-1.svm.orig", "part-1.svm.swp"):
+        (s / name).write_bytes(b"1 1:1\n")
+    (spark / "_SUCCESS").write_bytes(b"")
+    assert len(lirs.build_index(str(s), progress=False)) == 3
+    assert len(lirs.build_index(str(spark), progress=False)) == 3
+    (j / "README.md").write_bytes(b"# My dataset\nThree shards.\n")
+    with pytest.raises(DataError, match=r"README.md: not a .jsonl file like the others in .*j; move it out"):
+        lirs.build_index(str(j), progress=False)
+    (s / "VERSION").write_bytes(b"3\n")
+    with pytest.raises(DataError, match=r"VERSION: not a .svm file like the others"):
+        lirs.build_index(str(s), progress=False)
+
+
 def test_fixed_record_arguments_are_checked_in_the_api_as_in_the_cli(tmp_path):
     """header_size=-5 wrote a sidecar no epoch could read, np.int64(5) failed in the sidecar's JSON,
     2.5 failed deep in a kernel, True was taken as 1; --record-size on a .npy read its header as
