@@ -2,6 +2,7 @@
 users and their editors keep beside data."""
 from __future__ import annotations
 
+import errno
 import os
 
 from .errors import DataError
@@ -19,14 +20,17 @@ def is_backup(name: str) -> bool:
 
 def directory_files(d: str) -> list[str]:
     """The regular files of the directory ``d`` that may be data (``d/NAME``, in name order):
-    hidden files, sidecars, labels files and editors' backups left out; DataError for a directory
-    without a non-empty one."""
+    hidden files, sidecars, labels files and editors' backups left out; DataError for a dangling
+    symlink or a symlink loop among them (its shard was else left out of the index, silently), or
+    for a directory without a non-empty one."""
     names = sorted(os.listdir(d))
     found = []
     for n in names:
         if n.startswith(".") or n.endswith(NOT_DATA) or is_backup(n):
             continue
         f = os.path.join(d, n)
+        if os.path.islink(f) and not os.path.exists(f):
+            refuse_broken_link(f)
         if os.path.isfile(f):
             found.append(f)
     if not any(os.path.getsize(f) > 0 for f in found):
@@ -36,3 +40,16 @@ def directory_files(d: str) -> list[str]:
             f" (its subdirectories {', '.join(subs[:3])}{' ...' if len(subs) > 3 else ''} are not read: "
             "a directory's data are the files directly in it)" if subs else ""))
     return found
+
+
+def refuse_broken_link(f: str) -> None:
+    """Raise DataError naming the symlink ``f``, which leads nowhere, and its target."""
+    target = os.readlink(f)
+    try:
+        os.stat(f)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise DataError(f"{f}: a symlink to {target}, which leads back to itself (a symlink loop); "
+                            "expected a data file there: fix the link, or remove it") from None
+    raise DataError(f"{f}: a symlink to {target}, which does not exist; expected a data file there: "
+                    "mount or restore it, or remove the link")

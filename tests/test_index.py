@@ -1021,6 +1021,26 @@ def test_a_directory_skips_editor_backups_and_refuses_a_file_unlike_its_shards(t
         lirs.build_index(str(s), progress=False)
 
 
+def test_a_dangling_symlink_or_a_link_loop_in_a_directory_is_named(tmp_path):
+    """A shard linked to a store not mounted yet (its target missing) was left out of the index
+    without a word, its records missing from every epoch; a symlink loop too. Both are refused,
+    naming the link and its target; an emacs lock link (.#name, dangling too) is hidden, skipped."""
+    d = tmp_path / "d"
+    d.mkdir()
+    for i in range(3):
+        (d / f"part-{i}.svm").write_bytes(b"%d 1:1\n" % i)
+    os.symlink("nowhere/part-9.svm", d / ".#part-0.svm")
+    assert len(lirs.build_index(str(d), progress=False)) == 3
+    os.symlink("../mnt/disk2/part-3.svm", d / "part-3.svm")
+    with pytest.raises(DataError, match=r"d/part-3.svm: a symlink to ../mnt/disk2/part-3.svm, which does not exist; "
+                                         "expected a data file there: mount or restore it, or remove the link"):
+        lirs.build_index(str(d), progress=False)
+    os.remove(d / "part-3.svm")
+    os.symlink("part-4.svm", d / "part-4.svm")
+    with pytest.raises(DataError, match=r"d/part-4.svm: a symlink to part-4.svm, which leads back to itself"):
+        lirs.build_index(str(d), progress=False)
+
+
 def test_fixed_record_arguments_are_checked_in_the_api_as_in_the_cli(tmp_path):
     """header_size=-5 wrote a sidecar no epoch could read, np.int64(5) failed in the sidecar's JSON,
     2.5 failed deep in a kernel, True was taken as 1; --record-size on a .npy read its header as
