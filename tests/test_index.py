@@ -1041,6 +1041,34 @@ def test_a_dangling_symlink_or_a_link_loop_in_a_directory_is_named(tmp_path):
         lirs.build_index(str(d), progress=False)
 
 
+@pytest.mark.parametrize("at", [0, 2, 4])
+def test_a_shard_of_comment_lines_only_holds_zero_records_as_an_empty_one(tmp_path, at):
+    """A LIBSVM shard holding no record (a comment header, blank lines) refused its whole
+    directory ("no records found") where an empty shard is skipped. It is indexed as zero records
+    (first, middle or last; its lack of features does not make the dataset zero-based), read as
+    none, and re-indexed when it gains some; a dataset of no records at all is still refused."""
+    d = tmp_path / "d"
+    d.mkdir()
+    for i in range(5):
+        (d / f"part-{i}.svm").write_bytes(b"".join(b"%d %d:1\n" % (i * 10 + k, k + 1) for k in range(3)))
+    (d / f"part-{at}.svm").write_bytes(b"# written by job 42\n\n")
+    want = sorted(float(i * 10 + k) for i in range(5) if i != at for k in range(3))
+    idx = lirs.build_index(str(d), progress=False)
+    assert idx.n == 12 and sorted(idx.labels.tolist()) == want and idx.meta["min_index"] == 1
+    assert idx.file_starts[at] == idx.file_starts[at + 1] and idx.payload_bytes == sum(
+        os.path.getsize(d / f"part-{i}.svm") for i in range(5) if i != at)
+    with lirs.Loader(str(d), 5, seed=0) as ld:
+        assert sorted(float(y) for b in ld.epoch(0) for y in b.y) == want
+    with open(d / f"part-{at}.svm", "ab") as f:
+        f.write(b"99 1:1\n")
+    again = lirs.build_index(str(d), progress=False)
+    assert again.n == 13 and sorted(again.labels.tolist()) == sorted(want + [99.0])
+    for i in range(5):
+        (d / f"part-{i}.svm").write_bytes(b"# nothing\n")
+    with pytest.raises(DataError, match=r"no records in any of the 5 files \(.*part-0.svm ...: only blank or comment"):
+        lirs.build_index(str(d), progress=False)
+
+
 def test_fixed_record_arguments_are_checked_in_the_api_as_in_the_cli(tmp_path):
     """header_size=-5 wrote a sidecar no epoch could read, np.int64(5) failed in the sidecar's JSON,
     2.5 failed deep in a kernel, True was taken as 1; --record-size on a .npy read its header as
