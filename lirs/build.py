@@ -75,13 +75,14 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
                     raise Unconfirmed(p)
                 if fmt == "lines" and guessed:
                     refuse_misread(p)
-                lo_hi = sc.stats[:2].copy()
+                lo_hi, n0 = sc.stats[:2].copy(), sc.n
                 try:
                     end = scan_one(sc, tap, lab_tmp, p, keep, sums, bar)
                 except DataError:
                     _unchanged(p, fp0)  # a file being written ends mid-record: say so, not "bad data"
                     raise
-                featureless += int(sc.stats[1] < 0)
+                # a file of no records (comment lines only) is as if absent, as an empty file is
+                featureless += int(sc.stats[1] < 0 and sc.n > n0)
                 sc.stats[0], sc.stats[1] = min(lo_hi[0], sc.stats[0]), max(lo_hi[1], sc.stats[1])
                 tap.finish(end)
                 fps.append(fp0)
@@ -89,9 +90,15 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
                 data_ends.append(end)
             w.end()
             n = sc.n
-            # first record offset of each file, read back from the streamed table
+            if n == 0:
+                raise DataError(f"{files[0]}: no records found ({data_ends[0]} bytes of blank or comment lines)"
+                                if len(files) == 1 else
+                                f"no records in any of the {len(files)} files ({files[0]} ...: only blank or "
+                                "comment lines); expected a dataset of one record at least")
+            # first record offset of each file, read back from the streamed table (a file of no
+            # records: its data end, where its records would start)
             offs = w.offsets_view()
-            headers = [int(offs[a]) for a in file_starts[:-1]]
+            headers = [int(offs[a]) if a < b else e for a, b, e in zip(file_starts, file_starts[1:], data_ends)]
             del offs
             w.add("file_starts", np.asarray(file_starts, np.int64))
             w.add("data_ends", np.asarray(data_ends, np.int64))

@@ -11,6 +11,7 @@ import numpy as np
 
 from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
+from .dirfiles import directory_files
 from .mounts import held_in_memory
 # importers of these reads take them from here as from their own module (they began here)
 from .preads import pread_full, pread_into, read_at  # noqa: F401
@@ -85,17 +86,16 @@ def absolute(path) -> str:
     return os.path.join(os.path.realpath(head or "."), tail)
 
 
-_NOT_DATA = (".lirs", ".lirs.bench.json", ".labels.npy")  # what lirs and its users keep beside data
-
-
 def expand_paths(paths, name: str = "paths") -> list[str]:
     """Files of a dataset: one file, several files, or the regular files of a directory (sorted);
     UsageError naming the parameter ``name`` for an empty list.
 
-    Sidecars (``*.lirs``), saved bench recommendations (``*.lirs.bench.json``), hidden files and
+    Sidecars (``*.lirs``), saved bench recommendations (``*.lirs.bench.json``), hidden files,
+    editors' backups and autosaves (``*~``, ``#*#``, ``*.bak``, ``*.orig``, ``*.swp``) and
     ``*.labels.npy`` label files are not data; nor is a directory's empty file, which holds no
     records (a shard a writer left empty, Spark's ``_SUCCESS``): once it holds some, it is a file
-    the index does not cover.
+    the index does not cover. A directory whose files are named by a known extension must hold no
+    other (see :func:`refuse_strays`).
     """
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not paths:  # else each caller failed its own way once at work (StopIteration, max() of nothing)
@@ -104,16 +104,8 @@ def expand_paths(paths, name: str = "paths") -> list[str]:
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
-            names = sorted(os.listdir(p))
-            found = [os.path.join(p, n) for n in names if not n.startswith(".") and not n.endswith(_NOT_DATA)]
-            found = [f for f in found if os.path.isfile(f)]
-            data = [absolute(f) for f in found if os.path.getsize(f) > 0]
-            if not data:
-                subs = [n for n in names if os.path.isdir(os.path.join(p, n)) and not n.startswith(".")]
-                raise DataError(f"{p}: directory holds no data files" + (
-                    f" ({len(found)} empty)" if found else "") + (
-                    f" (its subdirectories {', '.join(subs[:3])}{' ...' if len(subs) > 3 else ''} are not read: "
-                    "a directory's data are the files directly in it)" if subs else ""))
+            data = [absolute(f) for f in directory_files(p) if os.path.getsize(f) > 0]
+            refuse_strays(p, data)
             out += data
         elif os.path.exists(p):
             if not os.path.isfile(p):
@@ -128,6 +120,19 @@ def expand_paths(paths, name: str = "paths") -> list[str]:
         if twin is not p:
             raise UsageError(f"{p} is named twice{'' if twin == p else f' (also as {twin})'}; a dataset reads each file once")
     return out
+
+
+def refuse_strays(d: str, files) -> None:
+    """DataError for a file of the directory ``d`` (``files``: its data files) that has no known
+    extension where others have one (a README.md beside .jsonl shards, a VERSION file beside .svm
+    ones): its format would be guessed from its content, and its text served as records. A
+    directory whose files all lack one (Spark's part-00000) is read by content, as before."""
+    exts = sorted({os.path.splitext(f)[1] for f in files if extension_format(f) is not None})
+    # a compressed file is left to its own error, which says to decompress it
+    stray = next((f for f in files if extension_format(f) is None and compressed(f) is None), None)
+    if exts and stray is not None:
+        raise DataError(f"{os.path.basename(stray)}: not a {' or '.join(exts)} file like the others in {d}; "
+                        f"move it out, or index the files you mean (lirs index {d}/*{exts[0]} -o NAME.lirs)")
 
 
 def _head(path: str) -> bytes:

@@ -995,6 +995,80 @@ def test_a_directory_of_mixed_formats_names_the_odd_file(tmp_path):
         lirs.build_index(str(d), progress=False)
 
 
+def test_a_directory_skips_editor_backups_and_refuses_a_file_unlike_its_shards(tmp_path):
+    """A README.md beside .jsonl shards was served as records, and a VERSION file beside .svm ones
+    as a LIBSVM record; an editor's backup (part-1.svm~) or autosave (#part-1.svm#) read as LIBSVM
+    by content served its shard's records twice. Backups are skipped as hidden files are; a file
+    without the shards' extension is refused, naming it and the extension; a directory of files
+    all without one (Spark's part-00000) is read by content as before."""
+    s, j, spark = tmp_path / "s", tmp_path / "j", tmp_path / "spark"
+    for d in (s, j, spark):
+        d.mkdir()
+    for i in range(3):
+        (s / f"part-{i}.svm").write_bytes(b"%d 1:1\n" % i)
+        (j / f"part-{i}.jsonl").write_bytes(b'{"id": %d}\n' % i)
+        (spark / f"part-0000{i}").write_bytes(b"%d 1:1\n" % i)
+    for name in ("part-1.svm~", "#part-1.svm#", "part-1.svm.bak", "part-1.svm.orig", "part-1.svm.swp"):
+        (s / name).write_bytes(b"1 1:1\n")
+    (spark / "_SUCCESS").write_bytes(b"")
+    assert len(lirs.build_index(str(s), progress=False)) == 3
+    assert len(lirs.build_index(str(spark), progress=False)) == 3
+    (j / "README.md").write_bytes(b"# My dataset\nThree shards.\n")
+    with pytest.raises(DataError, match=r"README.md: not a .jsonl file like the others in .*j; move it out"):
+        lirs.build_index(str(j), progress=False)
+    (s / "VERSION").write_bytes(b"3\n")
+    with pytest.raises(DataError, match=r"VERSION: not a .svm file like the others"):
+        lirs.build_index(str(s), progress=False)
+
+
+def test_a_dangling_symlink_or_a_link_loop_in_a_directory_is_named(tmp_path):
+    """A shard linked to a store not mounted yet (its target missing) was left out of the index
+    without a word, its records missing from every epoch; a symlink loop too. Both are refused,
+    naming the link and its target; an emacs lock link (.#name, dangling too) is hidden, skipped."""
+    d = tmp_path / "d"
+    d.mkdir()
+    for i in range(3):
+        (d / f"part-{i}.svm").write_bytes(b"%d 1:1\n" % i)
+    os.symlink("nowhere/part-9.svm", d / ".#part-0.svm")
+    assert len(lirs.build_index(str(d), progress=False)) == 3
+    os.symlink("../mnt/disk2/part-3.svm", d / "part-3.svm")
+    with pytest.raises(DataError, match=r"d/part-3.svm: a symlink to ../mnt/disk2/part-3.svm, which does not exist; "
+                                         "expected a data file there: mount or restore it, or remove the link"):
+        lirs.build_index(str(d), progress=False)
+    os.remove(d / "part-3.svm")
+    os.symlink("part-4.svm", d / "part-4.svm")
+    with pytest.raises(DataError, match=r"d/part-4.svm: a symlink to part-4.svm, which leads back to itself"):
+        lirs.build_index(str(d), progress=False)
+
+
+@pytest.mark.parametrize("at", [0, 2, 4])
+def test_a_shard_of_comment_lines_only_holds_zero_records_as_an_empty_one(tmp_path, at):
+    """A LIBSVM shard holding no record (a comment header, blank lines) refused its whole
+    directory ("no records found") where an empty shard is skipped. It is indexed as zero records
+    (first, middle or last; its lack of features does not make the dataset zero-based), read as
+    none, and re-indexed when it gains some; a dataset of no records at all is still refused."""
+    d = tmp_path / "d"
+    d.mkdir()
+    for i in range(5):
+        (d / f"part-{i}.svm").write_bytes(b"".join(b"%d %d:1\n" % (i * 10 + k, k + 1) for k in range(3)))
+    (d / f"part-{at}.svm").write_bytes(b"# written by job 42\n\n")
+    want = sorted(float(i * 10 + k) for i in range(5) if i != at for k in range(3))
+    idx = lirs.build_index(str(d), progress=False)
+    assert idx.n == 12 and sorted(idx.labels.tolist()) == want and idx.meta["min_index"] == 1
+    assert idx.file_starts[at] == idx.file_starts[at + 1] and idx.payload_bytes == sum(
+        os.path.getsize(d / f"part-{i}.svm") for i in range(5) if i != at)
+    with lirs.Loader(str(d), 5, seed=0) as ld:
+        assert sorted(float(y) for b in ld.epoch(0) for y in b.y) == want
+    with open(d / f"part-{at}.svm", "ab") as f:
+        f.write(b"99 1:1\n")
+    again = lirs.build_index(str(d), progress=False)
+    assert again.n == 13 and sorted(again.labels.tolist()) == sorted(want + [99.0])
+    for i in range(5):
+        (d / f"part-{i}.svm").write_bytes(b"# nothing\n")
+    with pytest.raises(DataError, match=r"no records in any of the 5 files \(.*part-0.svm ...: only blank or comment"):
+        lirs.build_index(str(d), progress=False)
+
+
 def test_fixed_record_arguments_are_checked_in_the_api_as_in_the_cli(tmp_path):
     """header_size=-5 wrote a sidecar no epoch could read, np.int64(5) failed in the sidecar's JSON,
     2.5 failed deep in a kernel, True was taken as 1; --record-size on a .npy read its header as
