@@ -73,14 +73,14 @@ class StepDecoder:
             return self._libsvm(step, buf, ids, rext, rpos, starts, ends, payload)
         if fmt in ("npy", "fixed"):
             return (decode_fixed(buf, starts, self.index.record_dtype, self.index.record_shape),
-                    self.index.labels_of(ids))
+                    self.index.labels_of(ids, checked=False))
         if fmt == "tfrecord":
             # errors name the record within its file, as the index scan does
             files = np.asarray(step.ext_file)[rext]
             local = ids - np.asarray(self.index.file_starts, np.int64)[files]
             return self._by_file(decode_tfrecord, step, buf, local, rext, rpos, starts, ends,
                                  verify=self.verify), None
-        return decode_lines(buf, starts, ends), self.index.labels_of(ids)
+        return decode_lines(buf, starts, ends), self.index.labels_of(ids, checked=False)
 
     def wide(self, step, nbytes: int | None = None) -> bool:
         """Whether decoding ``step`` spreads over several cores by itself (a LIBSVM window).

@@ -202,11 +202,12 @@ class Index:
                 else int(self.record_size)
         return None
 
-    def labels_of(self, ids) -> np.ndarray | None:
-        """float64 labels of the given record IDs (None when unknown)."""
+    def labels_of(self, ids, *, checked: bool = True) -> np.ndarray | None:
+        """float64 labels of the given record IDs (None when unknown); IndexError for one outside [0, n) (-1
+        gave the last record's), unchecked with ``checked=False``: a plan's ids, a read step's (no min and max)."""
         if self.label_values is None:
             return None
-        ids = self._ids(ids)  # -1 would index from the end: the last record's label
+        ids = self._ids(ids) if checked else np.asarray(ids, np.int64)
         if self.label_codes is None:
             return np.asarray(self.label_values[ids], np.float64)
         return np.asarray(self.label_values, np.float64)[self.label_codes[ids]]
