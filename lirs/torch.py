@@ -70,8 +70,8 @@ from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_
 from .passboard import Fed, PassBoard, PassPosition, delivering, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workererrors import Failed, failing_early, stops_at_error
-from .workers import (Bundler, bundled, Convert, before_fork, check_tensor_records, in_order, share_of, worker_of, worker_pool,
-                      worker_threads, workers_memory)
+from .torchchecks import check_tensor_records
+from .workers import Bundler, bundled, Convert, before_fork, in_order, share_of, worker_of, worker_pool, worker_threads, workers_memory
 
 log = logging.getLogger("lirs.torch")
 

@@ -14,7 +14,6 @@ workers read (:class:`lirs.passboard.PassBoard`).
 from __future__ import annotations
 
 import collections
-import os
 import pickle
 from typing import NamedTuple
 
@@ -23,10 +22,6 @@ import torch
 import torch.utils.data as tud
 
 from . import warmup
-from .errors import LirsError, UsageError
-from .firstuse import open_source
-from .index import Index
-from .sidecar import is_sidecar_path, read_header, sidecar_path
 from .cores import usable_cores
 from .arena import arena_for, arena_of
 from .passtimes import PassTimes, timed_worker
@@ -466,34 +461,3 @@ def in_order(items, first: int):
         raise RuntimeError(f"the DataLoader workers sent batches {sorted(held)[:4]}{some} but not "
                            f"all of batch {k}")
 
-
-def check_tensor_records(source, index: str = "auto") -> None:
-    """UsageError naming the data file when the records of ``source`` (an Index, or a path a Loader opens with
-    ``index``) have a dtype torch makes no tensor of (bytes, str, datetime64, structured; uint16 to uint64 before
-    torch 2.3): at a dataset's construction, not as torch's bare TypeError at the first batch, in a worker. A
-    transform is no way around it: it is given the batch's tensors."""
-    if not isinstance(source, Index):
-        one = source[0] if isinstance(source, (list, tuple)) and len(source) == 1 else source
-        try:  # the sidecar's header names the format: a text format's index (an O(n) check at open) is not opened twice
-            fmt = read_header(one if is_sidecar_path(one) else sidecar_path(one))[0].get("format")
-        except (OSError, TypeError, LirsError):  # no sidecar yet (or a bad one): a .npy file is opened (indexed)
-            # now, as the Loader would; other sources (a LIBSVM file) are not indexed twice for this check
-            fmt = "npy" if isinstance(one, (str, os.PathLike)) and os.fspath(one).endswith(".npy") else None
-        if fmt != "npy":  # raw fixed records are uint8, text formats' X is decoded to the Loader's dtype
-            return
-        source = open_source(source, index)
-    dt = source.record_dtype
-    try:
-        if dt is None or torch_dtype(dt if dt.isnative else dt.newbyteorder("=")) is not None:
-            return
-    except (TypeError, ValueError):  # torch.from_numpy's refusal of the dtype
-        pass
-    name = source.paths[0] + (f" (and {len(source.paths) - 1} more files)" if len(source.paths) > 1 else "")
-    old = dt.kind == "u" and dt.itemsize > 1  # torch.from_numpy takes uint16, uint32, uint64 from torch 2.3 on
-    raise UsageError(
-        f"{name}: records of dtype {dt} have no torch tensor"
-        + (f" in torch {torch.__version__} (uint16, uint32 and uint64 from torch 2.3 on): upgrade torch, or save "
-           "them as a signed type (a.astype(np.int64))" if old else
-           ": the torch adapter takes numeric and bool records (int, uint8, float, complex, bool); save them as such "
-           "(each field of a structured array as an array of its own, bytes as a.view(np.uint8), datetime64 as "
-           "a.astype(np.int64))") + "; or read them as numpy arrays with lirs.Loader")

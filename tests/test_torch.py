@@ -2008,7 +2008,7 @@ def test_npy_records_no_tensor_holds_are_refused_when_the_dataset_is_made(tmp_pa
 def test_the_early_record_check_indexes_a_fresh_npy_alone(tmp_path, monkeypatch):
     """With no index yet, a .npy file is indexed as the dataset is made (its dtype refused then); a LIBSVM
     file is not indexed by the check (the Loader does it once, at its first pass)."""
-    import lirs.workers
+    import lirs.torchchecks
     from lirs.torch import make_dataloader
 
     p = str(tmp_path / "fresh.npy")
@@ -2017,7 +2017,7 @@ def test_the_early_record_check_indexes_a_fresh_npy_alone(tmp_path, monkeypatch)
         make_dataloader(p, 10)
     svm = tmp_path / "fresh.svm"
     svm.write_text("".join(f"{i % 2} 1:{i}\n" for i in range(40)))
-    monkeypatch.setattr(lirs.workers, "open_source", lambda *a, **k: pytest.fail("indexed by the check"))
+    monkeypatch.setattr(lirs.torchchecks, "open_source", lambda *a, **k: pytest.fail("indexed by the check"))
     dl = make_dataloader(str(svm), 10)
     monkeypatch.undo()
     assert sum(len(b["y"]) for b in dl) == 40
@@ -2026,21 +2026,21 @@ def test_the_early_record_check_indexes_a_fresh_npy_alone(tmp_path, monkeypatch)
 def test_unsigned_npy_records_are_refused_early_where_torch_has_no_such_tensor(tmp_path, monkeypatch):
     """torch.from_numpy takes uint16, uint32, uint64 from torch 2.3 on; lirs supports torch 2.1: there such
     records are refused as the dataset is made, saying so, and served where torch has them."""
-    import lirs.workers
+    import lirs.torchchecks
     from lirs.torch import make_dataloader
 
     p = str(tmp_path / "u.npy")
     np.save(p, np.arange(40, dtype=np.uint16).reshape(20, 2))
     got = np.concatenate([b["X"].numpy() for b in make_dataloader(p, 8, granularity="group")])
     assert got.dtype == np.uint16 and sorted(got[:, 0]) == list(range(0, 40, 2))
-    real = lirs.workers.torch_dtype
+    real = lirs.torchchecks.torch_dtype
 
     def old_torch(dt):  # torch 2.1's from_numpy: "can't convert np.ndarray of type numpy.uint16"
         if np.dtype(dt).kind == "u" and np.dtype(dt).itemsize > 1:
             raise TypeError(f"can't convert np.ndarray of type numpy.{np.dtype(dt).name}")
         return real(dt)
 
-    monkeypatch.setattr(lirs.workers, "torch_dtype", old_torch)
+    monkeypatch.setattr(lirs.torchchecks, "torch_dtype", old_torch)
     with pytest.raises(lirs.errors.UsageError, match=rf"{re.escape(p)}: records of dtype uint16 have no torch tensor "
                                                      r"in torch .*torch 2\.3.*a\.astype\(np\.int64\)"):
         make_dataloader(p, 8)
