@@ -346,7 +346,8 @@ def resolve_libsvm_params(index, zero_based="auto", n_features=None):
     records them, ``max_index < 0`` meaning no feature at all; ``min_index`` is 0 where a file of
     several has no feature, as ``load_svmlight_files`` then reads them zero-based, and
     ``["least_index"]``, where recorded, is the smallest index written). ``zero_based="auto"``:
-    zero-based iff some index is 0 or some file has no feature; ``False`` refuses a real index 0.
+    zero-based iff some index is 0 or some file of records has none (a file of no records counts as an
+    empty one: not at all); ``False`` refuses a real index 0.
     ``n_features`` defaults to ``max_index + 1`` (zero-based) or ``max_index`` (one-based), at
     least 1; a smaller explicit value is an error.
     """

@@ -70,6 +70,13 @@ def open_source(src, index: str = "auto"):
         raise UsageError(f"index must be one of {', '.join(map(repr, INDEX_MODES))}, got {index!r}")
     if isinstance(src, Index):
         return src
+    return open_or_index(os.fsdecode(one_source(src)), index=index)
+
+
+def one_source(src):
+    """The one path (str, bytes or PathLike) a Loader's ``source`` names: itself, or a one-item list's
+    item. UsageError for an empty list, a list of several (they form one dataset through their
+    sidecar) or None: checked where a source is taken (a torch dataset's as it is made)."""
     if isinstance(src, (list, tuple)):
         if not src:
             raise UsageError("no data files given: source is an empty list; expected a data file, a directory, "
@@ -80,4 +87,4 @@ def open_source(src, index: str = "auto"):
         src = src[0]
     if src is None:
         raise UsageError("Loader needs a source: a data file, a directory, a .lirs sidecar or an Index")
-    return open_or_index(os.fsdecode(src), index=index)
+    return src

@@ -6,7 +6,7 @@ import os
 import torch
 
 from .errors import LirsError, UsageError
-from .firstuse import open_source
+from .firstuse import one_source, open_source
 from .index import Index
 from .sidecar import is_sidecar_path, read_header, sidecar_path
 from .tensors import torch_dtype
@@ -18,22 +18,23 @@ def check_tensor_records(source, index: str = "auto") -> None:
     torch 2.3): at a dataset's construction, not as torch's bare TypeError at the first batch, in a worker. A
     transform is no way around it: it is given the batch's tensors."""
     if not isinstance(source, Index):
-        one = source[0] if isinstance(source, (list, tuple)) and len(source) == 1 else source
-        try:  # the sidecar's header names the format: a text format's index (an O(n) check at open) is not opened twice
+        one = one_source(source)  # an empty list or several files: refused now, not at the first pass
+        try:  # the sidecar's header names the format: a text format's index (an O(n) check at open) is not opened
             fmt = read_header(one if is_sidecar_path(one) else sidecar_path(one))[0].get("format")
         except (OSError, TypeError, LirsError):  # no sidecar yet (or a bad one): a .npy file is opened (indexed)
             # now, as the Loader would; other sources (a LIBSVM file) are not indexed twice for this check
-            fmt = "npy" if isinstance(one, (str, os.PathLike)) and os.fspath(one).endswith(".npy") else None
+            fmt = "npy" if os.fsdecode(one).endswith(".npy") else None
         if fmt != "npy":  # raw fixed records are uint8, text formats' X is decoded to the Loader's dtype
             return
-        source = open_source(source, index)
-    dt = source.record_dtype
+        # opened whole, not judged from the header: a stale one would be rebuilt by the Loader's open
+        source = open_source(one, index)
+    dt, paths = source.record_dtype, source.paths
     try:
         if dt is None or torch_dtype(dt if dt.isnative else dt.newbyteorder("=")) is not None:
             return
     except (TypeError, ValueError):  # torch.from_numpy's refusal of the dtype
         pass
-    name = source.paths[0] + (f" (and {len(source.paths) - 1} more files)" if len(source.paths) > 1 else "")
+    name = paths[0] + (f" (and {len(paths) - 1} more files)" if len(paths) > 1 else "")
     old = dt.kind == "u" and dt.itemsize > 1  # torch.from_numpy takes uint16, uint32, uint64 from torch 2.3 on
     raise UsageError(
         f"{name}: records of dtype {dt} have no torch tensor"

@@ -2023,6 +2023,22 @@ def test_the_early_record_check_indexes_a_fresh_npy_alone(tmp_path, monkeypatch)
     assert sum(len(b["y"]) for b in dl) == 40
 
 
+def test_an_empty_or_several_file_source_is_refused_when_the_dataset_is_made(tmp_path):
+    """LirsIterableDataset([]) or of two files was taken and failed at the first pass (in a worker):
+    refused as it is made, with the Loader's words."""
+    from lirs.torch import LirsIterableDataset, make_dataloader
+
+    a, b = tmp_path / "a.svm", tmp_path / "b.svm"
+    for p in (a, b):
+        p.write_text("1 1:1\n-1 2:1\n")
+    for make in (LirsIterableDataset, make_dataloader):
+        with pytest.raises(lirs.errors.UsageError, match="no data files given: source is an empty list"):
+            make([], 8)
+        with pytest.raises(lirs.errors.UsageError, match="several data files form one dataset"):
+            make([str(a), str(b)], 8)
+    assert sum(len(x["y"]) for x in make_dataloader([str(a)], 1)) == 2
+
+
 def test_unsigned_npy_records_are_refused_early_where_torch_has_no_such_tensor(tmp_path, monkeypatch):
     """torch.from_numpy takes uint16, uint32, uint64 from torch 2.3 on; lirs supports torch 2.1: there such
     records are refused as the dataset is made, saying so, and served where torch has them."""
