@@ -6,7 +6,7 @@ import os
 import sys
 
 from . import at_least_one, check_results_and_plot, option, positive_size, printing_results, window_spec
-from ..constants import BLOCK, DEFAULT_WINDOW
+from ..constants import DEFAULT_WINDOW
 from ..errors import UsageError
 from ..litter import out_dir
 
@@ -115,14 +115,11 @@ def _check_args(args) -> None:
 
 
 def group_size(text):
-    """``"auto"``, or the bytes of a group size ``text`` names (a power of two of at least a page,
-    as the Loader's groups are), else UsageError."""
-    if text == "auto":
-        return text
-    g = positive_size(text)
-    if g < BLOCK or g & (g - 1):
-        raise UsageError(f"a group size is a power of two >= {BLOCK}, got {text!r}")
-    return g
+    """``"auto"``, or the bytes of a group size ``text`` names (``lirs bench``'s own check of them),
+    else UsageError."""
+    from ..eval.bench.run import check_group_size
+
+    return check_group_size(text if text == "auto" else positive_size(text))
 
 
 def times(args) -> tuple[float, float]:

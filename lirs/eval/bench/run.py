@@ -101,17 +101,20 @@ def _check_names(devices, granularities, peers, reads_only):
     return devices, granularities, peer_list, explicit, reads_only
 
 
+def check_group_size(g):
+    """``"auto"``, or the group size ``g`` (bytes) as an int when it is a power of two of at least a
+    page, as the Loader's groups are; else UsageError."""
+    if g == "auto":
+        return g
+    g = int(g)
+    if g < BLOCK or g & (g - 1):
+        raise UsageError(f"group size {g} must be a power of two >= {BLOCK}")
+    return g
+
+
 def _check_numbers(group_bytes, epochs, budget_s, batch_size, window) -> list:
     """The group sizes (ints, or ``"auto"``), after checking every numeric setting."""
-    sizes = []
-    for g in group_bytes:
-        if g == "auto":
-            sizes.append("auto")
-        else:
-            g = int(g)
-            if g < BLOCK or g & (g - 1):
-                raise UsageError(f"group size {g} must be a power of two >= {BLOCK}")
-            sizes.append(g)
+    sizes = [check_group_size(g) for g in group_bytes]
     if epochs < 1:
         raise UsageError("epochs must be >= 1")
     if budget_s <= 0:
