@@ -239,7 +239,9 @@ def format_reason(path: str) -> tuple[str, str]:
 
 def _data_lines(path: str, head: bytes) -> list[bytes]:
     """The first data lines (at most 20; blank and comment lines skipped) of the text file ``path``,
-    whose first bytes are ``head``: whole lines only, the last one at end of file without its LF.
+    whose first bytes are ``head``: whole lines only; a last one at end of file without its LF only
+    where no whole data line precedes it (a one-line file; a record cut off by a writer not done
+    yet is no evidence against the lines before it, which the parser then refuses as cut off).
 
     Where none ends in ``head`` but the cut one may still be LIBSVM (its whole tokens read so), the
     file is read on, up to ``_DETECT_MAX`` bytes: deciding from the cut line alone served a LIBSVM
@@ -247,8 +249,10 @@ def _data_lines(path: str, head: bytes) -> list[bytes]:
     buf, at_end = head, len(head) < _HEAD
     while True:
         parts = buf.split(b"\n")
-        cut = b"" if at_end else parts.pop()
+        cut = parts.pop()  # after the last LF: cut off by the read, or the file's unterminated end
         lines = [ln for ln in parts if ln.strip() and not ln.lstrip().startswith(b"#")][:20]
+        if at_end and not lines and cut.strip() and not cut.lstrip().startswith(b"#"):
+            lines = [cut]
         if lines or at_end or not _may_be_libsvm(cut):
             return lines
         refuse_cr_only(path, head)  # no LF read on for: its own error, not "no line ends"

@@ -549,6 +549,23 @@ def test_detection_reads_on_to_the_end_of_a_long_first_line(tmp_path, monkeypatc
         inputs.format_reason(str(endless))
 
 
+def test_a_small_file_cut_off_at_its_end_is_refused_as_cut_off_not_read_as_lines(tmp_path):
+    """An extensionless LIBSVM file of a few lines whose last record is cut off without its line end
+    (a file still being written: `1 1:3 4:`) was detected as raw lines, that cut line counted as
+    evidence, and indexed without labels. The cut line counts only where no whole data line came
+    before it: the file is LIBSVM, and its cut record is refused as having no line end."""
+    from lirs import inputs
+
+    p = tmp_path / "train"
+    p.write_bytes(b"".join(b"%d 1:%d 4:0.5\n" % (i % 2, i) for i in range(12)) + b"1 1:3 4:")
+    assert inputs.format_reason(str(p)) == ("libsvm", "the first 12 data lines read as LIBSVM (label index:value ...)")
+    with pytest.raises(DataError, match=r"train: line 13, .*no line end: is the file still being written\?"):
+        lirs.build_index(str(p), progress=False)
+    for data, fmt in ((b"# header\n1 1:1", "libsvm"), (b"\nhello", "lines")):  # the one data line, uncut
+        p.write_bytes(data)
+        assert inputs.format_reason(str(p))[0] == fmt, data
+
+
 def _gz(b):
     import gzip
     return gzip.compress(b)
