@@ -11,7 +11,7 @@ import numpy as np
 
 from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
-from .dirfiles import directory_files
+from .dirfiles import data_ext, directory_files
 from .mounts import held_in_memory
 # importers of these reads take them from here as from their own module (they began here)
 from .preads import pread_full, pread_into, read_at  # noqa: F401
@@ -125,14 +125,17 @@ def expand_paths(paths, name: str = "paths") -> list[str]:
 def refuse_strays(d: str, files) -> None:
     """DataError for a file of the directory ``d`` (``files``: its data files) that has no known
     extension where others have one (a README.md beside .jsonl shards, a VERSION file beside .svm
-    ones): its format would be guessed from its content, and its text served as records. A
-    directory whose files all lack one (Spark's part-00000) is read by content, as before."""
-    exts = sorted({os.path.splitext(f)[1] for f in files if extension_format(f) is not None})
+    ones): its format would be guessed from its content, and its text served as records. A rotated
+    file's number is no extension (``app.jsonl.1`` is a .jsonl file: :func:`lirs.dirfiles.data_ext`).
+    A directory whose files all lack one (Spark's part-00000) is read by content, as before."""
+    known = {f: data_ext(f) for f in files if extension_format("x" + data_ext(f)) is not None}
     # a compressed file is left to its own error, which says to decompress it
-    stray = next((f for f in files if extension_format(f) is None and compressed(f) is None), None)
-    if exts and stray is not None:
+    stray = next((f for f in files if f not in known and compressed(f) is None), None)
+    if stray is not None and known:
+        exts = sorted(set(known.values()))
+        rotated = f" {d}/*{exts[0]}.[0-9]*" if any(not f.endswith(e) for f, e in known.items()) else ""
         raise DataError(f"{os.path.basename(stray)}: not a {' or '.join(exts)} file like the others in {d}; "
-                        f"move it out, or index the files you mean (lirs index {d}/*{exts[0]} -o NAME.lirs)")
+                        f"move it out, or index the files you mean (lirs index {d}/*{exts[0]}{rotated} -o NAME.lirs)")
 
 
 def _head(path: str) -> bytes:

@@ -1038,6 +1038,23 @@ def test_a_directory_skips_editor_backups_and_refuses_a_file_unlike_its_shards(t
         lirs.build_index(str(s), progress=False)
 
 
+def test_rotated_logs_in_a_directory_are_shards_of_their_extension(tmp_path):
+    """Rotated logs (app.jsonl, app.jsonl.1, app.jsonl.2, as RotatingFileHandler and logrotate
+    name them) were refused as "app.jsonl.1: not a .jsonl file", and the advice `DIR/*.jsonl`
+    left two thirds of the records out. A trailing number is no extension: they are indexed, and
+    a README beside them is refused with advice that names the rotated files too."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    for name, base in (("app.jsonl", 0), ("app.jsonl.1", 100), ("app.jsonl.23", 200)):
+        (d / name).write_text("".join(f'{{"id": {base + i}}}\n' for i in range(10)))
+    idx = lirs.build_index(str(d), progress=False)
+    assert idx.format == "lines" and idx.n == 30
+    (d / "README.md").write_text("# logs\nrotated daily\n")
+    with pytest.raises(DataError, match=re.escape(f"README.md: not a .jsonl file like the others in {d}; move it out, "
+                                                  f"or index the files you mean (lirs index {d}/*.jsonl {d}/*.jsonl.[0-9]* -o")):
+        lirs.build_index(str(d), progress=False)
+
+
 def test_a_dangling_symlink_or_a_link_loop_in_a_directory_is_named(tmp_path):
     """A shard linked to a store not mounted yet (its target missing) was left out of the index
     without a word, its records missing from every epoch; a symlink loop too. Both are refused,
