@@ -124,14 +124,15 @@ def expand_paths(paths, name: str = "paths") -> list[str]:
 
 def refuse_strays(d: str, files) -> None:
     """DataError for a file of the directory ``d`` (``files``: its data files) that has no known
-    extension where others have one (a README.md beside .jsonl shards, a VERSION file beside .svm
+    extension where most have one (a README.md beside .jsonl shards, a VERSION file beside .svm
     ones): its format would be guessed from its content, and its text served as records. A rotated
     file's number is no extension (``app.jsonl.1`` is a .jsonl file: :func:`lirs.dirfiles.data_ext`).
-    A directory whose files all lack one (Spark's part-00000) is read by content, as before."""
+    Where at most half have one (Spark's part-00000, TFDS shards beside their .json metadata), all
+    are read by content (files that disagree are :func:`resolve_format`'s error)."""
     known = {f: data_ext(f) for f in files if extension_format("x" + data_ext(f)) is not None}
     # a compressed file is left to its own error, which says to decompress it
     stray = next((f for f in files if f not in known and compressed(f) is None), None)
-    if stray is not None and known:
+    if stray is not None and 2 * len(known) > len(files):
         exts = sorted(set(known.values()))
         rotated = f" {d}/*{exts[0]}.[0-9]*" if any(not f.endswith(e) for f, e in known.items()) else ""
         raise DataError(f"{os.path.basename(stray)}: not a {' or '.join(exts)} file like the others in {d}; "

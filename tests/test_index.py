@@ -1055,6 +1055,29 @@ def test_rotated_logs_in_a_directory_are_shards_of_their_extension(tmp_path):
         lirs.build_index(str(d), progress=False)
 
 
+def test_a_directory_mostly_without_known_extensions_is_read_by_content(tmp_path):
+    """TFDS-style shards (mnist-train.tfrecord-00000-of-00002) beside their dataset_info.json and
+    features.json were called strays of the .json files, the advice to index `DIR/*.json`: the
+    metadata alone. The stray rule holds only where most files have a known extension; here the
+    files are read by content, and their disagreeing formats are named."""
+    from lirs.inputs import expand_paths
+    from lirs.tfrecord import encode
+
+    d = tmp_path / "mnist"
+    d.mkdir()
+    for k in range(2):
+        (d / f"mnist-train.tfrecord-0000{k}-of-00002").write_bytes(encode([b"x" * 30] * 10).tobytes())
+    (d / "dataset_info.json").write_text('{"name": "mnist"}\n')
+    (d / "features.json").write_text('{"type": "FeaturesDict"}\n')
+    assert len(expand_paths(str(d))) == 4
+    with pytest.raises(DataError, match=r"share a format; found lines \(2: dataset_info.json, features.json\); "
+                                        r"tfrecord \(2: mnist-train.tfrecord-00000-of-00002, "):
+        lirs.build_index(str(d), progress=False)
+    (d / "features.json").unlink()  # 1 of 3 files named .json: still read by content
+    with pytest.raises(DataError, match=r"share a format; found lines \(1: dataset_info.json\); tfrecord \(2: "):
+        lirs.build_index(str(d), progress=False)
+
+
 def test_a_dangling_symlink_or_a_link_loop_in_a_directory_is_named(tmp_path):
     """A shard linked to a store not mounted yet (its target missing) was left out of the index
     without a word, its records missing from every epoch; a symlink loop too. Both are refused,
