@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 
 from .errors import DataError
 
@@ -40,6 +41,13 @@ def directory_files(d: str) -> list[str]:
             f" (its subdirectories {', '.join(subs[:3])}{' ...' if len(subs) > 3 else ''} are not read: "
             "a directory's data are the files directly in it)" if subs else ""))
     return found
+
+
+def data_ext(path: str) -> str:
+    """The extension of the data file ``path`` (``".jsonl"``), a rotated file's number dropped:
+    logrotate and RotatingFileHandler name the older files of ``app.jsonl`` ``app.jsonl.1``,
+    ``app.jsonl.2``, which hold the same records (their ``.1`` is no format)."""
+    return os.path.splitext(re.sub(r"(\.\d+)+$", "", os.path.basename(path)))[1]
 
 
 def refuse_broken_link(f: str) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
-from .dirfiles import directory_files
+from .dirfiles import data_ext, directory_files
 from .mounts import held_in_memory
 # importers of these reads take them from here as from their own module (they began here)
 from .preads import pread_full, pread_into, read_at  # noqa: F401
@@ -124,15 +124,19 @@ def expand_paths(paths, name: str = "paths") -> list[str]:
 
 def refuse_strays(d: str, files) -> None:
     """DataError for a file of the directory ``d`` (``files``: its data files) that has no known
-    extension where others have one (a README.md beside .jsonl shards, a VERSION file beside .svm
-    ones): its format would be guessed from its content, and its text served as records. A
-    directory whose files all lack one (Spark's part-00000) is read by content, as before."""
-    exts = sorted({os.path.splitext(f)[1] for f in files if extension_format(f) is not None})
+    extension where most have one (a README.md beside .jsonl shards, a VERSION file beside .svm
+    ones): its format would be guessed from its content, and its text served as records. A rotated
+    file's number is no extension (``app.jsonl.1`` is a .jsonl file: :func:`lirs.dirfiles.data_ext`).
+    Where at most half have one (Spark's part-00000, TFDS shards beside their .json metadata), all
+    are read by content (files that disagree are :func:`resolve_format`'s error)."""
+    known = {f: data_ext(f) for f in files if extension_format("x" + data_ext(f)) is not None}
     # a compressed file is left to its own error, which says to decompress it
-    stray = next((f for f in files if extension_format(f) is None and compressed(f) is None), None)
-    if exts and stray is not None:
+    stray = next((f for f in files if f not in known and compressed(f) is None), None)
+    if stray is not None and 2 * len(known) > len(files):
+        exts = sorted(set(known.values()))
+        rotated = f" {d}/*{exts[0]}.[0-9]*" if any(not f.endswith(e) for f, e in known.items()) else ""
         raise DataError(f"{os.path.basename(stray)}: not a {' or '.join(exts)} file like the others in {d}; "
-                        f"move it out, or index the files you mean (lirs index {d}/*{exts[0]} -o NAME.lirs)")
+                        f"move it out, or index the files you mean (lirs index {d}/*{exts[0]}{rotated} -o NAME.lirs)")
 
 
 def _head(path: str) -> bytes:
@@ -239,7 +243,9 @@ def format_reason(path: str) -> tuple[str, str]:
 
 def _data_lines(path: str, head: bytes) -> list[bytes]:
     """The first data lines (at most 20; blank and comment lines skipped) of the text file ``path``,
-    whose first bytes are ``head``: whole lines only, the last one at end of file without its LF.
+    whose first bytes are ``head``: whole lines only; a last one at end of file without its LF only
+    where no whole data line precedes it (a one-line file; a record cut off by a writer not done
+    yet is no evidence against the lines before it, which the parser then refuses as cut off).
 
     Where none ends in ``head`` but the cut one may still be LIBSVM (its whole tokens read so), the
     file is read on, up to ``_DETECT_MAX`` bytes: deciding from the cut line alone served a LIBSVM
@@ -247,8 +253,10 @@ def _data_lines(path: str, head: bytes) -> list[bytes]:
     buf, at_end = head, len(head) < _HEAD
     while True:
         parts = buf.split(b"\n")
-        cut = b"" if at_end else parts.pop()
+        cut = parts.pop()  # after the last LF: cut off by the read, or the file's unterminated end
         lines = [ln for ln in parts if ln.strip() and not ln.lstrip().startswith(b"#")][:20]
+        if at_end and not lines and cut.strip() and not cut.lstrip().startswith(b"#"):
+            lines = [cut]
         if lines or at_end or not _may_be_libsvm(cut):
             return lines
         refuse_cr_only(path, head)  # no LF read on for: its own error, not "no line ends"

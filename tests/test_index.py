@@ -549,6 +549,23 @@ def test_detection_reads_on_to_the_end_of_a_long_first_line(tmp_path, monkeypatc
         inputs.format_reason(str(endless))
 
 
+def test_a_small_file_cut_off_at_its_end_is_refused_as_cut_off_not_read_as_lines(tmp_path):
+    """An extensionless LIBSVM file of a few lines whose last record is cut off without its line end
+    (a file still being written: `1 1:3 4:`) was detected as raw lines, that cut line counted as
+    evidence, and indexed without labels. The cut line counts only where no whole data line came
+    before it: the file is LIBSVM, and its cut record is refused as having no line end."""
+    from lirs import inputs
+
+    p = tmp_path / "train"
+    p.write_bytes(b"".join(b"%d 1:%d 4:0.5\n" % (i % 2, i) for i in range(12)) + b"1 1:3 4:")
+    assert inputs.format_reason(str(p)) == ("libsvm", "the first 12 data lines read as LIBSVM (label index:value ...)")
+    with pytest.raises(DataError, match=r"train: line 13, .*no line end: is the file still being written\?"):
+        lirs.build_index(str(p), progress=False)
+    for data, fmt in ((b"# header\n1 1:1", "libsvm"), (b"\nhello", "lines")):  # the one data line, uncut
+        p.write_bytes(data)
+        assert inputs.format_reason(str(p))[0] == fmt, data
+
+
 def _gz(b):
     import gzip
     return gzip.compress(b)
@@ -1019,6 +1036,46 @@ def test_a_directory_skips_editor_backups_and_refuses_a_file_unlike_its_shards(t
     (s / "VERSION").write_bytes(b"3\n")
     with pytest.raises(DataError, match=r"VERSION: not a .svm file like the others"):
         lirs.build_index(str(s), progress=False)
+
+
+def test_rotated_logs_in_a_directory_are_shards_of_their_extension(tmp_path):
+    """Rotated logs (app.jsonl, app.jsonl.1, app.jsonl.2, as RotatingFileHandler and logrotate
+    name them) were refused as "app.jsonl.1: not a .jsonl file", and the advice `DIR/*.jsonl`
+    left two thirds of the records out. A trailing number is no extension: they are indexed, and
+    a README beside them is refused with advice that names the rotated files too."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    for name, base in (("app.jsonl", 0), ("app.jsonl.1", 100), ("app.jsonl.23", 200)):
+        (d / name).write_text("".join(f'{{"id": {base + i}}}\n' for i in range(10)))
+    idx = lirs.build_index(str(d), progress=False)
+    assert idx.format == "lines" and idx.n == 30
+    (d / "README.md").write_text("# logs\nrotated daily\n")
+    with pytest.raises(DataError, match=re.escape(f"README.md: not a .jsonl file like the others in {d}; move it out, "
+                                                  f"or index the files you mean (lirs index {d}/*.jsonl {d}/*.jsonl.[0-9]* -o")):
+        lirs.build_index(str(d), progress=False)
+
+
+def test_a_directory_mostly_without_known_extensions_is_read_by_content(tmp_path):
+    """TFDS-style shards (mnist-train.tfrecord-00000-of-00002) beside their dataset_info.json and
+    features.json were called strays of the .json files, the advice to index `DIR/*.json`: the
+    metadata alone. The stray rule holds only where most files have a known extension; here the
+    files are read by content, and their disagreeing formats are named."""
+    from lirs.inputs import expand_paths
+    from lirs.tfrecord import encode
+
+    d = tmp_path / "mnist"
+    d.mkdir()
+    for k in range(2):
+        (d / f"mnist-train.tfrecord-0000{k}-of-00002").write_bytes(encode([b"x" * 30] * 10).tobytes())
+    (d / "dataset_info.json").write_text('{"name": "mnist"}\n')
+    (d / "features.json").write_text('{"type": "FeaturesDict"}\n')
+    assert len(expand_paths(str(d))) == 4
+    with pytest.raises(DataError, match=r"share a format; found lines \(2: dataset_info.json, features.json\); "
+                                        r"tfrecord \(2: mnist-train.tfrecord-00000-of-00002, "):
+        lirs.build_index(str(d), progress=False)
+    (d / "features.json").unlink()  # 1 of 3 files named .json: still read by content
+    with pytest.raises(DataError, match=r"share a format; found lines \(1: dataset_info.json\); tfrecord \(2: "):
+        lirs.build_index(str(d), progress=False)
 
 
 def test_a_dangling_symlink_or_a_link_loop_in_a_directory_is_named(tmp_path):

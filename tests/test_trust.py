@@ -136,6 +136,29 @@ def test_shard_directories_empty_shards_and_a_subset_named_after_its_directory(t
         lirs.build_index(str(e), progress=False)
 
 
+def test_a_directory_with_a_stray_file_opens_as_stale_not_as_the_stray_error(tmp_path):
+    """Following the stray-file advice (`lirs index d/*.svm -o d.lirs`), then opening d, gave the
+    same "README.md: not a .svm file" error again, never saying that d.lirs can be opened itself:
+    the check for new files ran the stray rule. It lists d's files without it: the README is a
+    file the index does not cover, also where it was added after a whole-directory index."""
+    d = tmp_path / "d"
+    d.mkdir()
+    parts = [_svm(d / f"part-{i}.svm", n=10, seed=i) for i in range(2)]
+    (d / "README.md").write_text("# my data\nshards of train\n")
+    with pytest.raises(lirs.errors.DataError, match=r"README.md: not a .svm file like the others"):
+        lirs.build_index(str(d), progress=False)
+    side = str(tmp_path / "d.lirs")
+    lirs.build_index(parts, out=side, progress=False)
+    with pytest.raises(StaleIndexError, match=re.escape(f"{d} holds files its index {side}, built from a list of "
+                                                        f"files, does not cover: README.md; re-run `lirs index {d}`")):
+        open_index(str(d))
+    os.unlink(d / "README.md")
+    lirs.build_index(str(d), progress=False)
+    (d / "README.md").write_text("# my data\n")  # added after a whole-directory index
+    with pytest.raises(StaleIndexError, match=re.escape(f"{d} holds files its index {side} does not cover: README.md")):
+        open_index(str(d))
+
+
 def test_the_advice_for_a_directory_and_a_file_named_on_its_own_names_both(tmp_path):
     """`lirs index a b/x.svm -o mix.lirs`, then a file added to (or removed from) a/: the advice
     said `lirs index a -o mix.lirs`, and following it rebuilt the index without b/x.svm (its
