@@ -16,7 +16,8 @@ import threading
 import numpy as np
 
 from .constants import BLOCK
-from .inputs import cached, pread_into
+from .inputs import cached
+from .preads import pread_into
 
 log = logging.getLogger("lirs.index")
 

@@ -379,7 +379,7 @@ def _where_index_zero(index) -> str:
     """``"FILE: line L, byte B, token '0:1'"`` of the first feature index 0 of an indexed LIBSVM
     dataset, or "" where the index keeps no scan marks (error path only: the marks at every MiB
     hold the least index so far, so one MiB of records is read and parsed)."""
-    from .inputs import read_at
+    from .preads import read_at
     from .svmlight import TokenError, line_tokens, parse_tokens
 
     for f, path in enumerate(index.paths):

@@ -17,8 +17,8 @@ import numpy as np
 
 from .constants import BLOCK
 from .errors import StaleIndexError
-from .dirfiles import directory_files
-from .inputs import absolute, extension_format, labels_candidates, pread_full
+from .inputs import expand_paths, extension_format, labels_candidates
+from .preads import pread_full
 from .npyformat import NpyRows
 from .sidecar import SIDECAR_SUFFIX, relpath
 
@@ -320,10 +320,10 @@ def check_no_new_files(idx, path: str) -> None:
     if subset:
         dirs.append(os.path.normpath(os.path.abspath(path)))
     known = {os.path.abspath(p) for p in idx.paths}
-    # its data files as expand_paths lists them, less its stray rule: a DIR.lirs built from the
-    # shards its error named, or a README added after the index, is a file the index does not cover
+    # less the stray rule: a DIR.lirs built from the shards its error named, or a README added
+    # after the index, is a file the index does not cover
     new = [os.path.relpath(p, os.path.dirname(d)) for d in dirs
-           for p in sorted({absolute(f) for f in directory_files(d) if os.path.getsize(f) > 0} - known)]
+           for p in sorted(set(expand_paths(d, strays=False)) - known)]
     if new:
         where = dirs[0] if len(dirs) == 1 else ", ".join(dirs)
         names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]

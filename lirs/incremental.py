@@ -28,7 +28,8 @@ import numpy as np
 
 from .content import SUM_BLOCK, BlockSums, block_count, check_in_background, first_changed_block
 from .errors import IndexFormatError, StaleIndexError
-from .inputs import SUM_TAPS, pread_full
+from .inputs import SUM_TAPS
+from .preads import pread_full
 from .freshness import staleness
 
 log = logging.getLogger("lirs.index")

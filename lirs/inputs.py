@@ -13,8 +13,7 @@ from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_
 from .errors import DataError, UsageError
 from .dirfiles import data_ext, directory_files
 from .mounts import held_in_memory
-# importers of these reads take them from here as from their own module (they began here)
-from .preads import pread_full, pread_into, read_at  # noqa: F401
+from .preads import pread_into, read_at
 
 log = logging.getLogger("lirs.inputs")
 
@@ -86,7 +85,7 @@ def absolute(path) -> str:
     return os.path.join(os.path.realpath(head or "."), tail)
 
 
-def expand_paths(paths, name: str = "paths") -> list[str]:
+def expand_paths(paths, name: str = "paths", strays: bool = True) -> list[str]:
     """Files of a dataset: one file, several files, or the regular files of a directory (sorted);
     UsageError naming the parameter ``name`` for an empty list.
 
@@ -95,7 +94,7 @@ def expand_paths(paths, name: str = "paths") -> list[str]:
     ``*.labels.npy`` label files are not data; nor is a directory's empty file, which holds no
     records (a shard a writer left empty, Spark's ``_SUCCESS``): once it holds some, it is a file
     the index does not cover. A directory whose files are named by a known extension must hold no
-    other (see :func:`refuse_strays`).
+    other (:func:`refuse_strays`; ``strays=False``: listed, as a check for files an index misses does).
     """
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not paths:  # else each caller failed its own way once at work (StopIteration, max() of nothing)
@@ -105,7 +104,8 @@ def expand_paths(paths, name: str = "paths") -> list[str]:
         p = os.fspath(p)
         if os.path.isdir(p):
             data = [absolute(f) for f in directory_files(p) if os.path.getsize(f) > 0]
-            refuse_strays(p, data)
+            if strays:
+                refuse_strays(p, data)
             out += data
         elif os.path.exists(p):
             if not os.path.isfile(p):

@@ -12,7 +12,7 @@ import struct
 import numpy as np
 
 from .errors import DataError
-from .inputs import pread_full, pread_into
+from .preads import pread_full, pread_into
 
 # a header's most bytes: numpy refuses more than 10,000 by default (a structured dtype of many fields
 # passes it); this bounds what ast.literal_eval is given, as numpy's limit does

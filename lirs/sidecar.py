@@ -21,7 +21,8 @@ import zlib
 import numpy as np
 
 from .errors import IndexFormatError, UsageError
-from .inputs import absolute, expand_paths, labels_candidates, pread_full, pread_into, read_at
+from .inputs import absolute, expand_paths, labels_candidates
+from .preads import pread_full, pread_into, read_at
 from .litter import clean_dead_litter, clean_dead_temps, fsync_dir, open_locked, release, temp_name
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable

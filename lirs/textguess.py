@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from .errors import DataError
-from .inputs import read_at
+from .preads import read_at
 
 _CSV_EXT = (".csv", ".tsv")
 

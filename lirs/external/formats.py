@@ -15,7 +15,8 @@ import numpy as np
 
 from ..build import VarScanner, check_header_size, labels_for_npy, npy_layout, raw_fixed_count
 from ..textguess import refuse_misread
-from ..inputs import read_at, resolve_format
+from ..inputs import resolve_format
+from ..preads import read_at
 from ..errors import DataError, UsageError
 from ..npyformat import header_bytes
 from ..index import VARIABLE_FORMATS
