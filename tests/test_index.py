@@ -1440,3 +1440,18 @@ def test_a_reader_gone_before_the_scan_does_not_stop_lirs_index(tmp_path):
     finally:
         os.close(w)
     assert rc == 0 and lirs.open_index(str(tmp_path / "a.svm")).n == 2
+
+
+def test_a_directorys_files_are_in_code_point_name_order(tmp_path):
+    """docs/formats.md: a directory's files are read in name order by code point (``part-10``
+    before ``part-9``, ``B`` before ``a``), and global record IDs follow that order."""
+    d = tmp_path / "shards"
+    d.mkdir()
+    for name in ("part-9.jsonl", "part-10.jsonl", "a.jsonl", "B.jsonl"):
+        (d / name).write_text(f"{name}\n")
+    idx = lirs.build_index(str(d), progress=False)
+    assert [os.path.basename(p) for p in idx.paths] == ["B.jsonl", "a.jsonl", "part-10.jsonl", "part-9.jsonl"]
+    assert idx.file_of(np.arange(4)).tolist() == [0, 1, 2, 3]
+    batch = next(iter(lirs.Loader(str(d), batch_size=4, granularity="instance", seed=1).epoch(0)))
+    assert sorted(zip(batch.ids.tolist(), batch.X)) == [
+        (0, b"B.jsonl"), (1, b"a.jsonl"), (2, b"part-10.jsonl"), (3, b"part-9.jsonl")]
