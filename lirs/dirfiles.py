@@ -14,6 +14,13 @@ NOT_DATA = (".lirs", ".lirs.bench.json", ".labels.npy")  # what lirs and its use
 _BACKUP_ENDS = ("~", ".bak", ".orig", ".swp")
 
 
+def first_few(names, sep: str = ", ") -> str:
+    """The first three of ``names`` (str) joined by ``sep``, and `` ...`` where there are more: an
+    error names a dataset of thousands of files by its first ones."""
+    names = list(names)
+    return sep.join(names[:3]) + (" ..." if len(names) > 3 else "")
+
+
 def is_backup(name: str) -> bool:
     """Whether the file name ``name`` is an editor's backup or autosave (not data)."""
     return name.endswith(_BACKUP_ENDS) or (len(name) > 1 and name.startswith("#") and name.endswith("#"))
@@ -38,7 +45,7 @@ def directory_files(d: str) -> list[str]:
         subs = [n for n in names if os.path.isdir(os.path.join(d, n)) and not n.startswith(".")]
         raise DataError(f"{d}: directory holds no data files" + (
             f" ({len(found)} empty)" if found else "") + (
-            f" (its subdirectories {', '.join(subs[:3])}{' ...' if len(subs) > 3 else ''} are not read: "
+            f" (its subdirectories {first_few(subs)} are not read: "
             "a directory's data are the files directly in it)" if subs else ""))
     return found
 

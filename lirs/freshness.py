@@ -16,6 +16,7 @@ import zlib
 import numpy as np
 
 from .constants import BLOCK
+from .dirfiles import first_few
 from .errors import StaleIndexError
 from .inputs import expand_paths, extension_format, labels_candidates
 from .preads import pread_full
@@ -168,14 +169,13 @@ def _command(paths, sidecar: str | None) -> str:
     paths = [os.fspath(p) for p in paths]
     q = _shell  # pasted into a shell: a name with a space, or starting with "-", must come through whole
     if _read_only(sidecar):  # it cannot be rebuilt where it is: one put elsewhere is passed as the source
-        return f"lirs index {' '.join(q(p) for p in paths[:3])}{' ...' if len(paths) > 3 else ''} -o DIR/NAME.lirs"
+        return f"lirs index {first_few(map(q, paths), ' ')} -o DIR/NAME.lirs"
     if sidecar and len(paths) == 1 and sidecar == paths[0] + SIDECAR_SUFFIX:
         return f"lirs index {q(paths[0])}"
     d = sidecar[:-len(SIDECAR_SUFFIX)] if sidecar and sidecar.endswith(SIDECAR_SUFFIX) else None
     if d and os.path.isdir(d) and all(os.path.realpath(os.path.dirname(p)) == os.path.realpath(d) for p in paths):
         return f"lirs index {q(d)}"
-    named = " ".join(q(p) for p in paths[:3]) + (" ..." if len(paths) > 3 else "")
-    return f"lirs index {named}" + (f" -o {q(sidecar)}" if sidecar else "")
+    return f"lirs index {first_few(map(q, paths), ' ')}" + (f" -o {q(sidecar)}" if sidecar else "")
 
 
 def reindex_advice(paths, sidecar: str | None, index=None) -> str:

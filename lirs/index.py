@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
+from .dirfiles import first_few
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .inputs import absolute
 from .labelcodes import encode_labels
@@ -471,7 +472,7 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: b
             os.path.realpath(os.path.dirname(p)) == want for p in paths)
         if not inside:
             raise IndexFormatError(
-                f"{sidecar} indexes {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}, not {want}; "
+                f"{sidecar} indexes {first_few(paths)}, not {want}; "
                 f"re-run `lirs index {opened_as}`")
     dirs = sorted({os.path.realpath(os.path.join(base, d)) for d in header.get("meta", {}).get("directories", [])})
     for p, fi in zip(paths, header["files"]):
