@@ -15,7 +15,8 @@ import scipy.sparse as sp
 from .constants import INT32_MAX
 from .cores import usable_cores
 from .decode import (SpanDecoder, csr_batch, csr_pieces, decode_fixed, decode_libsvm, decode_lines, decode_tfrecord,
-                     owned, resolve_libsvm_params)
+                     owned, refuse_libsvm_options, resolve_libsvm_params)
+from .dirfiles import first_few
 from .errors import DataError
 from .kernels import io as KI
 from .kernels import rows as KR
@@ -49,6 +50,7 @@ class StepDecoder:
             self.n_features, self.zero_based = resolve_libsvm_params(index, zero_based, n_features)
             self._spans = SpanDecoder(self.n_features, self.zero_based, self.dtype)
         else:
+            refuse_libsvm_options(first_few(index.paths), index.format, n_features, zero_based)
             self.n_features, self.zero_based = None, None
 
     def __call__(self, step, buf, buf_pos, got):

@@ -375,6 +375,17 @@ def resolve_libsvm_params(index, zero_based="auto", n_features=None):
     return int(n_features), bool(zero_based)
 
 
+def refuse_libsvm_options(src: str, fmt: str, n_features=None, zero_based="auto") -> None:
+    """UsageError where ``n_features`` or ``zero_based`` is set for data of ``src`` (its files, named)
+    whose format ``fmt`` is not LIBSVM: its records take their shape from that format, and the
+    setting would be ignored unseen."""
+    given = [f"{k}={v!r}" for k, v, unset in (("n_features", n_features, None), ("zero_based", zero_based, "auto"))
+             if v != unset]
+    if given and fmt != "libsvm":
+        raise UsageError(f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to LIBSVM data only; "
+                         f"{src} is {fmt}, whose records its own format shapes: leave {'them' if len(given) > 1 else 'it'} unset")
+
+
 def _where_index_zero(index) -> str:
     """``"FILE: line L, byte B, token '0:1'"`` of the first feature index 0 of an indexed LIBSVM
     dataset, or "" where the index keeps no scan marks (error path only: the marks at every MiB

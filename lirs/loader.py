@@ -114,7 +114,8 @@ class Loader:
         ``"auto"``: a data file or directory without a sidecar is indexed on first use, as
         ``lirs index`` would (a progress bar on stderr for long scans); ``"never"``: it raises
         :class:`~lirs.errors.IndexFormatError` instead.
-    n_features, zero_based : LIBSVM decoding (defaults: from the index, by sklearn's rule).
+    n_features, zero_based : LIBSVM decoding (defaults: from the index, by sklearn's rule); set for
+        another format, UsageError (its rows take their shape from it).
     depth : int or None
         Reads in flight per batch for the engine (its default when None).
     direct : O_DIRECT (bool), or None: when the filesystem allows it.

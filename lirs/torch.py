@@ -128,7 +128,7 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         self.source, self.batch_size = path_or_index, shard.batch_size
         self.epoch = whole("epoch", epoch)
         self.sparse, self.output, self.label_dtype, self.transform = sparse, output, check_label_dtype(label_dtype), transform
-        check_tensor_records(path_or_index, loader_kwargs.get("index", "auto"))  # after the arguments: it may index the data
+        check_tensor_records(path_or_index, loader_kwargs)  # after the arguments: it may index the data
         self._rank, self._world = shard.rank, shard.world_size  # checked ints, or None: torch.distributed's
         self.loader_kwargs = {k: v for k, v in loader_kwargs.items() if not (k == "threads" and v is None)}
         self._loader = self._loader_key = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -1050,3 +1051,20 @@ def test_a_state_is_refused_under_settings_its_granularity_plans_with(svm, granu
         state = a.state_dict()
         with pytest.raises(UsageError, match=said):
             b.load_state_dict(state)
+
+
+@pytest.mark.parametrize("kw, said", [({"n_features": 10}, "n_features=10 applies"),
+                                      ({"zero_based": False}, "zero_based=False applies"),
+                                      ({"n_features": 3, "zero_based": True}, "n_features=3 and zero_based=True apply")])
+def test_libsvm_options_for_another_format_are_refused(tmp_path, kw, said):
+    """``n_features``/``zero_based`` shape LIBSVM rows only: given for a .npy or a lines file they
+    were ignored unseen (a user's n_features=10 over 2-column rows got 2 columns); refused, naming
+    the file and its format."""
+    npy, lines = tmp_path / "x.npy", tmp_path / "l.jsonl"
+    np.save(npy, np.arange(12, dtype=np.float32).reshape(6, 2))
+    lines.write_text('{"a": 1}\n{"a": 2}\n')
+    for p, fmt in ((npy, "npy"), (lines, "lines")):
+        with pytest.raises(UsageError, match=re.escape(said) + f" to LIBSVM data only; {re.escape(str(p))} is {fmt}"):
+            lirs.Loader(str(p), 2, **kw)
+    with lirs.Loader(str(npy), 2) as ld:  # unset: served as the file's own rows
+        assert next(iter(ld.epoch(0))).X.shape == (2, 2)
