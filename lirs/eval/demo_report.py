@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ..units import format_bytes
-from .figures import save_png
+from .figures import pyplot, save_png
 from .demo import MIN_MARGIN, explain
 
 
@@ -207,11 +207,7 @@ def report_lines(res: dict) -> list:
 
 def plot(res: dict, png: str) -> bool:
     """Write :func:`figure` to ``png``. Returns False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-    except ImportError:
+    if pyplot(warn=False) is None:  # the demo says so itself, with the command that installs it
         return False
     save_png(figure(res), png)  # atomically: a save stopped midway leaves the previous demo.png whole
     return True

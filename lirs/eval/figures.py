@@ -3,9 +3,28 @@ demo.png): atomically, so that a save stopped midway (Ctrl-C, a full disk) leave
 whole, never a truncated PNG under the final name."""
 from __future__ import annotations
 
+import logging
 import os
 
 from ..litter import clean_dead_temps, temp_name
+
+log = logging.getLogger("lirs.eval")
+
+
+def pyplot(warn: bool = True):
+    """``matplotlib.pyplot`` on the Agg backend (no display needed), or None where matplotlib is not
+    installed (said as a warning unless not ``warn``): a plot is an extra, the results are written
+    without it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        if warn:
+            log.warning("no plot: matplotlib is not installed (pip install matplotlib)")
+        return None
+    return plt
 
 
 def save_png(fig, path: str) -> None:

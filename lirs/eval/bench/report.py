@@ -8,7 +8,7 @@ import shlex
 import sys
 
 from ...units import format_bytes
-from ..figures import save_png
+from ..figures import pyplot, save_png
 
 log = logging.getLogger("lirs.eval.bench")
 
@@ -134,13 +134,8 @@ def format_table(res: dict) -> str:
 def plot(res: dict, path: str, title: str | None = None) -> bool:
     """Epoch time per configuration, one panel per device, log scale; extrapolated bars hatched,
     the recommended configuration in bold. Returns False when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.warning("no plot: matplotlib is not installed (pip install matplotlib)")
+    plt = pyplot()
+    if plt is None:
         return False
     devs = [d for d in res["settings"]["devices"]
             if any(r["device"] == d and r["status"] == "ok" for r in res["rows"])]

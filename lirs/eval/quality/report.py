@@ -1,15 +1,12 @@
 """The results of :func:`lirs.eval.quality.evaluate` as a table, as Markdown and as a plot."""
 from __future__ import annotations
 
-import logging
 import math
 
 import numpy as np
 
-from ..figures import save_png
+from ..figures import pyplot, save_png
 from .metrics import FAIL_P, PASS_P
-
-log = logging.getLogger("lirs.eval.quality")
 
 
 def cell(x) -> str:
@@ -84,13 +81,8 @@ def plot(result: dict, path: str, title: str | None = None) -> bool:
     """Save a PNG of four panels lettered (a)-(d): distinct file segments seen against records
     drawn, label entropy per batch, uniformity p-values, memory and I/O per epoch. False when
     matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.warning("matplotlib is not installed (pip install matplotlib): no plot")
+    plt = pyplot()
+    if plt is None:
         return False
     names = list(result["strategies"])
     n = result["config"]["n"]

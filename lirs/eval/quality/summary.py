@@ -3,12 +3,9 @@ budget, from :func:`lirs.eval.quality.frontier.summary_rows`), the wide tables o
 the frontier plot (randomness against memory)."""
 from __future__ import annotations
 
-import logging
-
-from ..figures import save_png
+from ..figures import pyplot, save_png
 from .report import cell, format_markdown, format_table
 
-log = logging.getLogger("lirs.eval.quality")
 
 SUMMARY_COLUMNS = ("strategy", "memory", "RAM", "read x", "in >=64K", "pairs again", "same grp", "label H")
 SUMMARY_HELP = ("memory = the budget M each strategy was given; RAM = what it holds at its peak; read x = bytes "
@@ -69,15 +66,10 @@ def plot_frontier(result: dict, path: str, title: str | None = None) -> bool:
     epoch and (b) in-batch neighbours from one group, both x a uniform order (log y), one line
     per strategy, a reference line at 1x and markers at 5% and 100% of the data. False when
     matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter
-    except ImportError:
-        log.warning("matplotlib is not installed (pip install matplotlib): no plot")
+    plt = pyplot()
+    if plt is None:
         return False
+    from matplotlib.ticker import FuncFormatter
     rows = result["rows"]
     names = list(dict.fromkeys(r["strategy"] for r in rows))
     cmap = plt.get_cmap("tab10")
