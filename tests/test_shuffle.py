@@ -921,6 +921,25 @@ def test_shards_are_named_for_their_records_not_an_extension_of_another_format(t
         E.shuffle(tmp_path / "in.svm", tmp_path / "o.svm", format="lines", seed=1)
 
 
+def test_shards_take_an_extension_only_where_it_names_the_records_format(tmp_path):
+    """Part files kept any extension naming no format: TFDS shards `x.tfrecord-0000K-of-00002` gave
+    `part-00000.tfrecord-00000-of-00002` (every part "shard 0 of 2"), `app.jsonl.1` `part-00000.1`
+    and `data.v2` `part-00000.v2`. A rotated file's number and a TFDS suffix are dropped; an
+    extension naming no format gives `.bin`."""
+    from lirs.tfrecord import encode
+
+    for k in range(2):
+        (tmp_path / f"x.tfrecord-0000{k}-of-00002").write_bytes(encode([b"r%d-%d" % (k, i) for i in range(9)]).tobytes())
+    (tmp_path / "app.jsonl.1").write_bytes(b"".join(b'{"i": %d}\n' % i for i in range(9)))
+    (tmp_path / "data.v2").write_bytes(b"".join(b"line %d\n" % i for i in range(9)))
+    cases = {"t": ([tmp_path / "x.tfrecord-00000-of-00002", tmp_path / "x.tfrecord-00001-of-00002"], ".tfrecord"),
+             "j": ([tmp_path / "app.jsonl.1"], ".jsonl"), "v": ([tmp_path / "data.v2"], ".bin")}
+    for out, (inputs, ext) in cases.items():
+        st = E.shuffle(inputs, tmp_path / out, shards=2, seed=1, index=True)
+        assert sorted(os.listdir(tmp_path / out)) == [f"part-0000{k}{e}" for k in range(2) for e in (ext, ext + ".lirs")]
+        assert lirs.build_index(tmp_path / out).n == st["records"]  # read back as one dataset
+
+
 def test_a_pile_that_fills_its_disk_names_tmpdir():
     import errno
 

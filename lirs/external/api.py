@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -59,6 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..api import whole
+from ..dirfiles import data_ext
 from ..inputs import absolute, expand_paths, extension_format, labels_candidates, labels_path
 from ..sidecar import belonging, sidecar_path
 from ..errors import DataError, LirsError, UsageError
@@ -106,7 +108,7 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
         buffers as they are written (and LIBSVM inputs are checked in pass 1).
     progress : bool or None
         tqdm bars for both passes; None = only when stderr is a terminal.
-    format : "auto", "libsvm", "lines", "npy" or "fixed"
+    format : "auto", "libsvm", "lines", "npy", "tfrecord" or "fixed"
         As in ``lirs index``; ``record_size`` (and ``header_size``) select raw fixed records.
 
     Returns
@@ -183,13 +185,19 @@ def _check_name(out: str, shards, ds) -> None:
                          f"{ds.fmt}; name it with {_output_ext(ds)}")
 
 
+# a TFDS shard's "-00000-of-00004" (x.tfrecord-00000-of-00004): kept, every part file claimed to
+# be shard 0 of the input's count
+_TFDS_SHARD = re.compile(r"-\d+-of-\d+$")
+
+
 def _output_ext(ds) -> str:
     """The extension of an output of ``ds``'s records: the first input's where it names their
-    format or none (else ``.bin``: raw fixed records of ``x.npy`` are not a .npy file)."""
+    format (a rotated file's ``.1`` and a TFDS shard's ``-00000-of-00004`` dropped), else ``.bin``
+    (raw fixed records of ``x.npy`` are not a .npy file; ``data.v2``'s ``.v2`` names no format)."""
     if ds.fmt == "npy":
         return ".npy"
-    ext = os.path.splitext(ds.files[0])[1]
-    return ext if ext and extension_format("x" + ext) in (None, ds.fmt) else ".bin"
+    ext = data_ext(_TFDS_SHARD.sub("", ds.files[0]))
+    return ext if extension_format("x" + ext) == ds.fmt else ".bin"
 
 
 def _same_file(a: str, b: str) -> bool:
