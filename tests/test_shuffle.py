@@ -940,6 +940,26 @@ def test_shards_take_an_extension_only_where_it_names_the_records_format(tmp_pat
         assert lirs.build_index(tmp_path / out).n == st["records"]  # read back as one dataset
 
 
+def test_index_writes_the_sidecar_lirs_index_out_would(tmp_path):
+    """`--index` built TFRecord and .npy sidecars with the detected format recorded as given
+    (`format_given`), unlike `lirs index OUT`'s: a later stale-index error advised
+    `lirs index OUT --format tfrecord`. The format is recorded as given only where it was."""
+    from lirs.freshness import format_options
+    from lirs.tfrecord import encode
+
+    (tmp_path / "in.tfrecord").write_bytes(encode([b"p%d" % i * 7 for i in range(50)]).tobytes())
+    np.save(tmp_path / "in.npy", np.arange(100, dtype=np.float32).reshape(50, 2))
+    (tmp_path / "in.svm").write_bytes(b"".join(b"%d 1:%d\n" % (i % 2, i) for i in range(50)))
+    for name, fmt, given in (("in.tfrecord", "auto", None), ("in.npy", "auto", None),
+                             ("in.svm", "lines", "lines"), ("in.tfrecord", "tfrecord", "tfrecord")):
+        out = tmp_path / f"o-{fmt}{os.path.splitext(name)[1] if fmt == 'auto' else '.bin'}"
+        E.shuffle(tmp_path / name, out, index=True, seed=1, format=fmt)
+        shuffled = lirs.open_index(out)
+        built = lirs.build_index(out, full=True, format=fmt)
+        assert shuffled.meta == built.meta and shuffled.meta["format_given"] == given, name
+        assert format_options(shuffled) == ("" if given is None else f" --format {given}")
+
+
 def test_a_pile_that_fills_its_disk_names_tmpdir():
     import errno
 

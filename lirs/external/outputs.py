@@ -99,8 +99,11 @@ class Layout:
                 s.indexer.commit(s.data_end, s.final)
                 s.indexer = None
         if index and not ds.text:
+            # the format as the user gave it (else detected again): a sidecar recording a detected
+            # format as given differed from `lirs index OUT`'s, and its stale-index advice added --format
+            fmt = ds.fmt if ds.given else "auto"
             for s in self.shards:
-                build(s.final, format=ds.fmt, record_size=ds.rs if ds.fmt == "fixed" else None,
+                build(s.final, format=fmt, record_size=ds.rs if ds.fmt == "fixed" else None,
                       out=s.sidecar, progress=False)
 
     def abort(self) -> None:
