@@ -17,8 +17,8 @@ import numpy as np
 
 from .constants import BLOCK
 from .dirfiles import first_few
-from .errors import StaleIndexError
-from .inputs import expand_paths, extension_format, labels_candidates
+from .errors import LirsError, StaleIndexError
+from .inputs import expand_paths, extension_format, labels_candidates, resolve_format
 from .preads import pread_full
 from .npyformat import NpyRows
 from .sidecar import SIDECAR_SUFFIX, relpath
@@ -327,9 +327,23 @@ def check_no_new_files(idx, path: str) -> None:
     if new:
         where = dirs[0] if len(dirs) == 1 else ", ".join(dirs)
         names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]
-        how = (f"{reindex_advice([dirs[-1]], idx.sidecar, idx)} to index them all, or open {idx.sidecar} itself to read "
-               "only the files it names" if subset else
-               f"{reindex_advice(built_from(dirs, idx.paths), idx.sidecar, idx)} (it scans only them)")
+        if subset and not _indexes_as_one(dirs[-1], idx):  # advising `lirs index DIR` led to its refusal
+            how = (f"they are not {idx.format} data like the files it names, so `lirs index {_shell(dirs[-1])}` "
+                   f"would refuse them: open {idx.sidecar} itself to read only the files it names")
+        else:
+            how = (f"{reindex_advice([dirs[-1]], idx.sidecar, idx)} to index them all, or open {idx.sidecar} itself "
+                   "to read only the files it names" if subset else
+                   f"{reindex_advice(built_from(dirs, idx.paths), idx.sidecar, idx)} (it scans only them)")
         raise StaleIndexError(f"{where} holds files its index {idx.sidecar}{', built from a list of files,' if subset else ''}"
                               f" does not cover: {', '.join(names[:3])}"
                               f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}; {how}")
+
+
+def _indexes_as_one(d: str, idx) -> bool:
+    """Whether `lirs index d`, with the format options ``idx`` was built with, reads every data file
+    of the directory ``d`` as ``idx``'s format (TFDS shards beside their dataset_info.json: no)."""
+    rs = idx.record_size if idx.format == "fixed" else None
+    try:
+        return resolve_format(expand_paths(d), idx.meta.get("format_given") or "auto", rs)[0] == idx.format
+    except (LirsError, OSError):  # files of several formats, a stray, one unreadable: refused as well
+        return False

@@ -11,7 +11,7 @@ import numpy as np
 
 from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
-from .dirfiles import data_ext, directory_files, first_few
+from .dirfiles import data_ext, directory_files, first_few, name_files
 from .mounts import held_in_memory
 from .preads import pread_into, read_at
 
@@ -327,9 +327,11 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
     found = {p: format_reason(p) for p in files}
     kinds = {k for k, _ in found.values()}
     if len(kinds) > 1:  # each format with its count and first files: the odd one out is named
-        by = {k: [os.path.basename(p) for p, (k2, _) in found.items() if k2 == k] for k in sorted(kinds)}
-        detail = "; ".join(f"{k} ({len(ps)}: {first_few(ps)})" for k, ps in by.items())
-        raise DataError(f"files of one dataset must share a format; found {detail}")
+        by = {k: [p for p, (k2, _) in found.items() if k2 == k] for k in sorted(kinds)}
+        detail = "; ".join(f"{k} ({len(ps)}: {first_few(map(os.path.basename, ps))})" for k, ps in by.items())
+        most = max(by.values(), key=lambda ps: (len(ps), sum(map(os.path.getsize, ps))))  # ties: the most bytes (shards, not metadata)
+        raise DataError(f"files of one dataset must share a format; found {detail}: index the files of one format, "
+                        f"e.g. `lirs index {name_files(most)} -o NAME.lirs`")
     fmt, why = next(iter(found.values()))
     return fmt, why if len(files) == 1 else f"{why} (first of {len(files)} files; all agree)"
 

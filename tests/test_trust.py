@@ -149,14 +149,59 @@ def test_a_directory_with_a_stray_file_opens_as_stale_not_as_the_stray_error(tmp
         lirs.build_index(str(d), progress=False)
     side = str(tmp_path / "d.lirs")
     lirs.build_index(parts, out=side, progress=False)
+    # `lirs index d` refuses the README: d.lirs itself is the way on
     with pytest.raises(StaleIndexError, match=re.escape(f"{d} holds files its index {side}, built from a list of "
-                                                        f"files, does not cover: README.md; re-run `lirs index {d}`")):
+                                                        f"files, does not cover: README.md; they are not libsvm data "
+                                                        f"like the files it names, so `lirs index {d}` would refuse "
+                                                        f"them: open {side} itself")):
         open_index(str(d))
     os.unlink(d / "README.md")
     lirs.build_index(str(d), progress=False)
     (d / "README.md").write_text("# my data\n")  # added after a whole-directory index
     with pytest.raises(StaleIndexError, match=re.escape(f"{d} holds files its index {side} does not cover: README.md")):
         open_index(str(d))
+
+
+def test_a_tfds_directory_s_errors_name_commands_that_work(tmp_path):
+    """A TFDS directory (shards `x.tfrecord-0000K-of-00002` beside dataset_info.json) led in a
+    circle: `lirs index DIR` refused its two formats with no way forward, and once its shards were
+    indexed as DIR.lirs, opening DIR advised `lirs index DIR` again. The first names the shards
+    (a pattern matching them alone, else the files listed); the second advises re-indexing DIR
+    only where the files not covered share the index's format, else opening DIR.lirs itself."""
+    import glob
+
+    from lirs.tfrecord import encode
+
+    def shard(path, k):
+        path.write_bytes(encode([b"r%d-%d" % (k, i) for i in range(10)]).tobytes())
+
+    d = tmp_path / "mnist"
+    d.mkdir()
+    for k in range(2):
+        shard(d / f"mnist-train.tfrecord-0000{k}-of-00002", k)
+    (d / "dataset_info.json").write_text('{"name": "mnist"}\n')
+    with pytest.raises(lirs.errors.DataError, match=re.escape(
+            f"index the files of one format, e.g. `lirs index {d}/mnist-train.tfrecord-* -o NAME.lirs`")):
+        lirs.build_index(str(d), progress=False)
+    side = str(tmp_path / "mnist.lirs")
+    assert main(["index", *glob.glob(f"{d}/mnist-train.tfrecord-*"), "-o", side, "--quiet"]) == 0
+    with pytest.raises(StaleIndexError, match=re.escape(
+            f"does not cover: dataset_info.json; they are not tfrecord data like the files it names, so "
+            f"`lirs index {d}` would refuse them: open {side} itself to read only the files it names")):
+        open_index(str(d))
+    assert open_index(side).n == 20
+    os.unlink(d / "dataset_info.json")  # a shard not covered instead: re-indexing d is advised, and works
+    shard(d / "mnist-train.tfrecord-00002-of-00003", 2)
+    with pytest.raises(StaleIndexError, match=re.escape(f"re-run `lirs index {d}` to index them all")):
+        open_index(str(d))
+    assert main(["index", str(d), "--quiet"]) == 0 and open_index(str(d)).n == 30
+    # no pattern names the files alone (p-* matches p-x.svm too): they are listed
+    e = tmp_path / "e"
+    e.mkdir()
+    for n in ("p-1.jsonl", "p-2.jsonl", "p-x.svm"):
+        (e / n).write_text('{"x": 1}\n' if n.endswith("jsonl") else "1 1:1\n")
+    with pytest.raises(lirs.errors.DataError, match=re.escape(f"`lirs index {e}/p-1.jsonl {e}/p-2.jsonl -o NAME.lirs`")):
+        lirs.build_index(str(e), progress=False)
 
 
 def test_the_advice_for_a_directory_and_a_file_named_on_its_own_names_both(tmp_path):
