@@ -110,6 +110,25 @@ def open_locked(final: str):
     raise FileExistsError(errno.EEXIST, "every temporary name is held by a live writer", temp_name(final))
 
 
+def named(e: OSError, final: str, tmp: str | None = None) -> OSError:
+    """``e``, raised writing ``final`` (through its temporary ``tmp``), made to name ``final`` where
+    it names no file or only the temporary: a write()'s ENOSPC, EDQUOT or EIO names none, and the
+    message would say "No space left on device" and nothing else; a temporary's name means nothing
+    to the user. Returns ``e``."""
+    if e.errno is not None and (not e.filename or (tmp is not None and e.filename == tmp)):
+        e.filename, e.filename2 = final, None  # (an OSError without errno prints no name)
+    return e
+
+
+def remove_quietly(path: str) -> None:
+    """Remove ``path`` (a temporary a failed write leaves) if it is there; an error doing so is
+    not the one to report."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def release(d: int | None) -> None:
     """Close a descriptor of :func:`hold` (its lock goes with it)."""
     if d is not None:

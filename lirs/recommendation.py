@@ -13,7 +13,7 @@ from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 
 AUTO = "auto"  # the granularity that reads what `lirs bench --auto` saved
 from .errors import UsageError
-from .litter import clean_dead_temps, temp_name
+from .litter import clean_dead_temps, named, remove_quietly, temp_name
 from .windows import window_groups
 
 log = logging.getLogger("lirs.recommendation")
@@ -24,7 +24,8 @@ RECOMMENDATION_VERSION = 1
 
 def write_json(doc: dict, path: str) -> str:
     """Write ``doc`` to ``path`` atomically (temp file in the same directory, fsync, rename): its
-    temporary name carries this process's id, so a later run cleans what a killed one left."""
+    temporary name carries this process's id, so a later run cleans what a killed one left. An
+    OSError (a full disk) names ``path``."""
     path = os.path.abspath(path)
     d = os.path.dirname(path)
     os.makedirs(d, exist_ok=True)
@@ -37,9 +38,10 @@ def write_json(doc: dict, path: str) -> str:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException as e:
+        remove_quietly(tmp)
+        if isinstance(e, OSError):  # a write()'s ENOSPC names no file, a failed rename the temporary
+            named(e, path, tmp)
         raise
     return path
 

@@ -23,7 +23,8 @@ import numpy as np
 from .errors import IndexFormatError, UsageError
 from .inputs import absolute, expand_paths, labels_candidates
 from .preads import pread_full, pread_into, read_at
-from .litter import clean_dead_litter, clean_dead_temps, fsync_dir, open_locked, release, temp_name
+from .litter import (clean_dead_litter, clean_dead_temps, fsync_dir, named, open_locked, release, remove_quietly,
+                     temp_name)
 from .mounts import map_safe
 from .offsets import OffsetEncoder, OffsetTable
 
@@ -188,8 +189,7 @@ class SidecarWriter:
         try:
             self.f.write(b)
         except OSError as e:
-            if e.errno is not None and not e.filename:  # (an OSError without errno prints no name)
-                e.filename = self.dest
+            named(e, self.dest)
             raise
 
     def append(self, arr: np.ndarray) -> None:
@@ -264,9 +264,7 @@ class SidecarWriter:
         return self.dest
 
     def _named(self, e: OSError) -> OSError:
-        if e.errno is not None and (not e.filename or e.filename == self.tmp):
-            e.filename, e.filename2 = self.dest, None
-        return e
+        return named(e, self.dest, self.tmp)
 
     def abort(self) -> None:
         try:
@@ -458,11 +456,10 @@ def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int |
                 os.unlink(tmp)
                 return None
             os.replace(tmp, sidecar)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        except BaseException as e:
+            remove_quietly(tmp)
+            if isinstance(e, OSError):  # a write()'s ENOSPC names no file: say which index
+                named(e, sidecar, tmp)
             raise
         finally:
             release(held)

@@ -1,22 +1,20 @@
 """Where a verification of a data file whose modification time moved (``touch``, a copy that kept
 the bytes) is recorded, so that the next open takes the cheap check again: in the sidecar itself
-(its header rewritten atomically), or, where the sidecar cannot be written (a read-only mount),
-in a small file of the user's cache (``$LIRS_CACHE_DIR``, else ``$XDG_CACHE_HOME/lirs``, else
-``~/.cache/lirs``) keyed by the sidecar's path and the CRC of its header.
+(its header rewritten atomically), or, where the sidecar cannot be written (a read-only mount, a
+full disk), in a small file of the user's cache (``$LIRS_CACHE_DIR``, else ``$XDG_CACHE_HOME/lirs``, else
+``~/.cache/lirs``) keyed by the sidecar's path and the CRC of its header, or nowhere. Recording is
+optional: a failure to record is logged, never raised, since reading must not need a writable disk.
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
 import os
 
-from .litter import clean_dead_litter, temp_name
+from .litter import clean_dead_litter, remove_quietly, temp_name
 
 log = logging.getLogger("lirs.index")
-
-_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def cache_dir() -> str:
@@ -56,7 +54,8 @@ def trusted_mtimes(idx) -> list:
 def record_labels(idx, moved: dict) -> bool:
     """Record in ``idx``'s sidecar the verified modification times ``moved`` ({file number:
     mtime_ns}) of its ``.npy`` files' labels files (``meta["label_files"]``); False where it cannot
-    be rewritten (a read-only mount: each open compares them again) or was rebuilt meanwhile."""
+    be rewritten (a read-only mount, a full disk: each open compares them again) or was rebuilt
+    meanwhile."""
     from .sidecar import rewrite_header
 
     entries = [dict(e, fingerprint=dict(e["fingerprint"])) for e in idx.meta.get("label_files") or ()]
@@ -70,9 +69,7 @@ def record_labels(idx, moved: dict) -> bool:
 
     try:
         crc = rewrite_header(idx.sidecar, update, idx.header_crc)
-    except OSError as e:
-        if e.errno not in _READ_ONLY:
-            raise
+    except OSError as e:  # the record is optional: reading needs neither a writable nor a non-full disk
         log.info("%s cannot be rewritten (%s): its labels files are compared again at every open", idx.sidecar,
                  e.strerror)
         return False
@@ -104,22 +101,21 @@ def record(idx, moved: dict) -> str:
             return "nowhere"
         idx.fingerprints, idx.header_crc = tuple(fps), crc
         return "sidecar"
-    except OSError as e:
-        if e.errno not in _READ_ONLY:
-            raise
+    except OSError as e:  # read-only, full (ENOSPC, EDQUOT), failing (EIO): the cache may still take it
         why = e.strerror
     path = _entry_path(idx.sidecar)
     entry = _load(idx) or {"sidecar": idx.sidecar, "header_crc": idx.header_crc, "files": {}}
     for f, m in moved.items():
         entry["files"][str(f)] = [idx.fingerprints[f].get("size"), int(m)]
+    tmp = temp_name(path)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         clean_dead_litter(os.path.dirname(path))  # a killed writer's records
-        tmp = temp_name(path)
         with open(tmp, "w") as out:
             json.dump(entry, out)
         os.replace(tmp, path)
     except OSError as e:
+        remove_quietly(tmp)  # a full cache left it empty, under this live process's name: nothing cleans it
         log.info("%s: verified, but neither it (%s) nor the cache (%s) can record it: every open reads "
                  "the data again", idx.sidecar, why, e.strerror)
         return "nowhere"

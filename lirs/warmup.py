@@ -46,6 +46,10 @@ ENV = "LIRS_WARMUP"
 WAIT_S = 120.0
 #: Longest wait for a helper told to stop (SIGTERM) before it is killed (seconds).
 STOP_WAIT_S = 2.0
+#: The process that started a helper (its pid), in the helper's environment: the helper ends with it.
+PARENT_ENV = "LIRS_WARMUP_PARENT"
+#: How often a helper looks whether the process that started it is still there (seconds).
+PARENT_POLL_S = 0.2
 
 
 # ---------------------------------------------------------------- groups: what each compiles
@@ -313,7 +317,7 @@ def walk_first(plan, first: int = 0, stride: int = 1, windows=None, extents: boo
 def _spawn(opts: dict, groups: list[str]):
     """A helper process compiling ``groups`` (None when it cannot start)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, **{ENV: "0"})
+    env = dict(os.environ, **{ENV: "0", PARENT_ENV: str(os.getpid())})
     # the helper must import this very lirs, or its cache entries are for other source files
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     try:
@@ -419,6 +423,9 @@ def main(argv=None) -> int:
     """``python -m lirs.warmup OPTS_JSON GROUP...``: compile each group between lines ``start G`` and
     ``done G`` on standard output."""
     argv = sys.argv[1:] if argv is None else argv
+    parent = os.environ.get(PARENT_ENV, "")
+    if parent.isdigit():
+        _exit_with_parent(int(parent))
     opts = json.loads(argv[0])
     for group in argv[1:]:
         print("start", group, flush=True)
@@ -428,6 +435,23 @@ def main(argv=None) -> int:
             print(f"# {group}: {type(e).__name__}: {e}", file=sys.stderr)
         print("done", group, flush=True)
     return 0
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this helper once process ``parent``, which started it, is gone. The helper runs in a
+    session of its own (out of the terminal's Ctrl-C), and a parent ended by SIGTERM or SIGKILL (a
+    preempted job) never runs :meth:`Helper.stop`: the helper compiled on for seconds, re-parented.
+    A thread polls the parent's pid (from before this process could be re-parented: one already
+    orphaned ends at once); prctl(PR_SET_PDEATHSIG) would follow the parent's *thread*, and a
+    Loader made in a thread that then ends would lose its helper."""
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(0)  # nothing to flush: numba renames each cache file into place whole
+
+    threading.Thread(target=watch, name="lirs-warmup-parent", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""Shared fixtures: the engines that work on this machine, and a tmpfs directory."""
+"""Shared fixtures: the engines that work on this machine, a tmpfs directory, and a small one to fill."""
 from __future__ import annotations
 
 import importlib.util
+import errno
 import os
+import subprocess
 import tempfile
 
 import numpy as np
@@ -37,6 +39,32 @@ def shm_dir():
         pytest.skip("no writable /dev/shm")
     with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
         yield d
+
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A directory on a 512 KiB tmpfs of its own (:func:`fill_fs` fills it: a full disk); skipped
+    where mounting is refused (not root)."""
+    d = tmp_path / "small"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)  # lazily: a traceback may hold a file open
+
+
+def fill_fs(d) -> None:
+    """Fill the filesystem of directory ``d`` (a :func:`full_fs`) with a file ``fill``, to ENOSPC."""
+    with open(os.path.join(d, "fill"), "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
 
 
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import fill_fs
 from lirs.eval import bench as B
 from lirs.eval import envelope as E
 from lirs.eval import fio as F
@@ -948,6 +949,60 @@ def test_cli_refuses_auto_with_no_granularity_before_the_benchmark(kdd_tiny, cap
     out, err = capsys.readouterr()
     assert out == "" and "--auto saves the lirs granularity the run recommends, and --granularity none" in err
 
+
+
+def _small_svm(d) -> str:
+    """An indexed LIBSVM file of 3,000 short records (~60 KB) in directory ``d``."""
+    import lirs
+
+    p = os.path.join(d, "a.svm")
+    rng = np.random.default_rng(0)
+    with open(p, "w") as f:
+        f.writelines(f"{rng.choice([-1, 1])} {rng.integers(1, 9)}:{rng.random():.4f} {rng.integers(10, 99)}:1\n"
+                     for _ in range(3000))
+    lirs.build_index(p, progress=False)
+    return p
+
+
+_AUTO_RUN = ["--auto", "--smoke", "--no-fio", "--peers", "none", "--granularity", "group", "--group-bytes", "64K"]
+
+
+def test_cli_refuses_auto_beside_a_read_only_index_before_the_benchmark(tmp_path, capsys, monkeypatch):
+    """--auto where the index lies on a read-only mount ran the whole benchmark, then failed naming a
+    temporary file, and never printed the table: refused before any measuring, naming where the
+    recommendation goes and the way out."""
+    from lirs.cli import main
+
+    rw, ro = tmp_path / "rw", tmp_path / "ro"
+    rw.mkdir(), ro.mkdir()
+    _small_svm(str(rw))
+    if subprocess.run(["mount", "--bind", str(rw), str(ro)], capture_output=True).returncode:
+        pytest.skip("bind mounts need root")
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True).returncode:
+            pytest.skip("no read-only remount here")
+        monkeypatch.setattr(B, "run_bench", lambda *a, **k: pytest.fail("measured before refusing"))
+        p = str(ro / "a.svm")
+        assert main(["bench", p, *_AUTO_RUN, "--workdir", str(tmp_path)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and f"--auto saves the recommendation beside the index, as {p}.lirs.bench.json, and " \
+                              f"{ro} is not writable: index the data where you can write (`lirs index {p} -o" in err
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], capture_output=True)  # lazily: a traceback may hold a file open
+
+
+def test_cli_auto_that_cannot_save_still_prints_the_table(full_fs, tmp_path, capsys):
+    """A recommendation that cannot be written once the benchmark ran (a full disk) said only the
+    error: the minutes of results were lost. The table is printed, then "not saved:" naming the file."""
+    from lirs.cli import main
+
+    p = _small_svm(str(full_fs))
+    fill_fs(full_fs)
+    assert main(["bench", p, *_AUTO_RUN, "--workdir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert "lirs-group-64K" in out
+    assert f"not saved: {p}.lirs.bench.json: No space left on device" in err, err
+    assert sorted(os.listdir(full_fs)) == ["a.svm", "a.svm.lirs", "fill"]
 
 def test_a_plot_save_stopped_midway_leaves_the_previous_plot_whole(tmp_path, plot_stopped_midway):
     """--plot was saved straight under its name: a save stopped midway (Ctrl-C, a full disk) left a

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import fill_fs
+
 from lirs.eval import quality as Q
 from lirs.errors import UsageError
 from lirs.eval.strategies import STRATEGIES, run_strategy, synthetic_index
@@ -691,3 +693,20 @@ def test_quality_usage_errors_name_the_option(capsys, args, said):
 
     assert main(["quality", "--records", "100", "--epochs", "1", *args]) == 2
     assert f"lirs quality: error: {said}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag,name", [("--json", "q.json"), ("--plot", "q.png")])
+def test_a_full_disk_under_json_or_plot_names_the_file(full_fs, capsys, flag, name):
+    """ENOSPC writing the results or the plot (the same writers as `lirs bench --json` and demo.json)
+    said "No space left on device" and named no file: it names the output, and leaves no temporary."""
+    from lirs.cli import main
+
+    if flag == "--plot":
+        pytest.importorskip("matplotlib")
+    fill_fs(full_fs)
+    out = full_fs / name
+    assert main(["quality", "--records", "300", "--epochs", "1", "--batch-size", "50", "--strategies", "sequential",
+                 flag, str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {out}: No space left on device" in err, err
+    assert sorted(os.listdir(full_fs)) == ["fill"]

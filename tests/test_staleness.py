@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import lirs
+from conftest import fill_fs
 from lirs import content as C
 from lirs import sidecar as S
 from lirs.cli import main
@@ -614,9 +615,10 @@ def test_the_check_compares_labels_a_filesystem_cannot_map(tmp_path, monkeypatch
     assert main(["index", "--check", str(x)]) == 1 and "labels of" in capsys.readouterr().err
 
 
-def test_a_touched_labels_file_beside_a_read_only_sidecar_is_compared_at_every_open(tmp_path, monkeypatch):
-    """Where the sidecar cannot be rewritten (a read-only mount), the labels file's new mtime is not
-    recorded: every open compares it again, and opens."""
+@pytest.mark.parametrize("err", [errno.EROFS, errno.ENOSPC])
+def test_a_touched_labels_file_beside_a_read_only_sidecar_is_compared_at_every_open(tmp_path, monkeypatch, err):
+    """Where the sidecar cannot be rewritten (a read-only mount, a full disk), the labels file's new
+    mtime is not recorded: every open compares it again, and opens."""
     import lirs.freshness as fr
     import lirs.sidecar as sc
 
@@ -628,7 +630,7 @@ def test_a_touched_labels_file_beside_a_read_only_sidecar_is_compared_at_every_o
     os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))
 
     def read_only(*a, **k):
-        raise OSError(errno.EROFS, "Read-only file system")
+        raise OSError(err, os.strerror(err))
 
     compared = []
     real = fr._label_difference
@@ -707,3 +709,38 @@ def test_a_read_only_sidecar_s_recorded_touches_are_read_once_per_open(tmp_path,
     monkeypatch.setattr(C, "first_changed_block", lambda *a, **k: pytest.fail("read whole again"))
     assert open_index(d).nfiles == 150
     assert len(loads) == 1
+
+
+
+def test_a_touched_file_on_a_full_disk_is_read_its_check_recorded_where_it_can_be(full_fs, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """A data file whose mtime moved, its sidecar on a full filesystem: the open failed with a bare "No
+    space left on device" (rewriting the sidecar's header to record the check). Recording is optional,
+    as on a read-only mount: the data is read, the check recorded in the cache, or, where the cache is
+    full too, nowhere, and no empty temporary of it is left there."""
+    p = _svm(full_fs / "a.svm", 2000)
+    lirs.build_index(p, progress=False)
+    fill_fs(full_fs)
+    os.utime(p, ns=(10 ** 18, 10 ** 18))
+    cache = full_fs / "cache"
+    monkeypatch.setenv("LIRS_CACHE_DIR", str(cache))  # full too: recorded nowhere
+    assert open_index(p).n == 2000
+    assert main(["info", p]) == 0, capsys.readouterr().err
+    assert [n for n in os.listdir(cache / "verified") if ".lirs-tmp-" in n] == []
+    assert open_index(p, check=False).fingerprints[0]["mtime_ns"] != 10 ** 18  # the sidecar as it was
+    monkeypatch.setenv("LIRS_CACHE_DIR", str(tmp_path / "cache"))
+    with lirs.Loader(p, 100) as loader:
+        assert sum(len(b.ids) for b in loader.epoch(0)) == 2000
+    assert os.listdir(tmp_path / "cache" / "verified")  # recorded there: the next open is cheap
+    monkeypatch.setattr(C, "first_changed_block", lambda *a, **k: pytest.fail("read whole again"))
+    assert open_index(p).n == 2000
+
+
+def test_a_header_rewrite_on_a_full_disk_names_the_sidecar(full_fs):
+    p = _svm(full_fs / "a.svm", 2000)
+    lirs.build_index(p, progress=False)
+    fill_fs(full_fs)
+    with pytest.raises(OSError) as ei:
+        S.rewrite_header(p + ".lirs", lambda h: h)
+    assert ei.value.errno == errno.ENOSPC and ei.value.filename == p + ".lirs"
+    assert sorted(os.listdir(full_fs)) == ["a.svm", "a.svm.lirs", "fill"]

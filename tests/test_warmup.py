@@ -586,3 +586,59 @@ def test_verbose_names_only_the_engine_the_epoch_reads_with(tmp_path, monkeypatc
         got = json.loads(out.stdout.strip().splitlines()[-1])
         assert got["engine"] == "buffered"
         assert [m.split()[1] for m in got["lines"] if " chosen" in m] == ["buffered"], got
+
+
+def _helpers_of(pid: int) -> list[int]:
+    """The warm-up helpers process ``pid`` started (children running lirs.warmup)."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1]) == pid \
+                    and b"lirs.warmup" in open(f"/proc/{d}/cmdline", "rb").read():
+                found.append(int(d))
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            pass
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is still a warm-up helper that runs (not a zombie no one reaped yet)."""
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        return state != "Z" and b"lirs.warmup" in open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_helpers_end_when_the_script_that_started_them_is_killed(tmp_path):
+    """A training script killed by SIGTERM (a preempted job: no atexit, no Helper.stop) while the numba
+    cache was cold left its helpers compiling for seconds, re-parented, in sessions of their own.
+    They now end with it."""
+    import signal
+
+    path = _svm(str(tmp_path / "a.svm"), n=2000)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cold"), PYTHONPATH=ROOT)
+    script = f"import lirs\nwith lirs.Loader({path!r}, 256) as L:\n    print(sum(len(b.ids) for b in L.epoch(0)))\n"
+    p = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        helpers, t0 = [], time.monotonic()
+        while not helpers and p.poll() is None and time.monotonic() - t0 < 120:
+            helpers = _helpers_of(p.pid)
+            time.sleep(0.05)
+        if not helpers:
+            pytest.skip("no warm-up helper started (the script ended first)")
+        time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+        t0 = time.monotonic()
+        while any(map(_running, helpers)) and time.monotonic() - t0 < 5:
+            time.sleep(0.05)
+        assert not [h for h in helpers if _running(h)]
+    finally:
+        p.kill()
+        p.wait()
+        for h in helpers:
+            if _running(h):
+                os.kill(h, signal.SIGKILL)

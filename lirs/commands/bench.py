@@ -76,7 +76,7 @@ def _check_args(args) -> None:
     """UsageError for an argument that cannot work, before the benchmark's minutes: an output that
     is one of the dataset's files or in no writable directory, a plot not named .png or without
     matplotlib, or over the results, a negative seed, a time that is not a positive number, no prefetch, an
-    unknown engine, --auto with no granularity to recommend."""
+    unknown engine, --auto with no granularity to recommend or beside an index it cannot write into."""
     import math
 
     from ..engines import ENGINE_NAMES
@@ -112,6 +112,24 @@ def _check_args(args) -> None:
         # the recommendation is a lirs granularity (reads-only rows are not one): known now, not after the run
         raise UsageError("--auto saves the lirs granularity the run recommends, and --granularity none measures "
                          "none: name some granularities, or drop --auto")
+    if args.auto:
+        _check_recommendation_dir(args.path)
+
+
+def _check_recommendation_dir(path: str) -> None:
+    """UsageError where --auto's recommendation (``INDEX.bench.json``, beside the index of ``path``)
+    cannot be written, its directory not writable (a read-only mount): known now, it failed after the
+    whole benchmark. A path that is not there or names no one index is left to the run to say."""
+    from ..recommendation import RECOMMENDATION_SUFFIX
+    from ..sidecar import is_sidecar_path, sidecar_path
+
+    side = path if is_sidecar_path(path) else sidecar_path(path)
+    rec = os.path.abspath(side + RECOMMENDATION_SUFFIX)
+    d = os.path.dirname(rec)
+    if os.path.isdir(d) and not os.access(d, os.W_OK | os.X_OK):
+        raise UsageError(f"--auto saves the recommendation beside the index, as {rec}, and {d} is not writable: "
+                         f"index the data where you can write (`lirs index {path} -o DIR/NAME.lirs`) and run "
+                         "`lirs bench DIR/NAME.lirs --auto` (then pass that .lirs to the Loader), or drop --auto")
 
 
 def group_size(text):
@@ -164,6 +182,7 @@ def run(args) -> int:
     unsaved = None
     if args.auto:
         from ..index import open_index
+        from ..recommendation import recommendation_path
 
         idx = open_index(args.path)
         try:
@@ -171,6 +190,8 @@ def run(args) -> int:
             written.append(f"saved: {path} ({saved_device(res)}'s choice; Loader(..., granularity='auto') uses it)")
         except UsageError as e:
             unsaved = e
+        except OSError as e:  # writable when checked, not now (a full disk, a remount): the table still prints
+            unsaved = f"{e.filename or recommendation_path(idx)}: {e.strerror or e}"
     with printing_results():  # a full disk or a failed device behind stdout: said as such
         print(format_table(res))
         for line in written:

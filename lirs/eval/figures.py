@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
-from ..litter import clean_dead_temps, temp_name
+from ..litter import clean_dead_temps, named, temp_name
 
 log = logging.getLogger("lirs.eval")
 
@@ -29,7 +29,8 @@ def pyplot(warn: bool = True):
 
 def save_png(fig, path: str) -> None:
     """Save matplotlib ``fig`` as the PNG ``path`` atomically, under a temporary name a later run
-    cleans if this one is killed (:func:`lirs.litter.temp_name`), and close it."""
+    cleans if this one is killed (:func:`lirs.litter.temp_name`), and close it. An OSError (a full
+    disk) names ``path``."""
     import matplotlib.pyplot as plt
 
     clean_dead_temps(path)
@@ -37,6 +38,9 @@ def save_png(fig, path: str) -> None:
     try:
         fig.savefig(tmp, dpi=110, format="png")
         os.replace(tmp, path)
+    except OSError as e:  # a write()'s ENOSPC names no file, a failed rename the temporary
+        named(e, path, tmp)
+        raise
     finally:
         plt.close(fig)
         if os.path.exists(tmp):
