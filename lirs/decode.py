@@ -475,7 +475,7 @@ def decode_fixed(buf, starts, dtype, shape):
         raise UsageError(f"a record of {rs} bytes at offset {int(starts.max())} runs past the "
                          f"buffer of {len(buf)} bytes")
     out = np.empty((k, *shape), dtype)
-    if rs:
+    if rs and k:  # no records: nothing to copy (reshape(0, -1) has no width to infer)
         K.gather_fixed(buf, starts, rs, out.reshape(k, -1).view(np.uint8))
     return out
 
