@@ -2,9 +2,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+
+
+class TorchBatch(NamedTuple):
+    """A batch of the torch adapter (:mod:`lirs.torch`) with ``output="tuple"``: ``(X, y, ids)``,
+    X a tensor (a list of ``bytes`` for lines and TFRecord data), y one or None (no labels), ids
+    int64. A named tuple, which torch's ``default_convert`` and ``pin_memory`` keep (a plain
+    tuple they make a list): a DataLoader's batch is of one type with or without workers."""
+
+    X: Any
+    y: Any
+    ids: Any
 
 
 @dataclass(repr=False)

@@ -3,7 +3,8 @@
 * :func:`decode_libsvm` — LIBSVM/SVMlight record spans -> ``scipy.sparse.csr_matrix`` + labels, with
   the exact semantics of ``sklearn.datasets.load_svmlight_file`` (comments, blank lines, ``qid``,
   one- or zero-based indices, Python ``float()`` rounding, the same inputs rejected).
-* :func:`load_svmlight` — a whole file, as ``load_svmlight_file`` would load it.
+* :func:`load_svmlight` — a whole file, as ``load_svmlight_file`` would load it (its CSR index
+  arrays int32 where they fit, as scipy chooses).
 * :func:`resolve_libsvm_params` — ``n_features`` and ``zero_based`` of an indexed dataset, by
   sklearn's rule, from the index's feature-index range.
 * :func:`decode_fixed` — fixed-size records -> ndarray; :func:`decode_lines` — records -> bytes;
@@ -99,8 +100,7 @@ def csr_batch(data, indices, indptr, shape):
     call, most of it Python holding the GIL (``issparse``, ``_get_index_dtype``, ``check_format``)
     on the consumer's thread once per batch; this costs ~1 us. ``has_sorted_indices`` is computed
     by scipy when asked, as for a constructed matrix. indptr int64 becomes int32 when indices are
-    int32 and it fits (scipy's rule: one index dtype, the smallest that fits; sklearn estimators
-    refuse int64)."""
+    int32 and it fits (scipy's rule: one index dtype, the smallest that fits)."""
     if indices.dtype == np.int32 and indptr.dtype != np.int32 and (len(indptr) == 0 or indptr[-1] <= INT32_MAX):
         # cast by a kernel that keeps the GIL (a read step's pointers: numpy's astype lets it go
         # over 500 values, and the pool thread then waits behind the others to take it back)
@@ -291,7 +291,10 @@ def _read_file(path) -> np.ndarray:
 
 def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto", query_id=False,
                   threads=None):
-    """Load a whole LIBSVM/SVMlight file exactly as ``sklearn.datasets.load_svmlight_file`` does.
+    """Load a whole LIBSVM/SVMlight file as ``sklearn.datasets.load_svmlight_file`` does: the same
+    values, shape, dtype, labels and qids, the same inputs refused. One documented difference: the
+    CSR index arrays (``indptr``, ``indices``) are int32 where they fit, as scipy chooses, where
+    sklearn's may be int64 (recent releases).
 
     Parameters mirror sklearn's: ``n_features`` None (inferred: max index + 1 after the shift, or
     1 when there is no feature) or an int >= that; ``zero_based`` True, False or "auto" (one-based
@@ -301,7 +304,7 @@ def load_svmlight(path, *, n_features=None, dtype=np.float64, zero_based="auto",
     Returns
     -------
     X : scipy.sparse.csr_matrix (n, n_features), indptr and indices int32 (int64 if needed, as
-        scipy chooses), data ``dtype``
+        scipy chooses: see above), data ``dtype``
     y : float64 (n,)
     qid : int64 (number of records with a qid,), only when ``query_id`` (as sklearn: the qids of
         the records that have one, in file order)
@@ -472,7 +475,7 @@ def decode_fixed(buf, starts, dtype, shape):
         raise UsageError(f"a record of {rs} bytes at offset {int(starts.max())} runs past the "
                          f"buffer of {len(buf)} bytes")
     out = np.empty((k, *shape), dtype)
-    if rs:
+    if rs and k:  # no records: nothing to copy (reshape(0, -1) has no width to infer)
         K.gather_fixed(buf, starts, rs, out.reshape(k, -1).view(np.uint8))
     return out
 

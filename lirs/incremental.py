@@ -29,6 +29,7 @@ import numpy as np
 from .content import SUM_BLOCK, BlockSums, block_count, check_in_background, first_changed_block
 from .errors import IndexFormatError, StaleIndexError
 from .inputs import SUM_TAPS
+from .labelcodes import label_bits
 from .preads import pread_full
 from .freshness import staleness
 
@@ -213,17 +214,18 @@ def _feed_kept(sc, tap, lab_tmp, keep: Keep, count: int) -> None:
 
 
 def _distinct(old, a: int, b: int) -> list:
-    """The distinct labels of records [a, b) of the index ``old``: from the codes met, in one
-    pass, where the index keeps codes."""
-    values = np.asarray(old.label_values, np.float64)
+    """The distinct labels of records [a, b) of the index ``old``, as bits (uint64 ints, as
+    :class:`lirs.scanner.VarScanner` keeps them): from the codes met, in one pass, where the index
+    keeps codes."""
+    values = np.ascontiguousarray(old.label_values, np.float64)
     if old.label_codes is None:  # too many distinct values for codes: a label per record
-        return np.unique(values[a:b]).tolist()
+        return label_bits(values[a:b]).tolist()
     from .kernels.scan import codes_seen
 
     seen = np.zeros(len(values), np.bool_)
     for c0 in range(a, b, 1 << 20):
         codes_seen(np.asarray(old.label_codes[c0:min(b, c0 + (1 << 20))]), seen)
-    return values[seen].tolist()
+    return values.view(np.uint64)[seen].tolist()
 
 
 def scan_one(sc, tap, lab_tmp, path: str, keep: Keep | None, sums: list, bar) -> int:

@@ -188,10 +188,10 @@ class Index:
 
     @property
     def n_features(self) -> int | None:
-        """Columns of a decoded batch: for LIBSVM the feature count by ``load_svmlight_file``'s rule
-        from the indices the scan saw (``max_index + 1`` zero-based, else ``max_index``; None for
-        an index built without that range); for npy/fixed the row width (elements of one record);
-        None for lines."""
+        """Features of a record: for LIBSVM the columns of a decoded batch, by ``load_svmlight_file``'s
+        rule from the indices the scan saw (``max_index + 1`` zero-based, else ``max_index``; None
+        for an index built without that range); for npy/fixed the elements of one record (the
+        product of its shape: a batch is (k, *record_shape)); None for lines."""
         if self.format == "libsvm":
             from .decode import resolve_libsvm_params
 

@@ -26,7 +26,7 @@ def encode_label_parts(parts) -> tuple[np.ndarray, np.ndarray | None]:
         bits = np.union1d(bits, c)
         if len(bits) > MAX_CODED:
             return np.concatenate([np.asarray(p, np.float64) for p in parts]), None
-    order = np.lexsort((bits, bits.view(np.float64)))  # by value, then equal values by their bits
+    order = value_order(bits)
     code_of = np.empty(len(bits), np.int64)
     code_of[order] = np.arange(len(bits))
     codes = np.empty(sum(len(p) for p in parts), np.uint8 if len(bits) <= 256 else np.uint16)
@@ -35,6 +35,26 @@ def encode_label_parts(parts) -> tuple[np.ndarray, np.ndarray | None]:
         codes[at:at + len(c)] = code_of[np.searchsorted(bits, c)]
         at += len(c)
     return bits.view(np.float64)[order], codes
+
+
+def value_order(bits: np.ndarray) -> np.ndarray:
+    """The order of labels ``bits`` (uint64 (k,), the bits of float64 labels) by value, NaNs last,
+    equal values (-0.0 and 0.0, NaNs) by their bits: how the values of an index are sorted."""
+    bits = np.asarray(bits, np.uint64)
+    return np.lexsort((bits, bits.view(np.float64)))
+
+
+def sorted_values(bits) -> np.ndarray:
+    """The distinct labels whose bits are ``bits`` (an iterable of uint64 ints, each once) as the
+    float64 values of an index, in :func:`value_order`."""
+    bits = np.fromiter(bits, np.uint64)
+    return bits.view(np.float64)[value_order(bits)]
+
+
+def label_bits(labels) -> np.ndarray:
+    """The distinct bit patterns (uint64, sorted) of float64 ``labels``: labels equal in value but
+    not in bits (-0.0 and 0.0, NaNs of either sign) stay apart, as the values of an index keep them."""
+    return np.unique(np.ascontiguousarray(labels, np.float64).view(np.uint64))
 
 
 def _chunks(parts):

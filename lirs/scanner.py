@@ -17,6 +17,7 @@ from .content import SUM_BLOCK, block_count
 from .cores import usable_cores
 from .errors import DataError
 from .inputs import read_chunks
+from .labelcodes import label_bits, sorted_values
 from .offsets import OFFSET_SHIFT
 from .sidecar import SidecarWriter
 from .svmlight import TokenError, line_number, line_tokens, parse_tokens
@@ -76,6 +77,8 @@ class VarScanner:
         self.stats = np.array([np.iinfo(np.int64).max, -1, 0, 0], np.int64)
         self.qid_count = 0
         self.n = 0
+        # the distinct labels as bits (uint64 ints): -0.0 and 0.0, NaNs of either sign, equal as
+        # floats, are labels of their own, as sklearn and the decoded batches keep them
         self.distinct: set | None = set()
         self.scratch_out = [None] * SCAN_CORES
         self.pool = pool
@@ -244,7 +247,7 @@ class VarScanner:
         if self.labels_file is not None:
             self.labels_file.write(labels.tobytes())
             if self.distinct is not None:
-                self.distinct.update(np.unique(labels).tolist())
+                self.distinct.update(label_bits(labels).tolist())
                 if len(self.distinct) > 65535:
                     self.distinct = None
         self.n += k
@@ -354,9 +357,9 @@ _LABEL_STEP = 1 << 22  # labels converted per step (32 MiB of float64)
 
 def write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int = _LABEL_STEP,
                  kept=()) -> None:
-    """Write the ``n`` labels of the dataset to the sidecar: as codes into the sorted ``distinct``
-    values (uint8/uint16), or whole when ``distinct`` is None (too many). The scanned ones are
-    float64 in the scratch file ``lab_tmp``, in order; ``kept``: (position, old index, a, b) per
+    """Write the ``n`` labels of the dataset to the sidecar: as codes (uint8/uint16) into the sorted
+    values whose bits (uint64 ints) are ``distinct``, or whole when ``distinct`` is None (too
+    many). The scanned ones are float64 in the scratch file ``lab_tmp``, in order; ``kept``: (position, old index, a, b) per
     run of records [a, b) of an old index placed at ``position`` (incremental), their codes
     translated, not their labels scanned again. Steps of ``step`` scanned labels are converted
     on ``pool`` (None: this thread), one per core at a time (the kernel releases the GIL; memory
@@ -367,7 +370,7 @@ def write_labels(w: SidecarWriter, lab_tmp, n: int, distinct, pool, step: int = 
         np.empty(0, np.float64)
     values = dt = None
     if distinct is not None:
-        values = np.unique(np.array(list(distinct), np.float64))  # one NaN at the end
+        values = sorted_values(distinct)
         dt = np.uint8 if len(values) <= 256 else np.uint16
         w.add("label_values", values)
         w.begin("label_codes", dt)
@@ -408,7 +411,7 @@ def _write_scanned(w: SidecarWriter, labels, values, dt, pool, step: int) -> Non
 def _write_kept(w: SidecarWriter, old, a: int, b: int, values, dt, step: int = 1 << 20) -> None:
     """Write the labels of records [a, b) of the index ``old`` as codes into ``values`` (dtype
     ``dt``; an old code is translated through a table of its values' new codes), or whole."""
-    old_values = np.asarray(old.label_values, np.float64)
+    old_values = np.ascontiguousarray(old.label_values, np.float64)  # the kernel views its bits
     if old.label_codes is None:  # the old index kept whole labels
         _write_scanned(w, old_values[a:b], values, dt, None, step)
         return

@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .batch import TorchBatch
 from .decode import check_dtype, check_zero_based
 from .errors import UsageError
 from .kernels import pack as KP
@@ -69,11 +70,10 @@ def dense_of(X) -> np.ndarray:
 
 
 def tuples(batches, ds):
-    """``batches`` of dataset ``ds``, each a tuple where its output is "tuple" and no transform made it:
-    torch's ``default_convert`` and ``pin_memory`` make lists of tuples; ``num_workers`` must not matter."""
+    """``batches`` of ``ds``, a list a ``collate_fn`` made of its "tuple" output (no transform's) a tuple again."""
     if ds.output != "tuple" or ds.transform is not None:
         return batches
-    return (tuple(b) if type(b) is list else b for b in batches)
+    return ((TorchBatch(*b) if len(b) == 3 else tuple(b)) if type(b) is list else b for b in batches)
 
 
 def dense_native(X: np.ndarray) -> np.ndarray:
@@ -103,7 +103,7 @@ def build_output(ts: list, kind: str, shape, has_y: bool, output: str, other=Non
     ids, y = ts[0], (ts[1] if has_y else None)
     rest = ts[2:] if has_y else ts[1:]
     X = other if kind == "other" else x_built(kind, rest, shape)
-    return {"ids": ids, "X": X, "y": y} if output == "dict" else (X, y, ids)
+    return {"ids": ids, "X": X, "y": y} if output == "dict" else TorchBatch(X, y, ids)
 
 
 ALIGN = 64                # bytes: every tensor of a packed batch starts aligned

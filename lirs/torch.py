@@ -66,7 +66,7 @@ from .api import known_keywords, maybe_bool, positive_int, whole
 from .loaderargs import check_loader_args
 from .policies import POLICIES
 from .state import ResumeState, states_of
-from .tensors import Feeder, check_device, check_label_dtype, check_outputs, to_tensors, tuples  # noqa: F401 - to_tensors is public here too
+from .tensors import Feeder, TorchBatch, check_device, check_label_dtype, check_outputs, to_tensors, tuples  # noqa: F401 - public here too
 from .passboard import Fed, PassBoard, PassPosition, delivering, superseded, while_current
 from .ring import BUNDLE_BATCHES
 from .workererrors import Failed, failing_early, stops_at_error
@@ -99,7 +99,7 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         LIBSVM batches as ``torch.sparse_csr_tensor`` (default), a COO tensor, or a dense tensor
         (k, n_features) (only for small n_features). npy/fixed data is always dense.
     output : {"dict", "tuple"}
-        ``{"ids", "X", "y"}`` or ``(X, y, ids)``.
+        ``{"ids", "X", "y"}`` or a :class:`TorchBatch` ``(X, y, ids)`` (a named tuple, kept by torch's collation).
     label_dtype : torch dtype of y (default float32); ids are int64.
     rank, world_size : int or None
         None: from ``torch.distributed`` when it is initialized, else 0 and 1.
@@ -111,7 +111,8 @@ class LirsIterableDataset(PassPosition, tud.IterableDataset):
         Passed to :class:`lirs.Loader` (granularity, group_bytes, window, seed, engine, prefetch,
         drop_last, dtype, ...).
 
-    Yields per batch: ids int64 (k,), X float (k, d) dense / sparse, y ``label_dtype`` (k,).
+    Yields per batch: ids int64 (k,); X (k, n_features) sparse or dense for LIBSVM, (k, *record_shape)
+    in the data's dtype for npy/fixed, a list of k bytes for lines/TFRecord; y ``label_dtype`` (k,) or None.
     """
 
     def __init__(self, path_or_index, batch_size: int, *, sparse: str = "csr", output: str = "dict",

@@ -27,7 +27,8 @@ from .arena import arena_for, arena_of
 from .passtimes import PassTimes, timed_worker
 from .ring import BUNDLE_BATCHES, BUNDLE_SLOT_BYTES, INBAND_BYTES, crossing, ring_for, ring_of  # noqa: F401 - INBAND_BYTES: public here
 from .workererrors import Failed, stops_at_error, with_cause  # noqa: F401 - Failed, stops_at_error: public here
-from .tensors import ALIGN, array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors, torch_dtype, unpack, unpack_many, x_parts
+from .tensors import (ALIGN, TorchBatch, array_spans, batch_arrays, pack_arrays, pack_into, pack_spans, to_tensors,
+                      torch_dtype, unpack, unpack_many, x_parts)
 
 
 def worker_of() -> tuple[int, int]:
@@ -85,11 +86,11 @@ class Convert:
     def __call__(self, b):
         ids, X, y = to_tensors(b, self.sparse, self.label_dtype)
         if self.user is not None:
-            return self.user({"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids))
+            return self.user({"ids": ids, "X": X, "y": y} if self.output == "dict" else TorchBatch(X, y, ids))
         info = tud.get_worker_info()
         if isinstance(X, torch.Tensor) and info is not None:
             return Packed(ids, X, y, self.output, self.ring, info.id)
-        return {"ids": ids, "X": X, "y": y} if self.output == "dict" else (X, y, ids)
+        return {"ids": ids, "X": X, "y": y} if self.output == "dict" else TorchBatch(X, y, ids)
 
 
 class Packed:
@@ -373,7 +374,7 @@ def join_outputs(outs: list):
     ids = _cat([p[0] for p in parts])
     y = None if parts[0][2] is None else _cat([p[2] for p in parts])
     X = _stack_rows([p[1] for p in parts])
-    return {"ids": ids, "X": X, "y": y} if as_dict else (X, y, ids)
+    return {"ids": ids, "X": X, "y": y} if as_dict else TorchBatch(X, y, ids)
 
 
 def _cat(ts: list, dtype=None):

@@ -601,6 +601,15 @@ def test_decode_fixed_matches_npy(tmp_path):
         decode_fixed(raw, np.array([len(raw) - 2]), a.dtype, (3, 4))
 
 
+@pytest.mark.parametrize("shape", [(3,), (2, 4), ()])
+def test_decode_fixed_of_no_records_is_empty(shape):
+    """Zero records raised numpy's bare "cannot reshape array of size 0" instead of the empty
+    (0, *shape) array the docstring promises."""
+    out = decode_fixed(np.zeros(48, np.uint8), np.empty(0, np.int64), np.float32, shape)
+    assert out.shape == (0, *shape) and out.dtype == np.float32
+    assert decode_fixed(np.zeros(48, np.uint8), [], ">i2", shape).dtype == np.dtype(">i2")
+
+
 def test_decode_lines():
     raw = b'{"a": 1}\n{"b": 2}\r\nlast'
     buf = np.frombuffer(raw, np.uint8)

@@ -272,6 +272,24 @@ def test_kept_labels_are_coded_as_a_full_index_codes_them(tmp_path, case):
     assert np.array_equal(idx.labels, want)
 
 
+def test_an_append_keeps_labels_equal_in_value_apart(tmp_path, spy):
+    """-0 and 0, NaNs of either sign: kept labels and appended ones merged with them are coded by
+    their bits, as sklearn reads them, not folded into the first seen."""
+    from sklearn.datasets import load_svmlight_file
+
+    toks = ["-0", "0", "1", "nan", "-nan"]
+    p = tmp_path / "d.svm"
+    p.write_text("".join(f"{toks[i % 5]} 1:{i % 7 + 1} 2:3\n" for i in range(300_000)))
+    lirs.build_index(str(p), progress=False)
+    spy.clear()
+    with open(p, "a") as f:
+        f.write("-nan 1:1\n0 1:2\n-0 1:3\n2 1:4\n")
+    _same_as_full(str(p))
+    assert spy[0][0] is not None and not spy[0][0].whole  # the old records kept, their codes translated
+    _, want = load_svmlight_file(str(p))
+    assert lirs.open_index(str(p)).labels.view(np.uint64).tolist() == want.view(np.uint64).tolist()
+
+
 def test_a_forked_child_indexes_with_pools_of_its_own(tmp_path):
     """The checksum pools are made once per process: a child forked after the parent used them
     (a DataLoader worker) gets new ones instead of queueing work for threads it does not have."""

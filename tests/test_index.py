@@ -190,6 +190,26 @@ def test_npy_labels_are_kept_bit_for_bit(tmp_path):
     assert values[:-2].tolist() == sorted(values[:-2].tolist()) and np.isnan(values[-2:]).all()  # by value, NaNs last
 
 
+@pytest.mark.parametrize("others", [0, 30])  # a few values (the kernel counts), many (it bisects)
+def test_libsvm_labels_are_kept_bit_for_bit(tmp_path, others):
+    """A LIBSVM index coded labels by value: -0 and 0 (and NaNs of either sign) were one label, the
+    first seen, in Index.labels and the sidecar, while sklearn and the Loader's y kept each one's bits."""
+    from sklearn.datasets import load_svmlight_file
+
+    toks = ["-0", "0", "1", "nan", "-nan", "0", "-nan", "-0"] + [str(2 + i) for i in range(others)]
+    p = tmp_path / "y.svm"
+    p.write_text("".join(f"{t} 1:{i + 1}\n" for i, t in enumerate(toks)))
+    _, want = load_svmlight_file(str(p))
+    bits = want.view(np.uint64).tolist()
+    assert np.signbit(want[:5]).tolist() == [True, False, False, False, True]
+    idx = lirs.build_index(str(p), progress=False)
+    assert idx.labels.view(np.uint64).tolist() == bits
+    assert lirs.open_index(str(p)).labels.view(np.uint64).tolist() == bits  # as saved in the sidecar
+    with lirs.Loader(str(p), 4, granularity="instance") as ld:
+        for b in ld.epoch(0):
+            assert b.y.view(np.uint64).tolist() == want[b.ids].view(np.uint64).tolist()
+
+
 def test_info_json_is_strict_and_counts_every_label(tmp_path, capsys):
     """`lirs info --json` printed `Infinity` (not JSON) for labels past 65,535 distinct values
     with an inf among them; and -0.0 beside 0.0 (kept apart by the codes) lost one's count."""

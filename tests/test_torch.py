@@ -2188,9 +2188,40 @@ def test_tuple_output_is_a_tuple_whatever_the_workers_and_pinning(small_svm, num
     # torch's default_convert and pin_memory make lists of tuples ("backwards compatibility")
     from lirs.torch import make_dataloader
 
+    from lirs.torch import TorchBatch
+
     dl = make_dataloader(small_svm, 100, output="tuple", num_workers=num_workers, pin_memory=pin_memory, seed=1)
     got = list(dl)
-    assert got and all(type(b) is tuple and len(b) == 3 for b in got)
+    assert got and all(type(b) is TorchBatch and len(b) == 3 for b in got)
+
+
+@pytest.mark.parametrize("fmt", ["libsvm", "npy", "lines"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_tuple_output_is_one_type_under_a_plain_dataloader(small_svm, tmp_path, fmt, num_workers):
+    """A hand-built DataLoader (docs/torch.md) made a list of the plain tuple without workers (and
+    for lines data with them): the batch is a named tuple (X, y, ids), which torch keeps."""
+    import warnings
+
+    import torch.utils.data as tud
+
+    from lirs.torch import LirsIterableDataset, TorchBatch
+
+    path = small_svm
+    if fmt == "npy":
+        path = str(tmp_path / "x.npy")
+        np.save(path, np.arange(400, dtype=np.float32).reshape(200, 2))
+    elif fmt == "lines":
+        path = str(tmp_path / "l.txt")
+        open(path, "wb").write(b"".join(b"line %d\n" % i for i in range(200)))
+    ds = LirsIterableDataset(path, 50, output="tuple")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the DataLoader's advice to use LirsDataLoader
+        got = list(tud.DataLoader(ds, batch_size=None, num_workers=num_workers))
+    assert got and all(type(b) is TorchBatch for b in got)
+    X, y, ids = got[0]
+    assert got[0].X is X and got[0].y is y and got[0].ids is ids and ids.dtype == torch.int64
+    assert (y is None) == (fmt != "libsvm") and isinstance(X, list) == (fmt == "lines")  # no labels file: None
+    ds.close()
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

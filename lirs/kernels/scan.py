@@ -363,19 +363,20 @@ def codes_seen(codes, seen):
 
 @njit(cache=True, nogil=True)
 def label_codes(values, labels, out):
-    """The code of each label: its position in ``values`` (float64 (k,), sorted, NaN last when a
-    label is NaN; every label is one of them), as ``np.searchsorted(values, labels)`` gives it.
-    ``labels`` float64 (m,), ``out`` unsigned ints (m,)."""
-    k = values.shape[0]
-    if k > 0 and values[k - 1] != values[k - 1]:
-        k -= 1  # NaN: compared apart, it sorts after every number
+    """The code of each label: the position in ``values`` (float64 (k,), C-contiguous, in
+    :func:`lirs.labelcodes.value_order`; every label is one of them) of its bits, so that -0.0 and
+    0.0, NaNs of either sign, keep codes of their own. ``labels`` float64 (m,) C-contiguous,
+    ``out`` unsigned ints (m,)."""
+    n = k = values.shape[0]
+    vb, lb = values.view(np.uint64), labels.view(np.uint64)
+    while k > 0 and values[k - 1] != values[k - 1]:
+        k -= 1  # NaNs: compared apart, they sort after every number
     for i in range(labels.shape[0]):
         x = labels[i]
-        if x != x:
-            out[i] = k
-            continue
         a = 0
-        if k <= 16:  # few values (class labels): count those below, without a branch to mispredict
+        if x != x:
+            a = k
+        elif k <= 16:  # few values (class labels): count those below, without a branch to mispredict
             for c in range(k):
                 a += values[c] < x
         else:
@@ -386,6 +387,9 @@ def label_codes(values, labels, out):
                     a = c + 1
                 else:
                     b = c
-        out[i] = a
-
-
+        # values equal to x (NaNs when x is one) follow the first, told apart by their bits; a
+        # label whose bits are not there (not one of the values) gets np.searchsorted's code
+        j = a
+        while j + 1 < n and vb[j] != lb[i] and (values[j + 1] == x or x != x):
+            j += 1
+        out[i] = j if j < n and vb[j] == lb[i] else a
