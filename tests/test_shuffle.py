@@ -601,6 +601,48 @@ def test_a_run_stopped_between_its_renames_never_pairs_new_labels_with_old_data(
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("fmt", ["libsvm", "npy"])
+@pytest.mark.parametrize("k", range(1, 7))
+def test_an_interrupt_during_the_renames_never_leaves_new_data_beside_an_old_sidecar(tmp_path, monkeypatch, fmt, k):
+    """Ctrl-C just after ``shuffle --index`` renamed its new output into place (before the sidecar
+    was written) exited "interrupted" with the new data published beside the previous run's
+    sidecar, which readers refused as stale. The sidecar is sealed first and the renames are held
+    from Ctrl-C: whichever rename the signal comes after, a reader opens the old output and its
+    sidecar, or the new ones, or (a fixed-record sidecar not built yet) no output at all."""
+    import signal
+
+    from lirs.external import outputs as O
+
+    if fmt == "libsvm":
+        (tmp_path / "in.svm").write_bytes(libsvm_bytes(3000, seed=4))
+        src, out = tmp_path / "in.svm", tmp_path / "o.svm"
+    else:
+        np.save(tmp_path / "in.npy", np.arange(6000, dtype=np.float32).reshape(3000, 2))
+        np.save(tmp_path / "in.labels.npy", np.arange(3000.0))
+        src, out = tmp_path / "in.npy", tmp_path / "o.npy"
+    E.shuffle(src, out, seed=1, index=True)
+    real, calls = os.replace, []
+
+    def interrupted(a, b):
+        real(a, b)
+        calls.append(b)
+        if len(calls) == k:  # the worst moment: the file just took its name
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(O.os, "replace", interrupted)
+    try:
+        E.shuffle(src, out, seed=2, index=True)
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.setattr(O.os, "replace", real)
+    if os.path.exists(out):
+        idx = lirs.open_index(out)  # raised StaleIndexError: new data, the old run's sidecar
+        assert idx.n == 3000
+    else:
+        assert fmt == "npy" and not os.path.exists(labels_path(str(out)))
+    assert leftovers(tmp_path) == []
+
+
 # --------------------------------------------------------------------------- errors and CLI
 
 
