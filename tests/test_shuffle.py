@@ -724,6 +724,65 @@ def test_errors(tmp_path, monkeypatch):
     assert leftovers(tmp_path) == []
 
 
+def test_the_space_check_says_what_each_filesystem_needs_and_counts_the_sidecar(tmp_path, monkeypatch):
+    """With the piles already elsewhere (--tmpdir on another filesystem) the refusal still spoke of
+    "piles + output where they share a filesystem" and advised --tmpdir; with ``index`` the
+    sidecar (~5 B a LIBSVM record, more than half the output for short lines) was not counted,
+    and the shuffle failed at the end on a temporary's ENOSPC. Each filesystem is named with what
+    it needs; the sidecar counts."""
+    (tmp_path / "a.svm").write_bytes(b"".join(b"%d 1:%d\n" % (i % 2, i % 10) for i in range(20000)))
+    out, piles = tmp_path / "o.svm", tmp_path / "piles"
+    piles.mkdir()
+    ds = E.open_dataset([str(tmp_path / "a.svm")], index=True)
+    side = ds.sidecar_bytes(ds.mean_record())
+    assert side > 20000 * 5
+    real_stat = os.stat
+    # piles on a filesystem of their own with room to spare, the output's holds the output alone
+    monkeypatch.setattr(D.os, "stat", lambda p, *a, **k: os.stat_result(
+        (*real_stat(p)[:2], 7 if str(p) == str(piles) else 8, *real_stat(p)[3:])))
+    monkeypatch.setattr(D, "free_bytes", lambda d: 1 << 40 if str(d) == str(piles) else ds.out_bytes + 1000)
+    with pytest.raises(LirsError) as e:
+        E.shuffle(tmp_path / "a.svm", out, tmpdir=piles, index=True)
+    said = str(e.value)
+    assert f"the output on {tmp_path} needs about" in said and "sidecar" in said and "--tmpdir" not in said
+    assert not out.exists() and os.listdir(piles) == []
+    E.shuffle(tmp_path / "a.svm", out, tmpdir=piles)  # without its sidecar, the output fits
+    monkeypatch.setattr(D, "free_bytes", lambda d: 1000 if str(d) == str(piles) else 1 << 40)
+    with pytest.raises(LirsError, match=r"the piles \(--tmpdir\) on .*piles needs about .* name another --tmpdir"):
+        E.shuffle(tmp_path / "a.svm", out, tmpdir=piles)
+    monkeypatch.setattr(D.os, "stat", real_stat)
+    monkeypatch.setattr(D, "free_bytes", lambda d: ds.pile_bytes + ds.out_bytes + 1000)
+    with pytest.raises(LirsError, match=r"piles .* \+ output .* \+ sidecar .*sharing its filesystem.*use --tmpdir"):
+        E.shuffle(tmp_path / "a.svm", out, tmpdir=piles, index=True)
+
+
+@pytest.mark.parametrize("where", ["data", "sidecar"])
+def test_a_full_disk_names_the_output_not_its_temporary(tmp_path, monkeypatch, where):
+    """ENOSPC while writing the output or its sidecar named the hidden temporary
+    (``.o.svm.lirs-tmp-PID-TID``), a file the user never asked for and that is gone by then: the
+    error names the output (or sidecar) it was to become."""
+    import errno
+
+    import lirs.external.writer as W
+    import lirs.sidecar as S
+
+    (tmp_path / "a.svm").write_bytes(libsvm_bytes(300, seed=2))
+    out = tmp_path / "o.svm"
+    if where == "data":
+        def full(fd, data, off):
+            raise D._named(OSError(errno.ENOSPC, "No space left on device"), fd)
+        monkeypatch.setattr(W, "pwrite_all", full)
+    else:
+        def full(self, b):
+            raise OSError(errno.ENOSPC, "No space left on device", self.dest)
+        monkeypatch.setattr(S.SidecarWriter, "_put", full)
+    with pytest.raises(OSError) as e:
+        E.shuffle(tmp_path / "a.svm", out, index=True)
+    assert e.value.errno == errno.ENOSPC
+    assert e.value.filename == str(out if where == "data" else str(out) + ".lirs")
+    assert leftovers(tmp_path) == [] and sorted(os.listdir(tmp_path)) == ["a.svm"]
+
+
 @pytest.mark.parametrize("out,index,what", [
     ("x", False, "would be the labels file of the input"),  # its labels, x.labels.npy: the input's preferred name
     ("x.npy.labels.npy", False, "would be the labels file of the input"),  # the data over the input's labels

@@ -129,6 +129,18 @@ class Layout:
                 pass
         os.replace(s.tmp, s.final)
 
+    def name_final(self, e: OSError) -> None:
+        """Where ``e`` names a temporary of this layout (a write that failed: ENOSPC, EIO), name the
+        file it was to become instead."""
+        if not e.filename:
+            return
+        got = os.path.realpath(e.filename)
+        for s in self.shards:
+            for t, f in ((s.tmp, s.final), (s.labels_tmp, s.labels_final), (s.sidecar_tmp, s.sidecar)):
+                if t and os.path.realpath(t) == got:
+                    e.filename = f
+                    return
+
     def abort(self) -> None:
         """Remove what was written (after an error or Ctrl-C)."""
         for s in self.shards:
