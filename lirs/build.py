@@ -10,6 +10,7 @@ the page cache.
 """
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -44,6 +45,38 @@ def _unchanged(path: str, fp0) -> None:
                         "`lirs index` again once it is complete")
 
 
+class _Scratch(io.BufferedRandom):
+    """An anonymous scratch file whose failed writes (ENOSPC, EDQUOT, EIO: they carry no name, the
+    file has none) name ``what`` it is instead of printing a bare "No space left on device"."""
+
+    what = ""
+
+    def _named(self, e: OSError) -> OSError:
+        if e.errno is not None and not e.filename:
+            e.filename = self.what
+        return e
+
+    def write(self, b) -> int:
+        try:
+            return super().write(b)
+        except OSError as e:
+            raise self._named(e) from None
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as e:
+            raise self._named(e) from None
+
+
+def labels_scratch(dirpath: str):
+    """An anonymous temporary file in ``dirpath`` for a scan's float64 labels (read back by
+    :func:`write_labels`); an OSError of its writes names it and ``dirpath``."""
+    f = _Scratch(tempfile.TemporaryFile(dir=dirpath, buffering=0))  # noqa: SIM115 - closed by the caller
+    f.what = f"{dirpath} (the index's temporary labels file there)"
+    return f
+
+
 def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None, guessed=True):
     """Scan ``files`` (whole, or per ``plan``: a :class:`lirs.incremental.Keep` or None per file)
     into the sidecar ``dest``; returns its path. ``guessed``: the format was detected, so a lines
@@ -56,7 +89,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
     lab_tmp = None
     try:
         if fmt == "libsvm":
-            lab_tmp = tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(dest)))
+            lab_tmp = labels_scratch(os.path.dirname(os.path.abspath(dest)))
         with progress_bar(total, "lirs index", progress) as bar, ThreadPoolExecutor(SCAN_CORES) as pool:
             tap = Tap(w)
             scanner = TFRecordScanner if fmt == "tfrecord" else VarScanner

@@ -1475,3 +1475,23 @@ def test_a_directorys_files_are_in_code_point_name_order(tmp_path):
     batch = next(iter(lirs.Loader(str(d), batch_size=4, granularity="instance", seed=1).epoch(0)))
     assert sorted(zip(batch.ids.tolist(), batch.X)) == [
         (0, b"B.jsonl"), (1, b"a.jsonl"), (2, b"part-10.jsonl"), (3, b"part-9.jsonl")]
+
+
+def test_a_full_disk_under_the_labels_scratch_file_names_it(tmp_path, monkeypatch, capsys):
+    """`lirs index` of a LIBSVM file on a full disk printed a bare "No space left on device": the
+    write that failed was the labels' anonymous temporary file, which has no name. The error names
+    it and its directory (where -o moves it); nothing is left behind."""
+    import tempfile
+
+    from lirs.cli import main as cli_main
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full to stand for a full disk")
+    (tmp_path / "a.svm").write_bytes(b"".join(b"%d 1:%d\n" % (i % 2, i) for i in range(30000)))
+    # every write to the labels' scratch file fails as a full disk's does (ENOSPC)
+    monkeypatch.setattr(tempfile, "TemporaryFile", lambda *a, **k: open("/dev/full", "r+b", buffering=0))  # noqa: SIM115
+    assert cli_main(["index", str(tmp_path / "a.svm"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"{tmp_path} (the index's temporary labels file there): No space left on device" in err
+    assert "use -o to write elsewhere" in err
+    assert os.listdir(tmp_path) == ["a.svm"]

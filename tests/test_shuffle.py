@@ -601,6 +601,48 @@ def test_a_run_stopped_between_its_renames_never_pairs_new_labels_with_old_data(
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("fmt", ["libsvm", "npy"])
+@pytest.mark.parametrize("k", range(1, 7))
+def test_an_interrupt_during_the_renames_never_leaves_new_data_beside_an_old_sidecar(tmp_path, monkeypatch, fmt, k):
+    """Ctrl-C just after ``shuffle --index`` renamed its new output into place (before the sidecar
+    was written) exited "interrupted" with the new data published beside the previous run's
+    sidecar, which readers refused as stale. The sidecar is sealed first and the renames are held
+    from Ctrl-C: whichever rename the signal comes after, a reader opens the old output and its
+    sidecar, or the new ones, or (a fixed-record sidecar not built yet) no output at all."""
+    import signal
+
+    from lirs.external import outputs as O
+
+    if fmt == "libsvm":
+        (tmp_path / "in.svm").write_bytes(libsvm_bytes(3000, seed=4))
+        src, out = tmp_path / "in.svm", tmp_path / "o.svm"
+    else:
+        np.save(tmp_path / "in.npy", np.arange(6000, dtype=np.float32).reshape(3000, 2))
+        np.save(tmp_path / "in.labels.npy", np.arange(3000.0))
+        src, out = tmp_path / "in.npy", tmp_path / "o.npy"
+    E.shuffle(src, out, seed=1, index=True)
+    real, calls = os.replace, []
+
+    def interrupted(a, b):
+        real(a, b)
+        calls.append(b)
+        if len(calls) == k:  # the worst moment: the file just took its name
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(O.os, "replace", interrupted)
+    try:
+        E.shuffle(src, out, seed=2, index=True)
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.setattr(O.os, "replace", real)
+    if os.path.exists(out):
+        idx = lirs.open_index(out)  # raised StaleIndexError: new data, the old run's sidecar
+        assert idx.n == 3000
+    else:
+        assert fmt == "npy" and not os.path.exists(labels_path(str(out)))
+    assert leftovers(tmp_path) == []
+
+
 # --------------------------------------------------------------------------- errors and CLI
 
 
@@ -680,6 +722,65 @@ def test_errors(tmp_path, monkeypatch):
     with pytest.raises(LirsError, match="not enough free disk space"):
         E.shuffle(tmp_path / "a.svm", tmp_path / "o.svm")
     assert leftovers(tmp_path) == []
+
+
+def test_the_space_check_says_what_each_filesystem_needs_and_counts_the_sidecar(tmp_path, monkeypatch):
+    """With the piles already elsewhere (--tmpdir on another filesystem) the refusal still spoke of
+    "piles + output where they share a filesystem" and advised --tmpdir; with ``index`` the
+    sidecar (~5 B a LIBSVM record, more than half the output for short lines) was not counted,
+    and the shuffle failed at the end on a temporary's ENOSPC. Each filesystem is named with what
+    it needs; the sidecar counts."""
+    (tmp_path / "a.svm").write_bytes(b"".join(b"%d 1:%d\n" % (i % 2, i % 10) for i in range(20000)))
+    out, piles = tmp_path / "o.svm", tmp_path / "piles"
+    piles.mkdir()
+    ds = E.open_dataset([str(tmp_path / "a.svm")], index=True)
+    side = ds.sidecar_bytes(ds.mean_record())
+    assert side > 20000 * 5
+    real_stat = os.stat
+    # piles on a filesystem of their own with room to spare, the output's holds the output alone
+    monkeypatch.setattr(D.os, "stat", lambda p, *a, **k: os.stat_result(
+        (*real_stat(p)[:2], 7 if str(p) == str(piles) else 8, *real_stat(p)[3:])))
+    monkeypatch.setattr(D, "free_bytes", lambda d: 1 << 40 if str(d) == str(piles) else ds.out_bytes + 1000)
+    with pytest.raises(LirsError) as e:
+        E.shuffle(tmp_path / "a.svm", out, tmpdir=piles, index=True)
+    said = str(e.value)
+    assert f"the output on {tmp_path} needs about" in said and "sidecar" in said and "--tmpdir" not in said
+    assert not out.exists() and os.listdir(piles) == []
+    E.shuffle(tmp_path / "a.svm", out, tmpdir=piles)  # without its sidecar, the output fits
+    monkeypatch.setattr(D, "free_bytes", lambda d: 1000 if str(d) == str(piles) else 1 << 40)
+    with pytest.raises(LirsError, match=r"the piles \(--tmpdir\) on .*piles needs about .* name another --tmpdir"):
+        E.shuffle(tmp_path / "a.svm", out, tmpdir=piles)
+    monkeypatch.setattr(D.os, "stat", real_stat)
+    monkeypatch.setattr(D, "free_bytes", lambda d: ds.pile_bytes + ds.out_bytes + 1000)
+    with pytest.raises(LirsError, match=r"piles .* \+ output .* \+ sidecar .*sharing its filesystem.*use --tmpdir"):
+        E.shuffle(tmp_path / "a.svm", out, tmpdir=piles, index=True)
+
+
+@pytest.mark.parametrize("where", ["data", "sidecar"])
+def test_a_full_disk_names_the_output_not_its_temporary(tmp_path, monkeypatch, where):
+    """ENOSPC while writing the output or its sidecar named the hidden temporary
+    (``.o.svm.lirs-tmp-PID-TID``), a file the user never asked for and that is gone by then: the
+    error names the output (or sidecar) it was to become."""
+    import errno
+
+    import lirs.external.writer as W
+    import lirs.sidecar as S
+
+    (tmp_path / "a.svm").write_bytes(libsvm_bytes(300, seed=2))
+    out = tmp_path / "o.svm"
+    if where == "data":
+        def full(fd, data, off):
+            raise D._named(OSError(errno.ENOSPC, "No space left on device"), fd)
+        monkeypatch.setattr(W, "pwrite_all", full)
+    else:
+        def full(self, b):
+            raise OSError(errno.ENOSPC, "No space left on device", self.dest)
+        monkeypatch.setattr(S.SidecarWriter, "_put", full)
+    with pytest.raises(OSError) as e:
+        E.shuffle(tmp_path / "a.svm", out, index=True)
+    assert e.value.errno == errno.ENOSPC
+    assert e.value.filename == str(out if where == "data" else str(out) + ".lirs")
+    assert leftovers(tmp_path) == [] and sorted(os.listdir(tmp_path)) == ["a.svm"]
 
 
 @pytest.mark.parametrize("out,index,what", [

@@ -98,7 +98,8 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
         stay within it (see :class:`MemoryPlan`).
     tmpdir : path, optional
         Where the pile directory goes (default: the output's directory). Needs about the input's
-        size in free space, the output directory as much again.
+        size in free space, the output directory as much again (with ``index``, and the sidecar's
+        ~5 B a record); checked before any work.
     seed : int
         Same inputs, seed and memory plan (pile count) → byte-identical output, with or without
         ``index``.
@@ -135,10 +136,11 @@ def shuffle(inputs, out, *, shards=None, memory="2G", tmpdir=None, seed=0, index
     parent, tmpdir = _check_places(inputs, files, out, shards, tmpdir, labels=ds.linfo is not None,
                                    npy=ds.fmt == "npy", index=index)
     max_piles = int(_max_piles or fd_pile_limit())
-    plan = plan_memory(ds.pile_bytes, ds.mean_record(), mem, record_bytes=ds.rr,
+    mean = ds.mean_record()
+    plan = plan_memory(ds.pile_bytes, mean, mem, record_bytes=ds.rr,
                        label_ratio=(ds.ls / ds.rs if ds.rs else 0.0), index=index and ds.text,
                        validate=index and ds.fmt == "libsvm", max_piles=max_piles)
-    check_space(tmpdir, parent, ds.pile_bytes, ds.out_bytes)
+    check_space(tmpdir, parent, ds.pile_bytes, ds.out_bytes, ds.sidecar_bytes(mean) if index else 0)
     # piles of a killed shuffle (GBs) are removed by the next one; a live one's are left alone
     clean_dead(tmpdir, PILE_DIR_PATTERN)
     clean_dead_litter(parent)  # outputs and sidecar temps of a killed shuffle, whatever their names
@@ -296,7 +298,9 @@ def _run(ds: Dataset, plan: MemoryPlan, out: str, parent: str, pile_dir: str, *,
         output.close()
         t_pass2 = time.perf_counter() - t2
         layout.commit(ds, index)
-    except BaseException:
+    except BaseException as e:
+        if layout is not None and isinstance(e, OSError):
+            layout.name_final(e)  # ENOSPC in a temporary: the output it was to be is what the user knows
         if output is not None:
             try:
                 output.close()

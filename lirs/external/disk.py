@@ -90,16 +90,23 @@ def free_bytes(path: str) -> int:
     return int(st.f_bavail * st.f_frsize)
 
 
-def check_space(pile_dir: str, out_dir: str, pile_bytes: int, out_bytes: int) -> None:
-    """Raise when the pile and output directories cannot hold the piles and the output."""
-    need = {}
-    for d, b in ((pile_dir, pile_bytes), (out_dir, out_bytes)):
-        dev = os.stat(d).st_dev
-        need.setdefault(dev, [d, 0])[1] += b
-    for d, b in need.values():
+def check_space(pile_dir: str, out_dir: str, pile_bytes: int, out_bytes: int, sidecar_bytes: int = 0) -> None:
+    """Raise when the pile and output directories cannot hold the piles and the output (and its
+    sidecars, ``sidecar_bytes``); the message says what each filesystem needs and has."""
+    outs = f"output {format_bytes(out_bytes)}" + (f" + sidecar {format_bytes(sidecar_bytes)}" if sidecar_bytes else "")
+    if os.stat(pile_dir).st_dev == os.stat(out_dir).st_dev:
+        need, free = pile_bytes + out_bytes + sidecar_bytes, free_bytes(out_dir)
+        if free < need:
+            raise LirsError(f"not enough free disk space on {out_dir}: the shuffle needs about {format_bytes(need)} "
+                            f"there (piles {format_bytes(pile_bytes)} + {outs}, sharing its filesystem), "
+                            f"{format_bytes(free)} free; use --tmpdir for the piles elsewhere")
+        return
+    short = []
+    for what, d, b, fix in (("the output", out_dir, out_bytes + sidecar_bytes, "write it elsewhere"),
+                            ("the piles (--tmpdir)", pile_dir, pile_bytes, "name another --tmpdir")):
         free = free_bytes(d)
         if free < b:
-            raise LirsError(f"not enough free disk space on {d}: the shuffle needs about {format_bytes(b)} "
-                            f"(piles {format_bytes(pile_bytes)} + output {format_bytes(out_bytes)} "
-                            f"where they share a filesystem), {format_bytes(free)} free; use --tmpdir "
-                            "for the piles elsewhere")
+            short.append(f"{what} on {d} needs about {format_bytes(b)}"
+                         f"{f' ({outs})' if d == out_dir and sidecar_bytes else ''}, {format_bytes(free)} free: {fix}")
+    if short:
+        raise LirsError("not enough free disk space: " + "; ".join(short))

@@ -93,6 +93,16 @@ class Dataset:
         extra = len(self.srcs) if self.text else 0 if self.variable else 1 << 16
         return self.in_bytes + labels + extra
 
+    def sidecar_bytes(self, mean_record: float) -> int:
+        """About the bytes of the output's sidecar (``index``): the offsets of records of any length
+        (~4 B each) and LIBSVM's label codes (~1 B), or labels' values and codes of fixed records
+        (~their bytes); ``mean_record``: :meth:`mean_record`. Over half the output for short lines."""
+        if self.variable:
+            n, per = self.pile_bytes / max(mean_record, 1.0), 5 if self.fmt == "libsvm" else 4
+        else:
+            n, per = self.pile_bytes / max(self.rr, 1), self.ls
+        return int(n * per) + (64 << 10)  # + header, checksums and scan marks
+
     def mean_record(self) -> float:
         """Bytes per pile record: exact for fixed formats, from the first MiB of text."""
         if not self.variable:

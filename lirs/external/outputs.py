@@ -1,7 +1,9 @@
 """The output files of `lirs shuffle`: their names, where they are written, their move into place.
 
-One output ``OUT`` is written as ``.OUT.lirs-tmp-PID`` beside it (its labels likewise) and renamed; its
-sidecar is written in place by the atomic sidecar writer. Shards are written into a staging
+One output ``OUT`` is written as ``.OUT.lirs-tmp-PID`` beside it (its labels and a text output's
+sidecar likewise) and renamed, with Ctrl-C and SIGTERM held over the renames (:func:`signals_held`):
+an interrupt leaves the old output and its sidecar, or the new ones, never new data beside an old
+sidecar or none. Shards are written into a staging
 directory ``.OUT.lirs-tmp-PID`` under their final names (part files, labels, sidecars), which is renamed
 to ``OUT`` at the end. Nothing is left behind on error.
 """
@@ -9,6 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
+from contextlib import contextmanager
 
 from ..build import build
 from ..inputs import compressed, extension_format, labels_path
@@ -66,38 +71,36 @@ class Layout:
                 sh.labels_tmp = labels_path(t) if staged else temp_name(labels_path(f))
             if index:
                 sh.sidecar = sidecar_path(f)
-                # sharded sidecars are written inside the staging directory, single ones in place
-                sh.sidecar_tmp = os.path.join(hidden, os.path.basename(sh.sidecar)) if staged else sh.sidecar
+                # sharded sidecars are written inside the staging directory, a single one beside it
+                # under a temporary name: sealed before the data takes its name, renamed with it
+                sh.sidecar_tmp = os.path.join(hidden, os.path.basename(sh.sidecar)) if staged else \
+                    temp_name(sh.sidecar)
             self.shards.append(sh)
         self.stage: str | None = None   # the staging directory while it exists
+        # single outputs in place whose fixed-record sidecar is not built yet: removed on abort
+        self.published: list[Shard] = []
         if staged:
             os.mkdir(hidden)
             self.stage = hidden
 
     def commit(self, ds: Dataset, index: bool) -> None:
-        """Move the written files into place: labels before data, data before sidecars; then the
-        sidecars of fixed-record outputs (nothing to scan: header, record size, count, labels)."""
-        if self.stage is not None:
-            for s in self.shards:  # sidecars inside the staging directory, naming the final paths
-                if s.indexer is not None:
-                    s.indexer.commit(s.data_end, s.tmp)
-                    s.indexer = None  # after: a commit that failed is aborted (its temporary removed)
-            os.replace(self.stage, self.out)
-            self.stage = None
-        else:
-            for s in self.shards:
-                if s.labels_tmp:
-                    if os.path.exists(s.final):
-                        # an old output goes first: a run stopped between the renames leaves new
-                        # labels without data, never beside the old data they do not belong to
-                        os.unlink(s.final)
-                    os.replace(s.labels_tmp, s.labels_final)
-                os.replace(s.tmp, s.final)
-        fsync_dir(self.parent)
-        for s in self.shards:
+        """Move the written files into place: sidecars sealed first (under temporary names), then,
+        with Ctrl-C and SIGTERM held, labels and sidecars before data; then the sidecars of
+        fixed-record outputs (nothing to scan: header, record size, count, labels)."""
+        for s in self.shards:  # the sidecars name the final paths; a rename keeps the data's fingerprint
             if s.indexer is not None:
-                s.indexer.commit(s.data_end, s.final)
-                s.indexer = None
+                s.indexer.commit(s.data_end, s.tmp)
+                s.indexer = None  # after: a commit that failed is aborted (its temporary removed)
+        with signals_held():
+            if self.stage is not None:
+                os.replace(self.stage, self.out)
+                self.stage = None
+            else:
+                for s in self.shards:
+                    self._publish(s, index and not ds.text)
+                    if index and not ds.text:
+                        self.published.append(s)
+            fsync_dir(self.parent)
         if index and not ds.text:
             # the format as the user gave it (else detected again): a sidecar recording a detected
             # format as given differed from `lirs index OUT`'s, and its stale-index advice added --format
@@ -105,6 +108,38 @@ class Layout:
             for s in self.shards:
                 build(s.final, format=fmt, record_size=ds.rs if ds.fmt == "fixed" else None,
                       out=s.sidecar, progress=False)
+        self.published = []
+
+    @staticmethod
+    def _publish(s: Shard, stale_sidecar: bool) -> None:
+        """Rename one single output's files into place. An old output goes first: a run stopped
+        between the renames (killed: SIGKILL, a crash) leaves new labels or a new sidecar without
+        data, never beside the old data they do not belong to; an old sidecar goes before new data
+        that it does not describe (``stale_sidecar``: the sidecar is built afterwards)."""
+        sealed = None if stale_sidecar else s.sidecar_tmp  # a text output's, written with its data
+        moves = [(t, f) for t, f in ((s.labels_tmp, s.labels_final), (sealed, s.sidecar)) if t]
+        if moves and os.path.exists(s.final):
+            os.unlink(s.final)
+        for t, f in moves:
+            os.replace(t, f)
+        if stale_sidecar and s.sidecar:
+            try:
+                os.unlink(s.sidecar)
+            except FileNotFoundError:
+                pass
+        os.replace(s.tmp, s.final)
+
+    def name_final(self, e: OSError) -> None:
+        """Where ``e`` names a temporary of this layout (a write that failed: ENOSPC, EIO), name the
+        file it was to become instead."""
+        if not e.filename:
+            return
+        got = os.path.realpath(e.filename)
+        for s in self.shards:
+            for t, f in ((s.tmp, s.final), (s.labels_tmp, s.labels_final), (s.sidecar_tmp, s.sidecar)):
+                if t and os.path.realpath(t) == got:
+                    e.filename = f
+                    return
 
     def abort(self) -> None:
         """Remove what was written (after an error or Ctrl-C)."""
@@ -112,11 +147,45 @@ class Layout:
             if s.indexer is not None:
                 s.indexer.abort()
                 s.indexer = None
-            for p in (s.tmp, s.labels_tmp):
+            for p in (s.tmp, s.labels_tmp, s.sidecar_tmp):
                 if p and self.stage is None:
                     try:
                         os.unlink(p)
                     except FileNotFoundError:
                         pass
+        for s in self.published:  # new data without its sidecar (its build stopped): what was written
+            for p in (s.final, s.labels_final):
+                if p:
+                    try:
+                        os.unlink(p)
+                    except FileNotFoundError:
+                        pass
+        self.published = []
         if self.stage is not None:
             shutil.rmtree(self.stage, ignore_errors=True)
+
+
+@contextmanager
+def signals_held():
+    """Hold Ctrl-C and SIGTERM over a few renames that must all happen or none: one that comes
+    meanwhile is acted on (its handler called: KeyboardInterrupt, or the default's exit) right
+    after. The handlers are swapped rather than the signals masked: a signal masked in this thread
+    is still taken by another (the shuffle's writer and scan threads), and Python then runs its
+    handler here anyway. Outside the main thread (where handlers cannot be set) nothing is held."""
+    got: list[int] = []
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        # a handler set outside Python (getsignal: None) could not be put back: left alone
+        for sig in (s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None):
+            old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        for sig in dict.fromkeys(got):
+            h = old[sig]
+            if callable(h):
+                h(sig, None)
+            elif h == signal.SIG_DFL:
+                os.kill(os.getpid(), sig)
