@@ -22,7 +22,8 @@ def add_parser(sub):
     p.add_argument("--json", action="store_true", help="print the index summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--check", action="store_true",
-                   help="do not scan: confirm the existing index still matches its data exactly (every data "
+                   help="do not scan: confirm the existing index covers exactly the PATHs given (with -o) and "
+                        "still matches its data exactly (every data "
                         "file read whole and compared with its per-MiB checksums, and every .npy labels file "
                         "with its labels, even where size and modification time match: an edit whose mtime "
                         "was put back is found), record the data's new modification time; exit 1 naming the "
@@ -84,6 +85,38 @@ def _check(args) -> int:
     target = args.out or args.paths[0]
     if len(args.paths) > 1 and not args.out:
         raise UsageError("several data files: name their sidecar with -o NAME.lirs")
+    if args.out:  # before the data is read: the PATHs must be the files the sidecar indexes
+        _check_same_files(args.paths, args.out)
     idx = revalidate(target)  # stale or corrupt: raises, and the CLI exits with 1
     print(f"{idx.sidecar}: still matches {idx.nfiles} data file(s), {idx.n:,} records; no re-index needed")
     return 0
+
+
+def _check_same_files(paths, sidecar: str) -> None:
+    """StaleIndexError when the data files ``paths`` (expanded as ``lirs index`` would) are not
+    those the index ``sidecar`` covers: checked alone, a sidecar of some of them (a shard added
+    since) still matches its own files, and "no re-index needed" left the new one's records out."""
+    import os
+
+    from ..errors import StaleIndexError
+    from ..index import open_index
+    from ..inputs import expand_paths
+
+    def key(p):  # one file however it is named (relative, through a link)
+        st = os.stat(p)
+        return st.st_dev, st.st_ino
+
+    given = {key(p): p for p in expand_paths(paths, strays=False)}
+    indexed = {}
+    for p in open_index(sidecar, check=False).paths:
+        try:
+            indexed[key(p)] = p
+        except FileNotFoundError:  # gone: revalidate names it as removed
+            pass
+    missing = [p for k, p in given.items() if k not in indexed]
+    extra = [p for k, p in indexed.items() if k not in given]
+    if missing or extra:
+        said = ([f"{', '.join(missing)} not indexed by it"] if missing else []) + \
+               ([f"it also indexes {', '.join(extra)}, not given"] if extra else [])
+        raise StaleIndexError(f"{sidecar} does not index the PATHs given: {'; '.join(said)}; "
+                              f"re-index them: lirs index {' '.join(paths)} -o {sidecar}")

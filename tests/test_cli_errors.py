@@ -1,0 +1,40 @@
+"""The commands `lirs index`, `order`, `epoch` and `info`: what they check, and how they say it
+(the option as typed, exit 2 for usage, before any work)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from lirs.cli import main
+
+
+def _write(path, text: str) -> str:
+    with open(path, "w") as f:
+        f.write(text)
+    return str(path)
+
+
+@pytest.fixture
+def shards(tmp_path):
+    """Three LIBSVM files and ab.lirs, the index of the first two."""
+    a = _write(tmp_path / "a.svm", "1 1:1\n1 2:1\n")
+    b = _write(tmp_path / "b.svm", "1 3:1\n")
+    c = _write(tmp_path / "c.svm", "-1 4:1\n-1 5:1\n")
+    ab = str(tmp_path / "ab.lirs")
+    assert main(["index", "--quiet", a, b, "-o", ab]) == 0
+    return a, b, c, ab
+
+
+def test_check_compares_the_paths_given_with_the_files_indexed(shards, capsys):
+    a, b, c, ab = shards
+    capsys.readouterr()
+    assert main(["index", "--check", a, b, "-o", ab]) == 0
+    assert "still matches 2" in capsys.readouterr().out
+    assert main(["index", "--check", a, b, c, "-o", ab]) == 1  # a shard added: its records would be left out
+    err = capsys.readouterr().err
+    assert "c.svm not indexed by it" in err and "also indexes" not in err
+    assert main(["index", "--check", c, "-o", ab]) == 1
+    err = capsys.readouterr().err
+    assert "c.svm not indexed" in err and "also indexes" in err and "b.svm" in err
