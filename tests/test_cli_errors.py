@@ -38,3 +38,17 @@ def test_check_compares_the_paths_given_with_the_files_indexed(shards, capsys):
     assert main(["index", "--check", c, "-o", ab]) == 1
     err = capsys.readouterr().err
     assert "c.svm not indexed" in err and "also indexes" in err and "b.svm" in err
+
+
+@pytest.fixture
+def svm(tmp_path):
+    """A small LIBSVM file, not indexed."""
+    return _write(tmp_path / "d.svm", "".join(f"{1 if i % 2 else -1} {i % 7 + 1}:1\n" for i in range(100)))
+
+
+@pytest.mark.parametrize("opts", [["--batch-size", "0"], ["--world-size", "0"], ["--rank", "5"], ["--seed", "-1"],
+                                  ["--epoch", "-1"], ["--group-bytes", "1"], ["--window", "abc"]])
+def test_order_refuses_a_bad_option_before_it_indexes_the_data(svm, opts, capsys):
+    assert main(["order", svm, *opts]) == 2
+    assert opts[0] in capsys.readouterr().err
+    assert not os.path.exists(svm + ".lirs")  # no scan of the whole dataset for an option that cannot work
