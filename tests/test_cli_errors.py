@@ -52,3 +52,19 @@ def test_order_refuses_a_bad_option_before_it_indexes_the_data(svm, opts, capsys
     assert main(["order", svm, *opts]) == 2
     assert opts[0] in capsys.readouterr().err
     assert not os.path.exists(svm + ".lirs")  # no scan of the whole dataset for an option that cannot work
+
+
+@pytest.mark.parametrize("cmd,opts", [
+    ("epoch", ["--batch-size", "0"]), ("epoch", ["--prefetch", "0"]), ("epoch", ["--depth", "0"]),
+    ("epoch", ["--depth", "5000"]), ("epoch", ["--seed", "-1"]), ("epoch", ["--epoch", "-1"]),
+    ("epoch", ["--group-bytes", "1"]), ("epoch", ["--group-bytes", "-1"]), ("epoch", ["--window", "0"]),
+    ("order", ["--batch-size", "0"]), ("order", ["--world-size", "0"]), ("order", ["--rank", "-1"]),
+    ("order", ["--seed", "-1"]), ("order", ["--group-bytes", "1"]), ("order", ["--group-bytes", "-1"]),
+    ("order", ["--window", "abc"]), ("order", ["--drop-last", "--batch-size", "1000"])])
+def test_an_option_error_names_the_option_as_typed(svm, cmd, opts, capsys):
+    assert main([cmd, svm, *opts]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert opts[0] in err, err
+    # not the library's parameter names, which the command line never took
+    assert not any(p in err for p in ("batch_size", "world_size", "group_bytes", "drop_last=", "window must",
+                                      "depth must", "prefetch must", "seed must", "epoch must", "rank -1")), err
