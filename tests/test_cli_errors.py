@@ -68,3 +68,21 @@ def test_an_option_error_names_the_option_as_typed(svm, cmd, opts, capsys):
     # not the library's parameter names, which the command line never took
     assert not any(p in err for p in ("batch_size", "world_size", "group_bytes", "drop_last=", "window must",
                                       "depth must", "prefetch must", "seed must", "epoch must", "rank -1")), err
+
+
+def test_check_prints_json_under_json(shards, capsys):
+    a, b, c, ab = shards
+    capsys.readouterr()
+    assert main(["index", "--check", a, b, "-o", ab, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["matches"] is True and got["records"] == 3 and len(got["files"]) == 2 and got["sidecar"] == ab
+
+
+@pytest.mark.parametrize("opts", [["--full"], ["--format", "lines"], ["--record-size", "3"], ["--header-size", "0"],
+                                  ["--chunk", "1M"]])
+def test_check_refuses_the_options_of_a_scan(shards, opts, capsys):
+    a, b, c, ab = shards
+    capsys.readouterr()
+    assert main(["index", "--check", a, b, "-o", ab, *opts]) == 2  # taken silently, they seemed to apply
+    err = capsys.readouterr().err
+    assert f"--check does not take {opts[0]}" in err
