@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -86,3 +88,15 @@ def test_check_refuses_the_options_of_a_scan(shards, opts, capsys):
     assert main(["index", "--check", a, b, "-o", ab, *opts]) == 2  # taken silently, they seemed to apply
     err = capsys.readouterr().err
     assert f"--check does not take {opts[0]}" in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_check_on_a_full_stdout_says_standard_output(shards, extra):
+    """It said "No space left on device (... use -o to write elsewhere)": -o names the sidecar checked."""
+    a, b, c, ab = shards
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "lirs", "index", "--check", a, b, "-o", ab, *extra], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=300)
+    assert r.returncode == 1 and r.stderr == "lirs index: error: standard output: No space left on device " \
+                                             "(no space left on the device)\n", r.stderr

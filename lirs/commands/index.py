@@ -98,10 +98,11 @@ def _check(args) -> int:
     if args.out:  # before the data is read: the PATHs must be the files the sidecar indexes
         _check_same_files(args.paths, args.out)
     idx = revalidate(target)  # stale or corrupt: raises, and the CLI exits with 1
-    if args.json:
-        print_json({"sidecar": idx.sidecar, "files": list(idx.paths), "records": idx.n, "matches": True})
-    else:
-        print(f"{idx.sidecar}: still matches {idx.nfiles} data file(s), {idx.n:,} records; no re-index needed")
+    with printing_results():  # a full disk behind stdout: said as standard output's, not the sidecar's
+        if args.json:
+            print_json({"sidecar": idx.sidecar, "files": list(idx.paths), "records": idx.n, "matches": True})
+        else:
+            print(f"{idx.sidecar}: still matches {idx.nfiles} data file(s), {idx.n:,} records; no re-index needed")
     return 0
 
 
