@@ -100,3 +100,13 @@ def test_check_on_a_full_stdout_says_standard_output(shards, extra):
                            stderr=subprocess.PIPE, text=True, timeout=300)
     assert r.returncode == 1 and r.stderr == "lirs index: error: standard output: No space left on device " \
                                              "(no space left on the device)\n", r.stderr
+
+
+def test_index_refuses_a_sidecar_given_as_data(svm, capsys):
+    assert main(["index", "--quiet", svm]) == 0
+    capsys.readouterr()
+    # read as data it was "NUL byte in what should be text; ... use --format fixed", which indexed the index
+    for opts in ([], ["--format", "fixed", "--record-size", "1"]):
+        assert main(["index", "--quiet", svm + ".lirs", *opts]) == 2
+        assert "that is an index (a .lirs sidecar); run lirs index on its data files" in capsys.readouterr().err
+    assert not os.path.exists(svm + ".lirs.lirs")

@@ -38,10 +38,14 @@ def add_parser(sub):
 def run(args) -> int:
     from ..build import build_index, check_header_size
     from ..inputs import expand_paths, resolve_format
+    from ..sidecar import is_sidecar_path
     from .info import summarize, print_summary
 
     if args.check:  # before the checks of options it refuses
         return _check(args)
+    for p in args.paths:  # read as data, a sidecar's NUL bytes got advice that indexed the index
+        if is_sidecar_path(p):
+            raise UsageError(f"{p}: that is an index (a .lirs sidecar); run lirs index on its data files")
     args.format = "auto" if args.format is None else args.format
     args.header_size = 0 if args.header_size is None else args.header_size
     args.chunk = "16M" if args.chunk is None else args.chunk
