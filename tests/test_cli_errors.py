@@ -110,3 +110,11 @@ def test_index_refuses_a_sidecar_given_as_data(svm, capsys):
         assert main(["index", "--quiet", svm + ".lirs", *opts]) == 2
         assert "that is an index (a .lirs sidecar); run lirs index on its data files" in capsys.readouterr().err
     assert not os.path.exists(svm + ".lirs.lirs")
+
+
+@pytest.mark.parametrize("cmd", [["info", ""], ["order", ""], ["epoch", ""], ["index", ""], ["index", "{svm}", ""]])
+def test_an_empty_path_is_a_usage_error_naming_it(svm, cmd, capsys):
+    """It was "no such file: [Errno 2] No such file or directory: ''", exit 1."""
+    assert main([c.format(svm=svm) for c in cmd]) == 2
+    err = capsys.readouterr().err
+    assert "PATH is empty" in err and "Errno" not in err, err
