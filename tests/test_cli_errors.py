@@ -118,3 +118,12 @@ def test_an_empty_path_is_a_usage_error_naming_it(svm, cmd, capsys):
     assert main([c.format(svm=svm) for c in cmd]) == 2
     err = capsys.readouterr().err
     assert "PATH is empty" in err and "Errno" not in err, err
+
+
+@pytest.mark.parametrize("memory", ["abc", "4K,8K", "sweep"])
+def test_order_memory_says_the_forms_one_budget_takes(svm, memory, capsys):
+    """It offered "a comma-separated list of them, or 'sweep'", forms of `lirs quality`'s list that
+    `lirs order --strategy` refuses with the same message."""
+    assert main(["order", svm, "--strategy", "shuffle_buffer", "--memory", memory]) == 2
+    err = capsys.readouterr().err
+    assert "expected a size like 64M or a share like 5%" in err and "sweep" not in err.split("expected")[1], err
