@@ -127,3 +127,15 @@ def test_order_memory_says_the_forms_one_budget_takes(svm, memory, capsys):
     assert main(["order", svm, "--strategy", "shuffle_buffer", "--memory", memory]) == 2
     err = capsys.readouterr().err
     assert "expected a size like 64M or a share like 5%" in err and "sweep" not in err.split("expected")[1], err
+
+
+def test_info_label_range_leaves_nan_labels_out_and_counts_them(tmp_path, capsys):
+    """Past 65535 distinct labels info says their range: one NaN label made min and max "nan"."""
+    p = _write(tmp_path / "reg.svm", "nan 1:1\n" + "".join(f"{i + 0.5} 1:1\n" for i in range(70000)))
+    assert main(["index", "--quiet", p]) == 0
+    capsys.readouterr()
+    assert main(["info", "--json", p]) == 0
+    assert json.loads(capsys.readouterr().out)["labels"] == {"distinct": "> 65535", "min": 0.5, "max": 69999.5,
+                                                             "nan": 1}
+    assert main(["info", p]) == 0
+    assert "min: 0.5, max: 69999.5, nan: 1" in capsys.readouterr().out
