@@ -120,7 +120,7 @@ def at_least_zero(value: int) -> int:
     return value
 
 
-def group_size(text) -> int:
+def planner_group_size(text) -> int:
     """The bytes of ``text`` when they make a group the planner takes (a positive multiple of
     4096 up to 2**62: :func:`lirs.plan.check_args`), else UsageError."""
     from ..constants import BLOCK, GROUP_BYTES_MAX

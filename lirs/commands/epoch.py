@@ -9,8 +9,8 @@ import time
 from ..policies import DEFAULT_GRANULARITY, GRANULARITIES
 from ..recommendation import AUTO
 from ..errors import UsageError
-from . import (at_least_one, at_least_zero, check_unit_options, group_size, option, print_json, printing_results,
-               window_spec)
+from . import (at_least_one, at_least_zero, check_unit_options, option, planner_group_size, print_json,
+               printing_results, window_spec)
 
 
 def add_parser(sub):
@@ -71,7 +71,7 @@ def run(args) -> int:
         raise UsageError("--max-batches must be >= 1")
     compute_s = args.compute_ms / 1000.0
     group_bytes = DEFAULT_GROUP_BYTES if args.group_bytes is None else option("--group-bytes", args.group_bytes,
-                                                                              group_size)
+                                                                              planner_group_size)
     with Loader(args.path, args.batch_size, granularity=args.granularity, group_bytes=group_bytes, window=args.window,
                 seed=args.seed, engine=args.engine, prefetch=args.prefetch, depth=args.depth) as loader:
         eng = loader.engine

@@ -8,8 +8,8 @@ from ..policies import DEFAULT_GRANULARITY
 from ..errors import UsageError
 from ..litter import out_dir
 from ..sidecar import belonging_to_input
-from . import (at_least_one, at_least_zero, check_unit_options, group_size, option, print_json, printing_results,
-               window_spec)
+from . import (at_least_one, at_least_zero, check_unit_options, option, planner_group_size, print_json,
+               printing_results, window_spec)
 
 
 def add_parser(sub):
@@ -214,7 +214,7 @@ def run(args) -> int:
         args.granularity = DEFAULT_GRANULARITY
     check_unit_options(args.granularity, args.group_bytes, args.window)
     group_bytes = DEFAULT_GROUP_BYTES if args.group_bytes is None else option("--group-bytes", args.group_bytes,
-                                                                              group_size)
+                                                                              planner_group_size)
     if args.window is not None:
         option("--window", args.window, window_spec)
     # an unknown name (or $LIRS_ENGINE) refused before indexing; reported as asked ($LIRS_ENGINE for auto)
