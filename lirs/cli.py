@@ -129,6 +129,7 @@ def _main(argv, seen: _Interrupts) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        _refuse_empty_paths(args)
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print(f"lirs {args.command}: {seen.said}", file=sys.stderr)
@@ -138,6 +139,16 @@ def _main(argv, seen: _Interrupts) -> int:
             print(f"lirs {args.command}: {seen.said}", file=sys.stderr)
             return seen.status
         return _failed(args)
+
+
+def _refuse_empty_paths(args) -> None:
+    """UsageError for an empty PATH (``''``: an unset shell variable), before the command opens it:
+    it was said as "no such file: [Errno 2] No such file or directory: ''", a missing file's error."""
+    for name in ("path", "paths"):
+        value = getattr(args, name, None)
+        if value == "" or (isinstance(value, list) and "" in value):
+            raise UsageError(f"PATH is empty (''; an unset shell variable?): name the data, as "
+                             f"`lirs {args.command} --help` says")
 
 
 def _failed(args) -> int:

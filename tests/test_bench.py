@@ -1510,7 +1510,7 @@ def test_bench_writes_its_files_before_a_failing_stdout(kdd_tiny, tmp_path, kind
     (["--epochs", "0"], "--epochs: must be >= 1, got 0"),
     (["--group-bytes", "1000"], "--group-bytes: group size 1000 must be a power of two >= 4096"),
     (["--group-bytes", "64K,12x"], "--group-bytes: cannot read size '12x'"),
-    (["--window", "0"], "--window: window must be a group count >= 1")])
+    (["--window", "0"], "--window: must be a group count >= 1")])
 def test_bench_usage_errors_name_the_option(kdd_tiny, capsys, args, said):
     """--batch-size 0 said "batch_size must be >= 1", --group-bytes 1000 "group size 1000 must be a
     power of two": the Python API's parameter, not the option typed. Said before any work."""

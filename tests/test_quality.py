@@ -683,7 +683,7 @@ def test_quality_writes_its_files_before_a_failing_stdout(tmp_path, kind):
 
 @pytest.mark.parametrize("args, said", [
     (["--segments", "0"], "--segments: must be >= 1, got 0"),
-    (["--window", "0"], "--window: window must be a group count >= 1"),
+    (["--window", "0"], "--window: must be a group count >= 1"),
     (["--group-bytes", "12x"], "--group-bytes: cannot read size '12x'"),
     (["--group-bytes", "0"], "--group-bytes: must be positive, got '0'")])
 def test_quality_usage_errors_name_the_option(capsys, args, said):

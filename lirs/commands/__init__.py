@@ -95,7 +95,11 @@ def option(flag: str, value, check=lambda v: v):
     try:
         return check(value)
     except UsageError as e:
-        raise UsageError(f"{flag}: {e}") from None
+        said = str(e)
+        param = flag.lstrip("-").replace("-", "_") + " "
+        if said.startswith(param):  # a library check's "batch_size must be ...": the flag says it once
+            said = said[len(param):]
+        raise UsageError(f"{flag}: {said}") from None
 
 
 def at_least_one(value: int) -> int:
@@ -105,6 +109,27 @@ def at_least_one(value: int) -> int:
     if value < 1:
         raise UsageError(f"must be >= 1, got {value}")
     return value
+
+
+def at_least_zero(value: int) -> int:
+    """``value`` when it is 0 or more (a seed, an epoch number), else UsageError."""
+    from ..errors import UsageError
+
+    if value < 0:
+        raise UsageError(f"must be >= 0, got {value}")
+    return value
+
+
+def planner_group_size(text) -> int:
+    """The bytes of ``text`` when they make a group the planner takes (a positive multiple of
+    4096 up to 2**62: :func:`lirs.plan.check_args`), else UsageError."""
+    from ..constants import BLOCK, GROUP_BYTES_MAX
+    from ..errors import UsageError
+
+    n = positive_size(text)
+    if n % BLOCK or n > GROUP_BYTES_MAX:
+        raise UsageError(f"must be a multiple of {BLOCK} bytes up to 2**62 (like 64K or 1M), got {text!r}")
+    return n
 
 
 def positive_size(text) -> int:

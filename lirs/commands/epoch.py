@@ -9,7 +9,8 @@ import time
 from ..policies import DEFAULT_GRANULARITY, GRANULARITIES
 from ..recommendation import AUTO
 from ..errors import UsageError
-from . import check_unit_options, print_json, printing_results
+from . import (at_least_one, at_least_zero, check_unit_options, option, planner_group_size, print_json,
+               printing_results, window_spec)
 
 
 def add_parser(sub):
@@ -50,17 +51,27 @@ def peak_rss_bytes() -> int:
 
 
 def run(args) -> int:
+    from ..api import depth_of
     from ..constants import DEFAULT_GROUP_BYTES
     from ..loader import Loader
-    from ..units import format_bytes, parse_size
+    from ..units import format_bytes
 
     check_unit_options(args.granularity, args.group_bytes, args.window)
+    # the Loader checks these too, naming its parameters (batch_size): said here with the options typed
+    option("--batch-size", args.batch_size, at_least_one)
+    option("--prefetch", args.prefetch, at_least_one)
+    option("--depth", args.depth, depth_of)
+    option("--seed", args.seed, at_least_zero)
+    option("--epoch", args.epoch, at_least_zero)
+    if args.window is not None:
+        option("--window", args.window, window_spec)
     if not 0 <= args.compute_ms <= 3.6e6:  # (NaN fails both) an hour a batch at most: time.sleep takes it
         raise UsageError(f"--compute-ms must be a number of milliseconds from 0 to 3600000, got {args.compute_ms}")
     if args.max_batches is not None and args.max_batches < 1:
         raise UsageError("--max-batches must be >= 1")
     compute_s = args.compute_ms / 1000.0
-    group_bytes = DEFAULT_GROUP_BYTES if args.group_bytes is None else parse_size(args.group_bytes)
+    group_bytes = DEFAULT_GROUP_BYTES if args.group_bytes is None else option("--group-bytes", args.group_bytes,
+                                                                              planner_group_size)
     with Loader(args.path, args.batch_size, granularity=args.granularity, group_bytes=group_bytes, window=args.window,
                 seed=args.seed, engine=args.engine, prefetch=args.prefetch, depth=args.depth) as loader:
         eng = loader.engine

@@ -52,8 +52,13 @@ def summarize(idx) -> dict:
                 s["labels"][_fmt_label(v)] = s["labels"].get(_fmt_label(v), 0) + int(c)
         else:
             lab = np.asarray(idx.label_values)
-            # strict JSON has no Infinity or NaN: those are said as strings
-            s["labels"] = {"distinct": "> 65535", "min": _number(lab.min()), "max": _number(lab.max())}
+            nan = int(np.isnan(lab).sum())
+            # strict JSON has no Infinity or NaN: those are said as strings. min and max of the labels
+            # that are numbers (one NaN made both "nan"), the NaNs counted apart
+            lo, hi = (lab.min(), lab.max()) if nan == lab.size else (np.nanmin(lab), np.nanmax(lab))
+            s["labels"] = {"distinct": "> 65535", "min": _number(lo), "max": _number(hi)}
+            if nan:
+                s["labels"]["nan"] = nan
     else:
         s["labels"] = None
     return s

@@ -7,9 +7,9 @@ from ..constants import DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ..policies import DEFAULT_GRANULARITY
 from ..errors import UsageError
 from ..litter import out_dir
-from ..ranges import check_drop_last
 from ..sidecar import belonging_to_input
-from . import check_unit_options, print_json, printing_results
+from . import (at_least_one, at_least_zero, check_unit_options, option, planner_group_size, print_json,
+               printing_results, window_spec)
 
 
 def add_parser(sub):
@@ -94,6 +94,30 @@ def _write_order(path: str, order) -> str:
     return os.path.abspath(path)
 
 
+def _check_counts(args) -> None:
+    """UsageError naming the option (as typed) of a count that cannot work, before the data is
+    indexed: plan_epoch checks them too, but after the index was built, naming its parameters."""
+    def rank(r):
+        if not 0 <= r < args.world_size:
+            raise UsageError(f"must be in [0, {args.world_size}) for --world-size {args.world_size}, got {r}")
+        return r
+
+    option("--batch-size", args.batch_size, at_least_one)
+    option("--seed", args.seed, at_least_zero)
+    option("--epoch", args.epoch, at_least_zero)
+    option("--world-size", args.world_size, at_least_one)
+    option("--rank", args.rank, rank)
+
+
+def _check_drop_last(args, n: int) -> None:
+    """UsageError when --drop-last leaves the epoch empty (fewer records than one full batch per
+    rank), as the Loader refuses it (:func:`lirs.ranges.check_drop_last`), said with the options."""
+    if args.drop_last and n < args.batch_size * args.world_size:
+        ranks = f" and --world-size {args.world_size}" if args.world_size > 1 else ""
+        raise UsageError(f"--drop-last with --batch-size {args.batch_size}{ranks} leaves every epoch empty: the "
+                         f"dataset has {n} records, fewer than one full batch{' per rank' if ranks else ''}")
+
+
 def _strategy_params(args) -> dict:
     """The parameters of reference strategy ``args.strategy`` from --param, --memory and --group-bytes;
     UsageError, before any work, for an option it does not take (refused, not ignored)."""
@@ -170,9 +194,10 @@ def run(args) -> int:
     from ..firstuse import open_or_index
     from ..plan import GRANULARITIES, plan_epoch
     from ..eval.strategies import STRATEGIES
-    from ..units import format_bytes, parse_size
+    from ..units import format_bytes
 
     _check_out(args.out, args.path)
+    _check_counts(args)
     if args.strategy is not None:
         if args.strategy not in STRATEGIES:
             raise UsageError(f"--strategy {args.strategy}: unknown; choose from {', '.join(STRATEGIES)}")
@@ -188,16 +213,20 @@ def run(args) -> int:
     if args.granularity is None:
         args.granularity = DEFAULT_GRANULARITY
     check_unit_options(args.granularity, args.group_bytes, args.window)
+    group_bytes = DEFAULT_GROUP_BYTES if args.group_bytes is None else option("--group-bytes", args.group_bytes,
+                                                                              planner_group_size)
+    if args.window is not None:
+        option("--window", args.window, window_spec)
     # an unknown name (or $LIRS_ENGINE) refused before indexing; reported as asked ($LIRS_ENGINE for auto)
     engine = requested_engine(check_engine(args.engine or "auto"))
     idx = open_or_index(args.path)
-    check_drop_last(idx.n, args.batch_size, args.world_size, args.drop_last)  # as the Loader: not an empty order
+    _check_drop_last(args, idx.n)
     # the reads a Loader with this engine makes (its rule, not a copy of it): O_DIRECT ones cover whole
     # 4 KiB blocks; page-cache copies (tmpfs, a filesystem refusing O_DIRECT, buffered) each record's bytes alone
     copies = reads_are_copies(engine, None, idx.paths)
     plan = plan_epoch(idx, args.batch_size, args.granularity, seed=args.seed, epoch=args.epoch, rank=args.rank,
                       world_size=args.world_size, drop_last=args.drop_last,
-                      group_bytes=DEFAULT_GROUP_BYTES if args.group_bytes is None else parse_size(args.group_bytes),
+                      group_bytes=group_bytes,
                       window=DEFAULT_WINDOW if args.window is None else args.window,
                       permutation=args.permutation or "auto", block=BLOCK, align=1 if copies else BLOCK)
     st = plan.stats()

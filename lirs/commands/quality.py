@@ -101,10 +101,10 @@ def parse_params(items) -> dict:
 def memory_budget(text, payload: int) -> int:
     """``"5%"`` -> 5% of ``payload`` bytes (at least 4096, or ``payload`` where that is less:
     :func:`lirs.eval.quality.frontier.share_budget`); ``"64M"`` -> 67108864."""
-    return _budget(text, payload)[1]
+    return _budget(text, payload, "a size like 64M or a share like 5%")[1]
 
 
-def _budget(text, payload: int) -> tuple[str, int]:
+def _budget(text, payload: int, expected: str) -> tuple[str, int]:
     from ..eval.quality.frontier import share_budget
     from ..units import parse_size
 
@@ -120,8 +120,7 @@ def _budget(text, payload: int) -> tuple[str, int]:
     try:
         m = parse_size(t)
     except UsageError:
-        raise UsageError(f"--memory {text!r}: expected a size like 64M, a share like 5%, a comma-separated "
-                         "list of them, or 'sweep'") from None
+        raise UsageError(f"--memory {text!r}: expected {expected}") from None
     if m < 1:
         raise UsageError(f"--memory {text!r} must be positive")
     return t, m
@@ -141,7 +140,9 @@ def memory_budgets(text, payload: int) -> list:
         raise UsageError(f"--memory {text!r}: an empty budget; expected sizes like 1M,16M,5% separated by commas")
     out, seen = [], set()
     for x in items:
-        label, m = _budget(x, payload)
+        # the forms a list of budgets takes (`lirs quality`), not those of one budget (`lirs order`)
+        label, m = _budget(x, payload, "a size like 64M, a share like 5%, a comma-separated list of them, "
+                                       "or 'sweep'")
         if m not in seen:
             seen.add(m)
             out.append((label, m))
