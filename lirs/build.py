@@ -299,7 +299,7 @@ def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
         try:
             if fmt == "npy":
                 h, r, n, dt, shp = npy_layout(p)
-                if rs is not None and r != rs or dtype is not None and (dt != dtype or shp != shape):
+                if dtype is not None and (dt != dtype or shp != shape):  # a record_size was refused before
                     raise DataError(f"{p}: record layout {dt}{shp} differs from the dataset's first file "
                                     f"({dtype}{shape})")
                 rs, dtype, shape = r, dt, shp
@@ -379,12 +379,18 @@ def _count_straddling(idx: Index) -> int:
 # --------------------------------------------------------------------------- entry point
 
 
-def check_header_size(header_size: int, fmt: str, why: str) -> None:
-    """UsageError where a ``header_size`` is given for files of format ``fmt`` (found as ``why``)
-    other than raw fixed records: their own format gives their layout, and it would be ignored."""
-    if header_size and fmt != "fixed":
-        raise UsageError(f"--header-size (header_size={header_size}) applies to raw fixed files (--format fixed); "
-                         f"these are {fmt} ({why}), whose layout their own format gives")
+def check_header_size(header_size: int, fmt: str, why: str, record_size: int | None = None, files=()) -> None:
+    """UsageError where a ``header_size`` or ``record_size`` is given for the ``files`` of format
+    ``fmt`` (found as ``why``) other than raw fixed records: their own format gives their layout,
+    and the option would be ignored (or, for .npy, compared with rows it does not describe)."""
+    for option, name, value in (("--record-size", "record_size", record_size),
+                                ("--header-size", "header_size", header_size)):
+        if value and fmt != "fixed":
+            layout = "whose layout their own format gives"
+            if fmt == "npy" and name == "record_size" and files:  # the size it may have been meant as
+                layout = f"whose rows are {npy_layout(files[0])[1]} bytes ({files[0]}): .npy files give their own layout"
+            raise UsageError(f"{option} ({name}={value}) applies to raw fixed files (--format fixed); "
+                             f"these are {fmt} ({why}), {layout}")
 
 
 def build(paths, format="auto", *, record_size=None, header_size=0, out=None, progress=None,
@@ -400,7 +406,7 @@ def build(paths, format="auto", *, record_size=None, header_size=0, out=None, pr
     # "64K" as `--chunk 64K` and shuffle's memory take it; -5 or 1.5 were taken as a 1-byte chunk
     chunk_bytes = positive_int("chunk_bytes", parse_size(chunk_bytes) if isinstance(chunk_bytes, str) else chunk_bytes)
     format, why = resolve_format(files, format, record_size)
-    check_header_size(header_size, format, why)
+    check_header_size(header_size, format, why, record_size, files)
     log.info("format: %s (%s)", format, why)
     guessed = not why.startswith("--format")
     if out is None:
@@ -450,7 +456,7 @@ def build_index(paths, format: str = "auto", *, record_size: int | None = None, 
     sidecar exists, only what changed is scanned again (an append: its tail; a directory: the
     files added or changed), and the sidecar written is the one a full scan writes; ``full``:
     scan everything. ``record_size`` (an int >= 1) selects raw fixed records, after a
-    ``header_size``-byte header in each file (refused for any other format); ``chunk_bytes``: the
+    ``header_size``-byte header in each file (either refused for any other format); ``chunk_bytes``: the
     bytes a text or TFRecord scan reads at a time, an int >= 1 or a size like ``"64K"`` (as
     ``lirs index --chunk``; at most the largest file is used).
     """

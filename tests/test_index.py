@@ -343,6 +343,8 @@ def test_cli_index_info_and_exit_codes(tmp_path):
     (["--chunk", "0"], "--chunk must be a positive size"),
     (["--header-size", "-1"], "--header-size must be 0 or more"),
     (["--header-size", "4"], "--header-size (header_size=4) applies to raw fixed files (--format fixed); these are libsvm"),
+    (["--format", "libsvm", "--record-size", "4"],
+     "--record-size (record_size=4) applies to raw fixed files (--format fixed); these are libsvm (--format libsvm)"),
     (["-o", "{tmp}/no/such/dir/d.lirs"], "its directory {tmp}/no/such/dir does not exist"),
 ])
 def test_cli_index_refuses_options_it_would_ignore_or_misuse(tmp_path, capsys, args, said):
@@ -357,6 +359,28 @@ def test_cli_index_refuses_options_it_would_ignore_or_misuse(tmp_path, capsys, a
     err = capsys.readouterr().err
     assert said.format(tmp=tmp_path) in err and err.count("\n") == 1, err
     assert sorted(os.listdir(tmp_path)) == ["d.svm"]
+
+
+def test_a_record_size_with_a_format_that_has_its_own_layout_is_refused(tmp_path, capsys):
+    """record_size with an explicit --format lines (or libsvm) was silently ignored (where a header
+    size is refused), and with --format npy failed as "record layout float32(4,) differs from the
+    dataset's first file (NoneNone)" on a one-file dataset: each is a UsageError (exit 2) naming
+    --record-size, the format and why it was chosen (for .npy, its rows' own size), before any sidecar."""
+    from lirs.cli import main
+
+    (tmp_path / "t.jsonl").write_text("".join(f'{{"i": {i}}}\n' for i in range(50)))
+    np.save(tmp_path / "x.npy", np.zeros((10, 4), np.float32))
+    for name, fmt, rs, said in (("t.jsonl", "lines", 10, "these are lines (--format lines), whose layout their own format gives"),
+                                ("x.npy", "npy", 7, "these are npy (--format npy), whose rows are 16 bytes"),
+                                ("x.npy", "npy", 16, "these are npy (--format npy), whose rows are 16 bytes")):
+        with pytest.raises(UsageError, match=re.escape(f"--record-size (record_size={rs}) applies to raw fixed files "
+                                                       f"(--format fixed); {said}")):
+            lirs.build_index(str(tmp_path / name), format=fmt, record_size=rs, progress=False)
+        assert main(["index", "--quiet", "--format", fmt, "--record-size", str(rs), str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert f"--record-size (record_size={rs})" in err and said in err and "None" not in err, err
+    assert sorted(os.listdir(tmp_path)) == ["t.jsonl", "x.npy"]
+    assert len(lirs.build_index(str(tmp_path / "x.npy"), format="npy", progress=False)) == 10  # without it: indexed
 
 
 def test_index_in_fresh_process_is_identical(tmp_path):

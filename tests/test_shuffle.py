@@ -671,6 +671,20 @@ def test_a_header_size_for_a_format_that_has_its_own_layout_is_refused(tmp_path)
     assert os.listdir(tmp_path) == ["x.svm"]
 
 
+def test_a_record_size_for_a_format_that_has_its_own_layout_is_refused(tmp_path):
+    """shuffle(record_size=...) with an explicit format lines or npy ignored it (the format gives the
+    layout), where build_index refuses it: refused alike, naming the option, the CLI with exit 2."""
+    (tmp_path / "t.jsonl").write_text("".join(f'{{"i": {i}}}\n' for i in range(50)))
+    np.save(tmp_path / "x.npy", np.zeros((10, 4), np.float32))
+    for name, fmt, said in (("t.jsonl", "lines", "these are lines .--format lines., whose layout"),
+                            ("x.npy", "npy", "these are npy .--format npy., whose rows are 16 bytes")):
+        with pytest.raises(UsageError, match=r"--record-size \(record_size=10\) applies to raw fixed files.*" + said):
+            E.shuffle(tmp_path / name, tmp_path / ("o-" + name), memory="64M", format=fmt, record_size=10)
+        assert cli_main(["shuffle", "--quiet", str(tmp_path / name), "-o", str(tmp_path / ("o-" + name)),
+                         "--format", fmt, "--record-size", "10"]) == 2
+    assert sorted(os.listdir(tmp_path)) == ["t.jsonl", "x.npy"]
+
+
 def test_a_file_of_another_format_named_svm_is_refused_before_pass_1(tmp_path):
     good = b"".join(b"%d 1:%d 7:0.5\n" % (i % 2, i) for i in range(5000))  # 5000 lines over 64 KiB
     (tmp_path / "a.svm").write_bytes(good)

@@ -133,7 +133,7 @@ def open_dataset(files, format: str = "auto", record_size=None, header_size: int
     """Detect the format of ``files`` and read every file's record range and layout; ``index``: the
     outputs get a sidecar, whose labels must be numbers, one a record (checked before any pass)."""
     fmt, why = resolve_format(files, format, record_size)
-    check_header_size(header_size, fmt, why)  # else ignored: the format gives the layout
+    check_header_size(header_size, fmt, why, record_size, files)  # else ignored: the format gives the layout
     ds = Dataset(fmt, list(files), given=format != "auto")
     if ds.variable:
         for p in files:
