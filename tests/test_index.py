@@ -376,9 +376,10 @@ def test_a_record_size_with_a_format_that_has_its_own_layout_is_refused(tmp_path
         with pytest.raises(UsageError, match=re.escape(f"--record-size (record_size={rs}) applies to raw fixed files "
                                                        f"(--format fixed); {said}")):
             lirs.build_index(str(tmp_path / name), format=fmt, record_size=rs, progress=False)
-        assert main(["index", "--quiet", "--format", fmt, "--record-size", str(rs), str(tmp_path / name)]) == 2
-        err = capsys.readouterr().err
+        assert main(["index", "--format", fmt, "--record-size", str(rs), str(tmp_path / name)]) == 2
+        out, err = capsys.readouterr()
         assert f"--record-size (record_size={rs})" in err and said in err and "None" not in err, err
+        assert "format:" not in out + err  # refused before the format it would read is said
     assert sorted(os.listdir(tmp_path)) == ["t.jsonl", "x.npy"]
     assert len(lirs.build_index(str(tmp_path / "x.npy"), format="npy", progress=False)) == 10  # without it: indexed
 

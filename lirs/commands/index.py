@@ -59,8 +59,10 @@ def run(args) -> int:
     t0 = time.perf_counter()
     # say which format will be read and why before the scan: a .csv read as raw lines, say, is
     # better known before it takes minutes
-    fmt, why = resolve_format(expand_paths(paths), args.format, args.record_size)
-    check_header_size(args.header_size, fmt, why)  # build_index checks it too: here before the format is said
+    files = expand_paths(paths)
+    fmt, why = resolve_format(files, args.format, args.record_size)
+    # build_index checks them too: here before the format is said
+    check_header_size(args.header_size, fmt, why, args.record_size, files)
     if not args.json:
         say(f"format: {fmt} ({why})", flush=True)
     try:
