@@ -87,8 +87,9 @@ class Loader:
         Shuffling unit of the planner (see :mod:`lirs.policies` and :func:`lirs.plan.plan_epoch`);
         default ``"window"``. ``"auto"``: the choice ``lirs bench DATA --auto`` saved for this
         dataset (with its group_bytes and window), or ``"window"`` when there is none.
-    group_bytes : int
-        Bytes of a group (granularity group and window), a multiple of 4096, at most 2**62.
+    group_bytes : int, str or None
+        Bytes of a group (granularity group and window), a multiple of 4096 (``"128K"`` too), at most
+        2**62; None: 64 KiB, or with ``granularity="auto"`` the saved group size (one given wins over it).
     window : int or str
         Granularity ``window``: the memory its random groups are dealt from — ``"auto"`` (None: the
         default, 5% of the data within 16 MiB .. 256 MiB), a size such as ``"64M"``, a share of the
@@ -136,7 +137,7 @@ class Loader:
     """
 
     @keyword_only(_OLD_POSITIONAL)
-    def __init__(self, source, batch_size, *, granularity=DEFAULT_GRANULARITY, group_bytes=DEFAULT_GROUP_BYTES,
+    def __init__(self, source, batch_size, *, granularity=DEFAULT_GRANULARITY, group_bytes=None,
                  window=None, seed=0, engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1,
                  drop_last=False, dtype=np.float32, permutation="auto", index="auto", n_features=None,
                  zero_based="auto", depth=None, direct=None, transform=None, verify=False, threads=None,
@@ -148,10 +149,10 @@ class Loader:
         self.batch_size, self.prefetch, self.threads, self.seed = a.batch_size, a.prefetch, a.threads, a.seed
         self.rank, self.world_size, self.permutation, self.dtype = a.rank, a.world_size, a.permutation, a.dtype
         self.engine_name, self.depth, self.direct, self.transform = a.engine, a.depth, a.direct, transform
-        granularity, self.group_bytes, window = a.granularity, a.group_bytes, a.window
+        granularity, gb, window = a.granularity, a.group_bytes, a.window  # None: not given
         if granularity == AUTO:  # what `lirs bench --auto` saved for this dataset, else the default
-            granularity, self.group_bytes, window = auto_settings(self.index, self.group_bytes, window)
-        self.granularity = granularity
+            granularity, gb, window = auto_settings(self.index, gb, window)
+        self.granularity, self.group_bytes = granularity, DEFAULT_GROUP_BYTES if gb is None else gb
         # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
         span = group_span(max(self.group_bytes, BLOCK), self.index.payload_bytes, self.index.n)  # a group's bytes
         self.window = window_groups(DEFAULT_WINDOW if window is None else window, span, self.index.payload_bytes)

@@ -25,13 +25,14 @@ from .units import parse_size
 
 @dataclass(frozen=True)
 class LoaderArgs:
-    """A Loader's arguments as checked: ints as ints, ``group_bytes`` in bytes (``"64K"`` parsed),
+    """A Loader's arguments as checked: ints as ints, ``group_bytes`` in bytes (``"64K"`` parsed; None
+    when not given: the default, or under ``granularity="auto"`` the saved one),
     ``dtype`` a numpy dtype, the flags bools; ``window`` as given (a spec: its group count needs the
     data). ``rank``/``world_size`` are None where they are left to torch.distributed."""
 
     batch_size: int
     granularity: str
-    group_bytes: int
+    group_bytes: int | None
     window: object
     seed: int
     engine: str
@@ -48,7 +49,7 @@ class LoaderArgs:
     decode_threads: int | None
 
 
-def check_loader_args(batch_size, *, granularity=DEFAULT_GRANULARITY, group_bytes=DEFAULT_GROUP_BYTES, window=None,
+def check_loader_args(batch_size, *, granularity=DEFAULT_GRANULARITY, group_bytes=None, window=None,
                       seed=0, engine="auto", prefetch=DEFAULT_PREFETCH, rank=0, world_size=1, drop_last=False,
                       dtype=np.float32, permutation="auto", index="auto", n_features=None, zero_based="auto",
                       depth=None, direct=None, transform=None, verify=False, threads=None, decode_threads=None,
@@ -62,7 +63,8 @@ def check_loader_args(batch_size, *, granularity=DEFAULT_GRANULARITY, group_byte
     batch_size, prefetch = positive_int("batch_size", batch_size), positive_int("prefetch", prefetch)
     threads = None if threads is None else positive_int("threads", threads)
     decode_threads = None if decode_threads is None else positive_int("decode_threads", decode_threads)
-    gb = whole("group_bytes", parse_size(group_bytes) if isinstance(group_bytes, str) else group_bytes)  # "64K": the CLI's
+    gb = None if group_bytes is None else whole(  # "64K": the CLI's
+        "group_bytes", parse_size(group_bytes) if isinstance(group_bytes, str) else group_bytes)
     seed = whole("seed", seed)
     if shard_later:  # None: torch.distributed's, known only as a pass begins
         rank = None if rank is None else whole("rank", rank)
@@ -71,8 +73,9 @@ def check_loader_args(batch_size, *, granularity=DEFAULT_GRANULARITY, group_byte
         rank, world_size = whole("rank", rank), whole("world_size", world_size, 1)
     r = 0 if rank is None else rank
     planned = DEFAULT_GRANULARITY if check_granularity(granularity) == AUTO else granularity
-    check_args(batch_size, planned, gb, DEFAULT_WINDOW if window is None else window, r,
-               r + 1 if world_size is None else world_size, seed, 0, BLOCK, permutation, drop_last)
+    check_args(batch_size, planned, DEFAULT_GROUP_BYTES if gb is None else gb,
+               DEFAULT_WINDOW if window is None else window, r, r + 1 if world_size is None else world_size, seed, 0,
+               BLOCK, permutation, drop_last)
     if transform is not None and not callable(transform):
         raise UsageError(f"transform must be callable, got {transform!r}")
     check_zero_based(zero_based)

@@ -14,7 +14,7 @@ from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 AUTO = "auto"  # the granularity that reads what `lirs bench --auto` saved
 from .errors import UsageError
 from .litter import clean_dead_temps, named, remove_quietly, temp_name
-from .windows import window_groups
+from .windows import group_span, window_groups
 
 log = logging.getLogger("lirs.recommendation")
 
@@ -132,18 +132,28 @@ def check_granularity(granularity) -> str:
     return granularity
 
 
-def auto_settings(index, group_bytes: int, window) -> tuple[str, int, object]:
+def auto_settings(index, group_bytes: int | None, window) -> tuple[str, int, object]:
     """``(granularity, group_bytes, window)`` for ``Loader(granularity="auto")``: the saved
     recommendation of ``lirs bench --auto`` for this dataset, else the default granularity
-    (:data:`lirs.policies.DEFAULT_GRANULARITY`) with ``group_bytes`` and ``window``, and a logged note. ``window`` is the caller's memory budget (a window spec), or None
-    when not given: a budget given wins over the saved window, so that ``auto`` never holds more
-    memory than asked for."""
+    (:data:`lirs.policies.DEFAULT_GRANULARITY`), and a logged note of the choice. ``group_bytes`` and
+    ``window`` are the caller's, None when not given: each given wins over the saved one (a given
+    128K was replaced by a saved 256K while a given window won), and ``window`` is the memory
+    budget, so that ``auto`` never holds more memory than asked for. Groups given of another size
+    than the saved ones keep the saved window's bytes, not its group count (16x the memory asked of
+    a window of 8K groups read in 128K ones)."""
     doc = load_recommendation(index)
     if doc is None:
+        gb = DEFAULT_GROUP_BYTES if group_bytes is None else int(group_bytes)
         log.info("granularity='auto': no lirs bench recommendation for %s (run `lirs bench DATA --auto`); "
-                 "using %s", ", ".join(getattr(index, "paths", ()) or ()) or "this dataset", DEFAULT_GRANULARITY)
-        return DEFAULT_GRANULARITY, int(group_bytes), DEFAULT_WINDOW if window is None else window
-    gb = doc.get("group_bytes") or group_bytes
+                 "using %s with group_bytes %d (%s)", ", ".join(getattr(index, "paths", ()) or ()) or "this dataset",
+                 DEFAULT_GRANULARITY, gb, "the default" if group_bytes is None else "given")
+        return DEFAULT_GRANULARITY, gb, DEFAULT_WINDOW if window is None else window
+    saved = doc.get("group_bytes") or DEFAULT_GROUP_BYTES
+    gb = saved if group_bytes is None else int(group_bytes)
     w = window if window is not None else (doc.get("window") or DEFAULT_WINDOW)
-    log.info("granularity='auto': %s from %s", doc.get("config", doc["granularity"]), recommendation_path(index))
-    return doc["granularity"], int(gb), w
+    if window is None and type(w) is int and gb != saved:  # the saved window's bytes, in the groups given
+        w = f"{w * group_span(saved, index.payload_bytes, index.n)}B"
+    log.info("granularity='auto': %s from %s, with group_bytes %d (%s) and window %s (%s)",
+             doc.get("config", doc["granularity"]), recommendation_path(index), gb,
+             "saved" if group_bytes is None else f"given; saved {saved}", w, "saved" if window is None else "given")
+    return doc["granularity"], gb, w

@@ -1130,6 +1130,44 @@ def test_loader_auto_uses_the_saved_recommendation(kdd_tiny, tmp_path, caplog, c
         assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 8192, 4)
 
 
+def test_loader_auto_takes_a_given_group_bytes_over_the_saved_one(kdd_tiny, tmp_path, caplog, capsys):
+    """A given group_bytes (Loader's, `lirs epoch --group-bytes`, the torch dataset's) was replaced by
+    the one `lirs bench --auto` saved, while a given window won: the given one wins, and the log says
+    which was used; not given, the saved one; without a recommendation, 64 KiB."""
+    import shutil
+
+    import lirs
+    from lirs.cli import main
+
+    p = str(tmp_path / "k.svm")
+    shutil.copy(kdd_tiny, p)
+    idx = lirs.build_index(p, progress=False)
+    with lirs.Loader(p, 128, granularity="auto") as ld:
+        assert ld.group_bytes == 65536, "no recommendation, none given: the default"
+    B.save_recommendation(_fake_result(idx, config="lirs-group-256K", granularity="group", group_bytes=262144,
+                                       window=None), idx)
+    with caplog.at_level(logging.INFO, logger="lirs.recommendation"):
+        with lirs.Loader(p, 128, granularity="auto", group_bytes="128K") as ld:
+            assert (ld.granularity, ld.group_bytes) == ("group", 131072)
+    assert "group_bytes 131072 (given; saved 262144)" in caplog.text, caplog.text
+    with lirs.Loader(p, 128, granularity="auto") as ld:
+        assert (ld.granularity, ld.group_bytes) == ("group", 262144)
+    for given, want in ((["--group-bytes", "128K"], 131072), ([], 262144)):
+        argv = ["epoch", p, "--granularity", "auto", "--batch-size", "128", "--max-batches", "1", "--json", *given]
+        assert main(argv) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert (got["granularity"], got["group_bytes"]) == ("group", want), (given, got)
+    torch = pytest.importorskip("lirs.torch")
+    assert torch.LirsIterableDataset(p, 128, granularity="auto", group_bytes=131072).loader().group_bytes == 131072
+    assert torch.LirsIterableDataset(p, 128, granularity="auto").loader().group_bytes == 262144
+    # a saved window of 4 groups of 8K, read in groups of 16K: its 32K, two groups (not four, twice the memory)
+    B.save_recommendation(_fake_result(idx), idx)
+    with lirs.Loader(p, 128, granularity="auto", group_bytes=16384) as ld:
+        assert (ld.granularity, ld.group_bytes, ld.window) == ("window", 16384, 2)
+    with lirs.Loader(p, 128, granularity="auto", group_bytes=16384, window=3) as ld:
+        assert ld.window == 3, "a window given stands"
+
+
 def _umask() -> int:
     m = os.umask(0)
     os.umask(m)

@@ -32,8 +32,9 @@ def add_parser(sub):
     p.add_argument("--compute-ms", type=float, default=0.0, metavar="T",
                    help="sleep T ms per batch, as a training step would take (default 0)")
     p.add_argument("--prefetch", type=int, default=4, metavar="K", help="batches in flight (default 4)")
-    # None: not given (64K applies in run), so that a granularity without groups can refuse it when given
-    p.add_argument("--group-bytes", default=None, metavar="G", help="group size for group/window (default 64K)")
+    # None: not given (64K, or what `--granularity auto` saved), so that a granularity without groups can refuse it
+    p.add_argument("--group-bytes", default=None, metavar="G",
+                   help="group size for group/window (default 64K; with --granularity auto, the saved one)")
     p.add_argument("--window", default=None, metavar="W",  # None: auto, or what `--granularity auto` saved
                    help="memory of a window: auto (default: 5%% of the data within 16M..256M), a size such as 64M, a share such as 5%%, or a group count")
     p.add_argument("--depth", type=int, default=None, metavar="D",
@@ -52,7 +53,6 @@ def peak_rss_bytes() -> int:
 
 def run(args) -> int:
     from ..api import depth_of
-    from ..constants import DEFAULT_GROUP_BYTES
     from ..loader import Loader
     from ..units import format_bytes
 
@@ -70,8 +70,8 @@ def run(args) -> int:
     if args.max_batches is not None and args.max_batches < 1:
         raise UsageError("--max-batches must be >= 1")
     compute_s = args.compute_ms / 1000.0
-    group_bytes = DEFAULT_GROUP_BYTES if args.group_bytes is None else option("--group-bytes", args.group_bytes,
-                                                                              planner_group_size)
+    # None: the Loader's default, or under auto the saved size (a given one wins over it)
+    group_bytes = None if args.group_bytes is None else option("--group-bytes", args.group_bytes, planner_group_size)
     with Loader(args.path, args.batch_size, granularity=args.granularity, group_bytes=group_bytes, window=args.window,
                 seed=args.seed, engine=args.engine, prefetch=args.prefetch, depth=args.depth) as loader:
         eng = loader.engine
