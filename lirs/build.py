@@ -77,7 +77,7 @@ def labels_scratch(dirpath: str):
     return f
 
 
-def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None, guessed=True):
+def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None, guessed=True, named=None):
     """Scan ``files`` (whole, or per ``plan``: a :class:`lirs.incremental.Keep` or None per file)
     into the sidecar ``dest``; returns its path. ``guessed``: the format was detected, so a lines
     file that would be misread (a CSV header, a JSON document over lines) is refused (not when the
@@ -154,13 +154,14 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
             w.add("content_sums", np.concatenate(sums))
             if getattr(sc, "marks", None) is not None:
                 w.add("scan_marks", np.asarray(sc.marks, np.int64).reshape(-1))
-        shell = Index(format=fmt, paths=tuple(files), n=n, file_starts=np.asarray(file_starts, np.int64),
+        # named: (data, sidecar) the files read and written will be renamed to (shuffle's outputs)
+        shell = Index(format=fmt, paths=tuple(files) if named is None else (named[0],), n=n, file_starts=np.asarray(file_starts, np.int64),
                       data_ends=np.asarray(data_ends, np.int64), header_sizes=np.asarray(headers, np.int64),
                       fingerprints=tuple(fps), meta=meta)
         # a file modified while we scanned it would leave a wrong index: compare fingerprints again
         for p, fp in zip(files, fps):
             _unchanged(p, fp)
-        w.seal(header_for(shell, dest))
+        w.seal(header_for(shell, dest if named is None else named[1]))
         confirm(plan)  # what was kept as unchanged was: checked before the sidecar takes its name
         return w.publish()
     except BaseException as e:
@@ -170,6 +171,15 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
     finally:
         if lab_tmp is not None:
             lab_tmp.close()
+
+
+def index_before_rename(tmp: str, fmt: str, dest: str, final: str, sidecar: str, format_given) -> str:
+    """Index the finished TFRecord or text file ``tmp`` into ``dest``: the sidecar ``sidecar`` of
+    ``final`` that ``lirs index`` writes once both are renamed there (a rename keeps the
+    fingerprint); ``format_given`` as :func:`index_meta`'s. Returns ``dest``."""
+    chunk = min(16 << 20, -(-os.path.getsize(tmp) // BLOCK) * BLOCK or BLOCK)
+    return _build_variable([tmp], fmt, dest, chunk, False, where=index_meta(final, sidecar, format_given),
+                           guessed=False, named=(final, sidecar))
 
 
 # --------------------------------------------------------------------------- fixed formats
@@ -324,9 +334,7 @@ def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
     idx = Index.from_arrays(files, fmt, file_starts=fs, header_sizes=headers, record_size=rs,
                             record_dtype=dtype if fmt == "npy" else None,
                             record_shape=shape if fmt == "npy" else None)
-    idx.meta = {**(where or {}), "record_bytes_min": rs, "record_bytes_max": rs, "record_bytes_mean": float(rs),
-                "records_under_4k": int(idx.n if rs < 4096 else 0),
-                "records_straddling_4k": int(_count_straddling(idx))}
+    idx.meta = fixed_meta(idx, where)
     if any(lab is not None for lab in labels) and any(lab is None for lab in labels):  # all labelled or none
         have, bare = (next(p for p, f in zip(files, label_files) if (f is None) == none) for none in (False, True))
         raise DataError(f"{bare}: no labels file beside it ({labels_candidates(bare)[0]}), while {have} has one; "
@@ -363,6 +371,14 @@ def index_meta(paths, dest: str, format_given: str | None) -> dict:
     (:func:`directory_meta`) and the format given (None: detected), which a stale index's advice
     repeats (:func:`lirs.freshness.format_options`)."""
     return {**directory_meta(paths, dest), "format_given": format_given}
+
+
+def fixed_meta(idx: Index, where: dict | None) -> dict:
+    """The sidecar meta of the fixed-record index ``idx``: ``where`` (:func:`index_meta`) and its
+    record sizes."""
+    rs = idx.record_size
+    return {**(where or {}), "record_bytes_min": rs, "record_bytes_max": rs, "record_bytes_mean": float(rs),
+            "records_under_4k": int(idx.n if rs < 4096 else 0), "records_straddling_4k": int(_count_straddling(idx))}
 
 
 def _count_straddling(idx: Index) -> int:

@@ -606,9 +606,10 @@ def test_a_run_stopped_between_its_renames_never_pairs_new_labels_with_old_data(
 def test_an_interrupt_during_the_renames_never_leaves_new_data_beside_an_old_sidecar(tmp_path, monkeypatch, fmt, k):
     """Ctrl-C just after ``shuffle --index`` renamed its new output into place (before the sidecar
     was written) exited "interrupted" with the new data published beside the previous run's
-    sidecar, which readers refused as stale. The sidecar is sealed first and the renames are held
+    sidecar, which readers refused as stale; a fixed-record output's sidecar, built after the
+    renames, was lost with both outputs. Every sidecar is sealed first and the renames are held
     from Ctrl-C: whichever rename the signal comes after, a reader opens the old output and its
-    sidecar, or the new ones, or (a fixed-record sidecar not built yet) no output at all."""
+    sidecar, or the new ones; never no output at all."""
     import signal
 
     from lirs.external import outputs as O
@@ -635,11 +636,37 @@ def test_an_interrupt_during_the_renames_never_leaves_new_data_beside_an_old_sid
     except KeyboardInterrupt:
         pass
     monkeypatch.setattr(O.os, "replace", real)
-    if os.path.exists(out):
-        idx = lirs.open_index(out)  # raised StaleIndexError: new data, the old run's sidecar
-        assert idx.n == 3000
-    else:
-        assert fmt == "npy" and not os.path.exists(labels_path(str(out)))
+    idx = lirs.open_index(out)  # raised StaleIndexError: new data, the old run's sidecar
+    assert idx.n == 3000 and os.path.exists(str(out) + ".lirs")
+    assert idx.label_values is not None
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failed_fixed_record_sidecar_keeps_the_previous_output(tmp_path, monkeypatch):
+    """``shuffle(x.npy, o.npy, index=True)`` over an existing o.npy built the sidecar after the
+    renames: where that failed (ENOSPC), the old output was already gone and the abort removed the
+    new data and labels too, leaving nothing. The sidecar is sealed from the temporaries before any
+    rename: its failure leaves the previous output, its labels and its sidecar as they were."""
+    import errno
+
+    from lirs.external import outputs as O
+
+    np.save(tmp_path / "x.npy", np.arange(400, dtype=np.float32).reshape(100, 4))
+    np.save(tmp_path / "x.labels.npy", np.arange(100.0))
+    out = tmp_path / "o.npy"
+    E.shuffle(tmp_path / "x.npy", out, seed=1, index=True)
+    before = {p: (tmp_path / p).read_bytes() for p in ("o.npy", "o.npy.labels.npy", "o.npy.lirs")}
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out) + ".lirs")
+
+    for name in ("seal_sidecar", "build"):  # the sealing now, the build after the renames before
+        if hasattr(O, name):
+            monkeypatch.setattr(O, name, full)
+    with pytest.raises(OSError, match="No space left"):
+        E.shuffle(tmp_path / "x.npy", out, seed=2, index=True)
+    assert {p: (tmp_path / p).read_bytes() for p in before} == before
+    assert lirs.open_index(out).n == 100
     assert leftovers(tmp_path) == []
 
 

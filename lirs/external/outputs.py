@@ -15,10 +15,10 @@ import signal
 import threading
 from contextlib import contextmanager
 
-from ..build import build
 from ..inputs import compressed, extension_format, labels_path
 from ..litter import clean_dead_temps, fsync_dir, temp_name
 from ..sidecar import sidecar_path
+from .sealed import seal_sidecar
 from .formats import Dataset
 from .writer import Shard
 
@@ -77,56 +77,42 @@ class Layout:
                     temp_name(sh.sidecar)
             self.shards.append(sh)
         self.stage: str | None = None   # the staging directory while it exists
-        # single outputs in place whose fixed-record sidecar is not built yet: removed on abort
-        self.published: list[Shard] = []
         if staged:
             os.mkdir(hidden)
             self.stage = hidden
 
     def commit(self, ds: Dataset, index: bool) -> None:
-        """Move the written files into place: sidecars sealed first (under temporary names), then,
-        with Ctrl-C and SIGTERM held, labels and sidecars before data; then the sidecars of
-        fixed-record outputs (nothing to scan: header, record size, count, labels)."""
+        """Move the written files into place: sidecars sealed first under temporary names (a text
+        output's from its buffers, another from its finished temporaries), then, with
+        Ctrl-C and SIGTERM held, renames alone: labels and sidecars before data."""
+        # the format as the user gave it (else detected again): a sidecar recording a detected
+        # format as given differed from `lirs index OUT`'s, and its stale-index advice added --format
+        given = ds.fmt if ds.given else None
         for s in self.shards:  # the sidecars name the final paths; a rename keeps the data's fingerprint
             if s.indexer is not None:
                 s.indexer.commit(s.data_end, s.tmp)
                 s.indexer = None  # after: a commit that failed is aborted (its temporary removed)
+            elif index and not ds.text:
+                seal_sidecar(s, ds.fmt, ds.rs if ds.fmt == "fixed" else None, given)
         with signals_held():
             if self.stage is not None:
                 os.replace(self.stage, self.out)
                 self.stage = None
             else:
                 for s in self.shards:
-                    self._publish(s, index and not ds.text)
-                    if index and not ds.text:
-                        self.published.append(s)
+                    self._publish(s)
             fsync_dir(self.parent)
-        if index and not ds.text:
-            # the format as the user gave it (else detected again): a sidecar recording a detected
-            # format as given differed from `lirs index OUT`'s, and its stale-index advice added --format
-            fmt = ds.fmt if ds.given else "auto"
-            for s in self.shards:
-                build(s.final, format=fmt, record_size=ds.rs if ds.fmt == "fixed" else None,
-                      out=s.sidecar, progress=False)
-        self.published = []
 
     @staticmethod
-    def _publish(s: Shard, stale_sidecar: bool) -> None:
+    def _publish(s: Shard) -> None:
         """Rename one single output's files into place. An old output goes first: a run stopped
         between the renames (killed: SIGKILL, a crash) leaves new labels or a new sidecar without
-        data, never beside the old data they do not belong to; an old sidecar goes before new data
-        that it does not describe (``stale_sidecar``: the sidecar is built afterwards)."""
-        sealed = None if stale_sidecar else s.sidecar_tmp  # a text output's, written with its data
-        moves = [(t, f) for t, f in ((s.labels_tmp, s.labels_final), (sealed, s.sidecar)) if t]
+        data, never beside the old data they do not belong to."""
+        moves = [(t, f) for t, f in ((s.labels_tmp, s.labels_final), (s.sidecar_tmp, s.sidecar)) if t]
         if moves and os.path.exists(s.final):
             os.unlink(s.final)
         for t, f in moves:
             os.replace(t, f)
-        if stale_sidecar and s.sidecar:
-            try:
-                os.unlink(s.sidecar)
-            except FileNotFoundError:
-                pass
         os.replace(s.tmp, s.final)
 
     def name_final(self, e: OSError) -> None:
@@ -153,14 +139,6 @@ class Layout:
                         os.unlink(p)
                     except FileNotFoundError:
                         pass
-        for s in self.published:  # new data without its sidecar (its build stopped): what was written
-            for p in (s.final, s.labels_final):
-                if p:
-                    try:
-                        os.unlink(p)
-                    except FileNotFoundError:
-                        pass
-        self.published = []
         if self.stage is not None:
             shutil.rmtree(self.stage, ignore_errors=True)
 

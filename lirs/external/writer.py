@@ -31,7 +31,7 @@ class Shard:
     labels_final: str | None = None
     labels_tmp: str | None = None
     sidecar: str | None = None       # where the sidecar ends up (--index)
-    sidecar_tmp: str | None = None   # where a text output's sidecar is written
+    sidecar_tmp: str | None = None   # where the sidecar is written (sealed before the renames)
     indexer: TextIndexer | None = None  # waits for the data to be in place
     data_end: int = 0
 
