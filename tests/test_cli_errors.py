@@ -42,6 +42,27 @@ def test_check_compares_the_paths_given_with_the_files_indexed(shards, capsys):
     assert "c.svm not indexed" in err and "also indexes" in err and "b.svm" in err
 
 
+def test_check_leaves_sidecars_out_of_the_paths_and_compares_their_order(shards, tmp_path, capsys):
+    """`lirs index --check D.lirs -o D.lirs` exited 1 advising `lirs index D.lirs -o D.lirs` (itself
+    refused): a sidecar among the PATHs was compared as a data file. And PATHs given in another order
+    than indexed passed, though global record IDs follow the files' order."""
+    a, b, c, ab = shards
+    capsys.readouterr()
+    assert main(["index", "--check", ab, "-o", ab]) == 0, capsys.readouterr().err
+    assert main(["index", "--check", a, ab, b, "-o", ab]) == 0, capsys.readouterr().err
+    d = tmp_path / "D"
+    d.mkdir()
+    for i in (1, 2):
+        _write(d / f"p{i}.svm", "1 1:1\n0 2:1\n")
+    assert main(["index", "--quiet", str(d)]) == 0
+    assert main(["index", "--check", f"{d}.lirs", "-o", f"{d}.lirs"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["index", "--check", b, a, "-o", ab]) == 1
+    err = capsys.readouterr().err
+    assert "another order" in err and "record IDs" in err and f"lirs index {b} {a} -o {ab}" in err
+    assert ".lirs -o" not in err.replace(f"-o {ab}", "")
+
+
 @pytest.fixture
 def svm(tmp_path):
     """A small LIBSVM file, not indexed."""

@@ -23,8 +23,8 @@ def add_parser(sub):
     p.add_argument("--json", action="store_true", help="print the index summary as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--check", action="store_true",
-                   help="do not scan: confirm the existing index covers exactly the PATHs given (with -o) and "
-                        "still matches its data exactly (every data "
+                   help="do not scan: confirm the existing index covers exactly the PATHs given (with -o), in their order "
+                        "(record IDs follow it; a sidecar among them is left out), and still matches its data exactly (every data "
                         "file read whole and compared with its per-MiB checksums, and every .npy labels file "
                         "with its labels, even where size and modification time match: an edit whose mtime "
                         "was put back is found), record the data's new modification time; exit 1 naming the "
@@ -114,19 +114,26 @@ def _check(args) -> int:
 
 def _check_same_files(paths, sidecar: str) -> None:
     """StaleIndexError when the data files ``paths`` (expanded as ``lirs index`` would) are not
-    those the index ``sidecar`` covers: checked alone, a sidecar of some of them (a shard added
-    since) still matches its own files, and "no re-index needed" left the new one's records out."""
+    those the index ``sidecar`` covers, in its order (global record IDs follow the files' order):
+    checked alone, a sidecar of some of them (a shard added since) still matches its own files, and
+    "no re-index needed" left the new one's records out. Sidecars among ``paths`` (``--check
+    D.lirs -o D.lirs``) name no data and are left out; given none but sidecars, nothing is compared."""
     import os
 
     from ..errors import StaleIndexError
     from ..index import open_index
     from ..inputs import expand_paths
+    from ..sidecar import is_sidecar_path
+
+    data = [p for p in paths if not is_sidecar_path(p)]
+    if not data:
+        return
 
     def key(p):  # one file however it is named (relative, through a link)
         st = os.stat(p)
         return st.st_dev, st.st_ino
 
-    given = {key(p): p for p in expand_paths(paths, strays=False)}
+    given = {key(p): p for p in expand_paths(data, strays=False)}
     indexed = {}
     for p in open_index(sidecar, check=False).paths:
         try:
@@ -135,8 +142,12 @@ def _check_same_files(paths, sidecar: str) -> None:
             pass
     missing = [p for k, p in given.items() if k not in indexed]
     extra = [p for k, p in indexed.items() if k not in given]
+    redo = f"lirs index {' '.join(data)} -o {sidecar}"
     if missing or extra:
         said = ([f"{', '.join(missing)} not indexed by it"] if missing else []) + \
                ([f"it also indexes {', '.join(extra)}, not given"] if extra else [])
-        raise StaleIndexError(f"{sidecar} does not index the PATHs given: {'; '.join(said)}; "
-                              f"re-index them: lirs index {' '.join(paths)} -o {sidecar}")
+        raise StaleIndexError(f"{sidecar} does not index the PATHs given: {'; '.join(said)}; re-index them: {redo}")
+    if list(given) != [k for k in indexed if k in given]:
+        raise StaleIndexError(f"{sidecar} indexes the PATHs given in another order ({', '.join(indexed.values())}); "
+                              "global record IDs follow the files' order, so they would name other records; give "
+                              f"them in that order, or re-index them in this one: {redo}")
