@@ -31,7 +31,7 @@ from .npyformat import NpyRows, npy_header
 from .freshness import fingerprint, label_entries
 from .sidecar import SidecarWriter, check_replaceable, relpath, sidecar_path
 from .tfrecord import TFRecordScanner
-from .litter import out_dir
+from .litter import named, out_dir
 from .scanner import SCAN_CORES, Tap, VarScanner, write_labels  # noqa: F401 - re-exported
 from .textguess import refuse_misread
 from .units import parse_size
@@ -51,22 +51,17 @@ class _Scratch(io.BufferedRandom):
 
     what = ""
 
-    def _named(self, e: OSError) -> OSError:
-        if e.errno is not None and not e.filename:
-            e.filename = self.what
-        return e
-
     def write(self, b) -> int:
         try:
             return super().write(b)
         except OSError as e:
-            raise self._named(e) from None
+            raise named(e, self.what) from None
 
     def flush(self) -> None:
         try:
             super().flush()
         except OSError as e:
-            raise self._named(e) from None
+            raise named(e, self.what) from None
 
 
 def labels_scratch(dirpath: str):
@@ -77,7 +72,7 @@ def labels_scratch(dirpath: str):
     return f
 
 
-def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None, guessed=True, named=None):
+def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=None, guessed=True, names=None):
     """Scan ``files`` (whole, or per ``plan``: a :class:`lirs.incremental.Keep` or None per file)
     into the sidecar ``dest``; returns its path. ``guessed``: the format was detected, so a lines
     file that would be misread (a CSV header, a JSON document over lines) is refused (not when the
@@ -154,14 +149,15 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
             w.add("content_sums", np.concatenate(sums))
             if getattr(sc, "marks", None) is not None:
                 w.add("scan_marks", np.asarray(sc.marks, np.int64).reshape(-1))
-        # named: (data, sidecar) the files read and written will be renamed to (shuffle's outputs)
-        shell = Index(format=fmt, paths=tuple(files) if named is None else (named[0],), n=n, file_starts=np.asarray(file_starts, np.int64),
+        # names: (data, sidecar) the files read and written will be renamed to (shuffle's outputs)
+        shell = Index(format=fmt, paths=tuple(files) if names is None else (names[0],), n=n,
+                      file_starts=np.asarray(file_starts, np.int64),
                       data_ends=np.asarray(data_ends, np.int64), header_sizes=np.asarray(headers, np.int64),
                       fingerprints=tuple(fps), meta=meta)
         # a file modified while we scanned it would leave a wrong index: compare fingerprints again
         for p, fp in zip(files, fps):
             _unchanged(p, fp)
-        w.seal(header_for(shell, dest if named is None else named[1]))
+        w.seal(header_for(shell, dest if names is None else names[1]))
         confirm(plan)  # what was kept as unchanged was: checked before the sidecar takes its name
         return w.publish()
     except BaseException as e:
@@ -179,7 +175,7 @@ def index_before_rename(tmp: str, fmt: str, dest: str, final: str, sidecar: str,
     fingerprint); ``format_given`` as :func:`index_meta`'s. Returns ``dest``."""
     chunk = min(16 << 20, -(-os.path.getsize(tmp) // BLOCK) * BLOCK or BLOCK)
     return _build_variable([tmp], fmt, dest, chunk, False, where=index_meta(final, sidecar, format_given),
-                           guessed=False, named=(final, sidecar))
+                           guessed=False, names=(final, sidecar))
 
 
 # --------------------------------------------------------------------------- fixed formats

@@ -1102,6 +1102,24 @@ def test_index_writes_the_sidecar_lirs_index_out_would(tmp_path):
         assert format_options(shuffled) == ("" if given is None else f" --format {given}")
 
 
+def test_a_full_disk_under_shuffles_labels_scratch_file_names_it_and_tmpdir(tmp_path, monkeypatch, capsys):
+    """`lirs shuffle --index` of a LIBSVM file printed a bare "No space left on device (... use -o
+    to write elsewhere)" when the sidecar's labels scratch file (anonymous, in the pile directory)
+    filled its disk: it is named, and --tmpdir (which moves it) advised."""
+    import tempfile
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full to stand for a full disk")
+    (tmp_path / "a.svm").write_bytes(b"".join(b"%d 1:%d\n" % (i % 2, i) for i in range(30000)))
+    # every write to the labels' scratch file fails as a full disk's does (ENOSPC)
+    monkeypatch.setattr(tempfile, "TemporaryFile", lambda *a, **k: open("/dev/full", "r+b", buffering=0))  # noqa: SIM115
+    assert cli_main(["shuffle", str(tmp_path / "a.svm"), "-o", str(tmp_path / "o.svm"), "--index", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "(the index's temporary labels file there): No space left on device" in err, err
+    assert "use --tmpdir to write elsewhere" in err and "-o to" not in err
+    assert leftovers(tmp_path) == []
+
+
 def test_a_pile_that_fills_its_disk_names_tmpdir():
     import errno
 

@@ -2,11 +2,9 @@
 the same sidecar ``lirs index`` would write for the finished file, without reading it again."""
 from __future__ import annotations
 
-import tempfile
-
 import numpy as np
 
-from ..build import Tap, VarScanner, index_meta, write_labels
+from ..build import Tap, VarScanner, index_meta, labels_scratch, write_labels
 from ..content import BlockSums
 from ..index import Index, header_for
 from ..kernels import scan as KS
@@ -42,7 +40,8 @@ class TextIndexer:
             # the checksums of every MiB and (LIBSVM) the scan marks `lirs index` keeps
             self.sums = BlockSums()
             if fmt == "libsvm":
-                self.lab = tempfile.TemporaryFile(dir=scratch)  # noqa: SIM115 - open until commit/abort
+                # its ENOSPC names the pile directory (--tmpdir moves it), not a bare "No space"
+                self.lab = labels_scratch(scratch)
                 self.sc = VarScanner("libsvm", self.tap, self.lab, out_buffer, None, pool)
                 sc = self.sc
                 sc.begin_stream()
