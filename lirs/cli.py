@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _command_modules():
         p = mod.add_parser(sub)
-        p.set_defaults(_run=mod.run)
+        # every command's positionals name data (PATH, IN): what an empty one is refused in
+        p.set_defaults(_run=mod.run, _positionals=[a.dest for a in p._actions if not a.option_strings])
     return parser
 
 
@@ -144,7 +145,7 @@ def _main(argv, seen: _Interrupts) -> int:
 def _refuse_empty_paths(args) -> None:
     """UsageError for an empty PATH (``''``: an unset shell variable), before the command opens it:
     it was said as "no such file: [Errno 2] No such file or directory: ''", a missing file's error."""
-    for name in ("path", "paths"):
+    for name in getattr(args, "_positionals", ()):  # path, paths, shuffle's inputs...
         value = getattr(args, name, None)
         if value == "" or (isinstance(value, list) and "" in value):
             raise UsageError(f"PATH is empty (''; an unset shell variable?): name the data, as "

@@ -133,9 +133,12 @@ def test_index_refuses_a_sidecar_given_as_data(svm, capsys):
     assert not os.path.exists(svm + ".lirs.lirs")
 
 
-@pytest.mark.parametrize("cmd", [["info", ""], ["order", ""], ["epoch", ""], ["index", ""], ["index", "{svm}", ""]])
+@pytest.mark.parametrize("cmd", [["info", ""], ["order", ""], ["epoch", ""], ["index", ""], ["index", "{svm}", ""],
+                                 ["shuffle", "", "-o", "{svm}.o.svm"], ["shuffle", "{svm}", "", "-o", "{svm}.o.svm"],
+                                 ["quality", ""], ["bench", ""]])
 def test_an_empty_path_is_a_usage_error_naming_it(svm, cmd, capsys):
-    """It was "no such file: [Errno 2] No such file or directory: ''", exit 1."""
+    """It was "no such file: [Errno 2] No such file or directory: ''", exit 1 (shuffle's IN, named
+    `inputs`, was still one: every command's positionals are checked)."""
     assert main([c.format(svm=svm) for c in cmd]) == 2
     err = capsys.readouterr().err
     assert "PATH is empty" in err and "Errno" not in err, err
