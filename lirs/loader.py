@@ -50,7 +50,7 @@ from .pipeline import EpochRun, Pipeline
 from .plan import check_args, plan_epoch
 from .policies import DEFAULT_GRANULARITY, POLICIES
 from .ranges import check_drop_last, over_spans, remainder
-from .loaderargs import check_loader_args, check_windows
+from .loaderargs import check_loader_args, check_windows, refuse_libsvm_options_of
 from .recommendation import AUTO, auto_settings
 from .state import ResumeState, check_config, ranks_progress, states_of
 from .units import format_bytes
@@ -142,8 +142,9 @@ class Loader:
                  drop_last=False, dtype=np.float32, permutation="auto", index="auto", n_features=None,
                  zero_based="auto", depth=None, direct=None, transform=None, verify=False, threads=None,
                  decode_threads=None):
-        # every keyword as given (the parameters are its own), checked before the source: it may be indexed
+        # the keywords, and LIBSVM's against the format, checked before the source: it may be indexed
         a = check_loader_args(**{k: v for k, v in locals().items() if k not in ("self", "source")})
+        refuse_libsvm_options_of(source, n_features, zero_based)
         self.index = open_source(source, index)
         self._owns_index = self.index is not source  # opened here: released by close()
         self.batch_size, self.prefetch, self.threads, self.seed = a.batch_size, a.prefetch, a.threads, a.seed
@@ -202,8 +203,7 @@ class Loader:
             if self._pid == pid:
                 return
             # a forked child: the parent's pool threads and rings do not exist here; start over
-            # a thread per usable core, and one more: a thread waiting on its read leaves a core to
-            # decoding (affinity, not the machine's count: taskset and containers set it)
+            # a thread per usable core (affinity: taskset, containers) and one more, for a thread's wait on a read
             workers = self.threads if self.threads is not None else usable_cores() + 1
             self._pipeline = Pipeline(self.index, engine=self.engine_name, direct=self.direct,
                                       depth=self.depth, decode=self._decoder, workers=workers, stats=self.stats,

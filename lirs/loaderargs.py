@@ -97,3 +97,44 @@ def check_windows(windows) -> tuple[int, int] | None:
     if w >= nw:
         raise UsageError(f"windows=(w, W) needs 0 <= w < W, got ({w}, {nw})")
     return w, nw
+
+
+def source_format(source) -> tuple[str | None, str]:
+    """``(format, name)`` of a Loader's ``source``, told without indexing it (a source without an
+    index is scanned whole at its open): an Index's own, the one its sidecar's header records, else
+    the one `lirs index` would detect on its files (their extension or first bytes); None where none
+    can be told now (a missing file, a bad sidecar: opening the source says what is wrong)."""
+    import os
+
+    from .dirfiles import first_few
+    from .errors import LirsError
+    from .firstuse import one_source
+    from .index import Index
+    from .inputs import expand_paths, resolve_format
+    from .sidecar import is_sidecar_path, read_header, sidecar_path
+
+    if isinstance(source, Index):
+        return source.format, first_few(source.paths)
+    one = os.fsdecode(one_source(source))  # an empty list or several files: refused now, not at a pass
+    try:  # the sidecar's header names the format: a text format's index (an O(n) check at open) is not opened
+        return read_header(one if is_sidecar_path(one) else sidecar_path(one))[0].get("format"), one
+    except (OSError, TypeError, LirsError):
+        pass
+    try:
+        return resolve_format(expand_paths(one), "auto")[0], one
+    except (OSError, LirsError):
+        return None, one
+
+
+def refuse_libsvm_options_of(source, n_features=None, zero_based="auto") -> None:
+    """UsageError where LIBSVM's ``n_features`` or ``zero_based`` is set for a ``source`` of another
+    format (:func:`lirs.decode.refuse_libsvm_options`): before the source is opened, which indexes it
+    whole where it has no sidecar, only for the setting to be refused after. The Loader's check and
+    the torch dataset's."""
+    from .decode import refuse_libsvm_options
+
+    if n_features is None and zero_based == "auto":
+        return
+    fmt, name = source_format(source)
+    if fmt is not None:
+        refuse_libsvm_options(name, fmt, n_features, zero_based)

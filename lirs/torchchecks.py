@@ -1,16 +1,12 @@
 """What the torch adapter refuses as a dataset is made, before any pass: records torch makes no tensor of."""
 from __future__ import annotations
 
-import os
-
 import torch
 
-from .decode import refuse_libsvm_options
-from .dirfiles import first_few
-from .errors import LirsError, UsageError
-from .firstuse import one_source, open_source
+from .errors import UsageError
+from .firstuse import open_source
 from .index import Index
-from .sidecar import is_sidecar_path, read_header, sidecar_path
+from .loaderargs import refuse_libsvm_options_of, source_format
 from .tensors import torch_dtype
 
 
@@ -20,22 +16,14 @@ def check_tensor_records(source, loader_kwargs: dict) -> None:
     to uint64 before torch 2.3), or where LIBSVM's ``n_features``/``zero_based`` are set for another format: at
     a dataset's construction, not as torch's bare TypeError at the first batch, in a worker. A transform is no
     way around it: it is given the batch's tensors."""
-    if isinstance(source, Index):
-        fmt, name = source.format, first_few(source.paths)
-    else:
-        one = name = os.fsdecode(one_source(source))  # an empty list or several files: refused now, not at a pass
-        try:  # the sidecar's header names the format: a text format's index (an O(n) check at open) is not opened
-            fmt = read_header(one if is_sidecar_path(one) else sidecar_path(one))[0].get("format")
-        except (OSError, TypeError, LirsError):  # no sidecar yet (or a bad one): a .npy file is opened (indexed)
-            # now, as the Loader would; other sources (a LIBSVM file) are not indexed twice for this check
-            fmt = "npy" if one.endswith(".npy") else None
-    if fmt is not None:  # else: refused by the Loader, at the first pass
-        refuse_libsvm_options(name, fmt, loader_kwargs.get("n_features"), loader_kwargs.get("zero_based", "auto"))
+    # the Loader's check: the format from the sidecar's header or the files (an unindexed .jsonl is not indexed)
+    refuse_libsvm_options_of(source, loader_kwargs.get("n_features"), loader_kwargs.get("zero_based", "auto"))
+    fmt, name = source_format(source)
     if not isinstance(source, Index):
         if fmt != "npy":  # raw fixed records are uint8, text formats' X is decoded to the Loader's dtype
             return
         # opened whole, not judged from the header: a stale one would be rebuilt by the Loader's open
-        source = open_source(one, loader_kwargs.get("index", "auto"))
+        source = open_source(name, loader_kwargs.get("index", "auto"))
     dt, paths = source.record_dtype, source.paths
     try:
         if dt is None or torch_dtype(dt if dt.isnative else dt.newbyteorder("=")) is not None:

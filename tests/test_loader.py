@@ -1059,12 +1059,14 @@ def test_a_state_is_refused_under_settings_its_granularity_plans_with(svm, granu
 def test_libsvm_options_for_another_format_are_refused(tmp_path, kw, said):
     """``n_features``/``zero_based`` shape LIBSVM rows only: given for a .npy or a lines file they
     were ignored unseen (a user's n_features=10 over 2-column rows got 2 columns); refused, naming
-    the file and its format."""
+    the file and its format. Before the source is opened: an unindexed one was indexed whole (a
+    sidecar written) only for the setting to be refused after."""
     npy, lines = tmp_path / "x.npy", tmp_path / "l.jsonl"
     np.save(npy, np.arange(12, dtype=np.float32).reshape(6, 2))
     lines.write_text('{"a": 1}\n{"a": 2}\n')
     for p, fmt in ((npy, "npy"), (lines, "lines")):
         with pytest.raises(UsageError, match=re.escape(said) + f" to LIBSVM data only; {re.escape(str(p))} is {fmt}"):
             lirs.Loader(str(p), 2, **kw)
+        assert not os.path.exists(f"{p}.lirs")  # refused before the first-use index
     with lirs.Loader(str(npy), 2) as ld:  # unset: served as the file's own rows
         assert next(iter(ld.epoch(0))).X.shape == (2, 2)

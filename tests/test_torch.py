@@ -2296,12 +2296,16 @@ def test_a_relative_path_names_the_file_it_named_when_the_dataset_was_made(tmp_p
 
 def test_libsvm_options_for_another_format_are_refused_when_the_dataset_is_made(tmp_path):
     """``n_features``/``zero_based`` set for a .npy (or an indexed lines file) were refused only at
-    the first pass, in a worker: now as the dataset is made, naming the file."""
+    the first pass, in a worker: now as the dataset is made, naming the file; an unindexed lines
+    file too (it was indexed whole at the first pass, then refused), before it is indexed."""
     from lirs.errors import UsageError
     from lirs.torch import LirsIterableDataset, make_dataloader
     npy, lines = tmp_path / "x.npy", tmp_path / "l.jsonl"
     np.save(npy, np.arange(12, dtype=np.float32).reshape(6, 2))
     lines.write_text('{"a": 1}\n{"a": 2}\n')
+    with pytest.raises(UsageError, match=f"n_features=4 applies to LIBSVM data only; {re.escape(str(lines))} is lines"):
+        LirsIterableDataset(str(lines), 2, n_features=4)
+    assert not os.path.exists(f"{lines}.lirs")
     lirs.build_index(str(lines), progress=False)
     with pytest.raises(UsageError, match=f"n_features=4 applies to LIBSVM data only; {re.escape(str(npy))} is npy"):
         LirsIterableDataset(str(npy), 2, n_features=4)
