@@ -390,3 +390,10 @@ def test_stale_advice_for_many_listed_files_rebuilds_them_all(tmp_path):
     subprocess.run(["bash", "-c", f"python3() {{ {sys.executable} \"$@\"; }}; {cmd}"], env=env, check=True,
                    capture_output=True)
     assert list(lirs.open_index(side).paths) == files and lirs.open_index(side).n == 37
+
+
+def test_sidecar_path_takes_a_bytes_path():
+    """`lirs.sidecar_path(b"...")` took the bytes as a sequence of ints: TypeError "not int",
+    while build_index, open_index and Loader take bytes paths."""
+    assert os.fsencode(lirs.sidecar_path(b"/d/\xff data.jsonl")) == b"/d/\xff data.jsonl.lirs"
+    assert lirs.sidecar_path([b"/d/x.svm"]) == "/d/x.svm.lirs"
