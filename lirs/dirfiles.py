@@ -21,24 +21,6 @@ def first_few(names, sep: str = ", ") -> str:
     return sep.join(names[:3]) + (" ..." if len(names) > 3 else "")
 
 
-def name_files(paths) -> str:
-    """The files ``paths`` as words to paste into a shell: ``DIR/PREFIX*`` where that pattern
-    matches them and no other file of their directory (TFDS shards ``mnist-train.tfrecord-*``
-    beside their .json metadata), else the files listed (the first few, where there are more)."""
-    import shlex
-
-    paths = sorted(os.fspath(p) for p in paths)
-    d = os.path.dirname(paths[0])
-    # the names' common start, less a number or word cut short (part-0000 of part-00000 ... part-00017)
-    prefix = re.sub(r"[^\W_]+$", "", os.path.commonprefix([os.path.basename(p) for p in paths]))
-    pattern = os.path.join(d, prefix)
-    # a name with a space, quote or glob character would need quoting, which stops the * expanding
-    if prefix and re.fullmatch(r"[\w./+-]+", pattern) and all(os.path.dirname(p) == d for p in paths):
-        if {n for n in os.listdir(d) if n.startswith(prefix)} == {os.path.basename(p) for p in paths}:
-            return pattern + "*"
-    return first_few(map(shlex.quote, paths), " ")
-
-
 def is_backup(name: str) -> bool:
     """Whether the file name ``name`` is an editor's backup or autosave (not data)."""
     return name.endswith(_BACKUP_ENDS) or (len(name) > 1 and name.startswith("#") and name.endswith("#"))

@@ -8,6 +8,7 @@ import logging
 import os
 
 from .errors import UsageError
+from .shellwords import shell_word
 from .sidecar import is_sidecar_path, sidecar_path
 
 log = logging.getLogger("lirs.index")
@@ -42,7 +43,7 @@ def sidecar_beside(path: str, source: str = "as the source"):
         # the sidecar's error (named after it), not the data's: an unreadable data file is said as it is
         if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and is_sidecar_path(str(e.filename or ".lirs")):
             raise UsageError(f"{path}: its index {sidecar_path(path)} cannot be written ({os.strerror(e.errno)}); "
-                             f"build it where you can write: `lirs index {path} -o DIR/NAME.lirs`, then pass "
+                             f"build it where you can write: `lirs index {shell_word(path)} -o DIR/NAME.lirs`, then pass "
                              f"that .lirs file {source}") from e
         raise
 

@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 
 from .constants import BLOCK
-from .dirfiles import first_few
+from .shellwords import glob_words, listed_words, shell_word
 from .errors import LirsError, StaleIndexError
 from .inputs import expand_paths, extension_format, labels_candidates, resolve_format
 from .preads import pread_full
@@ -147,8 +147,27 @@ def reindex_command(paths, sidecar: str | None, index=None) -> str:
     """The ``lirs index`` command that rebuilds the index ``sidecar`` of the data files ``paths``:
     the file (its own ``FILE.lirs``), the directory (a ``DIR.lirs`` of the files in it), else the
     files with ``-o``; with the options ``index`` (the :class:`~lirs.index.Index` being rebuilt)
-    was built with (:func:`format_options`)."""
-    return _command(paths, sidecar) + ("" if index is None else format_options(index))
+    was built with (:func:`format_options`). Its files are listed, or named by a pattern matching them
+    alone; where they are too many for either and are ``index``'s own, a ``python3 -c`` that rebuilds
+    the index from the list its sidecar keeps (a list cut short, pasted, indexed fewer files)."""
+    paths = [os.fspath(p) for p in paths]
+    words = listed_words(paths) or glob_words(paths)
+    if words is None and index is not None and index.sidecar and paths == [os.fspath(p) for p in index.paths]:
+        return _python_command(index, "DIR/NAME.lirs" if _read_only(index.sidecar) else index.sidecar)
+    # (else a list no sidecar keeps: all of it, long as it is)
+    return _command(paths, sidecar, words or " ".join(map(shell_word, paths))) + (
+        "" if index is None else format_options(index))
+
+
+def _python_command(index, out: str) -> str:
+    """A ``python3 -c`` rebuilding ``index`` from the files its sidecar names, into ``out``, with
+    the options it was built with."""
+    fmt = format_options(index).split()
+    opts = dict(zip(fmt[::2], fmt[1::2]))
+    kw = "".join(f", {k[2:].replace('-', '_')}={v if k != '--format' else repr(v)}" for k, v in opts.items())
+    code = (f"import lirs; lirs.build_index(list(lirs.open_index({index.sidecar!r}, check=False, missing_ok=True)"
+            f".paths){kw}, out={out!r}, progress=True)")
+    return f"python3 -c {shell_word(code)}"
 
 
 def format_options(index) -> str:
@@ -164,18 +183,17 @@ def format_options(index) -> str:
     return f" --format {index.format}" if given else ""
 
 
-def _command(paths, sidecar: str | None) -> str:
-    """:func:`reindex_command` without the format options."""
-    paths = [os.fspath(p) for p in paths]
-    q = _shell  # pasted into a shell: a name with a space, or starting with "-", must come through whole
+def _command(paths, sidecar: str | None, words: str) -> str:
+    """:func:`reindex_command` without the format options; ``words``: the files as shell words."""
+    q = shell_word  # pasted into a shell: a name with a space, or starting with "-", must come through whole
     if _read_only(sidecar):  # it cannot be rebuilt where it is: one put elsewhere is passed as the source
-        return f"lirs index {first_few(map(q, paths), ' ')} -o DIR/NAME.lirs"
+        return f"lirs index {words} -o DIR/NAME.lirs"
     if sidecar and len(paths) == 1 and sidecar == paths[0] + SIDECAR_SUFFIX:
         return f"lirs index {q(paths[0])}"
     d = sidecar[:-len(SIDECAR_SUFFIX)] if sidecar and sidecar.endswith(SIDECAR_SUFFIX) else None
     if d and os.path.isdir(d) and all(os.path.realpath(os.path.dirname(p)) == os.path.realpath(d) for p in paths):
         return f"lirs index {q(d)}"
-    return f"lirs index {first_few(map(q, paths), ' ')}" + (f" -o {q(sidecar)}" if sidecar else "")
+    return f"lirs index {words}" + (f" -o {q(sidecar)}" if sidecar else "")
 
 
 def reindex_advice(paths, sidecar: str | None, index=None) -> str:
@@ -191,13 +209,6 @@ def _read_only(sidecar: str | None) -> bool:
     """Whether the directory of ``sidecar`` exists and cannot be written (a read-only mount, no permission)."""
     d = os.path.dirname(sidecar) if sidecar else ""
     return bool(d) and os.path.isdir(d) and not os.access(d, os.W_OK)
-
-
-def _shell(path: str) -> str:
-    """``path`` as a shell word: quoted where it must be, and ``./NAME`` for a name starting with "-"."""
-    import shlex
-
-    return shlex.quote("./" + path if path.startswith("-") else path)
 
 
 def label_entries(paths, base: str, fingerprints=None) -> list:
@@ -328,7 +339,7 @@ def check_no_new_files(idx, path: str) -> None:
         where = dirs[0] if len(dirs) == 1 else ", ".join(dirs)
         names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]
         if subset and not _indexes_as_one(dirs[-1], idx):  # advising `lirs index DIR` led to its refusal
-            how = (f"they are not {idx.format} data like the files it names, so `lirs index {_shell(dirs[-1])}` "
+            how = (f"they are not {idx.format} data like the files it names, so `lirs index {shell_word(dirs[-1])}` "
                    f"would refuse them: open {idx.sidecar} itself to read only the files it names")
         else:
             how = (f"{reindex_advice([dirs[-1]], idx.sidecar, idx)} to index them all, or open {idx.sidecar} itself "

@@ -27,6 +27,7 @@ import numpy as np
 
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
 from .dirfiles import first_few
+from .shellwords import shell_word
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .inputs import absolute
 from .labelcodes import encode_labels
@@ -473,7 +474,7 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: b
         if not inside:
             raise IndexFormatError(
                 f"{sidecar} indexes {first_few(paths)}, not {want}; "
-                f"re-run `lirs index {opened_as}`")
+                f"re-run `lirs index {shell_word(opened_as)}`")
     dirs = sorted({os.path.realpath(os.path.join(base, d)) for d in header.get("meta", {}).get("directories", [])})
     for p, fi in zip(paths, header["files"]):
         if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)

@@ -11,7 +11,8 @@ import numpy as np
 
 from .constants import BLOCK, FORMATS, SCAN_CHUNKS_AHEAD, SCAN_READ_BYTES, SCAN_READ_DEPTH
 from .errors import DataError, UsageError
-from .dirfiles import data_ext, directory_files, first_few, name_files
+from .dirfiles import data_ext, directory_files, first_few
+from .shellwords import index_command, shell_glob, shell_word
 from .mounts import held_in_memory
 from .preads import pread_into, read_at
 
@@ -123,20 +124,20 @@ def expand_paths(paths, name: str = "paths", strays: bool = True) -> list[str]:
 
 
 def refuse_strays(d: str, files) -> None:
-    """DataError for a file of the directory ``d`` (``files``: its data files) that has no known
-    extension where most have one (a README.md beside .jsonl shards, a VERSION file beside .svm
-    ones): its format would be guessed from its content, and its text served as records. A rotated
-    file's number is no extension (``app.jsonl.1`` is a .jsonl file: :func:`lirs.dirfiles.data_ext`).
-    Where at most half have one (Spark's part-00000, TFDS shards beside their .json metadata), all
-    are read by content (files that disagree are :func:`resolve_format`'s error)."""
+    """DataError for a file of the directory ``d`` (``files``: its data files) without a known extension
+    where most have one (a README.md beside .jsonl shards, a VERSION file beside .svm ones): its format
+    would be guessed from its content, its text served as records. A rotated file's number is no
+    extension (``app.jsonl.1`` is a .jsonl file: :func:`lirs.dirfiles.data_ext`). Where at most half
+    have one (Spark's part-00000, TFDS shards beside their .json metadata), all are read by content."""
     known = {f: data_ext(f) for f in files if extension_format("x" + data_ext(f)) is not None}
     # a compressed file is left to its own error, which says to decompress it
     stray = next((f for f in files if f not in known and compressed(f) is None), None)
     if stray is not None and 2 * len(known) > len(files):
         exts = sorted(set(known.values()))
-        rotated = f" {d}/*{exts[0]}.[0-9]*" if any(not f.endswith(e) for f, e in known.items()) else ""
+        g = shell_glob(d, "*" + shell_word(exts[0]))  # d quoted, the glob outside the quotes
+        rotated = f" {g}.[0-9]*" if any(not f.endswith(e) for f, e in known.items()) else ""
         raise DataError(f"{os.path.basename(stray)}: not a {' or '.join(exts)} file like the others in {d}; "
-                        f"move it out, or index the files you mean (lirs index {d}/*{exts[0]}{rotated} -o NAME.lirs)")
+                        f"move it out, or index the files you mean (lirs index {g}{rotated} -o NAME.lirs)")
 
 
 def _head(path: str) -> bytes:
@@ -175,15 +176,14 @@ def _not_so(head: bytes, kind: str) -> bool:
 
 def refuse_compressed(path: str, kind: str) -> DataError:
     """The error for a compressed input: lirs reads records at their offsets in the file itself."""
-    name, tool = _COMPRESSED_EXT[kind]
-    base = os.path.basename(path)
+    name, tool, q = *_COMPRESSED_EXT[kind], shell_word(path)  # as given, quoted: pasted, it comes whole
     if _not_so(read_at(path, 64), kind):  # named so, but not so (a shuffle written to NAME.gz): decompressing fails
         return DataError(f"{path}: named {kind}, but its first bytes are not {name}'s: if it is not compressed, "
                          f"rename it without {kind}; if it is, decompress it first")
-    if base.lower().endswith(kind) and kind != ".zip":
-        hint = f"{tool} {base}"
+    if path.lower().endswith(kind) and kind != ".zip":
+        hint = f"{tool} {q}"
     else:  # a name the tool would not recognize: write the bytes out under a new name
-        hint = f"unzip -p {base} > DATA" if kind == ".zip" else f"{tool} -c {base} > DATA"
+        hint = f"unzip -p {q} > DATA" if kind == ".zip" else f"{tool} -c {q} > DATA"
     return DataError(f"{path}: compressed input ({name}) is not supported; decompress first (e.g. {hint}): "
                      "lirs reads records at their byte offsets in the file")
 
@@ -331,7 +331,7 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
         detail = "; ".join(f"{k} ({len(ps)}: {first_few(map(os.path.basename, ps))})" for k, ps in by.items())
         most = max(by.values(), key=lambda ps: (len(ps), sum(map(os.path.getsize, ps))))  # ties: the most bytes (shards, not metadata)
         raise DataError(f"files of one dataset must share a format; found {detail}: index the files of one format, "
-                        f"e.g. `lirs index {name_files(most)} -o NAME.lirs`")
+                        f"e.g. {index_command(most, 'NAME.lirs')}")
     fmt, why = next(iter(found.values()))
     return fmt, why if len(files) == 1 else f"{why} (first of {len(files)} files; all agree)"
 

@@ -87,9 +87,9 @@ def is_sidecar_path(path) -> bool:
 
 def sidecar_path(paths) -> str:
     """Default sidecar path: ``DATA.lirs`` for one file, ``DIR.lirs`` beside a directory."""
-    if isinstance(paths, (str, os.PathLike)):
+    if isinstance(paths, (str, bytes, os.PathLike)):  # one path (bytes too: not a sequence of ints)
         paths = [paths]
-    paths = [os.fspath(p) for p in paths]
+    paths = [os.fsdecode(p) for p in paths]
     if len(paths) != 1:
         raise UsageError("several data files form one dataset: name its sidecar with -o NAME.lirs")
     p = paths[0].rstrip(os.sep) or paths[0]

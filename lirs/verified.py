@@ -27,7 +27,8 @@ def cache_dir() -> str:
 
 
 def _entry_path(sidecar: str) -> str:
-    key = hashlib.blake2b(os.path.abspath(sidecar).encode(), digest_size=10).hexdigest()
+    # the name's own bytes: a name need not be UTF-8 (a byte like \xff arrives as a surrogate)
+    key = hashlib.blake2b(os.fsencode(os.path.abspath(sidecar)), digest_size=10).hexdigest()
     return os.path.join(cache_dir(), "verified", key + ".json")
 
 

@@ -132,6 +132,26 @@ def test_a_verified_touch_is_recorded_where_the_sidecar_is_read_only(big, monkey
     assert open_index(p).n == 80_000
 
 
+def test_a_touch_of_data_named_with_a_non_utf8_byte_is_recorded_in_the_cache(tmp_path, monkeypatch):
+    """Data whose name holds a byte that is not UTF-8, touched, its sidecar read-only: the cache
+    entry was keyed by the sidecar's path encoded as UTF-8, a UnicodeEncodeError traceback from every
+    open (`lirs epoch`, Loader). The name's own bytes key it now."""
+    p = os.fsdecode(os.path.join(os.fsencode(str(tmp_path)), b"v\xff.jsonl"))
+    with open(p, "w") as f:
+        f.write("".join(f"v:{i}\n" for i in range(50)))
+    lirs.build_index(p, progress=False)
+    os.utime(p, ns=(os.stat(p).st_atime_ns, os.stat(p).st_mtime_ns + 10**9))  # touched: same bytes
+
+    def refuse(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", p + ".lirs")
+
+    monkeypatch.setattr(S, "rewrite_header", refuse)
+    assert open_index(p).n == 50
+    assert os.listdir(tmp_path / "cache" / "verified")
+    monkeypatch.setattr(C, "first_changed_block", lambda *a, **k: pytest.fail("read whole again"))
+    assert open_index(p).n == 50
+
+
 def test_an_old_sidecar_asks_for_a_reindex(tmp_path):
     p = _svm(tmp_path / "o.svm", 50)
     lirs.build_index(p, progress=False)

@@ -297,3 +297,103 @@ def test_temporaries_where_locks_fail_or_every_name_is_held(tmp_path, monkeypatc
     monkeypatch.setattr(fcntl, "flock", all_held)
     with pytest.raises(FileExistsError, match="every temporary name is held by a live writer"):
         litter.open_locked(dest)
+
+
+def _pasted(cmd, cwd):
+    """The argv bash gives `lirs` when ``cmd`` is pasted (a `lirs` that prints its arguments)."""
+    r = subprocess.run(["bash", "-c", 'lirs() { printf "%s\\0" "$@"; }; ' + cmd], cwd=cwd, capture_output=True)
+    assert r.returncode == 0, r.stderr
+    return [os.fsdecode(a) for a in r.stdout.split(b"\0")[:-1]]
+
+
+def _quoted(text, opening="`"):
+    import re
+
+    return re.search(r"`(lirs index [^`]*)`" if opening == "`" else r"\((lirs index [^)]*)\)", text).group(1)
+
+
+def test_advice_to_paste_keeps_a_name_with_a_space_a_quote_or_a_leading_dash_whole(tmp_path, monkeypatch, capsys):
+    """Commands printed to paste named files unquoted: `lirs index my data.jsonl`, a stray file's
+    `lirs index my data/*.jsonl`, the read-only `lirs index .../it's.jsonl -o DIR/NAME.lirs` (first
+    use, `lirs bench --auto`), `gunzip -v.svm.gz` (the bare name, an option to gunzip): pasted, bash
+    split them or took them as options. They are quoted (a glob left outside the quotes)."""
+    import gzip
+
+    from lirs.errors import IndexFormatError
+    from lirs.firstuse import sidecar_beside
+
+    d = tmp_path / "my data"
+    d.mkdir()
+    for s in "ab":
+        (d / f"{s}.jsonl").write_text("".join(f'{{"{s}": {i}}}\n' for i in range(5)))
+    (d / "README.md").write_text("hello\n")
+    with pytest.raises(DataError) as e:
+        lirs.build_index(str(d), progress=False)
+    assert _pasted(_quoted(str(e.value), "("), tmp_path)[1:3] == [f"{d}/a.jsonl", f"{d}/b.jsonl"]
+    # a sidecar copied beside another file
+    os.unlink(d / "README.md")
+    lirs.build_index(str(d / "a.jsonl"), progress=False)
+    mine = d / "it's -x.jsonl"
+    mine.write_text('{"x": 1}\n')
+    os.link(d / "a.jsonl.lirs", str(mine) + ".lirs")
+    with pytest.raises(IndexFormatError) as e:
+        lirs.open_index(str(mine))
+    assert _pasted(_quoted(str(e.value)), tmp_path)[1:] == [str(mine)]
+    # its sidecar's directory read-only: at first use and for bench --auto
+    with pytest.raises(lirs.errors.UsageError) as e, sidecar_beside(str(mine)):
+        raise OSError(errno.EROFS, "Read-only file system", str(mine) + ".lirs")
+    assert _pasted(_quoted(str(e.value)), tmp_path)[1:] == [str(mine), "-o", "DIR/NAME.lirs"]
+    os.unlink(str(mine) + ".lirs")
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    assert main(["bench", str(mine), "--auto", "--smoke", "--no-fio"]) == 2
+    assert _pasted(_quoted(capsys.readouterr().err), tmp_path)[1:] == [str(mine), "-o", "DIR/NAME.lirs"]
+    monkeypatch.undo()
+    # a compressed file: its hint, pasted in another directory, decompresses it
+    z = tmp_path / "-v.svm.gz"
+    with gzip.open(z, "wb") as f:
+        f.write(b"1 1:1\n")
+    with pytest.raises(DataError, match=r"e\.g\. (.*)\): lirs reads") as e:
+        lirs.build_index(str(z), progress=False)
+    hint = str(e.value).split("(e.g. ")[1].split("): lirs reads")[0]
+    assert subprocess.run(["bash", "-c", hint], cwd=d).returncode == 0 and (tmp_path / "-v.svm").exists()
+
+
+def test_stale_advice_for_many_listed_files_rebuilds_them_all(tmp_path):
+    """An index of more than 3 files named one by one advised `lirs index a b c ... -o all.lirs`:
+    pasted, no file "..."; without it, an index of 3 files. Up to 10 are listed; more, a pattern
+    that matches them alone; else a command that rebuilds from the list the sidecar keeps."""
+    from lirs.errors import StaleIndexError
+
+    def stale(names, d, extra=()):
+        d.mkdir()
+        for n in extra:  # files of the directory the index leaves out
+            (d / n).write_text("o\n")
+        files = []
+        for n in names:
+            (d / n).write_text("".join(f"{n} {i}\n" for i in range(3)))
+            files.append(str(d / n))
+        side = str(tmp_path / f"{d.name}.all.lirs")
+        lirs.build_index(files, out=side, progress=False)
+        with open(files[-1], "a") as f:
+            f.write("grown 1\n")
+        with pytest.raises(StaleIndexError) as e:
+            lirs.open_index(side)
+        return str(e.value).split("re-run `")[1].split("`")[0], files, side
+
+    cmd, files, side = stale([f"{s} x.lines" for s in "abcde"], tmp_path / "few")
+    assert _pasted(cmd, tmp_path)[1:] == [*files, "-o", side]
+    cmd, files, side = stale([f"p-{i:02}.lines" for i in range(12)], tmp_path / "glob", ["other.lines"])
+    assert sorted(_pasted(cmd, tmp_path)[1:-2]) == files
+    cmd, files, side = stale([f"{'pq'[i % 2]}{i:02}.lines" for i in range(12)], tmp_path / "many", ["p99.lines", "q99.lines"])
+    assert cmd.startswith("python3 -c ")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run(["bash", "-c", f"python3() {{ {sys.executable} \"$@\"; }}; {cmd}"], env=env, check=True,
+                   capture_output=True)
+    assert list(lirs.open_index(side).paths) == files and lirs.open_index(side).n == 37
+
+
+def test_sidecar_path_takes_a_bytes_path():
+    """`lirs.sidecar_path(b"...")` took the bytes as a sequence of ints: TypeError "not int",
+    while build_index, open_index and Loader take bytes paths."""
+    assert os.fsencode(lirs.sidecar_path(b"/d/\xff data.jsonl")) == b"/d/\xff data.jsonl.lirs"
+    assert lirs.sidecar_path([b"/d/x.svm"]) == "/d/x.svm.lirs"

@@ -195,12 +195,12 @@ def test_a_tfds_directory_s_errors_name_commands_that_work(tmp_path):
     with pytest.raises(StaleIndexError, match=re.escape(f"re-run `lirs index {d}` to index them all")):
         open_index(str(d))
     assert main(["index", str(d), "--quiet"]) == 0 and open_index(str(d)).n == 30
-    # no pattern names the files alone (p-* matches p-x.svm too): they are listed
+    # p-* matches p-x.svm too, but *.jsonl names the files alone
     e = tmp_path / "e"
     e.mkdir()
     for n in ("p-1.jsonl", "p-2.jsonl", "p-x.svm"):
         (e / n).write_text('{"x": 1}\n' if n.endswith("jsonl") else "1 1:1\n")
-    with pytest.raises(lirs.errors.DataError, match=re.escape(f"`lirs index {e}/p-1.jsonl {e}/p-2.jsonl -o NAME.lirs`")):
+    with pytest.raises(lirs.errors.DataError, match=re.escape(f"`lirs index {e}/*.jsonl -o NAME.lirs`")):
         lirs.build_index(str(e), progress=False)
 
 

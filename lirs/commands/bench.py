@@ -121,6 +121,7 @@ def _check_recommendation_dir(path: str) -> None:
     cannot be written, its directory not writable (a read-only mount): known now, it failed after the
     whole benchmark. A path that is not there or names no one index is left to the run to say."""
     from ..recommendation import RECOMMENDATION_SUFFIX
+    from ..shellwords import shell_word
     from ..sidecar import is_sidecar_path, sidecar_path
 
     side = path if is_sidecar_path(path) else sidecar_path(path)
@@ -128,7 +129,7 @@ def _check_recommendation_dir(path: str) -> None:
     d = os.path.dirname(rec)
     if os.path.isdir(d) and not os.access(d, os.W_OK | os.X_OK):
         raise UsageError(f"--auto saves the recommendation beside the index, as {rec}, and {d} is not writable: "
-                         f"index the data where you can write (`lirs index {path} -o DIR/NAME.lirs`) and run "
+                         f"index the data where you can write (`lirs index {shell_word(path)} -o DIR/NAME.lirs`) and run "
                          "`lirs bench DIR/NAME.lirs --auto` (then pass that .lirs to the Loader), or drop --auto")
 
 
