@@ -135,7 +135,7 @@ def test_cli_takes_window_sizes(kdd, capsys):
     out = capsys.readouterr().out
     assert "window" in out
     assert cli_main(["epoch", kdd, "--granularity", "window", "--window", "lots"]) == 2
-    assert "window must be a group count" in capsys.readouterr().err
+    assert "--window: must be a group count" in capsys.readouterr().err
 
 
 def test_pool_follows_the_usable_cores(kdd, monkeypatch):
@@ -203,9 +203,9 @@ def test_auto_granularity_takes_the_memory_budget(kdd):
 
 def test_quality_and_bench_refuse_a_bad_window_before_any_work(kdd, capsys):
     assert cli_main(["quality", "--records", "1000", "--window", "0M"]) == 2
-    assert "window must be a group count" in capsys.readouterr().err
+    assert "--window: must be a group count" in capsys.readouterr().err
     assert cli_main(["bench", kdd, "--window=-5%", "--granularity", "window", "--peers", "none"]) == 2
-    assert "window must be a group count" in capsys.readouterr().err
+    assert "--window: must be a group count" in capsys.readouterr().err
 
 
 
