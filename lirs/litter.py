@@ -68,8 +68,10 @@ def check_name_length(path: str, what: str, d: str) -> None:
     except (OSError, ValueError):
         most = NAME_MAX
     if n > most:
-        raise UsageError(f"{what} {path}: its name is {n} bytes, longer than its filesystem allows ({most}); "
-                         "name it elsewhere (-o NAME)")
+        # an index made on first use (a Loader, lirs epoch) has no -o: lirs index names one
+        way = ("index the data under a shorter name (lirs index DATA -o DIR/NAME.lirs) and open that .lirs"
+               if what == "the index" else "give a shorter name (-o NAME)")
+        raise UsageError(f"{what} {path}: its name is {n} bytes, longer than its filesystem allows ({most}); {way}")
 
 
 def hold(fd: int) -> int | None:
