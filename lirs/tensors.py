@@ -69,11 +69,11 @@ def dense_of(X) -> np.ndarray:
     return np.asarray(X.toarray())
 
 
-def tuples(batches, ds):
-    """``batches`` of ``ds``, a list a ``collate_fn`` made of its "tuple" output (no transform's) a tuple again."""
+def tuples(batches, ds, ours: bool = True):
+    """``batches`` of ``ds``, a list made of its "tuple" output (no transform's) a TorchBatch, or a tuple where not ``ours`` (a user's collate_fn's)."""
     if ds.output != "tuple" or ds.transform is not None:
         return batches
-    return ((TorchBatch(*b) if len(b) == 3 else tuple(b)) if type(b) is list else b for b in batches)
+    return ((TorchBatch(*b) if ours and len(b) == 3 else tuple(b)) if type(b) is list else b for b in batches)
 
 
 def dense_native(X: np.ndarray) -> np.ndarray:

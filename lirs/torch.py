@@ -384,11 +384,11 @@ class LirsDataLoader(tud.DataLoader):
 
     def __iter__(self):
         if self.device is None or self.device.type == "cpu":
-            return tuples(delivering(self.dataset, self._batches()), self.dataset)
+            return tuples(delivering(self.dataset, self._batches()), self.dataset, self.collate_fn is tud.default_convert)
         ds = self.dataset
         raw = self.num_workers == 0 and not self.pin_memory and ds.transform is None \
             and self.collate_fn is tud.default_convert  # else the batches go through the user's collate_fn first
-        fed = Fed(iter(Feeder(tuples(delivering(ds, self._batches(raw)), ds), self.device,
+        fed = Fed(iter(Feeder(tuples(delivering(ds, self._batches(raw)), ds, self.collate_fn is tud.default_convert), self.device,
                               position=(lambda: ds._pos, ds.handed_out), convert=ds._converter() if raw else None)))
         self.__dict__.setdefault("_feeds", weakref.WeakSet()).add(fed)  # the passes a newer one stops (_batches)
         return fed

@@ -2313,3 +2313,23 @@ def test_libsvm_options_for_another_format_are_refused_when_the_dataset_is_made(
         make_dataloader(str(lines), 2, zero_based=True)
     with pytest.raises(UsageError, match="n_features=3 applies to LIBSVM data only; .*l.jsonl is lines"):
         make_dataloader(lirs.open_index(str(lines)), 2, n_features=3)
+
+
+def _reversed_list(b):
+    return list(reversed(b))  # a user's collate_fn: a 3-item list, not (X, y, ids)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_users_collate_fn_list_is_not_named_as_a_torch_batch(small_svm, num_workers):
+    """LirsDataLoader gives a list torch made of the tuple output back as a TorchBatch; a 3-item list
+    the user's collate_fn returns was named the same, its fields (X, y, ids) not its own: it comes
+    back a plain tuple (as before TorchBatch)."""
+    from lirs.torch import LirsDataLoader, LirsIterableDataset, TorchBatch
+
+    ds = LirsIterableDataset(small_svm, 50, output="tuple")
+    got = list(LirsDataLoader(ds, batch_size=None, num_workers=num_workers, collate_fn=_reversed_list))
+    assert got and all(type(b) is tuple and len(b) == 3 for b in got)
+    assert all(b[0].dtype == torch.int64 for b in got)  # ids first: the user's order kept
+    plain = list(LirsDataLoader(LirsIterableDataset(small_svm, 50, output="tuple"), batch_size=None,
+                                num_workers=num_workers))
+    assert plain and all(type(b) is TorchBatch for b in plain)
