@@ -99,11 +99,12 @@ def check_windows(windows) -> tuple[int, int] | None:
     return w, nw
 
 
-def source_format(source) -> tuple[str | None, str]:
+def source_format(source, detect: bool = True) -> tuple[str | None, str]:
     """``(format, name)`` of a Loader's ``source``, told without indexing it (a source without an
     index is scanned whole at its open): an Index's own, the one its sidecar's header records, else
-    the one `lirs index` would detect on its files (their extension or first bytes); None where none
-    can be told now (a missing file, a bad sidecar: opening the source says what is wrong)."""
+    the one `lirs index` would detect on its files (their extension or first bytes; without
+    ``detect``, ``"npy"`` by the name alone: a directory's every file is not read for it); None where
+    none can be told now (a missing file, a bad sidecar: opening the source says what is wrong)."""
     import os
 
     from .dirfiles import first_few
@@ -120,6 +121,8 @@ def source_format(source) -> tuple[str | None, str]:
         return read_header(one if is_sidecar_path(one) else sidecar_path(one))[0].get("format"), one
     except (OSError, TypeError, LirsError):
         pass
+    if not detect:
+        return ("npy" if one.endswith(".npy") else None), one
     try:
         return resolve_format(expand_paths(one), "auto")[0], one
     except (OSError, LirsError):

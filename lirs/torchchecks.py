@@ -6,7 +6,8 @@ import torch
 from .errors import UsageError
 from .firstuse import open_source
 from .index import Index
-from .loaderargs import refuse_libsvm_options_of, source_format
+from .decode import refuse_libsvm_options
+from .loaderargs import source_format
 from .tensors import torch_dtype
 
 
@@ -16,9 +17,12 @@ def check_tensor_records(source, loader_kwargs: dict) -> None:
     to uint64 before torch 2.3), or where LIBSVM's ``n_features``/``zero_based`` are set for another format: at
     a dataset's construction, not as torch's bare TypeError at the first batch, in a worker. A transform is no
     way around it: it is given the batch's tensors."""
-    # the Loader's check: the format from the sidecar's header or the files (an unindexed .jsonl is not indexed)
-    refuse_libsvm_options_of(source, loader_kwargs.get("n_features"), loader_kwargs.get("zero_based", "auto"))
-    fmt, name = source_format(source)
+    n_features, zero_based = loader_kwargs.get("n_features"), loader_kwargs.get("zero_based", "auto")
+    # the files' format detected (their first bytes read) only where LIBSVM options are set: else the
+    # Loader detects it as it indexes, and only a .npy (by its name) has records to check here
+    fmt, name = source_format(source, detect=n_features is not None or zero_based != "auto")
+    if fmt is not None:  # the Loader's check (an unindexed .jsonl is not indexed for it)
+        refuse_libsvm_options(name, fmt, n_features, zero_based)
     if not isinstance(source, Index):
         if fmt != "npy":  # raw fixed records are uint8, text formats' X is decoded to the Loader's dtype
             return
