@@ -29,7 +29,8 @@ from .index import VARIABLE_FORMATS, Index, data_sums, header_for, open_index, w
 from .labelcodes import encode_label_parts
 from .npyformat import NpyRows, npy_header
 from .freshness import fingerprint, label_entries
-from .sidecar import SidecarWriter, check_replaceable, relpath, sidecar_path
+from .relpaths import relpath
+from .sidecar import SidecarWriter, check_replaceable, sidecar_path
 from .tfrecord import TFRecordScanner
 from .litter import named, out_dir
 from .scanner import SCAN_CORES, Tap, VarScanner, write_labels  # noqa: F401 - re-exported

@@ -21,7 +21,8 @@ from .errors import LirsError, StaleIndexError
 from .inputs import expand_paths, extension_format, labels_candidates, resolve_format
 from .preads import pread_full
 from .npyformat import NpyRows
-from .sidecar import SIDECAR_SUFFIX, relpath
+from .relpaths import relpath
+from .sidecar import SIDECAR_SUFFIX
 
 log = logging.getLogger("lirs.index")
 

@@ -35,8 +35,8 @@ from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
 from .freshness import built_from, check_label_files, check_no_new_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
-from .sidecar import (SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, relpath,
-                      sidecar_path, verify_arrays)
+from .relpaths import relpath
+from .sidecar import SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, sidecar_path, verify_arrays
 from . import verified
 
 log = logging.getLogger("lirs.index")

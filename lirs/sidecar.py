@@ -278,13 +278,6 @@ class SidecarWriter:
             self._held = None
 
 
-def relpath(path: str, base_dir: str) -> str:
-    try:
-        return os.path.relpath(path, base_dir)
-    except ValueError:
-        return path
-
-
 def read_header(sidecar: str) -> tuple[dict, int]:
     """Return the JSON header of a sidecar and its file size; raises IndexFormatError."""
     try:
