@@ -85,7 +85,7 @@ def _build_variable(files, fmt, dest, chunk_bytes, progress, plan=None, where=No
     lab_tmp = None
     try:
         if fmt == "libsvm":
-            lab_tmp = labels_scratch(os.path.dirname(os.path.abspath(dest)))
+            lab_tmp = labels_scratch(os.path.dirname(absolute(dest)))
         with progress_bar(total, "lirs index", progress) as bar, ThreadPoolExecutor(SCAN_CORES) as pool:
             tap = Tap(w)
             scanner = TFRecordScanner if fmt == "tfrecord" else VarScanner
@@ -339,7 +339,7 @@ def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
     labelled = bool(labels) and all(lab is not None for lab in labels)
     if labelled:
         # with the fingerprints taken before the labels were read: a labels file changed since is found
-        idx.meta["label_files"] = label_entries(label_files, os.path.dirname(os.path.abspath(dest)), label_fps)
+        idx.meta["label_files"] = label_entries(label_files, os.path.dirname(absolute(dest)), label_fps)
         try:
             idx.label_values, idx.label_codes = encode_label_parts(labels)
         except DataError:  # cut short while read: rewritten in place

@@ -18,10 +18,10 @@ import numpy as np
 from .constants import BLOCK
 from .shellwords import glob_words, listed_words, shell_word
 from .errors import LirsError, StaleIndexError
-from .inputs import expand_paths, extension_format, labels_candidates, resolve_format
+from .inputs import absolute, expand_paths, extension_format, labels_candidates, resolve_format
 from .preads import pread_full
 from .npyformat import NpyRows
-from .relpaths import relpath
+from .relpaths import beside, relpath
 from .sidecar import SIDECAR_SUFFIX
 
 log = logging.getLogger("lirs.index")
@@ -233,8 +233,7 @@ def check_label_files(index, full: bool = False) -> None:
         _no_new_labels(index)
     base = os.path.dirname(index.sidecar or "")
     moved = {}
-    for f, e in enumerate(entries):
-        path = os.path.normpath(os.path.join(base, e["relpath"]))
+    for f, (e, path) in enumerate(zip(entries, beside(base, [e["relpath"] for e in entries]))):
         if os.path.exists(path) and not os.path.isfile(path):  # a FIFO's open (to compare it) would block
             raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing (it is not a "
                                   "regular file now: a FIFO, device, socket or directory); the index serves the old "
@@ -321,16 +320,16 @@ def check_no_new_files(idx, path: str) -> None:
     base = os.path.dirname(idx.sidecar or "")
     rels = idx.meta.get("directories", [idx.meta["directory"]] if "directory" in idx.meta else None)
     if rels is None:
-        d = os.path.normpath(os.path.abspath(path.removesuffix(SIDECAR_SUFFIX)))
+        d = absolute(path.removesuffix(SIDECAR_SUFFIX))
         dirs = [d] if all(os.path.dirname(os.path.abspath(p)) == d for p in idx.paths) else []
     else:
-        dirs = [os.path.normpath(os.path.abspath(os.path.join(base, r))) for r in rels]
+        dirs = [os.path.abspath(d) for d in beside(base, rels)]
     dirs = [d for d in dirs if os.path.isdir(d)]
     # a directory opened through a DIR.lirs built from a list of its files: serving only the listed
     # ones would leave its other files out, unsaid
     subset = os.path.isdir(path) and os.path.realpath(path) not in {os.path.realpath(d) for d in dirs}
     if subset:
-        dirs.append(os.path.normpath(os.path.abspath(path)))
+        dirs.append(absolute(path))
     known = {os.path.abspath(p) for p in idx.paths}
     # less the stray rule: a DIR.lirs built from the shards its error named, or a README added
     # after the index, is a file the index does not cover

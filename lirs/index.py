@@ -35,7 +35,7 @@ from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
 from .freshness import built_from, check_label_files, check_no_new_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
-from .relpaths import relpath
+from .relpaths import beside, relpath
 from .sidecar import SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, sidecar_path, verify_arrays
 from . import verified
 
@@ -325,7 +325,7 @@ class Index:
 
 
 def header_for(index: Index, dest: str) -> dict:
-    base = os.path.dirname(os.path.abspath(dest))
+    base = os.path.dirname(absolute(dest))  # where the kernel writes it: abspath folds "LINK/.." by text
     return {
         "format": index.format,
         "n": index.n,
@@ -464,7 +464,7 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: b
     the absolute paths it was built with (those may name another machine's or another copy's
     files). ``opened_as``: the data path the caller named, which the sidecar must index."""
     base = os.path.dirname(sidecar)
-    paths = [os.path.normpath(os.path.join(base, fi["relpath"])) for fi in header["files"]]
+    paths = beside(base, [fi["relpath"] for fi in header["files"]])
     if opened_as is not None:
         # compared through symlinks: the data may be named by a link to it; a directory's files are
         # the names in it, whose own links may lead out of it
@@ -475,7 +475,7 @@ def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: b
             raise IndexFormatError(
                 f"{sidecar} indexes {first_few(paths)}, not {want}; "
                 f"re-run `lirs index {shell_word(opened_as)}`")
-    dirs = sorted({os.path.realpath(os.path.join(base, d)) for d in header.get("meta", {}).get("directories", [])})
+    dirs = sorted({os.path.realpath(d) for d in beside(base, header.get("meta", {}).get("directories", []))})
     for p, fi in zip(paths, header["files"]):
         if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
             if os.path.realpath(os.path.dirname(p)) in dirs:  # a file removed from a directory indexed whole

@@ -26,6 +26,7 @@ from .preads import pread_full, pread_into, read_at
 from .litter import (clean_dead_litter, clean_dead_temps, fsync_dir, named, open_locked, release, remove_quietly,
                      temp_name)
 from .mounts import map_safe
+from .relpaths import beside
 from .offsets import OffsetEncoder, OffsetTable
 
 log = logging.getLogger("lirs.index")
@@ -70,8 +71,8 @@ def belonging_to_input(path) -> dict:
         try:
             header, _ = read_header(path)
             base = os.path.dirname(absolute(path))
-            files = [os.path.join(base, fi["relpath"]) for fi in header["files"]]
-            dirs = [os.path.join(base, d) for d in header.get("meta", {}).get("directories", [])]
+            files = beside(base, [fi["relpath"] for fi in header["files"]])
+            dirs = beside(base, header.get("meta", {}).get("directories", []))
         except (OSError, IndexFormatError):
             pass  # not an index: the command itself says so
     # a new file in a directory given as data joins the dataset (its next open refuses it as new)

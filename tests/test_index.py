@@ -1521,3 +1521,81 @@ def test_a_full_disk_under_the_labels_scratch_file_names_it(tmp_path, monkeypatc
     assert f"{tmp_path} (the index's temporary labels file there): No space left on device" in err
     assert "use -o to write elsewhere" in err
     assert os.listdir(tmp_path) == ["a.svm"]
+
+
+def _linked_tree(tmp_path):
+    """real/sub, data/a.svm (100 records) and link -> real/sub, in ``tmp_path`` (made the cwd)."""
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.svm").write_bytes(b"".join(b"%d 1:%d\n" % (i % 2, i + 1) for i in range(100)))
+    os.symlink(os.path.join("real", "sub"), tmp_path / "link")
+
+
+def _serves_all(sidecar):
+    """The index at ``sidecar`` checks whole and a Loader over it serves its 100 records once each."""
+    from lirs.cli import main as cli_main
+
+    assert cli_main(["index", "--check", sidecar, "--quiet"]) == 0
+    ids = [i for b in lirs.Loader(sidecar, batch_size=16, granularity="instance", seed=0).epoch(0) for i in b.ids]
+    assert sorted(ids) == list(range(100))
+
+
+def test_a_sidecar_opened_through_a_symlinked_directory_finds_its_data(tmp_path, monkeypatch):
+    """A sidecar keeps its data's path relative to its own directory, computed and resolved as text:
+    but the kernel resolves ``L/..`` through a symlink ``L`` to the link target's parent. A sidecar
+    written in real/sub, opened as link/a.lirs (link -> real/sub), looked for its data beside link
+    ("... indexes .../data/a.svm, which does not exist"). It opens, and serves every record."""
+    from lirs.cli import main as cli_main
+
+    _linked_tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["index", "data/a.svm", "-o", "real/sub/a.lirs", "--quiet"]) == 0
+    assert cli_main(["info", "link/a.lirs"]) == 0
+    assert lirs.open_index("link/a.lirs").paths == (str(tmp_path / "data" / "a.svm"),)
+    _serves_all("link/a.lirs")
+
+
+def test_a_sidecar_named_through_a_symlink_s_parent_is_written_where_it_opens(tmp_path, monkeypatch, capsys):
+    """``lirs index data/a.svm -o link/../b.lirs`` (the kernel writes real/b.lirs) kept the data's
+    path from the text's directory (``link/..`` folded to the link's own parent): its own open then
+    refused the sidecar it had just written, and left it. It writes one that opens."""
+    from lirs.cli import main as cli_main
+
+    _linked_tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["index", "data/a.svm", "-o", "link/../b.lirs", "--quiet"]) == 0, capsys.readouterr().err
+    assert cli_main(["info", "real/b.lirs"]) == 0
+    assert lirs.open_index("link/../b.lirs").paths == (str(tmp_path / "data" / "a.svm"),)
+    _serves_all("real/b.lirs")
+
+
+def test_a_symlinked_data_file_is_kept_by_its_link_name_across_a_symlinked_directory(tmp_path, monkeypatch):
+    """Where the data file is itself a symlink, its sidecar names the link (not its target) when the
+    relative path is taken between the real directories, so a link moved to other data is followed."""
+    from lirs.sidecar import read_header
+
+    _linked_tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    os.symlink(os.path.join("..", "data", "a.svm"), tmp_path / "real" / "l.svm")
+    idx = lirs.build_index("link/../l.svm", out="link/a.lirs", progress=False)
+    assert idx.paths == (str(tmp_path / "real" / "l.svm"),)
+    assert read_header("real/sub/a.lirs")[0]["files"][0]["relpath"] == os.path.join("..", "l.svm")
+    assert lirs.open_index("link/a.lirs").paths == (str(tmp_path / "real" / "l.svm"),)
+    _serves_all("link/a.lirs")
+
+
+def test_a_sidecar_written_through_a_symlinked_directory_by_an_older_lirs_still_opens(tmp_path, monkeypatch):
+    """An older lirs kept, for a sidecar written as link/a.lirs, the path from the link's own parent
+    (by text): where the kernel's reading of it names nothing and the text's names the data, the
+    text's is taken, as it was."""
+    import lirs.index
+    from lirs.sidecar import read_header
+
+    _linked_tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with monkeypatch.context() as m:
+        m.setattr(lirs.index, "relpath", os.path.relpath)  # the text's relative path, as before
+        lirs.build_index("data/a.svm", out="link/a.lirs", progress=False)
+    assert read_header("link/a.lirs")[0]["files"][0]["relpath"] == os.path.join("..", "data", "a.svm")
+    assert lirs.open_index("link/a.lirs").paths == (str(tmp_path / "data" / "a.svm"),)
+    _serves_all("link/a.lirs")
