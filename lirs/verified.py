@@ -12,18 +12,10 @@ import json
 import logging
 import os
 
+from .cachedir import cache_dir
 from .litter import clean_dead_litter, remove_quietly, temp_name
 
 log = logging.getLogger("lirs.index")
-
-
-def cache_dir() -> str:
-    """The directory of lirs's per-user cache."""
-    d = os.environ.get("LIRS_CACHE_DIR")
-    if d:
-        return d
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "lirs")
 
 
 def _entry_path(sidecar: str) -> str:

@@ -28,6 +28,7 @@ def test_default_demo_then_a_second_run_reuses_sample_and_index(tmp_path):
     cwd, cache = tmp_path / "cwd", tmp_path / "cache"
     cwd.mkdir()
     env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+    env.pop("LIRS_CACHE_DIR", None)  # else the demo goes there
     r = _lirs("demo", cwd=cwd, env=env)  # exactly the README's quickstart command
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
@@ -196,6 +197,9 @@ def test_memory_estimates_never_exceed_what_the_data_can_fill(tmp_path):
 
 def test_default_out_is_a_cache_directory_never_the_current_one(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LIRS_CACHE_DIR", "mine")  # lirs's own cache first (the verified checks' too), made absolute
+    assert default_out() == str(tmp_path / "mine" / "demo")
+    monkeypatch.delenv("LIRS_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_out() == str(tmp_path / "xdg" / "lirs" / "demo")
     monkeypatch.delenv("XDG_CACHE_HOME")
@@ -205,7 +209,7 @@ def test_default_out_is_a_cache_directory_never_the_current_one(tmp_path, monkey
     monkeypatch.setenv("HOME", "relative")
     assert not default_out().startswith(str(tmp_path)) and os.path.isabs(default_out())
     # one per user: a shared temporary directory holds other users' demos
-    assert os.path.basename(default_out()) == f"lirs-demo-{os.getuid()}"
+    assert default_out().split(os.sep)[-2:] == [f"lirs-{os.getuid()}", "demo"]
 
 
 def _method(rel, hit, reached, epoch_s, pre_s, memory, read, epochs=None, pre_what=None):

@@ -28,7 +28,8 @@ def add_parser(sub):
                         "instead of a sample")
     p.add_argument("--out", "--dir", dest="out", default=None, metavar="DIR",
                    help="where the sample, its index, demo.json and demo.png go (default: "
-                        "$XDG_CACHE_HOME/lirs/demo, i.e. ~/.cache/lirs/demo, or $TMPDIR/lirs-demo-UID with no home; "
+                        "demo in lirs's cache: $LIRS_CACHE_DIR, else $XDG_CACHE_HOME/lirs, i.e. ~/.cache/lirs, or "
+                        "$TMPDIR/lirs-UID with no home; "
                         "a second run reuses the sample and its index)")
     p.add_argument("--size", default=DEFAULT_SIZE, help=f"size of the generated sample (default {DEFAULT_SIZE})")
     p.add_argument("--epochs", type=int, default=5, help="epochs per method (default 5)")

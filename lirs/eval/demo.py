@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 
 import numpy as np
 
+from ..cachedir import cache_dir
 from ..errors import DataError, LirsError, UsageError
 from ..units import parse_size
 
@@ -37,13 +37,10 @@ PAPER_SUMMARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
 
 
 def default_out() -> str:
-    """Where the demo writes when not told: ``$XDG_CACHE_HOME/lirs/demo`` (``~/.cache/lirs/demo``),
-    else ``$TMPDIR/lirs-demo-UID`` (one per user: a shared temporary directory holds other users'
-    demos); never the current directory."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if not os.path.isabs(base):  # no home directory: expanduser left "~" as it was
-        return os.path.join(tempfile.gettempdir(), f"lirs-demo-{os.getuid()}")
-    return os.path.join(base, "lirs", "demo")
+    """Where the demo writes when not told: ``demo`` in lirs's per-user cache
+    (:func:`lirs.cachedir.cache_dir`: ``$LIRS_CACHE_DIR``, ``$XDG_CACHE_HOME/lirs``,
+    ``~/.cache/lirs``, or ``$TMPDIR/lirs-UID`` with no home); never the current directory."""
+    return os.path.join(cache_dir(), "demo")
 
 
 def explain(method: str, res: dict) -> str:
