@@ -28,8 +28,6 @@ import itertools
 import threading
 import time
 from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -44,7 +42,7 @@ from .kernels import io as KI
 from . import memory
 from .errors import TransformError
 from .policies import POLICIES, plans_ahead, pool_alone, steps_in_flight, walk_extents, windows_in_flight
-from .steps import BatchPlan
+from .steps import Flight, Pending
 from .taskthreads import TaskThreads
 from .warmup import Warmup
 
@@ -288,35 +286,6 @@ def _run_into(fut: Future, fn) -> None:
         fut.set_result(fn())
     except BaseException as e:  # noqa: BLE001 - delivered to whoever waits on the future
         fut.set_exception(e)
-
-
-class Flight(NamedTuple):
-    """A part of a submitted batch: the future of its read step's decoded (X, y) and the rows
-    ``lo:hi`` the batch takes; ``last``: no later batch needs that step; ``step``: the
-    :class:`~lirs.steps.ReadStep` (None for rows already copied out of their step)."""
-
-    future: Future
-    lo: int
-    hi: int
-    last: bool
-    step: object
-
-
-@dataclass(eq=False)
-class Pending:
-    """A batch handed to the pool (or a :class:`~lirs.steps.SharedStep`'s batches): its plan, the
-    :class:`Flight` of each of its parts, and with a finish function (the Loader's transform)
-    ``head``, the future of the finished batch (queued once the batch is near the consumer, see
-    :meth:`EpochRun._finish_ahead`)."""
-
-    plan: BatchPlan
-    parts: list
-    finishing: bool = False
-    head: Future | None = None
-
-    def waits(self) -> list:
-        """The futures the consumer waits on: the finished batch, or every part's step."""
-        return [self.head] if self.finishing else [f.future for f in self.parts]
 
 
 class EpochRun:

@@ -1,6 +1,7 @@
 """What a plan hands the engines and the loader: read steps and batches (plain data, no I/O)."""
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -140,3 +141,32 @@ class SharedStep(NamedTuple):
     def index(self) -> int:
         """The number of its first batch: where an error reading its step belongs."""
         return self.plans[0].index
+
+
+class Flight(NamedTuple):
+    """A part of a submitted batch: the future of its read step's decoded (X, y) and the rows
+    ``lo:hi`` the batch takes; ``last``: no later batch needs that step; ``step``: the
+    :class:`~lirs.steps.ReadStep` (None for rows already copied out of their step)."""
+
+    future: Future
+    lo: int
+    hi: int
+    last: bool
+    step: object
+
+
+@dataclass(eq=False)
+class Pending:
+    """A batch handed to the pool (or a :class:`~lirs.steps.SharedStep`'s batches): its plan, the
+    :class:`Flight` of each of its parts, and with a finish function (the Loader's transform)
+    ``head``, the future of the finished batch (queued once the batch is near the consumer, see
+    :meth:`lirs.pipeline.EpochRun._finish_ahead`)."""
+
+    plan: BatchPlan
+    parts: list
+    finishing: bool = False
+    head: Future | None = None
+
+    def waits(self) -> list:
+        """The futures the consumer waits on: the finished batch, or every part's step."""
+        return [self.head] if self.finishing else [f.future for f in self.parts]
