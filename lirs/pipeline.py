@@ -125,7 +125,7 @@ class Pipeline:
                 self.pool_only.add(fut)
                 fut.add_done_callback(self.pool_only.discard)
         self.active.add(fut)
-        fut.add_done_callback(self.active.discard)
+        fut.add_done_callback(self._forget)
         try:
             self.executor.submit(self._claim)
         except RuntimeError:
@@ -156,6 +156,13 @@ class Pipeline:
             _run_into(fut, fn)
             if extra:
                 return  # back to the queue: the next step waits for the next look at the cores
+
+    def _forget(self, fut: Future) -> None:
+        """``fut`` is done: out of the steps in flight and, cancelled unclaimed (an epoch left, a
+        closed Loader), out of the queue, whose task holds the step, its plan and the index."""
+        self.active.discard(fut)
+        with self.claims_lock:
+            self.unclaimed.pop(fut, None)
 
     def _pool_only_next(self) -> bool:
         """Whether the oldest unclaimed task is one the consumer leaves to the pool (a window): no
