@@ -21,6 +21,7 @@ import re
 import shutil
 import threading
 import zlib
+from contextlib import contextmanager
 
 from .errors import UsageError
 from .inputs import absolute
@@ -174,6 +175,31 @@ def fsync_dir(d: str) -> None:
             os.close(fd)
     except OSError:  # some filesystems refuse fsync on directories
         pass
+
+
+@contextmanager
+def publishing(path: str):
+    """Held while the files of the output ``path`` (its data, labels, sidecar: or a staged
+    directory) are renamed into place: an exclusive ``flock`` on the directory ``path`` is in, so
+    that two runs writing one output publish one after the other and the last one's files win
+    together (else one run's data could end beside the other's labels, both exiting 0). The lock is
+    taken on the directory itself, opened read-only, so no lock file is left behind; it waits for a
+    run publishing there. Where the filesystem refuses ``flock`` on it (some network filesystems),
+    nothing is held: the renames go on as before."""
+    try:
+        fd = os.open(os.path.dirname(absolute(path)) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # EBADF, ENOLCK, EOPNOTSUPP: no lock here, not an error of the output
+                pass
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # the lock goes with it
 
 
 def pid_alive(pid: int) -> bool:

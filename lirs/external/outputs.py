@@ -5,7 +5,8 @@ sidecar likewise) and renamed, with Ctrl-C and SIGTERM held over the renames (:f
 an interrupt leaves the old output and its sidecar, or the new ones, never new data beside an old
 sidecar or none. Shards are written into a staging
 directory ``.OUT.lirs-tmp-PID`` under their final names (part files, labels, sidecars), which is renamed
-to ``OUT`` at the end. Nothing is left behind on error.
+to ``OUT`` at the end. Nothing is left behind on error. Runs writing one output publish one at a
+time (:func:`lirs.litter.publishing`): the last one's files are left, together.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import threading
 from contextlib import contextmanager
 
 from ..inputs import compressed, extension_format, labels_path
-from ..litter import clean_dead_temps, fsync_dir, temp_name
+from ..litter import clean_dead_temps, fsync_dir, publishing, temp_name
 from ..sidecar import sidecar_path
 from .sealed import seal_sidecar
 from .formats import Dataset
@@ -94,7 +95,9 @@ class Layout:
                 s.indexer = None  # after: a commit that failed is aborted (its temporary removed)
             elif index and not ds.text:
                 seal_sidecar(s, ds.fmt, ds.rs if ds.fmt == "fixed" else None, given)
-        with signals_held():
+        # another run writing this output publishes before or after this one, never between
+        # these renames: the last run's data, labels and sidecars are the ones left, together
+        with publishing(self.out), signals_held():
             if self.stage is not None:
                 os.replace(self.stage, self.out)
                 self.stage = None

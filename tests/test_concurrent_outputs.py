@@ -1,0 +1,157 @@
+"""Runs at once writing one output, or sharing a working directory: `lirs shuffle` and `lirs gen`
+publish one at a time (the last run's data, labels and sidecar win together), a run is not failed by
+another's removal of the old output nor left with a temporary's name in its error, and the
+temporaries of `lirs demo`'s block file, the benchmark's TFRecord files and the O_DIRECT probe are
+named per process (with the mark the crash cleaner looks for). The interleavings are forced with
+threads and a module's ``os`` wrapped, as a second process would make them."""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import types
+
+import numpy as np
+import pytest
+
+from lirs.errors import LirsError
+from lirs.inputs import labels_path
+from lirs.litter import LITTER_PATTERN
+
+DS = types.SimpleNamespace(fmt="npy", given=True, text=False)  # what Layout.commit reads of a dataset
+
+
+class _Os:
+    """A module's ``os``, passing everything through except what a test overrides."""
+
+    def __getattr__(self, k):
+        return getattr(os, k)
+
+
+def _threads(*fns):
+    """Run each ``(name, fn)`` in its own thread; re-raise the first error."""
+    errors = []
+
+    def wrap(fn):
+        def run():
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the test
+                errors.append(e)
+        return run
+
+    ts = [threading.Thread(target=wrap(fn), name=name) for name, fn in fns]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    if errors:
+        raise errors[0]
+
+
+def _is_litter(path):
+    """Whether the crash cleaner takes ``path`` for a temporary of this process."""
+    m = re.fullmatch(LITTER_PATTERN, os.path.basename(path), re.DOTALL)
+    return m is not None and os.getpid() in {int(v) for v in m.groupdict().values() if v}
+
+
+def _layout(out, tag, **kw):
+    """A Layout of one shuffle into ``out`` with its temporaries written (``tag`` their content)."""
+    from lirs.external.outputs import Layout
+
+    lay = Layout(out, os.path.dirname(out), None, ".npy", 1, index=False, **kw)
+    s = lay.shards[0]
+    for p in (s.tmp, s.labels_tmp):
+        if p:
+            with open(p, "w") as f:
+                f.write(tag)
+    return lay
+
+
+def test_two_shuffles_into_one_output_leave_one_runs_data_and_labels(tmp_path, monkeypatch):
+    """Run A has renamed its labels and not yet its data when run B publishes: B waited for A
+    (its output then replaced A's whole), where B's labels were left beside A's data."""
+    from lirs.external import outputs
+
+    out = str(tmp_path / "out.npy")
+    a_paused, b_done = threading.Event(), threading.Event()
+
+    class Slow(_Os):
+        def replace(self, src, dst):
+            if dst == out and threading.current_thread().name == "A":
+                a_paused.set()
+                b_done.wait(1.0)  # B, waiting for A's lock, never finishes meanwhile
+            return os.replace(src, dst)
+
+    monkeypatch.setattr(outputs, "os", Slow())
+
+    def run_a():
+        _layout(out, "A", labels=True).commit(DS, False)
+
+    def run_b():
+        lay = _layout(out, "B", labels=True)
+        assert a_paused.wait(20)
+        lay.commit(DS, False)
+        b_done.set()
+
+    _threads(("A", run_a), ("B", run_b))
+    with open(out) as f, open(labels_path(out)) as g:
+        assert (f.read(), g.read()) == ("B", "B")
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in (out, labels_path(out)))
+
+
+def test_two_gens_into_one_output_leave_one_runs_data_and_labels(tmp_path, monkeypatch):
+    """`lirs gen higgs` (data and labels): A has renamed its data and not yet its labels when B
+    publishes; A's labels were left beside B's data."""
+    from lirs.eval import gen
+
+    ref = {}
+    for seed in (1, 2):
+        p = tmp_path / f"ref{seed}.npy"
+        gen.generate("higgs", str(p), records=50, seed=seed, progress=False, workers=1)
+        ref[seed] = (p.read_bytes(), open(labels_path(str(p)), "rb").read())
+    out = str(tmp_path / "out.npy")
+    a_paused, b_done = threading.Event(), threading.Event()
+
+    class Slow(_Os):
+        def replace(self, src, dst):
+            if dst == labels_path(out) and threading.current_thread().name == "A":
+                a_paused.set()
+                b_done.wait(1.0)
+            return os.replace(src, dst)
+
+    monkeypatch.setattr(gen, "os", Slow())
+
+    def run_b():
+        assert a_paused.wait(20)
+        gen.generate("higgs", out, records=50, seed=2, progress=False, workers=1)
+        b_done.set()
+
+    _threads(("A", lambda: gen.generate("higgs", out, records=50, seed=1, progress=False, workers=1)),
+             ("B", run_b))
+    with open(out, "rb") as f, open(labels_path(out), "rb") as g:
+        assert (f.read(), g.read()) == ref[2]
+
+
+def _npy_index(tmp_path, n=2000):
+    import lirs
+
+    X = np.arange(n * 8, dtype=np.float32).reshape(n, 8)
+    p = tmp_path / "x.npy"
+    np.save(p, X)
+    return lirs.build_index(str(p), progress=False), X
+
+
+class _Spy(_Os):
+    """Records the temporaries a module renames or removes."""
+
+    def __init__(self):
+        self.seen = []
+
+    def replace(self, src, dst):
+        self.seen.append(src)
+        return os.replace(src, dst)
+
+    def unlink(self, p):
+        self.seen.append(p)
+        return os.unlink(p)
