@@ -100,6 +100,35 @@ def test_two_shuffles_into_one_output_leave_one_runs_data_and_labels(tmp_path, m
     assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in (out, labels_path(out)))
 
 
+def test_an_output_removed_meanwhile_fails_no_run(tmp_path, monkeypatch):
+    """The old output, seen, is removed by another run before this one removes it: "no such file"
+    naming the output failed the run after its whole shuffle."""
+    from lirs.external import outputs
+
+    out = str(tmp_path / "out.npy")
+    with open(out, "w") as f:
+        f.write("old")
+
+    class Path:
+        def __getattr__(self, k):
+            return getattr(os.path, k)
+
+        def exists(self, p):
+            there = os.path.exists(p)
+            if p == out and there:
+                os.unlink(p)  # another run's removal, just after this check
+            return there
+
+    class Racing(_Os):
+        path = Path()
+
+    lay = _layout(out, "new", labels=True)
+    monkeypatch.setattr(outputs, "os", Racing())
+    lay.commit(DS, False)
+    with open(out) as f, open(labels_path(out)) as g:
+        assert (f.read(), g.read()) == ("new", "new")
+
+
 def test_two_gens_into_one_output_leave_one_runs_data_and_labels(tmp_path, monkeypatch):
     """`lirs gen higgs` (data and labels): A has renamed its data and not yet its labels when B
     publishes; A's labels were left beside B's data."""

@@ -113,7 +113,10 @@ class Layout:
         data, never beside the old data they do not belong to."""
         moves = [(t, f) for t, f in ((s.labels_tmp, s.labels_final), (s.sidecar_tmp, s.sidecar)) if t]
         if moves and os.path.exists(s.final):
-            os.unlink(s.final)
+            try:
+                os.unlink(s.final)
+            except FileNotFoundError:  # removed meanwhile (by hand, or a run not holding the lock)
+                pass
         for t, f in moves:
             os.replace(t, f)
         os.replace(s.tmp, s.final)
