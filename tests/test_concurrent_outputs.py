@@ -129,6 +129,23 @@ def test_an_output_removed_meanwhile_fails_no_run(tmp_path, monkeypatch):
         assert (f.read(), g.read()) == ("new", "new")
 
 
+def test_a_sharded_output_made_by_another_run_meanwhile_is_named(tmp_path):
+    """The output directory, absent at the start, was made by another run: the error named the
+    staging directory ("Directory not empty"), not -o OUTDIR nor what happened."""
+    from lirs.external.outputs import Layout
+
+    out = str(tmp_path / "outd")
+    lay = Layout(out, str(tmp_path), 2, ".jsonl", 4, labels=False, index=False)
+    os.mkdir(out)
+    with open(os.path.join(out, "part-00000.jsonl"), "w") as f:
+        f.write("the other run's\n")
+    with pytest.raises(LirsError, match=re.escape(f"-o {out} was created by another run while this one ran")):
+        lay.commit(DS, False)
+    lay.abort()
+    assert sorted(os.listdir(tmp_path)) == ["outd"], "the staging directory is removed"
+    assert os.listdir(out) == ["part-00000.jsonl"]
+
+
 def test_two_gens_into_one_output_leave_one_runs_data_and_labels(tmp_path, monkeypatch):
     """`lirs gen higgs` (data and labels): A has renamed its data and not yet its labels when B
     publishes; A's labels were left beside B's data."""

@@ -10,12 +10,14 @@ time (:func:`lirs.litter.publishing`): the last one's files are left, together.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
 import threading
 from contextlib import contextmanager
 
+from ..errors import LirsError
 from ..inputs import compressed, extension_format, labels_path
 from ..litter import clean_dead_temps, fsync_dir, publishing, temp_name
 from ..sidecar import sidecar_path
@@ -99,12 +101,26 @@ class Layout:
         # these renames: the last run's data, labels and sidecars are the ones left, together
         with publishing(self.out), signals_held():
             if self.stage is not None:
-                os.replace(self.stage, self.out)
-                self.stage = None
+                self._publish_stage()
             else:
                 for s in self.shards:
                     self._publish(s)
             fsync_dir(self.parent)
+
+    def _publish_stage(self) -> None:
+        """Rename the staging directory to the output directory, which the up-front check found
+        absent (or empty): LirsError naming it, the staging directory removed, where another run
+        made it meanwhile (the rename's own error would name the temporary)."""
+        try:
+            os.replace(self.stage, self.out)
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise
+            shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = None
+            raise LirsError(f"-o {self.out} was created by another run while this one ran; remove it or "
+                            "choose another -o") from e
+        self.stage = None
 
     @staticmethod
     def _publish(s: Shard) -> None:
