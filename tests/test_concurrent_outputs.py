@@ -188,6 +188,74 @@ def _npy_index(tmp_path, n=2000):
     return lirs.build_index(str(p), progress=False), X
 
 
+def test_block_rewrites_at_once_each_write_their_own_temporary(tmp_path, monkeypatch):
+    """Two rewrites of one block file at once (two `lirs demo` runs sharing --out): B truncated the
+    one fixed temporary A was about to rename, and failed on it ("no such file ... .tmp")."""
+    from lirs.eval import spans
+
+    index, X = _npy_index(tmp_path)
+    dest = str(tmp_path / "blocks")
+    a_ready, b_opened = threading.Event(), threading.Event()
+
+    class Slow(_Os):
+        def replace(self, src, dst):
+            if threading.current_thread().name == "A":
+                a_ready.set()
+                b_opened.wait(1.0)
+            return os.replace(src, dst)
+
+        def open(self, p, flags, mode=0o777):
+            if threading.current_thread().name == "B":
+                assert a_ready.wait(20)
+                fd = os.open(p, flags, mode)
+                b_opened.set()
+                return fd
+            return os.open(p, flags, mode)
+
+    monkeypatch.setattr(spans, "os", Slow())
+    rng = np.random.default_rng(0)
+    layouts = {name: [np.sort(b) for b in np.array_split(rng.permutation(index.n), 4)] for name in "AB"}
+    got = {}
+
+    def run(name):
+        got[name] = spans.write_blocks(index, layouts[name], dest, "threads")[0]
+
+    _threads(("A", lambda: run("A")), ("B", lambda: run("B")))
+    rows = np.load(str(tmp_path / "x.npy"), mmap_mode="r")
+    body = np.fromfile(dest, np.float32).reshape(-1, 8)
+    # whichever renamed last: its blocks whole (B may finish before A's rename wakes up)
+    assert body.shape == X.shape and any(np.array_equal(body, rows[got[k]]) for k in "AB")
+    assert not [nm for nm in os.listdir(tmp_path) if ".lirs-tmp-" in nm], "no temporary left"
+
+
+def test_bmf_block_file_is_a_temporary_of_this_process(tmp_path, monkeypatch):
+    """BMF's block file had one fixed name in the working directory (shared by `lirs demo` runs
+    with one --out), and kept no PID: one a killed run left was never removed."""
+    from lirs.eval import compare
+
+    import lirs
+    from lirs.eval.gen import generate
+
+    p = tmp_path / "small.svm"
+    generate("kdd", str(p), records=300, seed=2, progress=False, workers=1)
+    index = lirs.build_index(str(p), progress=False)
+    dead = tmp_path / ".small.svm.bmf-blocks.lirs-tmp-999999999-1"  # a killed run's (no such PID)
+    dead.write_bytes(b"old blocks")
+    seen = []
+    real = compare.write_blocks
+
+    def spy(idx, layout, path, engine="auto"):
+        seen.append(path)
+        assert not dead.exists(), "a killed run's block file is removed first"
+        return real(idx, layout, path, engine)
+
+    monkeypatch.setattr(compare, "write_blocks", spy)
+    compare.compare_svm(index, ("bmf",), epochs=1, batch_size=100, reference_epochs=2, workdir=str(tmp_path),
+                        bmf_blocks_n=4)
+    assert len(seen) == 1 and _is_litter(seen[0]), seen
+    assert not os.path.exists(seen[0]), "removed at the end"
+
+
 class _Spy(_Os):
     """Records the temporaries a module renames or removes."""
 
@@ -201,3 +269,14 @@ class _Spy(_Os):
     def unlink(self, p):
         self.seen.append(p)
         return os.unlink(p)
+
+
+def test_tfrecord_files_are_written_to_a_temporary_of_this_process(tmp_path, monkeypatch):
+    """`write_random` wrote PATH.tmp: one name for every run writing PATH, kept forever after a kill."""
+    from lirs.eval import tfrecords
+
+    spy = _Spy()
+    monkeypatch.setattr(tfrecords, "os", spy)
+    tfrecords.write_random(str(tmp_path / "r.tfrecord"), 10_000, mean=100, spread=10)
+    assert len(spy.seen) == 1 and _is_litter(spy.seen[0]), spy.seen
+    assert os.listdir(tmp_path) == ["r.tfrecord"]
