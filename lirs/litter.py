@@ -23,6 +23,7 @@ import threading
 import zlib
 from contextlib import contextmanager
 
+from .constants import TEMP_MARK
 from .errors import UsageError
 from .inputs import absolute
 
@@ -215,7 +216,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-MARK = ".lirs-tmp-"  # what every temporary name of lirs carries before its PID
+MARK = TEMP_MARK  # what every temporary name of lirs carries before its PID
 # bytes a temporary name adds to its final name's at most: ".", the mark, a PID and a thread id
 _ADDED = 1 + len(MARK) + 10 + 1 + 10
 NAME_MAX = 255

@@ -280,3 +280,14 @@ def test_tfrecord_files_are_written_to_a_temporary_of_this_process(tmp_path, mon
     tfrecords.write_random(str(tmp_path / "r.tfrecord"), 10_000, mean=100, spread=10)
     assert len(spy.seen) == 1 and _is_litter(spy.seen[0]), spy.seen
     assert os.listdir(tmp_path) == ["r.tfrecord"]
+
+
+def test_direct_probe_file_carries_the_mark_the_crash_cleaner_takes(tmp_path, monkeypatch):
+    """The O_DIRECT probe was .lirs-direct-XXXX (random, no PID): one a kill left stayed forever."""
+    from lirs.engines import base
+
+    spy = _Spy()
+    monkeypatch.setattr(base, "os", spy)
+    base.probe_direct_write(str(tmp_path))
+    assert len(spy.seen) == 1 and _is_litter(spy.seen[0]), spy.seen
+    assert os.listdir(tmp_path) == []
