@@ -164,3 +164,6 @@ SCAN_READ_DEPTH = 16
 # io_uring's own limit (32768 entries), and a thread each for the threads engine
 MAX_DEPTH = 4096
 SCAN_CHUNKS_AHEAD = 2  # chunks read while one is scanned: the queue stays full across chunk ends
+# what every temporary name of lirs carries before its PID (lirs.litter.temp_name): the crash
+# cleaner removes only names with it, of processes that are gone
+TEMP_MARK = ".lirs-tmp-"

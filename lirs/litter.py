@@ -21,7 +21,9 @@ import re
 import shutil
 import threading
 import zlib
+from contextlib import contextmanager
 
+from .constants import TEMP_MARK
 from .errors import UsageError
 from .inputs import absolute
 
@@ -176,6 +178,31 @@ def fsync_dir(d: str) -> None:
         pass
 
 
+@contextmanager
+def publishing(path: str):
+    """Held while the files of the output ``path`` (its data, labels, sidecar: or a staged
+    directory) are renamed into place: an exclusive ``flock`` on the directory ``path`` is in, so
+    that two runs writing one output publish one after the other and the last one's files win
+    together (else one run's data could end beside the other's labels, both exiting 0). The lock is
+    taken on the directory itself, opened read-only, so no lock file is left behind; it waits for a
+    run publishing there. Where the filesystem refuses ``flock`` on it (some network filesystems),
+    nothing is held: the renames go on as before."""
+    try:
+        fd = os.open(os.path.dirname(absolute(path)) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # EBADF, ENOLCK, EOPNOTSUPP: no lock here, not an error of the output
+                pass
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # the lock goes with it
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process ``pid`` exists on this host (signal 0: nothing is sent)."""
     if pid <= 0:
@@ -189,7 +216,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-MARK = ".lirs-tmp-"  # what every temporary name of lirs carries before its PID
+MARK = TEMP_MARK  # what every temporary name of lirs carries before its PID
 # bytes a temporary name adds to its final name's at most: ".", the mark, a PID and a thread id
 _ADDED = 1 + len(MARK) + 10 + 1 + 10
 NAME_MAX = 255

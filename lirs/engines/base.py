@@ -5,12 +5,11 @@ import errno as _errno
 import logging
 import os
 import resource
-import tempfile
 import threading
 
 import numpy as np
 
-from ..constants import BLOCK, FD_MARGIN
+from ..constants import BLOCK, FD_MARGIN, TEMP_MARK
 from ..kernels import io as K
 from ..libc import Libc
 from ..memory import zeros_held
@@ -138,8 +137,12 @@ def probe_direct_write(dirpath: str) -> str | None:
     """
     if not O_DIRECT:
         return "this platform has no O_DIRECT"
+    # named as lirs.litter.temp_name names temporaries (PID and thread id): one a killed run leaves
+    # is removed by the next run's crash cleaner (lirs.litter.clean_dead_litter), which a random
+    # name escaped (litter itself is not imported: it imports what imports the engines)
+    probe = os.path.join(dirpath, f".lirs-direct{TEMP_MARK}{os.getpid()}-{threading.get_native_id()}")
     try:
-        fd, probe = tempfile.mkstemp(prefix=".lirs-direct-", dir=dirpath)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
     except OSError as e:
         return f"cannot create a file in {dirpath} ({os.strerror(e.errno)})"
     try:

@@ -18,6 +18,7 @@ from .. import seeds
 from ..constants import DEFAULT_GROUP_BYTES, DEFAULT_WINDOW
 from ..decode import resolve_libsvm_params
 from ..errors import UsageError
+from ..litter import clean_dead_litter, temp_name
 from ..loader import Loader
 from ..cores import usable_cores
 from ..policies import steps_in_flight, windows_in_flight
@@ -207,7 +208,10 @@ def _run_bmf(run: _Run, rec, svm, blocks, passes, workdir):
     t = time.perf_counter()
     layout = bmf_blocks(index.n, blocks, seed=seed)
     os.makedirs(workdir, exist_ok=True)
-    bpath = os.path.join(workdir, os.path.basename(index.paths[0]) + ".bmf-blocks")
+    clean_dead_litter(workdir)  # block files of killed runs (each one a copy of the data)
+    # a name of this process: runs sharing a workdir (`lirs demo`'s default --out) each have their
+    # own block file, and one a killed run leaves carries its PID for the line above to remove
+    bpath = temp_name(os.path.join(workdir, os.path.basename(index.paths[0]) + ".bmf-blocks"))
     _, recs = write_blocks(index, layout, bpath, run.engine)
     rec["pre_s"] = time.perf_counter() - t
     rec["pre_what"] = f"rewrite the file as {blocks} random blocks (read + write + fsync)"

@@ -47,7 +47,7 @@ from .. import seeds
 from ..errors import UsageError
 from ..external.disk import free_bytes
 from ..inputs import labels_path  # noqa: F401 - part of this module's API (see above)
-from ..litter import out_dir, temp_name
+from ..litter import out_dir, publishing, temp_name
 from ..units import format_bytes, parse_size
 from .genout import check_name, check_outputs
 from .kernels import gen as K
@@ -378,13 +378,17 @@ def generate(profile: str, path, *, records: int | None = None, size=None, order
             finally:
                 for f in files:
                     f.close()
-        for p in outs[1:]:
-            # an old labels file goes first: a run stopped between the renames leaves data without
-            # labels (said at the next index), never new data beside the old data's labels
-            if os.path.exists(p):
-                os.unlink(p)
-        for t, p in zip(tmps, outs):
-            os.replace(t, p)
+        # a run writing the same output publishes before or after this one, never between these
+        # renames (its data beside our labels); an old labels file goes first: a run stopped between
+        # the renames leaves data without labels (said at the next index), never new data beside old labels
+        with publishing(path):
+            for p in outs[1:]:
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+            for t, p in zip(tmps, outs):
+                os.replace(t, p)
     except BaseException:
         # no partial output: drop the temp files whatever stopped us (Ctrl-C included)
         for t in tmps:

@@ -23,6 +23,7 @@ from ..constants import BLOCK
 from ..decode import decode_fixed, decode_libsvm, decode_lines, decode_tfrecord, resolve_libsvm_params
 from ..engines import aligned_empty, open_engine
 from ..errors import DataError
+from ..litter import remove_quietly, temp_name
 from .kernels import train as K
 
 
@@ -264,10 +265,12 @@ def take_rows(parts, k: int, like):
 def rewrite(src: Records, dst_of: np.ndarray, out_path: str, engine: str = "auto", run_bytes: int = 8 << 20) -> None:
     """Write every record of ``src`` to byte ``dst_of[i]`` (int64 (n,)) of ``out_path``: the file is
     read in order (direct reads of about ``run_bytes``), each run's records are sorted by
-    destination and written as contiguous stretches; then fsync. Atomic: temp name, then rename."""
+    destination and written as contiguous stretches; then fsync. Atomic: a temporary name of this
+    process and thread (:func:`lirs.litter.temp_name`), then rename: two runs rewriting one file
+    never write into each other's temporary, and one a killed run leaves is removed by the next."""
     rd = SpanReader(src, engine)
-    tmp = out_path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    tmp = temp_name(out_path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     ok = False
     try:
         buf = aligned_empty(BLOCK)
@@ -285,8 +288,8 @@ def rewrite(src: Records, dst_of: np.ndarray, out_path: str, engine: str = "auto
         rd.close()
         if ok:
             os.replace(tmp, out_path)
-        elif os.path.exists(tmp):
-            os.unlink(tmp)
+        else:
+            remove_quietly(tmp)
 
 
 def _scatter(fd: int, buf, lo: int, starts, ends, dst) -> None:

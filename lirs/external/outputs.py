@@ -5,18 +5,21 @@ sidecar likewise) and renamed, with Ctrl-C and SIGTERM held over the renames (:f
 an interrupt leaves the old output and its sidecar, or the new ones, never new data beside an old
 sidecar or none. Shards are written into a staging
 directory ``.OUT.lirs-tmp-PID`` under their final names (part files, labels, sidecars), which is renamed
-to ``OUT`` at the end. Nothing is left behind on error.
+to ``OUT`` at the end. Nothing is left behind on error. Runs writing one output publish one at a
+time (:func:`lirs.litter.publishing`): the last one's files are left, together.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
 import threading
 from contextlib import contextmanager
 
+from ..errors import LirsError
 from ..inputs import compressed, extension_format, labels_path
-from ..litter import clean_dead_temps, fsync_dir, temp_name
+from ..litter import clean_dead_temps, fsync_dir, publishing, temp_name
 from ..sidecar import sidecar_path
 from .sealed import seal_sidecar
 from .formats import Dataset
@@ -94,14 +97,30 @@ class Layout:
                 s.indexer = None  # after: a commit that failed is aborted (its temporary removed)
             elif index and not ds.text:
                 seal_sidecar(s, ds.fmt, ds.rs if ds.fmt == "fixed" else None, given)
-        with signals_held():
+        # another run writing this output publishes before or after this one, never between
+        # these renames: the last run's data, labels and sidecars are the ones left, together
+        with publishing(self.out), signals_held():
             if self.stage is not None:
-                os.replace(self.stage, self.out)
-                self.stage = None
+                self._publish_stage()
             else:
                 for s in self.shards:
                     self._publish(s)
             fsync_dir(self.parent)
+
+    def _publish_stage(self) -> None:
+        """Rename the staging directory to the output directory, which the up-front check found
+        absent (or empty): LirsError naming it, the staging directory removed, where another run
+        made it meanwhile (the rename's own error would name the temporary)."""
+        try:
+            os.replace(self.stage, self.out)
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise
+            shutil.rmtree(self.stage, ignore_errors=True)
+            self.stage = None
+            raise LirsError(f"-o {self.out} was created by another run while this one ran; remove it or "
+                            "choose another -o") from e
+        self.stage = None
 
     @staticmethod
     def _publish(s: Shard) -> None:
@@ -110,7 +129,10 @@ class Layout:
         data, never beside the old data they do not belong to."""
         moves = [(t, f) for t, f in ((s.labels_tmp, s.labels_final), (s.sidecar_tmp, s.sidecar)) if t]
         if moves and os.path.exists(s.final):
-            os.unlink(s.final)
+            try:
+                os.unlink(s.final)
+            except FileNotFoundError:  # removed meanwhile (by hand, or a run not holding the lock)
+                pass
         for t, f in moves:
             os.replace(t, f)
         os.replace(s.tmp, s.final)
