@@ -17,7 +17,8 @@ import numpy as np
 
 from .constants import BLOCK
 from .shellwords import glob_words, listed_words, shell_word
-from .errors import LirsError, StaleIndexError
+from .dirfiles import first_few
+from .errors import IndexFormatError, LirsError, StaleIndexError
 from .inputs import absolute, expand_paths, extension_format, labels_candidates, resolve_format
 from .preads import pread_full
 from .npyformat import NpyRows
@@ -358,3 +359,32 @@ def _indexes_as_one(d: str, idx) -> bool:
         return resolve_format(expand_paths(d), idx.meta.get("format_given") or "auto", rs)[0] == idx.format
     except (LirsError, OSError):  # files of several formats, a stray, one unreadable: refused as well
         return False
+
+
+def data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bool = False) -> list[str]:
+    """The data files of a sidecar: its relative paths resolved against its own directory, never
+    the absolute paths it was built with (those may name another machine's or another copy's
+    files). ``opened_as``: the data path the caller named, which the sidecar must index."""
+    base = os.path.dirname(sidecar)
+    paths = beside(base, [fi["relpath"] for fi in header["files"]])
+    if opened_as is not None:
+        # compared through symlinks: the data may be named by a link to it; a directory's files are
+        # the names in it, whose own links may lead out of it
+        want = os.path.realpath(opened_as)
+        inside = ([os.path.realpath(p) for p in paths] == [want]) if not os.path.isdir(want) else all(
+            os.path.realpath(os.path.dirname(p)) == want for p in paths)
+        if not inside:
+            raise IndexFormatError(
+                f"{sidecar} indexes {first_few(paths)}, not {want}; "
+                f"re-run `lirs index {shell_word(opened_as)}`")
+    dirs = sorted({os.path.realpath(d) for d in beside(base, header.get("meta", {}).get("directories", []))})
+    for p, fi in zip(paths, header["files"]):
+        if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
+            if os.path.realpath(os.path.dirname(p)) in dirs:  # a file removed from a directory indexed whole
+                raise StaleIndexError(f"{p} was removed from {os.path.dirname(p)} after it was indexed; "
+                                      f"{reindex_advice(built_from(dirs, paths), sidecar)}")
+            raise IndexFormatError(
+                f"{sidecar} indexes {p}, which does not exist (the index was built for {fi['path']}); "
+                f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "
+                f"on the data you want to read")
+    return paths
