@@ -128,7 +128,7 @@ def check_data_unmoved(index) -> None:
     which would find it (a spawned one opening the index again, a forked one its engine)."""
     from .engines import check_indexed  # the engines' own check (as_indexed), without opening the files
 
-    check_indexed(list(index.paths), index.checked, reindex_command(index.paths, index.sidecar, index))
+    check_indexed(list(index.paths), index.checked, rebuild_command(index))
 
 
 # the arrays that say where every record lies: a plan (and so a resume state) depends on them alone
@@ -198,6 +198,27 @@ def _command(paths, sidecar: str | None, words: str) -> str:
     return f"lirs index {words}" + (f" -o {q(sidecar)}" if sidecar else "")
 
 
+def rebuild_inputs(index) -> list[str]:
+    """The inputs ``lirs index`` must be given to rebuild ``index``: the directories it was built
+    from (``meta["directories"]``, kept relative to its sidecar) and its files in none of them
+    (:func:`built_from`). Its files alone would rebuild a directory's index as one of a file list,
+    which a shard added to the directory later no longer makes stale: its records left out, unsaid."""
+    meta = index.meta or {}
+    rels = meta.get("directories", [meta["directory"]] if "directory" in meta else [])
+    dirs = [os.path.abspath(d) for d in beside(os.path.dirname(index.sidecar), rels)] if index.sidecar else []
+    return built_from(dirs, [os.fspath(p) for p in index.paths])
+
+
+def rebuild_command(index) -> str:
+    """The ``lirs index`` command that rebuilds ``index`` from its inputs (:func:`rebuild_inputs`)."""
+    return reindex_command(rebuild_inputs(index), index.sidecar, index)
+
+
+def rebuild_advice(index) -> str:
+    """"re-run `COMMAND`" rebuilding ``index`` from its inputs (:func:`rebuild_inputs`, :func:`reindex_advice`)."""
+    return reindex_advice(rebuild_inputs(index), index.sidecar, index)
+
+
 def reindex_advice(paths, sidecar: str | None, index=None) -> str:
     """"re-run `COMMAND`" (:func:`reindex_command`), and where the sidecar's directory is
     read-only, that the index built elsewhere is then passed as the source."""
@@ -238,7 +259,7 @@ def check_label_files(index, full: bool = False) -> None:
         if os.path.exists(path) and not os.path.isfile(path):  # a FIFO's open (to compare it) would block
             raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing (it is not a "
                                   "regular file now: a FIFO, device, socket or directory); the index serves the old "
-                                  f"ones: {reindex_advice(index.paths, index.sidecar, index)}")
+                                  f"ones: {rebuild_advice(index)}")
         why = staleness(path, e["fingerprint"], None)[0]
         if why is None and not full:
             continue
@@ -253,7 +274,7 @@ def check_label_files(index, full: bool = False) -> None:
         why = "it is gone" if why == "the data file is missing" else f"{why}; {diff}".replace(
             "its modification time", "its mtime")
         raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
-                              f"serves the old ones: {reindex_advice(index.paths, index.sidecar, index)}")
+                              f"serves the old ones: {rebuild_advice(index)}")
     if moved and index.sidecar:
         from .verified import record_labels
 
@@ -274,7 +295,7 @@ def _no_new_labels(index) -> None:
         new = next((c for c in labels_candidates(p) if os.path.exists(c)), None)
         if new is not None:
             raise StaleIndexError(f"{new}: a labels file for {p} appeared since indexing; the index serves no labels: "
-                                  f"{reindex_advice(index.paths, index.sidecar, index)}")
+                                  f"{rebuild_advice(index)}")
 
 
 def _label_difference(index, f: int, path: str) -> str | None:

@@ -32,7 +32,7 @@ from .labelcodes import encode_labels
 from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
-from .freshness import check_label_files, check_no_new_files, data_paths, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
+from .freshness import check_label_files, check_no_new_files, data_paths, fingerprint, layout_crc, rebuild_advice, reindex_command, staleness
 from .relpaths import relpath
 from .sidecar import SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, sidecar_path, verify_arrays
 from . import verified
@@ -294,7 +294,7 @@ class Index:
             why, mtime, now = staleness(p, fp, self.file_sums(f), trusted, full)
             if why:
                 raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
-                                      f"{reindex_advice(self.paths, self.sidecar, self)}")
+                                      f"{rebuild_advice(self)}")
             moved.update({} if mtime is None else {f: mtime})
             seen.append((int(fp["size"]), now))
         if moved and record and self.sidecar:
