@@ -145,30 +145,33 @@ def layout_crc(header: dict) -> int:
     return zlib.crc32(json.dumps(key).encode()) or 1
 
 
-def reindex_command(paths, sidecar: str | None, index=None) -> str:
+def reindex_command(paths, sidecar: str | None, index=None, full: bool = False) -> str:
     """The ``lirs index`` command that rebuilds the index ``sidecar`` of the data files ``paths``:
     the file (its own ``FILE.lirs``), the directory (a ``DIR.lirs`` of the files in it), else the
     files with ``-o``; with the options ``index`` (the :class:`~lirs.index.Index` being rebuilt)
     was built with (:func:`format_options`). Its files are listed, or named by a pattern matching them
     alone; where they are too many for either and are ``index``'s own, a ``python3 -c`` that rebuilds
-    the index from the list its sidecar keeps (a list cut short, pasted, indexed fewer files)."""
+    the index from the list its sidecar keeps (a list cut short, pasted, indexed fewer files).
+    ``full``: one that scans every file again (``--full``), not only those whose size, mtime or
+    sampled blocks moved."""
     paths = [os.fspath(p) for p in paths]
     words = listed_words(paths) or glob_words(paths)
     if words is None and index is not None and index.sidecar and paths == [os.fspath(p) for p in index.paths]:
-        return _python_command(index, "DIR/NAME.lirs" if _read_only(index.sidecar) else index.sidecar)
+        return _python_command(index, "DIR/NAME.lirs" if _read_only(index.sidecar) else index.sidecar, full)
     # (else a list no sidecar keeps: all of it, long as it is)
-    return _command(paths, sidecar, words or " ".join(map(shell_word, paths))) + (
+    command = _command(paths, sidecar, words or " ".join(map(shell_word, paths))) + (
         "" if index is None else format_options(index))
+    return command.replace("lirs index ", "lirs index --full ", 1) if full else command
 
 
-def _python_command(index, out: str) -> str:
+def _python_command(index, out: str, full: bool = False) -> str:
     """A ``python3 -c`` rebuilding ``index`` from the files its sidecar names, into ``out``, with
-    the options it was built with."""
+    the options it was built with (``full``: scanning every file again)."""
     fmt = format_options(index).split()
     opts = dict(zip(fmt[::2], fmt[1::2]))
     kw = "".join(f", {k[2:].replace('-', '_')}={v if k != '--format' else repr(v)}" for k, v in opts.items())
     code = (f"import lirs; lirs.build_index(list(lirs.open_index({index.sidecar!r}, check=False, missing_ok=True)"
-            f".paths){kw}, out={out!r}, progress=True)")
+            f".paths){kw}, out={out!r}, progress=True{', full=True' if full else ''})")
     return f"python3 -c {shell_word(code)}"
 
 
@@ -214,15 +217,16 @@ def rebuild_command(index) -> str:
     return reindex_command(rebuild_inputs(index), index.sidecar, index)
 
 
-def rebuild_advice(index) -> str:
-    """"re-run `COMMAND`" rebuilding ``index`` from its inputs (:func:`rebuild_inputs`, :func:`reindex_advice`)."""
-    return reindex_advice(rebuild_inputs(index), index.sidecar, index)
+def rebuild_advice(index, full: bool = False) -> str:
+    """"re-run `COMMAND`" rebuilding ``index`` from its inputs (:func:`rebuild_inputs`, :func:`reindex_advice`);
+    ``full``: with ``--full``."""
+    return reindex_advice(rebuild_inputs(index), index.sidecar, index, full)
 
 
-def reindex_advice(paths, sidecar: str | None, index=None) -> str:
-    """"re-run `COMMAND`" (:func:`reindex_command`), and where the sidecar's directory is
-    read-only, that the index built elsewhere is then passed as the source."""
-    advice = f"re-run `{reindex_command(paths, sidecar, index)}`"
+def reindex_advice(paths, sidecar: str | None, index=None, full: bool = False) -> str:
+    """"re-run `COMMAND`" (:func:`reindex_command`; ``full``: with ``--full``), and where the
+    sidecar's directory is read-only, that the index built elsewhere is then passed as the source."""
+    advice = f"re-run `{reindex_command(paths, sidecar, index, full)}`"
     if _read_only(sidecar):
         advice += f" in a directory you can write ({os.path.dirname(sidecar)} is read-only), then pass that .lirs file as the source"
     return advice

@@ -293,8 +293,12 @@ class Index:
         for f, (p, fp, trusted) in enumerate(zip(self.paths, self.fingerprints, verified.trusted_mtimes(self))):
             why, mtime, now = staleness(p, fp, self.file_sums(f), trusted, full)
             if why:
-                raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
-                                      f"{rebuild_advice(self)}")
+                # found only by reading it whole (size, mtime and sampled blocks as indexed): an
+                # incremental `lirs index` trusts those and would keep its old records
+                hidden = full and staleness(p, fp, None)[0] is None
+                raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; {rebuild_advice(self, hidden)}"
+                                      + (" (--full: its size, modification time and sampled blocks are as indexed, "
+                                         "which `lirs index` alone trusts)" if hidden else ""))
             moved.update({} if mtime is None else {f: mtime})
             seen.append((int(fp["size"]), now))
         if moved and record and self.sidecar:

@@ -96,3 +96,26 @@ def test_a_labels_file_of_a_directory_indexed_elsewhere_advises_the_directory(tm
     with pytest.raises(StaleIndexError, match="labels") as e:
         lirs.Loader(out, 4)
     assert _advised(e) == f"lirs index {d} -o {out}"
+
+
+def test_check_advises_full_for_an_edit_only_a_whole_read_finds(tmp_path, capsys):
+    """`lirs index --check` found a same-size edit whose mtime was put back (it reads every byte)
+    and advised `lirs index FILE`, whose incremental scan trusts size, mtime and sampled blocks:
+    it kept the old records, and --check failed again with the same advice, forever. It advises
+    `lirs index --full FILE`, after which --check passes."""
+    p = _svm(tmp_path / "a.svm", 20000)
+    lirs.build_index(p, progress=False)
+    data = bytearray(open(p, "rb").read())
+    sampled = [(int(x), int(x) + 4096) for x in np.linspace(0, len(data) - 4096, 16)]
+    off = next(i + 1 for i in range(len(data) - 1) if data[i:i + 2] == b"\n1"
+               and not any(a <= i + 1 < b for a, b in sampled))
+    data[off] = ord("2")  # a label 1 -> 2: same size
+    st = os.stat(p)
+    open(p, "wb").write(data)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(["index", "--check", p]) == 1
+    err = capsys.readouterr().err
+    command = re.search(r"re-run `([^`]*)`", err).group(1)
+    assert command == f"lirs index --full {p}", err
+    assert _run(command) == 0
+    assert main(["index", "--check", p]) == 0
