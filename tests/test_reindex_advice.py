@@ -119,3 +119,34 @@ def test_check_advises_full_for_an_edit_only_a_whole_read_finds(tmp_path, capsys
     assert command == f"lirs index --full {p}", err
     assert _run(command) == 0
     assert main(["index", "--check", p]) == 0
+
+
+def test_an_empty_file_among_those_listed_holds_zero_records(tmp_path):
+    """`lirs index a.svm b.svm c.svm -o x.lirs`, then b.svm truncated to 0 bytes: the stale advice
+    repeated the command, which refused "b.svm: empty file (0 bytes); nothing to index", where a
+    comment-only b.svm (and an empty shard of a directory) is zero records. Listed among others, an
+    empty file is zero records, whether its format comes from its name or from the others'; alone,
+    or with none but empty ones, it is still refused."""
+    from lirs.errors import DataError
+
+    files = [_svm(tmp_path / f"{n}.svm", 100, seed=i) for i, n in enumerate("abc")]
+    out = str(tmp_path / "x.lirs")
+    lirs.build_index(files, out=out, progress=False)
+    open(files[1], "wb").close()
+    with pytest.raises(StaleIndexError) as e:
+        lirs.Loader(out, 64)
+    assert _run(_advised(e)) == 0
+    with lirs.Loader(out, 64) as ld:
+        assert sum(len(b.ids) for b in ld.epoch(0)) == 200
+    _svm(tmp_path / "b.svm", 10)  # once it holds records, the index is stale
+    with pytest.raises(StaleIndexError, match="b.svm"):
+        lirs.Loader(out, 64)
+    bare = [_svm(tmp_path / "p0", 50), str(tmp_path / "p1")]  # read by content: the empty one too
+    open(bare[1], "wb").close()
+    assert len(lirs.build_index(bare, out=str(tmp_path / "p.lirs"), progress=False)) == 50
+    for f in files:
+        open(f, "wb").close()
+    with pytest.raises(DataError, match=r"a\.svm: empty file \(0 bytes\), as is every file given; nothing to index"):
+        lirs.build_index(files, out=out, progress=False)
+    with pytest.raises(DataError, match=r"b\.svm: empty file \(0 bytes\); nothing to index"):
+        lirs.build_index(files[1], progress=False)
