@@ -408,8 +408,13 @@ def data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bo
             if os.path.realpath(os.path.dirname(p)) in dirs:  # a file removed from a directory indexed whole
                 raise StaleIndexError(f"{p} was removed from {os.path.dirname(p)} after it was indexed; "
                                       f"{reindex_advice(built_from(dirs, paths), sidecar)}")
+            left = [q for q in paths if os.path.exists(q)]
+            if left:  # its other files are where it says: not a sidecar moved from its data, but a file removed
+                raise StaleIndexError(f"{p} was removed since indexing; {reindex_advice(built_from(dirs, left), sidecar)} "
+                                      "to index the files that remain")
+            built = "" if fi["path"] == p else f" (the index was built for {fi['path']})"
             raise IndexFormatError(
-                f"{sidecar} indexes {p}, which does not exist (the index was built for {fi['path']}); "
+                f"{sidecar} indexes {p}, which does not exist{built}; "
                 f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "
                 f"on the data you want to read")
     return paths

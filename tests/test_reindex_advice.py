@@ -2,6 +2,7 @@
 of the same inputs (a directory stays a directory), so that the next open serves every record."""
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shlex
@@ -32,8 +33,10 @@ def _advised(err) -> str:
 
 
 def _run(command: str) -> int:
+    """Run the advised `lirs index ...` as a shell would: its patterns expanded."""
     words = shlex.split(command)
     assert words[:2] == ["lirs", "index"], command
+    words = [x for w in words for x in (sorted(glob.glob(w)) if glob.has_magic(w) else [w])]
     return main([*words[1:], "--quiet"])
 
 
@@ -150,3 +153,30 @@ def test_an_empty_file_among_those_listed_holds_zero_records(tmp_path):
         lirs.build_index(files, out=out, progress=False)
     with pytest.raises(DataError, match=r"b\.svm: empty file \(0 bytes\); nothing to index"):
         lirs.build_index(files[1], progress=False)
+
+
+def test_a_shard_removed_from_a_listed_dataset_is_a_stale_index(tmp_path):
+    """One of the files of `lirs index data/train-*.svm -o train.lirs` deleted: IndexFormatError
+    "indexes X, which does not exist (the index was built for X) ... move it back with its data",
+    the same path twice and a moved sidecar blamed, no command to run. Its other files are where the
+    sidecar says: a StaleIndexError naming the file removed, advising the files that remain."""
+    from lirs.errors import IndexFormatError
+
+    d = tmp_path / "data"
+    d.mkdir()
+    train = [_svm(d / f"train-{i:02d}.svm", 50, seed=i) for i in range(12)]
+    _svm(d / "test-00.svm", 50)
+    out = str(tmp_path / "train.lirs")
+    lirs.build_index(train, out=out, progress=False)
+    os.unlink(train[5])
+    with pytest.raises(StaleIndexError, match=rf"{re.escape(train[5])} was removed since indexing") as e:
+        lirs.Loader(out, 64)
+    assert _run(_advised(e)) == 0
+    with lirs.Loader(out, 64) as ld:
+        assert sum(len(b.ids) for b in ld.epoch(0)) == 550
+    one = _svm(tmp_path / "one.svm", 10)  # a sidecar of one file, gone: its path said once
+    lirs.build_index(one, progress=False)
+    os.unlink(one)
+    with pytest.raises(IndexFormatError) as e:
+        lirs.open_index(one + ".lirs")
+    assert f"indexes {one}, which does not exist;" in str(e.value) and "built for" not in str(e.value), e.value
