@@ -364,9 +364,12 @@ def check_no_new_files(idx, path: str) -> None:
     if new:
         where = dirs[0] if len(dirs) == 1 else ", ".join(dirs)
         names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]
-        if subset and not _indexes_as_one(dirs[-1], idx):  # advising `lirs index DIR` led to its refusal
+        refused = None if subset else next(((d, why) for d in dirs if (why := _refusal(d, idx))), None)
+        if subset and _refusal(dirs[-1], idx):  # advising `lirs index DIR` led to its refusal
             how = (f"they are not {idx.format} data like the files it names, so `lirs index {shell_word(dirs[-1])}` "
                    f"would refuse them: open {idx.sidecar} itself to read only the files it names")
+        elif refused:  # (an extensionless shard, a README added to .svm shards): its refusal says what works
+            how = f"lirs index would refuse {refused[0]} as it is now: {refused[1]}"
         else:
             how = (f"{reindex_advice([dirs[-1]], idx.sidecar, idx)} to index them all, or open {idx.sidecar} itself "
                    "to read only the files it names" if subset else
@@ -376,14 +379,17 @@ def check_no_new_files(idx, path: str) -> None:
                               f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}; {how}")
 
 
-def _indexes_as_one(d: str, idx) -> bool:
-    """Whether `lirs index d`, with the format options ``idx`` was built with, reads every data file
-    of the directory ``d`` as ``idx``'s format (TFDS shards beside their dataset_info.json: no)."""
+def _refusal(d: str, idx) -> str | None:
+    """None where `lirs index d`, with the format options ``idx`` was built with, reads every data
+    file of the directory ``d`` as ``idx``'s format; else why not: its refusal (files of several
+    formats, a file without the shards' extension, one unreadable), or the format it would find
+    (TFDS shards beside their dataset_info.json)."""
     rs = idx.record_size if idx.format == "fixed" else None
     try:
-        return resolve_format(expand_paths(d), idx.meta.get("format_given") or "auto", rs)[0] == idx.format
-    except (LirsError, OSError):  # files of several formats, a stray, one unreadable: refused as well
-        return False
+        fmt = resolve_format(expand_paths(d), idx.meta.get("format_given") or "auto", rs)[0]
+    except (LirsError, OSError) as e:
+        return str(e)
+    return None if fmt == idx.format else f"it would read them as {fmt} data, not {idx.format}"
 
 
 def data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bool = False) -> list[str]:

@@ -180,3 +180,23 @@ def test_a_shard_removed_from_a_listed_dataset_is_a_stale_index(tmp_path):
     with pytest.raises(IndexFormatError) as e:
         lirs.open_index(one + ".lirs")
     assert f"indexes {one}, which does not exist;" in str(e.value) and "built for" not in str(e.value), e.value
+
+
+@pytest.mark.parametrize("added", ["part-4.svm", "README.md"])
+def test_a_file_added_where_lirs_index_dir_would_refuse_the_directory_says_so(tmp_path, added):
+    """A directory read by content (part-0, part-1, part-2.svm, part-3.svm) gains part-4.svm (its
+    shards now mostly .svm), or a README.md: the error advised `lirs index DIR`, which then refused
+    the directory ("part-0: not a .svm file like the others"). It says that `lirs index DIR` would
+    refuse it, naming the file and what the refusal advises (move it out, or the files to index)."""
+    d = tmp_path / "data"
+    d.mkdir()
+    names = ["part-0", "part-1", "part-2.svm", "part-3.svm"] if added == "part-4.svm" else ["a.svm", "b.svm"]
+    for i, n in enumerate(names):
+        _svm(d / n, 50, seed=i)
+    lirs.build_index(str(d), progress=False)
+    (d / added).write_text(open(_svm(tmp_path / "x.svm", 5)).read() if added.endswith(".svm") else "# data\n")
+    stray = "part-0" if added == "part-4.svm" else "README.md"
+    with pytest.raises(StaleIndexError, match=rf"does not cover: {re.escape(added)}; lirs index would refuse "
+                       rf"{re.escape(str(d))} as it is now: {stray}: not a \.svm file like the others .*move it out") as e:
+        lirs.Loader(str(d), 64)
+    assert "re-run" not in str(e.value)
