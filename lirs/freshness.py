@@ -17,7 +17,8 @@ import numpy as np
 
 from .constants import BLOCK
 from .shellwords import glob_words, listed_words, shell_word
-from .errors import LirsError, StaleIndexError
+from .dirfiles import first_few
+from .errors import IndexFormatError, LirsError, StaleIndexError
 from .inputs import absolute, expand_paths, extension_format, labels_candidates, resolve_format
 from .preads import pread_full
 from .npyformat import NpyRows
@@ -127,7 +128,7 @@ def check_data_unmoved(index) -> None:
     which would find it (a spawned one opening the index again, a forked one its engine)."""
     from .engines import check_indexed  # the engines' own check (as_indexed), without opening the files
 
-    check_indexed(list(index.paths), index.checked, reindex_command(index.paths, index.sidecar, index))
+    check_indexed(list(index.paths), index.checked, rebuild_command(index))
 
 
 # the arrays that say where every record lies: a plan (and so a resume state) depends on them alone
@@ -144,30 +145,33 @@ def layout_crc(header: dict) -> int:
     return zlib.crc32(json.dumps(key).encode()) or 1
 
 
-def reindex_command(paths, sidecar: str | None, index=None) -> str:
+def reindex_command(paths, sidecar: str | None, index=None, full: bool = False) -> str:
     """The ``lirs index`` command that rebuilds the index ``sidecar`` of the data files ``paths``:
     the file (its own ``FILE.lirs``), the directory (a ``DIR.lirs`` of the files in it), else the
     files with ``-o``; with the options ``index`` (the :class:`~lirs.index.Index` being rebuilt)
     was built with (:func:`format_options`). Its files are listed, or named by a pattern matching them
     alone; where they are too many for either and are ``index``'s own, a ``python3 -c`` that rebuilds
-    the index from the list its sidecar keeps (a list cut short, pasted, indexed fewer files)."""
+    the index from the list its sidecar keeps (a list cut short, pasted, indexed fewer files).
+    ``full``: one that scans every file again (``--full``), not only those whose size, mtime or
+    sampled blocks moved."""
     paths = [os.fspath(p) for p in paths]
     words = listed_words(paths) or glob_words(paths)
     if words is None and index is not None and index.sidecar and paths == [os.fspath(p) for p in index.paths]:
-        return _python_command(index, "DIR/NAME.lirs" if _read_only(index.sidecar) else index.sidecar)
+        return _python_command(index, "DIR/NAME.lirs" if _read_only(index.sidecar) else index.sidecar, full)
     # (else a list no sidecar keeps: all of it, long as it is)
-    return _command(paths, sidecar, words or " ".join(map(shell_word, paths))) + (
+    command = _command(paths, sidecar, words or " ".join(map(shell_word, paths))) + (
         "" if index is None else format_options(index))
+    return command.replace("lirs index ", "lirs index --full ", 1) if full else command
 
 
-def _python_command(index, out: str) -> str:
+def _python_command(index, out: str, full: bool = False) -> str:
     """A ``python3 -c`` rebuilding ``index`` from the files its sidecar names, into ``out``, with
-    the options it was built with."""
+    the options it was built with (``full``: scanning every file again)."""
     fmt = format_options(index).split()
     opts = dict(zip(fmt[::2], fmt[1::2]))
     kw = "".join(f", {k[2:].replace('-', '_')}={v if k != '--format' else repr(v)}" for k, v in opts.items())
     code = (f"import lirs; lirs.build_index(list(lirs.open_index({index.sidecar!r}, check=False, missing_ok=True)"
-            f".paths){kw}, out={out!r}, progress=True)")
+            f".paths){kw}, out={out!r}, progress=True{', full=True' if full else ''})")
     return f"python3 -c {shell_word(code)}"
 
 
@@ -197,10 +201,32 @@ def _command(paths, sidecar: str | None, words: str) -> str:
     return f"lirs index {words}" + (f" -o {q(sidecar)}" if sidecar else "")
 
 
-def reindex_advice(paths, sidecar: str | None, index=None) -> str:
-    """"re-run `COMMAND`" (:func:`reindex_command`), and where the sidecar's directory is
-    read-only, that the index built elsewhere is then passed as the source."""
-    advice = f"re-run `{reindex_command(paths, sidecar, index)}`"
+def rebuild_inputs(index) -> list[str]:
+    """The inputs ``lirs index`` must be given to rebuild ``index``: the directories it was built
+    from (``meta["directories"]``, kept relative to its sidecar) and its files in none of them
+    (:func:`built_from`). Its files alone would rebuild a directory's index as one of a file list,
+    which a shard added to the directory later no longer makes stale: its records left out, unsaid."""
+    meta = index.meta or {}
+    rels = meta.get("directories", [meta["directory"]] if "directory" in meta else [])
+    dirs = [os.path.abspath(d) for d in beside(os.path.dirname(index.sidecar), rels)] if index.sidecar else []
+    return built_from(dirs, [os.fspath(p) for p in index.paths])
+
+
+def rebuild_command(index) -> str:
+    """The ``lirs index`` command that rebuilds ``index`` from its inputs (:func:`rebuild_inputs`)."""
+    return reindex_command(rebuild_inputs(index), index.sidecar, index)
+
+
+def rebuild_advice(index, full: bool = False) -> str:
+    """"re-run `COMMAND`" rebuilding ``index`` from its inputs (:func:`rebuild_inputs`, :func:`reindex_advice`);
+    ``full``: with ``--full``."""
+    return reindex_advice(rebuild_inputs(index), index.sidecar, index, full)
+
+
+def reindex_advice(paths, sidecar: str | None, index=None, full: bool = False) -> str:
+    """"re-run `COMMAND`" (:func:`reindex_command`; ``full``: with ``--full``), and where the
+    sidecar's directory is read-only, that the index built elsewhere is then passed as the source."""
+    advice = f"re-run `{reindex_command(paths, sidecar, index, full)}`"
     if _read_only(sidecar):
         advice += f" in a directory you can write ({os.path.dirname(sidecar)} is read-only), then pass that .lirs file as the source"
     return advice
@@ -237,7 +263,7 @@ def check_label_files(index, full: bool = False) -> None:
         if os.path.exists(path) and not os.path.isfile(path):  # a FIFO's open (to compare it) would block
             raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing (it is not a "
                                   "regular file now: a FIFO, device, socket or directory); the index serves the old "
-                                  f"ones: {reindex_advice(index.paths, index.sidecar, index)}")
+                                  f"ones: {rebuild_advice(index)}")
         why = staleness(path, e["fingerprint"], None)[0]
         if why is None and not full:
             continue
@@ -252,7 +278,7 @@ def check_label_files(index, full: bool = False) -> None:
         why = "it is gone" if why == "the data file is missing" else f"{why}; {diff}".replace(
             "its modification time", "its mtime")
         raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
-                              f"serves the old ones: {reindex_advice(index.paths, index.sidecar, index)}")
+                              f"serves the old ones: {rebuild_advice(index)}")
     if moved and index.sidecar:
         from .verified import record_labels
 
@@ -273,7 +299,7 @@ def _no_new_labels(index) -> None:
         new = next((c for c in labels_candidates(p) if os.path.exists(c)), None)
         if new is not None:
             raise StaleIndexError(f"{new}: a labels file for {p} appeared since indexing; the index serves no labels: "
-                                  f"{reindex_advice(index.paths, index.sidecar, index)}")
+                                  f"{rebuild_advice(index)}")
 
 
 def _label_difference(index, f: int, path: str) -> str | None:
@@ -338,9 +364,12 @@ def check_no_new_files(idx, path: str) -> None:
     if new:
         where = dirs[0] if len(dirs) == 1 else ", ".join(dirs)
         names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]
-        if subset and not _indexes_as_one(dirs[-1], idx):  # advising `lirs index DIR` led to its refusal
+        refused = None if subset else next(((d, why) for d in dirs if (why := _refusal(d, idx))), None)
+        if subset and _refusal(dirs[-1], idx):  # advising `lirs index DIR` led to its refusal
             how = (f"they are not {idx.format} data like the files it names, so `lirs index {shell_word(dirs[-1])}` "
                    f"would refuse them: open {idx.sidecar} itself to read only the files it names")
+        elif refused:  # (an extensionless shard, a README added to .svm shards): its refusal says what works
+            how = f"lirs index would refuse {refused[0]} as it is now: {refused[1]}"
         else:
             how = (f"{reindex_advice([dirs[-1]], idx.sidecar, idx)} to index them all, or open {idx.sidecar} itself "
                    "to read only the files it names" if subset else
@@ -350,11 +379,48 @@ def check_no_new_files(idx, path: str) -> None:
                               f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}; {how}")
 
 
-def _indexes_as_one(d: str, idx) -> bool:
-    """Whether `lirs index d`, with the format options ``idx`` was built with, reads every data file
-    of the directory ``d`` as ``idx``'s format (TFDS shards beside their dataset_info.json: no)."""
+def _refusal(d: str, idx) -> str | None:
+    """None where `lirs index d`, with the format options ``idx`` was built with, reads every data
+    file of the directory ``d`` as ``idx``'s format; else why not: its refusal (files of several
+    formats, a file without the shards' extension, one unreadable), or the format it would find
+    (TFDS shards beside their dataset_info.json)."""
     rs = idx.record_size if idx.format == "fixed" else None
     try:
-        return resolve_format(expand_paths(d), idx.meta.get("format_given") or "auto", rs)[0] == idx.format
-    except (LirsError, OSError):  # files of several formats, a stray, one unreadable: refused as well
-        return False
+        fmt = resolve_format(expand_paths(d), idx.meta.get("format_given") or "auto", rs)[0]
+    except (LirsError, OSError) as e:
+        return str(e)
+    return None if fmt == idx.format else f"it would read them as {fmt} data, not {idx.format}"
+
+
+def data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bool = False) -> list[str]:
+    """The data files of a sidecar: its relative paths resolved against its own directory, never
+    the absolute paths it was built with (those may name another machine's or another copy's
+    files). ``opened_as``: the data path the caller named, which the sidecar must index."""
+    base = os.path.dirname(sidecar)
+    paths = beside(base, [fi["relpath"] for fi in header["files"]])
+    if opened_as is not None:
+        # compared through symlinks: the data may be named by a link to it; a directory's files are
+        # the names in it, whose own links may lead out of it
+        want = os.path.realpath(opened_as)
+        inside = ([os.path.realpath(p) for p in paths] == [want]) if not os.path.isdir(want) else all(
+            os.path.realpath(os.path.dirname(p)) == want for p in paths)
+        if not inside:
+            raise IndexFormatError(
+                f"{sidecar} indexes {first_few(paths)}, not {want}; "
+                f"re-run `lirs index {shell_word(opened_as)}`")
+    dirs = sorted({os.path.realpath(d) for d in beside(base, header.get("meta", {}).get("directories", []))})
+    for p, fi in zip(paths, header["files"]):
+        if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
+            if os.path.realpath(os.path.dirname(p)) in dirs:  # a file removed from a directory indexed whole
+                raise StaleIndexError(f"{p} was removed from {os.path.dirname(p)} after it was indexed; "
+                                      f"{reindex_advice(built_from(dirs, paths), sidecar)}")
+            left = [q for q in paths if os.path.exists(q)]
+            if left:  # its other files are where it says: not a sidecar moved from its data, but a file removed
+                raise StaleIndexError(f"{p} was removed since indexing; {reindex_advice(built_from(dirs, left), sidecar)} "
+                                      "to index the files that remain")
+            built = "" if fi["path"] == p else f" (the index was built for {fi['path']})"
+            raise IndexFormatError(
+                f"{sidecar} indexes {p}, which does not exist{built}; "
+                f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "
+                f"on the data you want to read")
+    return paths

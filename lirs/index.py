@@ -26,16 +26,14 @@ from typing import Sequence
 import numpy as np
 
 from .constants import FORMATS, VARIABLE_FORMATS  # noqa: F401 - re-exported
-from .dirfiles import first_few
-from .shellwords import shell_word
 from .errors import IndexFormatError, StaleIndexError, UsageError
 from .inputs import absolute
 from .labelcodes import encode_labels
 from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
-from .freshness import built_from, check_label_files, check_no_new_files, fingerprint, layout_crc, reindex_advice, reindex_command, staleness
-from .relpaths import beside, relpath
+from .freshness import check_label_files, check_no_new_files, data_paths, fingerprint, layout_crc, rebuild_advice, reindex_command, staleness
+from .relpaths import relpath
 from .sidecar import SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, sidecar_path, verify_arrays
 from . import verified
 
@@ -295,8 +293,12 @@ class Index:
         for f, (p, fp, trusted) in enumerate(zip(self.paths, self.fingerprints, verified.trusted_mtimes(self))):
             why, mtime, now = staleness(p, fp, self.file_sums(f), trusted, full)
             if why:
-                raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; "
-                                      f"{reindex_advice(self.paths, self.sidecar, self)}")
+                # found only by reading it whole (size, mtime and sampled blocks as indexed): an
+                # incremental `lirs index` trusts those and would keep its old records
+                hidden = full and staleness(p, fp, None)[0] is None
+                raise StaleIndexError(f"index {self.sidecar or ''} is stale for {p}: {why}; {rebuild_advice(self, hidden)}"
+                                      + (" (--full: its size, modification time and sampled blocks are as indexed, "
+                                         "which `lirs index` alone trusts)" if hidden else ""))
             moved.update({} if mtime is None else {f: mtime})
             seen.append((int(fp["size"]), now))
         if moved and record and self.sidecar:
@@ -404,7 +406,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         bad = verify_arrays(sidecar, header, arrays)
         if bad:
             raise IndexFormatError("; ".join(bad))
-    paths = _data_paths(sidecar, header, None if named else path, missing_ok)
+    paths = data_paths(sidecar, header, None if named else path, missing_ok)
     fps = [fi["fingerprint"] for fi in header["files"]]
     fmt = header["format"]
     rd = header.get("record_dtype")
@@ -457,35 +459,6 @@ def _check_offsets(idx: Index) -> None:
         raise IndexFormatError(f"{where}: record {bad} (of {idx.paths[f]}) starts at an impossible byte "
                                f"({int(t[bad])}; its file's records end at {int(idx.data_ends[f])}); check it "
                                "with `lirs index --check`, re-run `lirs index`")
-
-
-def _data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bool = False) -> list[str]:
-    """The data files of a sidecar: its relative paths resolved against its own directory, never
-    the absolute paths it was built with (those may name another machine's or another copy's
-    files). ``opened_as``: the data path the caller named, which the sidecar must index."""
-    base = os.path.dirname(sidecar)
-    paths = beside(base, [fi["relpath"] for fi in header["files"]])
-    if opened_as is not None:
-        # compared through symlinks: the data may be named by a link to it; a directory's files are
-        # the names in it, whose own links may lead out of it
-        want = os.path.realpath(opened_as)
-        inside = ([os.path.realpath(p) for p in paths] == [want]) if not os.path.isdir(want) else all(
-            os.path.realpath(os.path.dirname(p)) == want for p in paths)
-        if not inside:
-            raise IndexFormatError(
-                f"{sidecar} indexes {first_few(paths)}, not {want}; "
-                f"re-run `lirs index {shell_word(opened_as)}`")
-    dirs = sorted({os.path.realpath(d) for d in beside(base, header.get("meta", {}).get("directories", []))})
-    for p, fi in zip(paths, header["files"]):
-        if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
-            if os.path.realpath(os.path.dirname(p)) in dirs:  # a file removed from a directory indexed whole
-                raise StaleIndexError(f"{p} was removed from {os.path.dirname(p)} after it was indexed; "
-                                      f"{reindex_advice(built_from(dirs, paths), sidecar)}")
-            raise IndexFormatError(
-                f"{sidecar} indexes {p}, which does not exist (the index was built for {fi['path']}); "
-                f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "
-                f"on the data you want to read")
-    return paths
 
 
 def revalidate(path: str) -> Index:

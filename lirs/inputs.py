@@ -95,8 +95,7 @@ def expand_paths(paths, name: str = "paths", strays: bool = True) -> list[str]:
     ``*.labels.npy`` label files are not data; nor is a directory's empty file, which holds no
     records (a shard a writer left empty, Spark's ``_SUCCESS``): once it holds some, it is a file
     the index does not cover. A directory whose files are named by a known extension must hold no
-    other (:func:`refuse_strays`; ``strays=False``: listed, as a check for files an index misses does).
-    """
+    other (:func:`refuse_strays`; ``strays=False``: listed, as a check for files an index misses does)."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     if not paths:  # else each caller failed its own way once at work (StopIteration, max() of nothing)
         raise UsageError(f"no data files given: {name} is an empty list; expected a data file, a directory or a list of them")
@@ -307,9 +306,11 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
     Raises UsageError for an unknown format, DataError when the files disagree."""
     if format not in ("auto",) + FORMATS:
         raise UsageError(f"unknown format {format!r}; expected auto, {', '.join(FORMATS)}")
+    sized = [p for p in files if os.path.getsize(p)]  # an empty file among others: zero records, its format theirs
+    if not sized:  # (a directory's empty files are no data; directory_files refuses a directory of none else)
+        raise DataError(f"{files[0]}: empty file (0 bytes){'' if len(files) == 1 else ', as is every file given'}; nothing to index")
     if format != "auto":
-        # an explicit text or TFRecord format still refuses a compressed file (raw fixed records
-        # may begin with any bytes: their files' names alone are looked at)
+        # an explicit text or TFRecord format still refuses a compressed file (raw fixed records: by name alone)
         for p in files:
             kind = compressed(p, _head(p) if format in ("libsvm", "lines", "tfrecord") else b"")
             if kind is not None:
@@ -324,7 +325,7 @@ def resolve_format(files, format: str = "auto", record_size=None) -> tuple[str, 
             raise UsageError(f"{npy} is .npy data, whose rows are its records: drop --record-size (or pass "
                              "--format fixed to read the file's bytes as raw records, header included)")
         return "fixed", f"--record-size {record_size}"
-    found = {p: format_reason(p) for p in files}
+    found = {p: format_reason(p) for p in sized}  # an empty file's format is the others
     kinds = {k for k, _ in found.values()}
     if len(kinds) > 1:  # each format with its count and first files: the odd one out is named
         by = {k: [p for p, (k2, _) in found.items() if k2 == k] for k in sorted(kinds)}
@@ -380,8 +381,7 @@ def read_chunks(path: str, start: int, end: int, chunk: int, *, direct: bool = F
     it, the file is not held in memory (tmpfs, ramfs: :func:`lirs.mounts.held_in_memory`; there a
     direct read is a copy of the same memory, as a page-cache one is) and the range is not in the
     page cache already (:func:`cached`), else (some FUSE mounts and overlays, said once per
-    filesystem) through the page cache.
-    """
+    filesystem) through the page cache."""
     tap = SUM_TAPS.get(path)
     engine = None
     if direct and end > start and held_in_memory([path]) is None and not cached(path, end, start=start):

@@ -37,7 +37,7 @@ from .buffers import BufferPool
 from .constants import BLOCK, COPY_ALIGN, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
 from .cores import usable_cores
 from .engines import open_indexed
-from .freshness import reindex_command
+from .freshness import rebuild_command
 from .kernels import io as KI
 from . import memory
 from .errors import TransformError
@@ -62,7 +62,7 @@ class Pipeline:
                  cores: int | None = None):
         self.warm = warm if warm is not None else Warmup()
         self.warm.wait("read")  # the engine on the index's files, each as its open found it (StaleIndexError)
-        self.engine = open_indexed(list(index.paths), index.checked, reindex_command(index.paths, index.sidecar, index),
+        self.engine = open_indexed(list(index.paths), index.checked, rebuild_command(index),
                                    engine, direct=direct, depth=depth)
         self.workers = int(workers)
         # the first ``primary`` threads run steps whenever there are some; the others only while

@@ -261,9 +261,9 @@ class VarScanner:
         boundaries below ``next_mark`` already kept."""
         self._path = path
         self._line_base = 0 if skip_to == 0 else None
+        # an empty file among several holds no records, as a comment-only one and a directory's
+        # empty shard do (a dataset of nothing but empty files: refused by expand_paths)
         size = self._size = os.path.getsize(path)
-        if size == 0:
-            raise DataError(f"{path}: empty file (0 bytes); nothing to index")
         if mark is None:
             self.stats[:2] = (np.iinfo(np.int64).max, -1)
             self._n0, self._qid0, self._next_mark = self.n, self.qid_count, 1
