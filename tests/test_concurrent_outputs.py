@@ -291,3 +291,22 @@ def test_direct_probe_file_carries_the_mark_the_crash_cleaner_takes(tmp_path, mo
     base.probe_direct_write(str(tmp_path))
     assert len(spy.seen) == 1 and _is_litter(spy.seen[0]), spy.seen
     assert os.listdir(tmp_path) == []
+
+
+def test_direct_probe_never_follows_a_link_at_its_name(tmp_path):
+    """The probe's name is known in advance (PID and thread id): a symlink planted there had its
+    target truncated and overwritten with the aligned test block; the probe now makes a file of
+    its own (O_EXCL, O_NOFOLLOW), removing the link, never its target."""
+    import threading as th
+
+    from lirs.constants import TEMP_MARK
+    from lirs.engines import base
+
+    target = tmp_path / "precious"
+    target.write_bytes(b"precious data\n")
+    d = tmp_path / "out"
+    d.mkdir()
+    os.symlink(target, d / f".lirs-direct{TEMP_MARK}{os.getpid()}-{th.get_native_id()}")
+    base.probe_direct_write(str(d))
+    assert target.read_bytes() == b"precious data\n"
+    assert os.listdir(d) == []

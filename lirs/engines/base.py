@@ -141,8 +141,15 @@ def probe_direct_write(dirpath: str) -> str | None:
     # is removed by the next run's crash cleaner (lirs.litter.clean_dead_litter), which a random
     # name escaped (litter itself is not imported: it imports what imports the engines)
     probe = os.path.join(dirpath, f".lirs-direct{TEMP_MARK}{os.getpid()}-{threading.get_native_id()}")
+    # a new file of its own: a name known in advance is never followed (a planted link, whose target
+    # the aligned write would overwrite) nor reused; what is there is a leftover or a link, removed
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fd = os.open(probe, flags, 0o600)
+        except FileExistsError:
+            os.unlink(probe)
+            fd = os.open(probe, flags, 0o600)
     except OSError as e:
         return f"cannot create a file in {dirpath} ({os.strerror(e.errno)})"
     try:
