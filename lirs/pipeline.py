@@ -203,11 +203,15 @@ class Pipeline:
         self.active.add(out)
         out.add_done_callback(self.active.discard)
         left, lock = [max(len(futures), 1)], threading.Lock()
+        # ``fn`` let go once run or cancelled: the futures keep their callbacks, and ``fn`` (the
+        # batch's finish) holds its parts' futures, the step, plan and index: a cycle for the gc
+        task = [fn]
+        out.add_done_callback(lambda _: task.clear())
 
         def run():
             if out.set_running_or_notify_cancel():
                 try:
-                    out.set_result(fn())
+                    out.set_result(task[0]())
                 except BaseException as e:  # noqa: BLE001 - delivered to the consumer
                     out.set_exception(e)
 
