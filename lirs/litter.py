@@ -181,26 +181,50 @@ def fsync_dir(d: str) -> None:
 @contextmanager
 def publishing(path: str):
     """Held while the files of the output ``path`` (its data, labels, sidecar: or a staged
-    directory) are renamed into place: an exclusive ``flock`` on the directory ``path`` is in, so
-    that two runs writing one output publish one after the other and the last one's files win
-    together (else one run's data could end beside the other's labels, both exiting 0). The lock is
-    taken on the directory itself, opened read-only, so no lock file is left behind; it waits for a
-    run publishing there. Where the filesystem refuses ``flock`` on it (some network filesystems),
-    nothing is held: the renames go on as before."""
+    directory) are renamed into place: an exclusive ``flock`` on ``.NAME.lirs-publish`` beside it,
+    so that two runs writing one output publish one after the other and the last one's files win
+    together (else one run's data could end beside the other's labels, both exiting 0). A lock file
+    of its own, not the directory: a job wrapped in ``flock DIR`` would wait for itself. The holder
+    removes it before letting go; a waiter that then finds its file gone or replaced takes the
+    lock again on the new one. Where it cannot be made or the filesystem refuses ``flock`` (some
+    network filesystems), nothing is held: the renames go on as before."""
+    head, name = os.path.split(absolute(path).rstrip(os.sep))
+    lock = os.path.join(head, f".{name}.lirs-publish")
+    fd = _lock_publish(lock, path)
     try:
-        fd = os.open(os.path.dirname(absolute(path)) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        fd = None
-    try:
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:  # EBADF, ENOLCK, EOPNOTSUPP: no lock here, not an error of the output
-                pass
         yield
     finally:
         if fd is not None:
-            os.close(fd)  # the lock goes with it
+            remove_quietly(lock)  # before letting go: a waiter sees its file gone and takes a new one
+            os.close(fd)
+
+
+def _lock_publish(lock: str, path: str):
+    """A descriptor of ``lock`` holding its exclusive ``flock`` while ``lock`` still names that file,
+    or None where none can be had; waits, saying so once, for another run publishing ``path``."""
+    said = False
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not said:
+                    log.warning("waiting for another run publishing %s (it holds %s)", path, lock)
+                    said = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            held, now = os.fstat(fd), os.stat(lock, follow_symlinks=False)
+            if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+                return fd
+        except FileNotFoundError:
+            pass  # removed by the run that held it: lock the next one
+        except OSError:  # ENOLCK, EOPNOTSUPP: no lock here, not an error of the output
+            os.close(fd)
+            return None
+        os.close(fd)
 
 
 def pid_alive(pid: int) -> bool:

@@ -310,3 +310,38 @@ def test_direct_probe_never_follows_a_link_at_its_name(tmp_path):
     base.probe_direct_write(str(d))
     assert target.read_bytes() == b"precious data\n"
     assert os.listdir(d) == []
+
+
+def test_a_publish_inside_a_job_holding_its_directory_s_flock_goes_on(tmp_path):
+    """`flock OUTDIR lirs shuffle … -o OUTDIR/s.svm` (a job serialised on its directory) hung
+    forever at its publish, which locked the directory; the publish locks a file of its own,
+    removed once it is done, and a second publish of one output waits for the first."""
+    import fcntl
+
+    from lirs.litter import publishing
+
+    held = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    out = str(tmp_path / "s.svm")
+    second_done, order, finished = threading.Event(), [], threading.Event()
+
+    def second():
+        with publishing(out):
+            order.append("second")
+        second_done.set()
+
+    def first():  # on a thread of its own: the old lock never returned
+        with publishing(out):
+            t = threading.Thread(target=second, daemon=True)
+            t.start()
+            order.append("first" if not second_done.wait(0.3) else "second ran inside the first")
+        second_done.wait(10)
+        finished.set()
+
+    try:
+        threading.Thread(target=first, daemon=True).start()
+        assert finished.wait(10), "a publish waited for its directory's flock"
+    finally:
+        os.close(held)
+    assert order == ["first", "second"]
+    assert os.listdir(tmp_path) == []  # no lock file left behind
