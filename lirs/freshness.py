@@ -356,11 +356,11 @@ def check_no_new_files(idx, path: str) -> None:
     subset = os.path.isdir(path) and os.path.realpath(path) not in {os.path.realpath(d) for d in dirs}
     if subset:
         dirs.append(absolute(path))
-    known = {os.path.abspath(p) for p in idx.paths}
+    known = {_entry(p) for p in idx.paths}
     # less the stray rule: a DIR.lirs built from the shards its error named, or a README added
     # after the index, is a file the index does not cover
     new = [os.path.relpath(p, os.path.dirname(d)) for d in dirs
-           for p in sorted(set(expand_paths(d, strays=False)) - known)]
+           for p in sorted(expand_paths(d, strays=False)) if _entry(p) not in known]
     if new:
         where = dirs[0] if len(dirs) == 1 else ", ".join(dirs)
         names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]
@@ -377,6 +377,14 @@ def check_no_new_files(idx, path: str) -> None:
         raise StaleIndexError(f"{where} holds files its index {idx.sidecar}{', built from a list of files,' if subset else ''}"
                               f" does not cover: {', '.join(names[:3])}"
                               f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}; {how}")
+
+
+def _entry(p: str) -> tuple[str, str]:
+    """The file ``p`` names, as its real directory and its own name: the same file listed through a
+    symlinked directory (proj/data -> store) and kept through the link's target compares equal,
+    where a second link to a file in the same directory is still a file of its own."""
+    p = os.path.abspath(p)
+    return os.path.realpath(os.path.dirname(p)), os.path.basename(p)
 
 
 def _refusal(d: str, idx) -> str | None:

@@ -1640,7 +1640,7 @@ def test_a_project_moved_whole_with_its_symlinked_data_directory_still_opens(tmp
     _serves_all(str(tmp_path / "disk2" / "proj" / "idx" / "train.lirs"))
 
 
-@pytest.mark.parametrize("out", ["proj/idx/train.lirs"])
+@pytest.mark.parametrize("out", ["proj/idx/train.lirs", "linked_idx/train.lirs"])
 def test_a_symlinked_data_directory_indexed_into_another_directory_covers_its_files(tmp_path, monkeypatch, capsys, out):
     """``lirs index proj/data -o proj/idx/train.lirs`` with proj/data -> store (or with the sidecar's
     own directory a symlink) wrote, then exited 1, and every open refused the index: "proj/data holds
