@@ -419,14 +419,20 @@ def data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bo
     dirs = sorted({os.path.realpath(d) for d in beside(base, header.get("meta", {}).get("directories", []))})
     for p, fi in zip(paths, header["files"]):
         if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
-            if os.path.realpath(os.path.dirname(p)) in dirs:  # a file removed from a directory indexed whole
+            whole = os.path.realpath(os.path.dirname(p)) in dirs
+            # a file removed from a directory indexed whole; where the directory itself is missing,
+            # the sidecar was moved from it (or it renamed): `lirs index` of it would fail
+            if whole and os.path.isdir(os.path.dirname(p)):
                 raise StaleIndexError(f"{p} was removed from {os.path.dirname(p)} after it was indexed; "
                                       f"{reindex_advice(built_from(dirs, paths), sidecar)}")
             left = [q for q in paths if os.path.exists(q)]
             if left:  # its other files are where it says: not a sidecar moved from its data, but a file removed
-                raise StaleIndexError(f"{p} was removed since indexing; {reindex_advice(built_from(dirs, left), sidecar)} "
+                raise StaleIndexError(f"{p} was removed since indexing; {reindex_advice(built_from([d for d in dirs if os.path.isdir(d)], left), sidecar)} "
                                       "to index the files that remain")
             built = "" if fi["path"] == p else f" (the index was built for {fi['path']})"
+            if whole:  # the directory is what was indexed, and what is missing
+                was = os.path.dirname(fi["path"])
+                p, built = os.path.dirname(p), "" if was == os.path.dirname(p) else f" (the index was built for the directory {was})"
             raise IndexFormatError(
                 f"{sidecar} indexes {p}, which does not exist{built}; "
                 f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "
