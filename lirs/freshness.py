@@ -17,7 +17,7 @@ import numpy as np
 
 from .constants import BLOCK
 from .shellwords import glob_words, listed_words, shell_word
-from .dirfiles import first_few
+from .dirfiles import first_few, refuse_broken_link
 from .errors import IndexFormatError, LirsError, StaleIndexError
 from .inputs import absolute, expand_paths, extension_format, labels_candidates, resolve_format
 from .preads import pread_full
@@ -419,6 +419,8 @@ def data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bo
     dirs = sorted({os.path.realpath(d) for d in beside(base, header.get("meta", {}).get("directories", []))})
     for p, fi in zip(paths, header["files"]):
         if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
+            if os.path.lexists(p):  # a link whose target is gone (a store not mounted): not a file removed
+                refuse_broken_link(p)
             whole = os.path.realpath(os.path.dirname(p)) in dirs
             # a file removed from a directory indexed whole; where the directory itself is missing,
             # the sidecar was moved from it (or it renamed): `lirs index` of it would fail

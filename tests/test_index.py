@@ -1659,3 +1659,22 @@ def test_a_symlinked_data_directory_indexed_into_another_directory_covers_its_fi
     assert cli_main(["index", "proj/data", "-o", out, "--quiet"]) == 0, capsys.readouterr().err
     assert cli_main(["info", out]) == 0, capsys.readouterr().err
     assert lirs.open_index(out).n == 100
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_an_indexed_shard_whose_link_target_is_unmounted_is_named_as_a_dangling_link(tmp_path, whole):
+    """Shards that are symlinks into a store, the store not mounted at open: the error said the shard
+    "was removed from shards after it was indexed; re-run `lirs index shards`" (one file: "which does
+    not exist; move it back"). It names the link and its target, as `lirs index` does."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "shards").mkdir()
+    for k in range(2):
+        (tmp_path / "store" / f"part-{k}.svm").write_bytes(b"".join(b"1 1:%d\n" % (i + 1) for i in range(50)))
+        os.symlink(tmp_path / "store" / f"part-{k}.svm", tmp_path / "shards" / f"part-{k}.svm")
+    target = str(tmp_path / "shards") if whole else str(tmp_path / "shards" / "part-0.svm")
+    lirs.build_index(target, progress=False)
+    os.rename(tmp_path / "store", tmp_path / "store_unmounted")
+    link = tmp_path / "shards" / "part-0.svm"
+    with pytest.raises(DataError, match=rf"{re.escape(str(link))}: a symlink to {re.escape(str(tmp_path / 'store' / 'part-0.svm'))}, "
+                       r"which does not exist; .*mount or restore it"):
+        lirs.open_index(target)
