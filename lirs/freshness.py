@@ -17,7 +17,7 @@ import numpy as np
 
 from .constants import BLOCK
 from .shellwords import glob_words, listed_words, shell_word
-from .dirfiles import first_few
+from .dirfiles import first_few, refuse_broken_link
 from .errors import IndexFormatError, LirsError, StaleIndexError
 from .inputs import absolute, expand_paths, extension_format, labels_candidates, resolve_format
 from .preads import pread_full
@@ -356,11 +356,11 @@ def check_no_new_files(idx, path: str) -> None:
     subset = os.path.isdir(path) and os.path.realpath(path) not in {os.path.realpath(d) for d in dirs}
     if subset:
         dirs.append(absolute(path))
-    known = {os.path.abspath(p) for p in idx.paths}
+    known = {_entry(p) for p in idx.paths}
     # less the stray rule: a DIR.lirs built from the shards its error named, or a README added
     # after the index, is a file the index does not cover
     new = [os.path.relpath(p, os.path.dirname(d)) for d in dirs
-           for p in sorted(set(expand_paths(d, strays=False)) - known)]
+           for p in sorted(expand_paths(d, strays=False)) if _entry(p) not in known]
     if new:
         where = dirs[0] if len(dirs) == 1 else ", ".join(dirs)
         names = [os.path.basename(n) if len(dirs) == 1 else n for n in new]
@@ -377,6 +377,14 @@ def check_no_new_files(idx, path: str) -> None:
         raise StaleIndexError(f"{where} holds files its index {idx.sidecar}{', built from a list of files,' if subset else ''}"
                               f" does not cover: {', '.join(names[:3])}"
                               f"{f' and {len(names) - 3} more' if len(names) > 3 else ''}; {how}")
+
+
+def _entry(p: str) -> tuple[str, str]:
+    """The file ``p`` names, as its real directory and its own name: the same file listed through a
+    symlinked directory (proj/data -> store) and kept through the link's target compares equal,
+    where a second link to a file in the same directory is still a file of its own."""
+    p = os.path.abspath(p)
+    return os.path.realpath(os.path.dirname(p)), os.path.basename(p)
 
 
 def _refusal(d: str, idx) -> str | None:
@@ -411,14 +419,22 @@ def data_paths(sidecar: str, header: dict, opened_as: str | None, missing_ok: bo
     dirs = sorted({os.path.realpath(d) for d in beside(base, header.get("meta", {}).get("directories", []))})
     for p, fi in zip(paths, header["files"]):
         if not os.path.exists(p) and not missing_ok:  # (missing_ok: an incremental index drops it)
-            if os.path.realpath(os.path.dirname(p)) in dirs:  # a file removed from a directory indexed whole
+            if os.path.lexists(p):  # a link whose target is gone (a store not mounted): not a file removed
+                refuse_broken_link(p)
+            whole = os.path.realpath(os.path.dirname(p)) in dirs
+            # a file removed from a directory indexed whole; where the directory itself is missing,
+            # the sidecar was moved from it (or it renamed): `lirs index` of it would fail
+            if whole and os.path.isdir(os.path.dirname(p)):
                 raise StaleIndexError(f"{p} was removed from {os.path.dirname(p)} after it was indexed; "
                                       f"{reindex_advice(built_from(dirs, paths), sidecar)}")
             left = [q for q in paths if os.path.exists(q)]
             if left:  # its other files are where it says: not a sidecar moved from its data, but a file removed
-                raise StaleIndexError(f"{p} was removed since indexing; {reindex_advice(built_from(dirs, left), sidecar)} "
+                raise StaleIndexError(f"{p} was removed since indexing; {reindex_advice(built_from([d for d in dirs if os.path.isdir(d)], left), sidecar)} "
                                       "to index the files that remain")
             built = "" if fi["path"] == p else f" (the index was built for {fi['path']})"
+            if whole:  # the directory is what was indexed, and what is missing
+                was = os.path.dirname(fi["path"])
+                p, built = os.path.dirname(p), "" if was == os.path.dirname(p) else f" (the index was built for the directory {was})"
             raise IndexFormatError(
                 f"{sidecar} indexes {p}, which does not exist{built}; "
                 f"a sidecar serves only the files beside it: move it back with its data or run `lirs index` "

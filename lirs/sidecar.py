@@ -417,7 +417,8 @@ def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int |
     descriptor, and nothing is written (None returned) where the sidecar is not the one whose header
     has CRC ``header_crc`` or was renamed over while copied: another process rebuilt the index, and
     an old header over its arrays would corrupt it. Raises OSError where the directory cannot be
-    written (a read-only mount) or the sidecar is another user's. A symlinked sidecar's target is
+    written (a read-only mount), the sidecar is another user's, or its group is one the new file
+    cannot be given (its group's readers would lose it): nothing is replaced then. A symlinked sidecar's target is
     rewritten (the rename would put a file in the link's place, leaving the target stale)."""
     sidecar = os.path.realpath(sidecar)
     with open(sidecar, "rb") as f:
@@ -431,6 +432,12 @@ def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int |
         out, tmp, held = open_locked(sidecar)  # released once renamed (or removed): see SidecarWriter
         try:
             with out:
+                if os.fstat(out.fileno()).st_gid != st.st_gid:  # its group keeps reading it (not our group)
+                    try:
+                        os.fchown(out.fileno(), -1, st.st_gid)
+                    except PermissionError:  # a group we are not in: the caller records elsewhere
+                        raise PermissionError(errno.EPERM, f"its group ({st.st_gid}) cannot be kept on a rewritten "
+                                              "copy (not one of ours)", sidecar) from None
                 os.fchmod(out.fileno(), stat.S_IMODE(st.st_mode))  # as readable as it was (not our umask's)
                 f.seek(0)
                 left = hoff

@@ -1599,3 +1599,82 @@ def test_a_sidecar_written_through_a_symlinked_directory_by_an_older_lirs_still_
     assert read_header("link/a.lirs")[0]["files"][0]["relpath"] == os.path.join("..", "data", "a.svm")
     assert lirs.open_index("link/a.lirs").paths == (str(tmp_path / "data" / "a.svm"),)
     _serves_all("link/a.lirs")
+
+
+def _versioned_tree(tmp_path):
+    """ds_v1/train.svm (labels +1), ds_v2/train.svm (labels -1), proj/idx and proj/data -> ds_v1
+    (absolute), with proj/idx/train.lirs built for proj/data/train.svm."""
+    for v, label in (("ds_v1", 1), ("ds_v2", -1)):
+        (tmp_path / v).mkdir()
+        (tmp_path / v / "train.svm").write_bytes(b"".join(b"%d 1:%d\n" % (label, i + 1) for i in range(100)))
+    (tmp_path / "proj" / "idx").mkdir(parents=True)
+    os.symlink(tmp_path / "ds_v1", tmp_path / "proj" / "data")
+    return lirs.build_index(str(tmp_path / "proj" / "data" / "train.svm"),
+                            out=str(tmp_path / "proj" / "idx" / "train.lirs"), progress=False)
+
+
+def test_a_sidecar_keeps_the_symlinked_data_directory_it_was_built_through(tmp_path):
+    """proj/data -> ds_v1, indexed with -o proj/idx/train.lirs: the sidecar kept ../../ds_v1/train.svm
+    (the link's name lost), so with proj/data switched to ds_v2 the Loader went on serving v1's
+    records, unsaid. It keeps ../data/train.svm: the switched link's data is read (here refused as
+    stale, its size having changed)."""
+    from lirs.sidecar import read_header
+
+    _versioned_tree(tmp_path)
+    side = str(tmp_path / "proj" / "idx" / "train.lirs")
+    assert read_header(side)[0]["files"][0]["relpath"] == os.path.join("..", "data", "train.svm")
+    os.unlink(tmp_path / "proj" / "data")
+    os.symlink(tmp_path / "ds_v2", tmp_path / "proj" / "data")
+    with pytest.raises(StaleIndexError, match="stale for"):
+        lirs.open_index(side)
+
+
+def test_a_project_moved_whole_with_its_symlinked_data_directory_still_opens(tmp_path):
+    """The same project moved (mv proj disk2/proj; its absolute link still valid) was refused: "indexes
+    .../disk2/ds_v1/train.svm, which does not exist". It opens, through the moved link."""
+    _versioned_tree(tmp_path)
+    (tmp_path / "disk2").mkdir()
+    os.rename(tmp_path / "proj", tmp_path / "disk2" / "proj")
+    idx = lirs.open_index(str(tmp_path / "disk2" / "proj" / "idx" / "train.lirs"))
+    assert idx.paths == (str(tmp_path / "disk2" / "proj" / "data" / "train.svm"),)
+    _serves_all(str(tmp_path / "disk2" / "proj" / "idx" / "train.lirs"))
+
+
+@pytest.mark.parametrize("out", ["proj/idx/train.lirs", "linked_idx/train.lirs"])
+def test_a_symlinked_data_directory_indexed_into_another_directory_covers_its_files(tmp_path, monkeypatch, capsys, out):
+    """``lirs index proj/data -o proj/idx/train.lirs`` with proj/data -> store (or with the sidecar's
+    own directory a symlink) wrote, then exited 1, and every open refused the index: "proj/data holds
+    files its index ... does not cover: part-0.svm, part-1.svm" (the files kept through the link's
+    target, the directory through the link), its advice repeating the failure. It opens."""
+    from lirs.cli import main as cli_main
+
+    (tmp_path / "store").mkdir()
+    for k in range(2):
+        (tmp_path / "store" / f"part-{k}.svm").write_bytes(b"".join(b"1 1:%d\n" % (i + 1) for i in range(50)))
+    (tmp_path / "proj" / "idx").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "deep").mkdir(parents=True)
+    os.symlink(tmp_path / "store", tmp_path / "proj" / "data")
+    os.symlink(tmp_path / "elsewhere" / "deep", tmp_path / "linked_idx")
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["index", "proj/data", "-o", out, "--quiet"]) == 0, capsys.readouterr().err
+    assert cli_main(["info", out]) == 0, capsys.readouterr().err
+    assert lirs.open_index(out).n == 100
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_an_indexed_shard_whose_link_target_is_unmounted_is_named_as_a_dangling_link(tmp_path, whole):
+    """Shards that are symlinks into a store, the store not mounted at open: the error said the shard
+    "was removed from shards after it was indexed; re-run `lirs index shards`" (one file: "which does
+    not exist; move it back"). It names the link and its target, as `lirs index` does."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "shards").mkdir()
+    for k in range(2):
+        (tmp_path / "store" / f"part-{k}.svm").write_bytes(b"".join(b"1 1:%d\n" % (i + 1) for i in range(50)))
+        os.symlink(tmp_path / "store" / f"part-{k}.svm", tmp_path / "shards" / f"part-{k}.svm")
+    target = str(tmp_path / "shards") if whole else str(tmp_path / "shards" / "part-0.svm")
+    lirs.build_index(target, progress=False)
+    os.rename(tmp_path / "store", tmp_path / "store_unmounted")
+    link = tmp_path / "shards" / "part-0.svm"
+    with pytest.raises(DataError, match=rf"{re.escape(str(link))}: a symlink to {re.escape(str(tmp_path / 'store' / 'part-0.svm'))}, "
+                       r"which does not exist; .*mount or restore it"):
+        lirs.open_index(target)

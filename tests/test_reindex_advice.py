@@ -200,3 +200,30 @@ def test_a_file_added_where_lirs_index_dir_would_refuse_the_directory_says_so(tm
                        rf"{re.escape(str(d))} as it is now: {stray}: not a \.svm file like the others .*move it out") as e:
         lirs.Loader(str(d), 64)
     assert "re-run" not in str(e.value)
+
+
+@pytest.mark.parametrize("move", ["sidecar", "directory"])
+def test_a_directory_s_sidecar_moved_from_it_is_a_moved_sidecar_not_a_removed_shard(tmp_path, move):
+    """a/shards.lirs moved to b/ (or a/shards renamed): the error said "b/shards/part-0.svm was removed
+    from b/shards after it was indexed; re-run `lirs index b/shards`", a directory that does not exist.
+    It says the sidecar indexes b/shards, which does not exist, built for a/shards: move it back."""
+    from lirs.errors import IndexFormatError
+
+    a = tmp_path / "a" / "shards"
+    a.mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    for k in range(2):
+        _svm(a / f"part-{k}.svm", 50, seed=k)
+    lirs.build_index(str(a), progress=False)
+    if move == "sidecar":
+        os.rename(tmp_path / "a" / "shards.lirs", tmp_path / "b" / "shards.lirs")
+        side, gone = tmp_path / "b" / "shards.lirs", tmp_path / "b" / "shards"
+    else:
+        os.rename(a, tmp_path / "a" / "renamed")
+        side, gone = tmp_path / "a" / "shards.lirs", a
+    with pytest.raises(IndexFormatError) as e:
+        lirs.open_index(str(side))
+    msg = str(e.value)
+    assert f"indexes {gone}, which does not exist" in msg, msg
+    assert (f"built for the directory {a}" in msg) == (move == "sidecar"), msg
+    assert "move it back" in msg and "was removed" not in msg, msg

@@ -684,6 +684,42 @@ def test_an_open_that_records_a_touch_keeps_the_sidecar_s_mode_and_owner(big, mo
     assert os.stat(sc).st_ino == before.st_ino and os.listdir(tmp_path / "cache" / "verified")
 
 
+def _another_group() -> int:
+    """A group the sidecar can be given other than ours (any, as root; else one we are in)."""
+    if os.geteuid() == 0:
+        return os.getegid() + 1 if os.getegid() < 65534 else 1
+    others = [g for g in os.getgroups() if g != os.getegid()]
+    if not others:
+        pytest.skip("in no group but our own: no other group to give a sidecar")
+    return others[0]
+
+
+def test_an_open_that_records_a_touch_keeps_the_sidecar_s_group(big, monkeypatch, tmp_path):
+    """Recording a verified touch rewrote a 640 sidecar of group G with the opener's own group: G's
+    other members could no longer read the index. The group is kept; where it cannot be (a group
+    the opener is not in), the sidecar is left as it is and the touch recorded in the cache."""
+    p, data, side = big
+    _restore(p, data, side)
+    sc = p + ".lirs"
+    gid = _another_group()
+    os.chown(sc, -1, gid)
+    os.chmod(sc, 0o640)
+    os.utime(p)
+    open_index(p)
+    after = os.stat(sc)
+    assert (after.st_gid, stat.S_IMODE(after.st_mode)) == (gid, 0o640)
+    assert open_index(p, check=False).fingerprints[0]["mtime_ns"] == os.stat(p).st_mtime_ns  # recorded there
+
+    def refused(fd, uid, g):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    os.utime(p)
+    monkeypatch.setattr(os, "fchown", refused)  # as for a group the opener is not in
+    open_index(p)
+    assert os.stat(sc).st_ino == after.st_ino and os.listdir(tmp_path / "cache" / "verified")
+    assert open_index(p).fingerprints[0]["mtime_ns"] != os.stat(p).st_mtime_ns  # the cache holds it
+
+
 def _many_files(tmp_path, n):
     """A directory of ``n`` one-record LIBSVM files, indexed."""
     d = tmp_path / "many"
