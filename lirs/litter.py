@@ -189,7 +189,7 @@ def publishing(path: str):
     lock again on the new one. Where it cannot be made or the filesystem refuses ``flock`` (some
     network filesystems), nothing is held: the renames go on as before."""
     head, name = os.path.split(absolute(path).rstrip(os.sep))
-    lock = os.path.join(head, f".{name}.lirs-publish")
+    lock = os.path.join(head, f".{_stem(name)}.lirs-publish")  # a long name cut as temporaries' are
     fd = _lock_publish(lock, path)
     try:
         yield

@@ -345,3 +345,15 @@ def test_a_publish_inside_a_job_holding_its_directory_s_flock_goes_on(tmp_path):
         os.close(held)
     assert order == ["first", "second"]
     assert os.listdir(tmp_path) == []  # no lock file left behind
+
+
+def test_an_output_named_near_the_name_limit_still_publishes_under_its_lock(tmp_path):
+    """The lock's name adds to the output's: one of 250 bytes made a name past NAME_MAX, and the
+    publish went on unlocked; a long name is cut as temporaries' names are."""
+    from lirs.litter import publishing
+
+    out = tmp_path / ("x" * 246 + ".svm")
+    with publishing(str(out)):
+        locks = [n for n in os.listdir(tmp_path) if n.endswith(".lirs-publish")]
+        assert len(locks) == 1 and len(os.fsencode(locks[0])) <= 255
+    assert os.listdir(tmp_path) == []
