@@ -6,6 +6,7 @@ named per process (with the mark the crash cleaner looks for). The interleavings
 threads and a module's ``os`` wrapped, as a second process would make them."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -136,6 +137,9 @@ def test_a_sharded_output_made_by_another_run_meanwhile_is_named(tmp_path):
 
     out = str(tmp_path / "outd")
     lay = Layout(out, str(tmp_path), 2, ".jsonl", 4, labels=False, index=False)
+    for sh in lay.shards:  # this run's parts, written
+        with open(sh.tmp, "w") as f:
+            f.write("this run's\n")
     os.mkdir(out)
     with open(os.path.join(out, "part-00000.jsonl"), "w") as f:
         f.write("the other run's\n")
@@ -357,3 +361,25 @@ def test_an_output_named_near_the_name_limit_still_publishes_under_its_lock(tmp_
         locks = [n for n in os.listdir(tmp_path) if n.endswith(".lirs-publish")]
         assert len(locks) == 1 and len(os.fsencode(locks[0])) <= 255
     assert os.listdir(tmp_path) == []
+
+
+def test_a_run_whose_output_another_run_replaced_just_after_its_publish_succeeds(tmp_path, monkeypatch):
+    """The run's statistics sized the output by its final name after the publish lock was let go:
+    another run's publish, removing the old output first, failed it with "no such file" (exit 1)
+    though its files had been published; the sizes are taken before."""
+    from lirs import litter
+    from lirs.external import outputs, shuffle
+
+    src, out = tmp_path / "x.npy", tmp_path / "out.npy"
+    np.save(src, np.arange(4000, dtype=np.float32).reshape(1000, 4))
+    real = litter.publishing
+
+    @contextlib.contextmanager
+    def then_another_run(path):
+        with real(path):
+            yield
+        os.unlink(out)  # the next run's publish: its old output goes first
+
+    monkeypatch.setattr(outputs, "publishing", then_another_run)
+    st = shuffle(str(src), str(out), memory="64M", seed=1)
+    assert st["records"] == 1000 and st["output_bytes"] == os.path.getsize(src)

@@ -320,7 +320,7 @@ def _stats(ds: Dataset, plan: MemoryPlan, res: _Result, *, shards, seed: int, in
     st = {
         "records": res.records,
         "bytes": int(ds.in_bytes),
-        "output_bytes": int(sum(os.path.getsize(s.final) for s in done)),
+        "output_bytes": int(sum(s.size for s in done)),
         "format": ds.fmt,
         "inputs": ds.files,
         "outputs": [s.final for s in done],

@@ -97,6 +97,8 @@ class Layout:
                 s.indexer = None  # after: a commit that failed is aborted (its temporary removed)
             elif index and not ds.text:
                 seal_sidecar(s, ds.fmt, ds.rs if ds.fmt == "fixed" else None, given)
+        for s in self.shards:  # sized here: once published, another run may replace it at once
+            s.size = os.path.getsize(s.tmp)
         # another run writing this output publishes before or after this one, never between
         # these renames: the last run's data, labels and sidecars are the ones left, together
         with publishing(self.out), signals_held():

@@ -34,6 +34,7 @@ class Shard:
     sidecar_tmp: str | None = None   # where the sidecar is written (sealed before the renames)
     indexer: TextIndexer | None = None  # waits for the data to be in place
     data_end: int = 0
+    size: int = 0            # the data file's bytes as written (taken before it is published)
 
 
 class BlockWriter:
