@@ -120,3 +120,19 @@ def plot_stopped_midway(tmp_path, monkeypatch):
         png.write_bytes(b"the previous plot")
         return png
     return previous
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """lirs's per-user cache (the checks recorded for sidecars it could not rewrite) in this test's
+    own folder: never the user's, never another test's."""
+    monkeypatch.setenv("LIRS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def edit_first_byte(path, byte: bytes = b"9") -> None:
+    """An edit of ``path`` that keeps its size: its first byte rewritten, its mtime moved a second
+    on (a filesystem's coarse clock could otherwise leave it as it was)."""
+    with open(path, "r+b") as f:
+        f.write(byte)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))

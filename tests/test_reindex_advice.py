@@ -10,14 +10,13 @@ import shlex
 import numpy as np
 import pytest
 
+from conftest import edit_first_byte
 import lirs
 from lirs.cli import main
 from lirs.errors import StaleIndexError
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LIRS_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _svm(path, n, seed=0):
@@ -56,10 +55,7 @@ def test_a_directory_indexed_elsewhere_is_advised_as_the_directory(tmp_path):
     with lirs.Loader(out, 64, granularity="instance", prefetch=1) as ld:  # mid-epoch
         it = ld.epoch(0)
         next(it)
-        with open(d / "p0.svm", "r+b") as f:
-            f.write(b"9")
-        st = os.stat(d / "p0.svm")
-        os.utime(d / "p0.svm", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        edit_first_byte(d / "p0.svm")
         with pytest.raises(StaleIndexError) as e:
             for _ in it:
                 pass

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import edit_first_byte
 import lirs
 from conftest import fill_fs
 from lirs import content as C
@@ -22,9 +23,7 @@ from lirs.errors import DataError, IndexFormatError, StaleIndexError
 from lirs.index import open_index
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LIRS_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _svm(path, n, seed=0):
@@ -345,10 +344,7 @@ def test_a_directory_dataset_is_named_in_the_reindex_advice(tmp_path):
     with lirs.Loader(str(d), 64, granularity="instance", prefetch=1) as ld:
         it = ld.epoch(0)
         next(it)
-        with open(d / "p0.svm", "r+b") as f:
-            f.write(b"9")
-        st = os.stat(d / "p0.svm")
-        os.utime(d / "p0.svm", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        edit_first_byte(d / "p0.svm")
         with pytest.raises(StaleIndexError, match=f"re-run `lirs index {d}`"):
             for _ in it:
                 pass
