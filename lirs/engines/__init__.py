@@ -193,6 +193,8 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
                 log.log(log_level, "engine %s unavailable: %s", name, e)
                 last = e
                 continue
+            # auto's choice: a uring reading thread whose own ring a process limit refuses reads through pread
+            eng.pread_fallback = True
             why.append(f"{name} works" + (" with O_DIRECT" if eng.direct else ""))
             eng.reason = "; ".join(why)
             log.log(log_level, "engine %s chosen: %s", eng.name, eng.reason)
