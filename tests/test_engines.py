@@ -272,6 +272,33 @@ def test_env_overrides_auto(tmp_path, monkeypatch):
         open_engine(paths, "bogus")
 
 
+@pytest.mark.parametrize("env, engine, asked_by", [("uring", "auto", r"\$LIRS_ENGINE='uring'"),
+                                                   (None, "uring", r"engine='uring'")])
+def test_an_engine_asked_for_that_cannot_work_here_is_named_with_the_request(tmp_path, monkeypatch, env, engine,
+                                                                              asked_by):
+    """io_uring refused (a seccomp filter: EPERM): the error names the engine, where it was asked for and
+    the way out, as an unknown name does; still the UringSetupError (an OSError) it was."""
+    import lirs.engines.uring as U
+
+    paths, _ = _files(tmp_path)
+    if env:
+        monkeypatch.setenv("LIRS_ENGINE", env)
+    else:
+        monkeypatch.delenv("LIRS_ENGINE", raising=False)
+
+    def refused(*a):
+        raise U.UringSetupError(errno.EPERM, "io_uring_setup failed: Operation not permitted")
+    monkeypatch.setattr(U, "_setup", refused)
+    with pytest.raises(U.UringSetupError, match=asked_by + r": engine uring cannot work here \(io_uring_setup "
+                       r"failed: Operation not permitted\); .*auto.*threads") as got:
+        open_engine(paths, engine)
+    assert got.value.errno == errno.EPERM and isinstance(got.value.__cause__, U.UringSetupError)
+    monkeypatch.setitem(sys.modules, "aiofiles", None)  # aiofiles not installed: ImportError, named the same way
+    monkeypatch.setitem(sys.modules, "aiofiles.os", None)
+    with pytest.raises(ImportError, match=r"engine='aiofiles': engine aiofiles cannot work here"):
+        open_engine(paths, "aiofiles")
+
+
 def test_reads_are_copies_where_no_engine_may_use_o_direct(tmp_path, monkeypatch):
     # the planner reads exact bytes (no block around a record) only where this holds: it must
     # agree with the engine open_engine gives for the same arguments

@@ -234,16 +234,23 @@ def test_a_loaders_epoch_with_auto_is_served_whole_where_pool_threads_get_no_rin
     assert len(_ringless_warnings(caplog)) == 1
 
 
-def test_uring_asked_for_by_name_fails_naming_the_limit_where_a_threads_ring_is_refused(data, monkeypatch):
+@pytest.mark.parametrize("env, engine, asked_by", [(None, "uring", "engine='uring'"),
+                                                   ("uring", "auto", "$LIRS_ENGINE='uring'")])
+def test_uring_asked_for_by_name_fails_naming_the_limit_where_a_threads_ring_is_refused(data, monkeypatch, env, engine,
+                                                                                       asked_by):
     import lirs.engines.uring as U
 
     path, d = data
+    if env:
+        monkeypatch.setenv("LIRS_ENGINE", env)
+    else:
+        monkeypatch.delenv("LIRS_ENGINE", raising=False)
     _rings_only_on(monkeypatch, threading.current_thread())
     errors = []
-    with open_engine([path], "uring", direct=False) as eng:
+    with open_engine([path], engine, direct=False) as eng:
         t = threading.Thread(target=lambda: _catch(errors, _read_and_check, eng, d, 2))
         t.start()
         t.join()
     assert len(errors) == 1 and isinstance(errors[0], U.UringSetupError)
     msg = str(errors[0])
-    assert "engine uring" in msg and "Cannot allocate memory" in msg and "ulimit -l" in msg and '"threads"' in msg
+    assert asked_by in msg and "Cannot allocate memory" in msg and "ulimit -l" in msg and "'threads'" in msg

@@ -32,6 +32,10 @@ class ReadError(LirsError, OSError):
     """A read failed: the message names the file and the byte offset. ``errno``/``filename`` are set."""
 
 
+class EngineUnavailable(OSError):
+    """This engine cannot work here: the kernel or the process refuses what it needs (not a file's error)."""
+
+
 class DirectIOUnsupported(OSError):
     """The filesystem refuses ``O_DIRECT`` for this file (at open or at the first aligned read)."""
 

@@ -28,7 +28,7 @@ from ..constants import URING_SUBMIT_CHUNK, URING_WAIT_SHARE
 from ..kernels import io as K
 from ..kernels import ring as RK
 from ..libc import Libc
-from .base import Engine, ReadError, log
+from .base import Engine, EngineUnavailable, ReadError, log
 
 IORING_OFF_SQ_RING = 0
 IORING_OFF_CQ_RING = 0x8000000
@@ -49,7 +49,7 @@ _LIMITS = {_errno.ENOMEM: "locked memory (`ulimit -l`), which each ring counts a
            _errno.EMFILE: "open files (`ulimit -n`), a descriptor each ring"}
 
 
-class UringSetupError(OSError):
+class UringSetupError(EngineUnavailable):
     """io_uring is not available here (EPERM under seccomp, ENOSYS, io_uring_disabled, ...)."""
 
 
@@ -172,6 +172,7 @@ class UringEngine(Engine):
     # set where engine="auto" chose it (open_engine): a thread whose ring cannot be set up reads
     # through pread instead of failing the read (see _without_ring)
     pread_fallback = False
+    asked_by = "engine='uring'"  # where it was asked for by name ($LIRS_ENGINE or engine=; open_engine)
 
     def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
         super().__init__(paths, direct=direct, depth=depth)
@@ -232,9 +233,9 @@ class UringEngine(Engine):
         limit = _LIMITS.get(e.errno)
         why = e.strerror + (f"; likely the process's limit of {limit}" if limit else "")
         if not self.pread_fallback:
-            raise UringSetupError(e.errno, f"engine uring: a reading thread's io_uring ring could not be set up "
-                                           f"({why}); {'raise that limit, or ' if limit else ''}use engine "
-                                           f"\"threads\" (or \"auto\", which reads through pread in such threads)") from e
+            raise UringSetupError(e.errno, f"{self.asked_by}: a reading thread's io_uring ring could not be set up "
+                                           f"({why}); {'raise that limit, or ' if limit else ''}ask for engine "
+                                           f"'threads' (or 'auto', which reads through pread in such threads)") from e
         self._ringless.yes = True
         with self._lock:
             first, self._said = not self._said, True
