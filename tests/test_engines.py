@@ -481,6 +481,46 @@ def test_aiofiles_from_a_running_event_loop(tmp_path):
     _check(buf, pos, asyncio.run(main()), _expected(datas, f, off, nb))
 
 
+class _LoopFailingToStart:
+    """An event loop whose start fails part way, as uvloop's does with no descriptor left (EMFILE in
+    its signal socketpair): left marked running, so that closing it raises."""
+
+    running = False
+
+    def run_until_complete(self, coro):
+        self.running = True
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    def is_running(self):
+        return self.running
+
+    def close(self):
+        if self.running:
+            raise RuntimeError("Cannot close a running event loop")
+
+
+def test_aiofiles_whose_loop_fails_to_start_says_why_and_reads_with_the_next(tmp_path, monkeypatch):
+    """The loop's error (EMFILE) is the one raised, naming the limit, not the close's of a loop left
+    running; the broken loop is dropped, and the thread's next read gets a new one."""
+    pytest.importorskip("aiofiles")
+    import lirs.engines.aio as A
+
+    paths, datas = _files(tmp_path)
+    monkeypatch.setattr(A, "_new_loop", _LoopFailingToStart)
+    with pytest.raises(OSError, match=r"Too many open files \(starting the aiofiles engine's event loop; raise the "
+                       r"limit of open files \(ulimit -n\)\)") as got:  # the engine's probe read, then its close
+        open_engine(paths, "aiofiles")
+    assert got.value.errno == errno.EMFILE
+    f, off, nb, pos = _random_extents(np.random.default_rng(9), SIZES, 20)
+    buf = aligned_empty(int(nb.sum()))
+    eng = A.AiofilesEngine(paths, direct=False)
+    with pytest.raises(OSError, match="Too many open files"):
+        eng.read(f, off, nb, buf, pos)
+    monkeypatch.setattr(A, "_new_loop", asyncio.new_event_loop)
+    _check(buf, pos, eng.read(f, off, nb, buf, pos), _expected(datas, f, off, nb))  # the thread's next loop
+    eng.close()
+
+
 def test_aiofiles_loader_aepoch_first(tmp_path):
     import lirs
     from lirs.loader import Loader
