@@ -272,6 +272,33 @@ def test_env_overrides_auto(tmp_path, monkeypatch):
         open_engine(paths, "bogus")
 
 
+@pytest.mark.parametrize("env, engine, asked_by", [("uring", "auto", r"\$LIRS_ENGINE='uring'"),
+                                                   (None, "uring", r"engine='uring'")])
+def test_an_engine_asked_for_that_cannot_work_here_is_named_with_the_request(tmp_path, monkeypatch, env, engine,
+                                                                              asked_by):
+    """io_uring refused (a seccomp filter: EPERM): the error names the engine, where it was asked for and
+    the way out, as an unknown name does; still the UringSetupError (an OSError) it was."""
+    import lirs.engines.uring as U
+
+    paths, _ = _files(tmp_path)
+    if env:
+        monkeypatch.setenv("LIRS_ENGINE", env)
+    else:
+        monkeypatch.delenv("LIRS_ENGINE", raising=False)
+
+    def refused(*a):
+        raise U.UringSetupError(errno.EPERM, "io_uring_setup failed: Operation not permitted")
+    monkeypatch.setattr(U, "_setup", refused)
+    with pytest.raises(U.UringSetupError, match=asked_by + r": engine uring cannot work here \(io_uring_setup "
+                       r"failed: Operation not permitted\); .*auto.*threads") as got:
+        open_engine(paths, engine)
+    assert got.value.errno == errno.EPERM and isinstance(got.value.__cause__, U.UringSetupError)
+    monkeypatch.setitem(sys.modules, "aiofiles", None)  # aiofiles not installed: ImportError, named the same way
+    monkeypatch.setitem(sys.modules, "aiofiles.os", None)
+    with pytest.raises(ImportError, match=r"engine='aiofiles': engine aiofiles cannot work here"):
+        open_engine(paths, "aiofiles")
+
+
 def test_reads_are_copies_where_no_engine_may_use_o_direct(tmp_path, monkeypatch):
     # the planner reads exact bytes (no block around a record) only where this holds: it must
     # agree with the engine open_engine gives for the same arguments
@@ -452,6 +479,46 @@ def test_aiofiles_from_a_running_event_loop(tmp_path):
             return eng.read(f, off, nb, buf, pos)
 
     _check(buf, pos, asyncio.run(main()), _expected(datas, f, off, nb))
+
+
+class _LoopFailingToStart:
+    """An event loop whose start fails part way, as uvloop's does with no descriptor left (EMFILE in
+    its signal socketpair): left marked running, so that closing it raises."""
+
+    running = False
+
+    def run_until_complete(self, coro):
+        self.running = True
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    def is_running(self):
+        return self.running
+
+    def close(self):
+        if self.running:
+            raise RuntimeError("Cannot close a running event loop")
+
+
+def test_aiofiles_whose_loop_fails_to_start_says_why_and_reads_with_the_next(tmp_path, monkeypatch):
+    """The loop's error (EMFILE) is the one raised, naming the limit, not the close's of a loop left
+    running; the broken loop is dropped, and the thread's next read gets a new one."""
+    pytest.importorskip("aiofiles")
+    import lirs.engines.aio as A
+
+    paths, datas = _files(tmp_path)
+    monkeypatch.setattr(A, "_new_loop", _LoopFailingToStart)
+    with pytest.raises(OSError, match=r"Too many open files \(starting the aiofiles engine's event loop; raise the "
+                       r"limit of open files \(ulimit -n\)\)") as got:  # the engine's probe read, then its close
+        open_engine(paths, "aiofiles")
+    assert got.value.errno == errno.EMFILE
+    f, off, nb, pos = _random_extents(np.random.default_rng(9), SIZES, 20)
+    buf = aligned_empty(int(nb.sum()))
+    eng = A.AiofilesEngine(paths, direct=False)
+    with pytest.raises(OSError, match="Too many open files"):
+        eng.read(f, off, nb, buf, pos)
+    monkeypatch.setattr(A, "_new_loop", asyncio.new_event_loop)
+    _check(buf, pos, eng.read(f, off, nb, buf, pos), _expected(datas, f, off, nb))  # the thread's next loop
+    eng.close()
 
 
 def test_aiofiles_loader_aepoch_first(tmp_path):

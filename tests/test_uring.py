@@ -1,8 +1,11 @@
 """The uring engine's own choices: setup flags with fallback, a ring per thread, registered files,
-batched waits. The engine contract itself (exact bytes, errors, short reads) is tested for every
-engine in test_engines.py and, through FUSE, in test_faults.py."""
+batched waits, a reading thread whose ring a process limit refuses. The engine contract itself
+(exact bytes, errors, short reads) is tested for every engine in test_engines.py and, through FUSE,
+in test_faults.py."""
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import threading
 
@@ -170,3 +173,84 @@ def test_reads_are_handed_over_a_few_per_call(data, monkeypatch, submit, depth):
             assert enters >= count / submit
         else:  # a whole ring per call (the kernel rounds it up to a power of two): far fewer calls
             assert enters < count / 2
+
+
+def _rings_only_on(monkeypatch, thread, en=errno.ENOMEM):
+    """Ring setup refused with ``en`` on every thread but ``thread``, as a process limit that one
+    ring fits and one per reading thread does not (``ulimit -l 64`` as non-root, ``ulimit -n``)."""
+    import lirs.engines.uring as U
+
+    real = U._Ring
+
+    def ring(*a, **k):
+        if threading.current_thread() is not thread:
+            raise U.UringSetupError(en, f"io_uring_setup failed: {os.strerror(en)}")
+        return real(*a, **k)
+    monkeypatch.setattr(U, "_Ring", ring)
+
+
+def _ringless_warnings(caplog):
+    return [r for r in caplog.records if "could not be set up" in r.getMessage()]
+
+
+@pytest.mark.parametrize("en, limit", [(errno.ENOMEM, "ulimit -l"), (errno.EMFILE, "ulimit -n")])
+def test_auto_reads_through_pread_in_threads_whose_ring_a_limit_refuses(data, monkeypatch, caplog, en, limit):
+    path, d = data
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    _rings_only_on(monkeypatch, threading.current_thread(), en)
+    errors = []
+    with caplog.at_level(logging.INFO, logger="lirs.engines"), open_engine([path], "auto", direct=False) as eng:
+        assert eng.name == "uring"
+        ts = [threading.Thread(target=lambda s=s: _catch(errors, _loop, eng, d, s)) for s in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        _read_and_check(eng, d, 8)  # this thread's ring still reads
+    assert not errors, errors[0]
+    said = _ringless_warnings(caplog)
+    assert len(said) == 1 and said[0].levelno == logging.WARNING  # once an engine, not once a thread or read
+    assert os.strerror(en) in said[0].getMessage() and limit in said[0].getMessage()
+
+
+def test_a_loaders_epoch_with_auto_is_served_whole_where_pool_threads_get_no_ring(tmp_path, monkeypatch, caplog):
+    import lirs
+    from lirs.engines import reads_are_copies
+
+    n = 3000
+    p = tmp_path / "ids.svm"
+    p.write_text("".join(f"{i} 1:1\n" for i in range(n)))
+    if reads_are_copies("auto", None, [str(p)]):
+        pytest.skip("the test filesystem takes no O_DIRECT: auto would not choose uring")
+    lirs.build_index(str(p))
+    monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    monkeypatch.setenv("LIRS_WARMUP", "0")
+    _rings_only_on(monkeypatch, threading.current_thread())
+    with caplog.at_level(logging.INFO, logger="lirs.engines"), \
+            lirs.Loader(str(p), 100, granularity="instance", threads=4, seed=1) as L:
+        ys = np.concatenate([b.y for b in L.epoch(0)])
+        assert L._pipeline.engine.name == "uring"
+    assert np.array_equal(np.sort(ys), np.arange(n))  # every record once
+    assert len(_ringless_warnings(caplog)) == 1
+
+
+@pytest.mark.parametrize("env, engine, asked_by", [(None, "uring", "engine='uring'"),
+                                                   ("uring", "auto", "$LIRS_ENGINE='uring'")])
+def test_uring_asked_for_by_name_fails_naming_the_limit_where_a_threads_ring_is_refused(data, monkeypatch, env, engine,
+                                                                                       asked_by):
+    import lirs.engines.uring as U
+
+    path, d = data
+    if env:
+        monkeypatch.setenv("LIRS_ENGINE", env)
+    else:
+        monkeypatch.delenv("LIRS_ENGINE", raising=False)
+    _rings_only_on(monkeypatch, threading.current_thread())
+    errors = []
+    with open_engine([path], engine, direct=False) as eng:
+        t = threading.Thread(target=lambda: _catch(errors, _read_and_check, eng, d, 2))
+        t.start()
+        t.join()
+    assert len(errors) == 1 and isinstance(errors[0], U.UringSetupError)
+    msg = str(errors[0])
+    assert asked_by in msg and "Cannot allocate memory" in msg and "ulimit -l" in msg and "'threads'" in msg

@@ -32,8 +32,8 @@ import warnings
 from ..api import depth_of, maybe_bool
 from ..errors import UsageError
 from ..mounts import held_in_memory
-from .base import (BLOCK, DirectIOUnsupported, Engine, ReadError, aligned_empty, as_indexed, check_unmoved, probe_direct,
-                   stale_error)
+from .base import (BLOCK, DirectIOUnsupported, Engine, EngineUnavailable, ReadError, aligned_empty, as_indexed,
+                   check_unmoved, probe_direct, stale_error)
 
 log = logging.getLogger("lirs.engines")
 
@@ -44,8 +44,8 @@ ENV = "LIRS_ENGINE"
 DEVICE_ERRNOS = (errno.EIO, errno.EREMOTEIO, errno.ENOMEDIUM, errno.ETIMEDOUT)
 
 __all__ = ["open_engine", "open_indexed", "check_indexed", "as_indexed", "available_engines", "engine_class", "aligned_empty",
-           "probe_direct", "Engine", "ReadError", "DirectIOUnsupported", "ENGINE_NAMES", "BLOCK", "reads_are_copies",
-           "requested_engine"]
+           "probe_direct", "Engine", "ReadError", "DirectIOUnsupported", "EngineUnavailable", "ENGINE_NAMES", "BLOCK",
+           "reads_are_copies", "requested_engine"]
 
 
 def engine_class(name: str) -> type:
@@ -80,6 +80,21 @@ def _open(name: str, paths, direct: bool, depth) -> Engine:
         eng.close()
         raise
     return eng
+
+
+def _open_requested(name: str, asked_by: str, paths, direct: bool, depth) -> Engine:
+    """:func:`_open` of the engine ``name`` asked for by ``asked_by`` (``$LIRS_ENGINE='uring'``,
+    ``engine='uring'``): where it cannot work here (io_uring refused, aiofiles not installed), the
+    same class of error, naming the request and the way out: its bare error named neither."""
+    try:
+        return _open(name, paths, direct, depth)
+    except (EngineUnavailable, ImportError) as e:
+        way_out = ("unset it (auto: the first engine that works here) or set it to threads" if asked_by.startswith("$")
+                   else "pass engine='auto' (the first engine that works here; --engine auto in the CLI) or 'threads'")
+        msg = f"{asked_by}: engine {name} cannot work here ({e.strerror if isinstance(e, OSError) else e}); {way_out}"
+        if isinstance(e, ImportError):
+            raise ImportError(msg, name=e.name) from e
+        raise type(e)(e.errno, msg) from e
 
 
 def check_engine(engine: str = "auto") -> str:
@@ -193,6 +208,8 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
                 log.log(log_level, "engine %s unavailable: %s", name, e)
                 last = e
                 continue
+            # auto's choice: a uring reading thread whose own ring a process limit refuses reads through pread
+            eng.pread_fallback = True
             why.append(f"{name} works" + (" with O_DIRECT" if eng.direct else ""))
             eng.reason = "; ".join(why)
             log.log(log_level, "engine %s chosen: %s", eng.name, eng.reason)
@@ -205,7 +222,9 @@ def open_engine(paths, engine: str = "auto", *, direct: bool | None = None, dept
         msg = f"{refused}; engine {requested} reads through the page cache"
         warnings.warn(msg, RuntimeWarning, stacklevel=2)
         why.append(msg)
-    eng = _open(requested, paths, use_direct, depth)
+    asked_by = f"${ENV}={requested!r}" if requested != (engine or "auto") else f"engine={requested!r}"
+    eng = _open_requested(requested, asked_by, paths, use_direct, depth)
+    eng.asked_by = asked_by  # named by a later failure of the engine's own (uring: a thread's ring)
     why.append("requested" if not why else "")
     eng.reason = "; ".join(w for w in why if w)
     log.log(log_level, "engine %s: %s", eng.name, eng.reason)

@@ -71,7 +71,28 @@ class AiofilesEngine(Engine):
             loop = self._local.loop = _new_loop()
             with self._lock:
                 self._loops.append(loop)
-        return loop.run_until_complete(self._aread(ext_file, ext_offset, ext_nbytes, buf, buf_pos))
+        coro = self._aread(ext_file, ext_offset, ext_nbytes, buf, buf_pos)
+        try:
+            return loop.run_until_complete(coro)
+        except BaseException as e:
+            if not loop.is_running():
+                raise
+            self._forget(loop, coro)
+            if not isinstance(e, OSError):
+                raise
+            limit = "; raise the limit of open files (ulimit -n)" if e.errno == _errno.EMFILE else ""
+            raise OSError(e.errno, f"{e.strerror} (starting the {self.name} engine's event loop{limit}); "
+                                   "engine 'threads' reads without one") from e
+
+    def _forget(self, loop, coro) -> None:
+        """Drop this thread's ``loop``, whose start failed part way and left it marked running (uvloop
+        with no descriptor left: EMFILE in its signal socketpair): it can neither run again nor be
+        closed, and closing it at :meth:`close` raised "Cannot close a running event loop" in place
+        of the start's error. ``coro`` never ran: closed, not left to warn that it was never awaited."""
+        self._local.loop = None
+        with self._lock:
+            self._loops.remove(loop)
+        coro.close()
 
     async def aread(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, executor=None) -> np.ndarray:
         """Native coroutine read (``executor`` is ignored: reads use the engine's own pool)."""

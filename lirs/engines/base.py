@@ -32,6 +32,10 @@ class ReadError(LirsError, OSError):
     """A read failed: the message names the file and the byte offset. ``errno``/``filename`` are set."""
 
 
+class EngineUnavailable(OSError):
+    """This engine cannot work here: the kernel or the process refuses what it needs (not a file's error)."""
+
+
 class DirectIOUnsupported(OSError):
     """The filesystem refuses ``O_DIRECT`` for this file (at open or at the first aligned read)."""
 
@@ -329,6 +333,27 @@ class Engine:
         continuation descriptor (:attr:`cfds`) is needed but not open; raise :class:`ReadError`.
         Returns whether an extent stalled, or None when the caller must look at ``stall``."""
         raise NotImplementedError
+
+    def _pread_batch(self, fds, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall, lc=None,
+                     share=None) -> bool:
+        """:meth:`_batch` by the nogil ``pread`` kernel (:func:`lirs.kernels.io.pread_worker`) through
+        ``fds`` (int32 (files,): descriptors of this engine's files) with ``lc``'s pread (None:
+        :meth:`Libc.get`'s): in the calling thread, or through ``share(args)``, which runs the kernel
+        with ``args`` on several threads. The threads engine's reads, and a uring thread's without a ring."""
+        e = ext_file.shape[0]
+        errs = zeros_held(e, np.int32)
+        counter = np.zeros(3, np.int64)  # next extent, failed extents, stalled extents
+        lc = lc or Libc.get()
+        args = (lc.pread, lc.errno_location, fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
+                buf, buf_pos, self.direct, got, errs, stall, counter)
+        if share is None:
+            K.pread_worker(*args)
+        else:
+            share(args)
+        if counter[1]:
+            i = int(np.flatnonzero(errs)[0])
+            raise self._error(errs[i], i, ext_offset[i] + got[i], ext_file, ext_nbytes)
+        return bool(counter[2])
 
     def _finish_stalled(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall) -> None:
         # rare path (a filesystem that answers O_DIRECT reads short mid-file): open the page-cache

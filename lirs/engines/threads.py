@@ -16,7 +16,6 @@ from ..constants import IN_MEMORY_PARTY_BYTES, OWN_FDS_LIMIT_SHARE, OWN_FDS_MAX_
 from ..cores import usable_cores
 from ..kernels.io import pread_worker
 from ..libc import Libc
-from ..memory import zeros_held
 from ..mounts import held_in_memory
 from ..taskthreads import TaskThreads
 from .base import O_DIRECT, Engine, log, reopen
@@ -111,32 +110,28 @@ class ThreadsEngine(Engine):
         return np.asarray(got, np.int32)
 
     def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
-        e = ext_file.shape[0]
-        errs = zeros_held(e, np.int32)
-        counter = np.zeros(3, np.int64)  # next extent, failed extents, stalled extents
-        lc = self._libc
-        args = (lc.pread, lc.errno_location, self.fds_here(), self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
-                buf, buf_pos, self.direct, got, errs, stall, counter)
+        return self._pread_batch(self.fds_here(), ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall,
+                                 self._libc, self._share)
+
+    def _share(self, args) -> None:
+        """Run the kernel with ``args`` on up to ``depth`` threads: this one and woken workers."""
+        e, buf = args[5].shape[0], args[8]
         parties = min(self.depth, e)
         if self.party_bytes and parties > 1:
             parties = min(parties, -(-buf.nbytes // self.party_bytes))
         if parties == 1:  # the calling thread alone: no job to share, nobody to wait for
             pread_worker(*args)
-        else:
-            job = _Job(args, parties, self.fds_here)
-            for _ in range(parties - 1):
-                try:
-                    self._workers.submit(job.run)
-                except RuntimeError:  # the workers were shut down (the interpreter exits): this thread's share
-                    job.run()
-            job.run()
-            job.done.wait()
-            if job.error is not None:
-                raise job.error
-        if counter[1]:
-            i = int(np.flatnonzero(errs)[0])
-            raise self._error(errs[i], i, ext_offset[i] + got[i], ext_file, ext_nbytes)
-        return bool(counter[2])
+            return
+        job = _Job(args, parties, self.fds_here)
+        for _ in range(parties - 1):
+            try:
+                self._workers.submit(job.run)
+            except RuntimeError:  # the workers were shut down (the interpreter exits): this thread's share
+                job.run()
+        job.run()
+        job.done.wait()
+        if job.error is not None:
+            raise job.error
 
     def _close(self):
         self._workers.shutdown(wait=True)

@@ -8,6 +8,11 @@ processed when the thread waits for them rather than by interrupting it, and no 
 read. The data files are registered with every ring (``IORING_REGISTER_FILES``). Older kernels
 refuse these flags with EINVAL: the ring is then set up with fewer (see :data:`SETUP_FLAGS`), and
 a kernel that refuses file registration gets plain descriptors.
+
+A reading thread whose ring cannot be set up once the engine is open (a process limit: every ring
+counts against locked memory, and takes a descriptor) reads through the ``threads`` engine's
+``pread`` kernel (:meth:`~lirs.engines.base.Engine._pread_batch`) on the same descriptors where ``engine="auto"`` chose uring, saying so once;
+where uring was asked for by name, the read fails naming the limit.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from ..constants import URING_SUBMIT_CHUNK, URING_WAIT_SHARE
 from ..kernels import io as K
 from ..kernels import ring as RK
 from ..libc import Libc
-from .base import Engine, ReadError, log
+from .base import Engine, EngineUnavailable, ReadError, log
 
 IORING_OFF_SQ_RING = 0
 IORING_OFF_CQ_RING = 0x8000000
@@ -39,9 +44,12 @@ SETUP_FLAGS = (IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SINGLE_ISSUER | IORING_S
 _PROT_RW = 0x1 | 0x2
 _MAP_SHARED_POPULATE = 0x01 | 0x8000
 _MAP_FAILED = ctypes.c_void_p(-1).value
+# the process limit a ring setup failing with this errno ran into (what to raise)
+_LIMITS = {_errno.ENOMEM: "locked memory (`ulimit -l`), which each ring counts against",
+           _errno.EMFILE: "open files (`ulimit -n`), a descriptor each ring"}
 
 
-class UringSetupError(OSError):
+class UringSetupError(EngineUnavailable):
     """io_uring is not available here (EPERM under seccomp, ENOSYS, io_uring_disabled, ...)."""
 
 
@@ -161,11 +169,18 @@ class UringEngine(Engine):
 
     name = "uring"
     default_depth = 128
+    # set where engine="auto" chose it (open_engine): a thread whose ring cannot be set up reads
+    # through pread instead of failing the read (see _without_ring)
+    pread_fallback = False
+    asked_by = "engine='uring'"  # where it was asked for by name ($LIRS_ENGINE or engine=; open_engine)
 
     def __init__(self, paths, *, direct: bool = True, depth: int | None = None):
         super().__init__(paths, direct=direct, depth=depth)
         self._rings: dict[int, _Ring] = {}  # thread ident -> the ring that thread owns
         self._lock = threading.Lock()
+        self._rings_made = 0
+        self._ringless = threading.local()  # .yes in a thread that reads through pread (_without_ring)
+        self._said = False  # whether _without_ring's warning was given
         # while the ring is full, wait for this many completions per io_uring_enter
         self._wait = max(1, int(self.depth * URING_WAIT_SHARE))
         try:
@@ -180,17 +195,27 @@ class UringEngine(Engine):
         with self._lock:
             return next(iter(self._rings.values())).flags if self._rings else 0
 
-    def _take(self) -> _Ring:
+    def _take(self) -> _Ring | None:
+        """This thread's ring, set up at its first read; None where it could not be and the thread
+        reads through pread instead (:meth:`_without_ring`)."""
         me = threading.current_thread()
         with self._lock:
             ring = self._rings.get(me.ident)
         if ring is not None and ring.owner is me:
             return ring
-        ring = _Ring(self.depth, fds=self.fds, wait=self._wait, submit=URING_SUBMIT_CHUNK)
+        if getattr(self._ringless, "yes", False):
+            return None
+        try:
+            ring = _Ring(self.depth, fds=self.fds, wait=self._wait, submit=URING_SUBMIT_CHUNK)
+        except UringSetupError as e:
+            if not self._rings_made:  # the constructing thread's: io_uring does not work here
+                raise
+            return self._without_ring(e)
         with self._lock:
             if self.closed:
                 ring.close()
                 raise ValueError(f"{self.name} engine is closed")
+            self._rings_made += 1
             # rings of threads that have ended (their ident may come back for a new thread)
             dead = [k for k, r in self._rings.items() if not r.owner.is_alive() or k == me.ident]
             old = [self._rings.pop(k) for k in dead]
@@ -199,6 +224,27 @@ class UringEngine(Engine):
             r.close()
         return ring
 
+    def _without_ring(self, e: UringSetupError) -> None:
+        """A reading thread whose ring could not be set up (``e``) though the constructing thread's
+        was: a process limit (locked memory, open files) that one ring fits and one per thread does
+        not. Where ``auto`` chose this engine the thread reads through pread from now on, said
+        once an engine; where uring was asked for by name, an error naming the limit, since the
+        choice is not silently replaced."""
+        limit = _LIMITS.get(e.errno)
+        why = e.strerror + (f"; likely the process's limit of {limit}" if limit else "")
+        if not self.pread_fallback:
+            raise UringSetupError(e.errno, f"{self.asked_by}: a reading thread's io_uring ring could not be set up "
+                                           f"({why}); {'raise that limit, or ' if limit else ''}ask for engine "
+                                           f"'threads' (or 'auto', which reads through pread in such threads)") from e
+        self._ringless.yes = True
+        with self._lock:
+            first, self._said = not self._said, True
+        if first:
+            log.warning("engine uring (chosen by auto): a reading thread's io_uring ring could not be set up (%s); "
+                        "threads without a ring read through pread%s", why,
+                        ": raise that limit to read through rings in every thread" if limit else "")
+        return None
+
     def _drop(self, ring: _Ring):
         with self._lock:
             if self._rings.get(ring.owner.ident) is ring:
@@ -206,10 +252,12 @@ class UringEngine(Engine):
         ring.close()
 
     def _batch(self, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall):
+        ring = self._take()
+        if ring is None:  # this thread has no ring: the threads engine's kernel, on the same descriptors
+            return self._pread_batch(self.fds, ext_file, ext_offset, ext_nbytes, buf, buf_pos, got, stall)
         e = ext_file.shape[0]
         err = np.zeros(3, np.int64)
         pending = np.empty(e, np.int64)
-        ring = self._take()
         try:
             RK.ring_read(ring.desc, self.fds, self.cfds, self.sizes, ext_file, ext_offset, ext_nbytes,
                          buf.ctypes.data, buf_pos, self.direct, got, err, stall, pending)
