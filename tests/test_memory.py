@@ -240,7 +240,7 @@ def test_a_read_step_makes_its_small_arrays_with_the_gil_held(tmp_path, monkeypa
     # which lets the GIL go on the pool thread reading it; its extents are views of the arrays they
     # were found in (no copy at all below EXTENTS_COPY_MIN_BYTES, copy_held from there on)
     from lirs import plan
-    from lirs.engines import base, threads
+    from lirs.engines import base
 
     made = {"zeros": 0, "copies": 0}
 
@@ -250,7 +250,6 @@ def test_a_read_step_makes_its_small_arrays_with_the_gil_held(tmp_path, monkeypa
             return fn(*a)
         return f
     monkeypatch.setattr(base, "zeros_held", counted(memory.zeros_held, "zeros"))
-    monkeypatch.setattr(threads, "zeros_held", counted(memory.zeros_held, "zeros"))
     monkeypatch.setattr(plan, "copy_held", counted(memory.copy_held, "copies"))
     p = _write(tmp_path / "d.svm", 3000, 6)
     with Loader(p, 256, granularity="instance", engine="buffered", n_features=500, seed=2) as loader:
