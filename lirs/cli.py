@@ -131,7 +131,11 @@ def _main(argv, seen: _Interrupts) -> int:
         return EXIT_USAGE
     try:
         _refuse_empty_paths(args)
-        return int(args._run(args) or 0)
+        status = int(args._run(args) or 0)
+        if seen.hit:  # a library swallowed the Ctrl-C and lirs went on (a fallback took it for a failure)
+            print(f"lirs {args.command}: {seen.said}", file=sys.stderr)
+            return seen.status
+        return status
     except KeyboardInterrupt:
         print(f"lirs {args.command}: {seen.said}", file=sys.stderr)
         return seen.status
