@@ -1,4 +1,5 @@
-"""Exceptions raised by lirs. Every data error names the file, the byte offset or line, and what was expected."""
+"""Exceptions raised by lirs, and the note lirs adds to one (:func:`add_note`, for Python 3.10 too). Every data error
+names the file, the byte offset or line, and what was expected."""
 
 
 class LirsError(Exception):
@@ -23,3 +24,16 @@ class IndexFormatError(LirsError):
 
 class UsageError(LirsError, ValueError):
     """Arguments that cannot work together (the CLI exits with status 2)."""
+
+
+def add_note(e: BaseException, note: str) -> None:
+    """``note`` added to ``e``'s ``__notes__``: ``e.add_note`` where Python has it (3.11+); on 3.10, which
+    lirs supports and which has no ``add_note``, appended to the list by hand, so that the note still
+    travels with ``e`` (a pickle keeps it) and code reading ``__notes__`` finds it."""
+    add = getattr(e, "add_note", None)
+    if callable(add):
+        add(note)
+        return
+    if not isinstance(getattr(e, "__notes__", None), list):
+        e.__notes__ = []
+    e.__notes__.append(note)

@@ -9,6 +9,8 @@ import pickle
 import traceback
 from typing import NamedTuple
 
+from .errors import add_note
+
 
 class Failed(NamedTuple):
     """A worker's error, sent as an item after the batches it delivered: ``batch`` is the batch it
@@ -42,8 +44,8 @@ def failed(e: Exception, batch: int, worker: int) -> Failed:
         with contextlib.suppress(Exception):  # it comes back whole (a custom __init__ may not)
             pickle.loads(pickle.dumps(e.__cause__))
             e.lirs_cause = e.__cause__
-    e.add_note(f"(raised in DataLoader worker {worker}: "
-               + "".join(traceback.format_exception(e)).rstrip().replace("\n", "\n    ") + ")")
+    add_note(e, f"(raised in DataLoader worker {worker}: "
+             + "".join(traceback.format_exception(e)).rstrip().replace("\n", "\n    ") + ")")
     return Failed(batch, e)
 
 

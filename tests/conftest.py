@@ -123,6 +123,25 @@ def plot_stopped_midway(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def matplotlib_broken(monkeypatch):
+    """matplotlib found installed but failing to import, as matplotlib 3.7.0-3.7.2 (built for NumPy 1.x,
+    no numpy<2 cap) do under NumPy 2: "numpy.core.multiarray failed to import", after NumPy's page."""
+    import builtins
+
+    real_import, real_find = builtins.__import__, importlib.util.find_spec
+
+    def failing(name, *a, **k):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("numpy.core.multiarray failed to import\n(a second line)")
+        return real_import(name, *a, **k)
+
+    def found(name, package=None):
+        return object() if name == "matplotlib" else real_find(name, package)
+    monkeypatch.setattr(builtins, "__import__", failing)
+    monkeypatch.setattr(importlib.util, "find_spec", found)
+
+
+@pytest.fixture
 def private_cache(tmp_path, monkeypatch):
     """lirs's per-user cache (the checks recorded for sidecars it could not rewrite) in this test's
     own folder: never the user's, never another test's."""

@@ -1352,7 +1352,17 @@ def test_cli_refuses_a_plot_without_matplotlib_before_the_benchmark(kdd_tiny, tm
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
     assert main(["bench", kdd_tiny, "--no-fio", "--smoke", "--plot", str(tmp_path / "p.png")]) == 2
-    assert "--plot needs matplotlib" in capsys.readouterr().err
+    assert "--plot needs matplotlib: matplotlib is not installed" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_plot_with_a_matplotlib_that_cannot_be_imported(kdd_tiny, tmp_path, capsys, matplotlib_broken):
+    """A matplotlib built for NumPy 1.x under NumPy 2 is installed: "pip install matplotlib" is no fix."""
+    from lirs.cli import main
+
+    assert main(["bench", kdd_tiny, "--no-fio", "--smoke", "--plot", str(tmp_path / "p.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--plot needs matplotlib: matplotlib is installed but cannot be imported" in err
+    assert "pip install --upgrade matplotlib" in err, err
 
 
 def test_group_counters_without_the_devices_line_are_unknown_not_zero(fake_root):

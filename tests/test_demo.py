@@ -380,6 +380,35 @@ def test_a_save_stopped_midway_leaves_the_previous_plot_whole(tmp_path, plot_sto
     assert png.read_bytes() == b"the previous plot" and os.listdir(tmp_path) == ["demo.png"]
 
 
+def _demo_without_a_plot(tmp_path, monkeypatch, capsys) -> str:
+    """What `lirs demo` prints of its plot where pyplot finds no matplotlib (the run itself stubbed)."""
+    import lirs.eval.demo as demo
+    import lirs.eval.demo_report as report
+    from lirs.cli import main
+
+    monkeypatch.setattr(demo, "run_demo", lambda **kw: {"out": str(tmp_path), "total_s": 1.0})
+    monkeypatch.setattr(report, "report_lines", lambda res: [])
+    monkeypatch.setattr(report, "next_steps", lambda res: [])
+    assert main(["demo", "--out", str(tmp_path)]) == 0
+    return next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("plot:"))
+
+
+def test_a_matplotlib_that_cannot_be_imported_is_said_installed_not_missing(tmp_path, monkeypatch, capsys,
+                                                                            matplotlib_broken):
+    """matplotlib 3.7.0-3.7.2 under NumPy 2 fail to import: the demo said "matplotlib is missing: pip install
+    matplotlib", which pip answers with "already satisfied". It says it is installed and how to upgrade it."""
+    line = _demo_without_a_plot(tmp_path, monkeypatch, capsys)
+    assert line == (f"plot: not drawn, matplotlib is installed but cannot be imported: numpy.core.multiarray "
+                    f"failed to import (reinstall or upgrade it: {sys.executable} -m pip install --upgrade "
+                    "matplotlib); then run lirs demo again (it reuses the sample)"), line
+
+
+def test_a_missing_matplotlib_is_said_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails, and find_spec finds none
+    line = _demo_without_a_plot(tmp_path, monkeypatch, capsys)
+    assert f"matplotlib is not installed ({sys.executable} -m pip install matplotlib)" in line, line
+
+
 # ------------------------------------------------------------ the paper's headline, packaged
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -644,11 +644,11 @@ def test_each_reading_thread_reads_through_its_own_descriptors_of_the_opened_fil
     f, off, nb, pos = _random_extents(np.random.default_rng(4), SIZES, 60, past_end=False)
     got, threads_fds = {}, {}
 
-    def read():
+    def read(k):  # keyed by k: a thread started after another ended may be given its get_ident()
         buf = aligned_empty(int(nb.sum()))
-        got[threading.get_ident()] = (buf, eng.read(f, off, nb, buf, pos))
-        threads_fds[threading.get_ident()] = eng.fds_here().tolist()
-    ts = [threading.Thread(target=read) for _ in range(3)]
+        got[k] = (buf, eng.read(f, off, nb, buf, pos))
+        threads_fds[k] = eng.fds_here().tolist()
+    ts = [threading.Thread(target=read, args=(k,)) for k in range(3)]
     for t in ts:
         t.start()
     for t in ts:

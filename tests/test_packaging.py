@@ -58,6 +58,16 @@ def test_extras_the_docs_and_ci_name_exist():
     assert ci.index("mkdocs build --strict") < ci.index("python -m pytest")
 
 
+def test_matplotlib_floor_imports_under_every_numpy_allowed():
+    """numpy>=1.24 allows NumPy 2, and matplotlib 3.7.0-3.7.2 declare no numpy<2 cap but fail to import
+    under it: `lirs demo` drew no plot in an install pip called consistent. 3.8.4 is the first built for
+    NumPy 2 (3.7.3-3.8.3 cap numpy<2, which would hold NumPy back)."""
+    p = _project()["project"]
+    for reqs in ([Requirement(r) for r in p["dependencies"]], _extra("plots")):
+        (req,) = [r for r in reqs if r.name == "matplotlib"]
+        assert req.specifier.contains("3.8.4") and not req.specifier.contains("3.8.3"), req
+
+
 def test_type_hints_and_licence_ship():
     p = _project()
     assert os.path.isfile(os.path.join(ROOT, "lirs", "py.typed"))

@@ -681,6 +681,20 @@ def test_quality_writes_its_files_before_a_failing_stdout(tmp_path, kind):
         assert r.returncode == 1 and "error: standard output: No space left on device" in r.stderr, r.stderr
 
 
+def test_quality_plot_says_a_matplotlib_that_cannot_be_imported_is_installed(tmp_path, capsys, matplotlib_broken):
+    """`lirs quality --plot` with a matplotlib that fails to import (3.7.0-3.7.2 under NumPy 2) said
+    "matplotlib is not installed (pip install matplotlib)", which pip answers with "already satisfied"."""
+    from lirs.cli import main
+
+    png = tmp_path / "q.png"
+    assert main(["quality", "--records", "300", "--epochs", "1", "--batch-size", "50", "--strategies", "sequential",
+                 "--plot", str(png)]) == 0
+    err = capsys.readouterr().err
+    assert "no plot: matplotlib is installed but cannot be imported: numpy.core.multiarray failed to import" in err
+    assert "pip install --upgrade matplotlib" in err and "not installed" not in err, err
+    assert not png.exists()
+
+
 @pytest.mark.parametrize("args, said", [
     (["--segments", "0"], "--segments: must be >= 1, got 0"),
     (["--window", "0"], "--window: must be a group count >= 1"),

@@ -90,10 +90,10 @@ def _check_args(args) -> None:
         raise UsageError(f"--plot {args.plot}: the plot is a PNG; name it OUT.png")
     check_results_and_plot(args.json, args.plot)
     if args.plot:
-        try:
-            import matplotlib  # noqa: F401 - drawn at the end: missing, known now
-        except ImportError:
-            raise UsageError("--plot needs matplotlib (pip install matplotlib)") from None
+        from ..eval.figures import no_plot_reason, pyplot
+
+        if pyplot(warn=False) is None:  # drawn at the end: missing or broken, known now
+            raise UsageError(f"--plot needs matplotlib: {no_plot_reason()}")
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
     for flag, v in (("--budget", args.budget), ("--fio-runtime", args.fio_runtime)):
@@ -151,6 +151,7 @@ def times(args) -> tuple[float, float]:
 def run(args) -> int:
     from ..eval.bench import (command_line, format_table, plot, run_bench, save_recommendation, saved_device,
                               write_json)
+    from ..eval.figures import no_plot_reason
 
     _check_args(args)
     devices = _list(args.devices, "devices")
@@ -178,8 +179,8 @@ def run(args) -> int:
     if args.plot:
         if plot(res, args.plot):
             written.append(f"plot: {os.path.abspath(args.plot)}")
-        else:
-            print("no plot (matplotlib is not installed: pip install matplotlib)", file=sys.stderr)
+        elif no_plot_reason():  # else the plotter said why (no configuration ran)
+            print(f"no plot: {no_plot_reason()}", file=sys.stderr)
     unsaved = None
     if args.auto:
         from ..index import open_index

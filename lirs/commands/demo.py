@@ -46,6 +46,7 @@ def add_parser(sub):
 def run(args) -> int:
     from ..eval.demo import run_demo
     from ..eval.demo_report import next_steps, plot, report_lines
+    from ..eval.figures import no_plot_reason
 
     import math
 
@@ -72,8 +73,7 @@ def run(args) -> int:
     print()
     print(f"results: {out_json}")
     print(f"plot: {png}" if made else
-          f"plot: not drawn, matplotlib is missing: {sys.executable} -m pip install matplotlib, then run "
-          "lirs demo again (it reuses the sample)")
+          f"plot: not drawn, {no_plot_reason()}; then run lirs demo again (it reuses the sample)")
     print(f"total demo time {res['total_s']:.0f} s")
     print()
     print("next:")

@@ -236,7 +236,9 @@ def run(args) -> int:
 
         plotted = (plot_frontier if sweep else plot)(res, args.plot)
     if args.plot and not plotted:
-        print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+        from ..eval.figures import no_plot_reason
+
+        print(f"no plot: {no_plot_reason()}", file=sys.stderr)
     with printing_results():  # a full disk or a failed device behind stdout: said as such
         _print(res, what, sweep, args)
         if args.json:
