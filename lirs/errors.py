@@ -23,3 +23,8 @@ class IndexFormatError(LirsError):
 
 class UsageError(LirsError, ValueError):
     """Arguments that cannot work together (the CLI exits with status 2)."""
+
+
+class ThreadLimitError(LirsError, RuntimeError):
+    """No thread could start: the process is at its limit of threads (``ulimit -u``, a cgroup's
+    ``pids.max``) or of memory for their stacks. A RuntimeError, as Python's own is."""
