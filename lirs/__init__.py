@@ -30,6 +30,7 @@ _LAZY = {
     "LirsError": "lirs.errors",
     "UsageError": "lirs.errors",
     "TransformError": "lirs.errors",
+    "ThreadLimitError": "lirs.errors",
     "plan_epoch": "lirs.plan",
     "EpochPlan": "lirs.plan",
     "Loader": "lirs.loader",

@@ -16,13 +16,16 @@ core is idle to plan on.
 from __future__ import annotations
 
 import collections
+import logging
 import queue
 import threading
 import time
 
 from .constants import PLAN_AHEAD_CHUNKS, PLAN_AHEAD_MAX_BATCHES, PLAN_CHUNK
+from .taskthreads import AT_LIMIT
 
 _END = object()
+log = logging.getLogger("lirs.ahead")
 
 
 class _Raised:
@@ -56,6 +59,7 @@ class PlanAhead:
         self._chunk = chunk
         self._it = None
         self._thread = None  # started once the consumer has the first item
+        self._inline = False  # no thread could start: the consumer makes each item as it asks
 
     def _first(self):
         """The first item, made on the consumer's thread (no hand-off before the first batch),
@@ -66,8 +70,14 @@ class PlanAhead:
         except BaseException:
             self._done = True
             raise
-        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as e:  # the process's thread limit: the rest as PlanInline makes it
+            _say_inline(self._name, e)
+            self._inline = True
+            return first
+        self._thread = thread
         return first
 
     def _run(self) -> None:
@@ -105,6 +115,8 @@ class PlanAhead:
     def __next__(self):
         if self._stopped:
             raise ValueError("this epoch's planning was stopped (its Loader was closed)")
+        if self._inline and not self._done:
+            return self._next_inline()
         if self._thread is None and not self._done:
             return self._first()
         if not self._have:
@@ -119,6 +131,13 @@ class PlanAhead:
             self._done = True
             raise item.error
         return item
+
+    def _next_inline(self):
+        try:
+            return next(self._it)
+        except BaseException:  # its end, or an error where the batch it stopped would be
+            self._done = True
+            raise
 
     def close(self) -> None:
         """Stop planning and wait for the thread (it finishes the plan it is making), then close
@@ -138,6 +157,17 @@ class PlanAhead:
         close = getattr(self._it, "close", None)
         if close is not None and not getattr(self._it, "gi_running", False):  # a first item made elsewhere now
             close()
+
+
+_SAID: set = set()  # names of planning threads that could not start, said once
+
+
+def _say_inline(name: str, error: BaseException) -> None:
+    # once per kind of thread: each epoch after meets the same limit
+    level = logging.DEBUG if name in _SAID else logging.WARNING
+    _SAID.add(name)
+    log.log(level, "%s: the thread could not start (%s: %s); going on on the consumer's thread instead",
+            name, error, AT_LIMIT)
 
 
 class PlanInline:

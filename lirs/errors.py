@@ -37,3 +37,8 @@ def add_note(e: BaseException, note: str) -> None:
     if not isinstance(getattr(e, "__notes__", None), list):
         e.__notes__ = []
     e.__notes__.append(note)
+
+
+class ThreadLimitError(LirsError, RuntimeError):
+    """No thread could start: the process is at its limit of threads (``ulimit -u``, a cgroup's
+    ``pids.max``) or of memory for their stacks. A RuntimeError, as Python's own is."""

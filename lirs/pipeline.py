@@ -40,7 +40,7 @@ from .engines import open_indexed
 from .freshness import rebuild_command
 from .kernels import io as KI
 from . import memory
-from .errors import TransformError
+from .errors import ThreadLimitError, TransformError
 from .policies import POLICIES, plans_ahead, pool_alone, steps_in_flight, walk_extents, windows_in_flight
 from .steps import Flight, Pending
 from .taskthreads import TaskThreads
@@ -127,12 +127,21 @@ class Pipeline:
         self.active.add(fut)
         fut.add_done_callback(self._forget)
         try:
-            self.executor.submit(self._claim)
+            self._hand_off()
         except RuntimeError:
             if self.closing:  # shut down: close() ran meanwhile, from another thread
                 raise ValueError("this Loader is closed") from None
-            raise  # no thread could start (the process's thread limit): said as it is
+            raise  # no thread could start (the process's thread limit, ThreadLimitError names it)
         return fut
+
+    def _hand_off(self) -> None:
+        try:
+            self.executor.submit(self._claim)
+        except ThreadLimitError:
+            # the optional kernel-preload thread may hold the last thread the limit allows (it
+            # loads for milliseconds): the pool's threads start once it has ended
+            self.warm.join_preload()
+            self.executor.submit(self._claim)
 
     def _number_thread(self) -> None:
         self._role.extra = next(self._started) >= self.primary

@@ -20,7 +20,12 @@ import threading
 import traceback
 import weakref
 
+from .errors import ThreadLimitError
+
 log = logging.getLogger("lirs.taskthreads")
+
+# why a thread could not start, as the messages say it (CPython's own error says only that)
+AT_LIMIT = "the process's thread limit, `ulimit -u` or a cgroup's pids.max"
 
 _LIVE: "weakref.WeakSet[TaskThreads]" = weakref.WeakSet()
 _EXITING = False
@@ -46,7 +51,8 @@ class TaskThreads:
         _LIVE.add(self)
 
     def submit(self, fn, *args) -> None:
-        """Queue ``fn(*args)`` for the first thread free. Raises RuntimeError once shut down."""
+        """Queue ``fn(*args)`` for the first thread free. Raises RuntimeError once shut down, and
+        :class:`~lirs.errors.ThreadLimitError` (queuing nothing) where none of the threads could start."""
         if self._shut or _EXITING:
             raise RuntimeError("cannot hand a task to threads that were shut down")
         if not self._threads:
@@ -64,9 +70,9 @@ class TaskThreads:
                     t.start()
                 except RuntimeError as e:  # the process's thread or memory limit: run with those that started
                     if not self._threads:
-                        raise
-                    log.warning("%s: started %d of %d threads (%s); going on with %d", self.name,
-                                len(self._threads), self.n, e, len(self._threads))
+                        raise _limit_error(self.name, self.n, e) from e
+                    log.warning("%s: started %d of %d threads (%s: %s); going on with %d", self.name,
+                                len(self._threads), self.n, e, AT_LIMIT, len(self._threads))
                     break
                 self._threads.append(t)
 
@@ -93,6 +99,12 @@ class TaskThreads:
             for t in self._threads:
                 if t is not me:
                     t.join()
+
+
+def _limit_error(name: str, n: int, error: BaseException) -> ThreadLimitError:
+    """The error of ``name``'s threads none of which (of ``n`` asked) could start."""
+    return ThreadLimitError(f"{name}: none of the {n} threads asked for could start ({error}: {AT_LIMIT}); "
+                            "raise the limit, or run fewer threads or processes beside this one")
 
 
 def _stop(q: queue.SimpleQueue, n: int) -> None:

@@ -344,13 +344,24 @@ def start(opts: dict) -> Warmup:
     # the caller opens the engine and plans, instead of the first batch (loading a cached kernel
     # takes milliseconds; a fresh process's first batch waits 0.70x as long, benchmarks/results/consumer.json)
     unloaded = [g for g, (kernels, _) in GROUPS.items() if g not in cold and not all(loaded(k) for k in kernels(opts))]
-    preload = None
-    if unloaded:
-        preload = threading.Thread(target=_preload, args=(opts, unloaded), name="lirs-preload", daemon=True)
-        with _PRELOADS_LOCK:
-            _PRELOADS.add(preload)
-        preload.start()
+    preload = _start_preload(opts, unloaded) if unloaded else None
     return Warmup(helpers, preload, opts)
+
+
+def _start_preload(opts: dict, groups: list):
+    """The thread loading ``groups``, started; None where the process's thread limit leaves no
+    thread for it (the kernels then load at their first use; the threads the loader needs are left)."""
+    preload = threading.Thread(target=_preload, args=(opts, groups), name="lirs-preload", daemon=True)
+    # started with the lock held: join_preloads (before a fork) waits, then sees it; it ends by
+    # leaving the set, which it cannot do before it was added
+    with _PRELOADS_LOCK:
+        try:
+            preload.start()
+        except RuntimeError as e:
+            log.debug("preloading kernels skipped: no thread could start (%s)", e)
+            return None
+        _PRELOADS.add(preload)
+    return preload
 
 
 _PRELOADS: set = set()  # this process's preload threads still running

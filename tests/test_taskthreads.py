@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from lirs.errors import ThreadLimitError
 from lirs.taskthreads import TaskThreads
 
 
@@ -141,8 +142,8 @@ def test_a_forked_child_exits_though_a_parent_pool_was_mid_shutdown():
 
 def test_threads_that_cannot_start_leave_a_working_pool_or_the_error_itself(monkeypatch, caplog):
     """The process's thread limit hit after 2 of 5 threads: the pool goes on with those 2 (said in a
-    warning), not with a half-started list that never starts the rest; with none started, the
-    error itself ("can't start new thread") is raised, not another one."""
+    warning), not with a half-started list that never starts the rest; with none started, an error
+    that says it ("can't start new thread") and names the limit, a RuntimeError as Python's is."""
     real, started = threading.Thread.start, []
 
     def limited(self):
@@ -158,7 +159,7 @@ def test_threads_that_cannot_start_leave_a_working_pool_or_the_error_itself(monk
         got = []
         for i in range(20):
             pool.submit(got.append, i)
-    assert "started 2 of 5 threads (can't start new thread)" in caplog.text
+    assert "started 2 of 5 threads (can't start new thread: the process's thread limit, `ulimit -u`" in caplog.text
     assert len(pool) == 2
     pool.shutdown(wait=True)
     assert sorted(got) == list(range(20)) and _alive("tt-limit") == []
@@ -166,6 +167,8 @@ def test_threads_that_cannot_start_leave_a_working_pool_or_the_error_itself(monk
     started.clear()
     limit = 0
     pool = TaskThreads(3, "tt-limit")
-    with pytest.raises(RuntimeError, match="can't start new thread"):
+    with pytest.raises(ThreadLimitError, match=r"none of the 3 threads asked for could start \(can't start new "
+                                               r"thread: .*`ulimit -u`") as e:
         pool.submit(print, "never")
+    assert isinstance(e.value, RuntimeError)  # as the callers of submit expect
     pool.shutdown(wait=True)
