@@ -46,6 +46,17 @@ def _line_of(path: str, offset: int) -> int:
     return 1 if line is None else line
 
 
+def _hold(path: str, at: int, make):
+    """``make()``: a copy or a join of the pieces of the line at byte ``at`` of ``path``, held whole
+    while it is scanned; out of memory (a line of GiBs under ulimit -v), a DataError naming the file
+    and the line, not numpy's "Unable to allocate" traceback."""
+    try:
+        return make()
+    except MemoryError:
+        raise DataError(f"{path}: byte {at}: the line there is too long to hold in memory (a line "
+                        f"longer than a chunk is held whole, twice, while it is indexed): split "
+                        f"it, or raise the memory limit (ulimit -v)") from None
+
 
 SCAN_CORES = usable_cores()
 _MIN_PART = 4 << 20  # bytes of a region below which splitting it costs more than it saves
@@ -92,20 +103,31 @@ class VarScanner:
         self._size = 0
         self._n0 = self._qid0 = 0
 
-    def _arrays(self, slot: int, cap: int):
-        """Reusable output arrays; untouched pages of np.empty cost no memory."""
+    def _arrays(self, slot: int, buf, lo: int, hi: int):
+        """Reusable output arrays for the records of buf[lo:hi]: (starts int64, labels float64,
+        flags uint8), the last two None for `lines` (it finds starts alone). Untouched pages of
+        np.empty cost no memory, but they count against an address-space limit (ulimit -v)."""
+        # a `lines` record can be one byte (an empty line), a LIBSVM record needs two ("1\n")
+        per = 1 if self.fmt == "lines" else 2
+        cap = (hi - lo) // per + 2
         a = self.scratch_out[slot]
-        if a is None or a[0].size < cap:
-            # a `lines` record can be one byte (an empty line), a LIBSVM record needs two ("1\n")
-            per = 1 if self.fmt == "lines" else 2
-            cap = max(cap, self.chunk_bytes // per + 2)
-            a = (np.empty(cap, np.int64), np.empty(cap, np.float64), np.empty(cap, np.uint8))
-            self.scratch_out[slot] = a
+        if a is not None and a[0].size >= cap:
+            return a
+        if cap > self.chunk_bytes // per + 2:
+            # more than a chunk: a long line joined whole (or a caller's large buffer). Sized by
+            # its bytes, a 512 MiB line asked for 8.5 GiB of arrays; a record ends at a newline
+            cap = min(cap, K.count_byte(buf, lo, hi, 10) + 2)
+            if a is not None and a[0].size >= cap:
+                return a
+        cap = max(cap, self.chunk_bytes // per + 2)
+        starts = np.empty(cap, np.int64)
+        a = (starts, None, None) if per == 1 else (starts, np.empty(cap, np.float64), np.empty(cap, np.uint8))
+        self.scratch_out[slot] = a
         return a
 
     def _kernel(self, slot, buf, lo, hi, base):
         """Scan buf[lo:hi] (complete lines) into output slot ``slot``; runs on the pool (nogil)."""
-        starts, labels, needs = self._arrays(slot, (hi - lo) // (1 if self.fmt == "lines" else 2) + 2)
+        starts, labels, needs = self._arrays(slot, buf, lo, hi)
         if self.fmt == "lines":
             return K.lines_scan(buf, lo, hi, base, starts), 0, None
         stats = self.stats.copy()
@@ -284,10 +306,10 @@ class VarScanner:
             if carry:
                 f = K.find_byte(buf, 0, nb, 10)
                 if f < 0:
-                    carry.append(buf[:nb].copy())  # the buffer is read into again
+                    carry.append(_hold(path, carry_base, lambda: buf[:nb].copy()))  # read into again
                     self.bar.update(nb)
                     continue
-                joined = np.concatenate([*carry, buf[:f + 1]])
+                joined = _hold(path, carry_base, lambda: np.concatenate([*carry, buf[:f + 1]]))
                 carry = []
                 self.scan_region(path, joined, 0, joined.size, carry_base)
                 lo = f + 1
@@ -298,7 +320,7 @@ class VarScanner:
             carry, carry_base = ([buf[cut:nb].copy()] if nb > cut else []), base + cut
             self.bar.update(nb)
         if carry:  # last line without a trailing newline: still a record
-            joined = np.concatenate(carry)
+            joined = _hold(path, carry_base, lambda: np.concatenate(carry))
             self.scan_region(path, joined, 0, joined.size, carry_base)
         self._line_base = None
         if self.marks is not None:

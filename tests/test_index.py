@@ -1318,6 +1318,60 @@ def test_a_line_of_many_chunks_is_joined_once(tmp_path, monkeypatch, fmt, line):
     assert sum(copied) < 3 * len(line), sum(copied)
 
 
+@pytest.mark.parametrize("fmt,line", [("libsvm", b"# " + b"x" * 300_000 + b"\n"), ("lines", b"y" * 300_000 + b"\n")])
+def test_a_long_line_asks_for_scan_arrays_by_its_records_not_its_bytes(tmp_path, monkeypatch, fmt, line):
+    """A line longer than a chunk, joined whole, was scanned into arrays of one int64 start, one
+    float64 label and one flag byte for every byte of it (17 B a byte: a 512 MiB line asked for
+    8.5 GiB and died with numpy's "Unable to allocate" under ulimit -v). The arrays are sized by
+    the records a region can hold (its line ends), never past a chunk's; `lines` asks for starts
+    alone (it has no labels)."""
+    import lirs.scanner as S
+
+    asked = []
+
+    class CountingNumpy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(shape, dtype=float, *a, **k):
+            asked.append((int(np.prod(shape)), np.dtype(dtype)))
+            return np.empty(shape, dtype, *a, **k)
+
+    monkeypatch.setattr(S, "np", CountingNumpy())
+    p = tmp_path / ("d.svm" if fmt == "libsvm" else "d.jsonl")
+    head = b"1 1:1\n" if fmt == "libsvm" else b"{}\n"
+    p.write_bytes(head + line + head + line + head)
+    idx = lirs.build_index(str(p), format=fmt, progress=False, chunk_bytes=4096, full=True)
+    want = [0, len(head) + len(line), 2 * (len(head) + len(line))]
+    if fmt == "lines":
+        want = sorted(want + [len(head), 2 * len(head) + len(line)])
+    assert idx.offsets.tolist() == want
+    assert asked and max(n for n, _ in asked) <= 4096 + 2, asked
+    if fmt == "lines":
+        assert {dt for _, dt in asked} == {np.dtype(np.int64)}, asked
+
+
+def test_a_line_too_long_for_memory_is_one_error_naming_the_file(tmp_path, monkeypatch):
+    """Out of memory joining a long line (a line of GiBs under ulimit -v): a DataError naming the
+    file, the line's byte and what to do, not numpy's MemoryError traceback."""
+    import lirs.scanner as S
+
+    class NoMemory:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def concatenate(parts, *a, **k):
+            raise MemoryError("Unable to allocate 4.00 GiB for an array")
+
+    monkeypatch.setattr(S, "np", NoMemory())
+    p = tmp_path / "d.jsonl"
+    p.write_bytes(b"{}\n" + b"y" * 20_000 + b"\n{}\n")
+    with pytest.raises(DataError, match=r"d\.jsonl: byte 3: the line there is too long to hold in memory .*ulimit -v"):
+        lirs.build_index(str(p), format="lines", progress=False, chunk_bytes=4096, full=True)
+
+
 @pytest.mark.parametrize("distinct", [5, 300, 70_000])
 def test_labels_are_coded_a_chunk_at_a_time_as_they_are_whole(monkeypatch, tmp_path, distinct):
     """The labels of .npy files are coded a chunk at a time over the files (codes in 1 or 2 bytes

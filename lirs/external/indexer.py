@@ -55,8 +55,6 @@ class TextIndexer:
         self.sums.feed(buf, 0, n, base)
         if self.sc is not None:
             self.sc.scan_region(self.data_tmp, buf, 0, n, base)
-            if n > self.out_buffer:  # a long line grew the scan arrays (~8.5 B per byte): drop them
-                self.sc.scratch_out = [None, None]
         else:
             k = KS.count_byte(buf, 0, n, 10) + 1
             if self.starts is None or self.starts.size < k:

@@ -176,8 +176,6 @@ class Dealer:
                 nl = K.find_newline(buf, a + self.piece, hi)
                 b = hi if nl < 0 else nl + 1
             self.validator.scan_region(path, buf, a, b, base)
-            if b - a > 2 * self.piece:  # a long line grew the scan arrays: drop them
-                self.validator.scratch_out = [None, None]
             a = b
 
     def _lines(self, path, buf, lo, hi, base):
