@@ -246,10 +246,15 @@ def stack(Xs: list, ys):
         out = np.empty((sum(len(X) for X in Xs), *first.shape[1:]), first.dtype)
         return np.concatenate(Xs, axis=0, out=out), y
     # CSR pieces end to end: the arrays concatenate, each indptr shifted by the values before it
-    nnz = np.cumsum([0] + [int(X.indptr[-1]) for X in Xs])
-    indptr = np.concatenate([Xs[0].indptr[:1]] + [X.indptr[1:] + off for X, off in zip(Xs, nnz[:-1])])
-    return csr_batch(np.concatenate([X.data for X in Xs]), np.concatenate([X.indices for X in Xs]),
-                indptr.astype(Xs[0].indptr.dtype, copy=False), (sum(X.shape[0] for X in Xs), first.shape[1])), y
+    # int64 pointers: the pieces' values together may pass int32 where no piece's do (cast back to
+    # the pieces' dtype, they wrapped negative); csr_batch narrows them to int32 where they fit
+    nnz = np.cumsum([0] + [int(X.indptr[-1]) for X in Xs], dtype=np.int64)
+    indptr = np.concatenate([Xs[0].indptr[:1].astype(np.int64)] + [X.indptr[1:] + off for X, off in zip(Xs, nnz[:-1])])
+    indices = np.concatenate([X.indices for X in Xs])
+    if indptr[-1] > INT32_MAX:  # scipy's rule: one index dtype, int64 once the values pass int32
+        indices = indices.astype(np.int64)
+    return csr_batch(np.concatenate([X.data for X in Xs]), indices, indptr,
+                     (sum(X.shape[0] for X in Xs), first.shape[1])), y
 
 
 def rows_of(step_rows, lo: int, hi: int):

@@ -899,6 +899,21 @@ def test_csr_int64_indptr_that_does_not_fit_is_kept():
     assert X.indptr.dtype == np.int64 and X.indptr[-1] == 2**31
 
 
+def test_a_stack_of_steps_whose_values_pass_int32_keeps_int64_pointers():
+    """A batch stacked from steps whose int32 row pointers each fit but whose values together pass
+    2**31 (a batch of over 2G values): its pointers were cast back to int32 and wrapped negative."""
+    from lirs.assemble import stack
+    from lirs.decode import csr_batch
+    big = 1_500_000_000  # each piece's pointers fit int32; no values are held (csr_batch checks none)
+    piece = csr_batch(np.zeros(0, np.float32), np.zeros(0, np.int32), np.array([0, big], np.int32), (1, 5))
+    X, _ = stack([piece, piece], None)
+    assert X.indptr.tolist() == [0, big, 2 * big]
+    assert X.indptr.dtype == X.indices.dtype == np.int64
+    small = csr_batch(np.zeros(0, np.float32), np.zeros(0, np.int32), np.array([0, 3], np.int32), (1, 5))
+    X, _ = stack([small, small], None)
+    assert X.indptr.tolist() == [0, 3, 6] and X.indptr.dtype == X.indices.dtype == np.int32
+
+
 def test_decoded_batches_feed_sklearn(tmp_path):
     """Batches of decode_libsvm and of row slices and stacks of steps (lirs.assemble) are accepted
     by an sklearn estimator's partial_fit, as load_svmlight_file's matrix is."""
