@@ -69,6 +69,7 @@ from .offsets import index_read_error, offset_arrays
 from .permutation import PERMUTATIONS, Permutation
 from .policies import DEFAULT_GRANULARITY, GRANULARITIES, POLICIES
 from .ranges import rank_slice
+from .sizecounts import SizeCounts
 from .steps import ReadStep, SharedStep, file_ends
 from .stream import UnitStream
 from .walker import walk
@@ -407,21 +408,19 @@ class EpochPlan:
         (this rank), as planned: computed by walking the plan, without I/O."""
         if self._stats is None:
             reads = payload = records = 0
-            extent_bytes, ends = [], file_ends(self.index)
+            sizes, ends = SizeCounts(), file_ends(self.index)
             for b in self.batches():
                 records += len(b.ids)
                 for s in b.new_steps:
                     reads += s.reads
                     payload += s.payload_bytes
-                    extent_bytes.append(s.extents_within(ends))  # as the Loader counts: not past a file's end
-            sizes = np.concatenate(extent_bytes) if extent_bytes else np.empty(0, np.int64)
-            bytes_read = int(sizes.sum())
+                    sizes.add(s.extents_within(ends))  # as the Loader counts: not past a file's end
+            bytes_read = sizes.total
             self._stats = {
                 "granularity": self.granularity, "batch_size": self.batch_size, "batches": self.num_batches,
                 "records": records, "units": self.units, "reads": reads, "bytes_read": bytes_read,
                 "payload_bytes": payload, "amplification": bytes_read / payload if payload else None,
-                "mean_read_bytes": float(sizes.mean()) if len(sizes) else None,
-                "median_read_bytes": float(np.median(sizes)) if len(sizes) else None,
+                "mean_read_bytes": sizes.mean(), "median_read_bytes": sizes.median(),
                 "rank": self.rank, "world_size": self.world_size, "seed": self.seed, "epoch": self.epoch,
                 "group_bytes": self.group_bytes if POLICIES[self.granularity].uses_group_bytes else None,
                 "window": self.window if POLICIES[self.granularity].uses_window else None,
