@@ -47,6 +47,19 @@ INDEX_READ_SPAN = 1 << 16
 # CSR matrix), which at 1024-record kdd-like batches (~370 KB) bounded the epoch, not the cores or the
 # device; a batch is then a slice of its step, as a window's batches are
 STEP_MIN_BYTES = 4 << 20
+# A read step holds arrays of its own for every record, whatever the record's bytes: its record IDs
+# (and a window's deal order), its extents and each record's place in them, 100 B a record while the
+# step is made and 44 B kept (ad hoc: tracemalloc over one window step of 1-byte .npy records), then
+# the plans of the batches ahead, two or three steps in flight. An epoch over a 64 MiB .npy of 1-byte
+# records grew ~190-225 B of peak RSS a record of its window (ad hoc: windows of 0.5M to 4M records):
+# about this many bytes a record of a window or of a step of several batches
+STEP_RECORD_COST = 200
+# what a window epoch holds for each byte of its window (docs/results.md, "What a window's memory
+# costs": 7.5x at 16 MiB). The auto window and a step of STEP_MIN_BYTES hold at most their bytes x
+# this / STEP_RECORD_COST records (lirs.windows.held_bytes), so that records under 27 B (a file of
+# uint8, int16 or float32 token IDs) do not make an epoch hold ~75x its window's bytes; records of
+# 27 B or more are planned as by bytes alone
+WINDOW_HELD_RATIO = 7.5
 # An epoch's batch plans are made on a thread of their own (lirs.ahead), handed to the consumer in
 # chunks of 1, 2, 4, ... up to PLAN_CHUNK batches, at most PLAN_AHEAD_CHUNKS chunks ahead.
 PLAN_CHUNK = 8

@@ -96,10 +96,10 @@ class Loader:
         data such as ``"5%"``, or a group count; with ``granularity="auto"`` a window given here is the
         memory budget and wins over the window ``lirs bench --auto`` saved. A group's records spread
         over about ``window / (batch_size x record bytes)`` batches, so a larger window makes batches
-        closer to uniform; two windows are in flight (the one being consumed and the next one being
-        read), three where the reads wait for a device or on 8 cores or more
-        (:func:`lirs.policies.windows_in_flight`), each raw and then decoded: a 16 MiB window epoch
-        held 7.5x the window's bytes (docs/results.md, "What a window's memory costs").
+        closer to uniform; two windows are in flight (the consumed one and the next one, read), three
+        where reads wait for a device or on 8 cores or more (:func:`lirs.policies.windows_in_flight`),
+        each raw and then decoded: a 16 MiB window epoch held 7.5x its bytes (docs/results.md), records
+        under 27 B ~200 B each (plans, step arrays: ``STEP_RECORD_COST``; ``"auto"`` holds fewer of them).
     permutation : ``"auto"``, ``"table"`` or ``"stateless"`` (see :mod:`lirs.permutation`).
     seed : int
         The epoch order is a function of ``(seed, epoch, rank, world_size)`` only.
@@ -154,9 +154,9 @@ class Loader:
         if granularity == AUTO:  # what `lirs bench --auto` saved for this dataset, else the default
             granularity, gb, window = auto_settings(self.index, gb, window)
         self.granularity, self.group_bytes = granularity, DEFAULT_GROUP_BYTES if gb is None else gb
-        # a group count, whatever the spec ("64M", "5%", 16): the plan, the state and the stats use it
+        # a group count, whatever the spec ("64M", "5%", 16; "auto" counts records too): plan, state, stats use it
         span = group_span(max(self.group_bytes, BLOCK), self.index.payload_bytes, self.index.n)  # a group's bytes
-        self.window = window_groups(DEFAULT_WINDOW if window is None else window, span, self.index.payload_bytes)
+        self.window = window_groups(DEFAULT_WINDOW if window is None else window, span, self.index.payload_bytes, self.index.n)
         self.drop_last = check_drop_last(self.index.n, self.batch_size, self.world_size, a.drop_last)
         # the pool's threads are its cores and one more (a pool sized by hand: a DataLoader worker's share)
         self._decoder = StepDecoder(self.index, n_features=n_features, zero_based=zero_based, dtype=self.dtype,

@@ -487,7 +487,7 @@ def plan_epoch(index, batch_size: int, granularity: str = DEFAULT_GRANULARITY, *
     ufirst = unit_table(index, ub)
     n_units = index.n if ufirst is None else len(ufirst) - 1
     window = window_groups(window, group_span(max(int(group_bytes), block), index.payload_bytes, index.n),
-                           index.payload_bytes)  # a group count
+                           index.payload_bytes, index.n)  # a group count
     perm = Permutation(n_units, permutation, int(seed), int(epoch), seeds.PLAN_UNITS)
     nb, first, size = rank_slice(index.n, batch_size, rank, world_size, drop_last)
     return EpochPlan(index=index, batch_size=int(batch_size), granularity=granularity, seed=int(seed),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .constants import BLOCK, POOL_ALONE_MIN_CORES, RING_MAX_BYTES, STEP_MIN_BYTES, WINDOW_THIRD_MIN_CORES, WINDOWS_IN_FLIGHT, WINDOWS_IN_FLIGHT_AHEAD
-from .windows import group_span
+from .windows import group_span, held_bytes
 
 STEP_SHAPES = ("batch", "batches", "window")
 UNIT_KINDS = ("record", "block", "group")
@@ -107,8 +107,10 @@ DEFAULT_GRANULARITY = "window"
 
 def _step_batches(plan) -> int:
     """Batches whose bytes fill STEP_MIN_BYTES in ``plan`` (by the dataset's mean record size), at
-    least one, at most the epoch's."""
-    return max(1, min(plan.num_batches, -int(-STEP_MIN_BYTES // max(batch_bytes(plan), 1.0))))
+    least one, at most the epoch's; fewer where their records are tiny (a step's arrays cost per
+    record: :func:`lirs.windows.held_bytes`; 4096 batches of 1-byte records held a GB a group epoch)."""
+    nbytes = held_bytes(STEP_MIN_BYTES, plan.index.payload_bytes, plan.index.n)
+    return max(1, min(plan.num_batches, -int(-nbytes // max(batch_bytes(plan), 1.0))))
 
 
 def batch_bytes(plan) -> float:

@@ -139,7 +139,11 @@ def check_config(saved: dict, now: dict, elastic: tuple = ()) -> None:
     if diff or missing:
         what = ", ".join([f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items()]
                          + [f"{k}: not saved" for k in missing])
-        raise UsageError(f"cannot resume: the loader's configuration differs ({what})")
+        # a window is saved as its group count: "auto" resolves anew (fewer groups of tiny records
+        # since STEP_RECORD_COST), and the saved count given as window= plans the saved windows
+        hint = (f"; window={diff['window'][0]} (the saved group count) plans the saved windows"
+                if isinstance(diff.get("window", (None,))[0], int) else "")
+        raise UsageError(f"cannot resume: the loader's configuration differs ({what}){hint}")
 
 
 def ranks_progress(states, world: int) -> list:

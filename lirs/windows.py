@@ -12,7 +12,8 @@ import re
 
 import numpy as np
 
-from .constants import WINDOW_AUTO_MAX, WINDOW_AUTO_MIN, WINDOW_AUTO_SHARE, STEP_PIECE_RUNS
+from .constants import (STEP_PIECE_RUNS, STEP_RECORD_COST, WINDOW_AUTO_MAX, WINDOW_AUTO_MIN, WINDOW_AUTO_SHARE,
+                        WINDOW_HELD_RATIO)
 from .errors import UsageError
 from .kernels import plan as K
 from .units import parse_size
@@ -25,12 +26,27 @@ def group_span(group_bytes: int, data_bytes: int, records: int) -> int:
     return max(int(group_bytes), -(-int(data_bytes) // int(records)) if records else 0)
 
 
-def window_groups(window, group_bytes: int, data_bytes: int) -> int:
+def held_bytes(nbytes: int, data_bytes: int, records: int) -> int:
+    """The bytes an auto window or a step of ``nbytes`` spans in data of ``data_bytes`` over ``records``
+    records: ``nbytes``, or fewer where that many bytes hold more than ``nbytes x WINDOW_HELD_RATIO /
+    STEP_RECORD_COST`` records (records under ~27 B: each costs STEP_RECORD_COST bytes of step arrays
+    and plans, so a 16 MiB window of 1-byte records held 2.3 GB, not 7.5 x 16 MiB); then the bytes of
+    that many records of the mean size. ``records`` 0: ``nbytes`` (no data to count records of)."""
+    most = int(int(nbytes) * WINDOW_HELD_RATIO) // STEP_RECORD_COST  # the records nbytes may hold
+    records, data_bytes = int(records), int(data_bytes)
+    if records <= 0 or most * data_bytes >= int(nbytes) * records:  # mean record large enough: bytes alone
+        return int(nbytes)
+    return max(-(-most * data_bytes // records), 1)
+
+
+def window_groups(window, group_bytes: int, data_bytes: int, records: int = 0) -> int:
     """The number of groups a window holds, from its spec: an int (a group count), a size such as
     ``"64M"`` or ``"1.5GB"`` (a memory budget: ``size // group_bytes`` groups, at least one; give
     :func:`group_span` as ``group_bytes`` where records may be larger than a group), a
     share of the data such as ``"5%"`` (of ``data_bytes``, rounded up), or ``"auto"``: 5% of the data
-    within [16 MiB, 256 MiB] (:data:`lirs.constants.WINDOW_AUTO_SHARE` and its bounds).
+    within [16 MiB, 256 MiB] (:data:`lirs.constants.WINDOW_AUTO_SHARE` and its bounds), fewer bytes
+    where the data's ``records`` records are tiny (:func:`held_bytes`; 0: bytes alone). A window
+    given by the user (a count, a size, a share) is theirs: never cut by its records.
 
     Why bytes: a group's records spread over about ``window bytes / batch bytes`` batches, so the
     randomness of a batch depends on the window's bytes, not on its group count.
@@ -46,6 +62,7 @@ def window_groups(window, group_bytes: int, data_bytes: int) -> int:
     text = str(window).strip()
     if text == "auto":
         nbytes = min(max(WINDOW_AUTO_SHARE * int(data_bytes), WINDOW_AUTO_MIN), WINDOW_AUTO_MAX)
+        nbytes = held_bytes(int(nbytes), data_bytes, records)
         return max(-(-int(nbytes) // int(group_bytes)), 1)
     share = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*%", text)
     if share:

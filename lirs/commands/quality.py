@@ -258,7 +258,7 @@ def _single(source, budget, names, params, window, common) -> dict:
     # as the frontier sizes it (rounded up): one budget gives one window, alone or among others
     size = data_size(source, common.get("record_bytes"))
     if window is not None:  # a group count, as the Loader takes the spec (printed and in the JSON so)
-        window = window_groups(window, group_span(common["group_bytes"], *size), size[0])
+        window = window_groups(window, group_span(common["group_bytes"], *size), *size)
     params.setdefault("window", window if window is not None else budget_groups(m, common["group_bytes"], *size))
     return evaluate(source, names, params=params, label=label, **common)
 

@@ -71,7 +71,7 @@ def lirs_configs(granularities, group_sizes, window, reads_only=(), data_bytes: 
     config holds its group count, a group counted as the Loader counts it (of ``records`` records:
     :func:`lirs.windows.group_span`)."""
     def groups(gb):
-        return window_groups(window, group_span(int(gb), data_bytes, records), data_bytes)
+        return window_groups(window, group_span(int(gb), data_bytes, records), data_bytes, records)
 
     out = []
     for g in granularities:
