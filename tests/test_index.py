@@ -767,6 +767,8 @@ def test_an_epoch_plan_releases_the_index_pages_it_walks(tmp_path, monkeypatch):
     # a step of several batches reads its offsets with pread (see below); where the index cannot be
     # read so (no map of a sidecar), it releases the pages once it is planned (its groups lie all over)
     monkeypatch.setattr(_policies(), "STEP_MIN_BYTES", 5 * 32 * idx.payload_bytes // idx.n)
+    from lirs import windows
+    monkeypatch.setattr(windows, "STEP_RECORD_COST", 1)  # ~10 B records: steps by bytes alone, as before
     calls.clear()
     plan = P.plan_epoch(idx, 32, granularity="group", group_bytes=4096, seed=0, epoch=0)
     assert plan._rel_file is not None
