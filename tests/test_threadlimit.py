@@ -13,19 +13,16 @@ import numpy as np
 import pytest
 
 import lirs
+from conftest import kdd_indexed
 from lirs import ahead, parallel, warmup
 from lirs.errors import ThreadLimitError
-from lirs.eval.gen import generate
 
 REFUSED = "can't start new thread"
 
 
 @pytest.fixture(scope="module")
 def kdd(tmp_path_factory):
-    p = str(tmp_path_factory.mktemp("threadlimit") / "kdd.svm")
-    generate("kdd", p, records=6000, seed=11, progress=False)
-    lirs.build_index(p, progress=False)
-    return p
+    return kdd_indexed(tmp_path_factory, 6000, seed=11)
 
 
 @pytest.fixture
