@@ -9,7 +9,14 @@ import errno
 import os
 import platform
 import struct
+import sys
 import threading
+
+# the syscall numbers here and in lirs.kernels.io (statx, io_uring) are Linux's: another kernel has
+# other calls at those numbers, so they are made on Linux alone
+LINUX = sys.platform.startswith("linux")
+# where a libc keeps the calling thread's errno: glibc and musl; macOS and FreeBSD; Solaris
+ERRNO_LOCATION = ("__errno_location", "__error", "___errno")
 
 # statx(2), the one file status call whose record has the same layout on every architecture
 # (struct stat's differs); its number differs, and where it is not known here os.fstat serves
@@ -32,22 +39,27 @@ class Libc:
         lib = ctypes.CDLL(None, use_errno=True)
         self.lib = lib
         addr = lambda f: ctypes.cast(f, ctypes.c_void_p).value  # noqa: E731
-        self.syscall = addr(lib.syscall)
+        self.syscall = addr(lib.syscall) if hasattr(lib, "syscall") else 0  # used on Linux alone
         self.pread = addr(lib.pread)
-        self.errno_location = addr(getattr(lib, "__errno_location"))  # getattr: no name mangling
-        lib.syscall.restype = ctypes.c_long
+        self.errno_location = addr(_errno_location(lib))
+        if hasattr(lib, "syscall"):
+            lib.syscall.restype = ctypes.c_long
         lib.mmap.restype = ctypes.c_void_p
         lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                              ctypes.c_long]
         lib.munmap.restype = ctypes.c_int
         lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        lib.madvise.restype = ctypes.c_int  # ints pass as they are (lirs.pages)
-        lib.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        self.madvise = getattr(lib, "madvise", None)  # None: the sidecar's pages simply stay (lirs.pages)
+        if self.madvise is not None:
+            self.madvise.restype = ctypes.c_int  # ints pass as they are (lirs.pages)
+            self.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
         # the numbers are the 64-bit tables': a 32-bit process on a 64-bit kernel has others
-        self._statx = STATX_NR.get(platform.machine()) if ctypes.sizeof(ctypes.c_void_p) == 8 else None
-        self._held = ctypes.PyDLL(None, use_errno=True).syscall  # a PyDLL call keeps the GIL
-        self._held.restype = ctypes.c_long
+        wide = ctypes.sizeof(ctypes.c_void_p) == 8
+        self._statx = STATX_NR.get(platform.machine()) if LINUX and wide and self.syscall else None
+        self._held = ctypes.PyDLL(None, use_errno=True).syscall if self._statx else None  # keeps the GIL
+        if self._held is not None:
+            self._held.restype = ctypes.c_long
         self._statx_args = (ctypes.c_long(self._statx or 0), ctypes.c_long(AT_EMPTY_PATH),
                             ctypes.c_long(STATX_SIZE | STATX_MTIME))
         self._bufs = threading.local()
@@ -84,3 +96,15 @@ class Libc:
             if cls._inst is None:
                 cls._inst = cls()
             return cls._inst
+
+
+def _errno_location(lib):
+    """libc's function returning the address of this thread's ``errno`` (``int *(void)``), by
+    whichever name this libc gives it (:data:`ERRNO_LOCATION`). OSError when it has none: the
+    native read kernels could not tell an error's cause, so they are not run."""
+    for name in ERRNO_LOCATION:
+        f = getattr(lib, name, None)  # getattr: a leading "__" in a class body would be name-mangled
+        if f is not None:
+            return f
+    raise OSError(errno.ENOSYS, "this C library has none of " + ", ".join(ERRNO_LOCATION)
+                  + ": lirs's native read kernels need one to read errno")

@@ -94,7 +94,7 @@ def _libc_madvise():
     """libc's ``madvise`` (:class:`lirs.libc.Libc` sets its argument types), or None."""
     if not _MADVISE:
         try:
-            _MADVISE.append(Libc.get().lib.madvise)
+            _MADVISE.append(Libc.get().madvise)
         except (OSError, AttributeError):
             _MADVISE.append(None)
     return _MADVISE[0]

@@ -88,3 +88,93 @@ def test_an_architecture_without_a_known_statx_number_uses_os_fstat(tmp_path, mo
         assert lc.size_mtime(fd) == (4, os.fstat(fd).st_mtime_ns)
     finally:
         os.close(fd)
+
+
+class _OtherLibc:
+    """This process's C library as another platform's would present it: ``__errno_location``
+    under another name (macOS and FreeBSD call it ``__error``), and without ``madvise``."""
+
+    def __init__(self, real, renamed=("__error",)):
+        self._real, self._renamed = real, renamed
+        for name in renamed:
+            setattr(self, name, getattr(real, "__errno_location"))
+
+    def __getattr__(self, name):
+        if name in ("__errno_location", "madvise"):
+            raise AttributeError(name)
+        return getattr(self._real, name)
+
+
+def _as_other_platform(monkeypatch, renamed=("__error",)):
+    """This process made to look like a non-Linux system to lirs: its libc as :class:`_OtherLibc`,
+    ``sys.platform`` another OS's, and the process-wide answers (libc, io_uring) asked afresh."""
+    from lirs import pages
+    from lirs.engines import uring
+
+    real_cdll = L.ctypes.CDLL
+    monkeypatch.setattr(L.ctypes, "CDLL", lambda name, **kw: _OtherLibc(real_cdll(name, **kw), renamed))
+    monkeypatch.setattr(L.sys, "platform", "darwin")
+    monkeypatch.setattr(L, "LINUX", False)
+    monkeypatch.setattr(uring, "LINUX", False)
+    monkeypatch.setattr(L.Libc, "_inst", None)
+    monkeypatch.setattr(pages, "_MADVISE", [])
+    uring.uring_allowed.cache_clear()
+    monkeypatch.setattr(uring, "uring_allowed", uring.uring_allowed)  # asked afresh after the test too
+
+
+@pytest.fixture
+def other_platform(monkeypatch):
+    _as_other_platform(monkeypatch)
+    yield
+    from lirs.engines import uring
+    uring.uring_allowed.cache_clear()
+
+
+def test_a_libc_naming_its_errno_function_otherwise_is_used(other_platform, tmp_path):
+    # macOS and FreeBSD: `__error`; there was an AttributeError at the first epoch
+    lc = L.Libc.get()
+    real = L.ctypes.CDLL(None)._real
+    assert lc.errno_location == L.ctypes.cast(real.__errno_location, L.ctypes.c_void_p).value
+    assert lc.madvise is None
+    assert lc._statx is None and lc._held is None  # Linux's statx number is another call elsewhere
+    p = tmp_path / "f.bin"
+    p.write_bytes(b"abcdef")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert lc.size_mtime(fd) == (6, os.fstat(fd).st_mtime_ns)
+    finally:
+        os.close(fd)
+
+
+def test_a_libc_without_any_errno_function_is_said_by_name(monkeypatch):
+    _as_other_platform(monkeypatch, renamed=())
+    with pytest.raises(OSError, match="none of __errno_location, __error, ___errno") as e:
+        L.Libc.get()
+    assert e.value.errno == errno.ENOSYS
+
+
+def test_io_uring_is_not_set_up_off_linux(other_platform):
+    from lirs.engines import uring
+
+    assert uring.uring_allowed() is False
+    with pytest.raises(uring.UringSetupError, match="io_uring is Linux-only") as e:
+        uring._setup(L.Libc.get(), 1, (0,))
+    assert e.value.errno == errno.ENOSYS
+
+
+def test_an_epoch_off_linux_reads_through_pread_and_serves_the_same_batches(other_platform, tmp_path):
+    # end to end as a macOS user runs it: engine auto passes io_uring by and the pread kernels read
+    import lirs
+
+    p = tmp_path / "d.svm"
+    rng = np.random.default_rng(7)
+    p.write_text("".join(f"{i % 2} {1 + i % 9}:{rng.random():.4f} {20 + i % 5}:1\n" for i in range(3000)))
+    lirs.build_index(str(p))
+    with lirs.Loader(str(p), batch_size=128, seed=3) as ld:
+        got = [(b.ids.tolist(), b.y.tolist(), b.X.indices.tolist(), b.X.data.tolist()) for b in ld.epoch(0)]
+        assert ld.engine.name != "uring" and "io_uring is Linux-only" in ld.engine.reason
+    assert sorted(i for g in got for i in g[0]) == list(range(3000))
+    expect = []
+    for b in lirs.Loader(str(p), batch_size=128, seed=3, engine="buffered").epoch(0):
+        expect.append((b.ids.tolist(), b.y.tolist(), b.X.indices.tolist(), b.X.data.tolist()))
+    assert got == expect

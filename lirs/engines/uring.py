@@ -20,6 +20,7 @@ import ctypes
 import functools
 import errno as _errno
 import os
+import sys
 import threading
 
 import numpy as np
@@ -27,7 +28,7 @@ import numpy as np
 from ..constants import URING_SUBMIT_CHUNK, URING_WAIT_SHARE
 from ..kernels import io as K
 from ..kernels import ring as RK
-from ..libc import Libc
+from ..libc import LINUX, Libc
 from .base import Engine, EngineUnavailable, ReadError, log
 
 IORING_OFF_SQ_RING = 0
@@ -55,6 +56,8 @@ class UringSetupError(EngineUnavailable):
 
 def _setup(lc, entries: int, flag_sets) -> tuple[int, int, list]:
     """``io_uring_setup`` with the first of ``flag_sets`` the kernel accepts: (fd, flags, params)."""
+    if not LINUX:  # the syscall numbers are Linux's: elsewhere they name other calls
+        raise UringSetupError(_errno.ENOSYS, f"io_uring is Linux-only (this is {sys.platform})")
     for flags in flag_sets:
         params = (ctypes.c_uint32 * 30)()  # struct io_uring_params, 120 bytes
         params[2] = flags

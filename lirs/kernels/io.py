@@ -25,16 +25,19 @@ file, so the common end-of-file case costs no extra read); a short read is never
 """
 from __future__ import annotations
 
+import errno
+
 from llvmlite import ir
 import numpy as np
 from numba import njit
 from numba.core import types
 from numba.extending import intrinsic
 
-# errno values (Linux, identical on x86-64 and aarch64)
-EINTR = 4
-EAGAIN = 11
-EBUSY = 16
+# errno values the kernels compare against, this platform's (numba freezes them at compile time;
+# its cache is per machine)
+EINTR = errno.EINTR
+EAGAIN = errno.EAGAIN
+EBUSY = errno.EBUSY
 
 NR_IO_URING_SETUP = 425
 NR_IO_URING_ENTER = 426
