@@ -423,7 +423,8 @@ class EpochPlan:
                 "mean_read_bytes": sizes.mean(), "median_read_bytes": sizes.median(),
                 "rank": self.rank, "world_size": self.world_size, "seed": self.seed, "epoch": self.epoch,
                 "group_bytes": self.group_bytes if POLICIES[self.granularity].uses_group_bytes else None,
-                "window": self.window if POLICIES[self.granularity].uses_window else None,
+                # the groups a window holds: at most the data's, as `lirs quality` reports it
+                "window": min(self.window, self.units) if POLICIES[self.granularity].uses_window else None,
                 "permutation": self.perm.mode, "plan_table_bytes": self.nbytes, "plan_s": self.plan_s,
             }
         return dict(self._stats)

@@ -492,7 +492,11 @@ def test_order_command(tmp_path, capsys):
     want = plan_epoch(idx, 1024, "window", seed=3, epoch=2, rank=1, world_size=2, group_bytes=8192,
                       window=4).order()
     assert np.array_equal(order, want) and st_["records"] == len(want)
-    assert st_["amplification"] >= 1 and st_["batches"] == 2
+    assert st_["amplification"] >= 1 and st_["batches"] == 2 and st_["window"] == 4
+    # a window of more groups than the data has holds the data's groups, as `lirs quality` reports it
+    assert main(["order", p, "--granularity", "window", "--group-bytes", "8K", "--window", "256", "--json"]) == 0
+    st_ = json.loads(capsys.readouterr().out)
+    assert st_["window"] == st_["units"] == plan_epoch(idx, 1024, "window", group_bytes=8192, window=256).units < 256
     assert main(["order", p, "--granularity", "page"]) == 0
     assert "amplification" in capsys.readouterr().out
     assert main(["order", p, "-o", str(tmp_path / "o.txt")]) == 2
