@@ -229,6 +229,8 @@ class VarScanner:
             msg += " (a NUL byte: binary data in a text file?)"
         elif b"\r" in line.rstrip(b"\r\t \x0b\x0c"):
             msg += " (a CR inside the line: CR-only line ends? LIBSVM lines end with \\n)"
+        elif tok and tok[0].startswith(b"\xef\xbb\xbf") and base + s + err.at == 0:
+            msg += " (a UTF-8 byte-order mark starts the file: save it without one)"
         self._fail(path, buf, lo, base, s + err.at, msg)
 
     def _emit(self, path, buf, lo, hi, base, slot, k, stats):

@@ -34,6 +34,11 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "bad-input.md"
 # (name, bytes of a .svm file)
 LIBSVM = [
     ("plain", b"1 1:1 3:0.5\n-1 2:2\n"),
+    # two pairs run together into one token of 16 bytes or more, the index of 7 or 8 digits: the
+    # index-time check took its first 16 bytes for a whole pair and read on from the 17th
+    ("two pairs run together", b"1 1000000:123456782000000:5\n2 1:1\n3 2:2\n"),
+    ("two pairs run together, a dot", b"1 1000000:1234567.2000000:5\n2 1:1\n3 2:2\n"),
+    ("UTF-8 byte-order mark", b"\xef\xbb\xbf1 1:1\n2 2:2\n"),
     ("duplicate index", b"1 1:1 1:2\n"),
     ("decreasing indices", b"1 2:1 1:2\n"),
     ("duplicate index on line 2", b"1 1:1 2:2\n2 1:1 1:1\n"),
@@ -270,6 +275,12 @@ def test_libsvm_case_agrees_with_sklearn(catalogue, name):
     assert line == data[:byte].count(b"\n") + 1, "line number does not match the byte"
     first = repr(data[byte:byte + 1])[2:-1]
     assert f"'{first}" in err, f"the message does not show the token at byte {byte}"
+
+
+def test_a_byte_order_mark_is_named_as_such(catalogue):
+    # the label token shows the mark's three bytes, which a user does not see in an editor
+    assert "byte-order mark" in catalogue["UTF-8 byte-order mark"]["err"]
+    assert "byte-order mark" not in catalogue["letters in index"]["err"]
 
 
 @pytest.mark.parametrize("name", [n for n, *_ in OTHER])

@@ -194,7 +194,9 @@ def libsvm_validate(buf, lo, hi, base, starts, labels, needs, pow10, out_stats):
                 vmask = _ALL if vl >= 8 else (np.uint64(1) << np.uint64(8 * vl if vl > 0 else 0)) - np.uint64(1)
                 ndw = _nondigit(w) & vmask
                 dw = _zero(w ^ _2E) & vmask
-                ok = (cc >= 1) & (vl >= 1) & (vl <= 8) & (p + e <= j) & (buf[p + cc] == 58) & (idx > prev)
+                # no byte <= 0x20 in the 16 loaded: the token goes on past them (e is 16 then, not its end)
+                ok = (lx != 0) | (ly != 0)
+                ok &= (cc >= 1) & (vl >= 1) & (vl <= 8) & (p + e <= j) & (buf[p + cc] == 58) & (idx > prev)
                 ok &= ((ndw & ~dw) == 0) & ((dw & (dw - np.uint64(1))) == 0) & ((dw == 0) | (vl >= 2))
                 if not ok:
                     break
