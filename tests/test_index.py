@@ -594,6 +594,22 @@ def test_detection_reads_on_to_the_end_of_a_long_first_line(tmp_path, monkeypatc
         inputs.format_reason(str(endless))
 
 
+def test_an_extensionless_file_whose_qid_token_sklearn_accepts_is_detected_as_libsvm(tmp_path):
+    """sklearn takes any first feature token starting with "qid" and holding a ':' as the query id
+    (`qid:` with nothing after it, `qidx:3`): such a file named without an extension was read as lines."""
+    from lirs import inputs
+
+    for i, line in enumerate((b"1 qid: 1:1\n", b"1 qidx:3 1:1\n", b"1 qid:7 2:0.5\n")):
+        p = tmp_path / f"q{i}"
+        p.write_bytes(line + b"-1 3:1\n")
+        assert inputs.format_reason(str(p))[0] == "libsvm", line
+        idx = lirs.build_index(str(p), progress=False)
+        assert idx.format == "libsvm" and idx.n == 2
+    p = tmp_path / "notqid"
+    p.write_bytes(b"1 qid 1:1\n-1 3:1\n")  # no ':' in the token: not a query id, not LIBSVM
+    assert inputs.format_reason(str(p))[0] == "lines"
+
+
 def test_a_small_file_cut_off_at_its_end_is_refused_as_cut_off_not_read_as_lines(tmp_path):
     """An extensionless LIBSVM file of a few lines whose last record is cut off without its line end
     (a file still being written: `1 1:3 4:`) was detected as raw lines, that cut line counted as
