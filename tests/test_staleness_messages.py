@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 
@@ -177,6 +178,12 @@ def test_the_csv_header_guess_reads_rows_as_csv_does(tmp_path):
     with pytest.raises(DataError, match=r"cr\.csv: byte 9: a line ending in CR alone"):
         lirs.build_index(str(cr), progress=False)
     assert lirs.build_index(str(cr), "lines", progress=False).n == 1  # the user's word: one record
+    for name, two in (("two.jsonl", b'{"a":1}\r{"a":2}\r'), ("two.txt", b"a\rb\r")):  # two lines: the last CR counts
+        (tmp_path / name).write_bytes(two)
+        with pytest.raises(DataError, match=re.escape(name) + r": byte \d+: a line ending in CR alone"):
+            lirs.build_index(str(tmp_path / name), progress=False)
+    (tmp_path / "one.txt").write_bytes(b"a line\r")  # one line that ends in CR: kept in its record
+    assert lirs.build_index(str(tmp_path / "one.txt"), progress=False).n == 1
     inner = tmp_path / "inner.csv"  # a lone CR inside a field: csv's reader refused it unquoted (a traceback)
     inner.write_bytes(b"1,2\n3\r,4\n")
     assert lirs.build_index(str(inner), progress=False).n == 2
