@@ -261,13 +261,20 @@ def labels_for_npy(path: str, n: int, *, numbers: bool = True):
         raise DataError(f"{cand}: labels of shape {lab.shape}, dtype {lab.dtype}; expected {want}, one a record of {path}")
     if len(lab) != n:
         raise DataError(f"{cand}: {len(lab)} labels, but {path} has {n} records; expected one a record")
-    if numbers and lab.dtype.kind in "iu" and lab.dtype.itemsize == 8:  # labels are kept as float64
+    wide = lab.dtype.kind in "iu" and lab.dtype.itemsize == 8 or lab.dtype.kind == "f" and lab.dtype.itemsize > 8
+    if numbers and wide:  # labels are kept as float64: 64-bit integers and long doubles checked to fit
         for c in range(0, n, 1 << 20):  # a million at a time: no whole copy of a large labels file
             part = lab[c:c + (1 << 20)]
-            with np.errstate(invalid="ignore"):  # 2**63 cast back to int64 is the point, not a fault
-                bad = np.flatnonzero(part.astype(np.float64).astype(lab.dtype) != part)
+            with np.errstate(invalid="ignore", over="ignore"):  # a value cast out and back is the point
+                back = part.astype(np.float64).astype(lab.dtype)
+            bad = np.flatnonzero((back != part) & ~(np.isnan(part) if lab.dtype.kind == "f" else False))
             if len(bad):
-                raise DataError(f"{cand}: label {int(part[bad[0]])} of record {c + int(bad[0])} is past 2**53, where "
+                v, at = part[bad[0]], c + int(bad[0])
+                if lab.dtype.kind == "f":
+                    raise DataError(f"{cand}: label {str(v)} of record {at} ({lab.dtype}) is no float64 value (the labels' "
+                                    "type in lirs): float64 would serve it as " + repr(float(back[bad[0]]))
+                                    + "; expected labels that float64 holds (save them as float64)")
+                raise DataError(f"{cand}: label {int(v)} of record {at} is past 2**53, where "
                                 "float64 (the labels' type in lirs) does not hold every integer; expected integer "
                                 "labels within +-2**53 (class ids), or keep such ids beside lirs")
     return lab
@@ -323,7 +330,8 @@ def _build_fixed(files, fmt, dest, record_size, header_size, where=None):
                 _unchanged(lf, label_fps[-1])
             raise
         if n == 0:
-            raise DataError(f"{p}: no records")
+            raise DataError(f"{p}: no records (a .npy array of shape {(0, *shp)}); expected at least one row"
+                            if fmt == "npy" else f"{p}: no records")
         headers.append(h)
         counts.append(n)
         fps.append(fp0)
