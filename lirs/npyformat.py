@@ -41,7 +41,8 @@ def npy_header(f, version: tuple) -> tuple:
     if not isinstance(d, dict) or sorted(d) != ["descr", "fortran_order", "shape"]:
         raise ValueError(f"the header is not a dict of descr, fortran_order and shape: {text[:80]!r}")
     shape, fortran = d["shape"], d["fortran_order"]
-    if not isinstance(shape, tuple) or not all(isinstance(s, int) for s in shape) or not isinstance(fortran, bool):
+    # type(): a bool is an int to isinstance, and numpy refuses (True, 3) as a shape
+    if not isinstance(shape, tuple) or not all(type(s) is int for s in shape) or not isinstance(fortran, bool):
         raise ValueError(f"the header's shape {shape!r} or fortran_order {fortran!r} is not a tuple of ints and a bool")
     try:
         dtype = np.lib.format.descr_to_dtype(d["descr"])

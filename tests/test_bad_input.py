@@ -165,6 +165,8 @@ OTHER = [
     ("npy scalar", "x.npy", _npy(np.float32(1)), []),
     ("npy negative shape", "x.npy", _npy_header((-4, 3)), []),
     ("npy records of no bytes", "x.npy", _npy(np.zeros((4, 0), np.float32)), []),
+    ("npy of no rows", "x.npy", _npy(np.zeros((0, 3), np.float32)), []),
+    ("npy shape of a bool", "x.npy", _npy_header((True, 3)) + bytes(12), []),  # numpy refuses it
     ("npy format version 9", "x.npy", _npy_header((0, 3), version=9), []),
     ("npy labels of two columns", "x.npy", _npy_with_labels(np.zeros((4, 2))), []),
     ("npy labels that are objects", "x.npy", _npy_with_labels(np.array([{}, {}, {}, {}], dtype=object)), []),
