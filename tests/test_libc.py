@@ -72,6 +72,17 @@ def test_without_statx_it_falls_back_to_os_fstat(tmp_path, monkeypatch):
         os.close(fd)
 
 
+def _reads_by_fstat(lc, tmp_path, data: bytes) -> None:
+    """``lc.size_mtime`` of a new file holding ``data`` is what os.fstat says."""
+    p = tmp_path / "f.bin"
+    p.write_bytes(data)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert lc.size_mtime(fd) == (len(data), os.fstat(fd).st_mtime_ns)
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize("machine,pointer", [("mips64", 8), ("i686", 4), ("x86_64", 4)])
 def test_an_architecture_without_a_known_statx_number_uses_os_fstat(tmp_path, monkeypatch, machine, pointer):
     # a wrong syscall number would run another syscall: only the listed 64-bit tables are used (a
@@ -81,13 +92,7 @@ def test_an_architecture_without_a_known_statx_number_uses_os_fstat(tmp_path, mo
     monkeypatch.setattr(L.ctypes, "sizeof", lambda t: pointer if t is L.ctypes.c_void_p else sizeof(t))
     lc = L.Libc()
     assert lc._statx is None
-    p = tmp_path / "f.bin"
-    p.write_bytes(b"abcd")
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        assert lc.size_mtime(fd) == (4, os.fstat(fd).st_mtime_ns)
-    finally:
-        os.close(fd)
+    _reads_by_fstat(lc, tmp_path, b"abcd")
 
 
 class _OtherLibc:
@@ -137,13 +142,7 @@ def test_a_libc_naming_its_errno_function_otherwise_is_used(other_platform, tmp_
     assert lc.errno_location == L.ctypes.cast(real.__errno_location, L.ctypes.c_void_p).value
     assert lc.madvise is None
     assert lc._statx is None and lc._held is None  # Linux's statx number is another call elsewhere
-    p = tmp_path / "f.bin"
-    p.write_bytes(b"abcdef")
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        assert lc.size_mtime(fd) == (6, os.fstat(fd).st_mtime_ns)
-    finally:
-        os.close(fd)
+    _reads_by_fstat(lc, tmp_path, b"abcdef")
 
 
 def test_a_libc_without_any_errno_function_is_said_by_name(monkeypatch):
