@@ -282,8 +282,7 @@ def refuse_cr_only(path: str, head: bytes) -> None:
     """Raise DataError where the text ``head`` (a file's first bytes) ends its lines with CR alone
     (classic Mac OS) and holds no LF: lines end at LF, so the file would be one record."""
     cr = head.find(b"\r")
-    # two line ends at least, the file's last byte counted (`a\rb\r` is two lines): one CR inside a
-    # long first record (JSON whitespace) is no line end, nor one ending the file's one line
+    # two line ends at least (`a\rb\r`): one CR, inside a long first record or ending the one line, is none
     if b"\n" not in head and 0 <= cr and head.count(b"\r") >= 2:
         raise DataError(f"{path}: byte {cr}: a line ending in CR alone, and no LF in the first {len(head)} bytes; "
                         "lines end at LF, so its lines would be served as one record: convert its line ends "
