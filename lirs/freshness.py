@@ -145,6 +145,15 @@ def layout_crc(header: dict) -> int:
     return zlib.crc32(json.dumps(key).encode()) or 1
 
 
+def files_crc(paths) -> int:
+    """A CRC-32 of the names of a dataset's files in their order (its records' ids follow that
+    order), for a dataset of several files: equal shards renamed into another order move records
+    without moving any offset. 0 for one file (0: not compared), whose name decides nothing."""
+    if len(paths) < 2:
+        return 0
+    return zlib.crc32(json.dumps([os.path.basename(os.fspath(p)) for p in paths]).encode()) or 1
+
+
 def reindex_command(paths, sidecar: str | None, index=None, full: bool = False) -> str:
     """The ``lirs index`` command that rebuilds the index ``sidecar`` of the data files ``paths``:
     the file (its own ``FILE.lirs``), the directory (a ``DIR.lirs`` of the files in it), else the

@@ -32,7 +32,8 @@ from .labelcodes import encode_labels
 from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
-from .freshness import check_label_files, check_no_new_files, data_paths, fingerprint, layout_crc, rebuild_advice, reindex_command, staleness
+from .freshness import check_label_files, check_no_new_files, data_paths, files_crc, fingerprint, layout_crc, rebuild_advice, \
+    reindex_command, staleness
 from .relpaths import relpath
 from .sidecar import SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, sidecar_path, verify_arrays
 from . import verified
@@ -92,6 +93,7 @@ class Index:
     header_crc: int = 0  # of the sidecar's header: which sidecar a recorded verification is for
     checked: tuple | None = None  # (size, mtime_ns) of each data file as check_fresh found it unchanged
     layout: int = 0  # where the records lie (lirs.freshness.layout_crc; 0: no sidecar): a resume state's dataset
+    order: int = 0  # its files' names in order (lirs.freshness.files_crc; 0: one file, or no sidecar)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -419,7 +421,7 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         _offsets=offsets_of(arrays, header, mapped), label_values=arrays.get("label_values"),
         label_codes=arrays.get("label_codes"), fingerprints=tuple(fps), meta=header.get("meta", {}),
         sidecar=sidecar, sums=arrays.get("content_sums"), marks=arrays.get("scan_marks"),
-        header_crc=header_crc(header), layout=layout_crc(header),
+        header_crc=header_crc(header), layout=layout_crc(header), order=files_crc(paths),
     )
     idx._validate()
     _check_offsets(idx)

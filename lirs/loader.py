@@ -280,8 +280,8 @@ class Loader:
 
     # ------------------------------------------------------------------ state
     def _make_config(self) -> dict:
-        return {**{k: getattr(self, k) for k in _CONFIG_KEYS}, "n": int(self.index.n),
-                "format": self.index.format, "layout": int(self.index.layout)}  # layout: which dataset
+        return {**{k: getattr(self, k) for k in _CONFIG_KEYS}, "n": int(self.index.n), "format": self.index.format,
+                "layout": int(self.index.layout), "files": int(self.index.order)}  # which dataset, its files in order
 
     def _config(self) -> dict:
         return dict(self._cfg)

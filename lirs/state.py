@@ -24,9 +24,11 @@ from .errors import UsageError
 
 STATE_VERSION = 1
 _KEYS = ("version", "epoch", "next_batch", "spans", "config", "worker")
-# where the records lie (:func:`lirs.freshness.layout_crc`): not in states of older releases, 0 for an
-# index without a sidecar; compared where both states know it
-_LAYOUT = "layout"
+# which dataset a state is for: where the records lie (:func:`lirs.freshness.layout_crc`) and its
+# files' names in order (:func:`lirs.freshness.files_crc`); not in states of older releases, 0 where
+# unknown (no sidecar; one file); compared where both states know them
+_DATASET = {"layout": "its index's offsets differ: other data, or data changed and indexed again",
+            "files": "its files are others, or in another order: renamed and indexed again"}
 
 
 @dataclass(frozen=True)
@@ -129,12 +131,12 @@ def check_config(saved: dict, now: dict, elastic: tuple = ()) -> None:
     """Raise UsageError unless a state planned with ``saved`` (its configuration) resumes under
     ``now`` (a Loader's): every key but the ``elastic`` ones (which may change for an elastic
     resume, and must be saved) equal; ``layout``, where both know it, the same dataset layout."""
-    if saved.get(_LAYOUT) and now.get(_LAYOUT) and saved[_LAYOUT] != now[_LAYOUT]:
-        raise UsageError("cannot resume: the state was saved for a dataset whose records lie elsewhere (its "
-                         "index's offsets differ: other data, or data changed and indexed again), so its "
-                         "remaining batches are not these; start the epoch from its first batch")
+    for key, why in _DATASET.items():
+        if saved.get(key) and now.get(key) and saved[key] != now[key]:
+            raise UsageError(f"cannot resume: the state was saved for a dataset whose records lie elsewhere ({why}), "
+                             "so its remaining batches are not these; start the epoch from its first batch")
     diff = {k: (saved.get(k), v) for k, v in now.items()
-            if k not in elastic and k != _LAYOUT and saved.get(k) != v}
+            if k not in elastic and k not in _DATASET and saved.get(k) != v}
     missing = [k for k in elastic if k not in saved]
     if diff or missing:
         what = ", ".join([f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items()]
