@@ -80,8 +80,11 @@ class StepDecoder:
             # errors name the record within its file, as the index scan does
             files = np.asarray(step.ext_file)[rext]
             local = ids - np.asarray(self.index.file_starts, np.int64)[files]
-            return self._by_file(decode_tfrecord, step, buf, local, rext, rpos, starts, ends,
-                                 verify=self.verify), None
+            try:  # its framing was checked whole when indexed: an error now is the index and data disagreeing
+                return self._by_file(decode_tfrecord, step, buf, local, rext, rpos, starts, ends,
+                                     verify=self.verify), None
+            except DataError as e:
+                raise _disagreeing(e)
         return decode_lines(buf, starts, ends), self.index.labels_of(ids, checked=False)
 
     def wide(self, step, nbytes: int | None = None) -> bool:
@@ -169,8 +172,8 @@ _OPTION_ERRORS = ("for n_features=", "indices are one-based here")
 
 
 def _disagreeing(e: DataError) -> DataError:
-    """``e``, a record's grammar error in a Loader's step, saying what it means: the index scan
-    found every record well formed, so the index no longer places records where the data has them
+    """``e``, a record's grammar (or TFRecord framing) error in a Loader's step, saying what it
+    means: the index scan found every record well formed, so the index no longer places records where the data has them
     (a file changed without a size or mtime to show it, a corrupt offset word that looked
     plausible). An error of the Loader's own options is left as it is."""
     msg = str(e)

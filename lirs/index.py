@@ -403,6 +403,9 @@ def open_index(path: str, *, check: bool = True, mmap: bool = True, verify: bool
         if not os.path.exists(path):
             raise FileNotFoundError(2, "No such file or directory", path)
         raise IndexFormatError(f"{path} has no index ({sidecar} not found); run `{reindex_command([path], None)}` first")
+    if os.path.isdir(sidecar):  # open() would say only "Is a directory"
+        raise IndexFormatError(f"{sidecar} is a directory where {path}'s index belongs; remove it, or name the index "
+                               "elsewhere with `lirs index -o NAME.lirs` and open that")
     header, arrays, mapped = read_sidecar(sidecar, mmap=mmap)
     if verify:
         bad = verify_arrays(sidecar, header, arrays)

@@ -305,7 +305,8 @@ def _header_of(fd: int, sidecar: str) -> tuple[dict, int, int, int]:
         raise IndexFormatError(f"{sidecar}: index version {version}, this lirs reads {VERSION}; "
                                "re-run `lirs index`")
     if hoff + hlen > size:
-        raise IndexFormatError(f"{sidecar}: truncated index ({size} bytes, header at {hoff}+{hlen})")
+        raise IndexFormatError(f"{sidecar}: truncated or corrupt index ({size} bytes, header at {hoff}+{hlen}); "
+                               "re-run `lirs index`")
     blob = pread_full(fd, hlen, hoff, sidecar)
     if zlib.crc32(blob) != crc:
         raise IndexFormatError(f"{sidecar}: corrupt index header (checksum mismatch); re-run `lirs index`")
@@ -340,9 +341,11 @@ def offsets_of(arrays: dict, header: dict | None = None, file: ArrayFile | None 
 
 
 # arrays read whole (never mapped) and checked against their CRC-32 at every open: small, and what
-# `lirs info` counts (a short or corrupt read must never become a wrong count)
+# `lirs info` counts (a short or corrupt read must never become a wrong count), and the offset table's
+# block bases and wide blocks (8 B per 1024 records; a flipped base word moved 1024 records' starts
+# within their file, which no plausibility check sees); its 4 B a record are checked for plausibility
 _READ_WHOLE = ("label_codes", "label_values", "content_sums", "scan_marks", "file_starts", "data_ends",
-               "header_sizes")
+               "header_sizes", "offsets_base", "offsets_wide")
 
 
 def read_sidecar(sidecar: str, *, mmap: bool = True) -> tuple[dict, dict, ArrayFile | None]:
@@ -369,7 +372,8 @@ def _arrays_of(sidecar: str, f, header: dict, size: int, mmap: bool) -> tuple[di
         dt = np.dtype(spec["dtype"])
         end = spec["offset"] + spec["count"] * dt.itemsize
         if end > size:
-            raise IndexFormatError(f"{sidecar}: truncated index (array {name} ends at {end}, file has {size})")
+            raise IndexFormatError(f"{sidecar}: truncated or corrupt index (array {name} ends at {end}, file has "
+                                   f"{size}); re-run `lirs index`")
         if spec["count"] == 0:
             arrays[name] = np.empty(0, dt)
         elif mmap and name not in _READ_WHOLE:
@@ -444,7 +448,8 @@ def rewrite_header(sidecar: str, update, header_crc: int | None = None) -> int |
                 while left > 0:
                     b = f.read(min(left, 16 << 20))
                     if not b:
-                        raise IndexFormatError(f"{sidecar}: truncated index (ends before its header at {hoff})")
+                        raise IndexFormatError(f"{sidecar}: truncated or corrupt index (ends before its header "
+                                               f"at {hoff}); re-run `lirs index`")
                     out.write(b)
                     left -= len(b)
                 blob = json.dumps(update(header), sort_keys=True).encode()

@@ -459,6 +459,43 @@ def test_a_plausible_corrupt_offset_word_is_found_by_the_check(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr and p + ".lirs" in r.stderr, r.stderr
 
 
+def test_a_flipped_block_base_of_the_offset_table_is_refused_at_open(tmp_path):
+    """One bit of an offset block's base moved the starts of its 1024 records by a byte, all still
+    inside their file: a line format served them cut at the wrong byte, with no error. The bases (8 B
+    per 1024 records) are read whole and checked against their CRC-32 at every open now."""
+    from lirs.errors import IndexFormatError
+
+    p = tmp_path / "l.jsonl"
+    p.write_text("".join('{"i": %d}\n' % i for i in range(2500)))
+    lirs.build_index(str(p), progress=False)
+    header, _ = S.read_header(str(p) + ".lirs")
+    off = header["arrays"]["offsets_base"]["offset"]
+    data = bytearray((tmp_path / "l.jsonl.lirs").read_bytes())
+    data[off] ^= 1  # base[0] + 1
+    (tmp_path / "l.jsonl.lirs").write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match=r"l\.jsonl\.lirs: array offsets_base at byte \d+ is corrupt"):
+        lirs.Loader(str(p), 64)
+    assert main(["index", "--check", str(p)]) == 1
+
+
+def test_a_truncated_sidecar_or_a_directory_in_its_place_says_what_to_do(tmp_path):
+    """A sidecar cut short said "truncated index" and no more; a directory where the sidecar belongs
+    came out of the Loader as a bare IsADirectoryError."""
+    from lirs.errors import IndexFormatError
+
+    p = tmp_path / "l.jsonl"
+    p.write_text("".join('{"i": %d}\n' % i for i in range(300)))
+    lirs.build_index(str(p), progress=False)
+    sc = tmp_path / "l.jsonl.lirs"
+    sc.write_bytes(sc.read_bytes()[:100])
+    with pytest.raises(IndexFormatError, match=r"l\.jsonl\.lirs: truncated or corrupt index .*re-run `lirs index`"):
+        lirs.Loader(str(p), 64)
+    sc.unlink()
+    sc.mkdir()
+    with pytest.raises(IndexFormatError, match=r"l\.jsonl\.lirs is a directory where .*l\.jsonl's index belongs; remove"):
+        lirs.Loader(str(p), 64)
+
+
 def test_a_labels_file_changed_after_indexing_is_found_at_open(tmp_path):
     """The labels of .npy data are served from the sidecar: a labels file edited after indexing
     (other values, same size) or removed is StaleIndexError naming it at open and for `lirs index

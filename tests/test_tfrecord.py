@@ -318,7 +318,9 @@ def test_payload_crc_is_checked_again_on_read_with_verify(tmp_path):
     (tmp_path / "d.tfrecord").write_bytes(bytes(data))
     idx = open_index(tmp_path / "d.tfrecord", check=False)
     with lirs.Loader(idx, 4, granularity="instance", verify=True) as loader:
-        with pytest.raises(DataError, match=rf"d.tfrecord: record 11 at byte {off}: payload CRC mismatch"):
+        # framing checked whole when indexed: the error says the index and the data disagree, and how to tell why
+        with pytest.raises(DataError, match=rf"d.tfrecord: record 11 at byte {off}: payload CRC mismatch.*"
+                                            r"so the index and the data disagree: `lirs index --check`"):
             list(loader.epoch(0))
     with lirs.Loader(idx, 4, granularity="instance") as loader:  # verify off: delivered as read
         got = {i: x for b in loader.epoch(0) for i, x in zip(b.ids.tolist(), b.X)}
