@@ -265,15 +265,18 @@ def labels_for_npy(path: str, n: int, *, numbers: bool = True):
     if numbers and wide:  # labels are kept as float64: 64-bit integers and long doubles checked to fit
         for c in range(0, n, 1 << 20):  # a million at a time: no whole copy of a large labels file
             part = lab[c:c + (1 << 20)]
-            with np.errstate(invalid="ignore", over="ignore"):  # a value cast out and back is the point
-                back = part.astype(np.float64).astype(lab.dtype)
-            bad = np.flatnonzero((back != part) & ~(np.isnan(part) if lab.dtype.kind == "f" else False))
+            with np.errstate(invalid="ignore", over="ignore", under="ignore"):  # cast out and back: the point
+                if lab.dtype.kind == "f":  # rounded as float32 features are; outside float64's range: refused
+                    f8 = part.astype(np.float64)
+                    bad = np.flatnonzero(np.isfinite(part) & ~np.isfinite(f8) | (part != 0) & (f8 == 0))
+                else:
+                    bad = np.flatnonzero(part.astype(np.float64).astype(lab.dtype) != part)
             if len(bad):
                 v, at = part[bad[0]], c + int(bad[0])
                 if lab.dtype.kind == "f":
-                    raise DataError(f"{cand}: label {str(v)} of record {at} ({lab.dtype}) is no float64 value (the labels' "
-                                    "type in lirs): float64 would serve it as " + repr(float(back[bad[0]]))
-                                    + "; expected labels that float64 holds (save them as float64)")
+                    raise DataError(f"{cand}: label {str(v)} of record {at} ({lab.dtype}) is outside float64's range "
+                                    "(the labels' type in lirs): float64 would serve it as " + repr(float(f8[bad[0]]))
+                                    + "; expected labels within float64's range (save them as float64)")
                 raise DataError(f"{cand}: label {int(v)} of record {at} is past 2**53, where "
                                 "float64 (the labels' type in lirs) does not hold every integer; expected integer "
                                 "labels within +-2**53 (class ids), or keep such ids beside lirs")

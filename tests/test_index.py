@@ -1304,11 +1304,16 @@ def test_huge_npy_shapes_big_integer_labels_and_a_huge_chunk_are_refused_or_clam
     if np.dtype(np.longdouble).itemsize > 8 and np.finfo(np.longdouble).max > np.finfo(np.float64).max:
         # long-double labels that float64 does not hold were served rounded (1e400 as inf) with a numpy warning
         np.save(tmp_path / "x.labels.npy", np.array([1, np.longdouble("1e400"), 2], np.longdouble))
-        with pytest.raises(DataError, match=r"x\.labels\.npy: label 1e\+400 of record 1 \(float128\) is no float64 value"
-                                            r".*serve it as inf"):
+        with pytest.raises(DataError, match=r"x\.labels\.npy: label 1e\+400 of record 1 \(float\d+\) is outside "
+                                            r"float64's range .*serve it as inf"):
             lirs.build_index(str(tmp_path / "x.npy"), progress=False)
-        np.save(tmp_path / "x.labels.npy", np.array([1, np.nan, 0.5], np.longdouble))  # float64 holds these
-        assert lirs.build_index(str(tmp_path / "x.npy"), progress=False).labels[[0, 2]].tolist() == [1, 0.5]
+        np.save(tmp_path / "x.labels.npy", np.array([1, 2, np.longdouble("-1e-400")], np.longdouble))
+        with pytest.raises(DataError, match=r"label -1e-400 of record 2 .*outside float64's range .*serve it as -0\.0"):
+            lirs.build_index(str(tmp_path / "x.npy"), progress=False)
+        # within the range: rounded to the nearest float64, as features are to float32
+        np.save(tmp_path / "x.labels.npy", np.array([1, np.nan, 1], np.longdouble) / 10)
+        got = lirs.build_index(str(tmp_path / "x.npy"), progress=False).labels
+        assert got[0] == got[2] == 0.1 and np.isnan(got[1])
     small = tmp_path / "t.svm"
     small.write_bytes(b"1 1:1\n0 2:1\n")
     assert lirs.build_index(str(small), chunk_bytes=8 << 30, progress=False).n == 2
