@@ -33,7 +33,7 @@ _BZIP2 = re.compile(rb"^BZh[1-9]1AY&SY")
 # a label is a number (any run of digits, dots and the letters of "inf" and "nan" let IP addresses,
 # versions and words such as "fine" pass as labels, and the parser then refused the file)
 _LABEL = rb"[-+]?(?:(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][-+]?\d+)?|(?i:inf(?:inity)?|nan))"
-_LIBSVM_LINE = re.compile(rb"^\s*" + _LABEL + rb"(\s+qid\S*:\S*)?(\s+[-+]?\d+:\S+)*\s*(#.*)?$")
+_LIBSVM_LINE = re.compile(rb"^\s*" + _LABEL + rb"(\s+qid[^\s:]*:\S*)?(\s+[-+]?\d+:\S+)*\s*(#.*)?$")
 _HEAD = 1 << 16  # what detection reads of a file: enough for its first lines, as a rule
 # where no data line ends within the head (a LIBSVM record of 9,000 features is 80 KB, and comment
 # blocks can be long), detection reads on, doubling, up to this bound
