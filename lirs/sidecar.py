@@ -342,8 +342,9 @@ def offsets_of(arrays: dict, header: dict | None = None, file: ArrayFile | None 
 
 # arrays read whole (never mapped) and checked against their CRC-32 at every open: small, and what
 # `lirs info` counts (a short or corrupt read must never become a wrong count), and the offset table's
-# block bases and wide blocks (8 B per 1024 records; a flipped base word moved 1024 records' starts
-# within their file, which no plausibility check sees); its 4 B a record are checked for plausibility
+# block bases (8 B per 1024 records: a flipped base word moved 1024 records' starts within their file,
+# which no plausibility check sees) and wide blocks (8 B a record of a block spanning 4 GiB or more);
+# its 4 B a record are checked for plausibility alone
 _READ_WHOLE = ("label_codes", "label_values", "content_sums", "scan_marks", "file_starts", "data_ends",
                "header_sizes", "offsets_base", "offsets_wide")
 
