@@ -173,9 +173,9 @@ _OPTION_ERRORS = ("for n_features=", "indices are one-based here")
 
 def _disagreeing(e: DataError) -> DataError:
     """``e``, a record's grammar (or TFRecord framing) error in a Loader's step, saying what it
-    means: the index scan found every record well formed, so the index no longer places records where the data has them
-    (a file changed without a size or mtime to show it, a corrupt offset word that looked
-    plausible). An error of the Loader's own options is left as it is."""
+    means: the index scan found every record well formed, so the index no longer places records
+    where the data has them (a file changed without a size or mtime to show it, a corrupt offset
+    word that looked plausible). An error of the Loader's own options is left as it is."""
     msg = str(e)
     if not any(s in msg for s in _OPTION_ERRORS):
         e.args = (f"{msg}; it was well formed when indexed, so the index and the data disagree: "
