@@ -75,6 +75,8 @@ def window_groups(window, group_bytes: int, data_bytes: int, records: int = 0) -
         if int(text) < 1:
             raise bad
         return int(text)
+    if re.fullmatch(r"[0-9]*\.[0-9]+", text):  # "1.5": no whole group count, and a size needs its unit
+        raise bad
     try:
         nbytes = parse_size(text)
     except UsageError:

@@ -42,7 +42,7 @@ def test_auto_window_is_five_percent_within_bounds(data_bytes, window_bytes):
     assert window_groups("auto", 65536, data_bytes) == -(-window_bytes // 65536)
 
 
-@pytest.mark.parametrize("spec", [0, -3, "0", "0M", "x", "64Q", "0%", "150%", "-5%", True, "", None])
+@pytest.mark.parametrize("spec", [0, -3, "0", "0M", "x", "64Q", "0%", "150%", "-5%", True, "", None, 1.5, "1.5", "2.0"])
 def test_bad_window_spec_names_what_works(spec):
     with pytest.raises(UsageError, match="window must be a group count >= 1, a size like '64M', a share like '5%' of the data or 'auto'"):
         window_groups(spec, 65536, 10**9)
