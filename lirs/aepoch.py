@@ -22,24 +22,43 @@ class Hop:
     which has none of its parent's threads, makes its own)."""
 
     def __init__(self):
-        self._ex, self._pid, self._lock = None, None, threading.Lock()
+        self._ex, self._pid, self._lock, self._closed = None, None, threading.Lock(), False
 
-    def _executor(self) -> ThreadPoolExecutor:
+    def _executor(self) -> ThreadPoolExecutor | None:
+        """The helper thread's executor; None once closed (a call then runs here: no thread is made
+        again for a closed Loader, which a generator finalised after close() or a later aepoch did)."""
         with self._lock:
+            if self._closed:
+                return None
             if self._ex is None or self._pid != os.getpid():
                 self._ex, self._pid = ThreadPoolExecutor(1, thread_name_prefix="lirs-aepoch"), os.getpid()
             return self._ex
 
-    async def call(self, fn, *args):
-        """``fn(*args)`` on the helper thread, awaited: its result, or its exception raised here."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor(), fn, *args)
+    async def call(self, fn, *args, undo=None):
+        """``fn(*args)`` on the helper thread, awaited: its result, or its exception raised here
+        (once closed, run here). ``undo(result)``, on that thread, where the await is cancelled while
+        ``fn`` runs: what it made that nobody will take (an epoch's run begun for a cancelled task)."""
+        ex = self._executor()
+        if ex is None:
+            return fn(*args)
+        fut = ex.submit(fn, *args)
+        try:
+            return await asyncio.wrap_future(fut)
+        except asyncio.CancelledError:
+            if undo is not None and not fut.cancel():  # running (not started: cancelled, never runs)
+                fut.add_done_callback(lambda f: f.exception() is None and self.later(undo, f.result()))
+            raise
 
     def later(self, fn, *args) -> None:
         """``fn(*args)`` on the helper thread after what runs there now (here, once it is closed)."""
+        ex = self._executor()
         try:
-            self._executor().submit(fn, *args)
-        except RuntimeError:  # shut down (the Loader was closed): nothing runs there any more
-            fn(*args)
+            if ex is not None:
+                ex.submit(fn, *args)
+                return
+        except RuntimeError:  # shut down meanwhile (the Loader was closed): nothing runs there any more
+            pass
+        fn(*args)
 
     def drain(self) -> None:
         """Wait for what was left to the helper thread (a synchronous epoch after an async one)."""
@@ -53,7 +72,7 @@ class Hop:
     def close(self) -> None:
         """Stop the helper thread once what was left to it has run."""
         with self._lock:
-            ex, self._ex = self._ex, None
+            ex, self._ex, self._closed = self._ex, None, True
         if ex is not None and self._pid == os.getpid():
             ex.shutdown(wait=True)
 
@@ -63,7 +82,7 @@ async def batches(hop: Hop, begin, take, delivered, failed):
     each next item on ``hop``'s thread, the pool's work awaited on the loop, ``delivered(run,
     item, results)`` the batches of each item (cheap: views of decoded rows); ``failed(run,
     item)`` where waiting for an item raised (the position names its batch)."""
-    run = await hop.call(begin)
+    run = await hop.call(begin, undo=lambda r: r.abandon())  # cancelled while it begins: no run left planning
     try:
         while (item := await hop.call(take, run)) is not None:
             try:

@@ -153,3 +153,51 @@ def test_cancelled_consumers_leave_every_later_epoch_exact(data):
         got = asyncio.run(main())
         assert all(np.array_equal(a, b) for a, b in zip(got, want[1])) and len(got) == len(want[1])
         assert all(np.array_equal(np.asarray(b.ids), w) for b, w in zip(loader.epoch(0), want[0]))
+
+
+def _helpers() -> list:
+    return [t for t in threading.enumerate() if t.name.startswith("lirs-aepoch")]
+
+
+def test_a_closed_loader_makes_no_helper_again(data):
+    """A generator finalised after close() (a `break` inside `with`), and an aepoch called on a
+    closed Loader, ran on a helper thread made anew, left running until the Loader was collected."""
+    async def leave_early(loader):
+        async for _ in loader.aepoch(0):
+            break
+
+    loader = lirs.Loader(data, 50, granularity="group", seed=1, n_features=300)
+    with loader:
+        asyncio.run(leave_early(loader))  # asyncio.run finalises the generator: after close() below
+    assert not _helpers()
+    with pytest.raises(ValueError, match="closed"):
+        asyncio.run(_ids(loader, 1))
+    assert not _helpers()
+
+
+def test_a_task_cancelled_while_its_epoch_begins_leaves_no_planning_run(data, monkeypatch):
+    """Cancelled while the helper was still beginning its epoch, the task never got the run to
+    abandon: its planner stayed registered with the pipeline until close()."""
+    with lirs.Loader(data, 40, granularity="window", seed=2, n_features=300, window="64K") as loader:
+        begin = loader._begin
+
+        def slow_begin(*a):
+            time.sleep(0.2)
+            return begin(*a)
+
+        monkeypatch.setattr(loader, "_begin", slow_begin)
+
+        async def main():
+            t = asyncio.create_task(_ids(loader, 0))
+            await asyncio.sleep(0.05)  # the helper is inside slow_begin
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+
+        asyncio.run(main())
+        loader._hop.drain()  # the abandon queued behind the begin has run
+        assert not loader._pipeline.planners
+        monkeypatch.undo()
+        want = [np.asarray(b.ids).copy() for b in loader.epoch(3)]
+        got = asyncio.run(_ids(loader, 3))
+        assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
