@@ -304,7 +304,14 @@ def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tm
                       (["--param", "group_bytes=8K"], "--param group_bytes: set it with --group-bytes"),
                       (["--param", "record_bytes=100000"], "--param record_bytes: set it with --record-bytes"),
                       (["--param", "piles=0"], "--param piles=0: expected a positive number"),
-                      (["--json", str(tmp_path / "r"), "--plot", str(tmp_path / "r")], "plot would replace")):
+                      (["--json", str(tmp_path / "r"), "--plot", str(tmp_path / "r")], "plot would replace"),
+                      # these were found by the group strategy or a check of every strategy, after the others ran,
+                      # or not at all ("" ran every strategy)
+                      (["--group-bytes", "100"], "--group-bytes: must be a multiple of 4096 bytes"),
+                      (["--seed", "-1"], "--seed: must be >= 0, got -1"),
+                      (["--classes", "0"], "--classes: must be >= 1, got 0"),
+                      (["--batch-size", "501"], "--batch-size 501 exceeds the 500 records"),
+                      (["--strategies", ""], "unknown strategies []")):
         if bad[0] == "--json":
             bad[-1] += ".png"
             bad[1] = bad[-1]
@@ -322,6 +329,9 @@ def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tm
 def test_every_registered_strategy_is_evaluated():
     res = Q.evaluate(600, None, epochs=2, batch_size=20, progress=False)
     assert list(res["strategies"]) == list(STRATEGIES)
+    # two epochs: no strategy is called uniform (sequential was, on 3 records); a clear failure still is one
+    assert [r["uniformity"]["uniform"] for r in res["strategies"].values()].count(True) == 0
+    assert res["strategies"]["sequential"]["uniformity"]["uniform"] is False
     for name, r in res["strategies"].items():
         assert r["cost"]["payload_bytes"] == 600 * 360, name
         assert r["repeat_pairs"] is not None and r["uniformity"]["epochs"] == 2

@@ -5,7 +5,8 @@ import os
 import re
 import sys
 
-from . import at_least_one, check_results_and_plot, option, positive_size, printing_results, window_spec
+from . import (at_least_one, at_least_zero, check_results_and_plot, option, planner_group_size, printing_results,
+               window_spec)
 from ..errors import UsageError
 from ..litter import out_dir
 from ..recommendation import write_json
@@ -160,17 +161,18 @@ def raised_notes(budgets, payload: int) -> list:
 
 
 def run(args) -> int:
-    from ..eval.quality import DEFAULT_CLASSES
+    from ..eval.quality import DEFAULT_CLASSES, MIN_EPOCHS
     from ..eval.strategies import DEFAULT_RECORD_BYTES, STRATEGIES
 
     names = None
-    if args.strategies:
+    if args.strategies is not None:  # "" names none: refused, not read as every strategy
         names = [s.strip() for s in args.strategies.split(",") if s.strip()]
         bad = [s for s in names if s not in STRATEGIES]
         if bad or not names:
             raise UsageError(f"unknown strategies {bad}; choose from {', '.join(STRATEGIES)}")
     if args.epochs < 1 or args.batch_size < 1:
         raise UsageError("--epochs and --batch-size must be >= 1")
+    option("--seed", args.seed, at_least_zero)  # here, not from a strategy's check after the others ran
     for flag, v in (("--record-bytes", args.record_bytes), ("--classes", args.classes)):
         if v is not None and args.path is not None:  # they were ignored: the index has the sizes and labels
             raise UsageError(f"{flag} applies only to synthetic records (--records N, without a PATH): the records "
@@ -179,6 +181,7 @@ def run(args) -> int:
     args.classes = DEFAULT_CLASSES if args.classes is None else args.classes
     if args.record_bytes < 1:
         raise UsageError(f"--record-bytes must be >= 1, got {args.record_bytes}")
+    option("--classes", args.classes, at_least_one)
     if args.window is not None:  # a spec that cannot work fails here, before any work
         option("--window", args.window, window_spec)
     option("--segments", args.segments, at_least_one)
@@ -196,7 +199,7 @@ def run(args) -> int:
                          f"--param record_bytes: the records of {args.path} have the sizes its index holds; "
                          "--record-bytes sizes --records only")
     check_results_and_plot(args.json, args.plot)
-    group_bytes = option("--group-bytes", args.group_bytes, positive_size)
+    group_bytes = option("--group-bytes", args.group_bytes, planner_group_size)  # not after 18 strategies ran
     if args.path is not None:
         from ..index import open_index
 
@@ -209,6 +212,9 @@ def run(args) -> int:
         source = args.records
         payload = args.records * (args.record_bytes or DEFAULT_RECORD_BYTES)
         what = f"{args.records:,} synthetic label-sorted records of {args.record_bytes} B, {args.classes} classes"
+    n = source.n if args.path is not None else args.records
+    if args.batch_size > n:
+        raise UsageError(f"--batch-size {args.batch_size} exceeds the {n:,} records of {what}")
     budgets = memory_budgets(args.memory, payload)
     for note in raised_notes(budgets, payload):
         print(note, file=sys.stderr)
@@ -216,9 +222,9 @@ def run(args) -> int:
     if sweep and args.window is not None:
         raise UsageError("--window: with several memory budgets the lirs window follows each budget "
                          "(the groups M spans, rounded up); leave --window out")
-    if args.epochs < 10:
-        print(f"note: {args.epochs} epochs is too few for the uniformity test to mean much (use >= 10)",
-              file=sys.stderr)
+    if args.epochs < MIN_EPOCHS:
+        print(f"note: {args.epochs} epochs is too few for the uniformity test to mean much (use >= {MIN_EPOCHS}); "
+              "no strategy is called uniform", file=sys.stderr)
     common = dict(epochs=args.epochs, batch_size=args.batch_size, seed=args.seed, segments=args.segments,
                   group_bytes=group_bytes, classes=args.classes, record_bytes=args.record_bytes, progress="auto")
     res = (_frontier(source, budgets, names, params, common) if sweep else
@@ -302,6 +308,6 @@ WIDE_HELP = ("columns: seg@1% = share of file segments seen after 1% of an epoch
              "drawn until every label was seen; batch H = label entropy per batch (bits); disp = mean |moved| / n; "
              "rho = rank correlation with file order; pairs again = batch pairs meeting again next epoch, x ideal; "
              "stream H = Streaming's entropy; same grp = in-batch neighbours from one group; p pos / p pairs / "
-             "p mates = chi-square p of positions / file-neighbour gaps / batch mates next epoch (uniform: all >= "
-             "{pass_p:g}; not: one < {fail_p:g}); memory, bytes read and written per epoch, random "
-             "reads (count x median size).")
+             "p mates = chi-square p of positions / file-neighbour gaps / batch mates next epoch (batches merged "
+             "into runs of at least sqrt(5 n) positions) (uniform: all >= {pass_p:g}, over 10 epochs or more; not: "
+             "one < {fail_p:g}); memory, bytes read and written per epoch, random reads (count x median size).")

@@ -43,7 +43,7 @@ from __future__ import annotations
 from .evaluate import evaluate
 from .frontier import FRONTIER_STRATEGIES, MEMORY_MEANING, default_budgets, frontier, source_payload, summary_rows  # noqa: F401
 from .metrics import (DEFAULT_CLASSES, DEFAULT_EPOCHS, DEFAULT_SEGMENTS, FAIL_P, MAX_PAIRS,  # noqa: F401
-                      MAX_POSITION_SAMPLE, MIN_EXPECTED, PASS_P, UniformityTest, batch_label_entropy,
+                      MAX_POSITION_SAMPLE, MIN_EPOCHS, MIN_EXPECTED, PASS_P, UniformityTest, batch_label_entropy,
                       checkpoints_for, displacement, distinct_seen, expected_batch_entropy, expected_distinct_seen,
                       groups_of, ideal_displacement, ideal_repeat_rate, ideal_same_group_rate, inverse_order,
                       label_codes, repeat_pair_rate, same_group_rate, segment_codes, sorted_labels,

@@ -12,6 +12,7 @@ from ..kernels import quality as K
 
 PASS_P = 1e-3       # a uniform strategy's p-values stay above this
 FAIL_P = 1e-6       # a non-uniform one shows a p-value below this
+MIN_EPOCHS = 10     # fewer: the position test's two bins expect too few; no "uniform" verdict
 DEFAULT_EPOCHS = 20
 DEFAULT_SEGMENTS = 1000
 DEFAULT_CLASSES = 1000
@@ -206,7 +207,8 @@ class UniformityTest:
     ``batch`` (with ``batch_size``): for each pair of consecutive epochs, Pearson's statistic of
     the (batches x batches) table of where records land, against independence, with batches
     merged into runs of max(batch_size, sqrt(5 n)) positions, the last run taking the rest (a
-    short last run's cells would expect almost nothing), so that every cell expects at least 5; the relative permutation of two independent uniform epochs is uniform, so the statistics
+    short last run's cells would expect almost nothing), so that every cell expects at least 5;
+    the relative permutation of two independent uniform epochs is uniform, so the statistics
     of successive pairs are independent and add up, on (runs - 1)^2 degrees of freedom each.
     """
 
@@ -284,8 +286,9 @@ class UniformityTest:
         return 2.0 * s / (n * (n - 1.0))
 
     def result(self) -> dict:
-        """p-values and statistics of both tests: position_p, pair_p, uniform (True, False or
-        None when in between the thresholds)."""
+        """p-values and statistics of the tests: position_p, pair_p, batch_p, uniform (True, False or
+        None: in between the thresholds, or a pass over fewer than :data:`MIN_EPOCHS` epochs or
+        without the pair or batch test)."""
         from scipy.stats import chi2
 
         E = self.added
@@ -318,9 +321,12 @@ class UniformityTest:
             pstat, pdf, pair_p = None, 0, None
         batch_p = float(chi2.sf(self.table_stat, self.table_df)) if self.table_df else None
         low = min(p for p in (pos_p, pair_p, batch_p) if p is not None)
+        verdict = True if low >= PASS_P else (False if low < FAIL_P else None)
+        if verdict and (E < MIN_EPOCHS or pair_p is None or batch_p is None):
+            verdict = None  # too little seen to call it uniform (a clear failure still says so)
         return {"epochs": E, "position_p": pos_p, "position_stat": stat, "position_df": df, "position_scale": scale,
                 "position_bins": self.bins, "position_records": len(self.sample), "pair_p": pair_p,
                 "pair_stat": pstat, "pair_df": pdf, "pairs": len(self.first), "batch_p": batch_p,
                 "batch_stat": self.table_stat if self.table_df else None, "batch_df": self.table_df,
                 "batch_run": self.unit,
-                "uniform": True if low >= PASS_P else (False if low < FAIL_P else None)}
+                "uniform": verdict}
