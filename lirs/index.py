@@ -345,11 +345,13 @@ def header_for(index: Index, dest: str) -> dict:
     }
 
 
-def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = True) -> str:
+def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = True, named: str | None = None) -> str:
     """Write ``index`` to its sidecar atomically and return the sidecar path.
 
     Data files are fingerprinted now unless ``index.fingerprints`` is already set, and summed
     (one sequential read each: formats whose index needs no scan) unless ``index.sums`` is set.
+    ``named``: the sidecar's name once renamed (``dest`` a temporary elsewhere), which the header's
+    file paths are relative to.
     """
     dest = dest or sidecar_path(index.paths if index.nfiles > 1 else index.paths[0])
     if fingerprints and not index.fingerprints:
@@ -369,7 +371,7 @@ def write_index(index: Index, dest: str | None = None, *, fingerprints: bool = T
                 w.add("label_codes", index.label_codes)
         if index.sums is not None:
             w.add("content_sums", np.asarray(index.sums, np.uint32))
-        index.sidecar = w.commit(header_for(index, dest))
+        index.sidecar = w.commit(header_for(index, named or dest))
         return index.sidecar
     except BaseException:
         w.abort()

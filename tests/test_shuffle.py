@@ -642,6 +642,24 @@ def test_an_interrupt_during_the_renames_never_leaves_new_data_beside_an_old_sid
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("fmt", ["libsvm", "npy"])
+def test_a_run_without_index_leaves_no_older_runs_sidecar_beside_its_data(tmp_path, fmt):
+    """A run without --index into an OUT an earlier --index run wrote left that run's sidecar beside
+    the new data: `lirs info OUT` then refused it as stale. The last run's files are left, together."""
+    if fmt == "libsvm":
+        (tmp_path / "in.svm").write_bytes(libsvm_bytes(300, seed=4))
+        src, out = tmp_path / "in.svm", tmp_path / "o.svm"
+    else:
+        np.save(tmp_path / "in.npy", np.arange(600, dtype=np.float32).reshape(300, 2))
+        src, out = tmp_path / "in.npy", tmp_path / "o.npy"
+    E.shuffle(src, out, seed=1, index=True)
+    assert os.path.exists(str(out) + ".lirs")
+    E.shuffle(src, out, seed=2)
+    assert not os.path.exists(str(out) + ".lirs")
+    assert lirs.build_index(out).n == 300  # and indexing it is a fresh index of the new data
+    assert leftovers(tmp_path) == []
+
+
 def test_a_failed_fixed_record_sidecar_keeps_the_previous_output(tmp_path, monkeypatch):
     """``shuffle(x.npy, o.npy, index=True)`` over an existing o.npy built the sidecar after the
     renames: where that failed (ENOSPC), the old output was already gone and the abort removed the
@@ -721,9 +739,21 @@ def test_a_file_of_another_format_named_svm_is_refused_before_pass_1(tmp_path):
         with pytest.raises(DataError, match=f"{bad}: {said}"):
             E.shuffle([tmp_path / "a.svm", tmp_path / bad], tmp_path / "o.svm", format="libsvm")
         assert sorted(os.listdir(tmp_path)) == ["a.svm", "bin.svm", "c.svm"]  # no output, no piles
-    # a first line longer than 64 KiB: nothing to check before pass 1, the shuffle goes on
+    # a first line longer than 64 KiB: its tokens up to the last blank in the head are checked (none
+    # were: a binary file with no newline byte there, a CSV header past 64 KiB were shuffled as LIBSVM)
     (tmp_path / "long.svm").write_bytes(b"1 " + b" ".join(b"%d:1" % i for i in range(1, 20_000)) + b"\n" + good)
     assert E.shuffle(tmp_path / "long.svm", tmp_path / "o.svm")["records"] == 5001
+    (tmp_path / "note.svm").write_bytes(b"#" + b"x" * 70_000 + b"\n" + good)  # a comment line: dropped
+    assert E.shuffle(tmp_path / "note.svm", tmp_path / "o.svm")["records"] == 5000
+    nonl = np.random.default_rng(4).bytes(70_000).replace(b"\n", b"x").replace(b"#", b"x")
+    for name, data, said in (("nonl.svm", nonl + b"\n" + good, "line 1, byte 0: expected a numeric label"),
+                             ("csv.svm", b",".join(b"col%d" % i for i in range(12_000)) + b"\n" + good,
+                              "line 1, byte 0: expected a numeric label"),
+                             ("short.svm", b"1 1:1\n0 2:x", "line 2, byte 8")):  # a short file's last line too
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DataError, match=f"{name}: {said}"):
+            E.shuffle(tmp_path / name, tmp_path / "o2.svm")
+        assert not os.path.exists(tmp_path / "o2.svm")
     # past the first 64 KiB lines are copied as they are (--index checks them all)
     (tmp_path / "late.svm").write_bytes(good + b"age,income\n")
     assert E.shuffle(tmp_path / "late.svm", tmp_path / "o.svm")["records"] == 5001
@@ -1104,6 +1134,25 @@ def test_index_writes_the_sidecar_lirs_index_out_would(tmp_path):
         built = lirs.build_index(out, full=True, format=fmt)
         assert shuffled.meta == built.meta and shuffled.meta["format_given"] == given, name
         assert format_options(shuffled) == ("" if given is None else f" --format {given}")
+
+
+def test_index_of_npy_and_fixed_shards_names_the_shards_not_the_staging_directory(tmp_path):
+    """The sidecar of each `.npy` or fixed-record shard named the staging directory (gone once it
+    became OUT) as its data's path: not the sidecar `lirs index` writes, and a missing shard's error
+    named a folder that never was the data's."""
+    np.save(tmp_path / "a.npy", np.arange(120, dtype="<f4").reshape(60, 2))
+    np.save(tmp_path / "a.labels.npy", np.arange(60.0))
+    (tmp_path / "f.bin").write_bytes(bytes(range(256)) * 4)
+    for name, kw in (("a.npy", {}), ("f.bin", {"record_size": 16})):
+        st = E.shuffle(tmp_path / name, tmp_path / f"sh-{name}", shards=3, seed=2, index=True, **kw)
+        for out in st["outputs"]:
+            sidecar = out + ".lirs"
+            ref = os.path.join(os.path.dirname(out), "ref.lirs")
+            lirs.build_index(out, out=ref, full=True, **kw)
+            assert open(sidecar, "rb").read() == open(ref, "rb").read(), out
+            os.unlink(ref)
+            assert lirs.open_index(sidecar).paths == (os.path.abspath(out),)
+    assert leftovers(tmp_path) == []
 
 
 def test_a_full_disk_under_shuffles_labels_scratch_file_names_it_and_tmpdir(tmp_path, monkeypatch, capsys):

@@ -174,11 +174,20 @@ def libsvm_checker(piece: int, pool=None) -> VarScanner:
 
 def check_head(path: str) -> None:
     """DataError at the first bad line among the complete lines of the first ``_HEAD_CHECK``
-    bytes of the LIBSVM input ``path``: a file of another format (binary, CSV) named ``.svm``
-    stops the shuffle before pass 1, not after being dealt as lines. (``--index`` checks every
-    line; the rest are copied byte for byte.)"""
-    head = np.frombuffer(read_at(path, _HEAD_CHECK), np.uint8)
-    end = KS.rfind_byte(head, 0, head.size, 10) + 1  # no newline in it (one long line): nothing checked
+    bytes of the LIBSVM input ``path`` (a shorter file: all its lines; a first line longer than
+    that: its tokens up to the last blank in it, its label at least): a file of another format
+    (binary, CSV) named ``.svm`` stops the shuffle before pass 1, not after being dealt as lines.
+    (``--index`` checks every line; the rest are copied byte for byte.)"""
+    raw = read_at(path, _HEAD_CHECK)
+    head = np.frombuffer(raw, np.uint8)
+    end = KS.rfind_byte(head, 0, head.size, 10) + 1
+    if len(raw) < _HEAD_CHECK and end < len(raw):  # the whole file: its last line too
+        end = len(raw)
+    elif end == 0 and raw:  # one line longer than the head (a binary file has none): its tokens to its last blank
+        cut = max(KS.rfind_byte(head, 0, head.size, 32), KS.rfind_byte(head, 0, head.size, 9))
+        end = cut if cut > 0 else len(raw)
+    if end > 0 and head[end - 1] != 10:  # a line cut there: ended as pass 1 ends an input's last line
+        head, end = np.frombuffer(raw[:end] + b"\n", np.uint8), end + 1
     if end > 0:
         libsvm_checker(end).scan_region(path, head, 0, end, 0)
 

@@ -128,12 +128,15 @@ class Layout:
     def _publish(s: Shard) -> None:
         """Rename one single output's files into place. An old output goes first: a run stopped
         between the renames (killed: SIGKILL, a crash) leaves new labels or a new sidecar without
-        data, never beside the old data they do not belong to."""
+        data, never beside the old data they do not belong to; an old sidecar a run without
+        ``--index`` does not replace is removed before the data is."""
         moves = [(t, f) for t, f in ((s.labels_tmp, s.labels_final), (s.sidecar_tmp, s.sidecar)) if t]
-        if moves and os.path.exists(s.final):
+        # without --index, an older run's sidecar goes first: it described the data being replaced
+        gone = [s.final] if moves and os.path.exists(s.final) else []
+        for p in gone + ([] if s.sidecar_tmp else [sidecar_path(s.final)]):
             try:
-                os.unlink(s.final)
-            except FileNotFoundError:  # removed meanwhile (by hand, or a run not holding the lock)
+                os.unlink(p)
+            except FileNotFoundError:  # removed meanwhile (by hand, or a run not holding the lock); or none
                 pass
         for t, f in moves:
             os.replace(t, f)

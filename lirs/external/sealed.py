@@ -27,15 +27,13 @@ def seal_sidecar(s: Shard, fmt: str, record_size: int | None, format_given: str 
     else:
         header, rs, n, dtype, shape = 0, record_size, raw_fixed_count(s.tmp, 0, record_size), None, None
     named = os.path.dirname(os.path.abspath(s.sidecar))
-    here = os.path.dirname(os.path.abspath(s.sidecar_tmp))
-    # an open reads the header's paths relative to the sidecar: as seen from where it is written
-    # (beside the final names, or in the staging directory that becomes the output), the final names
-    data = os.path.join(here, os.path.relpath(os.path.abspath(s.final), named))
-    idx = Index.from_arrays([data], fmt, file_starts=[0, n], header_sizes=[header], record_size=rs,
+    # the header names the final data as seen from the final sidecar (a shard's temporaries lie in
+    # the staging directory that becomes the output: their own path there was kept, a folder gone)
+    idx = Index.from_arrays([os.path.abspath(s.final)], fmt, file_starts=[0, n], header_sizes=[header], record_size=rs,
                             record_dtype=dtype, record_shape=shape)
     idx.meta = fixed_meta(idx, index_meta(s.final, s.sidecar, format_given))
     if s.labels_tmp is not None:
         idx.meta["label_files"] = label_entries([s.labels_final], named, [fingerprint(s.labels_tmp)])
         idx.label_values, idx.label_codes = encode_label_parts([NpyRows(s.labels_tmp)])
     idx.fingerprints, idx.sums = (fingerprint(s.tmp),), data_sums([s.tmp])
-    return write_index(idx, s.sidecar_tmp)
+    return write_index(idx, s.sidecar_tmp, named=s.sidecar)
