@@ -390,7 +390,7 @@ def refuse_libsvm_options(src: str, fmt: str, n_features=None, zero_based="auto"
 
 
 def _where_index_zero(index) -> str:
-    """``"FILE: line L, byte B, token '0:1'"`` of the first feature index 0 of an indexed LIBSVM
+    """``"FILE: line L, byte B: ... '0:1' ..."`` of the first feature index 0 of an indexed LIBSVM
     dataset, or "" where the index keeps no scan marks (error path only: the marks at every MiB
     hold the least index so far, so one MiB of records is read and parsed)."""
     from .preads import read_at
@@ -420,7 +420,7 @@ def _where_index_zero(index) -> str:
             except TokenError as t:
                 if "index 0" in t.message:
                     off = int(s[0]) + at + t.at
-                    return f"{path}: line {line_number(path, off)}, byte {off}, {t.message}"
+                    return f"{path}: line {line_number(path, off)}, byte {off}: {t.message}"
             at += len(line) + 1
     return ""
 

@@ -170,7 +170,7 @@ class Loader:
                 self.window, span, self.index.payload_bytes, self.world_size)) > 1.5:
             log.warning("with %d ranks and windows of %s, each rank reads up to %.1fx its share of the data; a window of "
                         "a quarter of the share or less keeps it near 1x (window=)", self.world_size,
-                        format_bytes(self.window * span), x)
+                        format_bytes(min(self.window * span, self.index.payload_bytes)), x)
         self.stats = LoaderStats()
         self._cfg = self._make_config()
         self._pos = ResumeState()  # where the consumer is (epoch None: nothing delivered yet)

@@ -561,7 +561,7 @@ def test_zero_based_false_names_the_first_index_0(tmp_path, where):
     with pytest.raises(DataError) as ei:
         lirs.Loader(str(d), 10, zero_based=False)
     line = raw[:off].count(b"\n") + 1
-    assert str(ei.value).startswith(f"{path}: line {line}, byte {off}, "), str(ei.value)
+    assert str(ei.value).startswith(f"{path}: line {line}, byte {off}: "), str(ei.value)  # as every other error
     assert "index 0" in str(ei.value) and "'00:1'" in str(ei.value)
 
 

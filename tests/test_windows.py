@@ -18,6 +18,7 @@ from lirs.errors import UsageError
 from lirs.eval.gen import generate
 from lirs.plan import plan_epoch
 from lirs.plan import unit_table
+from lirs.units import format_bytes
 from lirs.windows import window_bounds, window_count, window_groups
 
 
@@ -513,6 +514,10 @@ def test_rank_zero_is_told_when_windows_make_each_rank_read_more_than_its_share(
         with caplog.at_level("WARNING", logger="lirs.loader"):
             lirs.Loader(kdd, 64, window=window, group_bytes=4096, rank=rank, world_size=world).close()
         assert ("each rank reads up to 3.0x its share" in caplog.text) == warned, (rank, world, window)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lirs.loader"):  # a window past the data is said as the data's size
+        lirs.Loader(kdd, 64, window="1G", group_bytes=4096, world_size=3).close()
+    assert f"windows of {format_bytes(index.payload_bytes)}, each rank" in caplog.text, caplog.text
 
 
 def test_a_window_budget_counts_records_larger_than_a_group_at_their_size(tmp_path, caplog):
