@@ -58,6 +58,18 @@ def fingerprint(path: str) -> dict:
                 "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path)}
 
 
+def file_stat(path: str) -> tuple[int, int, int, int]:
+    """``(size, mtime_ns, st_dev, st_ino)`` of ``path`` (-1 each where it is missing): which file, as
+    what, a Loader's open checked, so that another renamed over it with the same size and mtime
+    (``cp -p``, equal shards swapped) is caught at its first epoch. The identity is compared within
+    one process only (:func:`fingerprint`)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return -1, -1, -1, -1
+    return int(st.st_size), int(st.st_mtime_ns), int(st.st_dev), int(st.st_ino)
+
+
 def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None,
               full: bool = False) -> tuple[str | None, int | None, int]:
     """Whether ``path`` still holds the data ``expected`` (a :func:`fingerprint`) and ``sums`` (its
@@ -129,6 +141,18 @@ def check_data_unmoved(index) -> None:
     from .engines import check_indexed  # the engines' own check (as_indexed), without opening the files
 
     check_indexed(list(index.paths), index.checked, rebuild_command(index))
+    check_labels_unmoved(index)
+
+
+def check_labels_unmoved(index) -> None:
+    """StaleIndexError naming a labels file of ``index`` removed, renamed over or moved (size, mtime)
+    since its open checked it (:attr:`lirs.index.Index.labels_checked`): a Loader's first epoch would
+    serve the labels its sidecar holds beside rows read now."""
+    from .engines import check_indexed
+
+    paths, stats = index.labels_checked
+    if paths and index.checked is not None:  # an index opened unchecked: nothing to compare
+        check_indexed(list(paths), stats, rebuild_command(index))
 
 
 # the arrays that say where every record lies: a plan (and so a resume state) depends on them alone
@@ -267,8 +291,10 @@ def check_label_files(index, full: bool = False) -> None:
     if index.format == "npy" and not entries and index.label_values is None:
         _no_new_labels(index)
     base = os.path.dirname(index.sidecar or "")
-    moved = {}
-    for f, (e, path) in enumerate(zip(entries, beside(base, [e["relpath"] for e in entries]))):
+    moved, seen = {}, []
+    paths = beside(base, [e["relpath"] for e in entries])
+    for f, (e, path) in enumerate(zip(entries, paths)):
+        seen.append(file_stat(path))  # before the comparison: a file renamed over after it is caught at the epoch
         if os.path.exists(path) and not os.path.isfile(path):  # a FIFO's open (to compare it) would block
             raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing (it is not a "
                                   "regular file now: a FIFO, device, socket or directory); the index serves the old "
@@ -292,6 +318,7 @@ def check_label_files(index, full: bool = False) -> None:
         from .verified import record_labels
 
         record_labels(index, moved)
+    index.labels_checked = (tuple(paths), tuple(seen))
 
 
 def _mtime_ns(path: str) -> int | None:

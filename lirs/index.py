@@ -32,8 +32,8 @@ from .labelcodes import encode_labels
 from .npyformat import descr_from_json
 from .offsets import OffsetTable
 from .pages import release_pages
-from .freshness import check_label_files, check_no_new_files, data_paths, files_crc, fingerprint, layout_crc, rebuild_advice, \
-    reindex_command, staleness
+from .freshness import check_label_files, check_no_new_files, data_paths, file_stat, files_crc, fingerprint, layout_crc, \
+    rebuild_advice, reindex_command, staleness
 from .relpaths import relpath
 from .sidecar import SidecarWriter, is_sidecar_path, offsets_of, read_sidecar, sidecar_path, verify_arrays
 from . import verified
@@ -91,7 +91,8 @@ class Index:
     sums: np.ndarray | None = None  # uint32: CRC-32C of every MiB of every file, file after file
     marks: np.ndarray | None = None  # int64: a LIBSVM scan's state at every MiB (lirs.scanner)
     header_crc: int = 0  # of the sidecar's header: which sidecar a recorded verification is for
-    checked: tuple | None = None  # (size, mtime_ns) of each data file as check_fresh found it unchanged
+    checked: tuple | None = None  # (size, mtime_ns, st_dev, st_ino) of each data file as check_fresh found it unchanged
+    labels_checked: tuple = ((), ())  # (paths, stats as ``checked``'s) of its labels files, as check_label_files found them
     layout: int = 0  # where the records lie (lirs.freshness.layout_crc; 0: no sidecar): a resume state's dataset
     order: int = 0  # its files' names in order (lirs.freshness.files_crc; 0: one file, or no sidecar)
 
@@ -293,6 +294,7 @@ class Index:
         Sets :attr:`checked`; returns the files read whole."""
         moved, seen = {}, []
         for f, (p, fp, trusted) in enumerate(zip(self.paths, self.fingerprints, verified.trusted_mtimes(self))):
+            ident = file_stat(p)[2:]  # before the content check: a file renamed over after it is caught later
             why, mtime, now = staleness(p, fp, self.file_sums(f), trusted, full)
             if why:
                 # found only by reading it whole (size, mtime and sampled blocks as indexed): an
@@ -302,7 +304,7 @@ class Index:
                                       + (" (--full: its size, modification time and sampled blocks are as indexed, "
                                          "which `lirs index` alone trusts)" if hidden else ""))
             moved.update({} if mtime is None else {f: mtime})
-            seen.append((int(fp["size"]), now))
+            seen.append((int(fp["size"]), now) + ident)
         if moved and record and self.sidecar:
             verified.record(self, moved)
         check_label_files(self, full)  # served from the sidecar: an edit of a labels file is found here

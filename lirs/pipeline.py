@@ -37,7 +37,7 @@ from .buffers import BufferPool
 from .constants import BLOCK, COPY_ALIGN, CORE_IDLE, EXTRA_POLL_S, PLAN_AHEAD_MIN_THREADS, UTIL_WINDOW_S
 from .cores import usable_cores
 from .engines import open_indexed
-from .freshness import rebuild_command
+from .freshness import check_labels_unmoved, rebuild_command
 from .kernels import io as KI
 from . import memory
 from .errors import ThreadLimitError, TransformError
@@ -64,6 +64,11 @@ class Pipeline:
         self.warm.wait("read")  # the engine on the index's files, each as its open found it (StaleIndexError)
         self.engine = open_indexed(list(index.paths), index.checked, rebuild_command(index),
                                    engine, direct=direct, depth=depth)
+        try:
+            check_labels_unmoved(index)  # its labels are the sidecar's: their file as the open found it
+        except BaseException:
+            self.engine.close()
+            raise
         self.workers = int(workers)
         # the first ``primary`` threads run steps whenever there are some; the others only while
         # the consumer is away (its training step): a consumer that waits runs steps itself

@@ -245,7 +245,7 @@ def _rename_over(p, data):
     os.replace(p + ".new", p)
 
 
-@pytest.mark.parametrize("change", ["same-size edit", "rename over", "append"])
+@pytest.mark.parametrize("change", ["same-size edit", "rename over", "rename over, times kept", "append"])
 def test_a_file_changed_before_the_first_epoch_is_not_read(tmp_path, change):
     """A Loader checks its files against the index when it opens, but opens them for reading at
     its first epoch: a file edited in place, renamed over or appended to in between fails that
@@ -267,6 +267,11 @@ def test_a_file_changed_before_the_first_epoch_is_not_read(tmp_path, change):
                 os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
             elif change == "rename over":
                 _rename_over(p, new)
+            elif change == "rename over, times kept":  # cp -p, rsync -t: the size and mtime the open found
+                st = os.stat(p)
+                open(p + ".new", "wb").write(new)
+                os.utime(p + ".new", ns=(st.st_atime_ns, st.st_mtime_ns))
+                os.replace(p + ".new", p)
             else:
                 with open(p, "ab") as f:
                     f.write(b"1 3:0.5\n")
@@ -275,6 +280,58 @@ def test_a_file_changed_before_the_first_epoch_is_not_read(tmp_path, change):
                 for b in ld.epoch(0):
                     served.append(b.y)
             assert not served
+
+
+def test_equal_shards_swapped_after_the_open_are_not_read(tmp_path):
+    """Two shards of one size and mtime swapped between a Loader's open and its first epoch were
+    read at the old offsets (each file's records served as the other's ids): the files a Loader
+    opens must be the ones its open checked, and a DataLoader about to start workers checks so too."""
+    from lirs.freshness import check_data_unmoved
+
+    d = tmp_path / "D"
+    d.mkdir()
+    for name, base in (("a.txt", 10**5), ("b.txt", 10**12)):
+        rows = b"".join(b"%d\n" % (base + i) for i in range(500))
+        (d / name).write_bytes(rows[:7000].ljust(7000, b"x")[:-1] + b"\n")
+    ns = os.stat(d / "a.txt").st_mtime_ns
+    for name in ("a.txt", "b.txt"):
+        os.utime(d / name, ns=(ns, ns))
+    lirs.build_index(str(d), format="lines", progress=False)
+    with lirs.Loader(str(d), 100, granularity="instance", index="never") as ld:
+        os.replace(d / "a.txt", d / "t")
+        os.replace(d / "b.txt", d / "a.txt")
+        os.replace(d / "t", d / "b.txt")
+        with pytest.raises(StaleIndexError, match=r"a\.txt changed since its index was checked at the Loader's open "
+                                                  r"\(another file was renamed over it"):
+            check_data_unmoved(ld.index)
+        with pytest.raises(StaleIndexError, match="another file was renamed over it"):
+            next(iter(ld.epoch(0)))
+
+
+@pytest.mark.parametrize("change", ["rewritten", "renamed over, times kept", "removed"])
+def test_a_labels_file_changed_after_the_open_stops_the_first_epoch(tmp_path, change):
+    """A Loader serves the labels its sidecar holds, checked against X.labels.npy at its open: a
+    labels file rewritten, renamed over or removed before its first epoch went unseen (the old
+    labels served beside rows read now). It stops that epoch, as a data file's change does."""
+    from lirs.freshness import check_data_unmoved
+
+    np.save(tmp_path / "X.npy", np.arange(20, dtype=np.float32).reshape(10, 2))
+    lab = tmp_path / "X.labels.npy"
+    np.save(lab, np.zeros(10, np.int32))
+    lirs.build_index(str(tmp_path / "X.npy"), progress=False)
+    with lirs.Loader(str(tmp_path / "X.npy"), 10, granularity="instance", index="never") as ld:
+        st = os.stat(lab)
+        if change == "removed":
+            os.unlink(lab)
+        else:
+            np.save(tmp_path / "new.npy", np.ones(10, np.int32))
+            bump = 0 if change == "renamed over, times kept" else 10**9
+            os.utime(tmp_path / "new.npy", ns=(st.st_atime_ns, st.st_mtime_ns + bump))
+            os.replace(tmp_path / "new.npy", lab)
+        with pytest.raises(StaleIndexError, match=r"X\.labels\.npy (changed since its index was checked|was removed)"):
+            check_data_unmoved(ld.index)
+        with pytest.raises(StaleIndexError, match=r"X\.labels\.npy"):
+            next(iter(ld.epoch(0)))
 
 
 def _gone_dataset(tmp_path, layout):

@@ -252,7 +252,7 @@ def open_indexed(paths, stats, reindex: str | None, engine: str | None = "auto",
 def check_indexed(paths, stats, reindex: str | None) -> None:
     """What :func:`open_indexed` checks, by ``os.stat`` without opening the files (a process that
     will not read them: one about to start DataLoader workers, which would each find it): StaleIndexError
-    when a data file of ``paths`` was removed, or its size or modification time is no longer the one its
+    when a data file of ``paths`` was removed or renamed over, or its size or modification time is no longer the one its
     index's open found (``stats``, :attr:`lirs.index.Index.checked`; None: nothing to compare)."""
     if stats is None:
         return
@@ -263,7 +263,7 @@ def check_indexed(paths, stats, reindex: str | None) -> None:
         except FileNotFoundError as e:
             raise stale_error(p, "was removed (or renamed away) since its index was checked at the Loader's open",
                               reindex) from e
-        found.append((st.st_size, st.st_mtime_ns))
+        found.append((st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino))
     check_unmoved(paths, found, stats, reindex)
 
 

@@ -211,6 +211,7 @@ class Engine:
             self.sizes = np.asarray([s.st_size for s in st], np.int64)
             # what the files were at open: a step that finds one moved raises StaleIndexError
             self.mtimes = np.asarray([s.st_mtime_ns for s in st], np.int64)
+            self.idents = [(int(s.st_dev), int(s.st_ino)) for s in st]  # the files opened (as_indexed)
         except BaseException:
             for fd in self.fds:
                 os.close(int(fd))
@@ -452,26 +453,28 @@ def changed_error(path: str, what: str, when: str, reindex: str | None) -> Stale
 
 
 def check_unmoved(paths, found, stats, reindex: str | None) -> None:
-    """StaleIndexError for the first of ``paths`` whose ``(size, mtime_ns)`` found now (``found[f]``) is not
-    the one ``stats`` names (what its index's open found unchanged, :attr:`lirs.index.Index.checked`; None:
-    an index opened unchecked, nothing to compare)."""
-    for f, (size, mtime) in enumerate(stats or ()):
-        now, now_mtime = (int(x) for x in found[f])
-        if now != size or now_mtime != mtime:
-            raise changed_error(paths[f], f"its size changed ({size} -> {now})" if now != size
-                                else "its modification time moved", "since its index was checked at the Loader's open", reindex)
+    """StaleIndexError for the first of ``paths`` whose ``(size, mtime_ns, st_dev, st_ino)`` found now
+    (``found[f]``) is not the one ``stats`` names (what its index's open found unchanged,
+    :attr:`lirs.index.Index.checked`; None: an index opened unchecked, nothing to compare)."""
+    for f, (size, mtime, *ident) in enumerate(stats or ()):
+        now, now_mtime, *now_ident = (int(x) for x in found[f])
+        if now != size or now_mtime != mtime or now_ident != ident:
+            why = (f"its size changed ({size} -> {now})" if now != size else "its modification time moved"
+                   if now_mtime != mtime else "another file was renamed over it (same size and modification time)")
+            raise changed_error(paths[f], why, "since its index was checked at the Loader's open", reindex)
 
 
 def as_indexed(engine: Engine, stats, reindex: str | None = None) -> Engine:
     """``engine``, once each file it opened has the size and modification time ``stats`` names
-    ((size, mtime_ns) a file: what its index's open found unchanged, :attr:`lirs.index.Index.checked`;
+    ((size, mtime_ns, st_dev, st_ino) a file: what its index's open found unchanged, :attr:`lirs.index.Index.checked`;
     None: an index opened unchecked), else StaleIndexError, the engine closed. A Loader opens its files at its
     first epoch: a file rewritten, appended to or renamed over since its index was checked is
     caught here, before an offset of the old file is read in the new one. ``reindex``: the command
     that rebuilds the index (named in this and the engine's later errors)."""
     engine.reindex = reindex
     try:
-        check_unmoved(engine.paths, list(zip(engine.sizes, engine.mtimes)), stats, reindex)
+        check_unmoved(engine.paths, [(s, m, *i) for s, m, i in zip(engine.sizes, engine.mtimes, engine.idents)], stats,
+                      reindex)
     except StaleIndexError:
         engine.close()
         raise
