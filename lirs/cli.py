@@ -27,6 +27,9 @@ def _command_modules():
     return [importlib.import_module(f"lirs.commands.{n}") for n in names]
 
 
+_PATH_OPTIONS = ("out", "json", "plot", "workdir", "tmpdir")  # the dests of options that name a file or folder
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lirs",
@@ -37,8 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _command_modules():
         p = mod.add_parser(sub)
-        # every command's positionals name data (PATH, IN): what an empty one is refused in
-        p.set_defaults(_run=mod.run, _positionals=[a.dest for a in p._actions if not a.option_strings])
+        # every command's positionals name data (PATH, IN), and these options files it writes: an empty one is refused
+        p.set_defaults(_run=mod.run, _positionals=[a.dest for a in p._actions if not a.option_strings],
+                       _path_options={a.dest: a.option_strings[0] for a in p._actions
+                                      if a.dest in _PATH_OPTIONS and a.option_strings and a.nargs != 0})
     return parser
 
 
@@ -148,12 +153,16 @@ def _main(argv, seen: _Interrupts) -> int:
 
 def _refuse_empty_paths(args) -> None:
     """UsageError for an empty PATH (``''``: an unset shell variable), before the command opens it:
-    it was said as "no such file: [Errno 2] No such file or directory: ''", a missing file's error."""
+    it was said as "no such file: [Errno 2] No such file or directory: ''", a missing file's error;
+    and for an empty ``-o``, ``--json``, ``--plot``, ``--workdir`` or ``--tmpdir``."""
     for name in getattr(args, "_positionals", ()):  # path, paths, shuffle's inputs...
         value = getattr(args, name, None)
         if value == "" or (isinstance(value, list) and "" in value):
             raise UsageError(f"PATH is empty (''; an unset shell variable?): name the data, as "
                              f"`lirs {args.command} --help` says")
+    for name, flag in getattr(args, "_path_options", {}).items():  # -o '': it was taken for the current folder
+        if getattr(args, name, None) == "":
+            raise UsageError(f"{flag} is empty (''; an unset shell variable?): name the file or folder it writes")
 
 
 def _failed(args) -> int:

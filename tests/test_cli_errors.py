@@ -144,6 +144,22 @@ def test_an_empty_path_is_a_usage_error_naming_it(svm, cmd, capsys):
     assert "PATH is empty" in err and "Errno" not in err, err
 
 
+@pytest.mark.parametrize("cmd", [["gen", "--profile", "kdd", "--records", "10", "-o", ""], ["index", "{svm}", "-o", ""],
+                                 ["order", "{svm}", "-o", ""], ["shuffle", "{svm}", "-o", "{svm}.o.svm", "--tmpdir", ""],
+                                 ["quality", "--records", "100", "--json", ""], ["bench", "{svm}", "--plot", ""],
+                                 ["demo", "--out", ""]])
+def test_an_empty_output_option_is_a_usage_error_naming_it(svm, cmd, capsys, tmp_path, monkeypatch):
+    """`lirs gen -o ''` said "-o /cwd is a directory" (the empty name taken for the current folder);
+    `shuffle --tmpdir ''` put the piles there. Refused before any work, naming the option."""
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    assert main([c.format(svm=svm) for c in cmd]) == 2
+    err = capsys.readouterr().err
+    flag = cmd[cmd.index("") - 1]
+    assert f"{flag} is empty (''; an unset shell variable?)" in err, err
+    assert os.listdir(tmp_path / "cwd") == []
+
+
 @pytest.mark.parametrize("memory", ["abc", "4K,8K", "sweep"])
 def test_order_memory_says_the_forms_one_budget_takes(svm, memory, capsys):
     """It offered "a comma-separated list of them, or 'sweep'", forms of `lirs quality`'s list that

@@ -435,9 +435,14 @@ def test_epoch_command(svm, capsys):
     assert res["records"] == idx.n and res["batches"] == -(-idx.n // 256)
     assert 0 <= res["stall_fraction"] <= 1 and res["amplification"] >= 1
     assert res["engine"] in ("uring", "threads", "buffered", "aiofiles") and res["peak_rss_bytes"] > 0
+    assert res["read_ahead_counted"] is False
     assert main(["epoch", p, "--max-batches", "2", "--engine", "buffered"]) == 0
     out = capsys.readouterr().out
     assert "records/s" in out and "stall" in out and "buffered" in out
+    # cut short, the counters hold what was read ahead of the last batch: said, not passed off as its reads
+    assert "with the steps read ahead of the last batch" in out
+    assert main(["epoch", p, "--max-batches", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["read_ahead_counted"] is True
     assert main(["epoch", p, "--engine", "nope"]) == 2
     capsys.readouterr()
     assert main(["epoch", p, "--granularity", "auto", "--max-batches", "1", "--json"]) == 0  # what auto chose

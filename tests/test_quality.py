@@ -310,7 +310,7 @@ def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tm
                       (["--group-bytes", "100"], "--group-bytes: must be a multiple of 4096 bytes"),
                       (["--seed", "-1"], "--seed: must be >= 0, got -1"),
                       (["--classes", "0"], "--classes: must be >= 1, got 0"),
-                      (["--batch-size", "501"], "--batch-size 501 exceeds the 500 records"),
+                      (["--batch-size", "501"], "--batch-size 501 exceeds --records 500"),
                       (["--strategies", ""], "unknown strategies []")):
         if bad[0] == "--json":
             bad[-1] += ".png"

@@ -40,7 +40,9 @@ def add_parser(sub):
     p.add_argument("--depth", type=int, default=None, metavar="D",
                    help="reads in flight per batch, at most 4096 (engine default: uring 128, threads 32, "
                         "aiofiles 64, buffered up to 8)")
-    p.add_argument("--max-batches", type=int, default=None, metavar="N", help="stop after N batches")
+    p.add_argument("--max-batches", type=int, default=None, metavar="N",
+                   help="stop after N batches (reads, bytes read and payload then count the steps read ahead of "
+                        "them too, up to --prefetch batches: a share that varies from run to run)")
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
 
@@ -75,7 +77,7 @@ def run(args) -> int:
     with Loader(args.path, args.batch_size, granularity=args.granularity, group_bytes=group_bytes, window=args.window,
                 seed=args.seed, engine=args.engine, prefetch=args.prefetch, depth=args.depth) as loader:
         eng = loader.engine
-        total = loader.num_batches(args.epoch)
+        full = total = loader.num_batches(args.epoch)
         if args.max_batches is not None:
             total = min(total, args.max_batches)
         from tqdm import tqdm
@@ -94,6 +96,8 @@ def run(args) -> int:
         wall = time.perf_counter() - t0
         bar.close()
         st = loader.stats.as_dict()
+        # stopped before the epoch's end: the pool had read steps ahead of the last batch, counted
+        ahead = n < full
         res = {
             "path": os.path.abspath(args.path),
             "format": loader.index.format,
@@ -117,6 +121,7 @@ def run(args) -> int:
             "payload_bytes": st["payload_bytes"],
             "reads": st["reads"],
             "amplification": st["amplification"],
+            "read_ahead_counted": ahead,  # reads, bytes and payload include steps read for batches not delivered
             "wait_s": st["wait_s"],
             "stall_fraction": st["wait_s"] / wall if wall else None,
             "load_ms_per_batch": 1000 * (st["io_s"] + st["decode_s"]) / st["batches"] if st["batches"] else None,
@@ -133,7 +138,8 @@ def run(args) -> int:
               f"prefetch {args.prefetch}, compute {args.compute_ms:g} ms/batch")
         print(f"  wall           {wall:.3f} s")
         print(f"  records/s      {res['records_per_s']:,.0f}")
-        print(f"  MB/s           {res['mb_per_s']:,.1f}   ({format_bytes(res['bytes_read'])} read)")
+        print(f"  MB/s           {res['mb_per_s']:,.1f}   ({format_bytes(res['bytes_read'])} read"
+              f"{', with the steps read ahead of the last batch' if ahead else ''})")
         print(f"  reads/s        {res['reads_per_s']:,.0f}   ({res['reads']:,} reads)")
         amp = res["amplification"]
         print(f"  amplification  {amp:.3f}x" if amp else "  amplification  -")

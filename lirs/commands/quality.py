@@ -214,7 +214,8 @@ def run(args) -> int:
         what = f"{args.records:,} synthetic label-sorted records of {args.record_bytes} B, {args.classes} classes"
     n = source.n if args.path is not None else args.records
     if args.batch_size > n:
-        raise UsageError(f"--batch-size {args.batch_size} exceeds the {n:,} records of {what}")
+        raise UsageError(f"--batch-size {args.batch_size} exceeds " + (f"--records {n:,}" if args.path is None else
+                                                                       f"the {n:,} records of {what}"))
     budgets = memory_budgets(args.memory, payload)
     for note in raised_notes(budgets, payload):
         print(note, file=sys.stderr)
