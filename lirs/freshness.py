@@ -58,11 +58,25 @@ def fingerprint(path: str) -> dict:
                 "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path)}
 
 
+def same_samples(path: str, size: int, sample_hash: str | None) -> bool:
+    """Whether ``path`` holds, where an open samples it, the bytes of a file of ``size`` bytes whose
+    fingerprint's hash is ``sample_hash``: a file found under another inode number with its size and
+    mtime kept (a FUSE or network filesystem renumbers inodes: a remount, an inode evicted) is the
+    same file to lirs when it does, as it is to an open."""
+    if sample_hash is None:
+        return False
+    try:
+        with open(path, "rb") as f:
+            return _sample_hash(f.fileno(), int(size), _SAMPLE_BLOCKS, path) == sample_hash
+    except OSError:
+        return False
+
+
 def file_stat(path: str) -> tuple[int, int, int, int]:
     """``(size, mtime_ns, st_dev, st_ino)`` of ``path`` (-1 each where it is missing): which file, as
     what, a Loader's open checked, so that another renamed over it with the same size and mtime
-    (``cp -p``, equal shards swapped) is caught at its first epoch. The identity is compared within
-    one process only (:func:`fingerprint`)."""
+    (``cp -p``, equal shards swapped) is caught at its first epoch; one whose number alone moved is
+    compared by its sampled blocks (:func:`same_samples`)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -294,7 +308,7 @@ def check_label_files(index, full: bool = False) -> None:
     moved, seen = {}, []
     paths = beside(base, [e["relpath"] for e in entries])
     for f, (e, path) in enumerate(zip(entries, paths)):
-        seen.append(file_stat(path))  # before the comparison: a file renamed over after it is caught at the epoch
+        seen.append(file_stat(path) + (e["fingerprint"].get("sample_hash"),))  # before the comparison: a file renamed over after it is caught at the epoch
         if os.path.exists(path) and not os.path.isfile(path):  # a FIFO's open (to compare it) would block
             raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing (it is not a "
                                   "regular file now: a FIFO, device, socket or directory); the index serves the old "

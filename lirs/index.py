@@ -91,7 +91,7 @@ class Index:
     sums: np.ndarray | None = None  # uint32: CRC-32C of every MiB of every file, file after file
     marks: np.ndarray | None = None  # int64: a LIBSVM scan's state at every MiB (lirs.scanner)
     header_crc: int = 0  # of the sidecar's header: which sidecar a recorded verification is for
-    checked: tuple | None = None  # (size, mtime_ns, st_dev, st_ino) of each data file as check_fresh found it unchanged
+    checked: tuple | None = None  # (size, mtime_ns, st_dev, st_ino, sample hash) of each data file as check_fresh found it
     labels_checked: tuple = ((), ())  # (paths, stats as ``checked``'s) of its labels files, as check_label_files found them
     layout: int = 0  # where the records lie (lirs.freshness.layout_crc; 0: no sidecar): a resume state's dataset
     order: int = 0  # its files' names in order (lirs.freshness.files_crc; 0: one file, or no sidecar)
@@ -304,7 +304,7 @@ class Index:
                                       + (" (--full: its size, modification time and sampled blocks are as indexed, "
                                          "which `lirs index` alone trusts)" if hidden else ""))
             moved.update({} if mtime is None else {f: mtime})
-            seen.append((int(fp["size"]), now) + ident)
+            seen.append((int(fp["size"]), now) + ident + (fp.get("sample_hash"),))
         if moved and record and self.sidecar:
             verified.record(self, moved)
         check_label_files(self, full)  # served from the sidecar: an edit of a labels file is found here

@@ -306,6 +306,18 @@ def test_equal_shards_swapped_after_the_open_are_not_read(tmp_path):
             check_data_unmoved(ld.index)
         with pytest.raises(StaleIndexError, match="another file was renamed over it"):
             next(iter(ld.epoch(0)))
+    # a byte-identical copy renamed over with its times (or an inode a FUSE or network filesystem
+    # renumbered) is the same file where an open samples it: read, not refused
+    lirs.build_index(str(d), format="lines", progress=False)
+    with lirs.Loader(str(d), 100, granularity="instance", index="never") as ld:
+        want = sorted(bytes(x) for b in ld.epoch(0) for x in b.X)
+    with lirs.Loader(str(d), 100, granularity="instance", index="never") as ld:
+        st = os.stat(d / "a.txt")
+        (d / "t").write_bytes((d / "a.txt").read_bytes())
+        os.utime(d / "t", ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.replace(d / "t", d / "a.txt")
+        check_data_unmoved(ld.index)
+        assert sorted(bytes(x) for b in ld.epoch(0) for x in b.X) == want
 
 
 @pytest.mark.parametrize("change", ["rewritten", "renamed over, times kept", "removed"])

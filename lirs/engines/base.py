@@ -454,11 +454,17 @@ def changed_error(path: str, what: str, when: str, reindex: str | None) -> Stale
 
 def check_unmoved(paths, found, stats, reindex: str | None) -> None:
     """StaleIndexError for the first of ``paths`` whose ``(size, mtime_ns, st_dev, st_ino)`` found now
-    (``found[f]``) is not the one ``stats`` names (what its index's open found unchanged,
-    :attr:`lirs.index.Index.checked`; None: an index opened unchecked, nothing to compare)."""
-    for f, (size, mtime, *ident) in enumerate(stats or ()):
+    (``found[f]``) is not the one ``stats`` names (what its index's open found unchanged, with the hash
+    of its sampled blocks, :attr:`lirs.index.Index.checked`; None: an index opened unchecked, nothing to
+    compare). Another inode number alone passes where the sampled blocks are the same."""
+    for f, (size, mtime, dev, ino, samples) in enumerate(stats or ()):
         now, now_mtime, *now_ident = (int(x) for x in found[f])
-        if now != size or now_mtime != mtime or now_ident != ident:
+        if now == size and now_mtime == mtime and now_ident != [dev, ino]:
+            from ..freshness import same_samples  # (it imports the engines)
+
+            if same_samples(paths[f], size, samples):
+                continue  # its inode renumbered (FUSE, a network filesystem), its bytes as an open samples them
+        if now != size or now_mtime != mtime or now_ident != [dev, ino]:
             why = (f"its size changed ({size} -> {now})" if now != size else "its modification time moved"
                    if now_mtime != mtime else "another file was renamed over it (same size and modification time)")
             raise changed_error(paths[f], why, "since its index was checked at the Loader's open", reindex)
@@ -466,7 +472,7 @@ def check_unmoved(paths, found, stats, reindex: str | None) -> None:
 
 def as_indexed(engine: Engine, stats, reindex: str | None = None) -> Engine:
     """``engine``, once each file it opened has the size and modification time ``stats`` names
-    ((size, mtime_ns, st_dev, st_ino) a file: what its index's open found unchanged, :attr:`lirs.index.Index.checked`;
+    ((size, mtime_ns, st_dev, st_ino, sample hash) a file: what its index's open found unchanged, :attr:`lirs.index.Index.checked`;
     None: an index opened unchecked), else StaleIndexError, the engine closed. A Loader opens its files at its
     first epoch: a file rewritten, appended to or renamed over since its index was checked is
     caught here, before an offset of the old file is read in the new one. ``reindex``: the command
