@@ -815,7 +815,7 @@ def sec_quality():
            f"epoch, share of the epoch drawn before both labels were seen, label entropy per batch, mean "
            f"displacement and rank correlation with file order, batch pairs that meet again next epoch (× the "
            f"uniform rate), Streaming's entropy, in-batch neighbours from one 64 KiB group, the p-values of "
-           f"the three uniformity tests (uniform = every p ≥ {c['pass_p']:g}), memory, and I/O per epoch.",
+           f"the three uniformity tests (uniform = every p ≥ {c['pass_p']:g}, over 10 epochs or more), memory, and I/O per epoch.",
            d["table_markdown"]]
     if "bmf" in st:
         out.append(f"After 1 % of an epoch a uniform permutation has seen {f(ideal['segments_seen_1pct'], '.3f')} of the "
