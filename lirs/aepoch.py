@@ -39,9 +39,12 @@ class Hop:
         (once closed, run here). ``undo(result)``, on that thread, where the await is cancelled while
         ``fn`` runs: what it made that nobody will take (an epoch's run begun for a cancelled task)."""
         ex = self._executor()
-        if ex is None:
+        try:
+            fut = None if ex is None else ex.submit(fn, *args)
+        except RuntimeError:  # shut down meanwhile (the Loader was closed)
+            fut = None
+        if fut is None:
             return fn(*args)
-        fut = ex.submit(fn, *args)
         try:
             return await asyncio.wrap_future(fut)
         except asyncio.CancelledError:

@@ -7,7 +7,6 @@ knows the sidecar's bytes; this module knows what they promise about the data.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -15,31 +14,17 @@ import zlib
 
 import numpy as np
 
-from .constants import BLOCK
 from .shellwords import glob_words, listed_words, shell_word
 from .dirfiles import first_few, refuse_broken_link
 from .errors import IndexFormatError, LirsError, StaleIndexError
 from .inputs import absolute, expand_paths, extension_format, labels_candidates, resolve_format
-from .preads import pread_full
+from .samples import SAMPLE_BLOCKS, sample_hash
 from .npyformat import NpyRows
 from .relpaths import beside, relpath
 from .sidecar import SIDECAR_SUFFIX
 
 log = logging.getLogger("lirs.index")
 
-_SAMPLE_BLOCKS = 16
-_SAMPLE_BLOCK = BLOCK
-
-
-def _sample_hash(fd: int, size: int, blocks: int, path: str | None = None) -> str:
-    """BLAKE2b of the size and of ``blocks`` 4 KiB blocks spread evenly over the file ``path``."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(size.to_bytes(8, "little"))
-    if size:
-        last = max(0, size - _SAMPLE_BLOCK)
-        for off in sorted(set(int(x) for x in np.linspace(0, last, blocks))):
-            h.update(pread_full(fd, _SAMPLE_BLOCK, off, path))
-    return h.hexdigest()
 
 
 def fingerprint(path: str) -> dict:
@@ -55,28 +40,14 @@ def fingerprint(path: str) -> dict:
         st = os.fstat(f.fileno())
         size = int(st.st_size)
         return {"size": size, "mtime_ns": int(st.st_mtime_ns), "sum_block": SUM_BLOCK,
-                "sample_hash": _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path)}
-
-
-def same_samples(path: str, size: int, sample_hash: str | None) -> bool:
-    """Whether ``path`` holds, where an open samples it, the bytes of a file of ``size`` bytes whose
-    fingerprint's hash is ``sample_hash``: a file found under another inode number with its size and
-    mtime kept (a FUSE or network filesystem renumbers inodes: a remount, an inode evicted) is the
-    same file to lirs when it does, as it is to an open."""
-    if sample_hash is None:
-        return False
-    try:
-        with open(path, "rb") as f:
-            return _sample_hash(f.fileno(), int(size), _SAMPLE_BLOCKS, path) == sample_hash
-    except OSError:
-        return False
+                "sample_hash": sample_hash(f.fileno(), size, SAMPLE_BLOCKS, path)}
 
 
 def file_stat(path: str) -> tuple[int, int, int, int]:
     """``(size, mtime_ns, st_dev, st_ino)`` of ``path`` (-1 each where it is missing): which file, as
     what, a Loader's open checked, so that another renamed over it with the same size and mtime
     (``cp -p``, equal shards swapped) is caught at its first epoch; one whose number alone moved is
-    compared by its sampled blocks (:func:`same_samples`)."""
+    compared by its sampled blocks (:func:`lirs.samples.same_samples`)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -107,7 +78,7 @@ def staleness(path: str, expected: dict, sums, trusted_mtime: int | None = None,
         return f"its size changed ({old} -> {size}){grew}", None, mtime
     if mtime in (expected.get("mtime_ns"), trusted_mtime) and not (full and sums is not None):
         with open(path, "rb") as f:
-            if _sample_hash(f.fileno(), size, _SAMPLE_BLOCKS, path) == expected.get("sample_hash"):
+            if sample_hash(f.fileno(), size, SAMPLE_BLOCKS, path) == expected.get("sample_hash"):
                 return None, None, mtime
     if sums is None:
         return (f"its modification time changed ({expected.get('mtime_ns')} -> {mtime})" if mtime != expected.get("mtime_ns")
@@ -159,14 +130,19 @@ def check_data_unmoved(index) -> None:
 
 
 def check_labels_unmoved(index) -> None:
-    """StaleIndexError naming a labels file of ``index`` removed, renamed over or moved (size, mtime)
-    since its open checked it (:attr:`lirs.index.Index.labels_checked`): a Loader's first epoch would
-    serve the labels its sidecar holds beside rows read now."""
+    """StaleIndexError naming a labels file of ``index`` removed, or holding other labels than its
+    sidecar serves, where it moved (size, mtime, another file) since its open checked it
+    (:attr:`lirs.index.Index.labels_checked`): a Loader's first epoch would serve the sidecar's
+    labels beside rows read now. One moved with its labels kept (``touch``) passes."""
     from .engines import check_indexed
 
     paths, stats = index.labels_checked
-    if paths and index.checked is not None:  # an index opened unchecked: nothing to compare
+    if not paths or index.checked is None:  # an index opened unchecked: nothing to compare
+        return
+    try:
         check_indexed(list(paths), stats, rebuild_command(index))
+    except StaleIndexError:
+        check_label_files(index, full=True)  # compared label by label (small files): raises where they differ
 
 
 # the arrays that say where every record lies: a plan (and so a resume state) depends on them alone

@@ -216,17 +216,15 @@ class Loader:
             if self._closed:
                 return
             self._closed, self._last_plan = True, None  # the plan refers to the index (its maps' descriptors)
-            if self._pid != os.getpid():
+            if self._pid != os.getpid():  # before its first epoch here (or a forked child's): no pool of ours runs
                 self._pid = None
-                self._warm.join_preload()  # closed before its first epoch: the preload of its kernels
-                self._release_index()
-                return  # no thread of ours runs in this process
-            pipeline, self._pipeline = self._pipeline, None
-            if pipeline is not None:
-                pipeline.close()
-            self._warm.join_preload()
+            else:
+                pipeline, self._pipeline = self._pipeline, None
+                if pipeline is not None:
+                    pipeline.close()
+            self._warm.join_preload()  # closed before its first epoch: the preload of its kernels
             self._release_index()
-        self._hop.close()  # outside the lock: a _begin running there may be waiting for it
+        self._hop.close()  # outside the lock (a _begin running there may be waiting for it); none made after it
 
     def _release_index(self) -> None:
         if self._owns_index:

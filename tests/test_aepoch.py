@@ -162,16 +162,23 @@ def _helpers() -> list:
 def test_a_closed_loader_makes_no_helper_again(data):
     """A generator finalised after close() (a `break` inside `with`), and an aepoch called on a
     closed Loader, ran on a helper thread made anew, left running until the Loader was collected."""
-    async def leave_early(loader):
-        async for _ in loader.aepoch(0):
-            break
-
     loader = lirs.Loader(data, 50, granularity="group", seed=1, n_features=300)
-    with loader:
-        asyncio.run(leave_early(loader))  # asyncio.run finalises the generator: after close() below
+
+    async def leave_early():
+        with loader:
+            async for _ in loader.aepoch(0):
+                break
+        await asyncio.sleep(0)  # the generator, dropped, is finalised here: after close()
+
+    asyncio.run(leave_early())
     assert not _helpers()
     with pytest.raises(ValueError, match="closed"):
         asyncio.run(_ids(loader, 1))
+    assert not _helpers()
+    unused = lirs.Loader(data, 50, granularity="group", seed=1, n_features=300)
+    unused.close()  # before any epoch: close() returned before closing its helper
+    with pytest.raises(ValueError, match="closed"):
+        asyncio.run(_ids(unused, 0))
     assert not _helpers()
 
 

@@ -307,7 +307,7 @@ def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tm
                       (["--json", str(tmp_path / "r"), "--plot", str(tmp_path / "r")], "plot would replace"),
                       # these were found by the group strategy or a check of every strategy, after the others ran,
                       # or not at all ("" ran every strategy)
-                      (["--group-bytes", "100"], "--group-bytes: must be a multiple of 4096 bytes"),
+                      (["--group-bytes", "100", "--strategies", "group"], "--group-bytes: must be a multiple of 4096 bytes"),
                       (["--seed", "-1"], "--seed: must be >= 0, got -1"),
                       (["--classes", "0"], "--classes: must be >= 1, got 0"),
                       (["--batch-size", "501"], "--batch-size 501 exceeds --records 500"),
@@ -321,6 +321,11 @@ def test_quality_params_are_checked_before_any_work_and_outputs_name_what_ran(tm
     assert main(["quality", str(tmp_path / "x.svm"), "--param", "record_bytes=100"]) == 2
     assert f"the records of {tmp_path / 'x.svm'} have the sizes its index holds" in capsys.readouterr().err
     assert ran == []
+    assert main(base + ["--group-bytes", "100", "--strategies", "window"]) == 2 and ran == []
+    capsys.readouterr()
+    # no lirs group strategy: any size of group for the same-group metric, as before
+    assert main(base + ["--group-bytes", "1000", "--strategies", "shuffle_buffer"]) == 0
+    capsys.readouterr()
     assert main(base + ["--window", "16K", "--group-bytes", "4K", "--strategies", "window"]) == 0
     out = capsys.readouterr().out
     assert "(lirs window: 4 groups)" in out and "from one 4 KiB group" in out

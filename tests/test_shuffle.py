@@ -658,6 +658,19 @@ def test_a_run_without_index_leaves_no_older_runs_sidecar_beside_its_data(tmp_pa
     assert not os.path.exists(str(out) + ".lirs")
     assert lirs.build_index(out).n == 300  # and indexing it is a fresh index of the new data
     assert leftovers(tmp_path) == []
+    # what is not an index there is someone's: refused before any work, with or without --index, kept
+    os.unlink(str(out) + ".lirs")
+    (tmp_path / (out.name + ".lirs")).write_text("my notes")
+    before = open(out, "rb").read()
+    for index in (False, True):
+        with pytest.raises(UsageError, match=r"\.lirs exists and is not a lirs index"):
+            E.shuffle(src, out, seed=3, index=index)
+    assert (tmp_path / (out.name + ".lirs")).read_text() == "my notes" and open(out, "rb").read() == before
+    os.unlink(str(out) + ".lirs")
+    os.mkdir(str(out) + ".lirs")
+    with pytest.raises(UsageError, match=r"\.lirs is a directory where the output's index goes"):
+        E.shuffle(src, out, seed=3)
+    assert leftovers(tmp_path) == []
 
 
 def test_a_failed_fixed_record_sidecar_keeps_the_previous_output(tmp_path, monkeypatch):
@@ -745,6 +758,9 @@ def test_a_file_of_another_format_named_svm_is_refused_before_pass_1(tmp_path):
     assert E.shuffle(tmp_path / "long.svm", tmp_path / "o.svm")["records"] == 5001
     (tmp_path / "note.svm").write_bytes(b"#" + b"x" * 70_000 + b"\n" + good)  # a comment line: dropped
     assert E.shuffle(tmp_path / "note.svm", tmp_path / "o.svm")["records"] == 5000
+    for sep in (b"\t", b"\v", b"\f", b"\r"):  # every blank the grammar splits tokens on is a place to cut
+        (tmp_path / "sep.svm").write_bytes(b"1" + b"".join(sep + b"%d:1" % i for i in range(1, 20_000)) + b"\n" + good)
+        assert E.shuffle(tmp_path / "sep.svm", tmp_path / "o.svm")["records"] == 5001, sep
     nonl = np.random.default_rng(4).bytes(70_000).replace(b"\n", b"x").replace(b"#", b"x")
     for name, data, said in (("nonl.svm", nonl + b"\n" + good, "line 1, byte 0: expected a numeric label"),
                              ("csv.svm", b",".join(b"col%d" % i for i in range(12_000)) + b"\n" + good,

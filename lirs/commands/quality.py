@@ -5,8 +5,8 @@ import os
 import re
 import sys
 
-from . import (at_least_one, at_least_zero, check_results_and_plot, option, planner_group_size, printing_results,
-               window_spec)
+from . import (at_least_one, at_least_zero, check_results_and_plot, option, planner_group_size, positive_size,
+               printing_results, window_spec)
 from ..errors import UsageError
 from ..litter import out_dir
 from ..recommendation import write_json
@@ -199,7 +199,9 @@ def run(args) -> int:
                          f"--param record_bytes: the records of {args.path} have the sizes its index holds; "
                          "--record-bytes sizes --records only")
     check_results_and_plot(args.json, args.plot)
-    group_bytes = option("--group-bytes", args.group_bytes, planner_group_size)  # not after 18 strategies ran
+    # the planner's rule where a lirs group strategy runs (found then after the others ran), any size elsewhere
+    planned = names is None or any(s in ("page", "group", "window") for s in names)
+    group_bytes = option("--group-bytes", args.group_bytes, planner_group_size if planned else positive_size)
     if args.path is not None:
         from ..index import open_index
 

@@ -13,6 +13,7 @@ from ..constants import BLOCK, FD_MARGIN, TEMP_MARK
 from ..kernels import io as K
 from ..libc import Libc
 from ..memory import zeros_held
+from ..samples import same_samples
 from ..api import depth_of, maybe_bool
 from ..errors import LirsError, StaleIndexError, UsageError
 
@@ -460,8 +461,6 @@ def check_unmoved(paths, found, stats, reindex: str | None) -> None:
     for f, (size, mtime, dev, ino, samples) in enumerate(stats or ()):
         now, now_mtime, *now_ident = (int(x) for x in found[f])
         if now == size and now_mtime == mtime and now_ident != [dev, ino]:
-            from ..freshness import same_samples  # (it imports the engines)
-
             if same_samples(paths[f], size, samples):
                 continue  # its inode renumbered (FUSE, a network filesystem), its bytes as an open samples them
         if now != size or now_mtime != mtime or now_ident != [dev, ino]:

@@ -62,7 +62,7 @@ import numpy as np
 from ..api import whole
 from ..dirfiles import data_ext
 from ..inputs import absolute, expand_paths, extension_format, labels_candidates, labels_path
-from ..sidecar import belonging, sidecar_path
+from ..sidecar import belonging, check_replaceable, sidecar_path
 from ..errors import DataError, LirsError, UsageError
 from ..kernels import external as K
 from ..litter import clean_dead, clean_dead_litter, out_dir
@@ -246,10 +246,15 @@ def _check_places(inputs, files, out: str, shards, tmpdir, *, labels: bool, npy:
 
 def _check_beside(inputs, files, out: str, shards, labels: bool, npy: bool) -> None:
     """Refuse a single output written into a directory read as the dataset (the next read of it
-    takes the shuffle as more data: every record twice), and a labels file beside an output of
+    takes the shuffle as more data: every record twice), a file not an index (or a directory) where
+    its sidecar goes (:func:`lirs.sidecar.check_replaceable`), and a labels file beside an output of
     ``.npy`` rows (``npy``) that this run does not write (it would be read as the new rows' labels)."""
     if shards is not None:
         return
+    # OUT.lirs: this run's sidecar replaces it (--index), or it goes with the old output (without)
+    if os.path.isdir(sidecar_path(out)):
+        raise UsageError(f"{sidecar_path(out)} is a directory where the output's index goes: move it away")
+    check_replaceable(sidecar_path(out))
     for d in [absolute(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]:
         if os.path.isdir(d) and _same_file(os.path.dirname(out), d):  # through a link too
             raise UsageError(f"output {out} lies in the input directory {d}, whose files are the dataset: write "

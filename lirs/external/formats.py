@@ -184,7 +184,7 @@ def check_head(path: str) -> None:
     if len(raw) < _HEAD_CHECK and end < len(raw):  # the whole file: its last line too
         end = len(raw)
     elif end == 0 and raw:  # one line longer than the head (a binary file has none): its tokens to its last blank
-        cut = max(KS.rfind_byte(head, 0, head.size, 32), KS.rfind_byte(head, 0, head.size, 9))
+        cut = max(KS.rfind_byte(head, 0, head.size, c) for c in b" \t\v\f\r")  # what the grammar splits tokens on
         end = cut if cut > 0 else len(raw)
     if end > 0 and head[end - 1] != 10:  # a line cut there: ended as pass 1 ends an input's last line
         head, end = np.frombuffer(raw[:end] + b"\n", np.uint8), end + 1

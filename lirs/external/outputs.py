@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from ..errors import LirsError
 from ..inputs import compressed, extension_format, labels_path
 from ..litter import clean_dead_temps, fsync_dir, publishing, temp_name
-from ..sidecar import sidecar_path
+from ..preads import read_at
+from ..sidecar import MAGIC, sidecar_path
 from .sealed import seal_sidecar
 from .formats import Dataset
 from .writer import Shard
@@ -133,7 +134,9 @@ class Layout:
         moves = [(t, f) for t, f in ((s.labels_tmp, s.labels_final), (s.sidecar_tmp, s.sidecar)) if t]
         # without --index, an older run's sidecar goes first: it described the data being replaced
         gone = [s.final] if moves and os.path.exists(s.final) else []
-        for p in gone + ([] if s.sidecar_tmp else [sidecar_path(s.final)]):
+        old = sidecar_path(s.final)  # an index only (the run refused anything else there before it began)
+        index = os.path.isfile(old) and read_at(old, len(MAGIC)) == MAGIC
+        for p in gone + ([old] if not s.sidecar_tmp and index else []):
             try:
                 os.unlink(p)
             except FileNotFoundError:  # removed meanwhile (by hand, or a run not holding the lock); or none
