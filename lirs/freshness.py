@@ -134,15 +134,12 @@ def check_labels_unmoved(index) -> None:
     sidecar serves, where it moved (size, mtime, another file) since its open checked it
     (:attr:`lirs.index.Index.labels_checked`): a Loader's first epoch would serve the sidecar's
     labels beside rows read now. One moved with its labels kept (``touch``) passes."""
-    from .engines import check_indexed
-
     paths, stats = index.labels_checked
     if not paths or index.checked is None:  # an index opened unchecked: nothing to compare
         return
-    try:
-        check_indexed(list(paths), stats, rebuild_command(index))
-    except StaleIndexError:
-        check_label_files(index, full=True)  # compared label by label (small files): raises where they differ
+    moved = {f for f, (p, was) in enumerate(zip(paths, stats)) if file_stat(p) != tuple(was[:4])}
+    if moved:  # those alone, label by label; the sidecar is not rewritten mid-epoch for a touch
+        check_label_files(index, only=moved, record=False)
 
 
 # the arrays that say where every record lies: a plan (and so a resume state) depends on them alone
@@ -269,14 +266,15 @@ def label_entries(paths, base: str, fingerprints=None) -> list:
     return [{"relpath": relpath(p, base), "fingerprint": fp} for p, fp in zip(paths, fps)]
 
 
-def check_label_files(index, full: bool = False) -> None:
+def check_label_files(index, full: bool = False, *, only=None, record: bool = True) -> None:
     """Raise StaleIndexError naming the labels file when one beside ``index``'s ``.npy`` data
     (``meta["label_files"]``) is gone, is no regular file now (a FIFO is refused unopened: its open
     would block) or holds other labels than the index took from it (its
     labels are served from the sidecar, so an edit would otherwise go unseen). One whose size or
     mtime moved is read whole and compared, label by label; unchanged (``touch``), its new mtime is
     recorded in the sidecar where it can be rewritten, so that the next open does not read it again.
-    ``full``: every labels file is compared, whatever its size and mtime."""
+    ``full``: every labels file is compared, whatever its size and mtime; ``only``: these (numbers) are,
+    the others left unread; ``record``: False, a touch is not written to the sidecar."""
     entries = index.meta.get("label_files") or ()
     if index.format == "npy" and not entries and index.label_values is None:
         _no_new_labels(index)
@@ -285,12 +283,14 @@ def check_label_files(index, full: bool = False) -> None:
     paths = beside(base, [e["relpath"] for e in entries])
     for f, (e, path) in enumerate(zip(entries, paths)):
         seen.append(file_stat(path) + (e["fingerprint"].get("sample_hash"),))  # before the comparison: a file renamed over after it is caught at the epoch
+        if only is not None and f not in only:
+            continue
         if os.path.exists(path) and not os.path.isfile(path):  # a FIFO's open (to compare it) would block
             raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing (it is not a "
                                   "regular file now: a FIFO, device, socket or directory); the index serves the old "
                                   f"ones: {rebuild_advice(index)}")
         why = staleness(path, e["fingerprint"], None)[0]
-        if why is None and not full:
+        if why is None and not full and only is None:
             continue
         mtime = _mtime_ns(path)
         diff = _label_difference(index, f, path)
@@ -304,7 +304,7 @@ def check_label_files(index, full: bool = False) -> None:
             "its modification time", "its mtime")
         raise StaleIndexError(f"{path}: the labels of {index.paths[f]} changed since indexing ({why}); the index "
                               f"serves the old ones: {rebuild_advice(index)}")
-    if moved and index.sidecar:
+    if moved and index.sidecar and record:
         from .verified import record_labels
 
         record_labels(index, moved)

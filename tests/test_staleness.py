@@ -335,10 +335,13 @@ def test_a_labels_file_changed_after_the_open_stops_the_first_epoch(tmp_path, ch
         st = os.stat(lab)
         if change == "removed":
             os.unlink(lab)
-        elif change == "touched":  # the same labels: read, not refused
+        elif change == "touched":  # the same labels: read, not refused, and the sidecar not rewritten mid-epoch
             os.utime(lab, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+            side = os.stat(ld.index.sidecar)
             check_data_unmoved(ld.index)
             assert [b.y.tolist() for b in ld.epoch(0)] == [[0.0] * 10]
+            now = os.stat(ld.index.sidecar)
+            assert (now.st_ino, now.st_mtime_ns) == (side.st_ino, side.st_mtime_ns)
             return
         else:
             np.save(tmp_path / "new.npy", np.ones(10, np.int32))
@@ -349,6 +352,15 @@ def test_a_labels_file_changed_after_the_open_stops_the_first_epoch(tmp_path, ch
             check_data_unmoved(ld.index)
         with pytest.raises(StaleIndexError, match=r"X\.labels\.npy"):
             next(iter(ld.epoch(0)))
+
+
+def test_a_fifo_in_a_checked_files_place_is_not_opened_to_sample_it(tmp_path):
+    """Another inode number with the size and mtime kept has its sampled blocks compared: a FIFO
+    there (a 0-byte file's size) blocked that comparison's open for good."""
+    from lirs.samples import same_samples
+
+    os.mkfifo(tmp_path / "f")
+    assert same_samples(str(tmp_path / "f"), 0, "0" * 32) is False
 
 
 def _gone_dataset(tmp_path, layout):

@@ -200,7 +200,7 @@ def run(args) -> int:
                          "--record-bytes sizes --records only")
     check_results_and_plot(args.json, args.plot)
     # the planner's rule where a lirs group strategy runs (found then after the others ran), any size elsewhere
-    planned = names is None or any(s in ("page", "group", "window") for s in names)
+    planned = names is None or any(s in ("group", "window") for s in names)
     group_bytes = option("--group-bytes", args.group_bytes, planner_group_size if planned else positive_size)
     if args.path is not None:
         from ..index import open_index

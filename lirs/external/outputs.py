@@ -135,8 +135,7 @@ class Layout:
         # without --index, an older run's sidecar goes first: it described the data being replaced
         gone = [s.final] if moves and os.path.exists(s.final) else []
         old = sidecar_path(s.final)  # an index only (the run refused anything else there before it began)
-        index = os.path.isfile(old) and read_at(old, len(MAGIC)) == MAGIC
-        for p in gone + ([old] if not s.sidecar_tmp and index else []):
+        for p in gone + ([old] if not s.sidecar_tmp and _is_index(old) else []):
             try:
                 os.unlink(p)
             except FileNotFoundError:  # removed meanwhile (by hand, or a run not holding the lock); or none
@@ -197,3 +196,11 @@ def signals_held():
                 h(sig, None)
             elif h == signal.SIG_DFL:
                 os.kill(os.getpid(), sig)
+
+
+def _is_index(path: str) -> bool:
+    """Whether ``path`` is a file that starts as a lirs index does (gone or unreadable: not one)."""
+    try:
+        return os.path.isfile(path) and read_at(path, len(MAGIC)) == MAGIC
+    except OSError:
+        return False
