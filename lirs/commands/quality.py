@@ -162,6 +162,7 @@ def raised_notes(budgets, payload: int) -> list:
 
 def run(args) -> int:
     from ..eval.quality import DEFAULT_CLASSES, MIN_EPOCHS
+    from ..policies import POLICIES
     from ..eval.strategies import DEFAULT_RECORD_BYTES, STRATEGIES
 
     names = None
@@ -200,7 +201,7 @@ def run(args) -> int:
                          "--record-bytes sizes --records only")
     check_results_and_plot(args.json, args.plot)
     # the planner's rule where a lirs group strategy runs (found then after the others ran), any size elsewhere
-    planned = names is None or any(s in ("group", "window") for s in names)
+    planned = names is None or any(s in POLICIES and POLICIES[s].uses_group_bytes for s in names)
     group_bytes = option("--group-bytes", args.group_bytes, planner_group_size if planned else positive_size)
     if args.path is not None:
         from ..index import open_index
