@@ -31,7 +31,8 @@ def same_samples(path: str, size: int, expected: str | None) -> bool:
     """Whether ``path`` holds, where an open samples it, the bytes of a file of ``size`` bytes whose
     fingerprint's hash is ``expected`` (:func:`sample_hash`): a file found under another inode number with its size and
     mtime kept (a FUSE or network filesystem renumbers inodes: a remount, an inode evicted) is the
-    same file to lirs when it does, as it is to an open."""
+    same file to lirs when it does, as it is to an open. An I/O error reading it is raised as it is
+    (naming the file and byte), not taken for another file."""
     if expected is None:
         return False
     try:
@@ -39,5 +40,5 @@ def same_samples(path: str, size: int, expected: str | None) -> bool:
             return False
         with open(path, "rb") as f:
             return sample_hash(f.fileno(), int(size), SAMPLE_BLOCKS, path) == expected
-    except OSError:
+    except FileNotFoundError:  # gone since: not the file checked
         return False

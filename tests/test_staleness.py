@@ -361,6 +361,29 @@ def test_a_fifo_in_a_checked_files_place_is_not_opened_to_sample_it(tmp_path):
 
     os.mkfifo(tmp_path / "f")
     assert same_samples(str(tmp_path / "f"), 0, "0" * 32) is False
+    assert same_samples(str(tmp_path / "gone"), 0, "0" * 32) is False
+
+
+def test_an_io_error_sampling_a_renumbered_file_is_said_as_one(tmp_path, monkeypatch):
+    """An EIO while sampling a file found under another inode number (a FUSE remount) was taken for
+    "another file was renamed over it" (advice: re-index): it is raised as the read error it is."""
+    import errno as E
+
+    from lirs import samples
+    from lirs.freshness import fingerprint
+
+    p = tmp_path / "d.bin"
+    p.write_bytes(bytes(range(256)) * 64)
+    fp = fingerprint(str(p))
+    assert samples.same_samples(str(p), fp["size"], fp["sample_hash"]) is True
+
+    def eio(fd, n, off, path=None):
+        raise OSError(E.EIO, "Input/output error", path)
+
+    monkeypatch.setattr(samples, "pread_full", eio)
+    with pytest.raises(OSError) as ei:
+        samples.same_samples(str(p), fp["size"], fp["sample_hash"])
+    assert ei.value.errno == E.EIO and not isinstance(ei.value, StaleIndexError)
 
 
 def _gone_dataset(tmp_path, layout):
