@@ -26,7 +26,6 @@ from .sidecar import SIDECAR_SUFFIX
 log = logging.getLogger("lirs.index")
 
 
-
 def fingerprint(path: str) -> dict:
     """What identifies the content of ``path`` cheaply: size, mtime_ns and a hash of 16 sampled
     4 KiB blocks (checked at every open). The exact check is the per-MiB checksums kept beside it
@@ -137,7 +136,7 @@ def check_labels_unmoved(index) -> None:
     paths, stats = index.labels_checked
     if not paths or index.checked is None:  # an index opened unchecked: nothing to compare
         return
-    moved = {f for f, (p, was) in enumerate(zip(paths, stats)) if file_stat(p) != tuple(was[:4])}
+    moved = {f for f, (p, was) in enumerate(zip(paths, stats)) if file_stat(p) != was}
     if moved:  # those alone, label by label; the sidecar is not rewritten mid-epoch for a touch
         check_label_files(index, only=moved, record=False)
 
@@ -282,7 +281,7 @@ def check_label_files(index, full: bool = False, *, only=None, record: bool = Tr
     moved, seen = {}, []
     paths = beside(base, [e["relpath"] for e in entries])
     for f, (e, path) in enumerate(zip(entries, paths)):
-        seen.append(file_stat(path) + (e["fingerprint"].get("sample_hash"),))  # before the comparison: a file renamed over after it is caught at the epoch
+        seen.append(file_stat(path))  # before the comparison: a file renamed over after it is caught at the epoch
         if only is not None and f not in only:
             continue
         if os.path.exists(path) and not os.path.isfile(path):  # a FIFO's open (to compare it) would block

@@ -92,7 +92,7 @@ class Index:
     marks: np.ndarray | None = None  # int64: a LIBSVM scan's state at every MiB (lirs.scanner)
     header_crc: int = 0  # of the sidecar's header: which sidecar a recorded verification is for
     checked: tuple | None = None  # (size, mtime_ns, st_dev, st_ino, sample hash) of each data file as check_fresh found it
-    labels_checked: tuple = ((), ())  # (paths, stats as ``checked``'s) of its labels files, as check_label_files found them
+    labels_checked: tuple = ((), ())  # (paths, file_stat of each) of its labels files, as check_label_files found them
     layout: int = 0  # where the records lie (lirs.freshness.layout_crc; 0: no sidecar): a resume state's dataset
     order: int = 0  # its files' names in order (lirs.freshness.files_crc; 0: one file, or no sidecar)
 

@@ -460,13 +460,11 @@ def check_unmoved(paths, found, stats, reindex: str | None) -> None:
     compare). Another inode number alone passes where the sampled blocks are the same."""
     for f, (size, mtime, dev, ino, samples) in enumerate(stats or ()):
         now, now_mtime, *now_ident = (int(x) for x in found[f])
-        if now == size and now_mtime == mtime and now_ident != [dev, ino]:
-            if same_samples(paths[f], size, samples):
-                continue  # its inode renumbered (FUSE, a network filesystem), its bytes as an open samples them
-        if now != size or now_mtime != mtime or now_ident != [dev, ino]:
-            why = (f"its size changed ({size} -> {now})" if now != size else "its modification time moved"
-                   if now_mtime != mtime else "another file was renamed over it (same size and modification time)")
-            raise changed_error(paths[f], why, "since its index was checked at the Loader's open", reindex)
+        if now == size and now_mtime == mtime and (now_ident == [dev, ino] or same_samples(paths[f], size, samples)):
+            continue  # the file checked; or its inode renumbered (FUSE, a network filesystem), its sampled bytes kept
+        why = (f"its size changed ({size} -> {now})" if now != size else "its modification time moved"
+               if now_mtime != mtime else "another file was renamed over it (same size and modification time)")
+        raise changed_error(paths[f], why, "since its index was checked at the Loader's open", reindex)
 
 
 def as_indexed(engine: Engine, stats, reindex: str | None = None) -> Engine:
